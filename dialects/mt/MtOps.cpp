@@ -1,0 +1,547 @@
+// The mt dialect: shape inference (which is also each op's verifier), costs, and the
+// vector-Jacobian rules mt-autodiff composes.
+#include "dialects/mt/MtDialect.h"
+
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+
+#include "dialects/mt/MtDialect.cpp.inc"
+#include "dialects/mt/MtEnums.cpp.inc"
+#include "dialects/mt/MtInterfaces.cpp.inc"
+
+void MtDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/mt/MtOps.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string str(Type type) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << type;
+  return s;
+}
+
+RankedTensorType ranked(Value v) { return cast<RankedTensorType>(v.getType()); }
+
+bool compatible(int64_t a, int64_t b) {
+  return ShapedType::isDynamic(a) || ShapedType::isDynamic(b) || a == b;
+}
+
+/// The better-known of two compatible dimensions.
+int64_t meet(int64_t a, int64_t b) { return ShapedType::isDynamic(a) ? b : a; }
+
+/// Number of elements in all dimensions but the last; 0 when any is dynamic.
+int64_t leadingElements(RankedTensorType t) {
+  int64_t n = 1;
+  for (int64_t d : t.getShape().drop_back()) {
+    if (ShapedType::isDynamic(d))
+      return 0;
+    n *= d;
+  }
+  return n;
+}
+
+/// Requires `what` to have `rank` dimensions.
+LogicalResult expectRank(std::optional<Location> loc, StringRef op, StringRef what,
+                         RankedTensorType t, int64_t rank, StringRef layout) {
+  if (t.getRank() == rank)
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " must be ", layout, ", got ", str(t));
+}
+
+/// Requires two tensors to have compatible shapes and the same element type.
+LogicalResult expectSameShape(std::optional<Location> loc, StringRef op, StringRef a,
+                              RankedTensorType ta, StringRef b, RankedTensorType tb) {
+  bool ok = ta.getRank() == tb.getRank() && ta.getElementType() == tb.getElementType();
+  for (int64_t i = 0; ok && i < ta.getRank(); ++i)
+    ok = compatible(ta.getDimSize(i), tb.getDimSize(i));
+  if (ok)
+    return success();
+  return emitOptionalError(loc, op, ": ", a, " ", str(ta), " and ", b, " ", str(tb),
+                           " must have the same shape and element type");
+}
+
+RankedTensorType meetTypes(RankedTensorType a, RankedTensorType b) {
+  SmallVector<int64_t> shape;
+  for (int64_t i = 0; i < a.getRank(); ++i)
+    shape.push_back(meet(a.getDimSize(i), b.getDimSize(i)));
+  return RankedTensorType::get(shape, a.getElementType());
+}
+
+/// Requires a [H] vector that matches the last dimension of `input`.
+LogicalResult expectFeatureVector(std::optional<Location> loc, StringRef op,
+                                  StringRef what, RankedTensorType vec,
+                                  RankedTensorType input) {
+  if (vec.getRank() == 1 && vec.getElementType() == input.getElementType() &&
+      compatible(vec.getDimSize(0), input.getShape().back()))
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " ", str(vec), " must be [",
+                           input.getShape().back(), "] of the element type of input ",
+                           str(input));
+}
+
+RankedTensorType withLastDim(RankedTensorType t, int64_t last) {
+  SmallVector<int64_t> shape(t.getShape());
+  shape.back() = last;
+  return RankedTensorType::get(shape, t.getElementType());
+}
+
+} // namespace
+
+int64_t mlir::mt::tensorBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t || !t.hasStaticShape())
+    return 0;
+  return t.getNumElements() * ((t.getElementTypeBitWidth() + 7) / 8);
+}
+
+int64_t mlir::mt::defaultOtherFlops(Operation *op) {
+  int64_t n = 0;
+  for (Type t : op->getResultTypes())
+    if (auto rt = dyn_cast<RankedTensorType>(t); rt && rt.hasStaticShape())
+      n += rt.getNumElements();
+  return n;
+}
+
+int64_t mlir::mt::defaultBytesMoved(Operation *op) {
+  int64_t n = 0;
+  for (Type t : op->getOperandTypes())
+    n += tensorBytes(t);
+  for (Type t : op->getResultTypes())
+    n += tensorBytes(t);
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Model structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  bool normal = getInit() == InitKind::normal;
+  if (normal && !(getStd() && getStd()->convertToDouble() > 0))
+    return emitOpError("parameter '") << getName() << "': normal init needs a positive std";
+  if (!normal && getStd())
+    return emitOpError("parameter '")
+           << getName() << "': " << stringifyInitKind(getInit()) << " init takes no std";
+  if (getName().empty())
+    return emitOpError("parameter name must not be empty");
+  return success();
+}
+
+LogicalResult RepeatOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto fn = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(*this, getCalleeAttr());
+  if (!fn)
+    return emitOpError("block function ") << getCalleeAttr() << " not found";
+  ArrayRef<Type> args = fn.getArgumentTypes(), results = fn.getResultTypes();
+  if (args.size() != 1 || results.size() != 1)
+    return emitOpError("block ") << getCalleeAttr()
+                                 << " must take and return one tensor (the residual stream)";
+  if (args[0] != results[0])
+    return emitOpError("block ") << getCalleeAttr() << " maps " << args[0] << " to "
+                                 << results[0] << "; a repeated block must keep its type";
+  if (args[0] != getInput().getType() || results[0] != getResult().getType())
+    return emitOpError("input ") << getInput().getType() << " and result "
+                                 << getResult().getType() << " must match block "
+                                 << getCalleeAttr() << " of type " << args[0];
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Forward ops: inference and verification
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto table = ranked(adaptor.getTable()), ids = ranked(adaptor.getIds());
+  if (failed(expectRank(loc, "mt.embedding", "table", table, 2, "[V, H]")))
+    return failure();
+  SmallVector<int64_t> shape(ids.getShape());
+  shape.push_back(table.getDimSize(1));
+  types.push_back(RankedTensorType::get(shape, table.getElementType()));
+  return success();
+}
+
+LogicalResult PositionEmbeddingOp::inferReturnTypes(MLIRContext *,
+                                                    std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput()), table = ranked(adaptor.getTable());
+  StringRef op = "mt.position_embedding";
+  if (failed(expectRank(loc, op, "input", input, 3, "[B, S, H]")) ||
+      failed(expectRank(loc, op, "table", table, 2, "[positions, H]")))
+    return failure();
+  if (!compatible(input.getDimSize(2), table.getDimSize(1)) ||
+      input.getElementType() != table.getElementType())
+    return emitOptionalError(loc, op, ": table ", str(table),
+                             " does not match the hidden size of input ", str(input));
+  int64_t s = input.getDimSize(1), positions = table.getDimSize(0);
+  if (!ShapedType::isDynamic(s) && s > positions)
+    return emitOptionalError(loc, op, ": sequence length ", s, " exceeds the ", positions,
+                             " positions of table ", str(table));
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput());
+  StringRef op = "mt.layer_norm";
+  if (input.getRank() < 1)
+    return emitOptionalError(loc, op, ": input must have a feature dimension");
+  if (failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), input)) ||
+      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), input)))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput()), weight = ranked(adaptor.getWeight());
+  StringRef op = "mt.linear";
+  if (input.getRank() < 1)
+    return emitOptionalError(loc, op, ": input must have a feature dimension");
+  if (failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
+    return failure();
+  if (!compatible(input.getShape().back(), weight.getDimSize(1)))
+    return emitOptionalError(loc, op, ": input ", str(input), " has ",
+                             input.getShape().back(), " features but weight ",
+                             str(weight), " takes ", weight.getDimSize(1),
+                             " (weights are [out, in])");
+  if (input.getElementType() != weight.getElementType())
+    return emitOptionalError(loc, op, ": input ", str(input), " and weight ", str(weight),
+                             " differ in element type");
+  RankedTensorType result = withLastDim(input, weight.getDimSize(0));
+  if (adaptor.getBias() &&
+      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), result)))
+    return failure();
+  types.push_back(result);
+  return success();
+}
+
+int64_t LinearOp::getGemmFlops() {
+  auto input = ranked(getInput()), weight = ranked(getWeight());
+  return 2 * leadingElements(input) * weight.getDimSize(0) * weight.getDimSize(1);
+}
+
+LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                      Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto lhs = ranked(adaptor.getLhs()), rhs = ranked(adaptor.getRhs());
+  if (failed(expectSameShape(loc, "mt.add", "lhs", lhs, "rhs", rhs)))
+    return failure();
+  types.push_back(meetTypes(lhs, rhs));
+  return success();
+}
+
+LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                       Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+/// Checks a fused [B, S, 3H] QKV against the head count; returns H.
+static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef op,
+                                          RankedTensorType qkv, int64_t heads) {
+  if (failed(expectRank(loc, op, "qkv", qkv, 3, "[B, S, 3H]")))
+    return failure();
+  int64_t width = qkv.getDimSize(2);
+  if (ShapedType::isDynamic(width))
+    return emitOptionalError(loc, op, ": qkv ", str(qkv), " needs a static last dimension");
+  if (width % (3 * heads) != 0)
+    return emitOptionalError(loc, op, ": qkv width ", width, " of ", str(qkv),
+                             " is not 3 x heads (", heads, ") x head_dim");
+  return width / 3;
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto qkv = ranked(adaptor.getQkv());
+  FailureOr<int64_t> hidden =
+      attentionHidden(loc, "mt.attention", qkv, adaptor.getHeads());
+  if (failed(hidden))
+    return failure();
+  types.push_back(withLastDim(qkv, *hidden));
+  return success();
+}
+
+/// QKᵀ and P·V: 2·(2·B·S·S·H). Counted in full for causal attention, as the
+/// model-FLOPs formula does.
+static int64_t attentionForwardFlops(RankedTensorType out) {
+  if (!out.hasStaticShape())
+    return 0;
+  int64_t b = out.getDimSize(0), s = out.getDimSize(1), h = out.getDimSize(2);
+  return 4 * b * s * s * h;
+}
+
+int64_t AttentionOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())); }
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult DropoutOp::verify() {
+  double rate = getRate().convertToDouble();
+  if (!(rate >= 0.0 && rate < 1.0))
+    return emitOpError("rate ") << rate << " must lie in [0, 1)";
+  return success();
+}
+
+/// Checks logits [..., V] against targets [...] and num_classes.
+static LogicalResult checkLogits(std::optional<Location> loc, StringRef op,
+                                 RankedTensorType logits, RankedTensorType targets,
+                                 std::optional<uint64_t> numClasses) {
+  bool ok = logits.getRank() == targets.getRank() + 1 && targets.getRank() >= 1;
+  for (int64_t i = 0; ok && i < targets.getRank(); ++i)
+    ok = compatible(logits.getDimSize(i), targets.getDimSize(i));
+  if (!ok)
+    return emitOptionalError(loc, op, ": logits ", str(logits), " and targets ",
+                             str(targets), " must be [..., V] and [...]");
+  int64_t v = logits.getShape().back();
+  if (numClasses && !ShapedType::isDynamic(v) && static_cast<int64_t>(*numClasses) > v)
+    return emitOptionalError(loc, op, ": num_classes ", *numClasses, " exceeds the ", v,
+                             " logits of ", str(logits));
+  return success();
+}
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  auto logits = ranked(adaptor.getLogits());
+  if (failed(checkLogits(loc, "mt.cross_entropy", logits, ranked(adaptor.getTargets()),
+                         adaptor.getNumClasses())))
+    return failure();
+  types.push_back(RankedTensorType::get({}, logits.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops: inference
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), ids = ranked(adaptor.getIds());
+  bool ok = grad.getRank() == ids.getRank() + 1;
+  for (int64_t i = 0; ok && i < ids.getRank(); ++i)
+    ok = compatible(grad.getDimSize(i), ids.getDimSize(i));
+  if (!ok)
+    return emitOptionalError(loc, "mt.embedding_grad: grad ", str(grad), " and ids ",
+                             str(ids), " must be [..., H] and [...]");
+  types.push_back(RankedTensorType::get(
+      {static_cast<int64_t>(adaptor.getNumEmbeddings()), grad.getShape().back()},
+      grad.getElementType()));
+  return success();
+}
+
+LogicalResult PositionEmbeddingGradOp::inferReturnTypes(MLIRContext *,
+                                                        std::optional<Location> loc,
+                                                        Adaptor adaptor,
+                                                        SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad());
+  StringRef op = "mt.position_embedding_grad";
+  if (failed(expectRank(loc, op, "grad", grad, 3, "[B, S, H]")))
+    return failure();
+  int64_t s = grad.getDimSize(1), positions = adaptor.getNumPositions();
+  if (!ShapedType::isDynamic(s) && s > positions)
+    return emitOptionalError(loc, op, ": sequence length ", s, " exceeds ", positions,
+                             " positions");
+  types.push_back(RankedTensorType::get({positions, grad.getDimSize(2)},
+                                        grad.getElementType()));
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  auto weight = ranked(adaptor.getWeight());
+  StringRef op = "mt.layer_norm_grad";
+  if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
+      failed(expectFeatureVector(loc, op, "weight", weight, input)))
+    return failure();
+  types.append({meetTypes(grad, input), weight, weight});
+  return success();
+}
+
+LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
+                                                  std::optional<Location> loc,
+                                                  Adaptor adaptor,
+                                                  SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), weight = ranked(adaptor.getWeight());
+  StringRef op = "mt.linear_grad_input";
+  if (grad.getRank() < 1 || failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
+    return failure();
+  if (!compatible(grad.getShape().back(), weight.getDimSize(0)))
+    return emitOptionalError(loc, op, ": grad ", str(grad), " has ", grad.getShape().back(),
+                             " features but weight ", str(weight), " produces ",
+                             weight.getDimSize(0));
+  types.push_back(withLastDim(grad, weight.getDimSize(1)));
+  return success();
+}
+
+int64_t LinearGradInputOp::getGemmFlops() {
+  auto grad = ranked(getGrad()), weight = ranked(getWeight());
+  return 2 * leadingElements(grad) * weight.getDimSize(0) * weight.getDimSize(1);
+}
+
+LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
+                                                   std::optional<Location> loc,
+                                                   Adaptor adaptor,
+                                                   SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  bool ok = grad.getRank() == input.getRank() && grad.getRank() >= 1;
+  for (int64_t i = 0; ok && i + 1 < grad.getRank(); ++i)
+    ok = compatible(grad.getDimSize(i), input.getDimSize(i));
+  if (!ok)
+    return emitOptionalError(loc, "mt.linear_grad_weight: grad ", str(grad), " and input ",
+                             str(input), " must agree in all but the last dimension");
+  types.push_back(RankedTensorType::get({grad.getShape().back(), input.getShape().back()},
+                                        grad.getElementType()));
+  return success();
+}
+
+int64_t LinearGradWeightOp::getGemmFlops() {
+  auto grad = ranked(getGrad()), input = ranked(getInput());
+  return 2 * leadingElements(grad) * grad.getShape().back() * input.getShape().back();
+}
+
+LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad());
+  if (grad.getRank() < 1)
+    return emitOptionalError(loc, "mt.bias_grad: grad must have a feature dimension");
+  types.push_back(RankedTensorType::get({grad.getShape().back()}, grad.getElementType()));
+  return success();
+}
+
+LogicalResult GeluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  if (failed(expectSameShape(loc, "mt.gelu_grad", "grad", grad, "input", input)))
+    return failure();
+  types.push_back(meetTypes(grad, input));
+  return success();
+}
+
+LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), qkv = ranked(adaptor.getQkv());
+  auto output = ranked(adaptor.getOutput());
+  StringRef op = "mt.attention_grad";
+  FailureOr<int64_t> hidden = attentionHidden(loc, op, qkv, adaptor.getHeads());
+  if (failed(hidden) || failed(expectSameShape(loc, op, "grad", grad, "output", output)) ||
+      failed(expectSameShape(loc, op, "output", output, "attention of qkv",
+                             withLastDim(qkv, *hidden))))
+    return failure();
+  types.push_back(qkv);
+  return success();
+}
+
+/// dV, dP, dQ and dK: twice the forward's GEMM work.
+int64_t AttentionGradOp::getGemmFlops() {
+  return 2 * attentionForwardFlops(ranked(getOutput()));
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,
+                                                   std::optional<Location> loc,
+                                                   Adaptor adaptor,
+                                                   SmallVectorImpl<Type> &types) {
+  auto lossGrad = ranked(adaptor.getLossGrad()), logits = ranked(adaptor.getLogits());
+  StringRef op = "mt.cross_entropy_grad";
+  if (lossGrad.getRank() != 0)
+    return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad), " must be a scalar");
+  if (failed(checkLogits(loc, op, logits, ranked(adaptor.getTargets()),
+                         adaptor.getNumClasses())))
+    return failure();
+  types.push_back(logits);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Vector-Jacobian rules
+//===----------------------------------------------------------------------===//
+
+FailureOr<SmallVector<Value>> EmbeddingOp::buildGradients(OpBuilder &b,
+                                                         ValueRange resultGrads) {
+  Value table = EmbeddingGradOp::create(
+      b, getLoc(), resultGrads[0], getIds(),
+      b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)));
+  return SmallVector<Value>{table, Value()};
+}
+
+FailureOr<SmallVector<Value>> PositionEmbeddingOp::buildGradients(OpBuilder &b,
+                                                                 ValueRange resultGrads) {
+  Value table = PositionEmbeddingGradOp::create(
+      b, getLoc(), resultGrads[0], b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)));
+  return SmallVector<Value>{resultGrads[0], table};
+}
+
+FailureOr<SmallVector<Value>> LayerNormOp::buildGradients(OpBuilder &b,
+                                                         ValueRange resultGrads) {
+  auto grad = LayerNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
+                                      getEpsilonAttr());
+  return SmallVector<Value>(grad->getResults());
+}
+
+FailureOr<SmallVector<Value>> LinearOp::buildGradients(OpBuilder &b,
+                                                      ValueRange resultGrads) {
+  Value dy = resultGrads[0];
+  SmallVector<Value> grads{LinearGradInputOp::create(b, getLoc(), dy, getWeight()),
+                           LinearGradWeightOp::create(b, getLoc(), dy, getInput())};
+  if (getBias())
+    grads.push_back(BiasGradOp::create(b, getLoc(), dy));
+  return grads;
+}
+
+FailureOr<SmallVector<Value>> AddOp::buildGradients(OpBuilder &, ValueRange resultGrads) {
+  return SmallVector<Value>{resultGrads[0], resultGrads[0]};
+}
+
+FailureOr<SmallVector<Value>> GeluOp::buildGradients(OpBuilder &b,
+                                                    ValueRange resultGrads) {
+  return SmallVector<Value>{GeluGradOp::create(b, getLoc(), resultGrads[0], getInput())};
+}
+
+FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
+                                                         ValueRange resultGrads) {
+  return SmallVector<Value>{AttentionGradOp::create(b, getLoc(), resultGrads[0], getQkv(),
+                                                    getResult(), getHeadsAttr(),
+                                                    getCausalAttr())};
+}
+
+FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
+                                                       ValueRange resultGrads) {
+  // Same stream, same element indices: the same mask and the same 1/(1-p) scale.
+  return SmallVector<Value>{
+      DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(), getStreamAttr())};
+}
+
+FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,
+                                                            ValueRange resultGrads) {
+  Value logits = CrossEntropyGradOp::create(b, getLoc(), resultGrads[0], getLogits(),
+                                            getTargets(), getNumClassesAttr());
+  return SmallVector<Value>{logits, Value()};
+}
+
+#define GET_OP_CLASSES
+#include "dialects/mt/MtOps.cpp.inc"

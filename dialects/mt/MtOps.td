@@ -1,0 +1,230 @@
+#ifndef MT_OPS_TD
+#define MT_OPS_TD
+
+include "dialects/mt/MtBase.td"
+include "dialects/mt/MtInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+
+def Mt_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
+def Mt_IndexTensor : RankedTensorOf<[I32, I64]>;
+
+// An op whose result types follow from its operands and attributes. The verifier
+// re-infers them, so a wrong declared type is reported with both shapes, and
+// mt-specialize can re-derive every type once batch and sequence are fixed.
+class Mt_ShapedOp<string mnemonic, list<Trait> traits = []>
+    : Mt_Op<mnemonic, !listconcat([InferTypeOpAdaptor], traits)> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+class Mt_GradOp<string mnemonic, list<Trait> traits = []>
+    : Mt_ShapedOp<mnemonic, !listconcat([Pure], traits)>;
+
+//===----------------------------------------------------------------------===//
+// Model structure
+//===----------------------------------------------------------------------===//
+
+def Mt_ParamOp : Mt_Op<"param"> {
+  let summary = "a named, trained parameter with its initialisation rule";
+  let description = [{
+    `mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<2304x768xf32>`. Inside a
+    block repeated by `mt.repeat`, names get the repeat's prefix and layer index
+    (`h.3.attn.qkv.weight`). Initial values are a function of (seed, name, element
+    index), so no layout changes them.
+  }];
+  let arguments = (ins StrAttr:$name, Mt_InitKind:$init, OptionalAttr<F64Attr>:$std);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mt_ParamGradOp : Mt_Op<"param_grad"> {
+  let summary = "accumulates the gradient of the named parameter";
+  let description = [{
+    Written by mt-autodiff once every use of the parameter has been differentiated;
+    the runtime adds the value into the parameter's persistent gradient buffer.
+  }];
+  let arguments = (ins StrAttr:$name, AnyStaticShapeTensor:$grad);
+  let assemblyFormat = "$name `,` $grad attr-dict `:` type($grad)";
+}
+
+def Mt_RepeatOp : Mt_Op<"repeat", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "applies a block function `count` times to the residual stream";
+  let description = [{
+    `%y = mt.repeat 12 @block(%x) {prefix = "h"}`: the block is written once; its
+    parameters become `h.0.*` … `h.11.*` when mt-expand unrolls it.
+  }];
+  let arguments = (ins ConfinedAttr<I64Attr, [IntPositive]>:$count,
+                       FlatSymbolRefAttr:$callee, StrAttr:$prefix,
+                       Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+  let assemblyFormat =
+      "$count $callee `(` $input `)` attr-dict `:` functional-type($input, $result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+def Mt_EmbeddingOp : Mt_ShapedOp<"embedding", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "rows of a [V, H] table gathered by token ids: [B, S] -> [B, S, H]";
+  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_PositionEmbeddingOp : Mt_ShapedOp<"position_embedding", [Pure,
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "adds learned positions: x[b, s, :] + table[s, :]";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$table);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_LayerNormOp : Mt_ShapedOp<"layer_norm", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "layer normalisation over the last dimension, with weight and bias";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Mt_FloatTensor:$bias,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "y = x·Wᵀ (+ b), x: [..., K], W: [N, K], b: [N]";
+  let description = [{
+    Weights are stored [out, in], so a tied output embedding is the input embedding
+    table itself.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Optional<Mt_FloatTensor>:$bias);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AddOp : Mt_ShapedOp<"add", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "elementwise sum of two tensors of one type (residual add)";
+  let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_GeluOp : Mt_ShapedOp<"gelu", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "GELU, tanh approximation (as GPT-2 and Megatron use)";
+  let arguments = (ins Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "scaled dot-product attention of a fused QKV: [B, S, 3H] -> [B, S, H]";
+  let description = [{
+    The last dimension of `qkv` is laid out (head, {q, k, v}, head_dim), as in
+    Megatron, so splitting it across tensor-parallel ranks splits whole heads.
+    Scores are scaled by 1/sqrt(head_dim); `causal` masks future positions.
+  }];
+  let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       UnitAttr:$causal);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "inverted dropout with a counter-based mask";
+  let description = [{
+    The keep mask is a function of (seed, step, micro-batch, `stream`, global element
+    index), so it is regenerated, not stored: the gradient of a dropout is the same
+    dropout applied to the incoming gradient. mt-expand numbers the streams.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, F64Attr:$rate,
+                       OptionalAttr<I64Attr>:$stream);
+  let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Mt_CrossEntropyOp : Mt_ShapedOp<"cross_entropy", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "mean softmax cross-entropy of logits [B, S, V] against targets [B, S]";
+  let description = [{
+    With `num_classes`, only the first `num_classes` logits take part (the rest are
+    vocabulary padding).
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, Mt_IndexTensor:$targets,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Gradient ops (written by mt-autodiff)
+//===----------------------------------------------------------------------===//
+
+def Mt_EmbeddingGradOp : Mt_GradOp<"embedding_grad", [Mt_CostOpInterface]> {
+  let summary = "scatter-adds [B, S, H] gradients into a [num_embeddings, H] table";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_IndexTensor:$ids,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_embeddings);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_PositionEmbeddingGradOp : Mt_GradOp<"position_embedding_grad", [Mt_CostOpInterface]> {
+  let summary = "sums [B, S, H] gradients over the batch into a [num_positions, H] table";
+  let arguments = (ins Mt_FloatTensor:$grad,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_positions);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface]> {
+  let summary = "gradients of layer_norm: input, weight and bias";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
+                       Mt_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad,
+                      Mt_FloatTensor:$bias_grad);
+}
+
+def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+  let summary = "dx = dy·W, dy: [..., N], W: [N, K]";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$weight);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_LinearGradWeightOp : Mt_GradOp<"linear_grad_weight",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+  let summary = "dW = dyᵀ·x summed over leading dims, dy: [..., N], x: [..., K]";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface]> {
+  let summary = "db = dy summed over all but the last dimension";
+  let arguments = (ins Mt_FloatTensor:$grad);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_GeluGradOp : Mt_GradOp<"gelu_grad", [Mt_CostOpInterface]> {
+  let summary = "dx = dy·gelu'(x)";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+  let summary = "dqkv of attention from dy, the saved qkv and the saved output";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
+                       Mt_FloatTensor:$output,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$heads, UnitAttr:$causal);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_CrossEntropyGradOp : Mt_GradOp<"cross_entropy_grad", [Mt_CostOpInterface]> {
+  let summary = "dlogits = dloss·(softmax(logits) − onehot(targets)) / (B·S)";
+  let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
+                       Mt_IndexTensor:$targets,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+#endif

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mtc needs, and only those that are missing.
+# Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools   # compiler: MLIR 22, lit, FileCheck
+  flatbuffers-compiler libflatbuffers-dev                  # the plan format
+  libgtest-dev                                             # C++ unit tests
+  libopenmpi-dev openmpi-bin                               # CPU communicator, launcher
+  libopenblas-dev                                          # CPU GEMMs
+  libsentencepiece-dev sentencepiece                       # tokenizer for mtdata
+  fortunes                                                 # demo corpus
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
