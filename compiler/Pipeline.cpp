@@ -1,0 +1,38 @@
+#include "compiler/Pipeline.h"
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+
+using namespace mlir;
+
+namespace mtc {
+
+static LogicalResult runPasses(ModuleOp module, const CompileOptions &options,
+                               llvm::function_ref<void(PassManager &)> build) {
+  PassManager pm(module.getContext());
+  if (options.printIRAfterAll) {
+    module.getContext()->disableMultithreading();
+    pm.enableIRPrinting();
+  }
+  build(pm);
+  return pm.run(module);
+}
+
+LogicalResult padVocabulary(ModuleOp module, const CompileOptions &options) {
+  if (options.vocabMultiple <= 1)
+    return success();
+  return runPasses(module, options, [&](PassManager &pm) {
+    pm.addPass(mt::createMtPadVocab({options.vocabMultiple}));
+  });
+}
+
+LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
+  return runPasses(module, options, [&](PassManager &pm) {
+    pm.addPass(mt::createMtExpand());
+    pm.addPass(mt::createMtSpecialize({options.microBatchSize, options.seqLength}));
+    pm.addPass(mt::createMtAutodiff());
+    pm.addPass(mt::createMtMemoryPlan());
+  });
+}
+
+} // namespace mtc

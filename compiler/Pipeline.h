@@ -1,0 +1,28 @@
+// The compile pipeline of DESIGN.md, as pass managers: one place to read the flow.
+#ifndef MT_COMPILER_PIPELINE_H
+#define MT_COMPILER_PIPELINE_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <cstdint>
+
+namespace mtc {
+
+struct CompileOptions {
+  int64_t microBatchSize = 0;
+  int64_t globalBatchSize = 0;
+  int64_t seqLength = 0;     // 0: the model's positions
+  int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
+  bool printIRAfterAll = false;
+};
+
+/// mt-pad-vocab alone (model-level; `mtc info` uses it too).
+mlir::LogicalResult padVocabulary(mlir::ModuleOp module, const CompileOptions &options);
+
+/// expand → specialize → autodiff → memory plan: @forward becomes a memory-planned
+/// @train_step. The verifier runs after every pass.
+mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
+
+} // namespace mtc
+
+#endif

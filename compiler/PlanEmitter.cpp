@@ -1,0 +1,234 @@
+#include "compiler/PlanEmitter.h"
+#include "dialects/mt/MtDialect.h"
+#include "passes/Passes.h"
+#include "plan/PlanFormat.h"
+#include "plan_generated.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+namespace fb = flatbuffers;
+namespace plan = ::mt::plan;
+
+namespace mtc {
+namespace {
+
+FailureOr<plan::DType> dtypeOf(Type element) {
+  if (element.isF32())
+    return plan::DType::F32;
+  if (element.isF64())
+    return plan::DType::F64;
+  if (element.isBF16())
+    return plan::DType::BF16;
+  if (element.isF16())
+    return plan::DType::F16;
+  if (element.isInteger(32))
+    return plan::DType::I32;
+  if (element.isInteger(64))
+    return plan::DType::I64;
+  return failure();
+}
+
+/// The attributes an instruction may carry; unset ones keep the schema defaults.
+struct InstructionFields {
+  plan::Opcode opcode = plan::Opcode::Fill;
+  double epsilon = 0, rate = 0, value = 0;
+  int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
+  bool causal = false;
+  int32_t param = -1;
+};
+
+class Emitter {
+public:
+  explicit Emitter(func::FuncOp fn) : fn(fn) {}
+
+  LogicalResult run(const PlanHeader &header, std::vector<uint8_t> &file);
+
+private:
+  LogicalResult addBuffer(Value v, plan::BufferKind kind, uint64_t offset, int32_t param);
+  FailureOr<InstructionFields> fieldsOf(Operation *op);
+
+  func::FuncOp fn;
+  fb::FlatBufferBuilder fbb;
+  std::vector<fb::Offset<plan::Buffer>> buffers;
+  std::vector<fb::Offset<plan::Param>> params;
+  std::vector<fb::Offset<plan::Instruction>> instructions;
+  DenseMap<Value, uint32_t> bufferOf;
+  llvm::StringMap<int32_t> paramIndex;
+};
+
+LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset,
+                                 int32_t param) {
+  auto type = cast<RankedTensorType>(v.getType());
+  FailureOr<plan::DType> dtype = dtypeOf(type.getElementType());
+  if (failed(dtype))
+    return emitError(v.getLoc(), "plan: unsupported element type ") << type;
+  bufferOf[v] = static_cast<uint32_t>(buffers.size());
+  buffers.push_back(plan::CreateBuffer(fbb, fbb.CreateVector(type.getShape().vec()), *dtype,
+                                       kind, offset, mlir::mt::tensorBytes(type), param));
+  return success();
+}
+
+FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
+  using plan::Opcode;
+  InstructionFields f;
+  bool known = llvm::TypeSwitch<Operation *, bool>(op)
+      .Case([&](arith::ConstantOp c) {
+        auto dense = dyn_cast<DenseFPElementsAttr>(c.getValue());
+        if (!dense || !dense.isSplat())
+          return false;
+        f.opcode = Opcode::Fill;
+        f.value = dense.getSplatValue<APFloat>().convertToDouble();
+        return true;
+      })
+      .Case([&](mlir::mt::EmbeddingOp) { return f.opcode = Opcode::Embedding, true; })
+      .Case([&](mlir::mt::PositionEmbeddingOp) { return f.opcode = Opcode::PositionEmbedding, true; })
+      .Case([&](mlir::mt::LayerNormOp o) {
+        f.epsilon = o.getEpsilon().convertToDouble();
+        return f.opcode = Opcode::LayerNorm, true;
+      })
+      .Case([&](mlir::mt::LinearOp) { return f.opcode = Opcode::Linear, true; })
+      .Case([&](mlir::mt::AddOp) { return f.opcode = Opcode::Add, true; })
+      .Case([&](mlir::mt::GeluOp) { return f.opcode = Opcode::Gelu, true; })
+      .Case([&](mlir::mt::AttentionOp o) {
+        f.heads = o.getHeads();
+        f.causal = o.getCausal();
+        return f.opcode = Opcode::Attention, true;
+      })
+      .Case([&](mlir::mt::DropoutOp o) {
+        f.rate = o.getRate().convertToDouble();
+        f.stream = o.getStream().value_or(-1);
+        return f.opcode = Opcode::Dropout, true;
+      })
+      .Case([&](mlir::mt::CrossEntropyOp o) {
+        f.numClasses = o.getNumClasses().value_or(0);
+        return f.opcode = Opcode::CrossEntropy, true;
+      })
+      .Case([&](mlir::mt::EmbeddingGradOp o) {
+        f.count = o.getNumEmbeddings();
+        return f.opcode = Opcode::EmbeddingGrad, true;
+      })
+      .Case([&](mlir::mt::PositionEmbeddingGradOp o) {
+        f.count = o.getNumPositions();
+        return f.opcode = Opcode::PositionEmbeddingGrad, true;
+      })
+      .Case([&](mlir::mt::LayerNormGradOp o) {
+        f.epsilon = o.getEpsilon().convertToDouble();
+        return f.opcode = Opcode::LayerNormGrad, true;
+      })
+      .Case([&](mlir::mt::LinearGradInputOp) { return f.opcode = Opcode::LinearGradInput, true; })
+      .Case([&](mlir::mt::LinearGradWeightOp) { return f.opcode = Opcode::LinearGradWeight, true; })
+      .Case([&](mlir::mt::BiasGradOp) { return f.opcode = Opcode::BiasGrad, true; })
+      .Case([&](mlir::mt::GeluGradOp) { return f.opcode = Opcode::GeluGrad, true; })
+      .Case([&](mlir::mt::AttentionGradOp o) {
+        f.heads = o.getHeads();
+        f.causal = o.getCausal();
+        return f.opcode = Opcode::AttentionGrad, true;
+      })
+      .Case([&](mlir::mt::CrossEntropyGradOp o) {
+        f.numClasses = o.getNumClasses().value_or(0);
+        return f.opcode = Opcode::CrossEntropyGrad, true;
+      })
+      .Case([&](mlir::mt::ParamGradOp o) {
+        auto it = paramIndex.find(o.getName());
+        if (it == paramIndex.end())
+          return false;
+        f.param = it->second;
+        return f.opcode = Opcode::ParamGrad, true;
+      })
+      .Default([](Operation *) { return false; });
+  if (!known)
+    return op->emitOpError("cannot be written to a plan");
+  return f;
+}
+
+LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file) {
+  auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr);
+  auto argOffsets = fn->getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kArgOffsetsAttr);
+  if (!arena || !argOffsets || fn.getNumArguments() != 2)
+    return fn.emitError("plan: @train_step(tokens, targets) must be memory-planned first");
+  for (BlockArgument arg : fn.getArguments())
+    if (failed(addBuffer(arg, plan::BufferKind::Input, argOffsets[arg.getArgNumber()], -1)))
+      return failure();
+
+  Value loss;
+  for (Operation &op : fn.getBody().front()) {
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      loss = ret.getOperand(0);
+      continue;
+    }
+    if (auto param = dyn_cast<mlir::mt::ParamOp>(op)) {
+      auto type = cast<RankedTensorType>(param.getType());
+      int32_t index = static_cast<int32_t>(params.size());
+      paramIndex[param.getName()] = index;
+      auto init = static_cast<plan::Init>(param.getInit());
+      params.push_back(plan::CreateParam(
+          fbb, fbb.CreateString(param.getName().str()), fbb.CreateVector(type.getShape().vec()),
+          *dtypeOf(type.getElementType()), init,
+          param.getStd() ? param.getStd()->convertToDouble() : 0.0));
+      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, index)))
+        return failure();
+      continue;
+    }
+    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kOffsetsAttr);
+    if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))
+      return op.emitOpError("has no planned offsets (run mt-memory-plan)");
+    for (auto [i, r] : llvm::enumerate(op.getResults()))
+      if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1)))
+        return failure();
+
+    FailureOr<InstructionFields> f = fieldsOf(&op);
+    if (failed(f))
+      return failure();
+    std::vector<uint32_t> inputs, outputs;
+    for (Value v : op.getOperands())
+      inputs.push_back(bufferOf.at(v));
+    for (Value v : op.getResults())
+      outputs.push_back(bufferOf.at(v));
+    auto cost = dyn_cast<mlir::mt::CostOpInterface>(&op);
+    instructions.push_back(plan::CreateInstruction(
+        fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
+        f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
+        f->param, cost ? cost.getGemmFlops() : 0));
+  }
+
+  auto program = plan::CreateProgram(
+      fbb, fbb.CreateString("train_step"), fbb.CreateVector(buffers),
+      fbb.CreateVector(instructions), static_cast<uint64_t>(arena.getInt()),
+      bufferOf.at(fn.getArgument(0)), bufferOf.at(fn.getArgument(1)), bufferOf.at(loss));
+
+  // One rank, one stage: every micro-batch forward and backward, then the update.
+  std::vector<plan::Action> actions;
+  int64_t microBatches = header.globalBatchSize / header.microBatchSize;
+  for (int64_t m = 0; m < microBatches; ++m)
+    actions.emplace_back(plan::ActionKind::ForwardBackward, 0, static_cast<uint32_t>(m));
+  actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
+  auto stage = plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions));
+
+  const MemoryReport &m = header.memory;
+  auto accounting = plan::CreateAccounting(
+      fbb, header.parameters, header.costs.gemmFlops, header.costs.otherFlops, m.weights,
+      m.gradients, m.optimizer, m.activations);
+  auto root = plan::CreatePlan(
+      fbb, fbb.CreateString(header.model), plan::CreateGrid(fbb, 1, 1, 1),
+      header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
+      plan::DType::F32, fbb.CreateVector(params), fbb.CreateVector(&program, 1),
+      fbb.CreateVector(&stage, 1), accounting);
+  plan::FinishPlanBuffer(fbb, root);
+  file = plan::framePlan(fbb.GetBufferPointer(), fbb.GetSize());
+  return success();
+}
+
+} // namespace
+
+LogicalResult emitPlan(ModuleOp module, const PlanHeader &header, std::vector<uint8_t> &file) {
+  auto fn = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!fn)
+    return module.emitError("plan: no @train_step (run mt-autodiff first)");
+  return Emitter(fn).run(header, file);
+}
+
+} // namespace mtc

@@ -1,0 +1,29 @@
+// Serialises a compiled training step into the FlatBuffers plan (runtime/plan/plan.fbs).
+#ifndef MT_COMPILER_PLANEMITTER_H
+#define MT_COMPILER_PLANEMITTER_H
+
+#include "compiler/Accounting.h"
+#include "mlir/IR/BuiltinOps.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtc {
+
+struct PlanHeader {
+  std::string model;
+  int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;
+  int64_t parameters = 0;
+  OpCosts costs;
+  MemoryReport memory;
+};
+
+/// Builds the framed plan file (header, FlatBuffer, CRC) of the module's
+/// memory-planned @train_step.
+mlir::LogicalResult emitPlan(mlir::ModuleOp module, const PlanHeader &header,
+                             std::vector<uint8_t> &file);
+
+} // namespace mtc
+
+#endif

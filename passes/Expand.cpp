@@ -1,0 +1,92 @@
+// mt-expand: unrolls mt.repeat, numbers dropout streams, rejects duplicate names.
+#include "passes/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_MTEXPAND
+#include "passes/Passes.h.inc"
+
+namespace {
+
+/// Replaces `repeat` by `count` copies of its block, parameters renamed
+/// `<prefix>.<layer>.<name>`.
+LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
+  auto block = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(
+      repeat, repeat.getCalleeAttr());
+  Region &body = block.getFunctionBody();
+  if (!body.hasOneBlock())
+    return repeat.emitOpError("block ") << repeat.getCalleeAttr()
+                                        << " must have a single basic block";
+  if (!body.front().getOps<RepeatOp>().empty())
+    return repeat.emitOpError("block ") << repeat.getCalleeAttr()
+                                        << " contains mt.repeat; nesting is not supported";
+
+  OpBuilder builder(repeat);
+  Value stream = repeat.getInput();
+  for (int64_t layer = 0; layer < static_cast<int64_t>(repeat.getCount()); ++layer) {
+    std::string prefix = (repeat.getPrefix() + "." + llvm::Twine(layer) + ".").str();
+    IRMapping mapping;
+    mapping.map(body.getArgument(0), stream);
+    for (Operation &op : body.front()) {
+      if (op.hasTrait<OpTrait::IsTerminator>()) {
+        stream = mapping.lookup(op.getOperand(0));
+        break;
+      }
+      Operation *copy = builder.clone(op, mapping);
+      if (auto param = dyn_cast<ParamOp>(copy))
+        param.setName(prefix + param.getName().str());
+    }
+  }
+  repeat.replaceAllUsesWith(stream);
+  repeat.erase();
+  return success();
+}
+
+struct MtExpand : impl::MtExpandBase<MtExpand> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SymbolTableCollection symbols;
+
+    SmallVector<RepeatOp> repeats;
+    module.walk([&](RepeatOp op) { repeats.push_back(op); });
+    for (RepeatOp repeat : repeats)
+      if (failed(unroll(repeat, symbols)))
+        return signalPassFailure();
+
+    // Block functions are private helpers; once unrolled nothing calls them.
+    SymbolTable table(module);
+    for (auto fn : llvm::make_early_inc_range(module.getOps<FunctionOpInterface>()))
+      if (fn.isPrivate() && SymbolTable::symbolKnownUseEmpty(fn, module))
+        fn.erase();
+
+    int64_t nextStream = 0;
+    module.walk([&](DropoutOp op) {
+      if (op.getStream())
+        nextStream = std::max<int64_t>(nextStream, *op.getStream() + 1);
+    });
+    module.walk([&](DropoutOp op) {
+      if (!op.getStream())
+        op.setStream(nextStream++);
+    });
+
+    for (auto fn : module.getOps<FunctionOpInterface>()) {
+      llvm::StringMap<ParamOp> byName;
+      WalkResult result = fn.walk([&](ParamOp param) {
+        auto [it, inserted] = byName.try_emplace(param.getName(), param);
+        if (inserted)
+          return WalkResult::advance();
+        InFlightDiagnostic diag = param.emitOpError("parameter '")
+                                  << param.getName() << "' is defined twice";
+        diag.attachNote(it->second.getLoc()) << "first definition here";
+        return WalkResult::interrupt();
+      });
+      if (result.wasInterrupted())
+        return signalPassFailure();
+    }
+  }
+};
+
+} // namespace
+} // namespace mlir::mt

@@ -1,0 +1,30 @@
+#ifndef MT_PASSES_PASSES_H
+#define MT_PASSES_PASSES_H
+
+#include "dialects/mt/MtDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Pass/Pass.h"
+
+namespace mlir::mt {
+
+#define GEN_PASS_DECL
+#include "passes/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "passes/Passes.h.inc"
+
+/// Infers every op's result types again from its operands, in program order, and
+/// updates the function's result types. Fails at the first op whose shapes do not
+/// agree (the op reports why).
+LogicalResult reinferTypes(FunctionOpInterface fn);
+
+/// The attribute names mt-memory-plan writes.
+inline constexpr llvm::StringLiteral kOffsetsAttr = "mt.offsets";
+inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";
+inline constexpr llvm::StringLiteral kArenaBytesAttr = "mt.arena_bytes";
+
+} // namespace mlir::mt
+
+#endif

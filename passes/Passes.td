@@ -1,0 +1,81 @@
+#ifndef MT_PASSES_TD
+#define MT_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def MtExpand : Pass<"mt-expand", "::mlir::ModuleOp"> {
+  let summary = "Unrolls mt.repeat and numbers the dropout streams";
+  let description = [{
+    Each `mt.repeat N @block(%x) {prefix = "h"}` becomes N copies of the block's
+    body, chained through the residual stream, with parameters renamed
+    `h.<i>.<name>`. Block functions no longer referenced are erased. Every
+    `mt.dropout` without a `stream` gets the next free stream number, in program
+    order, so masks are reproducible under any layout. Two parameters of one name are
+    an error.
+  }];
+  let dependentDialects = ["::mlir::mt::MtDialect"];
+}
+
+def MtPadVocab : Pass<"mt-pad-vocab", "::mlir::ModuleOp"> {
+  let summary = "Pads embedding tables to a multiple of a given size";
+  let description = [{
+    Megatron's `--make-vocab-size-divisible-by`: the rows of every table used by
+    `mt.embedding` are rounded up to a multiple of `multiple`, types are re-inferred,
+    and each cross-entropy whose vocabulary grew gets `num_classes` set to the real
+    vocabulary, so the padded logits never enter the loss.
+  }];
+  let options = [
+    Option<"multiple", "multiple", "int64_t", "128",
+           "round the vocabulary up to a multiple of this">
+  ];
+}
+
+def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
+  let summary = "Fixes the batch and sequence dimensions and re-infers every type";
+  let description = [{
+    The public functions' integer inputs [?, ?] become [micro-batch-size,
+    seq-length]; every op's result type is then inferred again, so an impossible
+    shape (a sequence longer than the position table) is reported at the op.
+    A seq-length of 0 takes the length of the model's position table.
+  }];
+  let options = [
+    Option<"microBatchSize", "micro-batch-size", "int64_t", "1", "sequences per micro-batch">,
+    Option<"seqLength", "seq-length", "int64_t", "0",
+           "tokens per sequence (0: the model's positions)">
+  ];
+}
+
+def MtAutodiff : Pass<"mt-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Turns @forward into @train_step: the loss and every parameter's gradient";
+  let description = [{
+    Reverse-mode differentiation from the per-op gradient rules of
+    DifferentiableOpInterface. Only values that depend on a parameter and reach the
+    loss are differentiated; gradients of values used more than once are summed; each
+    contribution to a parameter's gradient goes to `mt.param_grad` as soon as it is
+    computed (the runtime accumulates), so no partial sum stays alive. Backward ops
+    reference only the forward values their rules need: those are the saved
+    activations.
+  }];
+  let options = [
+    Option<"function", "function", "std::string", "\"forward\"",
+           "the function returning the loss">
+  ];
+  let dependentDialects = ["::mlir::arith::ArithDialect"];
+}
+
+def MtMemoryPlan : Pass<"mt-memory-plan", "::mlir::ModuleOp"> {
+  let summary = "Assigns every activation a static offset in one arena";
+  let description = [{
+    Lifetimes come from program order (a value lives from its definition to its last
+    use; function arguments from the start). Buffers are placed greedily, largest
+    first, at the lowest offset free for their whole lifetime, aligned to
+    `alignment` bytes. Results carry `mt.offsets`; the function carries
+    `mt.arena_bytes`, the peak the runtime's arena will reach. Parameters are not in
+    the arena: they live in persistent weight storage.
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", "256", "byte alignment of every buffer">
+  ];
+}
+
+#endif

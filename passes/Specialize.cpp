@@ -1,0 +1,52 @@
+// mt-specialize: fixes batch and sequence, re-infers every type.
+#include "passes/Passes.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_MTSPECIALIZE
+#include "passes/Passes.h.inc"
+
+namespace {
+
+struct MtSpecialize : impl::MtSpecializeBase<MtSpecialize> {
+  using Base::Base;
+
+  LogicalResult specialize(FunctionOpInterface fn) {
+    int64_t seq = seqLength;
+    if (seq == 0) {
+      fn.walk([&](PositionEmbeddingOp op) {
+        seq = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
+      });
+      if (seq == 0)
+        return fn.emitError("mt-specialize: the model has no position table; "
+                            "give seq-length");
+    }
+    if (microBatchSize <= 0 || seq < 0)
+      return fn.emitError("mt-specialize: micro-batch-size ")
+             << microBatchSize << " and seq-length " << seq << " must be positive";
+    const int64_t fixed[2] = {microBatchSize, seq};
+    for (BlockArgument arg : fn.getArguments()) {
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!type || type.getRank() < 2)
+        continue;
+      SmallVector<int64_t> shape(type.getShape());
+      for (int i = 0; i < 2; ++i) {
+        if (!ShapedType::isDynamic(shape[i]) && shape[i] != fixed[i])
+          return fn.emitError("mt-specialize: argument ")
+                 << arg.getArgNumber() << " of type " << type << " has "
+                 << (i == 0 ? "batch " : "sequence ") << shape[i] << ", not " << fixed[i];
+        shape[i] = fixed[i];
+      }
+      arg.setType(RankedTensorType::get(shape, type.getElementType()));
+    }
+    return reinferTypes(fn);
+  }
+
+  void runOnOperation() override {
+    for (auto fn : getOperation().getOps<FunctionOpInterface>())
+      if (!fn.isPrivate() && !fn.isExternal() && failed(specialize(fn)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mlir::mt

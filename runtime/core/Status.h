@@ -1,0 +1,30 @@
+// The runtime's result type: success, or a message that names what failed and why
+// (the file, the rank, the tensor). Never abort() on user input.
+#ifndef MT_RUNTIME_CORE_STATUS_H
+#define MT_RUNTIME_CORE_STATUS_H
+
+#include <string>
+#include <utility>
+
+namespace mt {
+
+class [[nodiscard]] Status {
+public:
+  static Status success() { return Status(); }
+  static Status failure(std::string message) {
+    Status s;
+    s.failed_ = true;
+    s.message_ = std::move(message);
+    return s;
+  }
+  bool ok() const { return !failed_; }
+  const std::string &message() const { return message_; }
+
+private:
+  bool failed_ = false;
+  std::string message_;
+};
+
+} // namespace mt
+
+#endif

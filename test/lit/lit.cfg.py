@@ -1,0 +1,16 @@
+import os
+import lit.formats
+
+config.name = "mtc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".mlir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.mtc_obj_root, "test", "lit")
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
+
+tools = os.path.join(config.mtc_obj_root, "tools")
+config.environment["PATH"] = os.pathsep.join(
+    [tools, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
+config.substitutions.append(("%models", os.path.join(config.mtc_src_root, "models")))
+# A captured FileCheck variable never leaks across CHECK-LABELs.
+config.substitutions.append(("FileCheck", "FileCheck --enable-var-scope"))

@@ -1,0 +1,322 @@
+// mtc: compiles a single-device model into an execution plan and accounts for it.
+//
+//   mtc info MODEL [--make-vocab-size-divisible-by N]
+//   mtc compile MODEL --micro-batch-size B --global-batch-size G [--seq-length S]
+//               [--make-vocab-size-divisible-by N] -o PLAN [--emit-mlir FILE]
+//               [--print-ir-after-all]
+#include "compiler/Accounting.h"
+#include "compiler/Pipeline.h"
+#include "compiler/PlanEmitter.h"
+#include "compiler/Registration.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <fcntl.h>
+#include <unistd.h>
+
+using namespace mlir;
+using llvm::errs;
+using llvm::outs;
+
+namespace {
+
+constexpr const char *kUsage = R"(usage:
+  mtc info MODEL [--make-vocab-size-divisible-by N]
+  mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
+              [--seq-length S] [--make-vocab-size-divisible-by N]
+              [--emit-mlir FILE] [--print-ir-after-all]
+
+  info     prints the model's exact parameter count
+  compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
+           FLOPs per step and bytes per rank before anything runs
+)";
+
+int usageError(const std::string &message) {
+  errs() << "mtc: " << message << "\n" << kUsage;
+  return 2;
+}
+
+/// Flags of one command line: `--name value`, `--name=value`, or a switch.
+struct Args {
+  std::string command, model;
+  llvm::StringMap<std::string> values;
+  llvm::StringMap<bool> switches;
+};
+
+/// Parses argv against the flags `command` accepts; returns an error message or "".
+std::string parseArgs(int argc, char **argv, Args &args) {
+  static const llvm::StringMap<std::vector<std::string>> valueFlags = {
+      {"info", {"make-vocab-size-divisible-by"}},
+      {"compile",
+       {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
+        "o", "emit-mlir"}}};
+  static const llvm::StringMap<std::vector<std::string>> switchFlags = {
+      {"info", {}}, {"compile", {"print-ir-after-all"}}};
+  if (argc < 2)
+    return "no command given";
+  args.command = argv[1];
+  if (!valueFlags.count(args.command))
+    return "unknown command '" + args.command + "'";
+  const auto &values = valueFlags.lookup(args.command);
+  const auto &switches = switchFlags.lookup(args.command);
+  for (int i = 2; i < argc; ++i) {
+    llvm::StringRef arg = argv[i];
+    if (!arg.starts_with("-")) {
+      if (!args.model.empty())
+        return "more than one model given ('" + args.model + "', '" + arg.str() + "')";
+      args.model = arg.str();
+      continue;
+    }
+    llvm::StringRef name = arg.ltrim('-');
+    auto [key, inlineValue] = name.split('=');
+    bool hasInline = name.contains('=');
+    if (llvm::is_contained(switches, key.str()) && !hasInline) {
+      args.switches[key] = true;
+    } else if (llvm::is_contained(values, key.str())) {
+      if (hasInline)
+        args.values[key] = inlineValue.str();
+      else if (i + 1 < argc)
+        args.values[key] = argv[++i];
+      else
+        return "flag '" + arg.str() + "' needs a value";
+    } else {
+      return "unknown flag '" + arg.str() + "' for '" + args.command + "'";
+    }
+  }
+  if (args.model.empty())
+    return "no model file given";
+  return "";
+}
+
+/// A positive integer flag; `fallback` when absent. Returns false (and says why) on
+/// anything that is not a positive integer.
+bool positiveFlag(const Args &args, llvm::StringRef name, int64_t fallback, int64_t &out) {
+  auto it = args.values.find(name);
+  if (it == args.values.end()) {
+    out = fallback;
+    return true;
+  }
+  if (llvm::StringRef(it->second).getAsInteger(10, out) || out <= 0) {
+    errs() << "mtc: --" << name << " must be a positive integer, got '" << it->second << "'\n";
+    return false;
+  }
+  return true;
+}
+
+/// A parsed model and the source manager its diagnostics point into: errors print as
+/// file:line:col for as long as it lives.
+struct ModelFile {
+  std::shared_ptr<llvm::SourceMgr> sources = std::make_shared<llvm::SourceMgr>();
+  std::unique_ptr<SourceMgrDiagnosticHandler> diagnostics;
+  OwningOpRef<ModuleOp> module;
+};
+
+bool loadModel(MLIRContext &context, const std::string &path, ModelFile &model) {
+  std::string error;
+  auto file = openInputFile(path, &error);
+  if (!file) {
+    errs() << "mtc: " << error << "\n";
+    return false;
+  }
+  model.sources->AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  model.diagnostics = std::make_unique<SourceMgrDiagnosticHandler>(*model.sources, &context);
+  model.module = parseSourceFile<ModuleOp>(model.sources, ParserConfig(&context));
+  return static_cast<bool>(model.module);
+}
+
+std::string modelName(ModuleOp module, const std::string &path) {
+  if (auto name = module->getAttrOfType<StringAttr>("mt.model"))
+    return name.str();
+  return llvm::sys::path::stem(path).str();
+}
+
+std::string gib(int64_t bytes) {
+  std::string s;
+  llvm::raw_string_ostream(s) << llvm::format("%.2f GiB", bytes / 1073741824.0);
+  return s;
+}
+
+/// Writes `bytes` to `path` atomically: temporary file, fsync, rename.
+bool writeAtomically(const std::string &path, const std::vector<uint8_t> &bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    errs() << "mtc: cannot write " << tmp << ": " << strerror(errno) << "\n";
+    return false;
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  bool ok = done == bytes.size() && ::fsync(fd) == 0;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    errs() << "mtc: cannot write " << path << ": " << strerror(errno) << "\n";
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+int runInfo(MLIRContext &context, const Args &args) {
+  int64_t multiple;
+  if (!positiveFlag(args, "make-vocab-size-divisible-by", 128, multiple))
+    return 1;
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
+  outs() << "model       " << modelName(module, args.model) << "\n";
+  if (gpt)
+    outs() << "shape       " << gpt->layers << " layers, hidden " << gpt->hidden
+           << ", vocab " << gpt->vocab << ", positions " << gpt->positions << "\n";
+  outs() << "parameters  " << mtc::withCommas(mtc::countParameters(module)) << "\n";
+
+  mtc::CompileOptions options;
+  options.vocabMultiple = multiple;
+  if (failed(mtc::padVocabulary(module, options)))
+    return 1;
+  std::optional<mtc::GptShape> padded = mtc::recogniseGpt(module);
+  if (gpt && padded && padded->vocab != gpt->vocab)
+    outs() << "padded      " << mtc::withCommas(mtc::countParameters(module))
+           << " with the vocab padded to " << padded->vocab
+           << " (--make-vocab-size-divisible-by " << multiple << ")\n";
+  return 0;
+}
+
+int runCompile(MLIRContext &context, const Args &args) {
+  auto started = std::chrono::steady_clock::now();
+  mtc::CompileOptions options;
+  if (!args.values.count("micro-batch-size") || !args.values.count("global-batch-size"))
+    return usageError("compile needs --micro-batch-size and --global-batch-size");
+  if (!args.values.count("o"))
+    return usageError("compile needs -o PLAN");
+  if (!positiveFlag(args, "micro-batch-size", 0, options.microBatchSize) ||
+      !positiveFlag(args, "global-batch-size", 0, options.globalBatchSize) ||
+      !positiveFlag(args, "seq-length", 1, options.seqLength) ||
+      !positiveFlag(args, "make-vocab-size-divisible-by", 1, options.vocabMultiple))
+    return 1;
+  if (!args.values.count("seq-length"))
+    options.seqLength = 0;
+  if (options.globalBatchSize % options.microBatchSize != 0) {
+    errs() << "mtc: global batch size " << options.globalBatchSize
+           << " is not a multiple of micro-batch size " << options.microBatchSize << "\n";
+    return 1;
+  }
+  options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
+
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  if (failed(mtc::padVocabulary(module, options)))
+    return 1;
+  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
+  int64_t vocab = gpt ? gpt->vocab : 0;
+  mtc::PlanHeader header;
+  header.model = modelName(module, args.model);
+  header.parameters = mtc::countParameters(module);
+  header.microBatchSize = options.microBatchSize;
+  header.globalBatchSize = options.globalBatchSize;
+
+  if (failed(mtc::lowerToTrainStep(module, options)))
+    return 1;
+  module.walk([&](mt::CrossEntropyOp op) {
+    header.seqLength = cast<RankedTensorType>(op.getTargets().getType()).getDimSize(1);
+    if (op.getNumClasses())
+      vocab = *op.getNumClasses();
+  });
+  header.vocabSize = vocab;
+  header.costs = mtc::sumOpCosts(module);
+  module.walk([&](func::FuncOp fn) {
+    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
+      header.memory.activations = arena.getInt();
+  });
+  header.memory.weights = 4 * header.parameters;
+  header.memory.gradients = 4 * header.parameters;
+  header.memory.optimizer = 8 * header.parameters;
+
+  std::vector<uint8_t> plan;
+  if (failed(mtc::emitPlan(module, header, plan)))
+    return 1;
+  const std::string &output = args.values.lookup("o");
+  if (!writeAtomically(output, plan))
+    return 1;
+  if (args.values.count("emit-mlir")) {
+    std::string error;
+    auto out = openOutputFile(args.values.lookup("emit-mlir"), &error);
+    if (!out) {
+      errs() << "mtc: " << error << "\n";
+      return 1;
+    }
+    module.print(out->os());
+    out->keep();
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  int64_t microBatches = options.globalBatchSize / options.microBatchSize;
+  unsigned __int128 gemmPerStep = static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches;
+  unsigned __int128 otherPerStep = static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches;
+  const mtc::MemoryReport &m = header.memory;
+  auto row = [](llvm::StringRef label) -> llvm::raw_ostream & {
+    return outs() << "  " << llvm::left_justify(label, 20);
+  };
+  outs() << "mtc: " << header.model << " -> " << output << " (" << mtc::withCommas(plan.size())
+         << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
+  row("layout") << "1 rank (tp 1, pp 1, dp 1), fp32\n";
+  row("batch") << "micro-batch " << options.microBatchSize << " x " << microBatches
+               << " micro-batches = global batch " << options.globalBatchSize
+               << ", sequence " << header.seqLength << "\n";
+  row("parameters") << mtc::withCommas(header.parameters) << "\n";
+  row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
+                          << "  (GEMM work, summed over the ops)\n";
+  if (gpt)
+    row("  formula") << mtc::withCommas(mtc::gptModelFlops(*gpt, options.globalBatchSize,
+                                                            header.seqLength))
+                     << "  72Bslh^2(1 + s/6h + V/12lh), l=" << gpt->layers
+                     << " h=" << gpt->hidden << " V=" << gpt->vocab << "\n";
+  row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
+  outs() << "  bytes per rank\n";
+  row("  weights") << mtc::withCommas(m.weights) << "  (fp32, 4 B/param)\n";
+  row("  gradients") << mtc::withCommas(m.gradients) << "  (fp32, 4 B/param)\n";
+  row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, 8 B/param)\n";
+  row("  activations") << mtc::withCommas(m.activations)
+                       << "  (peak of the arena, one micro-batch)\n";
+  row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Args args;
+  if (argc >= 2 && (llvm::StringRef(argv[1]) == "--help" || llvm::StringRef(argv[1]) == "-h")) {
+    outs() << kUsage;
+    return 0;
+  }
+  if (std::string error = parseArgs(argc, argv, args); !error.empty())
+    return usageError(error);
+
+  DialectRegistry registry;
+  mtc::registerAll(registry);
+  MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  return args.command == "info" ? runInfo(context, args) : runCompile(context, args);
+}
