@@ -19,9 +19,6 @@ LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
   if (!body.hasOneBlock())
     return repeat.emitOpError("block ") << repeat.getCalleeAttr()
                                         << " must have a single basic block";
-  if (!body.front().getOps<RepeatOp>().empty())
-    return repeat.emitOpError("block ") << repeat.getCalleeAttr()
-                                        << " contains mt.repeat; nesting is not supported";
 
   OpBuilder builder(repeat);
   Value stream = repeat.getInput();
@@ -35,6 +32,8 @@ LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
         break;
       }
       Operation *copy = builder.clone(op, mapping);
+      // Diagnostics about a copy point at the block and at the repeat that made it.
+      copy->setLoc(CallSiteLoc::get(op.getLoc(), repeat.getLoc()));
       if (auto param = dyn_cast<ParamOp>(copy))
         param.setName(prefix + param.getName().str());
     }
@@ -49,11 +48,28 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
     ModuleOp module = getOperation();
     SymbolTableCollection symbols;
 
-    SmallVector<RepeatOp> repeats;
-    module.walk([&](RepeatOp op) { repeats.push_back(op); });
-    for (RepeatOp repeat : repeats)
-      if (failed(unroll(repeat, symbols)))
+    // Innermost first: a repeat is unrolled once its block repeats nothing, so nested
+    // repeats compose their prefixes (o.1.i.0.w). No progress means recursion.
+    while (true) {
+      SmallVector<RepeatOp> repeats, ready;
+      module.walk([&](RepeatOp op) { repeats.push_back(op); });
+      if (repeats.empty())
+        break;
+      for (RepeatOp repeat : repeats) {
+        auto block = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(
+            repeat, repeat.getCalleeAttr());
+        if (block.getFunctionBody().getOps<RepeatOp>().empty())
+          ready.push_back(repeat);
+      }
+      if (ready.empty()) {
+        repeats.front().emitOpError("block ")
+            << repeats.front().getCalleeAttr() << " repeats itself through mt.repeat";
         return signalPassFailure();
+      }
+      for (RepeatOp repeat : ready)
+        if (failed(unroll(repeat, symbols)))
+          return signalPassFailure();
+    }
 
     // Block functions are private helpers; once unrolled nothing calls them.
     SymbolTable table(module);

@@ -1,0 +1,139 @@
+// RUN: mt-opt %s -split-input-file -mt-autodiff | FileCheck %s
+
+// The backward graph of each op. Every case differentiates a loss that reads the op's
+// result through mt.cross_entropy; the loss seed is 1.
+
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[Y:.*]] = mt.gelu %[[X]]
+// CHECK: %[[L:.*]] = mt.cross_entropy %[[Y]], %[[T:[^ ]*]]
+// CHECK: %[[ONE:.*]] = arith.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad %[[ONE]], %[[Y]], %[[T]]
+// CHECK: %[[DX:.*]] = mt.gelu_grad %[[DY]], %[[X]]
+// CHECK: mt.param_grad "x", %[[DX]]
+// CHECK: return %[[L]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.gelu %x : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// linear: dx = dy·W, dW = dyᵀ·x, db = Σdy; x is the saved activation.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[W:.*]] = mt.param "w"
+// CHECK: %[[B:.*]] = mt.param "b"
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK-DAG: %[[DX:.*]] = mt.linear_grad_input %[[DY]], %[[W]] : (tensor<2x4x8xf32>, tensor<8x6xf32>) -> tensor<2x4x6xf32>
+// CHECK-DAG: %[[DW:.*]] = mt.linear_grad_weight %[[DY]], %[[X]] : (tensor<2x4x8xf32>, tensor<2x4x6xf32>) -> tensor<8x6xf32>
+// CHECK-DAG: %[[DB:.*]] = mt.bias_grad %[[DY]] : (tensor<2x4x8xf32>) -> tensor<8xf32>
+// CHECK-DAG: mt.param_grad "b", %[[DB]]
+// CHECK-DAG: mt.param_grad "w", %[[DW]]
+// CHECK-DAG: mt.param_grad "x", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x6xf32>
+  %w = mt.param "w" normal(1.0) : tensor<8x6xf32>
+  %b = mt.param "b" zeros : tensor<8xf32>
+  %y = mt.linear %x, %w, %b : (tensor<2x4x6xf32>, tensor<8x6xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// layer_norm: one op yields all three gradients from the saved input.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[G:.*]] = mt.param "g"
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:.*]], %[[DG:.*]], %[[DB:.*]] = mt.layer_norm_grad %[[DY]], %[[X]], %[[G]] :
+// CHECK-DAG: mt.param_grad "b", %[[DB]]
+// CHECK-DAG: mt.param_grad "g", %[[DG]]
+// CHECK-DAG: mt.param_grad "x", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %g = mt.param "g" ones : tensor<8xf32>
+  %b = mt.param "b" zeros : tensor<8xf32>
+  %y = mt.layer_norm %x, %g, %b : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// add passes the gradient to both sides; a value used twice gets the sum, while a
+// parameter receives each contribution as it comes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[Y:.*]] = mt.gelu %[[X]]
+// CHECK: %[[DZ:.*]] = mt.cross_entropy_grad
+// CHECK: mt.param_grad "x", %[[DZ]]
+// CHECK: %[[SUM:.*]] = mt.add %[[DZ]], %[[DZ]]
+// CHECK: %[[DX:.*]] = mt.gelu_grad %[[SUM]], %[[X]]
+// CHECK: mt.param_grad "x", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.gelu %x : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %z = mt.add %y, %y : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %w = mt.add %z, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %w, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// attention keeps qkv and its own output for backward.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[QKV:.*]] = mt.param "qkv"
+// CHECK: %[[O:.*]] = mt.attention %[[QKV]] {causal, heads = 2 : i64}
+// CHECK: %[[DO:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DQKV:.*]] = mt.attention_grad %[[DO]], %[[QKV]], %[[O]] {causal, heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
+// CHECK: mt.param_grad "qkv", %[[DQKV]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x4x24xf32>
+  %o = mt.attention %qkv {causal, heads = 2 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %o, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// dropout's gradient is the same dropout (same stream, same mask) of the gradient:
+// the mask is regenerated, never stored.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:.*]] = mt.dropout %[[DY]] {rate = 2.500000e-01 : f64, stream = 7 : i64}
+// CHECK: mt.param_grad "x", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.dropout %x {rate = 2.5e-01 : f64, stream = 7 : i64} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// embedding and position_embedding scatter into their tables; token ids get no
+// gradient. The tied table receives two contributions, each accumulated as it comes.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[WTE:.*]] = mt.param "wte"
+// CHECK: %[[DLOGITS:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DH:.*]] = mt.linear_grad_input %[[DLOGITS]], %[[WTE]]
+// CHECK: %[[DOUT:.*]] = mt.linear_grad_weight %[[DLOGITS]]
+// CHECK: mt.param_grad "wte", %[[DOUT]]
+// CHECK: %[[DPOS:.*]] = mt.position_embedding_grad %[[DH]] {num_positions = 6 : i64} : (tensor<2x4x8xf32>) -> tensor<6x8xf32>
+// CHECK: mt.param_grad "wpe", %[[DPOS]]
+// CHECK: %[[DIN:.*]] = mt.embedding_grad %[[DH]], %arg0 {num_embeddings = 16 : i64} : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<16x8xf32>
+// CHECK: mt.param_grad "wte", %[[DIN]]
+func.func @forward(%tokens: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32> {
+  %wte = mt.param "wte" normal(1.0) : tensor<16x8xf32>
+  %wpe = mt.param "wpe" normal(1.0) : tensor<6x8xf32>
+  %e = mt.embedding %wte, %tokens : (tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
+  %h = mt.position_embedding %e, %wpe : (tensor<2x4x8xf32>, tensor<6x8xf32>) -> tensor<2x4x8xf32>
+  %logits = mt.linear %h, %wte : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  %l = mt.cross_entropy %logits, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
