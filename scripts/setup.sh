@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools   # compiler: MLIR 22, lit, FileCheck
-  flatbuffers-compiler libflatbuffers-dev                  # the plan format
+  flatbuffers-compiler libflatbuffers-dev zlib1g-dev       # the plan format, its CRC
   libgtest-dev                                             # C++ unit tests
   libopenmpi-dev openmpi-bin                               # CPU communicator, launcher
   libopenblas-dev                                          # CPU GEMMs

@@ -18,12 +18,8 @@ namespace {
 /// gpt-tiny compiled by the mtc under test, once for the whole suite.
 const std::vector<uint8_t> &compiledPlan() {
   static const std::vector<uint8_t> bytes = [] {
-    const char *mtc = std::getenv("MTC");
-    const char *models = std::getenv("MTC_MODELS");
-    if (!mtc || !models)
-      return std::vector<uint8_t>();
     std::string path = ::testing::TempDir() + "plan_reader_test.mtp";
-    std::string cmd = std::string(mtc) + " compile " + models +
+    std::string cmd = std::string(MTC_BINARY) + " compile " + MTC_MODELS_DIR
                       "/gpt-tiny.mlir --micro-batch-size 2 --global-batch-size 4 -o " + path +
                       " > /dev/null";
     if (std::system(cmd.c_str()) != 0)
@@ -38,8 +34,7 @@ const std::vector<uint8_t> &compiledPlan() {
 class PlanReaderTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    ASSERT_FALSE(compiledPlan().empty())
-        << "MTC and MTC_MODELS must name mtc and models/ (ctest sets them)";
+    ASSERT_FALSE(compiledPlan().empty()) << MTC_BINARY << " could not compile gpt-tiny";
   }
   std::vector<uint8_t> plan() const { return compiledPlan(); }
 
