@@ -81,16 +81,34 @@ RankedTensorType meetTypes(RankedTensorType a, RankedTensorType b) {
   return RankedTensorType::get(shape, a.getElementType());
 }
 
-/// Requires a [H] vector that matches the last dimension of `input`.
+/// Requires a [H] vector that matches the last dimension of `of` (named `ofName`).
 LogicalResult expectFeatureVector(std::optional<Location> loc, StringRef op,
-                                  StringRef what, RankedTensorType vec,
-                                  RankedTensorType input) {
-  if (vec.getRank() == 1 && vec.getElementType() == input.getElementType() &&
-      compatible(vec.getDimSize(0), input.getShape().back()))
+                                  StringRef what, RankedTensorType vec, StringRef ofName,
+                                  RankedTensorType of) {
+  if (vec.getRank() == 1 && vec.getElementType() == of.getElementType() &&
+      compatible(vec.getDimSize(0), of.getShape().back()))
     return success();
   return emitOptionalError(loc, op, ": ", what, " ", str(vec), " must be [",
-                           input.getShape().back(), "] of the element type of input ",
-                           str(input));
+                           of.getShape().back(), "] of the element type of ", ofName, " ",
+                           str(of));
+}
+
+/// Requires two tensors to share an element type.
+LogicalResult expectSameElementType(std::optional<Location> loc, StringRef op, StringRef a,
+                                    RankedTensorType ta, StringRef b, RankedTensorType tb) {
+  if (ta.getElementType() == tb.getElementType())
+    return success();
+  return emitOptionalError(loc, op, ": ", a, " ", str(ta), " and ", b, " ", str(tb),
+                           " differ in element type");
+}
+
+/// Requires at least one (feature) dimension.
+LogicalResult expectFeatures(std::optional<Location> loc, StringRef op, StringRef what,
+                             RankedTensorType t) {
+  if (t.getRank() >= 1)
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " ", str(t),
+                           " must have a feature dimension");
 }
 
 RankedTensorType withLastDim(RankedTensorType t, int64_t last) {
@@ -184,8 +202,9 @@ LogicalResult PositionEmbeddingOp::inferReturnTypes(MLIRContext *,
   if (failed(expectRank(loc, op, "input", input, 3, "[B, S, H]")) ||
       failed(expectRank(loc, op, "table", table, 2, "[positions, H]")))
     return failure();
-  if (!compatible(input.getDimSize(2), table.getDimSize(1)) ||
-      input.getElementType() != table.getElementType())
+  if (failed(expectSameElementType(loc, op, "input", input, "table", table)))
+    return failure();
+  if (!compatible(input.getDimSize(2), table.getDimSize(1)))
     return emitOptionalError(loc, op, ": table ", str(table),
                              " does not match the hidden size of input ", str(input));
   int64_t s = input.getDimSize(1), positions = table.getDimSize(0);
@@ -201,10 +220,10 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                             SmallVectorImpl<Type> &types) {
   auto input = ranked(adaptor.getInput());
   StringRef op = "mt.layer_norm";
-  if (input.getRank() < 1)
-    return emitOptionalError(loc, op, ": input must have a feature dimension");
-  if (failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), input)) ||
-      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), input)))
+  if (failed(expectFeatures(loc, op, "input", input)) ||
+      failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), "input",
+                                 input)) ||
+      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), "input", input)))
     return failure();
   types.push_back(input);
   return success();
@@ -214,9 +233,8 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto input = ranked(adaptor.getInput()), weight = ranked(adaptor.getWeight());
   StringRef op = "mt.linear";
-  if (input.getRank() < 1)
-    return emitOptionalError(loc, op, ": input must have a feature dimension");
-  if (failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
+  if (failed(expectFeatures(loc, op, "input", input)) ||
+      failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
     return failure();
   if (!compatible(input.getShape().back(), weight.getDimSize(1)))
     return emitOptionalError(loc, op, ": input ", str(input), " has ",
@@ -228,7 +246,8 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                              " differ in element type");
   RankedTensorType result = withLastDim(input, weight.getDimSize(0));
   if (adaptor.getBias() &&
-      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), result)))
+      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), "result",
+                                 result)))
     return failure();
   types.push_back(result);
   return success();
@@ -301,8 +320,26 @@ LogicalResult DropoutOp::verify() {
   double rate = getRate().convertToDouble();
   if (!(rate >= 0.0 && rate < 1.0))
     return emitOpError("rate ") << rate << " must lie in [0, 1)";
+  if (getStream() && static_cast<int64_t>(*getStream()) < 0)
+    return emitOpError("stream ") << static_cast<int64_t>(*getStream())
+                                  << " must not be negative";
   return success();
 }
+
+LogicalResult ParamGradOp::verify() {
+  if (getName().empty())
+    return emitOpError("parameter name must not be empty");
+  return success();
+}
+
+template <typename LayerNormLike> static LogicalResult verifyEpsilon(LayerNormLike op) {
+  double epsilon = op.getEpsilon().convertToDouble();
+  if (!(epsilon > 0.0))
+    return op.emitOpError("epsilon ") << epsilon << " must be positive";
+  return success();
+}
+LogicalResult LayerNormOp::verify() { return verifyEpsilon(*this); }
+LogicalResult LayerNormGradOp::verify() { return verifyEpsilon(*this); }
 
 /// Checks logits [..., V] against targets [...] and num_classes.
 static LogicalResult checkLogits(std::optional<Location> loc, StringRef op,
@@ -362,8 +399,8 @@ LogicalResult PositionEmbeddingGradOp::inferReturnTypes(MLIRContext *,
     return failure();
   int64_t s = grad.getDimSize(1), positions = adaptor.getNumPositions();
   if (!ShapedType::isDynamic(s) && s > positions)
-    return emitOptionalError(loc, op, ": sequence length ", s, " exceeds ", positions,
-                             " positions");
+    return emitOptionalError(loc, op, ": sequence length ", s, " of grad ", str(grad),
+                             " exceeds num_positions ", positions);
   types.push_back(RankedTensorType::get({positions, grad.getDimSize(2)},
                                         grad.getElementType()));
   return success();
@@ -376,7 +413,7 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   auto weight = ranked(adaptor.getWeight());
   StringRef op = "mt.layer_norm_grad";
   if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
-      failed(expectFeatureVector(loc, op, "weight", weight, input)))
+      failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
     return failure();
   types.append({meetTypes(grad, input), weight, weight});
   return success();
@@ -388,7 +425,9 @@ LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
                                                   SmallVectorImpl<Type> &types) {
   auto grad = ranked(adaptor.getGrad()), weight = ranked(adaptor.getWeight());
   StringRef op = "mt.linear_grad_input";
-  if (grad.getRank() < 1 || failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
+  if (failed(expectFeatures(loc, op, "grad", grad)) ||
+      failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")) ||
+      failed(expectSameElementType(loc, op, "grad", grad, "weight", weight)))
     return failure();
   if (!compatible(grad.getShape().back(), weight.getDimSize(0)))
     return emitOptionalError(loc, op, ": grad ", str(grad), " has ", grad.getShape().back(),
@@ -408,6 +447,9 @@ LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
                                                    Adaptor adaptor,
                                                    SmallVectorImpl<Type> &types) {
   auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  if (failed(expectSameElementType(loc, "mt.linear_grad_weight", "grad", grad, "input",
+                                   input)))
+    return failure();
   bool ok = grad.getRank() == input.getRank() && grad.getRank() >= 1;
   for (int64_t i = 0; ok && i + 1 < grad.getRank(); ++i)
     ok = compatible(grad.getDimSize(i), input.getDimSize(i));
@@ -427,8 +469,8 @@ int64_t LinearGradWeightOp::getGemmFlops() {
 LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto grad = ranked(adaptor.getGrad());
-  if (grad.getRank() < 1)
-    return emitOptionalError(loc, "mt.bias_grad: grad must have a feature dimension");
+  if (failed(expectFeatures(loc, "mt.bias_grad", "grad", grad)))
+    return failure();
   types.push_back(RankedTensorType::get({grad.getShape().back()}, grad.getElementType()));
   return success();
 }
@@ -470,6 +512,8 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,
   StringRef op = "mt.cross_entropy_grad";
   if (lossGrad.getRank() != 0)
     return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad), " must be a scalar");
+  if (failed(expectSameElementType(loc, op, "loss_grad", lossGrad, "logits", logits)))
+    return failure();
   if (failed(checkLogits(loc, op, logits, ranked(adaptor.getTargets()),
                          adaptor.getNumClasses())))
     return failure();

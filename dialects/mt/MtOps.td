@@ -47,6 +47,7 @@ def Mt_ParamGradOp : Mt_Op<"param_grad"> {
   }];
   let arguments = (ins StrAttr:$name, AnyStaticShapeTensor:$grad);
   let assemblyFormat = "$name `,` $grad attr-dict `:` type($grad)";
+  let hasVerifier = 1;
 }
 
 def Mt_RepeatOp : Mt_Op<"repeat", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
@@ -88,6 +89,7 @@ def Mt_LayerNormOp : Mt_ShapedOp<"layer_norm", [Pure, Mt_CostOpInterface,
                        Mt_FloatTensor:$bias,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
   let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
@@ -182,6 +184,7 @@ def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface]> {
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad,
                       Mt_FloatTensor:$bias_grad);
+  let hasVerifier = 1;
 }
 
 def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",
