@@ -32,8 +32,8 @@ struct OpCosts {
 };
 OpCosts sumOpCosts(mlir::ModuleOp module);
 
-/// Bytes each rank holds. fp32 training: 4-byte weights, 4-byte gradients, Adam's
-/// two 4-byte moments; activations are the arena's planned peak.
+/// Bytes each rank holds: weights, gradients and Adam's two moments in the training
+/// precision; activations are the arena's planned peak.
 struct MemoryReport {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t total() const { return weights + gradients + optimizer + activations; }

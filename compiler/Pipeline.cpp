@@ -29,7 +29,8 @@ LogicalResult padVocabulary(ModuleOp module, const CompileOptions &options) {
 LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
   return runPasses(module, options, [&](PassManager &pm) {
     pm.addPass(mt::createMtExpand());
-    pm.addPass(mt::createMtSpecialize({options.microBatchSize, options.seqLength}));
+    pm.addPass(mt::createMtSpecialize(
+        {options.microBatchSize, options.seqLength, options.precision}));
     pm.addPass(mt::createMtAutodiff());
     pm.addPass(mt::createMtMemoryPlan());
   });

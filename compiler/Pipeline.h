@@ -5,6 +5,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
+#include <string>
 
 namespace mtc {
 
@@ -13,6 +14,7 @@ struct CompileOptions {
   int64_t globalBatchSize = 0;
   int64_t seqLength = 0;     // 0: the model's positions
   int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
+  std::string precision = "f32"; // element type of weights and activations
   bool printIRAfterAll = false;
 };
 

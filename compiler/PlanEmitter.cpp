@@ -215,7 +215,7 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
   auto root = plan::CreatePlan(
       fbb, fbb.CreateString(header.model), plan::CreateGrid(fbb, 1, 1, 1),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
-      plan::DType::F32, fbb.CreateVector(params), fbb.CreateVector(&program, 1),
+      header.precision == "f64" ? plan::DType::F64 : plan::DType::F32, fbb.CreateVector(params), fbb.CreateVector(&program, 1),
       fbb.CreateVector(&stage, 1), accounting);
   plan::FinishPlanBuffer(fbb, root);
   file = plan::framePlan(fbb.GetBufferPointer(), fbb.GetSize());

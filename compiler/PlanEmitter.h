@@ -13,6 +13,7 @@ namespace mtc {
 
 struct PlanHeader {
   std::string model;
+  std::string precision = "f32"; // element type of weights and activations
   int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;
   int64_t parameters = 0;
   OpCosts costs;

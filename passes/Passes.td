@@ -36,12 +36,15 @@ def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
     The public functions' integer inputs [?, ?] become [micro-batch-size,
     seq-length]; every op's result type is then inferred again, so an impossible
     shape (a sequence longer than the position table) is reported at the op.
-    A seq-length of 0 takes the length of the model's position table.
+    A seq-length of 0 takes the length of the model's position table. With
+    `precision`, every parameter (and so every activation) takes that float type.
   }];
   let options = [
     Option<"microBatchSize", "micro-batch-size", "int64_t", "1", "sequences per micro-batch">,
     Option<"seqLength", "seq-length", "int64_t", "0",
-           "tokens per sequence (0: the model's positions)">
+           "tokens per sequence (0: the model's positions)">,
+    Option<"precision", "precision", "std::string", "\"\"",
+           "parameter element type: f32 or f64 (empty: as written)">
   ];
 }
 

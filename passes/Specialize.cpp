@@ -38,6 +38,17 @@ struct MtSpecialize : impl::MtSpecializeBase<MtSpecialize> {
       }
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
     }
+    if (!precision.empty()) {
+      Type element = precision == "f64" ? Type(Float64Type::get(fn->getContext()))
+                                        : Type(Float32Type::get(fn->getContext()));
+      if (precision != "f32" && precision != "f64")
+        return fn.emitError("mt-specialize: precision '") << precision
+                                                          << "' is not f32 or f64";
+      fn.walk([&](ParamOp param) {
+        auto type = cast<RankedTensorType>(param.getType());
+        param.getResult().setType(RankedTensorType::get(type.getShape(), element));
+      });
+    }
     return reinferTypes(fn);
   }
 

@@ -2,8 +2,8 @@
 //
 //   mtc info MODEL [--make-vocab-size-divisible-by N]
 //   mtc compile MODEL --micro-batch-size B --global-batch-size G [--seq-length S]
-//               [--make-vocab-size-divisible-by N] -o PLAN [--emit-mlir FILE]
-//               [--print-ir-after-all]
+//               [--make-vocab-size-divisible-by N] [--precision fp32|fp64] -o PLAN
+//               [--emit-mlir FILE] [--print-ir-after-all]
 #include "compiler/Accounting.h"
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
@@ -33,7 +33,7 @@ constexpr const char *kUsage = R"(usage:
   mtc info MODEL [--make-vocab-size-divisible-by N]
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
-              [--emit-mlir FILE] [--print-ir-after-all]
+              [--precision fp32|fp64] [--emit-mlir FILE] [--print-ir-after-all]
 
   info     prints the model's exact parameter count
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
@@ -58,7 +58,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"info", {"make-vocab-size-divisible-by"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "o", "emit-mlir"}}};
+        "precision", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}}, {"compile", {"print-ir-after-all"}}};
   if (argc < 2)
@@ -220,6 +220,15 @@ int runCompile(MLIRContext &context, const Args &args) {
     return 1;
   }
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
+  // fp64 exists for gradient checks against finite differences.
+  std::string precision = args.values.lookup("precision");
+  if (precision.empty() || precision == "fp32")
+    options.precision = "f32";
+  else if (precision == "fp64")
+    options.precision = "f64";
+  else
+    return usageError("--precision must be fp32 or fp64, got '" + precision + "'");
+  const int64_t bytesPerValue = options.precision == "f64" ? 8 : 4;
 
   ModelFile model;
   if (!loadModel(context, args.model, model))
@@ -248,9 +257,10 @@ int runCompile(MLIRContext &context, const Args &args) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
       header.memory.activations = arena.getInt();
   });
-  header.memory.weights = 4 * header.parameters;
-  header.memory.gradients = 4 * header.parameters;
-  header.memory.optimizer = 8 * header.parameters;
+  header.memory.weights = bytesPerValue * header.parameters;
+  header.memory.gradients = bytesPerValue * header.parameters;
+  header.memory.optimizer = 2 * bytesPerValue * header.parameters;
+  header.precision = options.precision;
 
   std::vector<uint8_t> plan;
   if (failed(mtc::emitPlan(module, header, plan)))
@@ -280,7 +290,8 @@ int runCompile(MLIRContext &context, const Args &args) {
   };
   outs() << "mtc: " << header.model << " -> " << output << " (" << mtc::withCommas(plan.size())
          << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
-  row("layout") << "1 rank (tp 1, pp 1, dp 1), fp32\n";
+  std::string fp = precision.empty() ? "fp32" : precision;
+  row("layout") << "1 rank (tp 1, pp 1, dp 1), " << fp << "\n";
   row("batch") << "micro-batch " << options.microBatchSize << " x " << microBatches
                << " micro-batches = global batch " << options.globalBatchSize
                << ", sequence " << header.seqLength << "\n";
@@ -294,9 +305,12 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << " h=" << gpt->hidden << " V=" << gpt->vocab << "\n";
   row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
   outs() << "  bytes per rank\n";
-  row("  weights") << mtc::withCommas(m.weights) << "  (fp32, 4 B/param)\n";
-  row("  gradients") << mtc::withCommas(m.gradients) << "  (fp32, 4 B/param)\n";
-  row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, 8 B/param)\n";
+  row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << bytesPerValue
+                   << " B/param)\n";
+  row("  gradients") << mtc::withCommas(m.gradients) << "  (" << fp << ", " << bytesPerValue
+                     << " B/param)\n";
+  row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, "
+                           << 2 * bytesPerValue << " B/param)\n";
   row("  activations") << mtc::withCommas(m.activations)
                        << "  (peak of the arena, one micro-batch)\n";
   row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";
