@@ -11,12 +11,14 @@ namespace {
 struct Interval {
   Value value;
   int64_t first, last;
-  int64_t bytes;
+  int64_t bytes;    // footprint, rounded up to the alignment
+  int64_t rawBytes; // what the tensor occupies
   int64_t offset = -1;
 };
 
 /// Greedy by size (largest first, lowest free offset over the whole lifetime): the
-/// planner of TFLite's arena and of most static-graph runtimes. Returns the peak.
+/// planner of TFLite's arena and of most static-graph runtimes. Returns the peak: the
+/// highest byte any tensor occupies, which is what the runtime's arena reaches.
 int64_t place(MutableArrayRef<Interval> intervals) {
   SmallVector<Interval *> order;
   for (Interval &i : intervals)
@@ -39,7 +41,7 @@ int64_t place(MutableArrayRef<Interval> intervals) {
       offset = std::max(offset, end);
     }
     cur->offset = offset;
-    peak = std::max(peak, offset + cur->bytes);
+    peak = std::max(peak, offset + cur->rawBytes);
     placed.push_back(cur);
   }
   return peak;
@@ -55,13 +57,13 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
     for (Operation &op : body)
       position[&op] = n++;
 
-    auto alignedBytes = [&](Value v) -> FailureOr<int64_t> {
+    auto rawBytes = [&](Value v) -> FailureOr<int64_t> {
       auto type = dyn_cast<RankedTensorType>(v.getType());
       if (!type || !type.hasStaticShape())
         return failure();
-      int64_t bytes = std::max<int64_t>(tensorBytes(type), 1);
-      return (bytes + alignment - 1) / alignment * alignment;
+      return std::max<int64_t>(tensorBytes(type), 1);
     };
+    auto aligned = [&](int64_t bytes) { return (bytes + alignment - 1) / alignment * alignment; };
     auto lastUse = [&](Value v, int64_t def) {
       int64_t last = def;
       for (Operation *user : v.getUsers())
@@ -71,22 +73,23 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
 
     SmallVector<Interval> intervals;
     for (BlockArgument arg : body.getArguments()) {
-      FailureOr<int64_t> bytes = alignedBytes(arg);
+      FailureOr<int64_t> bytes = rawBytes(arg);
       if (failed(bytes))
         return fn.emitError("mt-memory-plan: argument ")
                << arg.getArgNumber() << " of type " << arg.getType()
                << " needs a static shape (run mt-specialize first)";
-      intervals.push_back({arg, -1, lastUse(arg, -1), *bytes});
+      intervals.push_back({arg, -1, lastUse(arg, -1), aligned(*bytes), *bytes});
     }
     for (Operation &op : body) {
       if (isa<ParamOp>(op))
         continue; // persistent weights, not arena
       for (Value r : op.getResults()) {
-        FailureOr<int64_t> bytes = alignedBytes(r);
+        FailureOr<int64_t> bytes = rawBytes(r);
         if (failed(bytes))
           return op.emitOpError("result of type ")
                  << r.getType() << " needs a static shape (run mt-specialize first)";
-        intervals.push_back({r, position[&op], lastUse(r, position[&op]), *bytes});
+        intervals.push_back(
+            {r, position[&op], lastUse(r, position[&op]), aligned(*bytes), *bytes});
       }
     }
     int64_t arena = place(intervals);

@@ -73,7 +73,8 @@ def MtMemoryPlan : Pass<"mt-memory-plan", "::mlir::ModuleOp"> {
     use; function arguments from the start). Buffers are placed greedily, largest
     first, at the lowest offset free for their whole lifetime, aligned to
     `alignment` bytes. Results carry `mt.offsets`; the function carries
-    `mt.arena_bytes`, the peak the runtime's arena will reach. Parameters are not in
+    `mt.arena_bytes`, the highest byte any tensor occupies: the peak the runtime's
+    arena will reach. Parameters are not in
     the arena: they live in persistent weight storage.
   }];
   let options = [

@@ -35,9 +35,10 @@ func.func @saved(%a: tensor<32xf32>) -> tensor<32xf32> {
 
 // -----
 
-// Sizes round up to the alignment: a 12-byte bias gradient takes a 64-byte slot.
+// Slots round up to the alignment (the 24-byte argument takes 64 bytes), while the
+// peak is the last byte a tensor occupies: 64 + 12.
 // CHECK-LABEL: func.func @aligned
-// CHECK-SAME: mt.arena_bytes = 128 : i64, mt.arg_offsets = array<i64: 0>
+// CHECK-SAME: mt.arena_bytes = 76 : i64, mt.arg_offsets = array<i64: 0>
 // CHECK: mt.bias_grad %arg0 {mt.offsets = array<i64: 64>} : (tensor<2x3xf32>) -> tensor<3xf32>
 func.func @aligned(%g: tensor<2x3xf32>) -> tensor<3xf32> {
   %b = mt.bias_grad %g : (tensor<2x3xf32>) -> tensor<3xf32>
