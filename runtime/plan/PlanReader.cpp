@@ -139,16 +139,15 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
 Status checkPlan(const plan::Plan &p) {
   if (!p.programs() || p.programs()->size() == 0)
     return Status::failure("plan has no programs");
-  if (!p.stages() || p.stages()->size() == 0 || !p.grid())
-    return Status::failure("plan has no schedule or no rank grid");
+  if (!p.stages() || p.stages()->size() == 0 || !p.grid() || !p.params() || !p.model())
+    return Status::failure("plan has no schedule, rank grid, parameter table or model name");
   if (p.micro_batch_size() <= 0 || p.global_batch_size() <= 0 || p.seq_length() <= 0)
     return Status::failure("plan has non-positive batch or sequence sizes");
-  if (p.params())
-    for (flatbuffers::uoffset_t i = 0; i < p.params()->size(); ++i) {
-      const plan::Param *param = p.params()->Get(i);
-      if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0)
-        return Status::failure(cat("parameter ", i, " has no name or an invalid shape"));
-    }
+  for (flatbuffers::uoffset_t i = 0; i < p.params()->size(); ++i) {
+    const plan::Param *param = p.params()->Get(i);
+    if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0)
+      return Status::failure(cat("parameter ", i, " has no name or an invalid shape"));
+  }
   for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i)
     if (Status s = checkProgram(p, *p.programs()->Get(i), i); !s.ok())
       return s;

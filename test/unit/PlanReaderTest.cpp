@@ -2,12 +2,12 @@
 // and never crashes: a truncated, bit-flipped or wrong-version file, and a bounded
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
 // verifier and the semantic checks behind it.
+#include "CompileWithMtc.h"
 #include "plan/PlanFormat.h"
 #include "plan/PlanReader.h"
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -18,12 +18,9 @@ namespace {
 /// gpt-tiny compiled by the mtc under test, once for the whole suite.
 const std::vector<uint8_t> &compiledPlan() {
   static const std::vector<uint8_t> bytes = [] {
-    std::string path = ::testing::TempDir() + "plan_reader_test.mtp";
-    std::string cmd = std::string(MTC_BINARY) + " compile " + MTC_MODELS_DIR
-                      "/gpt-tiny.mlir --micro-batch-size 2 --global-batch-size 4 -o " + path +
-                      " > /dev/null";
-    if (std::system(cmd.c_str()) != 0)
-      return std::vector<uint8_t>();
+    std::string path = test::compileModel(test::zooModel("gpt-tiny"),
+                                          "--micro-batch-size 2 --global-batch-size 4",
+                                          "plan_reader_test");
     std::ifstream in(path, std::ios::binary);
     return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
                                 std::istreambuf_iterator<char>());

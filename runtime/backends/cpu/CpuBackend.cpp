@@ -1,0 +1,529 @@
+// The CPU backend: every opcode in f32 and f64, GEMMs through OpenBLAS. It is the
+// numerical reference the other backends and every parallel layout are checked
+// against, so it favours clarity and double-precision accumulation over speed.
+#include "backends/Backend.h"
+#include "core/Rng.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+namespace mt {
+namespace {
+
+using plan::Opcode;
+
+template <typename... Parts> std::string cat(const Parts &...parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+
+/// Token ids and targets are i32 or i64 tensors.
+int64_t indexAt(const TensorView &t, int64_t i) {
+  return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM: C[m×n] = alpha·op(A)·op(B) + beta·C, row-major, with leading dimensions.
+//===----------------------------------------------------------------------===//
+
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
+          const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+          int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alpha,
+          const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c,
+          int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+//===----------------------------------------------------------------------===//
+// Kernels, one per opcode. Inputs and outputs follow the instruction's operand order.
+//===----------------------------------------------------------------------===//
+
+template <typename T> struct Kernels {
+  static T *ptr(const TensorView &t) { return t.as<T>(); }
+
+  static void fill(const TensorView &out, double value) {
+    std::fill_n(ptr(out), out.numel(), static_cast<T>(value));
+  }
+
+  static Status embedding(const TensorView &table, const TensorView &ids,
+                          const TensorView &out) {
+    const int64_t rows = table.dim(0), h = table.dim(1);
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      int64_t id = indexAt(ids, i);
+      if (id < 0 || id >= rows)
+        return Status::failure(cat("token id ", id, " at position ", i,
+                                   " is outside the embedding table of ", rows, " rows"));
+      std::memcpy(ptr(out) + i * h, ptr(table) + id * h, sizeof(T) * h);
+    }
+    return Status::success();
+  }
+
+  static void embeddingGrad(const TensorView &grad, const TensorView &ids,
+                            const TensorView &out) {
+    const int64_t h = out.dim(1);
+    std::fill_n(ptr(out), out.numel(), T(0));
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      T *row = ptr(out) + indexAt(ids, i) * h;
+      const T *g = ptr(grad) + i * h;
+      for (int64_t j = 0; j < h; ++j)
+        row[j] += g[j];
+    }
+  }
+
+  static void positionEmbedding(const TensorView &x, const TensorView &table,
+                                const TensorView &out) {
+    const int64_t b = x.dim(0), s = x.dim(1), h = x.dim(2);
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t p = 0; p < s; ++p) {
+        const T *xi = ptr(x) + (i * s + p) * h, *ti = ptr(table) + p * h;
+        T *oi = ptr(out) + (i * s + p) * h;
+        for (int64_t j = 0; j < h; ++j)
+          oi[j] = xi[j] + ti[j];
+      }
+  }
+
+  static void positionEmbeddingGrad(const TensorView &grad, const TensorView &out) {
+    const int64_t b = grad.dim(0), s = grad.dim(1), h = grad.dim(2);
+    std::fill_n(ptr(out), out.numel(), T(0));
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t p = 0; p < s; ++p) {
+        const T *g = ptr(grad) + (i * s + p) * h;
+        T *o = ptr(out) + p * h;
+        for (int64_t j = 0; j < h; ++j)
+          o[j] += g[j];
+      }
+  }
+
+  /// Mean and 1/sqrt(var + eps) of one row, accumulated in double.
+  static void rowMoments(const T *x, int64_t h, double eps, double &mean, double &rstd) {
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < h; ++j)
+      sum += x[j];
+    mean = sum / h;
+    for (int64_t j = 0; j < h; ++j)
+      sq += (x[j] - mean) * (x[j] - mean);
+    rstd = 1.0 / std::sqrt(sq / h + eps);
+  }
+
+  static void layerNorm(const TensorView &x, const TensorView &w, const TensorView &b,
+                        double eps, const TensorView &out) {
+    const int64_t h = x.cols();
+    for (int64_t r = 0; r < x.rows(); ++r) {
+      const T *xr = ptr(x) + r * h;
+      T *o = ptr(out) + r * h;
+      double mean, rstd;
+      rowMoments(xr, h, eps, mean, rstd);
+      for (int64_t j = 0; j < h; ++j)
+        o[j] = static_cast<T>((xr[j] - mean) * rstd * ptr(w)[j] + ptr(b)[j]);
+    }
+  }
+
+  /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; dw = Σ dy·x̂; db = Σ dy.
+  static void layerNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
+                            double eps, const TensorView &dx, const TensorView &dw,
+                            const TensorView &db) {
+    const int64_t h = x.cols();
+    std::vector<double> dwAcc(h, 0.0), dbAcc(h, 0.0), xhat(h);
+    for (int64_t r = 0; r < x.rows(); ++r) {
+      const T *xr = ptr(x) + r * h, *g = ptr(dy) + r * h;
+      double mean, rstd, meanG = 0, meanGX = 0;
+      rowMoments(xr, h, eps, mean, rstd);
+      for (int64_t j = 0; j < h; ++j) {
+        xhat[j] = (xr[j] - mean) * rstd;
+        double gw = static_cast<double>(g[j]) * ptr(w)[j];
+        meanG += gw;
+        meanGX += gw * xhat[j];
+        dwAcc[j] += static_cast<double>(g[j]) * xhat[j];
+        dbAcc[j] += g[j];
+      }
+      meanG /= h;
+      meanGX /= h;
+      T *d = ptr(dx) + r * h;
+      for (int64_t j = 0; j < h; ++j)
+        d[j] = static_cast<T>(rstd * (static_cast<double>(g[j]) * ptr(w)[j] - meanG -
+                                      xhat[j] * meanGX));
+    }
+    for (int64_t j = 0; j < h; ++j) {
+      ptr(dw)[j] = static_cast<T>(dwAcc[j]);
+      ptr(db)[j] = static_cast<T>(dbAcc[j]);
+    }
+  }
+
+  /// out[M×N] = x[M×K]·W[N×K]ᵀ (+ b)
+  static void linear(const TensorView &x, const TensorView &w, const TensorView *b,
+                     const TensorView &out) {
+    const int64_t m = x.rows(), k = x.cols(), n = w.dim(0);
+    gemm(false, true, m, n, k, T(1), ptr(x), k, ptr(w), k, T(0), ptr(out), n);
+    if (b)
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j)
+          ptr(out)[r * n + j] += ptr(*b)[j];
+  }
+
+  /// dx[M×K] = dy[M×N]·W[N×K]
+  static void linearGradInput(const TensorView &dy, const TensorView &w, const TensorView &dx) {
+    const int64_t m = dy.rows(), n = dy.cols(), k = w.dim(1);
+    gemm(false, false, m, k, n, T(1), ptr(dy), n, ptr(w), k, T(0), ptr(dx), k);
+  }
+
+  /// dW[N×K] = dy[M×N]ᵀ·x[M×K]
+  static void linearGradWeight(const TensorView &dy, const TensorView &x, const TensorView &dw) {
+    const int64_t m = dy.rows(), n = dy.cols(), k = x.cols();
+    gemm(true, false, n, k, m, T(1), ptr(dy), n, ptr(x), k, T(0), ptr(dw), k);
+  }
+
+  static void biasGrad(const TensorView &dy, const TensorView &db) {
+    const int64_t n = dy.cols();
+    std::vector<double> acc(n, 0.0);
+    for (int64_t r = 0; r < dy.rows(); ++r)
+      for (int64_t j = 0; j < n; ++j)
+        acc[j] += ptr(dy)[r * n + j];
+    for (int64_t j = 0; j < n; ++j)
+      ptr(db)[j] = static_cast<T>(acc[j]);
+  }
+
+  static void add(const TensorView &a, const TensorView &b, const TensorView &out) {
+    for (int64_t i = 0; i < out.numel(); ++i)
+      ptr(out)[i] = ptr(a)[i] + ptr(b)[i];
+  }
+
+  static void accumulate(const TensorView &g, const TensorView &into) {
+    for (int64_t i = 0; i < into.numel(); ++i)
+      ptr(into)[i] += ptr(g)[i];
+  }
+
+  // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+  static constexpr double kGeluC = 0.79788456080286535588; // √(2/π)
+  static void gelu(const TensorView &x, const TensorView &out) {
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      double v = ptr(x)[i];
+      ptr(out)[i] = static_cast<T>(0.5 * v * (1 + std::tanh(kGeluC * (v + 0.044715 * v * v * v))));
+    }
+  }
+  static void geluGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
+    for (int64_t i = 0; i < dx.numel(); ++i) {
+      double v = ptr(x)[i];
+      double t = std::tanh(kGeluC * (v + 0.044715 * v * v * v));
+      double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * kGeluC * (1 + 3 * 0.044715 * v * v);
+      ptr(dx)[i] = static_cast<T>(ptr(dy)[i] * d);
+    }
+  }
+
+  static void dropout(const TensorView &x, double rate, int64_t stream,
+                      const StepContext &ctx, const TensorView &out) {
+    const int64_t n = out.numel();
+    if (rate == 0) {
+      std::copy_n(ptr(x), n, ptr(out));
+      return;
+    }
+    const T scale = static_cast<T>(1.0 / (1.0 - rate));
+    for (int64_t i = 0; i < n; ++i)
+      ptr(out)[i] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
+                                      static_cast<uint32_t>(stream), i, rate)
+                        ? ptr(x)[i] * scale
+                        : T(0);
+  }
+
+  /// Scores P = softmax(scale·QKᵀ) of one (batch, head), causal rows stopping at the
+  /// diagonal; masked entries are exactly 0.
+  static void attentionScores(const T *q, const T *k, int64_t s, int64_t d, int64_t ld,
+                              double scale, bool causal, T *p) {
+    gemm(false, true, s, s, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, s);
+    for (int64_t i = 0; i < s; ++i) {
+      T *row = p + i * s;
+      int64_t valid = causal ? i + 1 : s;
+      double max = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t j = 0; j < valid; ++j)
+        max = std::max<double>(max, row[j]);
+      for (int64_t j = 0; j < valid; ++j)
+        sum += std::exp(row[j] - max);
+      for (int64_t j = 0; j < valid; ++j)
+        row[j] = static_cast<T>(std::exp(row[j] - max) / sum);
+      std::fill(row + valid, row + s, T(0));
+    }
+  }
+
+  // qkv [B, S, 3H] holds, per token, (head, {q, k, v}, head_dim); out is [B, S, H].
+  static void attention(const TensorView &qkv, int64_t heads, bool causal,
+                        const TensorView &out) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<T> p(s * s);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < heads; ++hi) {
+        const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
+        attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
+        gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
+             ptr(out) + bi * s * h + hi * d, h);
+      }
+  }
+
+  /// Recomputes P, then dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dO∘O)),
+  /// dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O gives the row sums).
+  static void attentionGrad(const TensorView &dout, const TensorView &qkv,
+                            const TensorView &out, int64_t heads, bool causal,
+                            const TensorView &dqkv) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<T> p(s * s), dp(s * s);
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < heads; ++hi) {
+        const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d, *v = q + 2 * d;
+        const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
+        T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
+        attentionScores(q, k, s, d, 3 * h, scale, causal, p.data());
+        gemm(true, false, s, d, s, T(1), p.data(), s, dO, h, T(0), dv, 3 * h);
+        gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), dp.data(), s);
+        for (int64_t i = 0; i < s; ++i) {
+          double delta = 0;
+          for (int64_t j = 0; j < d; ++j)
+            delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+          for (int64_t j = 0; j < s; ++j)
+            dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+        }
+        gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, 3 * h, T(0), dq,
+             3 * h);
+        gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, 3 * h, T(0), dk,
+             3 * h);
+      }
+  }
+
+  /// Checks every target against the classes taking part.
+  static Status checkTargets(const TensorView &targets, int64_t classes) {
+    for (int64_t i = 0; i < targets.numel(); ++i) {
+      int64_t t = indexAt(targets, i);
+      if (t < 0 || t >= classes)
+        return Status::failure(cat("target id ", t, " at position ", i,
+                                   " is outside the vocabulary of ", classes));
+    }
+    return Status::success();
+  }
+
+  /// Mean over rows of logsumexp(row[:C]) − row[target].
+  static Status crossEntropy(const TensorView &logits, const TensorView &targets,
+                             int64_t numClasses, const TensorView &loss) {
+    const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
+    if (Status st = checkTargets(targets, c); !st.ok())
+      return st;
+    double total = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      const T *row = ptr(logits) + r * v;
+      double max = *std::max_element(row, row + c), sum = 0;
+      for (int64_t j = 0; j < c; ++j)
+        sum += std::exp(row[j] - max);
+      total += std::log(sum) + max - row[indexAt(targets, r)];
+    }
+    ptr(loss)[0] = static_cast<T>(total / m);
+    return Status::success();
+  }
+
+  static Status crossEntropyGrad(const TensorView &dloss, const TensorView &logits,
+                                 const TensorView &targets, int64_t numClasses,
+                                 const TensorView &dlogits) {
+    const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
+    if (Status st = checkTargets(targets, c); !st.ok())
+      return st;
+    const double factor = static_cast<double>(ptr(dloss)[0]) / m;
+    for (int64_t r = 0; r < m; ++r) {
+      const T *row = ptr(logits) + r * v;
+      T *g = ptr(dlogits) + r * v;
+      double max = *std::max_element(row, row + c), sum = 0;
+      for (int64_t j = 0; j < c; ++j)
+        sum += std::exp(row[j] - max);
+      for (int64_t j = 0; j < c; ++j)
+        g[j] = static_cast<T>(factor * std::exp(row[j] - max) / sum);
+      std::fill(g + c, g + v, T(0));
+      g[indexAt(targets, r)] -= static_cast<T>(factor);
+    }
+    return Status::success();
+  }
+
+  static Status run(const plan::Instruction &inst, const TensorView *in,
+                    const TensorView *out, const StepContext &ctx) {
+    switch (inst.opcode()) {
+    case Opcode::Fill:
+      fill(out[0], inst.value());
+      break;
+    case Opcode::Embedding:
+      return embedding(in[0], in[1], out[0]);
+    case Opcode::PositionEmbedding:
+      positionEmbedding(in[0], in[1], out[0]);
+      break;
+    case Opcode::LayerNorm:
+      layerNorm(in[0], in[1], in[2], inst.epsilon(), out[0]);
+      break;
+    case Opcode::Linear:
+      linear(in[0], in[1], inst.inputs()->size() == 3 ? &in[2] : nullptr, out[0]);
+      break;
+    case Opcode::Add:
+      add(in[0], in[1], out[0]);
+      break;
+    case Opcode::Gelu:
+      gelu(in[0], out[0]);
+      break;
+    case Opcode::Attention:
+      attention(in[0], inst.heads(), inst.causal(), out[0]);
+      break;
+    case Opcode::Dropout:
+      dropout(in[0], inst.rate(), inst.stream(), ctx, out[0]);
+      break;
+    case Opcode::CrossEntropy:
+      return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
+    case Opcode::EmbeddingGrad:
+      embeddingGrad(in[0], in[1], out[0]);
+      break;
+    case Opcode::PositionEmbeddingGrad:
+      positionEmbeddingGrad(in[0], out[0]);
+      break;
+    case Opcode::LayerNormGrad:
+      layerNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1], out[2]);
+      break;
+    case Opcode::LinearGradInput:
+      linearGradInput(in[0], in[1], out[0]);
+      break;
+    case Opcode::LinearGradWeight:
+      linearGradWeight(in[0], in[1], out[0]);
+      break;
+    case Opcode::BiasGrad:
+      biasGrad(in[0], out[0]);
+      break;
+    case Opcode::GeluGrad:
+      geluGrad(in[0], in[1], out[0]);
+      break;
+    case Opcode::AttentionGrad:
+      attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(), out[0]);
+      break;
+    case Opcode::CrossEntropyGrad:
+      return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
+    case Opcode::ParamGrad:
+      accumulate(in[0], out[0]);
+      break;
+    }
+    return Status::success();
+  }
+
+  static void init(const TensorView &w, const plan::Param &param, uint64_t seed,
+                   int64_t offset) {
+    const int64_t n = w.numel();
+    switch (param.init()) {
+    case plan::Init::Zeros:
+      std::fill_n(ptr(w), n, T(0));
+      break;
+    case plan::Init::Ones:
+      std::fill_n(ptr(w), n, T(1));
+      break;
+    case plan::Init::Normal: {
+      const uint64_t stream = rng::nameHash(param.name()->string_view());
+      for (int64_t i = 0; i < n; ++i)
+        ptr(w)[i] = static_cast<T>(param.std() * rng::standardNormal(seed, stream, offset + i));
+      break;
+    }
+    }
+  }
+
+  static double sumOfSquares(const TensorView &x) {
+    double s = 0;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      s += static_cast<double>(ptr(x)[i]) * ptr(x)[i];
+    return s;
+  }
+
+  static void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
+                    const TensorView &v, const AdamWStep &a) {
+    const double c1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
+    const double c2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      double grad = ptr(g)[i] * a.gradScale;
+      double mi = a.beta1 * ptr(m)[i] + (1 - a.beta1) * grad;
+      double vi = a.beta2 * ptr(v)[i] + (1 - a.beta2) * grad * grad;
+      ptr(m)[i] = static_cast<T>(mi);
+      ptr(v)[i] = static_cast<T>(vi);
+      double update = (mi / c1) / (std::sqrt(vi / c2) + a.eps) + a.weightDecay * ptr(w)[i];
+      ptr(w)[i] = static_cast<T>(ptr(w)[i] - a.lr * update);
+    }
+  }
+};
+
+/// The float type an instruction computes in: that of its first float operand.
+plan::DType computeType(const plan::Instruction &inst, const TensorView *in,
+                        const TensorView *out) {
+  for (size_t i = 0; i < inst.inputs()->size(); ++i)
+    if (in[i].dtype == plan::DType::F32 || in[i].dtype == plan::DType::F64)
+      return in[i].dtype;
+  return out[0].dtype;
+}
+
+class CpuBackend final : public Backend {
+public:
+  const char *name() const override { return "cpu"; }
+
+  void *allocate(size_t bytes) override {
+    void *p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    if (!p)
+      throw std::bad_alloc();
+    return p;
+  }
+  void release(void *data) override { std::free(data); }
+  void copyToDevice(void *device, const void *host, size_t bytes) override {
+    std::memcpy(device, host, bytes);
+  }
+  void copyToHost(void *host, const void *device, size_t bytes) override {
+    std::memcpy(host, device, bytes);
+  }
+  void setZero(void *device, size_t bytes) override { std::memset(device, 0, bytes); }
+
+  Status run(const plan::Instruction &inst, const TensorView *inputs,
+             const TensorView *outputs, const StepContext &context) override {
+    switch (computeType(inst, inputs, outputs)) {
+    case plan::DType::F32:
+      return Kernels<float>::run(inst, inputs, outputs, context);
+    case plan::DType::F64:
+      return Kernels<double>::run(inst, inputs, outputs, context);
+    default:
+      return Status::failure(cat("cpu backend: ", plan::EnumNameOpcode(inst.opcode()),
+                                 " in ", plan::EnumNameDType(outputs[0].dtype),
+                                 " is not supported"));
+    }
+  }
+
+  void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed,
+                     int64_t offset) override {
+    if (w.dtype == plan::DType::F64)
+      Kernels<double>::init(w, param, seed, offset);
+    else
+      Kernels<float>::init(w, param, seed, offset);
+  }
+
+  double sumOfSquares(const TensorView &x) override {
+    return x.dtype == plan::DType::F64 ? Kernels<double>::sumOfSquares(x)
+                                       : Kernels<float>::sumOfSquares(x);
+  }
+
+  void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
+             const TensorView &v, const AdamWStep &step) override {
+    if (w.dtype == plan::DType::F64)
+      Kernels<double>::adamw(w, g, m, v, step);
+    else
+      Kernels<float>::adamw(w, g, m, v, step);
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Backend> makeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+} // namespace mt

@@ -1,0 +1,73 @@
+// Walks a plan's program on one rank: binds every buffer (activations and inputs at
+// their static offsets in one arena, parameters and gradients in persistent storage)
+// and hands each instruction to the backend.
+#ifndef MT_RUNTIME_CORE_EXECUTOR_H
+#define MT_RUNTIME_CORE_EXECUTOR_H
+
+#include "backends/Backend.h"
+#include "plan/PlanReader.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+struct ExecutorOptions {
+  /// Gives every activation its own allocation instead of its planned arena offset;
+  /// a run in this mode checks that the memory plan's reuse changes nothing.
+  bool separateBuffers = false;
+};
+
+class Executor {
+public:
+  struct Parameter {
+    const plan::Param *spec;
+    std::string name;
+    TensorView weight, grad;
+    size_t bytes;
+  };
+
+  static Status create(const LoadedPlan &plan, Backend &backend, ExecutorOptions options,
+                       std::unique_ptr<Executor> &out);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  const plan::Plan &plan() const { return plan_; }
+  const plan::Program &program() const { return program_; }
+  Backend &backend() { return backend_; }
+  std::vector<Parameter> &parameters() { return parameters_; }
+
+  /// Tokens per micro-batch (micro-batch size × sequence length).
+  int64_t tokensPerMicroBatch() const;
+
+  Status initParameters(uint64_t seed);
+  void zeroGradients();
+  /// One micro-batch forward and backward; gradients accumulate into the parameters'
+  /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
+  Status forwardBackward(const int32_t *tokens, const int32_t *targets,
+                         const StepContext &context, double &loss);
+
+  /// The highest arena byte any executed instruction touched, and the plan's prediction.
+  uint64_t arenaHighWater() const { return highWater_; }
+  uint64_t plannedArenaBytes() const { return program_.arena_bytes(); }
+
+private:
+  Executor(const plan::Plan &plan, Backend &backend);
+  Status bind(ExecutorOptions options);
+  Status setInput(uint32_t buffer, const int32_t *ids);
+
+  const plan::Plan &plan_;
+  const plan::Program &program_;
+  Backend &backend_;
+  std::vector<void *> allocations_;
+  std::vector<TensorView> views_;        // one per plan buffer
+  std::vector<uint64_t> arenaEnd_;       // offset + bytes of arena buffers, else 0
+  std::vector<Parameter> parameters_;    // in plan order
+  uint64_t highWater_ = 0;
+};
+
+} // namespace mt
+
+#endif

@@ -1,0 +1,61 @@
+// Counter-based randomness (Philox4x32-10, Salmon et al. 2011, from Random123): every
+// random number is a pure function of (seed, what it is for, global element index), so
+// no layout, sharding, recomputation or resume can change a parameter's initial value
+// or a dropout mask. Header-only so the CUDA backend computes the same bits.
+#ifndef MT_RUNTIME_CORE_RNG_H
+#define MT_RUNTIME_CORE_RNG_H
+
+#include <Random123/philox.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+namespace mt::rng {
+
+using Philox = r123::Philox4x32;
+
+/// Marks an initialisation counter; a training step never reaches it.
+inline constexpr uint32_t kInitStep = 0xFFFFFFFFu;
+
+inline Philox::ctr_type block(uint64_t seed, uint32_t c0, uint32_t c1, uint32_t c2,
+                              uint32_t c3) {
+  Philox::ctr_type ctr = {{c0, c1, c2, c3}};
+  Philox::key_type key = {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
+  return Philox()(ctr, key);
+}
+
+/// The exact 24-bit uniform in [0, 1) of a 32-bit word (exact in float and double).
+inline double uniform24(uint32_t word) { return (word >> 8) * (1.0 / 16777216.0); }
+
+/// Whether dropout keeps element `index` of the tensor that `stream` produces in
+/// micro-batch `microBatch` of `step`. One Philox block serves four elements.
+inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch, uint32_t stream,
+                         uint64_t index, double rate) {
+  auto r = block(seed, static_cast<uint32_t>(index >> 2), stream, microBatch, step);
+  return uniform24(r.v[index & 3]) >= rate;
+}
+
+/// FNV-1a: the stream of a parameter is its name, so init is independent of order.
+inline uint64_t nameHash(std::string_view name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// A standard normal for element `index` of the parameter named by `nameHash`
+/// (Box-Muller on one Philox block per two elements).
+inline double standardNormal(uint64_t seed, uint64_t nameHash, uint64_t index) {
+  auto r = block(seed, static_cast<uint32_t>(index >> 1), static_cast<uint32_t>(nameHash),
+                 static_cast<uint32_t>(nameHash >> 32), kInitStep);
+  double u1 = (static_cast<double>(r.v[0]) + 1.0) * (1.0 / 4294967296.0); // (0, 1]
+  double u2 = static_cast<double>(r.v[1]) * (1.0 / 4294967296.0);         // [0, 1)
+  double radius = std::sqrt(-2.0 * std::log(u1));
+  double angle = 6.283185307179586476925286766559 * u2;
+  return (index & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
+}
+
+} // namespace mt::rng
+
+#endif

@@ -1,0 +1,31 @@
+// Checkpoints as safetensors: weights, Adam's moments, and the training state (step,
+// data position, seed) in the metadata. Written atomically — temporary file, fsync,
+// rename, fsync of the directory — so a crash or kill mid-save leaves the last good
+// checkpoint as it was.
+#ifndef MT_RUNTIME_TRAIN_CHECKPOINT_H
+#define MT_RUNTIME_TRAIN_CHECKPOINT_H
+
+#include "core/Executor.h"
+#include "train/Optimizer.h"
+
+#include <string>
+
+namespace mt {
+
+struct TrainingState {
+  int64_t step = 0;          // steps completed
+  uint64_t dataPosition = 0; // samples consumed
+  uint64_t seed = 0;
+};
+
+/// The checkpoint file inside a save directory.
+std::string checkpointPath(const std::string &dir);
+
+Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      const TrainingState &state);
+Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      TrainingState &state);
+
+} // namespace mt
+
+#endif

@@ -1,0 +1,104 @@
+#include "train/Trainer.h"
+#include "data/IndexedDataset.h"
+#include "data/TokenStream.h"
+#include "train/Checkpoint.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <vector>
+
+namespace mt {
+namespace {
+
+std::string duration(double seconds) {
+  long s = static_cast<long>(seconds + 0.5);
+  char text[32];
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  return text;
+}
+
+} // namespace
+
+Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
+             const std::function<void(const StepRecord &)> &onStep) {
+  const plan::Plan &plan = executor.plan();
+  const int64_t microBatches = plan.global_batch_size() / plan.micro_batch_size();
+  const int64_t batch = plan.micro_batch_size(), seq = plan.seq_length();
+
+  IndexedDataset dataset;
+  if (Status s = IndexedDataset::open(config.dataPrefix, dataset); !s.ok())
+    return s;
+  TokenStream stream(dataset, seq, config.seed);
+  if (Status s = stream.checkVocabulary(plan.vocab_size()); !s.ok())
+    return s;
+
+  AdamW optimizer(executor, config.optimizer);
+  TrainingState state;
+  state.seed = config.seed;
+  if (!config.loadDir.empty()) {
+    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state); !s.ok())
+      return s;
+    if (state.seed != config.seed)
+      return Status::failure("checkpoint in " + config.loadDir + " was trained with seed " +
+                             std::to_string(state.seed) + ", not " +
+                             std::to_string(config.seed));
+    std::fprintf(log, "resumed from %s at step %" PRId64 "\n", config.loadDir.c_str(),
+                 state.step);
+  } else {
+    if (Status s = executor.initParameters(config.seed); !s.ok())
+      return s;
+  }
+
+  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t firstStep = state.step;
+  for (int64_t step = state.step; step < config.steps; ++step) {
+    // Forward and backward over every micro-batch; gradients accumulate.
+    executor.zeroGradients();
+    double lossSum = 0;
+    for (int64_t mb = 0; mb < microBatches; ++mb) {
+      for (int64_t b = 0; b < batch; ++b)
+        if (Status s = stream.sample(state.dataPosition++, &inputs[b * seq], &targets[b * seq]);
+            !s.ok())
+          return s;
+      StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
+      double loss = 0;
+      if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
+          !s.ok())
+        return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
+      lossSum += loss;
+    }
+
+    // The update: the loss is the mean over micro-batches, and so is the gradient.
+    const double lr = learningRate(config.optimizer, step, config.steps);
+    const double gradNorm = optimizer.step(step + 1, lr, 1.0 / microBatches);
+    state.step = step + 1;
+
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    int64_t done = state.step - firstStep;
+    StepRecord record{state.step, lossSum / microBatches, lr, gradNorm,
+                      done * microBatches * batch * seq / std::max(elapsed, 1e-9)};
+    if (onStep)
+      onStep(record);
+    if (config.logEvery > 0 && (state.step % config.logEvery == 0 || state.step == config.steps))
+      std::fprintf(log,
+                   "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
+                   "%.0f tok/s | ETA %s\n",
+                   state.step, config.steps, record.loss, lr, gradNorm, record.tokensPerSecond,
+                   duration(elapsed / done * (config.steps - state.step)).c_str());
+    std::fflush(log);
+
+    bool lastStep = state.step == config.steps;
+    if (!config.saveDir.empty() &&
+        (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0)))
+      if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state); !s.ok())
+        return s;
+  }
+  return Status::success();
+}
+
+} // namespace mt

@@ -1,0 +1,36 @@
+// The training loop, readable top to bottom: data, forward and backward per
+// micro-batch, update, log, save.
+#ifndef MT_RUNTIME_TRAIN_TRAINER_H
+#define MT_RUNTIME_TRAIN_TRAINER_H
+
+#include "core/Executor.h"
+#include "train/Optimizer.h"
+
+#include <cstdio>
+#include <functional>
+#include <string>
+
+namespace mt {
+
+struct TrainerConfig {
+  std::string dataPrefix;
+  int64_t steps = 0;
+  uint64_t seed = 1234;
+  std::string saveDir, loadDir;
+  int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
+  int64_t logEvery = 1;
+  OptimizerConfig optimizer;
+};
+
+/// One line per logged step; also what tests read.
+struct StepRecord {
+  int64_t step; // 1-based
+  double loss, lr, gradNorm, tokensPerSecond;
+};
+
+Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
+             const std::function<void(const StepRecord &)> &onStep = {});
+
+} // namespace mt
+
+#endif

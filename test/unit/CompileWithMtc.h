@@ -1,0 +1,38 @@
+// Tests that need a plan compile it with the mtc under test (MTC_BINARY).
+#ifndef MT_TEST_UNIT_COMPILEWITHMTC_H
+#define MT_TEST_UNIT_COMPILEWITHMTC_H
+
+#include "plan/PlanReader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace mt::test {
+
+/// Compiles `model` (a path) with `flags`; returns the plan's path, or "" on failure.
+inline std::string compileModel(const std::string &model, const std::string &flags,
+                                const std::string &name) {
+  std::string plan = ::testing::TempDir() + name + ".mtp";
+  std::string cmd = std::string(MTC_BINARY) + " compile " + model + " " + flags + " -o " +
+                    plan + " > /dev/null";
+  return std::system(cmd.c_str()) == 0 ? plan : "";
+}
+
+/// Writes `mlir` to a file and compiles it.
+inline std::string compileSource(const std::string &mlir, const std::string &flags,
+                                 const std::string &name) {
+  std::string source = ::testing::TempDir() + name + ".mlir";
+  std::ofstream(source) << mlir;
+  return compileModel(source, flags, name);
+}
+
+inline std::string zooModel(const std::string &name) {
+  return std::string(MTC_MODELS_DIR) + "/" + name + ".mlir";
+}
+
+} // namespace mt::test
+
+#endif

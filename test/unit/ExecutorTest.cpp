@@ -1,0 +1,115 @@
+// The executor against the compiler's promises: the arena reaches exactly the planned
+// peak, the plan's buffer reuse changes no bit of the result, and random numbers
+// depend on global indices only.
+#include "CompileWithMtc.h"
+#include "backends/Backend.h"
+#include "core/Executor.h"
+#include "core/Rng.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+namespace mt {
+namespace {
+
+struct StepRun {
+  std::unique_ptr<Backend> backend = makeCpuBackend();
+  std::unique_ptr<Executor> executor;
+  double loss = 0;
+};
+
+void runStep(const LoadedPlan &plan, ExecutorOptions options, StepRun &run) {
+  ASSERT_TRUE(Executor::create(plan, *run.backend, options, run.executor).ok());
+  ASSERT_TRUE(run.executor->initParameters(42).ok());
+  std::vector<int32_t> tokens(run.executor->tokensPerMicroBatch()), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 37) % 256);
+    targets[i] = static_cast<int32_t>((i * 11 + 5) % 256);
+  }
+  Status s = run.executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, run.loss);
+  ASSERT_TRUE(s.ok()) << s.message();
+}
+
+class ExecutorTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string path = test::compileModel(test::zooModel("gpt-tiny"),
+                                          "--micro-batch-size 2 --global-batch-size 2",
+                                          "executor_test");
+    ASSERT_FALSE(path.empty());
+    Status s = LoadedPlan::read(path, plan);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  LoadedPlan plan;
+};
+
+TEST_F(ExecutorTest, ArenaHighWaterEqualsPlannedPeak) {
+  StepRun run;
+  runStep(plan, {}, run);
+  EXPECT_GT(run.executor->plannedArenaBytes(), 0u);
+  EXPECT_EQ(run.executor->arenaHighWater(), run.executor->plannedArenaBytes());
+  EXPECT_EQ(run.executor->plannedArenaBytes(), plan.plan().accounting()->activation_bytes());
+}
+
+TEST_F(ExecutorTest, PlannedReuseEqualsSeparateBuffersBitForBit) {
+  StepRun planned, separate;
+  runStep(plan, {}, planned);
+  runStep(plan, {/*separateBuffers=*/true}, separate);
+  EXPECT_EQ(planned.loss, separate.loss);
+  auto &a = planned.executor->parameters(), &b = separate.executor->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_EQ(std::memcmp(a[i].grad.data, b[i].grad.data, a[i].bytes), 0) << a[i].name;
+}
+
+TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
+  // A shard initialised at its global offset holds the same values as that slice of
+  // the whole tensor: no layout changes a parameter's initial value.
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<int64_t> shape{6, 10};
+  fbb.Finish(plan::CreateParam(fbb, fbb.CreateString("h.3.mlp.fc.weight"),
+                               fbb.CreateVector(shape), plan::DType::F32, plan::Init::Normal,
+                               0.02));
+  const plan::Param &param = *flatbuffers::GetRoot<plan::Param>(fbb.GetBufferPointer());
+  auto backend = makeCpuBackend();
+  std::vector<float> whole(60), first(25), second(35);
+  auto view = [](std::vector<float> &v) {
+    TensorView t;
+    t.data = v.data();
+    t.rank = 1;
+    t.shape[0] = static_cast<int64_t>(v.size());
+    return t;
+  };
+  backend->initParameter(view(whole), param, 9, 0);
+  backend->initParameter(view(first), param, 9, 0);
+  backend->initParameter(view(second), param, 9, 25);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), whole.begin()));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), whole.begin() + 25));
+  double mean = 0, var = 0;
+  for (float x : whole)
+    mean += x / 60;
+  for (float x : whole)
+    var += (x - mean) * (x - mean) / 60;
+  EXPECT_NEAR(std::sqrt(var), 0.02, 0.006);
+  EXPECT_NEAR(mean, 0.0, 0.01);
+}
+
+TEST(Rng, DropoutMasksFollowTheirCounters) {
+  const double rate = 0.25;
+  const uint64_t n = 1 << 16;
+  uint64_t kept = 0, sameAcrossSteps = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    bool k = rng::dropoutKeeps(5, 10, 2, 4, i, rate);
+    EXPECT_EQ(k, rng::dropoutKeeps(5, 10, 2, 4, i, rate)); // a pure function
+    kept += k;
+    sameAcrossSteps += k == rng::dropoutKeeps(5, 11, 2, 4, i, rate);
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / n, 1 - rate, 0.01);
+  // Another step draws an independent mask: agreement is that of two coin flips.
+  EXPECT_NEAR(static_cast<double>(sameAcrossSteps) / n, 0.75 * 0.75 + 0.25 * 0.25, 0.01);
+}
+
+} // namespace
+} // namespace mt

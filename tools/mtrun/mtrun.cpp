@@ -1,0 +1,175 @@
+// mtrun: executes a plan on this rank — trains the model it describes.
+#include "backends/Backend.h"
+#include "core/Executor.h"
+#include "plan/PlanReader.h"
+#include "train/Trainer.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <string>
+
+namespace {
+
+constexpr const char *kUsage = R"(usage:
+  mtrun PLAN --data PREFIX --steps N [options]
+
+  --data PREFIX             Megatron indexed dataset PREFIX.bin / PREFIX.idx (mtdata)
+  --steps N                 optimizer steps (Megatron: --train-iters)
+  --seed S                  parameter init, dropout and data order (default 1234)
+  --lr X, --min-lr X        peak and final learning rate (default 6e-4, 0)
+  --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters)
+  --lr-decay cosine|linear|constant   (Megatron: --lr-decay-style)
+  --lr-decay-steps N        (Megatron: --lr-decay-iters; default: all steps)
+  --adam-beta1 X, --adam-beta2 X, --adam-eps X, --weight-decay X
+  --clip-grad X             global gradient-norm clipping (0: off; default 1.0)
+  --save DIR, --save-every K   checkpoint to DIR every K steps and at the end
+                            (Megatron: --save-interval)
+  --load DIR                resume from DIR's checkpoint
+  --log-every K             progress line every K steps (Megatron: --log-interval)
+  --backend cpu             the device to run on
+)";
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr, "mtrun: %s\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+/// Megatron's flag names map onto ours.
+const std::map<std::string, std::string> kAliases = {
+    {"train-iters", "steps"},        {"lr-warmup-iters", "warmup-steps"},
+    {"lr-decay-style", "lr-decay"},  {"lr-decay-iters", "lr-decay-steps"},
+    {"save-interval", "save-every"}, {"log-interval", "log-every"}};
+const std::set<std::string> kFlags = {
+    "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
+    "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
+    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend"};
+
+/// Ranks this process runs among, from the launcher's environment.
+int worldSize() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char *value = std::getenv(name))
+      return std::atoi(value);
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string planPath;
+  std::map<std::string, std::string> flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg.rfind("-", 0) != 0) {
+      if (!planPath.empty())
+        return usageError("more than one plan given");
+      planPath = arg;
+      continue;
+    }
+    std::string name = arg.substr(arg.find_first_not_of('-')), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usageError("flag '" + arg + "' needs a value");
+    }
+    if (auto alias = kAliases.find(name); alias != kAliases.end())
+      name = alias->second;
+    if (!kFlags.count(name))
+      return usageError("unknown flag '" + arg + "'");
+    flags[name] = value;
+  }
+  if (planPath.empty())
+    return usageError("no plan given");
+  if (!flags.count("data") || !flags.count("steps"))
+    return usageError("--data and --steps are required");
+
+  mt::TrainerConfig config;
+  try {
+    auto number = [&](const char *name, double fallback) {
+      auto it = flags.find(name);
+      if (it == flags.end())
+        return fallback;
+      size_t used = 0;
+      double v = std::stod(it->second, &used);
+      if (used != it->second.size())
+        throw std::invalid_argument(name);
+      return v;
+    };
+    auto integer = [&](const char *name, int64_t fallback) {
+      auto it = flags.find(name);
+      if (it == flags.end())
+        return fallback;
+      size_t used = 0;
+      long long v = std::stoll(it->second, &used);
+      if (used != it->second.size() || v < 0)
+        throw std::invalid_argument(name);
+      return static_cast<int64_t>(v);
+    };
+    config.dataPrefix = flags["data"];
+    config.steps = integer("steps", 0);
+    config.seed = static_cast<uint64_t>(integer("seed", 1234));
+    config.saveDir = flags.count("save") ? flags["save"] : "";
+    config.loadDir = flags.count("load") ? flags["load"] : "";
+    config.saveEvery = integer("save-every", 0);
+    config.logEvery = integer("log-every", 1);
+    mt::OptimizerConfig &o = config.optimizer;
+    o.lr = number("lr", o.lr);
+    o.minLr = number("min-lr", o.minLr);
+    o.warmupSteps = integer("warmup-steps", 0);
+    o.decaySteps = integer("lr-decay-steps", 0);
+    o.decayStyle = flags.count("lr-decay") ? flags["lr-decay"] : o.decayStyle;
+    o.beta1 = number("adam-beta1", o.beta1);
+    o.beta2 = number("adam-beta2", o.beta2);
+    o.eps = number("adam-eps", o.eps);
+    o.weightDecay = number("weight-decay", o.weightDecay);
+    o.clipGrad = number("clip-grad", o.clipGrad);
+    if (o.decayStyle != "cosine" && o.decayStyle != "linear" && o.decayStyle != "constant")
+      return usageError("--lr-decay must be cosine, linear or constant");
+  } catch (const std::exception &e) {
+    return usageError(std::string("bad number for --") + e.what());
+  }
+  if (flags.count("backend") && flags["backend"] != "cpu")
+    return usageError("--backend must be cpu (this build has no other)");
+
+  mt::LoadedPlan plan;
+  if (mt::Status s = mt::LoadedPlan::read(planPath, plan); !s.ok()) {
+    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return 1;
+  }
+  const mt::plan::Grid &grid = *plan.plan().grid();
+  const int planRanks = grid.tp() * grid.pp() * grid.dp();
+  if (worldSize() != planRanks) {
+    std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), but %d "
+                         "are running\n",
+                 planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize());
+    return 1;
+  }
+
+  std::unique_ptr<mt::Backend> backend = mt::makeCpuBackend();
+  std::unique_ptr<mt::Executor> executor;
+  if (mt::Status s = mt::Executor::create(plan, *backend, {}, executor); !s.ok()) {
+    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("mtrun: %s on %s, %lld steps of %lld x %lld tokens\n",
+              plan.plan().model()->c_str(), backend->name(),
+              static_cast<long long>(config.steps),
+              static_cast<long long>(plan.plan().global_batch_size()),
+              static_cast<long long>(plan.plan().seq_length()));
+  if (mt::Status s = mt::train(*executor, config, stdout); !s.ok()) {
+    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::printf("arena: %llu bytes high-water, %llu planned\n",
+              static_cast<unsigned long long>(executor->arenaHighWater()),
+              static_cast<unsigned long long>(executor->plannedArenaBytes()));
+  return 0;
+}
