@@ -1,4 +1,4 @@
-// A CI-sized GPT: 2 layers, hidden 64, 4 heads, 32 positions, vocabulary 256.
+// A CI-sized GPT: 2 layers, hidden 64, 4 heads, 32 positions, vocabulary 512.
 // Pre-LayerNorm decoder blocks, learned positions, output embedding tied to the input
 // embedding; output projections initialised with std 0.02/sqrt(2·layers).
 // No batch size and no layout: those are compiler options.
@@ -32,17 +32,17 @@ module attributes {mt.model = "gpt-tiny"} {
   }
 
   func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<f32> {
-    %wte = mt.param "wte" normal(2.0e-02) : tensor<256x64xf32>
+    %wte = mt.param "wte" normal(2.0e-02) : tensor<512x64xf32>
     %wpe = mt.param "wpe" normal(2.0e-02) : tensor<32x64xf32>
-    %tok = mt.embedding %wte, %tokens : (tensor<256x64xf32>, tensor<?x?xi32>) -> tensor<?x?x64xf32>
+    %tok = mt.embedding %wte, %tokens : (tensor<512x64xf32>, tensor<?x?xi32>) -> tensor<?x?x64xf32>
     %emb = mt.position_embedding %tok, %wpe : (tensor<?x?x64xf32>, tensor<32x64xf32>) -> tensor<?x?x64xf32>
     %x = mt.dropout %emb {rate = 0.1 : f64} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
     %y = mt.repeat 2 @block(%x) {prefix = "h"} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
     %lnf_w = mt.param "ln_f.weight" ones : tensor<64xf32>
     %lnf_b = mt.param "ln_f.bias" zeros : tensor<64xf32>
     %yn = mt.layer_norm %y, %lnf_w, %lnf_b : (tensor<?x?x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
-    %logits = mt.linear %yn, %wte : (tensor<?x?x64xf32>, tensor<256x64xf32>) -> tensor<?x?x256xf32>
-    %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x256xf32>, tensor<?x?xi32>) -> tensor<f32>
+    %logits = mt.linear %yn, %wte : (tensor<?x?x64xf32>, tensor<512x64xf32>) -> tensor<?x?x512xf32>
+    %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x512xf32>, tensor<?x?xi32>) -> tensor<f32>
     return %loss : tensor<f32>
   }
 }

@@ -10,7 +10,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
-#include <map>
+#include <set>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -58,16 +58,19 @@ std::vector<int64_t> shapeOf(const TensorView &v) {
   return std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.rank);
 }
 
-/// Every tensor a checkpoint holds, by name: weights under the parameter's name,
+using NamedTensors = std::vector<std::pair<std::string, TensorView>>;
+
+/// Every tensor a checkpoint holds: the weights under their parameters' names, then
 /// Adam's moments under optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>.
-std::map<std::string, TensorView> checkpointTensors(Executor &executor, const AdamW &optimizer) {
-  std::map<std::string, TensorView> tensors;
+NamedTensors checkpointTensors(Executor &executor, const AdamW &optimizer) {
+  NamedTensors tensors;
   auto &params = executor.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    tensors[params[i].name] = params[i].weight;
-    tensors["optimizer.exp_avg." + params[i].name] = optimizer.expAvg()[i];
-    tensors["optimizer.exp_avg_sq." + params[i].name] = optimizer.expAvgSq()[i];
-  }
+  for (size_t i = 0; i < params.size(); ++i)
+    tensors.emplace_back(params[i].name, params[i].weight);
+  for (size_t i = 0; i < params.size(); ++i)
+    tensors.emplace_back("optimizer.exp_avg." + params[i].name, optimizer.expAvg()[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    tensors.emplace_back("optimizer.exp_avg_sq." + params[i].name, optimizer.expAvgSq()[i]);
   return tensors;
 }
 
@@ -137,7 +140,7 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   if (Status s = ensureDirectory(dir); !s.ok())
     return s;
   removeStaleTemporaries(dir);
-  std::map<std::string, TensorView> tensors = checkpointTensors(executor, optimizer);
+  NamedTensors tensors = checkpointTensors(executor, optimizer);
 
   json header;
   size_t offset = 0;
@@ -217,9 +220,12 @@ Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 
   const char *data = file.data() + 8 + headerBytes;
   const size_t dataBytes = file.size() - 8 - headerBytes;
-  std::map<std::string, TensorView> tensors = checkpointTensors(executor, optimizer);
+  NamedTensors tensors = checkpointTensors(executor, optimizer);
+  std::set<std::string> expected;
+  for (const auto &entry : tensors)
+    expected.insert(entry.first);
   for (const auto &[name, entry] : header.items())
-    if (name != "__metadata__" && !tensors.count(name))
+    if (name != "__metadata__" && !expected.count(name))
       return fail(cat("tensor '", name, "' is not a tensor of model '",
                       executor.plan().model()->str(), "'"));
   for (const auto &[name, view] : tensors) {

@@ -4,6 +4,7 @@
 #include "train/Checkpoint.h"
 
 #include <chrono>
+#include <memory>
 #include <cinttypes>
 #include <vector>
 
@@ -52,6 +53,13 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       return s;
   }
 
+  std::FILE *metrics = nullptr;
+  if (!config.metricsPath.empty() && !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
+    return Status::failure(config.metricsPath + ": cannot write metrics");
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> closeMetrics(metrics, [](std::FILE *f) {
+    return f ? std::fclose(f) : 0;
+  });
+
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
@@ -84,6 +92,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                       done * microBatches * batch * seq / std::max(elapsed, 1e-9)};
     if (onStep)
       onStep(record);
+    if (metrics) {
+      std::fprintf(metrics, "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
+                   record.step, record.loss, record.lr, record.gradNorm);
+      std::fflush(metrics);
+    }
     if (config.logEvery > 0 && (state.step % config.logEvery == 0 || state.step == config.steps))
       std::fprintf(log,
                    "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "

@@ -19,6 +19,7 @@ struct TrainerConfig {
   std::string saveDir, loadDir;
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
   int64_t logEvery = 1;
+  std::string metricsPath; // one line per step, full precision, when set
   OptimizerConfig optimizer;
 };
 

@@ -36,6 +36,8 @@ struct GradientCase {
   int64_t vocab;          // token and target ids are drawn below this
 };
 
+void PrintTo(const GradientCase &c, std::ostream *os) { *os << c.name; }
+
 std::vector<GradientCase> cases() {
   std::vector<GradientCase> c;
   c.push_back({"gelu", oneOpModel(R"(
@@ -76,7 +78,7 @@ std::vector<GradientCase> cases() {
   %logits = mt.param "logits" normal(1.0) : tensor<2x3x6xf32>)", 6,
       "  %loss = mt.cross_entropy %logits, %targets {num_classes = 4 : i64} : "
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
-  c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 256});
+  c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 512});
   return c;
 }
 

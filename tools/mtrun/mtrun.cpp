@@ -28,6 +28,7 @@ constexpr const char *kUsage = R"(usage:
                             (Megatron: --save-interval)
   --load DIR                resume from DIR's checkpoint
   --log-every K             progress line every K steps (Megatron: --log-interval)
+  --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --backend cpu             the device to run on
 )";
 
@@ -44,7 +45,7 @@ const std::map<std::string, std::string> kAliases = {
 const std::set<std::string> kFlags = {
     "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend"};
+    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics"};
 
 /// Ranks this process runs among, from the launcher's environment.
 int worldSize() {
@@ -120,6 +121,7 @@ int main(int argc, char **argv) {
     config.loadDir = flags.count("load") ? flags["load"] : "";
     config.saveEvery = integer("save-every", 0);
     config.logEvery = integer("log-every", 1);
+    config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
     mt::OptimizerConfig &o = config.optimizer;
     o.lr = number("lr", o.lr);
     o.minLr = number("min-lr", o.minLr);

@@ -1,0 +1,71 @@
+// GPT training samples from an indexed dataset, as Megatron's GPT dataset cuts them:
+// the .bin is one stream of tokens (each document already ends with the EOD token),
+// and sample i is the window of seqLength + 1 tokens that starts at token
+// i * seqLength; its first seqLength tokens are the inputs and its last seqLength the
+// targets, the next token at every position.
+//
+// Samples are visited in a fresh order every epoch. The order is fully specified, so
+// that every machine and standard library visits the same samples, and a run resumed
+// from a checkpoint's position continues exactly where it stopped:
+//
+//   mix(z)      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+//               z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+//               return z ^ (z >> 31)                      (SplitMix64's finalizer)
+//   next()      state += 0x9E3779B97F4A7C15; return mix(state)       (SplitMix64)
+//   below(n)    r = next() until r >= (2^64 - n) mod n; return r mod n
+//               (rejection keeps every value equally likely)
+//   epoch e     state = mix(mix(seed) ^ e); order = 0, 1, ..., N-1;
+//               for i = N-1 down to 1: swap(order[i], order[below(i + 1)])
+//               (Fisher-Yates)
+//
+// Position p (samples consumed since the start of training) reads sample
+// order[p mod N] of epoch p / N.
+#ifndef MT_RUNTIME_DATA_TOKENSTREAM_H
+#define MT_RUNTIME_DATA_TOKENSTREAM_H
+
+#include "core/Status.h"
+#include "data/IndexedDataset.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mt {
+
+/// The order in which epoch `epoch` visits `numSamples` samples (see above).
+std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t epoch);
+
+class TokenStream {
+public:
+  /// `data` must outlive the stream. A sequence length that is not positive, or data
+  /// shorter than one sample, is reported by every call that reads samples.
+  TokenStream(const IndexedDataset &data, int64_t seqLength, uint64_t seed);
+
+  int64_t seqLength() const { return seqLength_; }
+  /// Samples per epoch: (tokens - 1) / seqLength.
+  uint64_t numSamples() const { return numSamples_; }
+
+  /// The sample that position `position` reads.
+  Status sampleIndex(uint64_t position, uint64_t &index);
+
+  /// Copies the sample at `position` into seqLength inputs and seqLength targets.
+  Status sample(uint64_t position, int32_t *inputs, int32_t *targets);
+
+  /// Fails, naming the token id, its position and document, and the vocabulary size,
+  /// when a token id is negative or not below `vocabularySize`.
+  Status checkVocabulary(int64_t vocabularySize) const;
+
+private:
+  const IndexedDataset &data_;
+  int64_t seqLength_;
+  uint64_t seed_;
+  uint64_t numSamples_ = 0;
+  std::string unusable_;
+  std::vector<uint64_t> order_;
+  uint64_t orderEpoch_ = 0;
+  bool orderBuilt_ = false;
+};
+
+} // namespace mt
+
+#endif

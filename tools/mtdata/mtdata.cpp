@@ -1,0 +1,440 @@
+// mtdata: tokenizes text into a Megatron indexed dataset (PREFIX.bin, PREFIX.idx), the
+// training data of mtrun, as Megatron's tools/preprocess_data.py does with
+// --append-eod: every document is encoded, ends with the tokenizer's end-of-sequence
+// id, and becomes one sequence.
+//
+//   mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
+//          (--tokenizer MODEL.model | --train-tokenizer MODEL_PREFIX --vocab-size N)
+//          [--split-on LINE]
+#include "data/IndexedDataset.h"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <unistd.h>
+
+namespace {
+
+constexpr const char *kUsage = R"(usage:
+  mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
+         (--tokenizer MODEL.model | --train-tokenizer MODEL_PREFIX --vocab-size N)
+         [--split-on LINE]
+
+  --input FILE            text to tokenize; each file is one document unless
+                          --split-on splits it
+  --output-prefix PREFIX  writes PREFIX.bin and PREFIX.idx, Megatron's indexed dataset
+  --tokenizer MODEL       encodes with an existing SentencePiece model
+  --train-tokenizer MODEL_PREFIX
+                          first trains a SentencePiece BPE model of --vocab-size N
+                          pieces on the inputs: MODEL_PREFIX.model, MODEL_PREFIX.vocab
+  --split-on LINE         a line that is exactly LINE separates documents
+                          (--split-on % reads fortune files)
+)";
+
+int usageError(const std::string &message) {
+  std::cerr << "mtdata: " << message << "\n" << kUsage;
+  return 2;
+}
+
+int inputError(const std::string &message) {
+  std::cerr << "mtdata: " << message << "\n";
+  return 1;
+}
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::string outputPrefix, tokenizer, trainTokenizer, splitOn;
+  bool splitting = false, help = false;
+  int vocabularySize = 0;
+};
+
+/// Parses `--flag value` and `--flag=value`; returns an error message or "".
+std::string parseArgs(int argc, char **argv, Options &options) {
+  std::string vocabulary;
+  // Flags given once; --input may repeat.
+  const std::unordered_map<std::string, std::string *> singleFlags = {
+      {"output-prefix", &options.outputPrefix},
+      {"tokenizer", &options.tokenizer},
+      {"train-tokenizer", &options.trainTokenizer},
+      {"vocab-size", &vocabulary},
+      {"split-on", &options.splitOn}};
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      options.help = true;
+      return "";
+    }
+    if (arg.rfind("--", 0) != 0)
+      return "unexpected argument '" + arg + "'";
+    std::string name = arg.substr(2), value;
+    size_t equals = name.find('=');
+    if (equals != std::string::npos)
+      name.resize(equals);
+    const auto single = singleFlags.find(name);
+    if (name != "input" && single == singleFlags.end())
+      return "unknown flag '--" + name + "'";
+    if (equals != std::string::npos)
+      value = arg.substr(2 + equals + 1);
+    else if (i + 1 < argc)
+      value = argv[++i];
+    else
+      return "--" + name + " needs a value";
+    if (name == "input")
+      options.inputs.push_back(value);
+    else
+      *single->second = value;
+    if (name == "split-on")
+      options.splitting = true;
+  }
+  if (options.inputs.empty())
+    return "needs at least one --input FILE";
+  if (options.outputPrefix.empty())
+    return "needs --output-prefix PREFIX";
+  if (options.tokenizer.empty() == options.trainTokenizer.empty())
+    return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
+  if (!options.tokenizer.empty() && !vocabulary.empty())
+    return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
+  if (!options.trainTokenizer.empty()) {
+    if (vocabulary.empty())
+      return "--train-tokenizer needs --vocab-size N";
+    char *end = nullptr;
+    errno = 0;
+    long parsed = std::strtol(vocabulary.c_str(), &end, 10);
+    if (*end != '\0' || errno != 0 || parsed <= 0 || parsed > (1L << 30))
+      return "--vocab-size must be a positive integer, got '" + vocabulary + "'";
+    options.vocabularySize = static_cast<int>(parsed);
+  }
+  return "";
+}
+
+std::string withCommas(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+/// "1 document", "12,345 documents".
+std::string counted(uint64_t n, const std::string &noun) {
+  return withCommas(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// SentencePiece's messages start with the source line and the failed condition,
+/// "./src/trainer_interface.cc(580) [(a) <= (b)] Vocabulary size is ...": keep what
+/// follows, which says what is wrong in words.
+std::string sentencePieceReason(const sentencepiece::util::Status &status,
+                                const std::string &whenSilent) {
+  std::string message = status.message();
+  size_t condition = message.find(") [");
+  size_t reason = condition == std::string::npos ? condition : message.find("] ", condition);
+  if (reason != std::string::npos)
+    message = message.substr(reason + 2);
+  return message.empty() ? whenSilent : message;
+}
+
+/// "" when `path` can be opened with `mode`, else why not. SentencePiece reports a
+/// missing or unwritable file in its own words; this names it plainly, and before
+/// any work is done.
+std::string openError(const std::string &path, const char *mode) {
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
+  std::FILE *file = std::fopen(path.c_str(), mode);
+  if (!file)
+    return std::strerror(errno);
+  std::fclose(file);
+  if (!existed)
+    std::remove(path.c_str());
+  return "";
+}
+
+/// The lines of one file, without their line ends.
+class LineReader {
+public:
+  LineReader() = default;
+  LineReader(const LineReader &) = delete;
+  LineReader &operator=(const LineReader &) = delete;
+  ~LineReader() {
+    std::free(buffer_);
+    if (file_)
+      std::fclose(file_);
+  }
+
+  bool open(const std::string &path, std::string &error) {
+    path_ = path;
+    file_ = std::fopen(path.c_str(), "rb");
+    if (!file_)
+      error = "cannot read " + path + ": " + std::strerror(errno);
+    return file_ != nullptr;
+  }
+
+  /// False at the end of the file or on a read error; error() tells which.
+  bool next(std::string &line) {
+    ssize_t n = ::getline(&buffer_, &capacity_, file_);
+    if (n < 0)
+      return false;
+    bytes_ += static_cast<uint64_t>(n);
+    if (n > 0 && buffer_[n - 1] == '\n')
+      --n;
+    line.assign(buffer_, static_cast<size_t>(n));
+    return true;
+  }
+
+  std::string error() const {
+    return std::ferror(file_) ? "cannot read " + path_ + ": " + std::strerror(errno) : "";
+  }
+  uint64_t bytes() const { return bytes_; }
+
+private:
+  std::string path_;
+  std::FILE *file_ = nullptr;
+  char *buffer_ = nullptr;
+  size_t capacity_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+/// Whether `line` is the separator (ignoring a CRLF line end's '\r').
+bool isSeparator(const Options &options, const std::string &line) {
+  if (!options.splitting)
+    return false;
+  std::string_view text = line;
+  if (!text.empty() && text.back() == '\r')
+    text.remove_suffix(1);
+  return text == options.splitOn;
+}
+
+bool isBlank(const std::string &text) {
+  return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos;
+}
+
+/// Calls `onDocument` with each document of `path`: its lines joined by '\n', up to a
+/// separator line or the end of the file. Blank documents are skipped.
+bool forEachDocument(const Options &options, const std::string &path,
+                     const std::function<bool(const std::string &)> &onDocument,
+                     std::string &error) {
+  LineReader reader;
+  if (!reader.open(path, error))
+    return false;
+  std::string line, document;
+  bool started = false;
+  auto emit = [&] {
+    bool ok = isBlank(document) || onDocument(document);
+    document.clear();
+    started = false;
+    return ok;
+  };
+  while (reader.next(line)) {
+    if (isSeparator(options, line)) {
+      if (!emit())
+        return false;
+      continue;
+    }
+    if (started)
+      document += '\n';
+    document += line;
+    started = true;
+  }
+  error = reader.error();
+  if (!error.empty())
+    return false;
+  if (reader.bytes() == 0) {
+    error = path + " is empty";
+    return false;
+  }
+  return emit();
+}
+
+/// The trainer's sentences: every non-blank line of the inputs except separators.
+class TrainingLines : public sentencepiece::SentenceIterator {
+public:
+  explicit TrainingLines(const Options &options) : options_(options) { advance(); }
+  bool done() const override { return done_; }
+  void Next() override { advance(); }
+  const std::string &value() const override { return line_; }
+  sentencepiece::util::Status status() const override {
+    if (error_.empty())
+      return sentencepiece::util::Status();
+    return sentencepiece::util::Status(sentencepiece::util::StatusCode::kDataLoss, error_);
+  }
+
+private:
+  void advance() {
+    while (!done_) {
+      if (reader_ && reader_->next(line_)) {
+        if (!isBlank(line_) && !isSeparator(options_, line_))
+          return;
+        continue;
+      }
+      if (reader_) {
+        error_ = reader_->error();
+        if (!error_.empty()) {
+          done_ = true;
+          return;
+        }
+      }
+      if (nextInput_ == options_.inputs.size()) {
+        done_ = true;
+        return;
+      }
+      reader_ = std::make_unique<LineReader>();
+      if (!reader_->open(options_.inputs[nextInput_++], error_))
+        done_ = true;
+    }
+  }
+
+  const Options &options_;
+  std::unique_ptr<LineReader> reader_;
+  size_t nextInput_ = 0;
+  std::string line_, error_;
+  bool done_ = false;
+};
+
+/// Trains a BPE model that encodes any text: byte fallback covers every character
+/// the training text lacks, and identity normalization keeps whitespace and line
+/// breaks as they are, so decoding gives back the text exactly.
+bool trainTokenizer(const Options &options, std::string &error) {
+  const std::unordered_map<std::string, std::string> settings = {
+      {"model_prefix", options.trainTokenizer},
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(options.vocabularySize)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"pad_id", "-1"},
+      {"unk_id", "0"},
+      {"bos_id", "1"},
+      {"eos_id", "2"},
+      // A sample of the lines is enough for a small vocabulary, and keeps training to
+      // seconds on a large corpus.
+      {"input_sentence_size", "200000"},
+      {"shuffle_input_sentence", "true"},
+      {"minloglevel", "2"},
+  };
+  // The sample, and so the model, is the same on every run.
+  sentencepiece::SetRandomGeneratorSeed(1);
+  TrainingLines lines(options);
+  sentencepiece::util::Status trained =
+      sentencepiece::SentencePieceTrainer::Train(settings, &lines);
+  if (!trained.ok()) {
+    error = "cannot train a tokenizer of " + std::to_string(options.vocabularySize) +
+            " pieces on the inputs: " + sentencePieceReason(trained, "no reason given");
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options;
+  std::string error = parseArgs(argc, argv, options);
+  if (options.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!error.empty())
+    return usageError(error);
+
+  // Every input is read through before anything is trained or written, so that a
+  // missing, unreadable or empty file is reported at once.
+  for (const std::string &path : options.inputs) {
+    uint64_t documents = 0;
+    auto count = [&](const std::string &) {
+      ++documents;
+      return true;
+    };
+    if (!forEachDocument(options, path, count, error))
+      return inputError(error);
+    if (documents == 0)
+      return inputError(path + " has no text, only blank lines" +
+                        (options.splitting ? " and separators '" + options.splitOn + "'" : ""));
+  }
+
+  sentencepiece::SentencePieceProcessor tokenizer;
+  const bool training = !options.trainTokenizer.empty();
+  const std::string modelPath = training ? options.trainTokenizer + ".model" : options.tokenizer;
+  int vocabularySize = options.vocabularySize;
+  if (training) {
+    error = openError(modelPath, "ab");
+    if (!error.empty())
+      return inputError("cannot create " + modelPath + ": " + error);
+  } else {
+    error = openError(modelPath, "rb");
+    if (!error.empty())
+      return inputError("cannot read " + modelPath + ": " + error);
+    sentencepiece::util::Status loaded = tokenizer.Load(modelPath);
+    if (!loaded.ok())
+      return inputError("cannot load tokenizer " + modelPath + ": " +
+                        sentencePieceReason(loaded, "not a SentencePiece model"));
+    vocabularySize = tokenizer.GetPieceSize();
+  }
+
+  // Opened before training, so that an unwritable output fails before the wait.
+  mt::IndexedDatasetWriter writer;
+  const mt::MegatronDType dtype = mt::tokenDTypeForVocabulary(vocabularySize);
+  mt::Status opened = mt::IndexedDatasetWriter::open(options.outputPrefix, dtype, writer);
+  if (!opened.ok())
+    return inputError(opened.message());
+
+  if (training) {
+    if (!trainTokenizer(options, error))
+      return inputError(error);
+    sentencepiece::util::Status loaded = tokenizer.Load(modelPath);
+    if (!loaded.ok())
+      return inputError("cannot load the trained tokenizer " + modelPath + ": " +
+                        sentencePieceReason(loaded, "not a SentencePiece model"));
+    if (tokenizer.GetPieceSize() != vocabularySize)
+      return inputError("the trained tokenizer " + modelPath + " has " +
+                        std::to_string(tokenizer.GetPieceSize()) + " pieces, not the " +
+                        std::to_string(vocabularySize) + " asked for");
+  }
+  const int endOfDocument = tokenizer.eos_id();
+  if (endOfDocument < 0)
+    return inputError("tokenizer " + modelPath +
+                      " has no end-of-sequence piece to end documents with");
+
+  std::vector<int> pieces;
+  std::vector<int32_t> tokens;
+  for (const std::string &path : options.inputs) {
+    auto encode = [&](const std::string &document) {
+      sentencepiece::util::Status encoded = tokenizer.Encode(document, &pieces);
+      if (!encoded.ok()) {
+        error = "cannot encode a document of " + path + ": " +
+                sentencePieceReason(encoded, "no reason given");
+        return false;
+      }
+      tokens.assign(pieces.begin(), pieces.end());
+      tokens.push_back(endOfDocument);
+      mt::Status added = writer.addDocument(tokens);
+      if (!added.ok())
+        error = added.message();
+      return added.ok();
+    };
+    if (!forEachDocument(options, path, encode, error))
+      return inputError(error);
+  }
+  mt::Status finished = writer.finish();
+  if (!finished.ok())
+    return inputError(finished.message());
+
+  std::cout << "mtdata: " << counted(writer.numDocuments(), "document") << ", "
+            << counted(writer.numTokens(), "token") << ", vocabulary "
+            << withCommas(static_cast<uint64_t>(vocabularySize)) << " -> "
+            << (training ? modelPath + ", " : "") << options.outputPrefix << ".bin, "
+            << options.outputPrefix << ".idx (" << mt::dtypeName(dtype) << ")\n";
+  return 0;
+}
