@@ -4,6 +4,7 @@
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -99,8 +100,12 @@ int main(int argc, char **argv) {
       if (it == flags.end())
         return fallback;
       size_t used = 0;
-      double v = std::stod(it->second, &used);
-      if (used != it->second.size())
+      double v = 0;
+      try {
+        v = std::stod(it->second, &used);
+      } catch (const std::exception &) {
+      }
+      if (used == 0 || used != it->second.size() || !std::isfinite(v))
         throw std::invalid_argument(name);
       return v;
     };
@@ -109,8 +114,12 @@ int main(int argc, char **argv) {
       if (it == flags.end())
         return fallback;
       size_t used = 0;
-      long long v = std::stoll(it->second, &used);
-      if (used != it->second.size() || v < 0)
+      long long v = -1;
+      try {
+        v = std::stoll(it->second, &used);
+      } catch (const std::exception &) {
+      }
+      if (used == 0 || used != it->second.size() || v < 0)
         throw std::invalid_argument(name);
       return static_cast<int64_t>(v);
     };

@@ -48,6 +48,24 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alph
               transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/// Large GEMMs are split into fixed blocks of output rows, one OpenMP task each. The
+/// blocks do not depend on the thread count, so neither do the results; OpenBLAS
+/// itself runs single-threaded (see CpuBackend), which avoids oversubscribing cores.
+constexpr int64_t kRowBlock = 128;
+
+template <typename T>
+void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a,
+                  int64_t lda, const T *b, int64_t ldb, T *c, int64_t ldc) {
+  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t row = blk * kRowBlock, rows = std::min(kRowBlock, m - row);
+    // Row `row` of op(A) starts at a + row·lda untransposed, at a + row transposed.
+    gemm(transA, transB, rows, n, k, T(1), a + (transA ? row : row * lda), lda, b, ldb, T(0),
+         c + row * ldc, ldc);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Kernels, one per opcode. Inputs and outputs follow the instruction's operand order.
 //===----------------------------------------------------------------------===//
@@ -122,6 +140,7 @@ template <typename T> struct Kernels {
   static void layerNorm(const TensorView &x, const TensorView &w, const TensorView &b,
                         double eps, const TensorView &out) {
     const int64_t h = x.cols();
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < x.rows(); ++r) {
       const T *xr = ptr(x) + r * h;
       T *o = ptr(out) + r * h;
@@ -167,7 +186,7 @@ template <typename T> struct Kernels {
   static void linear(const TensorView &x, const TensorView &w, const TensorView *b,
                      const TensorView &out) {
     const int64_t m = x.rows(), k = x.cols(), n = w.dim(0);
-    gemm(false, true, m, n, k, T(1), ptr(x), k, ptr(w), k, T(0), ptr(out), n);
+    parallelGemm(false, true, m, n, k, ptr(x), k, ptr(w), k, ptr(out), n);
     if (b)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < n; ++j)
@@ -177,13 +196,13 @@ template <typename T> struct Kernels {
   /// dx[M×K] = dy[M×N]·W[N×K]
   static void linearGradInput(const TensorView &dy, const TensorView &w, const TensorView &dx) {
     const int64_t m = dy.rows(), n = dy.cols(), k = w.dim(1);
-    gemm(false, false, m, k, n, T(1), ptr(dy), n, ptr(w), k, T(0), ptr(dx), k);
+    parallelGemm(false, false, m, k, n, ptr(dy), n, ptr(w), k, ptr(dx), k);
   }
 
   /// dW[N×K] = dy[M×N]ᵀ·x[M×K]
   static void linearGradWeight(const TensorView &dy, const TensorView &x, const TensorView &dw) {
     const int64_t m = dy.rows(), n = dy.cols(), k = x.cols();
-    gemm(true, false, n, k, m, T(1), ptr(dy), n, ptr(x), k, T(0), ptr(dw), k);
+    parallelGemm(true, false, n, k, m, ptr(dy), n, ptr(x), k, ptr(dw), k);
   }
 
   static void biasGrad(const TensorView &dy, const TensorView &db) {
@@ -208,18 +227,23 @@ template <typename T> struct Kernels {
 
   // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
   static constexpr double kGeluC = 0.79788456080286535588; // √(2/π)
+  // Elementwise math runs in T: the result is stored in T anyway.
   static void gelu(const TensorView &x, const TensorView &out) {
+    const T c = static_cast<T>(kGeluC), a = static_cast<T>(0.044715);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < out.numel(); ++i) {
-      double v = ptr(x)[i];
-      ptr(out)[i] = static_cast<T>(0.5 * v * (1 + std::tanh(kGeluC * (v + 0.044715 * v * v * v))));
+      T v = ptr(x)[i];
+      ptr(out)[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + a * v * v * v)));
     }
   }
   static void geluGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
+    const T c = static_cast<T>(kGeluC), a = static_cast<T>(0.044715);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < dx.numel(); ++i) {
-      double v = ptr(x)[i];
-      double t = std::tanh(kGeluC * (v + 0.044715 * v * v * v));
-      double d = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * kGeluC * (1 + 3 * 0.044715 * v * v);
-      ptr(dx)[i] = static_cast<T>(ptr(dy)[i] * d);
+      T v = ptr(x)[i];
+      T t = std::tanh(c * (v + a * v * v * v));
+      T d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * a * v * v);
+      ptr(dx)[i] = ptr(dy)[i] * d;
     }
   }
 
@@ -231,6 +255,7 @@ template <typename T> struct Kernels {
       return;
     }
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i)
       ptr(out)[i] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
                                       static_cast<uint32_t>(stream), i, rate)
@@ -246,13 +271,15 @@ template <typename T> struct Kernels {
     for (int64_t i = 0; i < s; ++i) {
       T *row = p + i * s;
       int64_t valid = causal ? i + 1 : s;
-      double max = -std::numeric_limits<double>::infinity(), sum = 0;
+      T max = -std::numeric_limits<T>::infinity();
       for (int64_t j = 0; j < valid; ++j)
-        max = std::max<double>(max, row[j]);
+        max = std::max(max, row[j]);
+      double sum = 0;
       for (int64_t j = 0; j < valid; ++j)
-        sum += std::exp(row[j] - max);
+        sum += row[j] = std::exp(row[j] - max);
+      const T inverse = static_cast<T>(1.0 / sum);
       for (int64_t j = 0; j < valid; ++j)
-        row[j] = static_cast<T>(std::exp(row[j] - max) / sum);
+        row[j] *= inverse;
       std::fill(row + valid, row + s, T(0));
     }
   }
@@ -262,9 +289,10 @@ template <typename T> struct Kernels {
                         const TensorView &out) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    std::vector<T> p(s * s);
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < heads; ++hi) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      std::vector<T> p(s * s);
         const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
         attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
         gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
@@ -279,9 +307,10 @@ template <typename T> struct Kernels {
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    std::vector<T> p(s * s), dp(s * s);
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < heads; ++hi) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      std::vector<T> p(s * s), dp(s * s);
         const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d, *v = q + 2 * d;
         const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
         T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
@@ -319,14 +348,19 @@ template <typename T> struct Kernels {
     const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
     if (Status st = checkTargets(targets, c); !st.ok())
       return st;
-    double total = 0;
+    std::vector<double> rowLoss(m);
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
-      double max = *std::max_element(row, row + c), sum = 0;
+      const T max = *std::max_element(row, row + c);
+      double sum = 0;
       for (int64_t j = 0; j < c; ++j)
         sum += std::exp(row[j] - max);
-      total += std::log(sum) + max - row[indexAt(targets, r)];
+      rowLoss[r] = std::log(sum) + max - row[indexAt(targets, r)];
     }
+    double total = 0; // summed in row order, whatever the threads did
+    for (double l : rowLoss)
+      total += l;
     ptr(loss)[0] = static_cast<T>(total / m);
     return Status::success();
   }
@@ -338,14 +372,17 @@ template <typename T> struct Kernels {
     if (Status st = checkTargets(targets, c); !st.ok())
       return st;
     const double factor = static_cast<double>(ptr(dloss)[0]) / m;
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
       T *g = ptr(dlogits) + r * v;
-      double max = *std::max_element(row, row + c), sum = 0;
+      const T max = *std::max_element(row, row + c);
+      double sum = 0;
       for (int64_t j = 0; j < c; ++j)
-        sum += std::exp(row[j] - max);
+        sum += g[j] = std::exp(row[j] - max);
+      const T scale = static_cast<T>(factor / sum);
       for (int64_t j = 0; j < c; ++j)
-        g[j] = static_cast<T>(factor * std::exp(row[j] - max) / sum);
+        g[j] *= scale;
       std::fill(g + c, g + v, T(0));
       g[indexAt(targets, r)] -= static_cast<T>(factor);
     }
@@ -469,6 +506,7 @@ plan::DType computeType(const plan::Instruction &inst, const TensorView *in,
 
 class CpuBackend final : public Backend {
 public:
+  CpuBackend() { openblas_set_num_threads(1); }
   const char *name() const override { return "cpu"; }
 
   void *allocate(size_t bytes) override {
