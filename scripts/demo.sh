@@ -18,11 +18,11 @@ done
   --output-prefix out/fortunes
 
 echo; echo "== compile: gpt-mini"
-"$bin/mtc" compile models/gpt-mini.mlir --micro-batch-size 8 --global-batch-size 8 -o out/gpt-mini.mtp
+"$bin/mtc" compile models/gpt-mini.mlir --micro-batch-size 16 --global-batch-size 16 -o out/gpt-mini.mtp
 
 echo; echo "== train on CPU"
 rm -f out/metrics.txt
-"$bin/mtrun" out/gpt-mini.mtp --data out/fortunes --steps "${DEMO_STEPS:-600}" --lr 3e-3 \
+"$bin/mtrun" out/gpt-mini.mtp --data out/fortunes --steps "${DEMO_STEPS:-1000}" --lr 3e-3 \
   --min-lr 3e-4 --warmup-steps 20 --log-every 25 --metrics out/metrics.txt --save out/checkpoint
 
 awk 'NR == 1 { first = $4 } { last = $4 }
