@@ -31,6 +31,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtExpand());
     pm.addPass(mt::createMtSpecialize(
         {options.microBatchSize, options.seqLength, options.precision}));
+    pm.addPass(mt::createMtTensorParallel(
+        {options.tp, options.dp, options.sequenceParallel}));
     pm.addPass(mt::createMtAutodiff());
     pm.addPass(mt::createMtMemoryPlan());
   });

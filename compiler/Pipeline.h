@@ -15,14 +15,16 @@ struct CompileOptions {
   int64_t seqLength = 0;     // 0: the model's positions
   int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
   std::string precision = "f32"; // element type of weights and activations
+  int64_t tp = 1, dp = 1;
+  bool sequenceParallel = false;
   bool printIRAfterAll = false;
 };
 
 /// mt-pad-vocab alone (model-level; `mtc info` uses it too).
 mlir::LogicalResult padVocabulary(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → autodiff → memory plan: @forward becomes a memory-planned
-/// @train_step. The verifier runs after every pass.
+/// expand → specialize → tensor parallel → autodiff → memory plan: @forward becomes a
+/// memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 
 } // namespace mtc

@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -37,8 +38,8 @@ struct InstructionFields {
   plan::Opcode opcode = plan::Opcode::Fill;
   double epsilon = 0, rate = 0, value = 0;
   int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
-  bool causal = false;
-  int32_t param = -1;
+  bool causal = false, vocabParallel = false, sequenceParallel = false;
+  int32_t param = -1, axis = 0;
 };
 
 class Emitter {
@@ -84,8 +85,39 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
         f.value = dense.getSplatValue<APFloat>().convertToDouble();
         return true;
       })
-      .Case([&](mlir::mt::EmbeddingOp) { return f.opcode = Opcode::Embedding, true; })
-      .Case([&](mlir::mt::PositionEmbeddingOp) { return f.opcode = Opcode::PositionEmbedding, true; })
+      .Case([&](mlir::mt::EmbeddingOp o) {
+        f.vocabParallel = o.getVocabParallel();
+        return f.opcode = Opcode::Embedding, true;
+      })
+      .Case([&](mlir::mt::PositionEmbeddingOp o) {
+        f.sequenceParallel = o.getSequenceParallel();
+        return f.opcode = Opcode::PositionEmbedding, true;
+      })
+      .Case([&](mlir::mt::BiasAddOp) { return f.opcode = Opcode::BiasAdd, true; })
+      .Case([&](mlir::mt::TpCopyOp) { return f.opcode = Opcode::Identity, true; })
+      .Case([&](shard::AllReduceOp) { return f.opcode = Opcode::AllReduce, true; })
+      .Case([&](shard::AllGatherOp o) {
+        f.axis = static_cast<int32_t>(o.getGatherAxis().getSExtValue());
+        return f.opcode = Opcode::AllGather, true;
+      })
+      .Case([&](shard::ReduceScatterOp o) {
+        f.axis = static_cast<int32_t>(o.getScatterAxis().getSExtValue());
+        return f.opcode = Opcode::ReduceScatter, true;
+      })
+      .Case([&](mlir::mt::CrossEntropyStatsOp o) {
+        f.numClasses = o.getNumClasses().value_or(0);
+        f.vocabParallel = true;
+        return f.opcode = Opcode::CrossEntropyStats, true;
+      })
+      .Case([&](mlir::mt::CrossEntropyMergeOp o) {
+        f.numClasses = o.getNumClasses().value_or(0);
+        return f.opcode = Opcode::CrossEntropyMerge, true;
+      })
+      .Case([&](mlir::mt::VocabParallelCrossEntropyGradOp o) {
+        f.numClasses = o.getNumClasses().value_or(0);
+        f.vocabParallel = true;
+        return f.opcode = Opcode::VocabParallelCrossEntropyGrad, true;
+      })
       .Case([&](mlir::mt::LayerNormOp o) {
         f.epsilon = o.getEpsilon().convertToDouble();
         return f.opcode = Opcode::LayerNorm, true;
@@ -100,6 +132,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       })
       .Case([&](mlir::mt::DropoutOp o) {
         f.rate = o.getRate().convertToDouble();
+        f.sequenceParallel = o.getSequenceParallel();
         f.stream = o.getStream().value_or(-1);
         return f.opcode = Opcode::Dropout, true;
       })
@@ -109,10 +142,12 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       })
       .Case([&](mlir::mt::EmbeddingGradOp o) {
         f.count = o.getNumEmbeddings();
+        f.vocabParallel = o.getVocabParallel();
         return f.opcode = Opcode::EmbeddingGrad, true;
       })
       .Case([&](mlir::mt::PositionEmbeddingGradOp o) {
         f.count = o.getNumPositions();
+        f.sequenceParallel = o.getSequenceParallel();
         return f.opcode = Opcode::PositionEmbeddingGrad, true;
       })
       .Case([&](mlir::mt::LayerNormGradOp o) {
@@ -165,10 +200,15 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
       int32_t index = static_cast<int32_t>(params.size());
       paramIndex[param.getName()] = index;
       auto init = static_cast<plan::Init>(param.getInit());
+      std::vector<int64_t> global = type.getShape().vec();
+      if (auto g = param.getGlobalShape())
+        global.assign(g->begin(), g->end());
       params.push_back(plan::CreateParam(
           fbb, fbb.CreateString(param.getName().str()), fbb.CreateVector(type.getShape().vec()),
           *dtypeOf(type.getElementType()), init,
-          param.getStd() ? param.getStd()->convertToDouble() : 0.0));
+          param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
+          param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
+          param.getTpGradReduce()));
       if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, index)))
         return failure();
       continue;
@@ -192,7 +232,8 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
     instructions.push_back(plan::CreateInstruction(
         fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
         f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
-        f->param, cost ? cost.getGemmFlops() : 0));
+        f->param, cost ? cost.getGemmFlops() : 0, f->axis, f->vocabParallel,
+        f->sequenceParallel));
   }
 
   auto program = plan::CreateProgram(
@@ -200,11 +241,13 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
       fbb.CreateVector(instructions), static_cast<uint64_t>(arena.getInt()),
       bufferOf.at(fn.getArgument(0)), bufferOf.at(fn.getArgument(1)), bufferOf.at(loss));
 
-  // One rank, one stage: every micro-batch forward and backward, then the update.
+  // One stage: this data-parallel rank's micro-batches forward and backward, the
+  // gradient synchronisation, then the update.
   std::vector<plan::Action> actions;
-  int64_t microBatches = header.globalBatchSize / header.microBatchSize;
+  int64_t microBatches = header.globalBatchSize / (header.microBatchSize * header.dp);
   for (int64_t m = 0; m < microBatches; ++m)
     actions.emplace_back(plan::ActionKind::ForwardBackward, 0, static_cast<uint32_t>(m));
+  actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
   actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
   auto stage = plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions));
 
@@ -213,10 +256,12 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
       fbb, header.parameters, header.costs.gemmFlops, header.costs.otherFlops, m.weights,
       m.gradients, m.optimizer, m.activations);
   auto root = plan::CreatePlan(
-      fbb, fbb.CreateString(header.model), plan::CreateGrid(fbb, 1, 1, 1),
+      fbb, fbb.CreateString(header.model),
+      plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), 1, static_cast<int32_t>(header.dp)),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
-      header.precision == "f64" ? plan::DType::F64 : plan::DType::F32, fbb.CreateVector(params), fbb.CreateVector(&program, 1),
-      fbb.CreateVector(&stage, 1), accounting);
+      header.precision == "f64" ? plan::DType::F64 : plan::DType::F32, header.sequenceParallel,
+      header.distributedOptimizer, header.ddpBucketBytes, fbb.CreateVector(params),
+      fbb.CreateVector(&program, 1), fbb.CreateVector(&stage, 1), accounting);
   plan::FinishPlanBuffer(fbb, root);
   file = plan::framePlan(fbb.GetBufferPointer(), fbb.GetSize());
   return success();

@@ -14,6 +14,9 @@ namespace mtc {
 struct PlanHeader {
   std::string model;
   std::string precision = "f32"; // element type of weights and activations
+  int64_t tp = 1, dp = 1;
+  bool sequenceParallel = false, distributedOptimizer = false;
+  uint64_t ddpBucketBytes = 0;
   int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;
   int64_t parameters = 0;
   OpCosts costs;

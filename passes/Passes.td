@@ -48,6 +48,36 @@ def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
   ];
 }
 
+def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron's tensor (and sequence) parallel layout of a specialized step";
+  let description = [{
+    Partitions the forward function over the tensor-parallel axis of the rank grid
+    `shard.grid @grid(shape = dp x tp)`, as Megatron-LM lays out a GPT (Shoeybi et al.
+    2019): a linear whose result feeds attention or GELU is column-parallel (weight rows
+    split, whole heads per rank), a linear that reads a split tensor is row-parallel
+    (weight columns split, its partial sums all-reduced, its bias added once after), the
+    embedding table and the tied output layer are split over the vocabulary, and the
+    cross-entropy is computed from each shard's statistics, so the full logits never
+    exist on one rank. Entering a parallel region is `mt.tp_copy`, leaving it
+    `shard.all_reduce`: two of each per layer, whose gradient rules give the two
+    backward all-reduces.
+
+    With `sequence-parallel` (Korthikanti et al. 2022), the regions between them —
+    LayerNorm, dropout, residual adds — hold 1/tp of the sequence: entering becomes
+    `shard.all_gather` and leaving `shard.reduce_scatter` along the sequence, and the
+    replicated parameters used there are marked `tp_grad_reduce`.
+
+    Runs after mt-specialize (shapes are static) and before mt-autodiff.
+  }];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel size">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel size (the grid's other axis)">,
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "shard LayerNorm, dropout and residual regions along the sequence">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
 def MtAutodiff : Pass<"mt-autodiff", "::mlir::ModuleOp"> {
   let summary = "Turns @forward into @train_step: the loss and every parameter's gradient";
   let description = [{

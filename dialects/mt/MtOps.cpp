@@ -156,6 +156,22 @@ LogicalResult ParamOp::verify() {
            << getName() << "': " << stringifyInitKind(getInit()) << " init takes no std";
   if (getName().empty())
     return emitOpError("parameter name must not be empty");
+  if (getShardDim().has_value() != getGlobalShape().has_value())
+    return emitOpError("parameter '") << getName()
+                                      << "': shard_dim and global_shape go together";
+  if (auto global = getGlobalShape()) {
+    ArrayRef<int64_t> local = cast<RankedTensorType>(getType()).getShape();
+    int64_t dim = static_cast<int64_t>(*getShardDim());
+    bool ok = global->size() == local.size() && dim >= 0 &&
+              dim < static_cast<int64_t>(local.size());
+    for (size_t i = 0; ok && i < local.size(); ++i)
+      ok = static_cast<int64_t>(i) == dim ? (*global)[i] % local[i] == 0
+                                          : (*global)[i] == local[i];
+    if (!ok)
+      return emitOpError("parameter '") << getName() << "': local shape " << getType()
+                                        << " is not a block of global shape along dimension "
+                                        << dim;
+  }
   return success();
 }
 
@@ -369,6 +385,80 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Loca
   return success();
 }
 
+LogicalResult BiasAddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput());
+  if (failed(expectFeatures(loc, "mt.bias_add", "input", input)) ||
+      failed(expectFeatureVector(loc, "mt.bias_add", "bias", ranked(adaptor.getBias()),
+                                 "input", input)))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
+LogicalResult TpCopyOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+/// Rows of a logits tensor: every dimension but the last; 0 when any is dynamic.
+static int64_t logitRows(RankedTensorType logits) {
+  int64_t n = leadingElements(logits);
+  return n ? n : ShapedType::kDynamic;
+}
+
+/// Logits [..., V] and targets [...] agree on every leading dimension.
+static LogicalResult checkLogitRows(std::optional<Location> loc, StringRef op,
+                                    RankedTensorType logits, RankedTensorType targets) {
+  bool ok = logits.getRank() == targets.getRank() + 1 && targets.getRank() >= 1;
+  for (int64_t i = 0; ok && i < targets.getRank(); ++i)
+    ok = compatible(logits.getDimSize(i), targets.getDimSize(i));
+  if (ok)
+    return success();
+  return emitOptionalError(loc, op, ": logits ", str(logits), " and targets ", str(targets),
+                           " must be [..., V] and [...]");
+}
+
+LogicalResult CrossEntropyStatsOp::inferReturnTypes(MLIRContext *,
+                                                    std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    SmallVectorImpl<Type> &types) {
+  auto logits = ranked(adaptor.getLogits());
+  if (failed(checkLogitRows(loc, "mt.cross_entropy_stats", logits,
+                            ranked(adaptor.getTargets()))))
+    return failure();
+  types.push_back(RankedTensorType::get({3, logitRows(logits)}, logits.getElementType()));
+  return success();
+}
+
+LogicalResult CrossEntropyMergeOp::inferReturnTypes(MLIRContext *,
+                                                    std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    SmallVectorImpl<Type> &types) {
+  auto stats = ranked(adaptor.getStats()), logits = ranked(adaptor.getLogits());
+  StringRef op = "mt.cross_entropy_merge";
+  if (failed(checkLogitRows(loc, op, logits, ranked(adaptor.getTargets()))))
+    return failure();
+  if (stats.getRank() != 2 || ShapedType::isDynamic(stats.getDimSize(0)) ||
+      stats.getDimSize(0) % 3 != 0 || !compatible(stats.getDimSize(1), logitRows(logits)))
+    return emitOptionalError(loc, op, ": stats ", str(stats),
+                             " must be [3 x ranks, rows of logits ", str(logits), "]");
+  types.push_back(RankedTensorType::get({}, logits.getElementType()));
+  return success();
+}
+
+LogicalResult VocabParallelCrossEntropyGradOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto logits = ranked(adaptor.getLogits());
+  if (failed(checkLogitRows(loc, "mt.vocab_parallel_cross_entropy_grad", logits,
+                            ranked(adaptor.getTargets()))))
+    return failure();
+  types.push_back(logits);
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops: inference
 //===----------------------------------------------------------------------===//
@@ -529,15 +619,30 @@ FailureOr<SmallVector<Value>> EmbeddingOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   Value table = EmbeddingGradOp::create(
       b, getLoc(), resultGrads[0], getIds(),
-      b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)));
+      b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)), getVocabParallelAttr());
   return SmallVector<Value>{table, Value()};
 }
 
 FailureOr<SmallVector<Value>> PositionEmbeddingOp::buildGradients(OpBuilder &b,
                                                                  ValueRange resultGrads) {
   Value table = PositionEmbeddingGradOp::create(
-      b, getLoc(), resultGrads[0], b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)));
+      b, getLoc(), resultGrads[0], b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)),
+      getSequenceParallelAttr());
   return SmallVector<Value>{resultGrads[0], table};
+}
+
+FailureOr<SmallVector<Value>> BiasAddOp::buildGradients(OpBuilder &b,
+                                                       ValueRange resultGrads) {
+  return SmallVector<Value>{resultGrads[0],
+                            BiasGradOp::create(b, getLoc(), resultGrads[0]).getResult()};
+}
+
+FailureOr<SmallVector<Value>> CrossEntropyMergeOp::buildGradients(OpBuilder &b,
+                                                                 ValueRange resultGrads) {
+  Value logits = VocabParallelCrossEntropyGradOp::create(
+      b, getLoc(), resultGrads[0], getLogits(), getTargets(), getStats(),
+      getNumClassesAttr());
+  return SmallVector<Value>{Value(), logits, Value()};
 }
 
 FailureOr<SmallVector<Value>> LayerNormOp::buildGradients(OpBuilder &b,
@@ -576,8 +681,8 @@ FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
   // Same stream, same element indices: the same mask and the same 1/(1-p) scale.
-  return SmallVector<Value>{
-      DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(), getStreamAttr())};
+  return SmallVector<Value>{DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(),
+                                              getStreamAttr(), getSequenceParallelAttr())};
 }
 
 FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,

@@ -27,16 +27,23 @@ class Mt_GradOp<string mnemonic, list<Trait> traits = []>
 
 def Mt_ParamOp : Mt_Op<"param"> {
   let summary = "a named, trained parameter with its initialisation rule";
+  let arguments = (ins StrAttr:$name, Mt_InitKind:$init, OptionalAttr<F64Attr>:$std,
+                       OptionalAttr<DenseI64ArrayAttr>:$global_shape,
+                       OptionalAttr<I64Attr>:$shard_dim, UnitAttr:$tp_grad_reduce);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
   let description = [{
     `mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<2304x768xf32>`. Inside a
     block repeated by `mt.repeat`, names get the repeat's prefix and layer index
     (`h.3.attn.qkv.weight`). Initial values are a function of (seed, name, element
     index), so no layout changes them.
+
+    After mt-tensor-parallel, a sharded parameter's type is its local block: block
+    `tp rank` of `global_shape` along `shard_dim`. `tp_grad_reduce` marks a
+    replicated parameter whose gradient each tensor-parallel rank computes only in
+    part (sequence parallelism): the runtime sums it over the group.
   }];
-  let arguments = (ins StrAttr:$name, Mt_InitKind:$init, OptionalAttr<F64Attr>:$std);
-  let results = (outs AnyStaticShapeTensor:$result);
-  let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
-  let hasVerifier = 1;
 }
 
 def Mt_ParamGradOp : Mt_Op<"param_grad"> {
@@ -71,14 +78,23 @@ def Mt_RepeatOp : Mt_Op<"repeat", [DeclareOpInterfaceMethods<SymbolUserOpInterfa
 def Mt_EmbeddingOp : Mt_ShapedOp<"embedding", [Pure, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "rows of a [V, H] table gathered by token ids: [B, S] -> [B, S, H]";
-  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids);
+  let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids, UnitAttr:$vocab_parallel);
   let results = (outs Mt_FloatTensor:$result);
+  let description = [{
+    With `vocab_parallel`, the table is this tensor-parallel rank's block of rows;
+    ids outside it give zero rows, so the group's sum is the full lookup.
+  }];
 }
 
 def Mt_PositionEmbeddingOp : Mt_ShapedOp<"position_embedding", [Pure,
     Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "adds learned positions: x[b, s, :] + table[s, :]";
-  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$table);
+  let description = [{
+    With `sequence_parallel`, x is this tensor-parallel rank's block of the sequence,
+    which starts at position rank × S_local.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$table,
+                       UnitAttr:$sequence_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -139,10 +155,12 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
   let description = [{
     The keep mask is a function of (seed, step, micro-batch, `stream`, global element
     index), so it is regenerated, not stored: the gradient of a dropout is the same
-    dropout applied to the incoming gradient. mt-expand numbers the streams.
+    dropout applied to the incoming gradient. mt-expand numbers the streams. With
+    `sequence_parallel`, the input is this rank's block of the sequence (dimension 1)
+    and the mask is drawn at the elements' global indices.
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$rate,
-                       OptionalAttr<I64Attr>:$stream);
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
 }
@@ -159,6 +177,63 @@ def Mt_CrossEntropyOp : Mt_ShapedOp<"cross_entropy", [Pure, Mt_CostOpInterface,
   let results = (outs Mt_FloatTensor:$result);
 }
 
+def Mt_BiasAddOp : Mt_ShapedOp<"bias_add", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "x + b over the last dimension (a row-parallel linear's bias, added once)";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$bias);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism (written by mt-tensor-parallel)
+//===----------------------------------------------------------------------===//
+
+def Mt_TpCopyOp : Mt_ShapedOp<"tp_copy", [Pure,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "enters a tensor-parallel region: identity forward, all-reduce backward";
+  let description = [{
+    Megatron's f operator (Shoeybi et al. 2019): every rank of the group reads the same
+    x; the gradients each computes are partial, so backward sums them over `grid`
+    axis `axis` (an upstream `shard.all_reduce`).
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, FlatSymbolRefAttr:$grid, I64Attr:$axis);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_CrossEntropyStatsOp : Mt_ShapedOp<"cross_entropy_stats", [Pure, Mt_CostOpInterface]> {
+  let summary = "per row of a vocabulary shard: [max, Σexp(x − max), target logit]";
+  let description = [{
+    Vocabulary-parallel cross-entropy (Megatron), step 1 of 2: logits [..., V/t] hold
+    this rank's classes. The result [3, M] (M rows) is gathered over the group, so the
+    full logits never exist on one rank. `num_classes` counts the real (unpadded)
+    classes of the whole vocabulary.
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, Mt_IndexTensor:$targets,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_CrossEntropyMergeOp : Mt_ShapedOp<"cross_entropy_merge", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "the mean loss from every shard's gathered statistics [3t, M]";
+  let description = [{
+    Step 2 of 2. The logits and targets are operands so that the gradient rule can
+    compute this rank's dlogits directly.
+  }];
+  let arguments = (ins Mt_FloatTensor:$stats, Mt_FloatTensor:$logits, Mt_IndexTensor:$targets,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_VocabParallelCrossEntropyGradOp : Mt_GradOp<"vocab_parallel_cross_entropy_grad",
+    [Mt_CostOpInterface]> {
+  let summary = "this rank's dlogits of the vocabulary-parallel cross-entropy";
+  let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
+                       Mt_IndexTensor:$targets, Mt_FloatTensor:$stats,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops (written by mt-autodiff)
 //===----------------------------------------------------------------------===//
@@ -166,14 +241,16 @@ def Mt_CrossEntropyOp : Mt_ShapedOp<"cross_entropy", [Pure, Mt_CostOpInterface,
 def Mt_EmbeddingGradOp : Mt_GradOp<"embedding_grad", [Mt_CostOpInterface]> {
   let summary = "scatter-adds [B, S, H] gradients into a [num_embeddings, H] table";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_IndexTensor:$ids,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_embeddings);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_embeddings,
+                       UnitAttr:$vocab_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 
 def Mt_PositionEmbeddingGradOp : Mt_GradOp<"position_embedding_grad", [Mt_CostOpInterface]> {
   let summary = "sums [B, S, H] gradients over the batch into a [num_positions, H] table";
   let arguments = (ins Mt_FloatTensor:$grad,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_positions);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_positions,
+                       UnitAttr:$sequence_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 

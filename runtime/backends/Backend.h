@@ -12,11 +12,14 @@
 
 namespace mt {
 
-/// Where in training an instruction runs: the counters of every random number.
+/// Where in training an instruction runs: the counters of every random number, and
+/// this rank's place in the tensor-parallel group (which vocabulary rows or sequence
+/// block it holds).
 struct StepContext {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t microBatch = 0;
+  int tpRank = 0, tpSize = 1;
 };
 
 /// One AdamW update (Loshchilov & Hutter 2019), with the gradient scaled first
@@ -43,10 +46,11 @@ public:
   virtual Status run(const plan::Instruction &inst, const TensorView *inputs,
                      const TensorView *outputs, const StepContext &context) = 0;
 
-  /// Writes the initial values of elements [globalOffset, globalOffset + numel) of
-  /// `param`, as a function of (seed, name, global index) only.
+  /// Writes the initial values of this rank's shard of `param` (block `tpRank` of
+  /// `tpSize` along its shard dimension), as a function of (seed, name, global
+  /// element index) only.
   virtual void initParameter(const TensorView &weight, const plan::Param &param,
-                             uint64_t seed, int64_t globalOffset) = 0;
+                             uint64_t seed, int tpRank, int tpSize) = 0;
 
   /// Σ x², accumulated in double.
   virtual double sumOfSquares(const TensorView &x) = 0;

@@ -24,17 +24,17 @@ TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, 
 
 } // namespace
 
-Executor::Executor(const plan::Plan &plan, Backend &backend)
-    : plan_(plan), program_(*plan.programs()->Get(0)), backend_(backend) {}
+Executor::Executor(const plan::Plan &plan, Backend &backend, Comm &comm)
+    : plan_(plan), program_(*plan.programs()->Get(0)), backend_(backend), comm_(comm) {}
 
 Executor::~Executor() {
   for (void *p : allocations_)
     backend_.release(p);
 }
 
-Status Executor::create(const LoadedPlan &loaded, Backend &backend, ExecutorOptions options,
-                        std::unique_ptr<Executor> &out) {
-  std::unique_ptr<Executor> executor(new Executor(loaded.plan(), backend));
+Status Executor::create(const LoadedPlan &loaded, Backend &backend, Comm &comm,
+                        ExecutorOptions options, std::unique_ptr<Executor> &out) {
+  std::unique_ptr<Executor> executor(new Executor(loaded.plan(), backend, comm));
   try {
     if (Status s = executor->bind(options); !s.ok())
       return s;
@@ -47,22 +47,38 @@ Status Executor::create(const LoadedPlan &loaded, Backend &backend, ExecutorOpti
 }
 
 Status Executor::bind(ExecutorOptions options) {
-  const auto &params = *plan_.params();
-  // Persistent storage: weights and gradients, each parameter contiguous.
-  for (const plan::Param *p : params) {
+  // Weights and gradients: two flat stores, each parameter a contiguous slice, so that
+  // gradient buckets and optimizer shards are plain ranges.
+  int64_t total = 0;
+  for (const plan::Param *p : *plan_.params()) {
     Parameter param;
     param.spec = p;
     param.name = p->name()->str();
-    param.bytes = dtypeBytes(p->dtype());
+    param.offset = total;
+    param.numel = 1;
     for (int64_t d : *p->shape())
-      param.bytes *= static_cast<size_t>(d);
-    void *w = backend_.allocate(param.bytes);
-    allocations_.push_back(w);
-    void *g = backend_.allocate(param.bytes);
-    allocations_.push_back(g);
-    param.weight = viewOf(*p->shape(), p->dtype(), w);
-    param.grad = viewOf(*p->shape(), p->dtype(), g);
+      param.numel *= d;
+    param.bytes = dtypeBytes(p->dtype()) * param.numel;
+    total += param.numel;
     parameters_.push_back(param);
+  }
+  const int64_t parts = plan_.grid()->dp();
+  total = (total + parts - 1) / parts * parts;
+  const size_t bytes = dtypeBytes(plan_.precision()) * total;
+  for (TensorView *flat : {&flatWeights_, &flatGrads_}) {
+    flat->data = backend_.allocate(bytes);
+    allocations_.push_back(flat->data);
+    backend_.setZero(flat->data, bytes);
+    flat->dtype = plan_.precision();
+    flat->rank = 1;
+    flat->shape[0] = total;
+  }
+  for (Parameter &p : parameters_) {
+    const size_t at = dtypeBytes(plan_.precision()) * p.offset;
+    p.weight = viewOf(*p.spec->shape(), p.spec->dtype(),
+                      static_cast<std::byte *>(flatWeights_.data) + at);
+    p.grad = viewOf(*p.spec->shape(), p.spec->dtype(),
+                    static_cast<std::byte *>(flatGrads_.data) + at);
   }
 
   std::byte *arena = nullptr;
@@ -85,7 +101,6 @@ Status Executor::bind(ExecutorOptions options) {
     views_.push_back(viewOf(*b->shape(), b->dtype(), data));
     arenaEnd_.push_back(end);
   }
-  zeroGradients();
   return Status::success();
 }
 
@@ -93,13 +108,25 @@ int64_t Executor::tokensPerMicroBatch() const { return views_[program_.tokens()]
 
 Status Executor::initParameters(uint64_t seed) {
   for (Parameter &p : parameters_)
-    backend_.initParameter(p.weight, *p.spec, seed, 0);
+    backend_.initParameter(p.weight, *p.spec, seed, comm_.rank(Group::Tensor),
+                           comm_.size(Group::Tensor));
   return Status::success();
 }
 
 void Executor::zeroGradients() {
-  for (Parameter &p : parameters_)
-    backend_.setZero(p.grad.data, p.bytes);
+  backend_.setZero(flatGrads_.data, dtypeBytes(flatGrads_.dtype) * flatGrads_.numel());
+}
+
+Status Executor::runCollective(const plan::Instruction &inst, const TensorView &in,
+                               const TensorView &out) {
+  switch (inst.opcode()) {
+  case plan::Opcode::AllReduce:
+    return comm_.allReduceSum(Group::Tensor, in, out);
+  case plan::Opcode::AllGather:
+    return comm_.allGather(Group::Tensor, in, out, inst.axis());
+  default:
+    return comm_.reduceScatter(Group::Tensor, in, out, inst.axis());
+  }
 }
 
 Status Executor::setInput(uint32_t buffer, const int32_t *ids) {
@@ -117,7 +144,9 @@ Status Executor::setInput(uint32_t buffer, const int32_t *ids) {
 }
 
 Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
-                                 const StepContext &context, double &loss) {
+                                 StepContext context, double &loss) {
+  context.tpRank = comm_.rank(Group::Tensor);
+  context.tpSize = comm_.size(Group::Tensor);
   if (Status s = setInput(program_.tokens(), tokens); !s.ok())
     return s;
   if (Status s = setInput(program_.targets(), targets); !s.ok())
@@ -138,7 +167,12 @@ Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
     }
     if (inst.opcode() == plan::Opcode::ParamGrad)
       out[0] = parameters_[inst.param()].grad;
-    if (Status s = backend_.run(inst, in, out, context); !s.ok())
+    const bool collective = inst.opcode() == plan::Opcode::AllReduce ||
+                            inst.opcode() == plan::Opcode::AllGather ||
+                            inst.opcode() == plan::Opcode::ReduceScatter;
+    if (Status s = collective ? runCollective(inst, in[0], out[0])
+                              : backend_.run(inst, in, out, context);
+        !s.ok())
       return Status::failure(cat("instruction ", i, " (",
                                  plan::EnumNameOpcode(inst.opcode()), "): ", s.message()));
   }

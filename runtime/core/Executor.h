@@ -1,10 +1,11 @@
 // Walks a plan's program on one rank: binds every buffer (activations and inputs at
-// their static offsets in one arena, parameters and gradients in persistent storage)
-// and hands each instruction to the backend.
+// their static offsets in one arena, parameters and gradients in two flat stores) and
+// hands each instruction to the backend, or to the communicator for collectives.
 #ifndef MT_RUNTIME_CORE_EXECUTOR_H
 #define MT_RUNTIME_CORE_EXECUTOR_H
 
 #include "backends/Backend.h"
+#include "comm/Comm.h"
 #include "plan/PlanReader.h"
 
 #include <memory>
@@ -21,23 +22,29 @@ struct ExecutorOptions {
 
 class Executor {
 public:
+  /// One parameter's slice of the flat weight and gradient stores.
   struct Parameter {
     const plan::Param *spec;
     std::string name;
     TensorView weight, grad;
+    int64_t offset, numel; // in elements of the flat stores
     size_t bytes;
   };
 
-  static Status create(const LoadedPlan &plan, Backend &backend, ExecutorOptions options,
-                       std::unique_ptr<Executor> &out);
+  static Status create(const LoadedPlan &plan, Backend &backend, Comm &comm,
+                       ExecutorOptions options, std::unique_ptr<Executor> &out);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
 
   const plan::Plan &plan() const { return plan_; }
-  const plan::Program &program() const { return program_; }
   Backend &backend() { return backend_; }
+  Comm &comm() { return comm_; }
   std::vector<Parameter> &parameters() { return parameters_; }
+  /// Every weight, and every gradient, as one vector (padded to a multiple of the
+  /// data-parallel size, the padding zero).
+  const TensorView &flatWeights() const { return flatWeights_; }
+  const TensorView &flatGrads() const { return flatGrads_; }
 
   /// Tokens per micro-batch (micro-batch size × sequence length).
   int64_t tokensPerMicroBatch() const;
@@ -46,25 +53,29 @@ public:
   void zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
   /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
-  Status forwardBackward(const int32_t *tokens, const int32_t *targets,
-                         const StepContext &context, double &loss);
+  Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
+                         double &loss);
 
   /// The highest arena byte any executed instruction touched, and the plan's prediction.
   uint64_t arenaHighWater() const { return highWater_; }
   uint64_t plannedArenaBytes() const { return program_.arena_bytes(); }
 
 private:
-  Executor(const plan::Plan &plan, Backend &backend);
+  Executor(const plan::Plan &plan, Backend &backend, Comm &comm);
   Status bind(ExecutorOptions options);
   Status setInput(uint32_t buffer, const int32_t *ids);
+  Status runCollective(const plan::Instruction &inst, const TensorView &in,
+                       const TensorView &out);
 
   const plan::Plan &plan_;
   const plan::Program &program_;
   Backend &backend_;
+  Comm &comm_;
   std::vector<void *> allocations_;
-  std::vector<TensorView> views_;        // one per plan buffer
-  std::vector<uint64_t> arenaEnd_;       // offset + bytes of arena buffers, else 0
-  std::vector<Parameter> parameters_;    // in plan order
+  std::vector<TensorView> views_;  // one per plan buffer
+  std::vector<uint64_t> arenaEnd_; // offset + bytes of arena buffers, else 0
+  std::vector<Parameter> parameters_;
+  TensorView flatWeights_, flatGrads_;
   uint64_t highWater_ = 0;
 };
 

@@ -30,6 +30,34 @@ struct TensorView {
   template <typename T> T *as() const { return static_cast<T *>(data); }
 };
 
+/// A block of a larger tensor: the local tensor is block `index` of `parts` equal
+/// blocks of the global one along `dim`. Maps local element indices to global ones, so
+/// that anything defined per global element (initial values, dropout masks) is the
+/// same under every layout.
+struct ShardMap {
+  int64_t outer = 1, localAxis = 1, inner = 1, offset = 0, globalAxis = 1;
+
+  ShardMap() = default;
+  ShardMap(const TensorView &local, int dim, int index, int parts) {
+    if (dim < 0 || parts == 1)
+      return; // replicated: global index = local index
+    for (int i = 0; i < dim; ++i)
+      outer *= local.shape[i];
+    localAxis = local.shape[dim];
+    for (int i = dim + 1; i < local.rank; ++i)
+      inner *= local.shape[i];
+    offset = static_cast<int64_t>(index) * localAxis;
+    globalAxis = localAxis * parts;
+  }
+  int64_t global(int64_t local) const {
+    if (globalAxis == localAxis)
+      return local;
+    const int64_t in = local % inner, rest = local / inner;
+    const int64_t axis = rest % localAxis, out = rest / localAxis;
+    return (out * globalAxis + axis + offset) * inner + in;
+  }
+};
+
 } // namespace mt
 
 #endif

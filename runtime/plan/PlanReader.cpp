@@ -77,6 +77,15 @@ Arity arityOf(plan::Opcode op) {
     return {3, 3};
   case Opcode::ParamGrad:
     return {1, 0};
+  case Opcode::Identity:
+  case Opcode::AllReduce:
+  case Opcode::AllGather:
+  case Opcode::ReduceScatter:
+    return {1, 1};
+  case Opcode::CrossEntropyMerge:
+    return {3, 1};
+  case Opcode::VocabParallelCrossEntropyGrad:
+    return {4, 1};
   default:
     return {2, 1};
   }
@@ -143,9 +152,16 @@ Status checkPlan(const plan::Plan &p) {
     return Status::failure("plan has no schedule, rank grid, parameter table or model name");
   if (p.micro_batch_size() <= 0 || p.global_batch_size() <= 0 || p.seq_length() <= 0)
     return Status::failure("plan has non-positive batch or sequence sizes");
+  const plan::Grid &grid = *p.grid();
+  if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() != 1 ||
+      p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
+    return Status::failure("plan's rank grid does not divide its batch");
   for (flatbuffers::uoffset_t i = 0; i < p.params()->size(); ++i) {
     const plan::Param *param = p.params()->Get(i);
-    if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0)
+    if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0 ||
+        shapeBytes(param->global_shape(), param->dtype()) == 0 ||
+        param->global_shape()->size() != param->shape()->size() || param->shard_dim() < -1 ||
+        param->shard_dim() >= static_cast<int>(param->shape()->size()))
       return Status::failure(cat("parameter ", i, " has no name or an invalid shape"));
   }
   for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i)

@@ -54,27 +54,6 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-std::vector<int64_t> shapeOf(const TensorView &v) {
-  return std::vector<int64_t>(v.shape.begin(), v.shape.begin() + v.rank);
-}
-
-using NamedTensors = std::vector<std::pair<std::string, TensorView>>;
-
-/// Every tensor a checkpoint holds: the weights under their parameters' names, then
-/// Adam's moments under optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>.
-NamedTensors checkpointTensors(Executor &executor, const AdamW &optimizer) {
-  NamedTensors tensors;
-  auto &params = executor.parameters();
-  for (size_t i = 0; i < params.size(); ++i)
-    tensors.emplace_back(params[i].name, params[i].weight);
-  for (size_t i = 0; i < params.size(); ++i)
-    tensors.emplace_back("optimizer.exp_avg." + params[i].name, optimizer.expAvg()[i]);
-  for (size_t i = 0; i < params.size(); ++i)
-    tensors.emplace_back("optimizer.exp_avg_sq." + params[i].name, optimizer.expAvgSq()[i]);
-  return tensors;
-}
-
-size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
 
 /// Writes all of `data`; a test may ask the writer to die after a number of bytes
 /// (MT_CHECKPOINT_KILL_AFTER_BYTES), as a crash mid-save would.
@@ -131,31 +110,80 @@ void removeStaleTemporaries(const std::string &dir) {
   ::closedir(d);
 }
 
-} // namespace
+/// One tensor of a checkpoint, global: its name, global shape, element type, and (on
+/// world rank 0, when saving) its bytes.
+struct GlobalTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  plan::DType dtype;
+  std::vector<char> bytes;
+};
 
-std::string checkpointPath(const std::string &dir) { return dir + "/" + kFileName; }
+std::vector<int64_t> globalShape(const plan::Param &p) {
+  return std::vector<int64_t>(p.global_shape()->begin(), p.global_shape()->end());
+}
 
-Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state) {
+/// The three kinds of tensor a checkpoint holds per parameter, in file order: weights
+/// under the parameter's name, then optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>.
+const char *const kKinds[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+/// This rank's local (tensor-parallel shard) values of parameter `p` for one kind.
+/// Moments of the distributed optimizer are first gathered over the data-parallel group.
+struct LocalStores {
+  TensorView weights, expAvg, expAvgSq;
+};
+
+Status localStores(Executor &executor, const AdamW &optimizer, std::vector<char> &avg,
+                   std::vector<char> &avgSq, LocalStores &out) {
+  out.weights = executor.flatWeights();
+  out.expAvg = out.weights;
+  out.expAvgSq = out.weights;
+  if (!optimizer.distributed()) {
+    out.expAvg.data = optimizer.expAvg().data;
+    out.expAvgSq.data = optimizer.expAvgSq().data;
+    return Status::success();
+  }
+  const size_t bytes = dtypeBytes(out.weights.dtype) * out.weights.numel();
+  avg.resize(bytes);
+  avgSq.resize(bytes);
+  out.expAvg.data = avg.data();
+  out.expAvgSq.data = avgSq.data();
+  Comm &comm = executor.comm();
+  if (Status s = comm.allGather(Group::Data, optimizer.expAvg(), out.expAvg, 0); !s.ok())
+    return s;
+  return comm.allGather(Group::Data, optimizer.expAvgSq(), out.expAvgSq, 0);
+}
+
+TensorView paramView(const Executor::Parameter &p, const TensorView &store) {
+  TensorView v = p.weight;
+  v.data = static_cast<char *>(store.data) + dtypeBytes(store.dtype) * p.offset;
+  return v;
+}
+
+/// Every rank ends with the same verdict: a failure anywhere is a failure everywhere.
+Status agree(Executor &executor, Status status) {
+  Comm &comm = executor.comm();
+  double failures = comm.allReduceSum(Group::Tensor, status.ok() ? 0.0 : 1.0);
+  failures = comm.allReduceSum(Group::Data, failures);
+  if (!status.ok() || failures == 0)
+    return status;
+  return Status::failure("another rank failed to save or load the checkpoint");
+}
+
+Status writeFile(const std::string &dir, const std::vector<GlobalTensor> &tensors,
+                 const json &metadata) {
   if (Status s = ensureDirectory(dir); !s.ok())
     return s;
   removeStaleTemporaries(dir);
-  NamedTensors tensors = checkpointTensors(executor, optimizer);
-
   json header;
   size_t offset = 0;
-  for (const auto &[name, view] : tensors) {
-    size_t bytes = viewBytes(view);
-    header[name] = {{"dtype", safetensorsDType(view.dtype)},
-                    {"shape", shapeOf(view)},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+  for (const GlobalTensor &t : tensors) {
+    header[t.name] = {{"dtype", safetensorsDType(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
   }
-  header["__metadata__"] = {{"format", kFormat},
-                            {"model", executor.plan().model()->str()},
-                            {"step", std::to_string(state.step)},
-                            {"data_position", std::to_string(state.dataPosition)},
-                            {"seed", std::to_string(state.seed)}};
+  header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' '); // data starts 8-byte aligned
   uint8_t length[8];
@@ -169,15 +197,8 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     return Status::failure(cat(tmp, ": cannot write checkpoint: ", std::strerror(errno)));
   FileWriter out(fd);
   bool ok = out.write(length, 8) && out.write(text.data(), text.size());
-  std::vector<char> host;
-  for (const auto &entry : tensors) {
-    if (!ok)
-      break;
-    const TensorView &view = entry.second;
-    host.resize(viewBytes(view));
-    executor.backend().copyToHost(host.data(), view.data, host.size());
-    ok = out.write(host.data(), host.size());
-  }
+  for (const GlobalTensor &t : tensors)
+    ok = ok && out.write(t.bytes.data(), t.bytes.size());
   ok = ok && ::fsync(fd) == 0;
   int savedErrno = errno;
   ok = (::close(fd) == 0) && ok;
@@ -194,7 +215,61 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   return Status::success();
 }
 
-Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+} // namespace
+
+std::string checkpointPath(const std::string &dir) { return dir + "/" + kFileName; }
+
+Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      const TrainingState &state) {
+  Comm &comm = executor.comm();
+  const bool writer = comm.position().worldRank() == 0;
+  std::vector<char> avg, avgSq;
+  LocalStores stores;
+  if (Status s = localStores(executor, optimizer, avg, avgSq, stores); !s.ok())
+    return agree(executor, s);
+
+  // Gather every parameter's tensor-parallel shards into the global tensor.
+  std::vector<GlobalTensor> tensors;
+  for (int kind = 0; kind < 3; ++kind) {
+    const TensorView &store = kind == 0 ? stores.weights : kind == 1 ? stores.expAvg
+                                                                     : stores.expAvgSq;
+    for (Executor::Parameter &p : executor.parameters()) {
+      GlobalTensor t{kKinds[kind] + p.name, globalShape(*p.spec), p.spec->dtype(), {}};
+      TensorView local = paramView(p, store), global = local;
+      size_t bytes = dtypeBytes(t.dtype);
+      for (size_t i = 0; i < t.shape.size(); ++i) {
+        global.shape[i] = t.shape[i];
+        bytes *= static_cast<size_t>(t.shape[i]);
+      }
+      t.bytes.resize(bytes);
+      if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
+        std::vector<char> device(bytes);
+        global.data = device.data();
+        if (Status s = comm.allGather(Group::Tensor, local, global, p.spec->shard_dim());
+            !s.ok())
+          return agree(executor, s);
+        executor.backend().copyToHost(t.bytes.data(), device.data(), bytes);
+      } else {
+        executor.backend().copyToHost(t.bytes.data(), local.data, bytes);
+      }
+      if (writer)
+        tensors.push_back(std::move(t));
+    }
+  }
+  Status written = Status::success();
+  if (writer)
+    written = writeFile(dir, tensors,
+                        {{"format", kFormat},
+                         {"model", executor.plan().model()->str()},
+                         {"step", std::to_string(state.step)},
+                         {"data_position", std::to_string(state.dataPosition)},
+                         {"seed", std::to_string(state.seed)}});
+  return agree(executor, written);
+}
+
+namespace {
+
+Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state) {
   const std::string path = checkpointPath(dir);
   std::ifstream in(path, std::ios::binary);
@@ -217,33 +292,37 @@ Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   const json &meta = header["__metadata__"];
   if (meta.value("format", "") != kFormat)
     return fail(cat("not an mtc checkpoint (format '", meta.value("format", ""), "')"));
-
   const char *data = file.data() + 8 + headerBytes;
   const size_t dataBytes = file.size() - 8 - headerBytes;
-  NamedTensors tensors = checkpointTensors(executor, optimizer);
+
+  // Check everything before changing anything.
   std::set<std::string> expected;
-  for (const auto &entry : tensors)
-    expected.insert(entry.first);
+  for (int kind = 0; kind < 3; ++kind)
+    for (Executor::Parameter &p : executor.parameters()) {
+      std::string name = kKinds[kind] + p.name;
+      expected.insert(name);
+      if (!header.contains(name))
+        return fail(cat("tensor '", name, "' is missing"));
+      const json &entry = header[name];
+      std::vector<int64_t> shape = entry.value("shape", std::vector<int64_t>{});
+      if (shape != globalShape(*p.spec))
+        return fail(cat("tensor '", name, "' has shape ", shapeString(shape),
+                        ", the plan expects ", shapeString(globalShape(*p.spec))));
+      if (entry.value("dtype", "") != safetensorsDType(p.spec->dtype()))
+        return fail(cat("tensor '", name, "' is ", entry.value("dtype", ""),
+                        ", the plan expects ", safetensorsDType(p.spec->dtype())));
+      std::vector<uint64_t> range = entry.value("data_offsets", std::vector<uint64_t>{});
+      uint64_t bytes = dtypeBytes(p.spec->dtype());
+      for (int64_t d : shape)
+        bytes *= static_cast<uint64_t>(d);
+      if (range.size() != 2 || range[0] > range[1] || range[1] > dataBytes ||
+          range[1] - range[0] != bytes)
+        return fail(cat("corrupt checkpoint: tensor '", name, "' has bad data offsets"));
+    }
   for (const auto &[name, entry] : header.items())
     if (name != "__metadata__" && !expected.count(name))
       return fail(cat("tensor '", name, "' is not a tensor of model '",
                       executor.plan().model()->str(), "'"));
-  for (const auto &[name, view] : tensors) {
-    if (!header.contains(name))
-      return fail(cat("tensor '", name, "' is missing"));
-    const json &entry = header[name];
-    std::vector<int64_t> shape = entry.value("shape", std::vector<int64_t>{});
-    if (shape != shapeOf(view))
-      return fail(cat("tensor '", name, "' has shape ", shapeString(shape),
-                      ", the plan expects ", shapeString(shapeOf(view))));
-    if (entry.value("dtype", "") != safetensorsDType(view.dtype))
-      return fail(cat("tensor '", name, "' is ", entry.value("dtype", ""),
-                      ", the plan expects ", safetensorsDType(view.dtype)));
-    std::vector<uint64_t> range = entry.value("data_offsets", std::vector<uint64_t>{});
-    if (range.size() != 2 || range[0] > range[1] || range[1] > dataBytes ||
-        range[1] - range[0] != viewBytes(view))
-      return fail(cat("corrupt checkpoint: tensor '", name, "' has bad data offsets"));
-  }
   TrainingState loaded;
   try {
     loaded.step = std::stoll(meta.value("step", ""));
@@ -252,13 +331,40 @@ Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   } catch (const std::exception &) {
     return fail("corrupt checkpoint: bad training state in its metadata");
   }
-  // Only once everything checks out does anything change.
-  for (const auto &[name, view] : tensors) {
-    uint64_t begin = header[name]["data_offsets"][0].get<uint64_t>();
-    executor.backend().copyToDevice(view.data, data + begin, viewBytes(view));
+
+  // This rank's tensor-parallel shard of every tensor, and, for the distributed
+  // optimizer's moments, its data-parallel range of the flat store.
+  Comm &comm = executor.comm();
+  const size_t element = dtypeBytes(executor.flatWeights().dtype);
+  const int64_t total = executor.flatWeights().numel();
+  std::vector<char> host[3];
+  for (int kind = 0; kind < 3; ++kind) {
+    host[kind].assign(element * total, 0);
+    for (Executor::Parameter &p : executor.parameters()) {
+      const char *global = data + header[kKinds[kind] + p.name]["data_offsets"][0].get<uint64_t>();
+      ShardMap shard(p.weight, p.spec->shard_dim(), comm.rank(Group::Tensor),
+                     comm.size(Group::Tensor));
+      char *local = host[kind].data() + element * p.offset;
+      for (int64_t i = 0; i < p.numel; ++i)
+        std::memcpy(local + element * i, global + element * shard.global(i), element);
+    }
   }
+  Backend &backend = executor.backend();
+  backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size());
+  const int64_t first = optimizer.first(), count = optimizer.expAvg().numel();
+  backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,
+                       element * count);
+  backend.copyToDevice(optimizer.expAvgSq().data, host[2].data() + element * first,
+                       element * count);
   state = loaded;
   return Status::success();
+}
+
+} // namespace
+
+Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      TrainingState &state) {
+  return agree(executor, readCheckpoint(dir, executor, optimizer, state));
 }
 
 } // namespace mt

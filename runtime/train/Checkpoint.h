@@ -1,7 +1,8 @@
-// Checkpoints as safetensors: weights, Adam's moments, and the training state (step,
-// data position, seed) in the metadata. Written atomically — temporary file, fsync,
-// rename, fsync of the directory — so a crash or kill mid-save leaves the last good
-// checkpoint as it was.
+// Checkpoints as safetensors: the global (unsharded) weights, Adam's moments, and the
+// training state (step, data position, seed) in the metadata — so a checkpoint saved
+// under one layout loads under any other. World rank 0 writes it atomically
+// (temporary file, fsync, rename, fsync of the directory), so a crash or kill mid-save
+// leaves the last good checkpoint as it was.
 #ifndef MT_RUNTIME_TRAIN_CHECKPOINT_H
 #define MT_RUNTIME_TRAIN_CHECKPOINT_H
 
@@ -21,6 +22,7 @@ struct TrainingState {
 /// The checkpoint file inside a save directory.
 std::string checkpointPath(const std::string &dir);
 
+/// Collective: every rank calls it; the result is the same on every rank.
 Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       const TrainingState &state);
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,

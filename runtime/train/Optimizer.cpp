@@ -4,6 +4,18 @@
 #include <cmath>
 
 namespace mt {
+namespace {
+
+/// The part of `t` (rank 1) in [begin, end), as a view.
+TensorView slice(const TensorView &t, int64_t begin, int64_t end) {
+  TensorView v = t;
+  v.data = static_cast<std::byte *>(t.data) + dtypeBytes(t.dtype) * begin;
+  v.rank = 1;
+  v.shape[0] = end - begin;
+  return v;
+}
+
+} // namespace
 
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
   if (c.warmupSteps > 0 && step < c.warmupSteps)
@@ -20,35 +32,82 @@ double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) 
   return c.minLr + coefficient * (c.lr - c.minLr);
 }
 
-AdamW::AdamW(Executor &executor, OptimizerConfig config)
-    : executor_(executor), config_(std::move(config)) {
+Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
+                            uint64_t bucketBytes) {
+  Comm &comm = executor.comm();
+  if (comm.size(Group::Tensor) > 1)
+    for (Executor::Parameter &p : executor.parameters())
+      if (p.spec->tp_grad_reduce())
+        if (Status s = comm.allReduceSum(Group::Tensor, p.grad, p.grad); !s.ok())
+          return s;
+  const int parts = comm.size(Group::Data);
+  if (parts == 1)
+    return Status::success();
+  const TensorView &grads = executor.flatGrads();
+  const int64_t total = grads.numel();
+  if (distributedOptimizer) {
+    const int64_t shard = total / parts, first = comm.rank(Group::Data) * shard;
+    TensorView mine = slice(grads, first, first + shard);
+    std::vector<std::byte> sum(dtypeBytes(grads.dtype) * shard);
+    TensorView out = mine;
+    out.data = sum.data();
+    if (Status s = comm.reduceScatter(Group::Data, grads, out, 0); !s.ok())
+      return s;
+    executor.backend().copyToDevice(mine.data, sum.data(), sum.size());
+    return Status::success();
+  }
+  const int64_t bucket = std::max<int64_t>(
+      1, static_cast<int64_t>(bucketBytes / dtypeBytes(grads.dtype)));
+  for (int64_t begin = 0; begin < total; begin += bucket) {
+    TensorView b = slice(grads, begin, std::min(total, begin + bucket));
+    if (Status s = comm.allReduceSum(Group::Data, b, b); !s.ok())
+      return s;
+  }
+  return Status::success();
+}
+
+AdamW::AdamW(Executor &executor, OptimizerConfig config, bool distributed)
+    : executor_(executor), config_(std::move(config)), distributed_(distributed) {
   Backend &backend = executor_.backend();
-  for (const Executor::Parameter &p : executor_.parameters()) {
-    for (auto *moments : {&expAvg_, &expAvgSq_}) {
-      TensorView v = p.weight;
-      v.data = backend.allocate(p.bytes);
-      backend.setZero(v.data, p.bytes);
-      moments->push_back(v);
-    }
+  const TensorView &flat = executor_.flatWeights();
+  int64_t count = flat.numel();
+  if (distributed_) {
+    count /= executor_.comm().size(Group::Data);
+    first_ = executor_.comm().rank(Group::Data) * count;
+  }
+  for (TensorView *moments : {&expAvg_, &expAvgSq_}) {
+    *moments = slice(flat, 0, count);
+    moments->data = backend.allocate(dtypeBytes(flat.dtype) * count);
+    backend.setZero(moments->data, dtypeBytes(flat.dtype) * count);
   }
 }
 
 AdamW::~AdamW() {
-  for (auto *moments : {&expAvg_, &expAvgSq_})
-    for (TensorView &v : *moments)
-      executor_.backend().release(v.data);
+  executor_.backend().release(expAvg_.data);
+  executor_.backend().release(expAvgSq_.data);
 }
 
-double AdamW::step(int64_t step, double lr, double gradScale) {
+Status AdamW::step(int64_t step, double lr, double gradScale, double &gradNorm) {
   Backend &backend = executor_.backend();
-  auto &params = executor_.parameters();
+  Comm &comm = executor_.comm();
+  const int64_t last = first_ + expAvg_.numel();
+  const bool tpLeader = comm.rank(Group::Tensor) == 0;
+
+  // Global norm over the parameters this rank updates; a parameter replicated across
+  // the tensor-parallel group counts once (on its first rank).
   double sumSquares = 0;
-  for (const Executor::Parameter &p : params)
-    sumSquares += backend.sumOfSquares(p.grad);
-  const double norm = std::sqrt(sumSquares) * gradScale;
+  for (Executor::Parameter &p : executor_.parameters()) {
+    int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
+    if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader))
+      sumSquares += backend.sumOfSquares(slice(executor_.flatGrads(), begin, end));
+  }
+  sumSquares = comm.allReduceSum(Group::Tensor, sumSquares);
+  if (distributed_)
+    sumSquares = comm.allReduceSum(Group::Data, sumSquares);
+  gradNorm = std::sqrt(sumSquares) * gradScale;
   double clip = 1.0;
-  if (config_.clipGrad > 0 && norm > config_.clipGrad)
-    clip = config_.clipGrad / norm;
+  if (config_.clipGrad > 0 && gradNorm > config_.clipGrad)
+    clip = config_.clipGrad / gradNorm;
 
   AdamWStep update;
   update.lr = lr;
@@ -57,12 +116,21 @@ double AdamW::step(int64_t step, double lr, double gradScale) {
   update.eps = config_.eps;
   update.gradScale = gradScale * clip;
   update.step = step;
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (Executor::Parameter &p : executor_.parameters()) {
+    int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
+    if (begin >= end)
+      continue;
     // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
-    update.weightDecay = params[i].weight.rank >= 2 ? config_.weightDecay : 0.0;
-    backend.adamw(params[i].weight, params[i].grad, expAvg_[i], expAvgSq_[i], update);
+    update.weightDecay = p.weight.rank >= 2 ? config_.weightDecay : 0.0;
+    backend.adamw(slice(executor_.flatWeights(), begin, end),
+                  slice(executor_.flatGrads(), begin, end),
+                  slice(expAvg_, begin - first_, end - first_),
+                  slice(expAvgSq_, begin - first_, end - first_), update);
   }
-  return norm;
+  if (!distributed_)
+    return Status::success();
+  const TensorView &weights = executor_.flatWeights();
+  return comm.allGather(Group::Data, slice(weights, first_, last), weights, 0);
 }
 
 } // namespace mt

@@ -1,5 +1,6 @@
-// AdamW with global-norm gradient clipping, and the learning-rate schedule
-// (linear warm-up, then cosine or linear decay to a floor), as Megatron-LM trains.
+// AdamW with global-norm gradient clipping, the learning-rate schedule (linear warm-up,
+// then cosine or linear decay to a floor), and the gradient synchronisation across
+// ranks, as Megatron-LM trains.
 #ifndef MT_RUNTIME_TRAIN_OPTIMIZER_H
 #define MT_RUNTIME_TRAIN_OPTIMIZER_H
 
@@ -22,26 +23,42 @@ struct OptimizerConfig {
 /// Learning rate of (0-based) `step` of a run of `totalSteps`.
 double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
 
+/// Makes every rank's gradients those of the whole global batch (still summed over
+/// micro-batches): sums the sequence-parallel partial gradients of replicated
+/// parameters over the tensor-parallel group, then sums over the data-parallel group —
+/// all-reduce in buckets of `bucketBytes`, or, with the distributed optimizer, a
+/// reduce-scatter that leaves each rank the sum over its own shard only.
+Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
+                            uint64_t bucketBytes);
+
 class AdamW {
 public:
-  AdamW(Executor &executor, OptimizerConfig config);
+  /// With `distributed`, this rank keeps Adam's moments for, and updates, only its
+  /// 1/dp shard of the flat parameter store (Megatron's distributed optimizer).
+  AdamW(Executor &executor, OptimizerConfig config, bool distributed);
   ~AdamW();
   AdamW(const AdamW &) = delete;
   AdamW &operator=(const AdamW &) = delete;
 
-  /// Updates every parameter from its accumulated gradient times `gradScale`
-  /// (1/micro-batches), clipped to `clipGrad` in global norm. `step` is 1-based.
-  /// Returns the gradient norm before clipping.
-  double step(int64_t step, double lr, double gradScale);
+  /// Updates from the synchronised gradients times `gradScale` (1/micro-batches),
+  /// clipped to `clipGrad` in global norm; with the distributed optimizer, gathers the
+  /// updated shards back to every rank. `step` is 1-based. Returns the gradient norm
+  /// before clipping.
+  Status step(int64_t step, double lr, double gradScale, double &gradNorm);
 
-  /// Adam's first and second moments, in parameter order.
-  const std::vector<TensorView> &expAvg() const { return expAvg_; }
-  const std::vector<TensorView> &expAvgSq() const { return expAvgSq_; }
+  /// The range [first, first + moments numel) of the flat store this rank updates, and
+  /// Adam's first and second moments over it.
+  int64_t first() const { return first_; }
+  const TensorView &expAvg() const { return expAvg_; }
+  const TensorView &expAvgSq() const { return expAvgSq_; }
+  bool distributed() const { return distributed_; }
 
 private:
   Executor &executor_;
   OptimizerConfig config_;
-  std::vector<TensorView> expAvg_, expAvgSq_;
+  bool distributed_;
+  int64_t first_ = 0;
+  TensorView expAvg_, expAvgSq_;
 };
 
 } // namespace mt

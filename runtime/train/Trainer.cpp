@@ -26,8 +26,16 @@ std::string duration(double seconds) {
 Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
              const std::function<void(const StepRecord &)> &onStep) {
   const plan::Plan &plan = executor.plan();
+  Comm &comm = executor.comm();
+  // Each data-parallel rank takes a contiguous share of the global batch's
+  // micro-batches; micro-batch numbers (and so dropout masks) are the global ones.
   const int64_t microBatches = plan.global_batch_size() / plan.micro_batch_size();
+  const int64_t localMicroBatches = microBatches / comm.size(Group::Data);
+  const int64_t firstMicroBatch = comm.rank(Group::Data) * localMicroBatches;
   const int64_t batch = plan.micro_batch_size(), seq = plan.seq_length();
+  const bool leader = comm.position().worldRank() == 0;
+  if (!leader)
+    log = nullptr;
 
   IndexedDataset dataset;
   if (Status s = IndexedDataset::open(config.dataPrefix, dataset); !s.ok())
@@ -36,7 +44,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   if (Status s = stream.checkVocabulary(plan.vocab_size()); !s.ok())
     return s;
 
-  AdamW optimizer(executor, config.optimizer);
+  AdamW optimizer(executor, config.optimizer, plan.distributed_optimizer());
   TrainingState state;
   state.seed = config.seed;
   if (!config.loadDir.empty()) {
@@ -46,15 +54,17 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       return Status::failure("checkpoint in " + config.loadDir + " was trained with seed " +
                              std::to_string(state.seed) + ", not " +
                              std::to_string(config.seed));
-    std::fprintf(log, "resumed from %s at step %" PRId64 "\n", config.loadDir.c_str(),
-                 state.step);
+    if (log)
+      std::fprintf(log, "resumed from %s at step %" PRId64 "\n", config.loadDir.c_str(),
+                   state.step);
   } else {
     if (Status s = executor.initParameters(config.seed); !s.ok())
       return s;
   }
 
   std::FILE *metrics = nullptr;
-  if (!config.metricsPath.empty() && !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
+  if (leader && !config.metricsPath.empty() &&
+      !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
     return Status::failure(config.metricsPath + ": cannot write metrics");
   std::unique_ptr<std::FILE, int (*)(std::FILE *)> closeMetrics(metrics, [](std::FILE *f) {
     return f ? std::fclose(f) : 0;
@@ -67,9 +77,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // Forward and backward over every micro-batch; gradients accumulate.
     executor.zeroGradients();
     double lossSum = 0;
-    for (int64_t mb = 0; mb < microBatches; ++mb) {
+    for (int64_t local = 0; local < localMicroBatches; ++local) {
+      const int64_t mb = firstMicroBatch + local;
       for (int64_t b = 0; b < batch; ++b)
-        if (Status s = stream.sample(state.dataPosition++, &inputs[b * seq], &targets[b * seq]);
+        if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
+                                     &targets[b * seq]);
             !s.ok())
           return s;
       StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
@@ -79,10 +91,18 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
       lossSum += loss;
     }
+    state.dataPosition += microBatches * batch;
+    lossSum = comm.allReduceSum(Group::Data, lossSum);
 
     // The update: the loss is the mean over micro-batches, and so is the gradient.
+    if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
+                                        plan.ddp_bucket_bytes());
+        !s.ok())
+      return s;
     const double lr = learningRate(config.optimizer, step, config.steps);
-    const double gradNorm = optimizer.step(step + 1, lr, 1.0 / microBatches);
+    double gradNorm = 0;
+    if (Status s = optimizer.step(step + 1, lr, 1.0 / microBatches, gradNorm); !s.ok())
+      return s;
     state.step = step + 1;
 
     double elapsed =
@@ -97,13 +117,15 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                    record.step, record.loss, record.lr, record.gradNorm);
       std::fflush(metrics);
     }
-    if (config.logEvery > 0 && (state.step % config.logEvery == 0 || state.step == config.steps))
+    if (log && config.logEvery > 0 &&
+        (state.step % config.logEvery == 0 || state.step == config.steps))
       std::fprintf(log,
                    "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
                    "%.0f tok/s | ETA %s\n",
                    state.step, config.steps, record.loss, lr, gradNorm, record.tokensPerSecond,
                    duration(elapsed / done * (config.steps - state.step)).c_str());
-    std::fflush(log);
+    if (log)
+      std::fflush(log);
 
     bool lastStep = state.step == config.steps;
     if (!config.saveDir.empty() &&

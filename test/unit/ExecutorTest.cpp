@@ -3,6 +3,7 @@
 // depend on global indices only.
 #include "CompileWithMtc.h"
 #include "backends/Backend.h"
+#include "comm/Comm.h"
 #include "core/Executor.h"
 #include "core/Rng.h"
 
@@ -16,12 +17,13 @@ namespace {
 
 struct StepRun {
   std::unique_ptr<Backend> backend = makeCpuBackend();
+  std::unique_ptr<Comm> comm = makeLocalComm();
   std::unique_ptr<Executor> executor;
   double loss = 0;
 };
 
 void runStep(const LoadedPlan &plan, ExecutorOptions options, StepRun &run) {
-  ASSERT_TRUE(Executor::create(plan, *run.backend, options, run.executor).ok());
+  ASSERT_TRUE(Executor::create(plan, *run.backend, *run.comm, options, run.executor).ok());
   ASSERT_TRUE(run.executor->initParameters(42).ok());
   std::vector<int32_t> tokens(run.executor->tokensPerMicroBatch()), targets(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -65,28 +67,38 @@ TEST_F(ExecutorTest, PlannedReuseEqualsSeparateBuffersBitForBit) {
 }
 
 TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
-  // A shard initialised at its global offset holds the same values as that slice of
-  // the whole tensor: no layout changes a parameter's initial value.
-  flatbuffers::FlatBufferBuilder fbb;
+  // A tensor-parallel shard holds exactly its block of the whole tensor's initial
+  // values, along either dimension: no layout changes a parameter's initial value.
   std::vector<int64_t> shape{6, 10};
-  fbb.Finish(plan::CreateParam(fbb, fbb.CreateString("h.3.mlp.fc.weight"),
-                               fbb.CreateVector(shape), plan::DType::F32, plan::Init::Normal,
-                               0.02));
-  const plan::Param &param = *flatbuffers::GetRoot<plan::Param>(fbb.GetBufferPointer());
   auto backend = makeCpuBackend();
-  std::vector<float> whole(60), first(25), second(35);
-  auto view = [](std::vector<float> &v) {
+  auto init = [&](int shardDim, int rank, int parts) {
+    flatbuffers::FlatBufferBuilder fbb;
+    std::vector<int64_t> local = shape;
+    if (shardDim >= 0)
+      local[shardDim] /= parts;
+    fbb.Finish(plan::CreateParam(fbb, fbb.CreateString("h.3.mlp.fc.weight"),
+                                 fbb.CreateVector(local), plan::DType::F32, plan::Init::Normal,
+                                 0.02, fbb.CreateVector(shape), shardDim));
+    const auto &param = *flatbuffers::GetRoot<plan::Param>(fbb.GetBufferPointer());
+    std::vector<float> values(local[0] * local[1]);
     TensorView t;
-    t.data = v.data();
-    t.rank = 1;
-    t.shape[0] = static_cast<int64_t>(v.size());
-    return t;
+    t.data = values.data();
+    t.rank = 2;
+    t.shape[0] = local[0];
+    t.shape[1] = local[1];
+    backend->initParameter(t, param, 9, rank, parts);
+    return values;
   };
-  backend->initParameter(view(whole), param, 9, 0);
-  backend->initParameter(view(first), param, 9, 0);
-  backend->initParameter(view(second), param, 9, 25);
-  EXPECT_TRUE(std::equal(first.begin(), first.end(), whole.begin()));
-  EXPECT_TRUE(std::equal(second.begin(), second.end(), whole.begin() + 25));
+  std::vector<float> whole = init(-1, 0, 1);
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<float> rows = init(0, rank, 2), cols = init(1, rank, 2);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 10; ++j)
+        EXPECT_EQ(rows[i * 10 + j], whole[(rank * 3 + i) * 10 + j]);
+    for (int i = 0; i < 6; ++i)
+      for (int j = 0; j < 5; ++j)
+        EXPECT_EQ(cols[i * 5 + j], whole[i * 10 + rank * 5 + j]);
+  }
   double mean = 0, var = 0;
   for (float x : whole)
     mean += x / 60;

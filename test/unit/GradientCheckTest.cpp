@@ -3,6 +3,7 @@
 // finite differences in f64 (relative error ≤ 1e-6), on fresh random inputs.
 #include "CompileWithMtc.h"
 #include "backends/Backend.h"
+#include "comm/Comm.h"
 #include "core/Executor.h"
 
 #include <gtest/gtest.h>
@@ -99,8 +100,9 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
   ASSERT_TRUE(loaded.ok()) << loaded.message();
 
   std::unique_ptr<Backend> backend = makeCpuBackend();
+  std::unique_ptr<Comm> comm = makeLocalComm();
   std::unique_ptr<Executor> executor;
-  ASSERT_TRUE(Executor::create(plan, *backend, {}, executor).ok());
+  ASSERT_TRUE(Executor::create(plan, *backend, *comm, {}, executor).ok());
   ASSERT_TRUE(executor->initParameters(seed).ok());
 
   std::mt19937_64 rng(seed);

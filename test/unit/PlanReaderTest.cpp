@@ -58,9 +58,10 @@ TEST_F(PlanReaderTest, CompiledPlanLoadsWithItsContents) {
   EXPECT_EQ(p.micro_batch_size(), 2);
   EXPECT_EQ(p.global_batch_size(), 4);
   ASSERT_EQ(p.programs()->size(), 1u);
-  // Two micro-batches, then the optimizer step.
-  ASSERT_EQ(p.stages()->Get(0)->actions()->size(), 3u);
-  EXPECT_EQ(p.stages()->Get(0)->actions()->Get(2)->kind(), plan::ActionKind::OptimizerStep);
+  // Two micro-batches, the gradient synchronisation, then the optimizer step.
+  ASSERT_EQ(p.stages()->Get(0)->actions()->size(), 4u);
+  EXPECT_EQ(p.stages()->Get(0)->actions()->Get(2)->kind(), plan::ActionKind::GradSync);
+  EXPECT_EQ(p.stages()->Get(0)->actions()->Get(3)->kind(), plan::ActionKind::OptimizerStep);
   uint64_t parameters = 0;
   for (const plan::Param *param : *p.params()) {
     uint64_t n = 1;

@@ -3,6 +3,7 @@
 //   mtc info MODEL [--make-vocab-size-divisible-by N]
 //   mtc compile MODEL --micro-batch-size B --global-batch-size G [--seq-length S]
 //               [--make-vocab-size-divisible-by N] [--precision fp32|fp64] -o PLAN
+//               [--tp T] [--sp] [--dp D] [--distributed-optimizer] [--ddp-bucket-size B]
 //               [--emit-mlir FILE] [--print-ir-after-all]
 #include "compiler/Accounting.h"
 #include "compiler/Pipeline.h"
@@ -33,7 +34,9 @@ constexpr const char *kUsage = R"(usage:
   mtc info MODEL [--make-vocab-size-divisible-by N]
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
-              [--precision fp32|fp64] [--emit-mlir FILE] [--print-ir-after-all]
+              [--precision fp32|fp64] [--tp T] [--sp] [--dp D]
+              [--distributed-optimizer] [--ddp-bucket-size BYTES]
+              [--emit-mlir FILE] [--print-ir-after-all]
 
   info     prints the model's exact parameter count
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
@@ -58,9 +61,15 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"info", {"make-vocab-size-divisible-by"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "o", "emit-mlir"}}};
+        "precision", "tp", "dp", "ddp-bucket-size", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
-      {"info", {}}, {"compile", {"print-ir-after-all"}}};
+      {"info", {}}, {"compile", {"print-ir-after-all", "sp", "distributed-optimizer"}}};
+  // Megatron's spellings of the same flags.
+  static const llvm::StringMap<std::string> aliases = {
+      {"tensor-model-parallel-size", "tp"},
+      {"data-parallel-size", "dp"},
+      {"sequence-parallel", "sp"},
+      {"use-distributed-optimizer", "distributed-optimizer"}};
   if (argc < 2)
     return "no command given";
   args.command = argv[1];
@@ -79,6 +88,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
     llvm::StringRef name = arg.ltrim('-');
     auto [key, inlineValue] = name.split('=');
     bool hasInline = name.contains('=');
+    if (auto alias = aliases.find(key); alias != aliases.end())
+      key = alias->second;
     if (llvm::is_contained(switches, key.str()) && !hasInline) {
       args.switches[key] = true;
     } else if (llvm::is_contained(values, key.str())) {
@@ -207,18 +218,27 @@ int runCompile(MLIRContext &context, const Args &args) {
     return usageError("compile needs --micro-batch-size and --global-batch-size");
   if (!args.values.count("o"))
     return usageError("compile needs -o PLAN");
+  int64_t bucketBytes;
   if (!positiveFlag(args, "micro-batch-size", 0, options.microBatchSize) ||
       !positiveFlag(args, "global-batch-size", 0, options.globalBatchSize) ||
       !positiveFlag(args, "seq-length", 1, options.seqLength) ||
-      !positiveFlag(args, "make-vocab-size-divisible-by", 1, options.vocabMultiple))
+      !positiveFlag(args, "make-vocab-size-divisible-by", 1, options.vocabMultiple) ||
+      !positiveFlag(args, "tp", 1, options.tp) || !positiveFlag(args, "dp", 1, options.dp) ||
+      !positiveFlag(args, "ddp-bucket-size", 40000000, bucketBytes))
     return 1;
   if (!args.values.count("seq-length"))
     options.seqLength = 0;
-  if (options.globalBatchSize % options.microBatchSize != 0) {
+  options.sequenceParallel = args.switches.lookup("sp");
+  const bool distributedOptimizer = args.switches.lookup("distributed-optimizer");
+  if (options.globalBatchSize % (options.microBatchSize * options.dp) != 0) {
     errs() << "mtc: global batch size " << options.globalBatchSize
-           << " is not a multiple of micro-batch size " << options.microBatchSize << "\n";
+           << " is not a multiple of micro-batch size " << options.microBatchSize << " x dp "
+           << options.dp << "\n";
     return 1;
   }
+  if (options.sequenceParallel && options.tp == 1)
+    return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
+                      "--tp > 1");
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
   // fp64 exists for gradient checks against finite differences.
   std::string precision = args.values.lookup("precision");
@@ -246,20 +266,32 @@ int runCompile(MLIRContext &context, const Args &args) {
 
   if (failed(mtc::lowerToTrainStep(module, options)))
     return 1;
-  module.walk([&](mt::CrossEntropyOp op) {
-    header.seqLength = cast<RankedTensorType>(op.getTargets().getType()).getDimSize(1);
-    if (op.getNumClasses())
-      vocab = *op.getNumClasses();
+  module.walk([&](func::FuncOp fn) {
+    if (fn.getNumArguments() > 0)
+      header.seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
+  });
+  // The real vocabulary: what the loss counts, padding excluded.
+  module.walk([&](Operation *op) {
+    if (auto classes = op->getAttrOfType<IntegerAttr>("num_classes");
+        classes && isa<mt::CrossEntropyOp, mt::CrossEntropyMergeOp>(op))
+      vocab = classes.getInt();
   });
   header.vocabSize = vocab;
+  header.tp = options.tp;
+  header.dp = options.dp;
+  header.sequenceParallel = options.sequenceParallel;
+  header.distributedOptimizer = distributedOptimizer;
+  header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
   header.costs = mtc::sumOpCosts(module);
+  const int64_t localParameters = mtc::countParameters(module);
   module.walk([&](func::FuncOp fn) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
       header.memory.activations = arena.getInt();
   });
-  header.memory.weights = bytesPerValue * header.parameters;
-  header.memory.gradients = bytesPerValue * header.parameters;
-  header.memory.optimizer = 2 * bytesPerValue * header.parameters;
+  header.memory.weights = bytesPerValue * localParameters;
+  header.memory.gradients = bytesPerValue * localParameters;
+  header.memory.optimizer =
+      2 * bytesPerValue * localParameters / (distributedOptimizer ? options.dp : 1);
   header.precision = options.precision;
 
   std::vector<uint8_t> plan;
@@ -281,9 +313,12 @@ int runCompile(MLIRContext &context, const Args &args) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-  int64_t microBatches = options.globalBatchSize / options.microBatchSize;
-  unsigned __int128 gemmPerStep = static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches;
-  unsigned __int128 otherPerStep = static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches;
+  const int64_t ranks = options.tp * options.dp;
+  int64_t microBatches = options.globalBatchSize / (options.microBatchSize * options.dp);
+  unsigned __int128 gemmPerStep =
+      static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * ranks;
+  unsigned __int128 otherPerStep =
+      static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * ranks;
   const mtc::MemoryReport &m = header.memory;
   auto row = [](llvm::StringRef label) -> llvm::raw_ostream & {
     return outs() << "  " << llvm::left_justify(label, 20);
@@ -291,13 +326,18 @@ int runCompile(MLIRContext &context, const Args &args) {
   outs() << "mtc: " << header.model << " -> " << output << " (" << mtc::withCommas(plan.size())
          << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
   std::string fp = precision.empty() ? "fp32" : precision;
-  row("layout") << "1 rank (tp 1, pp 1, dp 1), " << fp << "\n";
+  row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp
+                << ", pp 1, dp " << options.dp << ")"
+                << (options.sequenceParallel ? ", sequence parallel" : "")
+                << (distributedOptimizer ? ", distributed optimizer" : "") << ", " << fp
+                << "\n";
   row("batch") << "micro-batch " << options.microBatchSize << " x " << microBatches
-               << " micro-batches = global batch " << options.globalBatchSize
-               << ", sequence " << header.seqLength << "\n";
-  row("parameters") << mtc::withCommas(header.parameters) << "\n";
+               << " micro-batches x dp " << options.dp << " = global batch "
+               << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
+  row("parameters") << mtc::withCommas(header.parameters) << ", "
+                    << mtc::withCommas(localParameters) << " per rank\n";
   row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
-                          << "  (GEMM work, summed over the ops)\n";
+                          << "  (GEMM work, summed over the ops of every rank)\n";
   if (gpt)
     row("  formula") << mtc::withCommas(mtc::gptModelFlops(*gpt, options.globalBatchSize,
                                                             header.seqLength))
@@ -310,7 +350,8 @@ int runCompile(MLIRContext &context, const Args &args) {
   row("  gradients") << mtc::withCommas(m.gradients) << "  (" << fp << ", " << bytesPerValue
                      << " B/param)\n";
   row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, "
-                           << 2 * bytesPerValue << " B/param)\n";
+                           << 2 * bytesPerValue << " B/param"
+                           << (distributedOptimizer ? " / dp" : "") << ")\n";
   row("  activations") << mtc::withCommas(m.activations)
                        << "  (peak of the arena, one micro-batch)\n";
   row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";

@@ -1,11 +1,16 @@
 // mtrun: executes a plan on this rank — trains the model it describes.
 #include "backends/Backend.h"
+#include "comm/Comm.h"
 #include "core/Executor.h"
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <unistd.h>
+#include <vector>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -14,7 +19,10 @@
 namespace {
 
 constexpr const char *kUsage = R"(usage:
-  mtrun PLAN --data PREFIX --steps N [options]
+  mtrun [-n RANKS] PLAN --data PREFIX --steps N [options]
+
+  -n RANKS                  start RANKS local processes through mpirun (a plan for
+                            several ranks also runs under an outside mpirun or srun)
 
   --data PREFIX             Megatron indexed dataset PREFIX.bin / PREFIX.idx (mtdata)
   --steps N                 optimizer steps (Megatron: --train-iters)
@@ -56,16 +64,49 @@ int worldSize() {
   return 1;
 }
 
+/// `mtrun -n N ...` becomes `mpirun -n N mtrun ...` (root and oversubscription allowed:
+/// one machine, as many ranks as asked for).
+int launchRanks(int ranks, int argc, char **argv) {
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks),
+                                   "--oversubscribe", "--allow-run-as-root",
+                                   "--mca", "btl", "self,vader", "/proc/self/exe"};
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0)
+    args.back() = std::string(self, n);
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-n") {
+      ++i;
+      continue;
+    }
+    args.push_back(arg);
+  }
+  std::vector<char *> raw;
+  for (std::string &a : args)
+    raw.push_back(a.data());
+  raw.push_back(nullptr);
+  execvp("mpirun", raw.data());
+  std::fprintf(stderr, "mtrun: cannot start mpirun: %s\n", std::strerror(errno));
+  return 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string planPath;
   std::map<std::string, std::string> flags;
+  int ranks = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    }
+    if (arg == "-n") {
+      if (i + 1 >= argc || (ranks = std::atoi(argv[++i])) <= 0)
+        return usageError("-n needs a positive number of ranks");
+      continue;
     }
     if (arg.rfind("-", 0) != 0) {
       if (!planPath.empty())
@@ -157,30 +198,55 @@ int main(int argc, char **argv) {
   }
   const mt::plan::Grid &grid = *plan.plan().grid();
   const int planRanks = grid.tp() * grid.pp() * grid.dp();
+  const bool underMpi = mt::launchedByMpi();
+  if (ranks > 0 && !underMpi) {
+    if (ranks != planRanks) {
+      std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), not %d\n",
+                   planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), ranks);
+      return 1;
+    }
+    if (ranks > 1)
+      return launchRanks(ranks, argc, argv);
+  }
   if (worldSize() != planRanks) {
     std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), but %d "
-                         "are running\n",
-                 planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize());
+                         "are running%s\n",
+                 planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize(),
+                 underMpi ? "" : " (start it with -n, or under mpirun)");
     return 1;
   }
 
+  std::unique_ptr<mt::Comm> comm;
+  if (underMpi) {
+    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), comm); !s.ok())
+      return 1;
+  } else {
+    comm = mt::makeLocalComm();
+  }
+  // From here on a failing rank takes the whole job down, naming itself: no rank is
+  // left waiting in a collective.
+  auto fail = [&](const mt::Status &s) -> int {
+    if (underMpi)
+      mt::abortAll(s.message());
+    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return 1;
+  };
   std::unique_ptr<mt::Backend> backend = mt::makeCpuBackend();
   std::unique_ptr<mt::Executor> executor;
-  if (mt::Status s = mt::Executor::create(plan, *backend, {}, executor); !s.ok()) {
-    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::printf("mtrun: %s on %s, %lld steps of %lld x %lld tokens\n",
-              plan.plan().model()->c_str(), backend->name(),
-              static_cast<long long>(config.steps),
-              static_cast<long long>(plan.plan().global_batch_size()),
-              static_cast<long long>(plan.plan().seq_length()));
-  if (mt::Status s = mt::train(*executor, config, stdout); !s.ok()) {
-    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::printf("arena: %llu bytes high-water, %llu planned\n",
-              static_cast<unsigned long long>(executor->arenaHighWater()),
-              static_cast<unsigned long long>(executor->plannedArenaBytes()));
+  if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
+    return fail(s);
+  const bool leader = comm->position().worldRank() == 0;
+  if (leader)
+    std::printf("mtrun: %s on %s x %d (tp %d, dp %d), %lld steps of %lld x %lld tokens\n",
+                plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
+                grid.dp(), static_cast<long long>(config.steps),
+                static_cast<long long>(plan.plan().global_batch_size()),
+                static_cast<long long>(plan.plan().seq_length()));
+  if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
+    return fail(s);
+  if (leader)
+    std::printf("arena: %llu bytes high-water, %llu planned\n",
+                static_cast<unsigned long long>(executor->arenaHighWater()),
+                static_cast<unsigned long long>(executor->plannedArenaBytes()));
   return 0;
 }

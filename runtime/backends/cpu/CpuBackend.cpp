@@ -77,50 +77,61 @@ template <typename T> struct Kernels {
     std::fill_n(ptr(out), out.numel(), static_cast<T>(value));
   }
 
-  static Status embedding(const TensorView &table, const TensorView &ids,
-                          const TensorView &out) {
+  /// With a vocabulary shard (`first` = its first row), ids of other shards give zero
+  /// rows: the tensor-parallel sum of every shard's output is the full lookup.
+  static Status embedding(const TensorView &table, const TensorView &ids, int64_t first,
+                          int64_t vocabulary, const TensorView &out) {
     const int64_t rows = table.dim(0), h = table.dim(1);
     for (int64_t i = 0; i < ids.numel(); ++i) {
       int64_t id = indexAt(ids, i);
-      if (id < 0 || id >= rows)
+      if (id < 0 || id >= vocabulary)
         return Status::failure(cat("token id ", id, " at position ", i,
-                                   " is outside the embedding table of ", rows, " rows"));
-      std::memcpy(ptr(out) + i * h, ptr(table) + id * h, sizeof(T) * h);
+                                   " is outside the embedding table of ", vocabulary,
+                                   " rows"));
+      if (id >= first && id < first + rows)
+        std::memcpy(ptr(out) + i * h, ptr(table) + (id - first) * h, sizeof(T) * h);
+      else
+        std::fill_n(ptr(out) + i * h, h, T(0));
     }
     return Status::success();
   }
 
-  static void embeddingGrad(const TensorView &grad, const TensorView &ids,
+  static void embeddingGrad(const TensorView &grad, const TensorView &ids, int64_t first,
                             const TensorView &out) {
-    const int64_t h = out.dim(1);
+    const int64_t rows = out.dim(0), h = out.dim(1);
     std::fill_n(ptr(out), out.numel(), T(0));
     for (int64_t i = 0; i < ids.numel(); ++i) {
-      T *row = ptr(out) + indexAt(ids, i) * h;
+      int64_t id = indexAt(ids, i) - first;
+      if (id < 0 || id >= rows)
+        continue;
+      T *row = ptr(out) + id * h;
       const T *g = ptr(grad) + i * h;
       for (int64_t j = 0; j < h; ++j)
         row[j] += g[j];
     }
   }
 
-  static void positionEmbedding(const TensorView &x, const TensorView &table,
+  /// `first`: the position of the local sequence's first token (sequence parallelism).
+  static void positionEmbedding(const TensorView &x, const TensorView &table, int64_t first,
                                 const TensorView &out) {
     const int64_t b = x.dim(0), s = x.dim(1), h = x.dim(2);
     for (int64_t i = 0; i < b; ++i)
       for (int64_t p = 0; p < s; ++p) {
-        const T *xi = ptr(x) + (i * s + p) * h, *ti = ptr(table) + p * h;
+        const T *xi = ptr(x) + (i * s + p) * h, *ti = ptr(table) + (first + p) * h;
         T *oi = ptr(out) + (i * s + p) * h;
         for (int64_t j = 0; j < h; ++j)
           oi[j] = xi[j] + ti[j];
       }
   }
 
-  static void positionEmbeddingGrad(const TensorView &grad, const TensorView &out) {
+  static void positionEmbeddingGrad(const TensorView &grad, int64_t first,
+                                    const TensorView &out) {
     const int64_t b = grad.dim(0), s = grad.dim(1), h = grad.dim(2);
     std::fill_n(ptr(out), out.numel(), T(0));
     for (int64_t i = 0; i < b; ++i)
       for (int64_t p = 0; p < s; ++p) {
         const T *g = ptr(grad) + (i * s + p) * h;
-        T *o = ptr(out) + p * h;
+        T *o = ptr(out) + (first + p) * h;
         for (int64_t j = 0; j < h; ++j)
           o[j] += g[j];
       }
@@ -215,6 +226,13 @@ template <typename T> struct Kernels {
       ptr(db)[j] = static_cast<T>(acc[j]);
   }
 
+  static void biasAdd(const TensorView &x, const TensorView &b, const TensorView &out) {
+    const int64_t n = x.cols();
+    for (int64_t r = 0; r < x.rows(); ++r)
+      for (int64_t j = 0; j < n; ++j)
+        ptr(out)[r * n + j] = ptr(x)[r * n + j] + ptr(b)[j];
+  }
+
   static void add(const TensorView &a, const TensorView &b, const TensorView &out) {
     for (int64_t i = 0; i < out.numel(); ++i)
       ptr(out)[i] = ptr(a)[i] + ptr(b)[i];
@@ -247,7 +265,9 @@ template <typename T> struct Kernels {
     }
   }
 
-  static void dropout(const TensorView &x, double rate, int64_t stream,
+  /// The mask is drawn per global element: `shard` maps a sequence block's elements
+  /// to their places in the whole tensor.
+  static void dropout(const TensorView &x, double rate, int64_t stream, const ShardMap &shard,
                       const StepContext &ctx, const TensorView &out) {
     const int64_t n = out.numel();
     if (rate == 0) {
@@ -258,7 +278,7 @@ template <typename T> struct Kernels {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i)
       ptr(out)[i] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
-                                      static_cast<uint32_t>(stream), i, rate)
+                                      static_cast<uint32_t>(stream), shard.global(i), rate)
                         ? ptr(x)[i] * scale
                         : T(0);
   }
@@ -389,16 +409,99 @@ template <typename T> struct Kernels {
     return Status::success();
   }
 
+  /// Vocabulary-parallel cross-entropy, step 1: per row of this rank's logits
+  /// [M, Vl] (global classes first..first+Vl, valid below `classes`), the local max,
+  /// Σ exp(x − max) and the target's logit (0 when another rank holds it): stats[3, M].
+  static Status crossEntropyStats(const TensorView &logits, const TensorView &targets,
+                                  int64_t first, int64_t classes, const TensorView &stats) {
+    const int64_t m = logits.rows(), v = logits.cols();
+    const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
+    if (Status st = checkTargets(targets, classes); !st.ok())
+      return st;
+    T *maxOut = ptr(stats), *sumOut = maxOut + m, *targetOut = sumOut + m;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      const T *row = ptr(logits) + r * v;
+      T max = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j < valid; ++j)
+        max = std::max(max, row[j]);
+      double sum = 0;
+      for (int64_t j = 0; j < valid; ++j)
+        sum += std::exp(row[j] - max);
+      int64_t t = indexAt(targets, r) - first;
+      maxOut[r] = max;
+      sumOut[r] = static_cast<T>(sum);
+      targetOut[r] = t >= 0 && t < valid ? row[t] : T(0);
+    }
+    return Status::success();
+  }
+
+  /// Step 2, after the statistics of all P ranks are gathered into [3P, M]: the global
+  /// max, Σ exp and target logit per row, and the mean loss.
+  static void mergeRow(const T *all, int64_t m, int64_t parts, int64_t r, double &max,
+                       double &sum, double &target) {
+    max = -std::numeric_limits<double>::infinity();
+    for (int64_t p = 0; p < parts; ++p)
+      max = std::max<double>(max, all[(3 * p) * m + r]);
+    sum = 0;
+    target = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      double localMax = all[(3 * p) * m + r];
+      if (localMax > -std::numeric_limits<double>::infinity())
+        sum += all[(3 * p + 1) * m + r] * std::exp(localMax - max);
+      target += all[(3 * p + 2) * m + r];
+    }
+  }
+  static void crossEntropyMerge(const TensorView &all, const TensorView &loss) {
+    const int64_t m = all.cols(), parts = all.dim(0) / 3;
+    double total = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      double max, sum, target;
+      mergeRow(ptr(all), m, parts, r, max, sum, target);
+      total += std::log(sum) + max - target;
+    }
+    ptr(loss)[0] = static_cast<T>(total / m);
+  }
+  static void vocabParallelCrossEntropyGrad(const TensorView &dloss, const TensorView &logits,
+                                            const TensorView &targets, const TensorView &all,
+                                            int64_t first, int64_t classes,
+                                            const TensorView &dlogits) {
+    const int64_t m = logits.rows(), v = logits.cols(), parts = all.dim(0) / 3;
+    const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
+    const double factor = static_cast<double>(ptr(dloss)[0]) / m;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < m; ++r) {
+      double max, sum, target;
+      mergeRow(ptr(all), m, parts, r, max, sum, target);
+      const T *row = ptr(logits) + r * v;
+      T *g = ptr(dlogits) + r * v;
+      for (int64_t j = 0; j < valid; ++j)
+        g[j] = static_cast<T>(factor * std::exp(row[j] - max) / sum);
+      std::fill(g + valid, g + v, T(0));
+      int64_t t = indexAt(targets, r) - first;
+      if (t >= 0 && t < valid)
+        g[t] -= static_cast<T>(factor);
+    }
+  }
+
   static Status run(const plan::Instruction &inst, const TensorView *in,
                     const TensorView *out, const StepContext &ctx) {
+    // The first vocabulary row, or sequence position, this rank holds.
+    auto vocabFirst = [&](const TensorView &sharded, int dim) -> int64_t {
+      return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
+    };
+    auto sequenceFirst = [&](const TensorView &x) -> int64_t {
+      return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
+    };
+    const int64_t parts = inst.vocab_parallel() ? ctx.tpSize : 1;
     switch (inst.opcode()) {
     case Opcode::Fill:
       fill(out[0], inst.value());
       break;
     case Opcode::Embedding:
-      return embedding(in[0], in[1], out[0]);
+      return embedding(in[0], in[1], vocabFirst(in[0], 0), in[0].dim(0) * parts, out[0]);
     case Opcode::PositionEmbedding:
-      positionEmbedding(in[0], in[1], out[0]);
+      positionEmbedding(in[0], in[1], sequenceFirst(in[0]), out[0]);
       break;
     case Opcode::LayerNorm:
       layerNorm(in[0], in[1], in[2], inst.epsilon(), out[0]);
@@ -416,15 +519,17 @@ template <typename T> struct Kernels {
       attention(in[0], inst.heads(), inst.causal(), out[0]);
       break;
     case Opcode::Dropout:
-      dropout(in[0], inst.rate(), inst.stream(), ctx, out[0]);
+      dropout(in[0], inst.rate(), inst.stream(),
+              inst.sequence_parallel() ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize) : ShardMap(),
+              ctx, out[0]);
       break;
     case Opcode::CrossEntropy:
       return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
     case Opcode::EmbeddingGrad:
-      embeddingGrad(in[0], in[1], out[0]);
+      embeddingGrad(in[0], in[1], vocabFirst(out[0], 0), out[0]);
       break;
     case Opcode::PositionEmbeddingGrad:
-      positionEmbeddingGrad(in[0], out[0]);
+      positionEmbeddingGrad(in[0], sequenceFirst(in[0]), out[0]);
       break;
     case Opcode::LayerNormGrad:
       layerNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1], out[2]);
@@ -449,12 +554,33 @@ template <typename T> struct Kernels {
     case Opcode::ParamGrad:
       accumulate(in[0], out[0]);
       break;
+    case Opcode::BiasAdd:
+      biasAdd(in[0], in[1], out[0]);
+      break;
+    case Opcode::Identity:
+      std::copy_n(ptr(in[0]), in[0].numel(), ptr(out[0]));
+      break;
+    case Opcode::CrossEntropyStats:
+      return crossEntropyStats(in[0], in[1], vocabFirst(in[0], in[0].rank - 1),
+                               inst.num_classes(), out[0]);
+    case Opcode::CrossEntropyMerge:
+      crossEntropyMerge(in[0], out[0]);
+      break;
+    case Opcode::VocabParallelCrossEntropyGrad:
+      vocabParallelCrossEntropyGrad(in[0], in[1], in[2], in[3],
+                                    vocabFirst(in[1], in[1].rank - 1), inst.num_classes(),
+                                    out[0]);
+      break;
+    case Opcode::AllReduce:
+    case Opcode::AllGather:
+    case Opcode::ReduceScatter:
+      return Status::failure("collectives run through the communicator, not the backend");
     }
     return Status::success();
   }
 
   static void init(const TensorView &w, const plan::Param &param, uint64_t seed,
-                   int64_t offset) {
+                   const ShardMap &shard) {
     const int64_t n = w.numel();
     switch (param.init()) {
     case plan::Init::Zeros:
@@ -466,7 +592,7 @@ template <typename T> struct Kernels {
     case plan::Init::Normal: {
       const uint64_t stream = rng::nameHash(param.name()->string_view());
       for (int64_t i = 0; i < n; ++i)
-        ptr(w)[i] = static_cast<T>(param.std() * rng::standardNormal(seed, stream, offset + i));
+        ptr(w)[i] = static_cast<T>(param.std() * rng::standardNormal(seed, stream, shard.global(i)));
       break;
     }
     }
@@ -538,12 +664,13 @@ public:
     }
   }
 
-  void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed,
-                     int64_t offset) override {
+  void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
+                     int tpSize) override {
+    ShardMap shard(w, param.shard_dim(), tpRank, tpSize);
     if (w.dtype == plan::DType::F64)
-      Kernels<double>::init(w, param, seed, offset);
+      Kernels<double>::init(w, param, seed, shard);
     else
-      Kernels<float>::init(w, param, seed, offset);
+      Kernels<float>::init(w, param, seed, shard);
   }
 
   double sumOfSquares(const TensorView &x) override {

@@ -1,0 +1,88 @@
+// Gradient rules of the collectives tensor parallelism inserts. The collectives are
+// upstream's shard dialect ops; their rules follow Megatron's conjugate operators
+// (Shoeybi et al. 2019): within the group, every rank's downstream computation is
+// replicated, so the gradient arriving at an all-reduce is already complete (identity),
+// while the gradient leaving a copy into the region is partial (all-reduce). Sequence
+// parallelism swaps them for all-gather and reduce-scatter, each the other's gradient
+// (Korthikanti et al. 2022).
+#include "dialects/mt/Collectives.h"
+#include "dialects/mt/MtDialect.h"
+
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+
+Value mlir::mt::createTpAllReduce(OpBuilder &b, Location loc, Value input,
+                                  FlatSymbolRefAttr grid, int64_t axis) {
+  return shard::AllReduceOp::create(b, loc, input.getType(), grid,
+                                    b.getDenseI16ArrayAttr({static_cast<int16_t>(axis)}), input,
+                                    shard::ReductionKindAttr::get(b.getContext(),
+                                                                  shard::ReductionKind::Sum));
+}
+
+Value mlir::mt::createTpAllGather(OpBuilder &b, Location loc, Value input, Type resultType,
+                                  FlatSymbolRefAttr grid, int64_t axis, int64_t dim) {
+  return shard::AllGatherOp::create(b, loc, resultType, grid,
+                                    b.getDenseI16ArrayAttr({static_cast<int16_t>(axis)}), input,
+                                    b.getIndexAttr(dim));
+}
+
+Value mlir::mt::createTpReduceScatter(OpBuilder &b, Location loc, Value input,
+                                      Type resultType, FlatSymbolRefAttr grid, int64_t axis,
+                                      int64_t dim) {
+  return shard::ReduceScatterOp::create(
+      b, loc, resultType, grid, b.getDenseI16ArrayAttr({static_cast<int16_t>(axis)}), input,
+      shard::ReductionKindAttr::get(b.getContext(), shard::ReductionKind::Sum),
+      b.getIndexAttr(dim));
+}
+
+FailureOr<SmallVector<Value>> TpCopyOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  return SmallVector<Value>{
+      createTpAllReduce(b, getLoc(), resultGrads[0], getGridAttr(), getAxis())};
+}
+
+namespace {
+
+static int64_t onlyAxis(ArrayRef<int16_t> axes) { return axes.empty() ? 0 : axes.front(); }
+
+struct AllReduceGradient
+    : DifferentiableOpInterface::ExternalModel<AllReduceGradient, shard::AllReduceOp> {
+  FailureOr<SmallVector<Value>> buildGradients(Operation *, OpBuilder &,
+                                               ValueRange resultGrads) const {
+    return SmallVector<Value>{resultGrads[0]};
+  }
+};
+
+struct AllGatherGradient
+    : DifferentiableOpInterface::ExternalModel<AllGatherGradient, shard::AllGatherOp> {
+  FailureOr<SmallVector<Value>> buildGradients(Operation *op, OpBuilder &b,
+                                               ValueRange resultGrads) const {
+    auto gather = cast<shard::AllGatherOp>(op);
+    return SmallVector<Value>{createTpReduceScatter(
+        b, op->getLoc(), resultGrads[0], gather.getInput().getType(), gather.getGridAttr(),
+        onlyAxis(gather.getGridAxes()), gather.getGatherAxis().getSExtValue())};
+  }
+};
+
+struct ReduceScatterGradient
+    : DifferentiableOpInterface::ExternalModel<ReduceScatterGradient, shard::ReduceScatterOp> {
+  FailureOr<SmallVector<Value>> buildGradients(Operation *op, OpBuilder &b,
+                                               ValueRange resultGrads) const {
+    auto scatter = cast<shard::ReduceScatterOp>(op);
+    return SmallVector<Value>{createTpAllGather(
+        b, op->getLoc(), resultGrads[0], scatter.getInput().getType(), scatter.getGridAttr(),
+        onlyAxis(scatter.getGridAxes()), scatter.getScatterAxis().getSExtValue())};
+  }
+};
+
+} // namespace
+
+void mlir::mt::registerCollectiveGradients(DialectRegistry &registry) {
+  registry.addExtension(+[](MLIRContext *context, shard::ShardDialect *) {
+    shard::AllReduceOp::attachInterface<AllReduceGradient>(*context);
+    shard::AllGatherOp::attachInterface<AllGatherGradient>(*context);
+    shard::ReduceScatterOp::attachInterface<ReduceScatterGradient>(*context);
+  });
+}
