@@ -4,6 +4,8 @@
 #include "train/Checkpoint.h"
 
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <cinttypes>
 #include <vector>
@@ -73,7 +75,13 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
+  // A test may ask one rank to die at a step, as a crashed process would.
+  const char *killRank = std::getenv("MT_FAULT_KILL_RANK");
+  const char *killStep = std::getenv("MT_FAULT_KILL_STEP");
   for (int64_t step = state.step; step < config.steps; ++step) {
+    if (killRank && killStep && std::atoi(killRank) == comm.position().worldRank() &&
+        std::atoll(killStep) == step + 1)
+      std::raise(SIGKILL);
     // Forward and backward over every micro-batch; gradients accumulate.
     executor.zeroGradients();
     double lossSum = 0;

@@ -5,6 +5,7 @@
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -81,6 +82,11 @@ int launchRanks(int ranks, int argc, char **argv) {
       continue;
     }
     args.push_back(arg);
+  }
+  // The ranks share this machine's cores: one OpenMP team each would oversubscribe.
+  if (!std::getenv("OMP_NUM_THREADS")) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, cores / ranks)).c_str(), 1);
   }
   std::vector<char *> raw;
   for (std::string &a : args)
