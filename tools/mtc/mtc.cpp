@@ -373,5 +373,6 @@ int main(int argc, char **argv) {
   mtc::registerAll(registry);
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
+  context.printOpOnDiagnostic(false); // the file:line:col says where; the op dump is noise
   return args.command == "info" ? runInfo(context, args) : runCompile(context, args);
 }

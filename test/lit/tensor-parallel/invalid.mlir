@@ -1,0 +1,52 @@
+// RUN: mt-opt %s -split-input-file -mt-tensor-parallel="tp=2" -verify-diagnostics
+
+func.func @forward(%tokens: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
+  %wte = mt.param "wte" normal(2.0e-02) : tensor<15x8xf32>
+  // expected-error@+1 {{mt-tensor-parallel: dimension 0 of parameter 'wte' (15) is not divisible by tp 2; pad the vocabulary with --make-vocab-size-divisible-by}}
+  %e = mt.embedding %wte, %tokens : (tensor<15x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
+  return %e : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x6xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<18x8xf32>
+  %qkv = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<18x8xf32>) -> tensor<2x4x18xf32>
+  // expected-error@+1 {{mt-tensor-parallel: 3 attention heads are not divisible by tp 2}}
+  %a = mt.attention %qkv {causal, heads = 3 : i64} : (tensor<2x4x18xf32>) -> tensor<2x4x6xf32>
+  return %a : tensor<2x4x6xf32>
+}
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x5xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<5x8xf32>
+  // expected-error@+1 {{mt-tensor-parallel: dimension 0 of parameter 'w' (5) is not divisible by tp 2}}
+  %h = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<5x8xf32>) -> tensor<2x4x5xf32>
+  %g = mt.gelu %h : (tensor<2x4x5xf32>) -> tensor<2x4x5xf32>
+  return %g : tensor<2x4x5xf32>
+}
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<8x8xf32>
+  %g1 = mt.param "g" ones : tensor<8xf32>
+  %b1 = mt.param "b" zeros : tensor<8xf32>
+  %h = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %g = mt.gelu %h : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  // expected-error@+1 {{mt-tensor-parallel: layer_norm of a split tensor}}
+  %n = mt.layer_norm %g, %g1, %b1 : (tensor<2x4x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  return %n : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<8x8xf32>
+  %h = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %g = mt.gelu %h : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  // expected-error@+1 {{mt-tensor-parallel: the two operands are laid out differently across the tensor-parallel group}}
+  %s = mt.add %g, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %s : tensor<2x4x8xf32>
+}
