@@ -38,7 +38,7 @@ struct InstructionFields {
   plan::Opcode opcode = plan::Opcode::Fill;
   double epsilon = 0, rate = 0, value = 0;
   int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
-  bool causal = false, vocabParallel = false, sequenceParallel = false;
+  bool causal = false, vocabParallel = false, sequenceParallel = false, featureParallel = false;
   int32_t param = -1, axis = 0;
 };
 
@@ -133,6 +133,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       .Case([&](mlir::mt::DropoutOp o) {
         f.rate = o.getRate().convertToDouble();
         f.sequenceParallel = o.getSequenceParallel();
+        f.featureParallel = o.getFeatureParallel();
         f.stream = o.getStream().value_or(-1);
         return f.opcode = Opcode::Dropout, true;
       })
@@ -233,7 +234,7 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
         fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
         f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
         f->param, cost ? cost.getGemmFlops() : 0, f->axis, f->vocabParallel,
-        f->sequenceParallel));
+        f->sequenceParallel, f->featureParallel));
   }
 
   auto program = plan::CreateProgram(

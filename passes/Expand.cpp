@@ -86,6 +86,20 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
       if (!op.getStream())
         op.setStream(nextStream++);
     });
+    // Two dropouts of one stream would draw the same mask (a stream written inside a
+    // repeated block is copied into every layer).
+    DenseMap<int64_t, DropoutOp> byStream;
+    WalkResult unique = module.walk([&](DropoutOp op) {
+      auto [it, inserted] = byStream.try_emplace(static_cast<int64_t>(*op.getStream()), op);
+      if (inserted)
+        return WalkResult::advance();
+      InFlightDiagnostic diag = op.emitOpError("dropout stream ")
+                                << *op.getStream() << " is used twice; leave streams to mt-expand";
+      diag.attachNote(it->second.getLoc()) << "first use here";
+      return WalkResult::interrupt();
+    });
+    if (unique.wasInterrupted())
+      return signalPassFailure();
 
     for (auto fn : module.getOps<FunctionOpInterface>()) {
       llvm::StringMap<ParamOp> byName;

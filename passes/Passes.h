@@ -16,6 +16,10 @@ namespace mlir::mt {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
+/// Infers `op`'s result types again from its operands (ops without InferTypeOpInterface
+/// keep theirs). Fails, with the op's diagnostic, when the shapes do not agree.
+LogicalResult reinferOp(Operation *op);
+
 /// Infers every op's result types again from its operands, in program order, and
 /// updates the function's result types. Fails at the first op whose shapes do not
 /// agree (the op reports why).

@@ -10,8 +10,8 @@ def MtExpand : Pass<"mt-expand", "::mlir::ModuleOp"> {
     body, chained through the residual stream, with parameters renamed
     `h.<i>.<name>`. Block functions no longer referenced are erased. Every
     `mt.dropout` without a `stream` gets the next free stream number, in program
-    order, so masks are reproducible under any layout. Two parameters of one name are
-    an error.
+    order, so masks are reproducible under any layout. Two parameters of one name, or two
+    dropouts of one stream, are an error.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }

@@ -41,7 +41,6 @@ private:
   /// The layout of the residual stream between parallel regions.
   Layout stream() const { return sp ? Layout::Sequence : Layout::Replicated; }
 
-  LogicalResult reinfer(Operation *op);
   LogicalResult shardParam(Value v, int64_t dim, Operation *user);
   void markGradReduce(Value v);
   Value enterRegion(OpBuilder &b, Location loc, Value x);
@@ -56,20 +55,6 @@ private:
   FlatSymbolRefAttr grid;
   DenseMap<Value, Layout> layouts;
 };
-
-LogicalResult Partitioner::reinfer(Operation *op) {
-  auto infer = dyn_cast<InferTypeOpInterface>(op);
-  if (!infer)
-    return success();
-  SmallVector<Type> types;
-  if (failed(infer.inferReturnTypes(op->getContext(), op->getLoc(), op->getOperands(),
-                                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
-                                    op->getRegions(), types)))
-    return failure();
-  for (auto [result, type] : llvm::zip_equal(op->getResults(), types))
-    result.setType(type);
-  return success();
-}
 
 /// Keeps block `rank` of `v` (an mt.param) along `dim` on each rank.
 LogicalResult Partitioner::shardParam(Value v, int64_t dim, Operation *user) {
@@ -162,22 +147,27 @@ LogicalResult Partitioner::partitionLinear(LinearOp op) {
     return isa<AttentionOp, GeluOp, CrossEntropyOp>(user);
   });
   if (!column) {
+    // A replicated linear: every rank applies all of W to its rows (under SP, its block
+    // of the sequence, so its gradients are partial).
+    markGradReduce(op.getWeight());
+    if (op.getBias())
+      markGradReduce(op.getBias());
     layouts[op.getResult()] = layoutOf(x);
-    return success();
+    return reinferOp(op);
   }
   if (failed(shardParam(op.getWeight(), 0, op)) ||
       (op.getBias() && failed(shardParam(op.getBias(), 0, op))))
     return failure();
   op.getInputMutable().assign(enterRegion(b, op.getLoc(), x));
   layouts[op.getResult()] = Layout::Split;
-  return reinfer(op);
+  return reinferOp(op);
 }
 
 LogicalResult Partitioner::partitionEmbedding(EmbeddingOp op) {
   if (failed(shardParam(op.getTable(), 0, op)))
     return failure();
   op.setVocabParallel(true);
-  if (failed(reinfer(op)))
+  if (failed(reinferOp(op)))
     return failure();
   OpBuilder b(op->getContext());
   b.setInsertionPointAfter(op);
@@ -223,7 +213,7 @@ LogicalResult Partitioner::visit(Operation *op) {
                  << a.getHeads() << " attention heads are not divisible by tp " << tp;
         a.setHeads(a.getHeads() / tp);
         layouts[a.getResult()] = Layout::Split;
-        return reinfer(a);
+        return reinferOp(a);
       })
       .Case([&](PositionEmbeddingOp p) -> LogicalResult {
         if (layoutOf(p.getInput()) == Layout::Sequence) {
@@ -231,7 +221,7 @@ LogicalResult Partitioner::visit(Operation *op) {
           markGradReduce(p.getTable());
         }
         layouts[p.getResult()] = layoutOf(p.getInput());
-        return reinfer(p);
+        return reinferOp(p);
       })
       .Case([&](LayerNormOp n) -> LogicalResult {
         if (layoutOf(n.getInput()) == Layout::Split)
@@ -239,26 +229,34 @@ LogicalResult Partitioner::visit(Operation *op) {
         markGradReduce(n.getWeight());
         markGradReduce(n.getBias());
         layouts[n.getResult()] = layoutOf(n.getInput());
-        return reinfer(n);
+        return reinferOp(n);
       })
       .Case([&](DropoutOp d) -> LogicalResult {
         if (layoutOf(d.getInput()) == Layout::Sequence)
           d.setSequenceParallel(true);
+        if (layoutOf(d.getInput()) == Layout::Split)
+          d.setFeatureParallel(true);
         layouts[d.getResult()] = layoutOf(d.getInput());
-        return reinfer(d);
+        return reinferOp(d);
       })
       .Case([&](GeluOp g) -> LogicalResult {
         layouts[g.getResult()] = layoutOf(g.getInput());
-        return reinfer(g);
+        return reinferOp(g);
       })
       .Case([&](AddOp a) -> LogicalResult {
         if (layoutOf(a.getLhs()) != layoutOf(a.getRhs()))
           return a.emitOpError("mt-tensor-parallel: the two operands are laid out "
                                "differently across the tensor-parallel group");
         layouts[a.getResult()] = layoutOf(a.getLhs());
-        return reinfer(a);
+        return reinferOp(a);
       })
-      .Case([&](func::ReturnOp) { return success(); })
+      .Case([&](func::ReturnOp r) -> LogicalResult {
+        for (Value v : r.getOperands())
+          if (layoutOf(v) != Layout::Replicated)
+            return r.emitOpError("mt-tensor-parallel: returns a value that is split across "
+                                 "the tensor-parallel group");
+        return success();
+      })
       .Default([](Operation *other) {
         return other->emitOpError("mt-tensor-parallel: no tensor-parallel layout for this op");
       });

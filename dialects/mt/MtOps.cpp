@@ -156,6 +156,9 @@ LogicalResult ParamOp::verify() {
            << getName() << "': " << stringifyInitKind(getInit()) << " init takes no std";
   if (getName().empty())
     return emitOpError("parameter name must not be empty");
+  if (llvm::any_of(cast<RankedTensorType>(getType()).getShape(),
+                   [](int64_t d) { return d <= 0; }))
+    return emitOpError("parameter '") << getName() << "' has an empty shape " << getType();
   if (getShardDim().has_value() != getGlobalShape().has_value())
     return emitOpError("parameter '") << getName()
                                       << "': shard_dim and global_shape go together";
@@ -357,16 +360,24 @@ template <typename LayerNormLike> static LogicalResult verifyEpsilon(LayerNormLi
 LogicalResult LayerNormOp::verify() { return verifyEpsilon(*this); }
 LogicalResult LayerNormGradOp::verify() { return verifyEpsilon(*this); }
 
+/// Logits [..., V] and targets [...] agree on every leading dimension.
+static LogicalResult checkLogitRows(std::optional<Location> loc, StringRef op,
+                                    RankedTensorType logits, RankedTensorType targets) {
+  bool ok = logits.getRank() == targets.getRank() + 1 && targets.getRank() >= 1;
+  for (int64_t i = 0; ok && i < targets.getRank(); ++i)
+    ok = compatible(logits.getDimSize(i), targets.getDimSize(i));
+  if (ok)
+    return success();
+  return emitOptionalError(loc, op, ": logits ", str(logits), " and targets ", str(targets),
+                           " must be [..., V] and [...]");
+}
+
 /// Checks logits [..., V] against targets [...] and num_classes.
 static LogicalResult checkLogits(std::optional<Location> loc, StringRef op,
                                  RankedTensorType logits, RankedTensorType targets,
                                  std::optional<uint64_t> numClasses) {
-  bool ok = logits.getRank() == targets.getRank() + 1 && targets.getRank() >= 1;
-  for (int64_t i = 0; ok && i < targets.getRank(); ++i)
-    ok = compatible(logits.getDimSize(i), targets.getDimSize(i));
-  if (!ok)
-    return emitOptionalError(loc, op, ": logits ", str(logits), " and targets ",
-                             str(targets), " must be [..., V] and [...]");
+  if (failed(checkLogitRows(loc, op, logits, targets)))
+    return failure();
   int64_t v = logits.getShape().back();
   if (numClasses && !ShapedType::isDynamic(v) && static_cast<int64_t>(*numClasses) > v)
     return emitOptionalError(loc, op, ": num_classes ", *numClasses, " exceeds the ", v,
@@ -406,18 +417,6 @@ LogicalResult TpCopyOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
 static int64_t logitRows(RankedTensorType logits) {
   int64_t n = leadingElements(logits);
   return n ? n : ShapedType::kDynamic;
-}
-
-/// Logits [..., V] and targets [...] agree on every leading dimension.
-static LogicalResult checkLogitRows(std::optional<Location> loc, StringRef op,
-                                    RankedTensorType logits, RankedTensorType targets) {
-  bool ok = logits.getRank() == targets.getRank() + 1 && targets.getRank() >= 1;
-  for (int64_t i = 0; ok && i < targets.getRank(); ++i)
-    ok = compatible(logits.getDimSize(i), targets.getDimSize(i));
-  if (ok)
-    return success();
-  return emitOptionalError(loc, op, ": logits ", str(logits), " and targets ", str(targets),
-                           " must be [..., V] and [...]");
 }
 
 LogicalResult CrossEntropyStatsOp::inferReturnTypes(MLIRContext *,
@@ -682,7 +681,8 @@ FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
   // Same stream, same element indices: the same mask and the same 1/(1-p) scale.
   return SmallVector<Value>{DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(),
-                                              getStreamAttr(), getSequenceParallelAttr())};
+                                              getStreamAttr(), getSequenceParallelAttr(),
+                                              getFeatureParallelAttr())};
 }
 
 FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,

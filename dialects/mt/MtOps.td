@@ -156,11 +156,13 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
     The keep mask is a function of (seed, step, micro-batch, `stream`, global element
     index), so it is regenerated, not stored: the gradient of a dropout is the same
     dropout applied to the incoming gradient. mt-expand numbers the streams. With
-    `sequence_parallel`, the input is this rank's block of the sequence (dimension 1)
-    and the mask is drawn at the elements' global indices.
+    `sequence_parallel` (`feature_parallel`), the input is this rank's block of the
+    sequence, dimension 1 (of the last dimension), and the mask is drawn at the
+    elements' global indices.
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$rate,
-                       OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel);
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
+                       UnitAttr:$feature_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
 }

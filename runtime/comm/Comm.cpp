@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace mt {
@@ -95,14 +97,34 @@ public:
     return Status::failure(std::string(what) + " failed: " + std::string(text, length));
   }
 
+  /// MPI counts are ints: larger all-reduces go in chunks; other collectives refuse.
+  static constexpr int64_t kMaxCount = std::numeric_limits<int>::max();
+  static Status fits(int64_t count, const char *what) {
+    if (count <= kMaxCount)
+      return Status::success();
+    return Status::failure(std::string(what) + " of " + std::to_string(count) +
+                           " elements exceeds MPI's count limit");
+  }
+
   Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
-    const void *send = in.data == out.data ? MPI_IN_PLACE : in.data;
-    return check(MPI_Allreduce(send, out.data, static_cast<int>(out.numel()), mpiType(out.dtype),
-                               MPI_SUM, of(g)),
-                 "all-reduce");
+    const size_t element = dtypeBytes(out.dtype);
+    for (int64_t first = 0; first < out.numel(); first += kMaxCount) {
+      const int count = static_cast<int>(std::min(kMaxCount, out.numel() - first));
+      char *recv = static_cast<char *>(out.data) + element * first;
+      const void *send = in.data == out.data
+                             ? MPI_IN_PLACE
+                             : static_cast<const char *>(in.data) + element * first;
+      if (Status s = check(MPI_Allreduce(send, recv, count, mpiType(out.dtype), MPI_SUM, of(g)),
+                           "all-reduce");
+          !s.ok())
+        return s;
+    }
+    return Status::success();
   }
 
   Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    if (Status s = fits(out.numel(), "all-gather"); !s.ok())
+      return s;
     const int parts = size(g);
     const int count = static_cast<int>(in.numel());
     if (axis == 0) {
@@ -124,6 +146,8 @@ public:
   }
 
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    if (Status s = fits(in.numel(), "reduce-scatter"); !s.ok())
+      return s;
     const int parts = size(g);
     const int count = static_cast<int>(out.numel());
     const void *send = in.data;

@@ -83,12 +83,15 @@ Status Executor::bind(ExecutorOptions options) {
 
   std::byte *arena = nullptr;
   if (!options.separateBuffers) {
-    arena = static_cast<std::byte *>(backend_.allocate(program_.arena_bytes()));
+    // The arena is followed by a guard region; both start out holding a sentinel, so
+    // that the bytes the program actually writes can be measured (arenaBytesWritten).
+    arena = static_cast<std::byte *>(backend_.allocate(program_.arena_bytes() + kGuardBytes));
     allocations_.push_back(arena);
+    arena_ = arena;
+    fillArena(kSentinel);
   }
   for (const plan::Buffer *b : *program_.buffers()) {
     void *data;
-    uint64_t end = 0;
     if (b->kind() == plan::BufferKind::Param) {
       data = parameters_[b->param()].weight.data;
     } else if (options.separateBuffers) {
@@ -96,12 +99,28 @@ Status Executor::bind(ExecutorOptions options) {
       allocations_.push_back(data);
     } else {
       data = arena + b->offset();
-      end = b->offset() + b->bytes();
     }
     views_.push_back(viewOf(*b->shape(), b->dtype(), data));
-    arenaEnd_.push_back(end);
   }
   return Status::success();
+}
+
+void Executor::fillArena(uint8_t sentinel) {
+  if (!arena_)
+    return;
+  std::vector<uint8_t> fill(program_.arena_bytes() + kGuardBytes, sentinel);
+  backend_.copyToDevice(arena_, fill.data(), fill.size());
+}
+
+uint64_t Executor::arenaBytesWritten(uint8_t sentinel) {
+  if (!arena_)
+    return 0;
+  std::vector<uint8_t> bytes(program_.arena_bytes() + kGuardBytes);
+  backend_.copyToHost(bytes.data(), arena_, bytes.size());
+  uint64_t end = bytes.size();
+  while (end > 0 && bytes[end - 1] == sentinel)
+    --end;
+  return end;
 }
 
 int64_t Executor::tokensPerMicroBatch() const { return views_[program_.tokens()].numel(); }
@@ -156,15 +175,11 @@ Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
     int n = 0;
-    for (uint32_t id : *inst.inputs()) {
+    for (uint32_t id : *inst.inputs())
       in[n++] = views_[id];
-      highWater_ = std::max(highWater_, arenaEnd_[id]);
-    }
     n = 0;
-    for (uint32_t id : *inst.outputs()) {
+    for (uint32_t id : *inst.outputs())
       out[n++] = views_[id];
-      highWater_ = std::max(highWater_, arenaEnd_[id]);
-    }
     if (inst.opcode() == plan::Opcode::ParamGrad)
       out[0] = parameters_[inst.param()].grad;
     const bool collective = inst.opcode() == plan::Opcode::AllReduce ||

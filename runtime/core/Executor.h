@@ -56,8 +56,15 @@ public:
   Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
                          double &loss);
 
-  /// The highest arena byte any executed instruction touched, and the plan's prediction.
-  uint64_t arenaHighWater() const { return highWater_; }
+  /// Measures the arena: fill it (and the guard region after it) with a sentinel byte
+  /// before running, and afterwards find the end of the last byte that no longer holds
+  /// it. A written byte can equal the sentinel by chance, so a measurement that must be
+  /// exact takes the larger of two runs with different sentinels. A result past
+  /// plannedArenaBytes() means an instruction wrote outside the arena.
+  static constexpr uint8_t kSentinel = 0xA5;
+  static constexpr size_t kGuardBytes = 4096;
+  void fillArena(uint8_t sentinel);
+  uint64_t arenaBytesWritten(uint8_t sentinel);
   uint64_t plannedArenaBytes() const { return program_.arena_bytes(); }
 
 private:
@@ -72,11 +79,10 @@ private:
   Backend &backend_;
   Comm &comm_;
   std::vector<void *> allocations_;
-  std::vector<TensorView> views_;  // one per plan buffer
-  std::vector<uint64_t> arenaEnd_; // offset + bytes of arena buffers, else 0
+  std::vector<TensorView> views_; // one per plan buffer
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
-  uint64_t highWater_ = 0;
+  void *arena_ = nullptr;
 };
 
 } // namespace mt

@@ -1,7 +1,9 @@
 #include "plan/PlanReader.h"
+#include "core/Tensor.h"
 #include "plan/PlanFormat.h"
 
 #include <fstream>
+#include <optional>
 #include <iterator>
 #include <sstream>
 
@@ -23,6 +25,8 @@ size_t dtypeBytes(plan::DType dtype) {
 }
 
 namespace {
+
+constexpr size_t kMaxRank = TensorView::kMaxRank;
 
 template <typename... Parts> std::string cat(const Parts &...parts) {
   std::ostringstream os;
@@ -91,6 +95,169 @@ Arity arityOf(plan::Opcode op) {
   }
 }
 
+/// A buffer's shape as the kernels will see it.
+struct Dims {
+  std::vector<int64_t> d;
+  plan::DType dtype;
+  explicit Dims(const plan::Buffer &b) : d(b.shape()->begin(), b.shape()->end()), dtype(b.dtype()) {}
+  int64_t rank() const { return static_cast<int64_t>(d.size()); }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t x : d)
+      n *= x;
+    return n;
+  }
+  int64_t last() const { return d.empty() ? 1 : d.back(); }
+  int64_t rows() const { return numel() / last(); }
+  bool isFloat() const { return dtype == plan::DType::F32 || dtype == plan::DType::F64; }
+  bool isIndex() const { return dtype == plan::DType::I32 || dtype == plan::DType::I64; }
+};
+
+/// Every opcode's operands, checked the way its kernel indexes them: a plan that passes
+/// can be executed without reading or writing outside a buffer.
+std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims> &in,
+                          const std::vector<Dims> &out, const plan::Plan &p,
+                          const Dims *param) {
+  using plan::Opcode;
+  const int64_t tp = p.grid()->tp();
+  const plan::DType precision = p.precision();
+  for (const auto *list : {&in, &out})
+    for (const Dims &t : *list)
+      if (t.isFloat() && t.dtype != precision)
+        return "a float operand is not in the plan's precision";
+  auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
+  auto floats = [&](std::initializer_list<const Dims *> ts) {
+    for (const Dims *t : ts)
+      if (!t->isFloat())
+        return false;
+    return true;
+  };
+  switch (inst.opcode()) {
+  case Opcode::Fill:
+    return floats({&out[0]}) ? "" : "fill of a non-float tensor";
+  case Opcode::Embedding:
+    if (in[0].rank() != 2 || !in[1].isIndex() || !floats({&in[0], &out[0]}) ||
+        out[0].numel() != in[1].numel() * in[0].d[1])
+      return "embedding operands disagree";
+    return "";
+  case Opcode::EmbeddingGrad:
+    if (out[0].rank() != 2 || !in[1].isIndex() || !floats({&in[0], &out[0]}) ||
+        in[0].last() != out[0].d[1] || in[0].rows() != in[1].numel())
+      return "embedding gradient operands disagree";
+    return "";
+  case Opcode::PositionEmbedding:
+  case Opcode::PositionEmbeddingGrad: {
+    const Dims &x = in[0], &table = inst.opcode() == Opcode::PositionEmbedding ? in[1] : out[0];
+    int64_t sequence = x.rank() == 3 ? x.d[1] * (inst.sequence_parallel() ? tp : 1) : 0;
+    if (x.rank() != 3 || table.rank() != 2 || table.d[1] != x.d[2] || sequence > table.d[0] ||
+        !floats({&x, &table}) ||
+        (inst.opcode() == Opcode::PositionEmbedding && !same(out[0], x)))
+      return "position embedding operands disagree";
+    return "";
+  }
+  case Opcode::LayerNorm:
+  case Opcode::LayerNormGrad: {
+    const Dims &x = inst.opcode() == Opcode::LayerNorm ? in[0] : in[1];
+    const Dims &w = inst.opcode() == Opcode::LayerNorm ? in[1] : in[2];
+    if (!(inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x) || !floats({&x, &w}))
+      return "layer norm operands disagree";
+    if (inst.opcode() == Opcode::LayerNorm)
+      return in[2].numel() == x.last() ? "" : "layer norm bias disagrees";
+    return same(in[0], x) && out[1].numel() == x.last() && out[2].numel() == x.last()
+               ? ""
+               : "layer norm gradient operands disagree";
+  }
+  case Opcode::Linear:
+    if (in[1].rank() != 2 || in[0].last() != in[1].d[1] || out[0].rows() != in[0].rows() ||
+        out[0].last() != in[1].d[0] || (in.size() == 3 && in[2].numel() != in[1].d[0]) ||
+        !floats({&in[0], &in[1], &out[0]}))
+      return "linear operands disagree";
+    return "";
+  case Opcode::LinearGradInput:
+    if (in[1].rank() != 2 || in[0].last() != in[1].d[0] || out[0].rows() != in[0].rows() ||
+        out[0].last() != in[1].d[1] || !floats({&in[0], &in[1], &out[0]}))
+      return "linear input-gradient operands disagree";
+    return "";
+  case Opcode::LinearGradWeight:
+    if (out[0].rank() != 2 || in[0].rows() != in[1].rows() || out[0].d[0] != in[0].last() ||
+        out[0].d[1] != in[1].last() || !floats({&in[0], &in[1], &out[0]}))
+      return "linear weight-gradient operands disagree";
+    return "";
+  case Opcode::BiasGrad:
+    return out[0].numel() == in[0].last() && floats({&in[0], &out[0]}) ? ""
+                                                                        : "bias gradient disagrees";
+  case Opcode::BiasAdd:
+    return in[1].numel() == in[0].last() && same(out[0], in[0]) && floats({&in[0], &in[1]})
+               ? ""
+               : "bias add operands disagree";
+  case Opcode::Add:
+  case Opcode::GeluGrad:
+    return same(in[0], in[1]) && same(out[0], in[0]) && floats({&in[0]}) ? ""
+                                                                          : "operands disagree";
+  case Opcode::Gelu:
+  case Opcode::Identity:
+    return same(out[0], in[0]) && floats({&in[0]}) ? "" : "operands disagree";
+  case Opcode::Dropout:
+    if (!(inst.rate() >= 0 && inst.rate() < 1) || inst.stream() < 0 || !same(out[0], in[0]) ||
+        !floats({&in[0]}) || (inst.sequence_parallel() && in[0].rank() < 2))
+      return "dropout operands or rate disagree";
+    return "";
+  case Opcode::Attention:
+  case Opcode::AttentionGrad: {
+    const Dims &qkv = inst.opcode() == Opcode::Attention ? in[0] : in[1];
+    const Dims &o = inst.opcode() == Opcode::Attention ? out[0] : in[2];
+    if (inst.heads() <= 0 || qkv.rank() != 3 || o.rank() != 3 || o.d[2] % inst.heads() != 0 ||
+        qkv.d[2] != 3 * o.d[2] || qkv.d[0] != o.d[0] || qkv.d[1] != o.d[1] ||
+        !floats({&qkv, &o}))
+      return "attention operands or heads disagree";
+    if (inst.opcode() == Opcode::AttentionGrad && (!same(in[0], o) || !same(out[0], qkv)))
+      return "attention gradient operands disagree";
+    return "";
+  }
+  case Opcode::CrossEntropy:
+  case Opcode::CrossEntropyGrad: {
+    bool grad = inst.opcode() == Opcode::CrossEntropyGrad;
+    const Dims &logits = grad ? in[1] : in[0], &targets = grad ? in[2] : in[1];
+    if (!targets.isIndex() || logits.rows() != targets.numel() || !floats({&logits}) ||
+        inst.num_classes() < 0 || inst.num_classes() > logits.last() ||
+        (grad ? (in[0].numel() != 1 || !same(out[0], logits)) : out[0].numel() != 1))
+      return "cross-entropy operands disagree";
+    return "";
+  }
+  case Opcode::CrossEntropyStats:
+    if (!in[1].isIndex() || in[0].rows() != in[1].numel() || out[0].numel() != 3 * in[0].rows() ||
+        !floats({&in[0], &out[0]}) || inst.num_classes() < 0 ||
+        inst.num_classes() > in[0].last() * tp)
+      return "cross-entropy statistics operands disagree";
+    return "";
+  case Opcode::CrossEntropyMerge:
+    if (in[0].numel() != 3 * tp * in[1].rows() || out[0].numel() != 1 || !floats({&in[0]}))
+      return "cross-entropy merge operands disagree";
+    return "";
+  case Opcode::VocabParallelCrossEntropyGrad:
+    if (in[0].numel() != 1 || !in[2].isIndex() || in[1].rows() != in[2].numel() ||
+        in[3].numel() != 3 * tp * in[1].rows() || !same(out[0], in[1]) ||
+        inst.num_classes() < 0 || inst.num_classes() > in[1].last() * tp)
+      return "vocabulary-parallel cross-entropy gradient operands disagree";
+    return "";
+  case Opcode::ParamGrad:
+    return param && same(in[0], *param) ? "" : "gradient does not match its parameter";
+  case Opcode::AllReduce:
+    return same(out[0], in[0]) ? "" : "all-reduce operands disagree";
+  case Opcode::AllGather:
+  case Opcode::ReduceScatter: {
+    bool gather = inst.opcode() == Opcode::AllGather;
+    const Dims &small = gather ? in[0] : out[0], &large = gather ? out[0] : in[0];
+    bool ok = inst.axis() >= 0 && inst.axis() < small.rank() && small.rank() == large.rank() &&
+              small.dtype == large.dtype;
+    for (int64_t i = 0; ok && i < small.rank(); ++i)
+      ok = large.d[i] == small.d[i] * (i == inst.axis() ? tp : 1);
+    return ok ? "" : "collective operands disagree";
+  }
+  }
+  return "unknown opcode";
+}
+
 Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index) {
   std::string where = cat("program ", index);
   if (!prog.buffers() || !prog.instructions())
@@ -99,6 +266,9 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   const size_t numParams = p.params() ? p.params()->size() : 0;
   for (flatbuffers::uoffset_t i = 0; i < buffers.size(); ++i) {
     const plan::Buffer *b = buffers.Get(i);
+    if (!b->shape() || b->shape()->size() > kMaxRank)
+      return Status::failure(cat(where, " buffer ", i, " has no shape or more than ", kMaxRank,
+                                 " dimensions"));
     uint64_t bytes = shapeBytes(b->shape(), b->dtype());
     if (bytes == 0 || bytes != b->bytes())
       return Status::failure(cat(where, " buffer ", i, ": shape and size disagree"));
@@ -138,10 +308,35 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     if (inst->opcode() == plan::Opcode::ParamGrad &&
         (inst->param() < 0 || static_cast<size_t>(inst->param()) >= numParams))
       return Status::failure(cat(at, " names parameter ", inst->param(), " of ", numParams));
+    std::vector<Dims> in, out;
+    for (uint32_t id : *inst->inputs())
+      in.emplace_back(*buffers.Get(id));
+    for (uint32_t id : *inst->outputs())
+      out.emplace_back(*buffers.Get(id));
+    std::optional<Dims> param;
+    if (inst->opcode() == plan::Opcode::ParamGrad) {
+      const plan::Param *spec = p.params()->Get(inst->param());
+      param.emplace(*buffers.Get(inst->inputs()->Get(0)));
+      param->d.assign(spec->shape()->begin(), spec->shape()->end());
+      param->dtype = spec->dtype();
+    }
+    if (std::string why = checkOperands(*inst, in, out, p, param ? &*param : nullptr);
+        !why.empty())
+      return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()), "): ", why));
   }
   for (uint32_t id : {prog.tokens(), prog.targets(), prog.loss()})
     if (id >= buffers.size())
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
+  for (uint32_t id : {prog.tokens(), prog.targets()}) {
+    Dims input(*buffers.Get(id));
+    if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||
+        input.d[1] != p.seq_length() || buffers.Get(id)->kind() == plan::BufferKind::Param)
+      return Status::failure(cat(where, ": tokens and targets must be integer [",
+                                 p.micro_batch_size(), ", ", p.seq_length(), "] inputs"));
+  }
+  Dims loss(*buffers.Get(prog.loss()));
+  if (loss.numel() != 1 || !loss.isFloat())
+    return Status::failure(cat(where, ": the loss must be a float scalar"));
   return Status::success();
 }
 
@@ -156,24 +351,44 @@ Status checkPlan(const plan::Plan &p) {
   if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() != 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
+  if (p.precision() != plan::DType::F32 && p.precision() != plan::DType::F64)
+    return Status::failure("plan precision must be f32 or f64");
   for (flatbuffers::uoffset_t i = 0; i < p.params()->size(); ++i) {
     const plan::Param *param = p.params()->Get(i);
     if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0 ||
         shapeBytes(param->global_shape(), param->dtype()) == 0 ||
         param->global_shape()->size() != param->shape()->size() || param->shard_dim() < -1 ||
-        param->shard_dim() >= static_cast<int>(param->shape()->size()))
-      return Status::failure(cat("parameter ", i, " has no name or an invalid shape"));
+        param->shard_dim() >= static_cast<int>(param->shape()->size()) ||
+        param->dtype() != p.precision() || param->init() > plan::Init::MAX)
+      return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
+    // The global shape is tp blocks of the local one along the shard dimension.
+    for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {
+      int64_t factor = static_cast<int>(d) == param->shard_dim() ? grid.tp() : 1;
+      if (param->global_shape()->Get(d) != param->shape()->Get(d) * factor)
+        return Status::failure(cat("parameter ", i, " ('", param->name()->str(),
+                                   "'): its shard does not tile its global shape"));
+    }
   }
   for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i)
     if (Status s = checkProgram(p, *p.programs()->Get(i), i); !s.ok())
       return s;
+  const int64_t perRank = p.global_batch_size() / (p.micro_batch_size() * grid.dp());
   for (const plan::Stage *stage : *p.stages()) {
     if (!stage->actions())
       return Status::failure("a pipeline stage has no actions");
-    for (const plan::Action *a : *stage->actions())
+    int64_t forward = 0, updates = 0;
+    for (const plan::Action *a : *stage->actions()) {
       if (a->chunk() >= p.programs()->size() || a->kind() > plan::ActionKind::MAX)
         return Status::failure(cat("schedule names program ", a->chunk(), " of ",
                                    p.programs()->size()));
+      if (a->kind() == plan::ActionKind::ForwardBackward &&
+          (a->micro_batch() != forward++ || a->micro_batch() >= perRank))
+        return Status::failure("schedule's micro-batches are out of order");
+      updates += a->kind() == plan::ActionKind::OptimizerStep;
+    }
+    if (forward != perRank || updates != 1)
+      return Status::failure(cat("schedule runs ", forward, " micro-batches and ", updates,
+                                 " updates; the batch needs ", perRank, " and 1"));
   }
   return Status::success();
 }

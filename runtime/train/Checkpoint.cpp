@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -324,13 +325,22 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       return fail(cat("tensor '", name, "' is not a tensor of model '",
                       executor.plan().model()->str(), "'"));
   TrainingState loaded;
-  try {
-    loaded.step = std::stoll(meta.value("step", ""));
-    loaded.dataPosition = std::stoull(meta.value("data_position", ""));
-    loaded.seed = std::stoull(meta.value("seed", ""));
-  } catch (const std::exception &) {
+  auto number = [&](const char *key, uint64_t &out) {
+    std::string text = meta.value(key, "");
+    size_t used = 0;
+    try {
+      out = std::stoull(text, &used);
+    } catch (const std::exception &) {
+      used = 0;
+    }
+    return !text.empty() && std::isdigit(static_cast<unsigned char>(text[0])) &&
+           used == text.size();
+  };
+  uint64_t step = 0;
+  if (!number("step", step) || !number("data_position", loaded.dataPosition) ||
+      !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
     return fail("corrupt checkpoint: bad training state in its metadata");
-  }
+  loaded.step = static_cast<int64_t>(step);
 
   // This rank's tensor-parallel shard of every tensor, and, for the distributed
   // optimizer's moments, its data-parallel range of the flat store.
@@ -364,7 +374,14 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state) {
-  return agree(executor, readCheckpoint(dir, executor, optimizer, state));
+  Status read = Status::success();
+  try {
+    read = readCheckpoint(dir, executor, optimizer, state);
+  } catch (const json::exception &e) {
+    // A header that is JSON but not what safetensors describes (a shape that is a string).
+    read = Status::failure(checkpointPath(dir) + ": corrupt checkpoint: " + e.what());
+  }
+  return agree(executor, read);
 }
 
 } // namespace mt

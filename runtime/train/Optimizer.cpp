@@ -105,6 +105,8 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double &gradNorm) 
   if (distributed_)
     sumSquares = comm.allReduceSum(Group::Data, sumSquares);
   gradNorm = std::sqrt(sumSquares) * gradScale;
+  if (!std::isfinite(gradNorm))
+    return Status::failure("the gradient norm is not finite; the weights are left as they were");
   double clip = 1.0;
   if (config_.clipGrad > 0 && gradNorm > config_.clipGrad)
     clip = config_.clipGrad / gradNorm;

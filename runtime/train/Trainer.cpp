@@ -4,6 +4,7 @@
 #include "train/Checkpoint.h"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
@@ -32,8 +33,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   // Each data-parallel rank takes a contiguous share of the global batch's
   // micro-batches; micro-batch numbers (and so dropout masks) are the global ones.
   const int64_t microBatches = plan.global_batch_size() / plan.micro_batch_size();
-  const int64_t localMicroBatches = microBatches / comm.size(Group::Data);
-  const int64_t firstMicroBatch = comm.rank(Group::Data) * localMicroBatches;
+  const int64_t firstMicroBatch = comm.rank(Group::Data) * microBatches / comm.size(Group::Data);
   const int64_t batch = plan.micro_batch_size(), seq = plan.seq_length();
   const bool leader = comm.position().worldRank() == 0;
   if (!leader)
@@ -56,6 +56,10 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       return Status::failure("checkpoint in " + config.loadDir + " was trained with seed " +
                              std::to_string(state.seed) + ", not " +
                              std::to_string(config.seed));
+    if (state.step > config.steps)
+      return Status::failure("checkpoint in " + config.loadDir + " is at step " +
+                             std::to_string(state.step) + ", past --steps " +
+                             std::to_string(config.steps));
     if (log)
       std::fprintf(log, "resumed from %s at step %" PRId64 "\n", config.loadDir.c_str(),
                    state.step);
@@ -83,34 +87,49 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         std::atoll(killStep) == step + 1)
       std::raise(SIGKILL);
     // Forward and backward over every micro-batch; gradients accumulate.
+    // The plan's schedule: this rank's micro-batches forward and backward (gradients
+    // accumulate), the gradient synchronisation, the update. The loss, and so the
+    // gradient, is the mean over all micro-batches of the global batch.
     executor.zeroGradients();
-    double lossSum = 0;
-    for (int64_t local = 0; local < localMicroBatches; ++local) {
-      const int64_t mb = firstMicroBatch + local;
-      for (int64_t b = 0; b < batch; ++b)
-        if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
-                                     &targets[b * seq]);
+    double lossSum = 0, gradNorm = 0;
+    const double lr = learningRate(config.optimizer, step, config.steps);
+    auto failed = [&](const Status &s) {
+      return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
+    };
+    for (const plan::Action *action : *plan.stages()->Get(0)->actions()) {
+      switch (action->kind()) {
+      case plan::ActionKind::ForwardBackward: {
+        const int64_t mb = firstMicroBatch + action->micro_batch();
+        for (int64_t b = 0; b < batch; ++b)
+          if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
+                                       &targets[b * seq]);
+              !s.ok())
+            return s;
+        StepContext context{config.seed, static_cast<uint32_t>(step),
+                            static_cast<uint32_t>(mb)};
+        double loss = 0;
+        if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
             !s.ok())
-          return s;
-      StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
-      double loss = 0;
-      if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
-          !s.ok())
-        return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
-      lossSum += loss;
+          return failed(s);
+        lossSum += loss;
+        break;
+      }
+      case plan::ActionKind::GradSync:
+        if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
+                                            plan.ddp_bucket_bytes());
+            !s.ok())
+          return failed(s);
+        break;
+      case plan::ActionKind::OptimizerStep:
+        lossSum = comm.allReduceSum(Group::Data, lossSum);
+        if (!std::isfinite(lossSum))
+          return failed(Status::failure("the loss is not finite"));
+        if (Status s = optimizer.step(step + 1, lr, 1.0 / microBatches, gradNorm); !s.ok())
+          return failed(s);
+        break;
+      }
     }
     state.dataPosition += microBatches * batch;
-    lossSum = comm.allReduceSum(Group::Data, lossSum);
-
-    // The update: the loss is the mean over micro-batches, and so is the gradient.
-    if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
-                                        plan.ddp_bucket_bytes());
-        !s.ok())
-      return s;
-    const double lr = learningRate(config.optimizer, step, config.steps);
-    double gradNorm = 0;
-    if (Status s = optimizer.step(step + 1, lr, 1.0 / microBatches, gradNorm); !s.ok())
-      return s;
     state.step = step + 1;
 
     double elapsed =

@@ -87,7 +87,7 @@ def main():
     parser.add_argument("--bin", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
     mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
     shutil.rmtree(args.work, ignore_errors=True)
@@ -97,8 +97,10 @@ def main():
     run([mtdata, "--input", "/usr/share/games/fortunes/fortunes", "--split-on", "%",
          "--train-tokenizer", work("tok"), "--vocab-size", "512", "--output-prefix", work("data")])
     batch = ["--micro-batch-size", "1", "--global-batch-size", "4"]
-    train = ["--data", work("data"), "--steps", str(args.steps), "--seed", "11",
-             "--lr", "1e-3", "--warmup-steps", "1"]
+    # The decay horizon is explicit, so runs that stop halfway keep the same schedule.
+    schedule = ["--seed", "11", "--lr", "1e-3", "--warmup-steps", "1",
+                "--lr-decay-steps", str(args.steps)]
+    train = ["--data", work("data"), "--steps", str(args.steps), *schedule]
 
     def compile_and_train(name, layout, extra=()):
         run([mtc, "compile", model, *batch, *flags(*layout), "-o", work(name + ".mtp")])
@@ -108,24 +110,41 @@ def main():
              "--metrics", work(name + ".txt"), *extra])
         return time.time() - started
 
-    compile_and_train("serial", (1, False, 1, False))
-    serial_losses = losses(work("serial.txt"))
-    serial_weights = weights(work("serial", "checkpoint.safetensors"))
     failures = []
+
+    def check(name, layout, seconds):
+        loss_error = max(abs(a - b) / abs(b) for a, b in zip(losses(work(name + ".txt")), serial_losses))
+        error, worst = weight_error(weights(work(name, "checkpoint.safetensors")), serial_weights)
+        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
+        print(f"{name:24s} ranks {layout[0] * layout[2]}  loss rel err {loss_error:.1e}  "
+              f"weights rel err {error:.1e} (worst tensor {worst[1]} {worst[0]:.1e})  "
+              f"{seconds:.1f} s  {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(name)
+
+    compile_and_train("serial_tiny", (1, False, 1, False))
+    serial_losses = losses(work("serial_tiny.txt"))
+    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
     started = time.time()
     for layout in layouts():
         name = "tp%d%s_dp%d%s" % (layout[0], "_sp" if layout[1] else "", layout[2],
                                   "_distopt" if layout[3] else "")
         seconds = compile_and_train(name, layout)
-        loss_error = max(abs(a - b) / abs(b) for a, b in zip(losses(work(name + ".txt")), serial_losses))
-        error, worst = weight_error(weights(work(name, "checkpoint.safetensors")), serial_weights)
-        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
-        print(f"{name:20s} ranks {layout[0] * layout[2]}  loss rel err {loss_error:.1e}  "
-              f"weights rel err {error:.1e} (worst tensor {worst[1]} {worst[0]:.1e})  "
-              f"{seconds:.1f} s  {'ok' if ok else 'MISMATCH'}")
-        if not ok:
-            failures.append(name)
+        check(name, layout, seconds)
     print(f"matrix: {time.time() - started:.1f} s")
+
+    # A dropout inside a parallel region and a replicated linear outside any.
+    model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "Inputs",
+                         "gpt-tiny-regions.mlir")
+    compile_and_train("serial", (1, False, 1, False))
+    serial_losses = losses(work("serial.txt"))
+    serial_weights = weights(work("serial", "checkpoint.safetensors"))
+    for layout in ((2, False, 1, False), (2, True, 1, False), (4, True, 2, True)):
+        name = "regions_tp%d%s_dp%d" % (layout[0], "_sp" if layout[1] else "", layout[2])
+        check(name, layout, compile_and_train(name, layout))
+    model = os.path.join(args.models, "gpt-tiny.mlir")
+    serial_losses = losses(work("serial_tiny.txt"))
+    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
 
     # Checkpoints across layouts: half the steps under one, the rest under another.
     half = str(args.steps // 2)
@@ -136,8 +155,8 @@ def main():
         b = "to_" + "_".join(map(str, second))
         run([mtc, "compile", model, *batch, *flags(*first), "-o", work(a + ".mtp")])
         run([mtc, "compile", model, *batch, *flags(*second), "-o", work(b + ".mtp")])
-        run([mtrun, "-n", str(first[0] * first[2]), work(a + ".mtp"), *train, "--train-iters",
-             half, "--save", work(b), "--metrics", work(b + ".txt")])
+        run([mtrun, "-n", str(first[0] * first[2]), work(a + ".mtp"), "--data", work("data"),
+             "--steps", half, *schedule, "--save", work(b), "--metrics", work(b + ".txt")])
         run([mtrun, "-n", str(second[0] * second[2]), work(b + ".mtp"), *train, "--load",
              work(b), "--save", work(b), "--metrics", work(b + ".txt")])
         loss_error = max(abs(x - y) / abs(y) for x, y in zip(losses(work(b + ".txt")), serial_losses))

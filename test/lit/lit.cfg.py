@@ -1,4 +1,5 @@
 import os
+import sys
 import lit.formats
 
 config.name = "mtc"
@@ -14,3 +15,4 @@ config.environment["PATH"] = os.pathsep.join(
 config.substitutions.append(("%models", os.path.join(config.mtc_src_root, "models")))
 # A captured FileCheck variable never leaks across CHECK-LABELs.
 config.substitutions.append(("FileCheck", "FileCheck --enable-var-scope"))
+config.substitutions.append(("%python", sys.executable))

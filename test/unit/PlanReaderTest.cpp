@@ -1,8 +1,11 @@
 // The plan reader refuses every damaged plan with a message that says what is wrong,
 // and never crashes: a truncated, bit-flipped or wrong-version file, and a bounded
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
-// verifier and the semantic checks behind it.
+// verifier and the semantic checks behind it, and runs a step of every plan accepted.
 #include "CompileWithMtc.h"
+#include "backends/Backend.h"
+#include "comm/Comm.h"
+#include "core/Executor.h"
 #include "plan/PlanFormat.h"
 #include "plan/PlanReader.h"
 
@@ -47,7 +50,8 @@ protected:
     plan::putLittleEndian(file.data() + n, plan::crc32Of(file.data(), n), 4);
   }
 
-  std::mt19937_64 rng{std::random_device{}()};
+  const uint64_t seed = std::random_device{}();
+  std::mt19937_64 rng{seed};
 };
 
 TEST_F(PlanReaderTest, CompiledPlanLoadsWithItsContents) {
@@ -107,6 +111,7 @@ TEST_F(PlanReaderTest, NotAPlanIsNamed) {
 }
 
 TEST_F(PlanReaderTest, EveryFlippedBitIsRefused) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint8_t> good = plan();
   std::uniform_int_distribution<size_t> bit(0, good.size() * 8 - 1);
   for (int i = 0; i < 2000; ++i) {
@@ -119,8 +124,11 @@ TEST_F(PlanReaderTest, EveryFlippedBitIsRefused) {
   }
 }
 
-TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReader) {
+TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint8_t> good = plan();
+  auto backend = makeCpuBackend();
+  auto comm = makeLocalComm();
   const size_t payload = good.size() - plan::kHeaderBytes - plan::kTrailerBytes;
   std::uniform_int_distribution<size_t> pos(plan::kHeaderBytes, plan::kHeaderBytes + payload - 1);
   std::uniform_int_distribution<int> byte(0, 255), count(1, 8), kind(0, 2);
@@ -142,9 +150,19 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReader) {
       break;
     }
     reseal(bad);
-    Status s = parse(bad);
+    LoadedPlan loaded;
+    Status s = LoadedPlan::parse(bad, "mutated.mtp", loaded);
     if (s.ok()) {
+      // What the reader accepts, the executor can run (or refuse) without crashing.
       ++accepted;
+      std::unique_ptr<Executor> executor;
+      if (Executor::create(loaded, *backend, *comm, {}, executor).ok()) {
+        std::vector<int32_t> ids(executor->tokensPerMicroBatch());
+        for (size_t k = 0; k < ids.size(); ++k)
+          ids[k] = static_cast<int32_t>(k % 512);
+        double loss;
+        (void)executor->forwardBackward(ids.data(), ids.data(), {1, 0, 0}, loss);
+      }
       continue;
     }
     if (s.message().find("FlatBuffers verification failed") != std::string::npos)

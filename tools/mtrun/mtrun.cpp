@@ -250,9 +250,12 @@ int main(int argc, char **argv) {
                 static_cast<long long>(plan.plan().seq_length()));
   if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
     return fail(s);
+  const uint64_t written = executor->arenaBytesWritten(mt::Executor::kSentinel);
+  if (written > executor->plannedArenaBytes())
+    return fail(mt::Status::failure("an instruction wrote past the end of the arena"));
   if (leader)
-    std::printf("arena: %llu bytes high-water, %llu planned\n",
-                static_cast<unsigned long long>(executor->arenaHighWater()),
+    std::printf("arena: %llu bytes written, %llu planned\n",
+                static_cast<unsigned long long>(written),
                 static_cast<unsigned long long>(executor->plannedArenaBytes()));
   return 0;
 }

@@ -520,7 +520,9 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Dropout:
       dropout(in[0], inst.rate(), inst.stream(),
-              inst.sequence_parallel() ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize) : ShardMap(),
+              inst.sequence_parallel()  ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize)
+              : inst.feature_parallel() ? ShardMap(in[0], in[0].rank - 1, ctx.tpRank, ctx.tpSize)
+                                        : ShardMap(),
               ctx, out[0]);
       break;
     case Opcode::CrossEntropy:

@@ -692,3 +692,11 @@ func.func @dropout_negative_stream(%x: tensor<2x16x64xf32>) -> tensor<2x16x64xf3
   %y = mt.dropout %x {rate = 0.0 : f64, stream = -3 : i64} : (tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
   return %y : tensor<2x16x64xf32>
 }
+
+// -----
+
+func.func @param_empty_shape() {
+  // expected-error@+1 {{'mt.param' op parameter 'w' has an empty shape 'tensor<0x8xf32>'}}
+  %w = mt.param "w" ones {global_shape = array<i64: 4, 8>, shard_dim = 0 : i64} : tensor<0x8xf32>
+  return
+}

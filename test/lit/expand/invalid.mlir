@@ -47,3 +47,19 @@ module {
     return %y : tensor<4xf32>
   }
 }
+
+// -----
+
+// A stream written inside a repeated block would give every layer the same mask.
+module {
+  func.func private @block(%x: tensor<4xf32>) -> tensor<4xf32> {
+    // expected-error@+2 {{dropout stream 0 is used twice; leave streams to mt-expand}}
+    // expected-note@+1 {{first use here}}
+    %d = mt.dropout %x {rate = 1.0e-01 : f64, stream = 0 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+    return %d : tensor<4xf32>
+  }
+  func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %y = mt.repeat 2 @block(%x) {prefix = "h"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %y : tensor<4xf32>
+  }
+}

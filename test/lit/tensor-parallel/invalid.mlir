@@ -50,3 +50,13 @@ func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
   %s = mt.add %g, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
   return %s : tensor<2x4x8xf32>
 }
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x32xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<32x8xf32>
+  %h = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<32x8xf32>) -> tensor<2x4x32xf32>
+  %g = mt.gelu %h : (tensor<2x4x32xf32>) -> tensor<2x4x32xf32>
+  // expected-error@+1 {{mt-tensor-parallel: returns a value that is split across the tensor-parallel group}}
+  return %g : tensor<2x4x32xf32>
+}

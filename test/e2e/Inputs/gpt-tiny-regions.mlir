@@ -1,0 +1,54 @@
+// gpt-tiny with two more places a layout must respect: a dropout inside the MLP's
+// tensor-parallel region (after GELU), and a linear outside any region (before the
+// output layer), replicated, which sequence parallelism splits along the sequence.
+// Pre-LayerNorm decoder blocks, learned positions, output embedding tied to the input
+// embedding; output projections initialised with std 0.02/sqrt(2·layers).
+// No batch size and no layout: those are compiler options.
+module attributes {mt.model = "gpt-tiny-regions"} {
+  func.func private @block(%x: tensor<?x?x64xf32>) -> tensor<?x?x64xf32> {
+    %ln1_w = mt.param "ln_1.weight" ones : tensor<64xf32>
+    %ln1_b = mt.param "ln_1.bias" zeros : tensor<64xf32>
+    %h1 = mt.layer_norm %x, %ln1_w, %ln1_b : (tensor<?x?x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<192x64xf32>
+    %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<192xf32>
+    %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x64xf32>, tensor<192x64xf32>, tensor<192xf32>) -> tensor<?x?x192xf32>
+    %att = mt.attention %qkv {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+    %proj_w = mt.param "attn.proj.weight" normal(1.0000000000e-02) : tensor<64x64xf32>
+    %proj_b = mt.param "attn.proj.bias" zeros : tensor<64xf32>
+    %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %proj_d = mt.dropout %proj {rate = 0.1 : f64} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %r1 = mt.add %x, %proj_d : (tensor<?x?x64xf32>, tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %ln2_w = mt.param "ln_2.weight" ones : tensor<64xf32>
+    %ln2_b = mt.param "ln_2.bias" zeros : tensor<64xf32>
+    %h2 = mt.layer_norm %r1, %ln2_w, %ln2_b : (tensor<?x?x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %fc_w = mt.param "mlp.fc.weight" normal(2.0e-02) : tensor<256x64xf32>
+    %fc_b = mt.param "mlp.fc.bias" zeros : tensor<256xf32>
+    %fc = mt.linear %h2, %fc_w, %fc_b : (tensor<?x?x64xf32>, tensor<256x64xf32>, tensor<256xf32>) -> tensor<?x?x256xf32>
+    %g0 = mt.gelu %fc : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+    %g = mt.dropout %g0 {rate = 0.1 : f64} : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+    %out_w = mt.param "mlp.proj.weight" normal(1.0000000000e-02) : tensor<64x256xf32>
+    %out_b = mt.param "mlp.proj.bias" zeros : tensor<64xf32>
+    %out = mt.linear %g, %out_w, %out_b : (tensor<?x?x256xf32>, tensor<64x256xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %out_d = mt.dropout %out {rate = 0.1 : f64} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %r2 = mt.add %r1, %out_d : (tensor<?x?x64xf32>, tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    return %r2 : tensor<?x?x64xf32>
+  }
+
+  func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<f32> {
+    %wte = mt.param "wte" normal(2.0e-02) : tensor<512x64xf32>
+    %wpe = mt.param "wpe" normal(2.0e-02) : tensor<32x64xf32>
+    %tok = mt.embedding %wte, %tokens : (tensor<512x64xf32>, tensor<?x?xi32>) -> tensor<?x?x64xf32>
+    %emb = mt.position_embedding %tok, %wpe : (tensor<?x?x64xf32>, tensor<32x64xf32>) -> tensor<?x?x64xf32>
+    %x = mt.dropout %emb {rate = 0.1 : f64} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %y = mt.repeat 2 @block(%x) {prefix = "h"} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %lnf_w = mt.param "ln_f.weight" ones : tensor<64xf32>
+    %lnf_b = mt.param "ln_f.bias" zeros : tensor<64xf32>
+    %yn = mt.layer_norm %y, %lnf_w, %lnf_b : (tensor<?x?x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %mix_w = mt.param "mix.weight" normal(2.0e-02) : tensor<64x64xf32>
+    %mix_b = mt.param "mix.bias" zeros : tensor<64xf32>
+    %mixed = mt.linear %yn, %mix_w, %mix_b : (tensor<?x?x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %logits = mt.linear %mixed, %wte : (tensor<?x?x64xf32>, tensor<512x64xf32>) -> tensor<?x?x512xf32>
+    %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x512xf32>, tensor<?x?xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
