@@ -6,12 +6,6 @@
 namespace mt {
 namespace {
 
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
 TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, void *data) {
   TensorView v;
   v.data = data;

@@ -3,10 +3,18 @@
 #ifndef MT_RUNTIME_CORE_STATUS_H
 #define MT_RUNTIME_CORE_STATUS_H
 
+#include <sstream>
 #include <string>
 #include <utility>
 
 namespace mt {
+
+/// Concatenates anything streamable: the parts of an error message.
+template <typename... Parts> std::string cat(const Parts &...parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
 
 class [[nodiscard]] Status {
 public:

@@ -22,12 +22,6 @@ constexpr uint64_t kIndexVersion = 1;
 // _IndexReader starts reading the arrays.
 constexpr uint64_t kIndexHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
 std::string systemError() { return std::strerror(errno); }
 
 uint64_t loadLittleEndian(const uint8_t *in, size_t bytes) {

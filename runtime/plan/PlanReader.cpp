@@ -28,12 +28,6 @@ namespace {
 
 constexpr size_t kMaxRank = TensorView::kMaxRank;
 
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
 /// Elements × element size, or 0 when a dimension is not positive or it overflows.
 uint64_t shapeBytes(const flatbuffers::Vector<int64_t> *shape, plan::DType dtype) {
   if (!shape)

@@ -24,12 +24,6 @@ using json = nlohmann::json;
 constexpr const char *kFileName = "checkpoint.safetensors";
 constexpr const char *kFormat = "mtc-checkpoint-1";
 
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
 const char *safetensorsDType(plan::DType dtype) {
   switch (dtype) {
   case plan::DType::F32:

@@ -19,12 +19,6 @@ namespace {
 
 using plan::Opcode;
 
-template <typename... Parts> std::string cat(const Parts &...parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
-
 /// Token ids and targets are i32 or i64 tensors.
 int64_t indexAt(const TensorView &t, int64_t i) {
   return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
