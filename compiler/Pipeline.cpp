@@ -34,6 +34,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtTensorParallel(
         {options.tp, options.dp, options.sequenceParallel}));
     pm.addPass(mt::createMtAutodiff());
+    pm.addPass(mt::createMtRecompute(
+        {options.recompute, options.recomputeMethod, options.recomputeLayers}));
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

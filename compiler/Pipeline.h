@@ -17,13 +17,16 @@ struct CompileOptions {
   std::string precision = "f32"; // element type of weights and activations
   int64_t tp = 1, dp = 1;
   bool sequenceParallel = false;
+  std::string recompute = "none"; // none | selective | full
+  std::string recomputeMethod = "uniform";
+  int64_t recomputeLayers = 1;
   bool printIRAfterAll = false;
 };
 
 /// mt-pad-vocab alone (model-level; `mtc info` uses it too).
 mlir::LogicalResult padVocabulary(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → tensor parallel → autodiff → memory plan: @forward becomes a
+/// expand → specialize → tensor parallel → autodiff → recompute → memory plan: @forward becomes a
 /// memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 

@@ -12,7 +12,7 @@ namespace {
 
 /// Replaces `repeat` by `count` copies of its block, parameters renamed
 /// `<prefix>.<layer>.<name>`.
-LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
+LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols, int64_t &nextLayer) {
   auto block = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(
       repeat, repeat.getCalleeAttr());
   Region &body = block.getFunctionBody();
@@ -22,7 +22,11 @@ LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
 
   OpBuilder builder(repeat);
   Value stream = repeat.getInput();
+  MLIRContext *context = repeat->getContext();
   for (int64_t layer = 0; layer < static_cast<int64_t>(repeat.getCount()); ++layer) {
+    // Every copy carries its layer's ordinal in program order (mt.layer), which
+    // recomputation and pipeline partitioning group ops by.
+    IntegerAttr ordinal = IntegerAttr::get(IntegerType::get(context, 64), nextLayer++);
     std::string prefix = (repeat.getPrefix() + "." + llvm::Twine(layer) + ".").str();
     IRMapping mapping;
     mapping.map(body.getArgument(0), stream);
@@ -34,6 +38,7 @@ LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols) {
       Operation *copy = builder.clone(op, mapping);
       // Diagnostics about a copy point at the block and at the repeat that made it.
       copy->setLoc(CallSiteLoc::get(op.getLoc(), repeat.getLoc()));
+      copy->setAttr(kLayerAttr, ordinal);
       if (auto param = dyn_cast<ParamOp>(copy))
         param.setName(prefix + param.getName().str());
     }
@@ -47,6 +52,7 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SymbolTableCollection symbols;
+    int64_t nextLayer = 0;
 
     // Innermost first: a repeat is unrolled once its block repeats nothing, so nested
     // repeats compose their prefixes (o.1.i.0.w). No progress means recursion.
@@ -67,7 +73,7 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
         return signalPassFailure();
       }
       for (RepeatOp repeat : ready)
-        if (failed(unroll(repeat, symbols)))
+        if (failed(unroll(repeat, symbols, nextLayer)))
           return signalPassFailure();
     }
 

@@ -29,6 +29,10 @@ LogicalResult reinferTypes(FunctionOpInterface fn);
 inline constexpr llvm::StringLiteral kOffsetsAttr = "mt.offsets";
 inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "mt.arena_bytes";
+/// Written by mt-expand on every op of an unrolled block: the block copy's ordinal.
+inline constexpr llvm::StringLiteral kLayerAttr = "mt.layer";
+/// Written by mt-recompute on the training step: GEMM FLOPs its copies add per step.
+inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";
 
 } // namespace mlir::mt
 

@@ -96,6 +96,32 @@ def MtAutodiff : Pass<"mt-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MtRecompute : Pass<"mt-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recomputation: trade backward FLOPs for activation memory";
+  let description = [{
+    Runs on the training step, after mt-autodiff. A recomputed unit's forward ops are
+    copied in front of the first backward op that needs one of their results, and the
+    backward reads the copies, so the originals die at their last forward use
+    (Korthikanti et al. 2022; Megatron's `--recompute-granularity`).
+
+    - `selective`: the core attention. The fused attention already keeps no s×s
+      tensor (its backward recomputes the scores), so what is recomputed is its output.
+    - `full`: whole layers (block copies, by the `mt.layer` ordinals of mt-expand), which
+      then keep only their input. `method=uniform` recomputes groups of `layers`
+      consecutive layers, keeping only each group's input; `method=block` recomputes
+      the first `layers` layers one by one and keeps everything of the others.
+
+    Dropout masks come back identical: they are counter-based. The GEMM FLOPs the copies
+    add are written to the function as `mt.recompute_gemm_flops`.
+  }];
+  let options = [
+    Option<"granularity", "granularity", "std::string", "\"none\"", "none, selective or full">,
+    Option<"method", "method", "std::string", "\"uniform\"", "uniform or block (full only)">,
+    Option<"layers", "layers", "int64_t", "1",
+           "layers per group (uniform) or layers recomputed (block)">
+  ];
+}
+
 def MtMemoryPlan : Pass<"mt-memory-plan", "::mlir::ModuleOp"> {
   let summary = "Assigns every activation a static offset in one arena";
   let description = [{

@@ -94,6 +94,13 @@ void Partitioner::markGradReduce(Value v) {
     param.setTpGradReduce(true);
 }
 
+/// Ops a layer's partitioning inserts belong to that layer (mt.layer).
+void tagLike(Operation *original, Value inserted) {
+  if (auto layer = original->getAttr(kLayerAttr))
+    if (Operation *def = inserted.getDefiningOp())
+      def->setAttr(kLayerAttr, layer);
+}
+
 /// Megatron's f: every rank needs the whole input (all-gathered under SP).
 Value Partitioner::enterRegion(OpBuilder &b, Location loc, Value x) {
   if (layoutOf(x) == Layout::Sequence) {
@@ -132,10 +139,13 @@ LogicalResult Partitioner::partitionLinear(LinearOp op) {
     if (failed(shardParam(op.getWeight(), 1, op)))
       return failure();
     Value partial = LinearOp::create(b, op.getLoc(), x, op.getWeight(), Value());
+    tagLike(op, partial);
     Value out = leaveRegion(b, op.getLoc(), partial);
+    tagLike(op, out);
     if (Value bias = op.getBias()) {
       markGradReduce(bias);
       out = BiasAddOp::create(b, op.getLoc(), out, bias);
+      tagLike(op, out);
       layouts[out] = stream();
     }
     op.replaceAllUsesWith(out);
@@ -158,7 +168,9 @@ LogicalResult Partitioner::partitionLinear(LinearOp op) {
   if (failed(shardParam(op.getWeight(), 0, op)) ||
       (op.getBias() && failed(shardParam(op.getBias(), 0, op))))
     return failure();
-  op.getInputMutable().assign(enterRegion(b, op.getLoc(), x));
+  Value entered = enterRegion(b, op.getLoc(), x);
+  tagLike(op, entered);
+  op.getInputMutable().assign(entered);
   layouts[op.getResult()] = Layout::Split;
   return reinferOp(op);
 }

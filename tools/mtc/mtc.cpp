@@ -36,6 +36,8 @@ constexpr const char *kUsage = R"(usage:
               [--seq-length S] [--make-vocab-size-divisible-by N]
               [--precision fp32|fp64] [--tp T] [--sp] [--dp D]
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
+              [--recompute none|selective|full [--recompute-method uniform|block]
+               [--recompute-num-layers N]]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   info     prints the model's exact parameter count
@@ -61,15 +63,19 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"info", {"make-vocab-size-divisible-by"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "dp", "ddp-bucket-size", "o", "emit-mlir"}}};
+        "precision", "tp", "dp", "ddp-bucket-size", "recompute", "recompute-method",
+        "recompute-num-layers", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
-      {"info", {}}, {"compile", {"print-ir-after-all", "sp", "distributed-optimizer"}}};
+      {"info", {}},
+      {"compile",
+       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations"}}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
       {"data-parallel-size", "dp"},
       {"sequence-parallel", "sp"},
-      {"use-distributed-optimizer", "distributed-optimizer"}};
+      {"use-distributed-optimizer", "distributed-optimizer"},
+      {"recompute-granularity", "recompute"}};
   if (argc < 2)
     return "no command given";
   args.command = argv[1];
@@ -236,6 +242,20 @@ int runCompile(MLIRContext &context, const Args &args) {
            << options.dp << "\n";
     return 1;
   }
+  options.recompute = args.values.lookup("recompute");
+  if (options.recompute.empty())
+    options.recompute = args.switches.lookup("recompute-activations") ? "selective" : "none";
+  if (options.recompute != "none" && options.recompute != "selective" &&
+      options.recompute != "full")
+    return usageError("--recompute must be none, selective or full, got '" +
+                      options.recompute + "'");
+  if (args.values.count("recompute-method"))
+    options.recomputeMethod = args.values.lookup("recompute-method");
+  if (options.recomputeMethod != "uniform" && options.recomputeMethod != "block")
+    return usageError("--recompute-method must be uniform or block, got '" +
+                      options.recomputeMethod + "'");
+  if (!positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers))
+    return 1;
   if (options.sequenceParallel && options.tp == 1)
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
@@ -284,9 +304,12 @@ int runCompile(MLIRContext &context, const Args &args) {
   header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
   header.costs = mtc::sumOpCosts(module);
   const int64_t localParameters = mtc::countParameters(module);
+  int64_t recomputeFlops = 0;
   module.walk([&](func::FuncOp fn) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
       header.memory.activations = arena.getInt();
+    if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
+      recomputeFlops = extra.getInt();
   });
   header.memory.weights = bytesPerValue * localParameters;
   header.memory.gradients = bytesPerValue * localParameters;
@@ -317,6 +340,8 @@ int runCompile(MLIRContext &context, const Args &args) {
   int64_t microBatches = options.globalBatchSize / (options.microBatchSize * options.dp);
   unsigned __int128 gemmPerStep =
       static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * ranks;
+  const unsigned __int128 recomputePerStep =
+      static_cast<unsigned __int128>(recomputeFlops) * microBatches * ranks;
   unsigned __int128 otherPerStep =
       static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * ranks;
   const mtc::MemoryReport &m = header.memory;
@@ -336,7 +361,7 @@ int runCompile(MLIRContext &context, const Args &args) {
                << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
   row("parameters") << mtc::withCommas(header.parameters) << ", "
                     << mtc::withCommas(localParameters) << " per rank\n";
-  row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
+  row("model FLOPs/step") << mtc::withCommas(gemmPerStep - recomputePerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
   if (gpt)
     row("  formula") << mtc::withCommas(mtc::gptModelFlops(*gpt, options.globalBatchSize,
@@ -344,6 +369,20 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << "  72Bslh^2(1 + s/6h + V/12lh), l=" << gpt->layers
                      << " h=" << gpt->hidden << " V=" << gpt->vocab << "\n";
   row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
+  if (options.recompute != "none") {
+    const unsigned __int128 extra = recomputePerStep, model = gemmPerStep - extra;
+    row("recompute") << options.recompute
+                     << (options.recompute == "full"
+                             ? " (" + options.recomputeMethod + ", " +
+                                   std::to_string(options.recomputeLayers) + " layer" +
+                                   (options.recomputeLayers > 1 ? "s" : "") + ")"
+                             : std::string())
+                     << ": +" << mtc::withCommas(extra) << " GEMM FLOPs/step ("
+                     << llvm::format("%.1f", model ? 100.0 * static_cast<double>(extra) /
+                                                         static_cast<double>(model)
+                                                   : 0.0)
+                     << "% of the model's)\n";
+  }
   outs() << "  bytes per rank\n";
   row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << bytesPerValue
                    << " B/param)\n";

@@ -44,7 +44,7 @@ module {
 // CHECK:      %[[ATT:.*]] = mt.attention %[[QKV]]
 // CHECK:      %[[PROJW:.*]] = mt.param "h.0.attn.proj.weight"
 // CHECK:      %[[PROJ:.*]] = mt.linear %[[ATT]], %[[PROJW]]
-// CHECK:      %[[PROJD:.*]] = mt.dropout %[[PROJ]] {rate = 1.000000e-01 : f64, stream = 0 : i64}
+// CHECK:      %[[PROJD:.*]] = mt.dropout %[[PROJ]] {mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 0 : i64}
 // CHECK:      %[[R1:.*]] = mt.add %[[X]], %[[PROJD]]
 // CHECK:      %[[LN2W:.*]] = mt.param "h.0.ln_2.weight"
 // CHECK:      %[[H2:.*]] = mt.layer_norm %[[R1]], %[[LN2W]]
@@ -53,7 +53,7 @@ module {
 // CHECK:      %[[G:.*]] = mt.gelu %[[FC]]
 // CHECK:      %[[OUTW:.*]] = mt.param "h.0.mlp.proj.weight"
 // CHECK:      %[[OUT:.*]] = mt.linear %[[G]], %[[OUTW]]
-// CHECK:      mt.dropout %[[OUT]] {rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK:      mt.dropout %[[OUT]] {mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 1 : i64}
 // CHECK:      %[[LOSS:.*]] = mt.cross_entropy
 // Backward, from the loss down to the block input.
 // CHECK:      %[[DY:.*]] = mt.cross_entropy_grad

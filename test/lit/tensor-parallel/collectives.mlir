@@ -20,12 +20,12 @@
 // SP-NEXT: shard.reduce_scatter %{{.*}} on @grid grid_axes = [1] scatter_axis = 1 : tensor<2x32x64xf32> -> tensor<2x16x64xf32>
 // SP: mt.position_embedding {{.*}}{sequence_parallel} : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x64xf32>
 // SP: mt.dropout {{.*}}sequence_parallel
-// SP: mt.param "h.0.ln_1.weight" ones {tp_grad_reduce}
+// SP: mt.param "h.0.ln_1.weight" ones {mt.layer = 0 : i64, tp_grad_reduce}
 // SP: mt.layer_norm {{.*}} -> tensor<2x16x64xf32>
-// SP: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 1 : tensor<2x16x64xf32> -> tensor<2x32x64xf32>
+// SP: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 1 {{.*}}: tensor<2x16x64xf32> -> tensor<2x32x64xf32>
 // SP: mt.attention
-// SP: mt.param "h.0.attn.proj.bias" zeros {tp_grad_reduce}
-// SP: shard.reduce_scatter {{.*}} scatter_axis = 1 : tensor<2x32x64xf32> -> tensor<2x16x64xf32>
+// SP: mt.param "h.0.attn.proj.bias" zeros {mt.layer = 0 : i64, tp_grad_reduce}
+// SP: shard.reduce_scatter {{.*}} scatter_axis = 1 {{.*}}: tensor<2x32x64xf32> -> tensor<2x16x64xf32>
 // SP: mt.cross_entropy_merge
 // Backward: the gradient of each all-gather is a reduce-scatter, and the other way round.
 // SP: shard.reduce_scatter {{.*}} scatter_axis = 1 : tensor<2x32x64xf32> -> tensor<2x16x64xf32>

@@ -10,15 +10,15 @@
 // CHECK: mt.position_embedding %[[X]]
 // Column-parallel QKV: rows (whole heads) split; its input enters the region by tp_copy.
 // CHECK: %[[H1:.*]] = mt.layer_norm
-// CHECK: %[[WQKV:.*]] = mt.param "h.0.attn.qkv.weight" normal(2.000000e-02) {global_shape = array<i64: 192, 64>, shard_dim = 0 : i64} : tensor<96x64xf32>
-// CHECK: %[[BQKV:.*]] = mt.param "h.0.attn.qkv.bias" zeros {global_shape = array<i64: 192>, shard_dim = 0 : i64} : tensor<96xf32>
-// CHECK: %[[IN:.*]] = mt.tp_copy %[[H1]] {axis = 1 : i64, grid = @grid}
-// CHECK: %[[QKV:.*]] = mt.linear %[[IN]], %[[WQKV]], %[[BQKV]] : {{.*}} -> tensor<2x32x96xf32>
-// CHECK: %[[ATT:.*]] = mt.attention %[[QKV]] {causal, heads = 2 : i64} : (tensor<2x32x96xf32>) -> tensor<2x32x32xf32>
+// CHECK: %[[WQKV:.*]] = mt.param "h.0.attn.qkv.weight" normal(2.000000e-02) {global_shape = array<i64: 192, 64>, mt.layer = 0 : i64, shard_dim = 0 : i64} : tensor<96x64xf32>
+// CHECK: %[[BQKV:.*]] = mt.param "h.0.attn.qkv.bias" zeros {global_shape = array<i64: 192>, mt.layer = 0 : i64, shard_dim = 0 : i64} : tensor<96xf32>
+// CHECK: %[[IN:.*]] = mt.tp_copy %[[H1]] {axis = 1 : i64, grid = @grid, mt.layer = 0 : i64}
+// CHECK: %[[QKV:.*]] = mt.linear %[[IN]], %[[WQKV]], %[[BQKV]] {{.*}} -> tensor<2x32x96xf32>
+// CHECK: %[[ATT:.*]] = mt.attention %[[QKV]] {causal, heads = 2 : i64, mt.layer = 0 : i64} : (tensor<2x32x96xf32>) -> tensor<2x32x32xf32>
 // Row-parallel projection: columns split, partial sums all-reduced, the bias added once.
-// CHECK: %[[WO:.*]] = mt.param "h.0.attn.proj.weight" {{.*}}{global_shape = array<i64: 64, 64>, shard_dim = 1 : i64} : tensor<64x32xf32>
-// CHECK: %[[BO:.*]] = mt.param "h.0.attn.proj.bias" zeros : tensor<64xf32>
-// CHECK: %[[PART:.*]] = mt.linear %[[ATT]], %[[WO]] : (tensor<2x32x32xf32>, tensor<64x32xf32>) -> tensor<2x32x64xf32>
+// CHECK: %[[WO:.*]] = mt.param "h.0.attn.proj.weight" {{.*}}{global_shape = array<i64: 64, 64>, mt.layer = 0 : i64, shard_dim = 1 : i64} : tensor<64x32xf32>
+// CHECK: %[[BO:.*]] = mt.param "h.0.attn.proj.bias" zeros {mt.layer = 0 : i64} : tensor<64xf32>
+// CHECK: %[[PART:.*]] = mt.linear %[[ATT]], %[[WO]] {mt.layer = 0 : i64} : (tensor<2x32x32xf32>, tensor<64x32xf32>) -> tensor<2x32x64xf32>
 // CHECK: %[[SUM:.*]] = shard.all_reduce %[[PART]] on @grid grid_axes = [1]
 // CHECK: mt.bias_add %[[SUM]], %[[BO]]
 // The MLP: fc column-parallel, GELU local, proj row-parallel.

@@ -1,0 +1,153 @@
+// mt-recompute: selective and full activation recomputation.
+#include "passes/Passes.h"
+
+#include "mlir/IR/IRMapping.h"
+
+#include <map>
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_MTRECOMPUTE
+#include "passes/Passes.h.inc"
+
+namespace {
+
+struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
+  using Base::Base;
+
+  /// Copies `unit` (forward ops, in program order) in front of the first backward op
+  /// that reads one of its results, and makes the backward read the copies. With
+  /// `keepOutputs`, results that forward ops outside the unit read (the next layer's
+  /// input) are kept rather than recomputed. Returns the GEMM FLOPs of the copies that
+  /// remain in use.
+  int64_t recompute(ArrayRef<Operation *> unit, const DenseMap<Operation *, int64_t> &position,
+                    int64_t backwardStart, bool keepOutputs) {
+    DenseSet<Operation *> members(unit.begin(), unit.end());
+    auto backward = [&](Operation *user) {
+      auto it = position.find(user);
+      return it == position.end() || it->second >= backwardStart;
+    };
+    DenseSet<Value> recomputed;
+    for (Operation *op : unit)
+      for (Value v : op->getResults()) {
+        bool output = llvm::any_of(v.getUsers(), [&](Operation *user) {
+          return !backward(user) && !members.contains(user);
+        });
+        if (!(keepOutputs && output))
+          recomputed.insert(v);
+      }
+    Operation *first = nullptr;
+    for (Value v : recomputed)
+      for (Operation *user : v.getUsers())
+        if (backward(user) && position.count(user) &&
+            (!first || position.lookup(user) < position.lookup(first)))
+          first = user;
+    if (!first)
+      return 0;
+    OpBuilder b(first);
+    IRMapping copies;
+    SmallVector<Operation *> clones;
+    for (Operation *op : unit)
+      clones.push_back(b.clone(*op, copies));
+    DenseSet<Operation *> copiesOf(clones.begin(), clones.end());
+    for (Operation *op : unit)
+      for (auto [original, copy] : llvm::zip_equal(op->getResults(),
+                                                   copies.lookup(op)->getResults()))
+        if (recomputed.contains(original))
+          original.replaceUsesWithIf(copy, [&](OpOperand &use) {
+            return backward(use.getOwner()) && !copiesOf.contains(use.getOwner());
+          });
+    // Copies nothing reads (results only the forward needed) are dropped.
+    int64_t flops = 0;
+    for (Operation *clone : llvm::reverse(clones)) {
+      if (clone->use_empty()) {
+        clone->erase();
+        continue;
+      }
+      if (auto cost = dyn_cast<CostOpInterface>(clone))
+        flops += cost.getGemmFlops();
+    }
+    return flops;
+  }
+
+  LogicalResult run(FunctionOpInterface fn) {
+    Block &body = fn.getFunctionBody().front();
+    // Forward ops precede the loss seed autodiff writes (the first arith.constant).
+    DenseMap<Operation *, int64_t> position;
+    int64_t n = 0, backwardStart = -1;
+    for (Operation &op : body) {
+      if (backwardStart < 0 && isa<arith::ConstantOp>(op))
+        backwardStart = n;
+      position[&op] = n++;
+    }
+    if (backwardStart < 0)
+      return fn.emitError("mt-recompute: no backward pass (run mt-autodiff first)");
+
+    // The forward ops of each layer, by their mt.layer ordinals (passes that insert ops
+    // into a layer, such as mt-tensor-parallel, give them the layer's ordinal).
+    std::map<int64_t, SmallVector<Operation *>> byLayer;
+    for (Operation &op : body) {
+      if (position[&op] >= backwardStart)
+        break;
+      if (auto layer = op.getAttrOfType<IntegerAttr>(kLayerAttr); layer && !isa<ParamOp>(op))
+        byLayer[layer.getInt()].push_back(&op);
+    }
+
+    int64_t flops = 0;
+    if (granularity == "selective") {
+      for (auto &[layer, ops] : byLayer)
+        for (Operation *op : ops)
+          if (isa<AttentionOp>(op))
+            flops += recompute({op}, position, backwardStart, /*keepOutputs=*/false);
+    } else {
+      if (byLayer.empty())
+        return fn.emitError("mt-recompute: full recomputation needs layers (mt.repeat "
+                            "blocks unrolled by mt-expand)");
+      if (layers > static_cast<int64_t>(byLayer.size()))
+        return fn.emitError("mt-recompute: ")
+               << static_cast<int64_t>(layers) << " layers asked for, the model has "
+               << byLayer.size();
+      SmallVector<Operation *> group;
+      int64_t inGroup = 0, index = 0;
+      for (auto &[layer, ops] : byLayer) {
+        if (method == "block" && index++ >= layers)
+          break;
+        group.append(ops.begin(), ops.end());
+        if (method == "block" || ++inGroup == layers) {
+          flops += recompute(group, position, backwardStart, /*keepOutputs=*/true);
+          group.clear();
+          inGroup = 0;
+        }
+      }
+      if (!group.empty())
+        flops += recompute(group, position, backwardStart, /*keepOutputs=*/true);
+    }
+    fn->setAttr(kRecomputeFlopsAttr, Builder(fn->getContext()).getI64IntegerAttr(flops));
+    return success();
+  }
+
+  void runOnOperation() override {
+    if (granularity == "none")
+      return;
+    if (granularity != "selective" && granularity != "full") {
+      getOperation().emitError("mt-recompute: granularity '")
+          << granularity << "' is not none, selective or full";
+      return signalPassFailure();
+    }
+    if (method != "uniform" && method != "block") {
+      getOperation().emitError("mt-recompute: method '") << method
+                                                         << "' is not uniform or block";
+      return signalPassFailure();
+    }
+    if (layers < 1) {
+      getOperation().emitError("mt-recompute: layers ")
+          << static_cast<int64_t>(layers) << " must be positive";
+      return signalPassFailure();
+    }
+    for (auto fn : getOperation().getOps<FunctionOpInterface>())
+      if (!fn.isExternal() && !fn.isPrivate() && failed(run(fn)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace mlir::mt
