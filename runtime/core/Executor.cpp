@@ -166,8 +166,13 @@ Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
     return s;
   TensorView in[8], out[8];
   const auto &instructions = *program_.instructions();
+  bool backward = false;
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
+    if (!backward && inst.opcode() == plan::Opcode::Fill) {
+      backward = true;
+      backwardStart_ = std::chrono::steady_clock::now();
+    }
     int n = 0;
     for (uint32_t id : *inst.inputs())
       in[n++] = views_[id];

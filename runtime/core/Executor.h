@@ -8,6 +8,7 @@
 #include "comm/Comm.h"
 #include "plan/PlanReader.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ public:
   Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
                          double &loss);
 
+  /// When the last forwardBackward's backward began: its first instruction after the
+  /// forward (the loss seed). For timelines.
+  std::chrono::steady_clock::time_point lastBackwardStart() const { return backwardStart_; }
+
   /// Measures the arena: fill it (and the guard region after it) with a sentinel byte
   /// before running, and afterwards find the end of the last byte that no longer holds
   /// it. A written byte can equal the sentinel by chance, so a measurement that must be
@@ -83,6 +88,7 @@ private:
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
   void *arena_ = nullptr;
+  std::chrono::steady_clock::time_point backwardStart_;
 };
 
 } // namespace mt

@@ -4,6 +4,8 @@
 #include "train/Checkpoint.h"
 
 #include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -13,6 +15,38 @@
 
 namespace mt {
 namespace {
+
+/// The step's timeline in Chrome's trace-event format (chrome://tracing, Perfetto): one
+/// complete event per forward, backward, gradient synchronisation and update.
+class Timeline {
+public:
+  using Clock = std::chrono::steady_clock;
+  explicit Timeline(int rank) : rank_(rank), origin_(Clock::now()) {}
+
+  void add(const char *name, const char *category, Clock::time_point begin,
+           Clock::time_point end, int64_t step, int64_t microBatch = -1) {
+    auto us = [&](Clock::time_point t) {
+      return std::chrono::duration<double, std::micro>(t - origin_).count();
+    };
+    nlohmann::json args = {{"step", step}};
+    if (microBatch >= 0)
+      args["micro_batch"] = microBatch;
+    events_.push_back({{"name", name}, {"cat", category}, {"ph", "X"}, {"ts", us(begin)},
+                       {"dur", us(end) - us(begin)}, {"pid", rank_}, {"tid", 0},
+                       {"args", args}});
+  }
+
+  Status write(const std::string &path) const {
+    std::ofstream out(path);
+    out << nlohmann::json{{"traceEvents", events_}, {"displayTimeUnit", "ms"}}.dump();
+    return out ? Status::success() : Status::failure(path + ": cannot write the trace");
+  }
+
+private:
+  int rank_;
+  Clock::time_point origin_;
+  std::vector<nlohmann::json> events_;
+};
 
 std::string duration(double seconds) {
   long s = static_cast<long>(seconds + 0.5);
@@ -76,6 +110,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     return f ? std::fclose(f) : 0;
   });
 
+  Timeline timeline(comm.position().worldRank());
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
@@ -108,25 +143,36 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         StepContext context{config.seed, static_cast<uint32_t>(step),
                             static_cast<uint32_t>(mb)};
         double loss = 0;
+        auto begin = Timeline::Clock::now();
         if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
             !s.ok())
           return failed(s);
+        timeline.add("forward", "compute", begin, executor.lastBackwardStart(), step + 1, mb);
+        timeline.add("backward", "compute", executor.lastBackwardStart(),
+                     Timeline::Clock::now(), step + 1, mb);
         lossSum += loss;
         break;
       }
-      case plan::ActionKind::GradSync:
+      case plan::ActionKind::GradSync: {
+        auto begin = Timeline::Clock::now();
         if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
                                             plan.ddp_bucket_bytes());
             !s.ok())
           return failed(s);
+        timeline.add("gradient sync", "communication", begin, Timeline::Clock::now(),
+                     step + 1);
         break;
-      case plan::ActionKind::OptimizerStep:
+      }
+      case plan::ActionKind::OptimizerStep: {
+        auto begin = Timeline::Clock::now();
         lossSum = comm.allReduceSum(Group::Data, lossSum);
         if (!std::isfinite(lossSum))
           return failed(Status::failure("the loss is not finite"));
         if (Status s = optimizer.step(step + 1, lr, 1.0 / microBatches, gradNorm); !s.ok())
           return failed(s);
+        timeline.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
         break;
+      }
       }
     }
     state.dataPosition += microBatches * batch;
@@ -159,6 +205,18 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0)))
       if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state); !s.ok())
         return s;
+  }
+  if (!config.tracePath.empty()) {
+    // One file per rank: PATH for a single rank, PATH with .rank<N> before the suffix
+    // otherwise.
+    std::string path = config.tracePath;
+    if (comm.position().worldSize() > 1) {
+      size_t dot = path.rfind('.');
+      std::string suffix = ".rank" + std::to_string(comm.position().worldRank());
+      path = dot == std::string::npos ? path + suffix : path.insert(dot, suffix);
+    }
+    if (Status s = timeline.write(path); !s.ok())
+      return s;
   }
   return Status::success();
 }

@@ -20,6 +20,7 @@ struct TrainerConfig {
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
   int64_t logEvery = 1;
   std::string metricsPath; // one line per step, full precision, when set
+  std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
 };
 

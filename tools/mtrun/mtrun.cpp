@@ -39,6 +39,8 @@ constexpr const char *kUsage = R"(usage:
   --load DIR                resume from DIR's checkpoint
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
+  --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
+                            when there are several)
   --backend cpu             the device to run on
 )";
 
@@ -55,7 +57,7 @@ const std::map<std::string, std::string> kAliases = {
 const std::set<std::string> kFlags = {
     "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics"};
+    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics", "trace"};
 
 /// Ranks this process runs among, from the launcher's environment.
 int worldSize() {
@@ -178,6 +180,7 @@ int main(int argc, char **argv) {
     config.saveEvery = integer("save-every", 0);
     config.logEvery = integer("log-every", 1);
     config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
+    config.tracePath = flags.count("trace") ? flags["trace"] : "";
     mt::OptimizerConfig &o = config.optimizer;
     o.lr = number("lr", o.lr);
     o.minLr = number("min-lr", o.minLr);
