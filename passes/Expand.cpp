@@ -24,8 +24,8 @@ LogicalResult unroll(RepeatOp repeat, SymbolTableCollection &symbols, int64_t &n
   Value stream = repeat.getInput();
   MLIRContext *context = repeat->getContext();
   for (int64_t layer = 0; layer < static_cast<int64_t>(repeat.getCount()); ++layer) {
-    // Every copy carries its layer's ordinal in program order (mt.layer), which
-    // recomputation and pipeline partitioning group ops by.
+    // Every copy carries a tag of its block copy (mt.layer), renumbered in program order
+    // below; recomputation and pipeline partitioning group ops by it.
     IntegerAttr ordinal = IntegerAttr::get(IntegerType::get(context, 64), nextLayer++);
     std::string prefix = (repeat.getPrefix() + "." + llvm::Twine(layer) + ".").str();
     IRMapping mapping;
@@ -75,6 +75,22 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
       for (RepeatOp repeat : ready)
         if (failed(unroll(repeat, symbols, nextLayer)))
           return signalPassFailure();
+    }
+
+    // Layer ordinals in program order. A copy of a nested block carries its outermost
+    // repeat's copy's tag, so the unit is the outermost block; number those units by
+    // first appearance.
+    for (auto fn : module.getOps<FunctionOpInterface>()) {
+      if (fn.isPrivate())
+        continue;
+      DenseMap<int64_t, int64_t> ordinalOf;
+      fn.walk([&](Operation *op) {
+        auto tag = op->getAttrOfType<IntegerAttr>(kLayerAttr);
+        if (!tag)
+          return;
+        auto [it, inserted] = ordinalOf.try_emplace(tag.getInt(), ordinalOf.size());
+        op->setAttr(kLayerAttr, IntegerAttr::get(tag.getType(), it->second));
+      });
     }
 
     // Block functions are private helpers; once unrolled nothing calls them.

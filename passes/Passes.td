@@ -8,7 +8,9 @@ def MtExpand : Pass<"mt-expand", "::mlir::ModuleOp"> {
   let description = [{
     Each `mt.repeat N @block(%x) {prefix = "h"}` becomes N copies of the block's
     body, chained through the residual stream, with parameters renamed
-    `h.<i>.<name>`. Block functions no longer referenced are erased. Every
+    `h.<i>.<name>`, and every op of a copy gets the copy's layer ordinal `mt.layer`
+    (0, 1, … in program order; for nested repeats, the outermost copy's). Block
+    functions no longer referenced are erased. Every
     `mt.dropout` without a `stream` gets the next free stream number, in program
     order, so masks are reproducible under any layout. Two parameters of one name, or two
     dropouts of one stream, are an error.

@@ -94,10 +94,12 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
 
     int64_t flops = 0;
     if (granularity == "selective") {
-      for (auto &[layer, ops] : byLayer)
-        for (Operation *op : ops)
-          if (isa<AttentionOp>(op))
-            flops += recompute({op}, position, backwardStart, /*keepOutputs=*/false);
+      SmallVector<Operation *> attentions;
+      for (Operation &op : body)
+        if (isa<AttentionOp>(op) && position[&op] < backwardStart)
+          attentions.push_back(&op);
+      for (Operation *op : attentions)
+        flops += recompute({op}, position, backwardStart, /*keepOutputs=*/false);
     } else {
       if (byLayer.empty())
         return fn.emitError("mt-recompute: full recomputation needs layers (mt.repeat "

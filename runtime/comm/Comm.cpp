@@ -97,7 +97,8 @@ public:
     return Status::failure(std::string(what) + " failed: " + std::string(text, length));
   }
 
-  /// MPI counts are ints: larger all-reduces go in chunks; other collectives refuse.
+  /// MPI counts are ints: larger all-reduces go in chunks; the others refuse a per-rank
+  /// block above the limit.
   static constexpr int64_t kMaxCount = std::numeric_limits<int>::max();
   static Status fits(int64_t count, const char *what) {
     if (count <= kMaxCount)
@@ -123,7 +124,7 @@ public:
   }
 
   Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
-    if (Status s = fits(out.numel(), "all-gather"); !s.ok())
+    if (Status s = fits(in.numel(), "all-gather"); !s.ok())
       return s;
     const int parts = size(g);
     const int count = static_cast<int>(in.numel());
@@ -146,7 +147,7 @@ public:
   }
 
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
-    if (Status s = fits(in.numel(), "reduce-scatter"); !s.ok())
+    if (Status s = fits(out.numel(), "reduce-scatter"); !s.ok())
       return s;
     const int parts = size(g);
     const int count = static_cast<int>(out.numel());

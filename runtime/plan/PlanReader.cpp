@@ -103,7 +103,6 @@ struct Dims {
   }
   int64_t last() const { return d.empty() ? 1 : d.back(); }
   int64_t rows() const { return numel() / last(); }
-  bool isFloat() const { return dtype == plan::DType::F32 || dtype == plan::DType::F64; }
   bool isIndex() const { return dtype == plan::DType::I32 || dtype == plan::DType::I64; }
 };
 
@@ -115,17 +114,46 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   using plan::Opcode;
   const int64_t tp = p.grid()->tp();
   const plan::DType precision = p.precision();
+  // Every operand is either an index tensor or in the plan's precision; the kernels
+  // read and write all float operands as that type.
   for (const auto *list : {&in, &out})
     for (const Dims &t : *list)
-      if (t.isFloat() && t.dtype != precision)
-        return "a float operand is not in the plan's precision";
+      if (!t.isIndex() && t.dtype != precision)
+        return "an operand is neither an index tensor nor in the plan's precision";
+  auto isFloat = [&](const Dims &t) { return t.dtype == precision; };
   auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
+  // Operands the kernel reads or writes as floats: every one of them, so an index tensor
+  // can never stand in for one.
   auto floats = [&](std::initializer_list<const Dims *> ts) {
     for (const Dims *t : ts)
-      if (!t->isFloat())
+      if (!isFloat(*t))
         return false;
     return true;
   };
+  // The one index operand (ids, targets) of an opcode, if any; every other operand must
+  // be float.
+  int indexInput = -1;
+  switch (inst.opcode()) {
+  case Opcode::Embedding:
+  case Opcode::EmbeddingGrad:
+  case Opcode::CrossEntropy:
+  case Opcode::CrossEntropyStats:
+    indexInput = 1;
+    break;
+  case Opcode::CrossEntropyGrad:
+  case Opcode::CrossEntropyMerge:
+  case Opcode::VocabParallelCrossEntropyGrad:
+    indexInput = 2;
+    break;
+  default:
+    break;
+  }
+  for (size_t i = 0; i < in.size(); ++i)
+    if (static_cast<int>(i) == indexInput ? !in[i].isIndex() : !isFloat(in[i]))
+      return "an operand has the wrong element type";
+  for (const Dims &t : out)
+    if (!isFloat(t))
+      return "an output has the wrong element type";
   switch (inst.opcode()) {
   case Opcode::Fill:
     return floats({&out[0]}) ? "" : "fill of a non-float tensor";
@@ -218,19 +246,21 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
       return "cross-entropy operands disagree";
     return "";
   }
+  // The statistics are [3, rows] per rank and [3·tp, rows] gathered: the kernels index
+  // them by that shape.
   case Opcode::CrossEntropyStats:
-    if (!in[1].isIndex() || in[0].rows() != in[1].numel() || out[0].numel() != 3 * in[0].rows() ||
-        !floats({&in[0], &out[0]}) || inst.num_classes() < 0 ||
-        inst.num_classes() > in[0].last() * tp)
+    if (in[0].rows() != in[1].numel() || out[0].d != std::vector<int64_t>{3, in[0].rows()} ||
+        inst.num_classes() < 0 || inst.num_classes() > in[0].last() * tp)
       return "cross-entropy statistics operands disagree";
     return "";
   case Opcode::CrossEntropyMerge:
-    if (in[0].numel() != 3 * tp * in[1].rows() || out[0].numel() != 1 || !floats({&in[0]}))
+    if (in[0].d != std::vector<int64_t>{3 * tp, in[1].rows()} || in[1].rows() != in[2].numel() ||
+        out[0].numel() != 1)
       return "cross-entropy merge operands disagree";
     return "";
   case Opcode::VocabParallelCrossEntropyGrad:
-    if (in[0].numel() != 1 || !in[2].isIndex() || in[1].rows() != in[2].numel() ||
-        in[3].numel() != 3 * tp * in[1].rows() || !same(out[0], in[1]) ||
+    if (in[0].numel() != 1 || in[1].rows() != in[2].numel() ||
+        in[3].d != std::vector<int64_t>{3 * tp, in[1].rows()} || !same(out[0], in[1]) ||
         inst.num_classes() < 0 || inst.num_classes() > in[1].last() * tp)
       return "vocabulary-parallel cross-entropy gradient operands disagree";
     return "";
@@ -329,7 +359,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
                                  p.micro_batch_size(), ", ", p.seq_length(), "] inputs"));
   }
   Dims loss(*buffers.Get(prog.loss()));
-  if (loss.numel() != 1 || !loss.isFloat())
+  if (loss.numel() != 1 || loss.dtype != p.precision())
     return Status::failure(cat(where, ": the loss must be a float scalar"));
   return Status::success();
 }
@@ -370,19 +400,23 @@ Status checkPlan(const plan::Plan &p) {
   for (const plan::Stage *stage : *p.stages()) {
     if (!stage->actions())
       return Status::failure("a pipeline stage has no actions");
-    int64_t forward = 0, updates = 0;
-    for (const plan::Action *a : *stage->actions()) {
-      if (a->chunk() >= p.programs()->size() || a->kind() > plan::ActionKind::MAX)
-        return Status::failure(cat("schedule names program ", a->chunk(), " of ",
-                                   p.programs()->size()));
-      if (a->kind() == plan::ActionKind::ForwardBackward &&
-          (a->micro_batch() != forward++ || a->micro_batch() >= perRank))
-        return Status::failure("schedule's micro-batches are out of order");
-      updates += a->kind() == plan::ActionKind::OptimizerStep;
+    // Exactly: every micro-batch in order, one gradient synchronisation, one update.
+    const auto &actions = *stage->actions();
+    bool ok = actions.size() == static_cast<size_t>(perRank) + 2;
+    for (flatbuffers::uoffset_t i = 0; ok && i < actions.size(); ++i) {
+      const plan::Action *a = actions.Get(i);
+      plan::ActionKind expected = i < static_cast<size_t>(perRank)
+                                      ? plan::ActionKind::ForwardBackward
+                                      : i == static_cast<size_t>(perRank)
+                                            ? plan::ActionKind::GradSync
+                                            : plan::ActionKind::OptimizerStep;
+      ok = a->kind() == expected && a->chunk() < p.programs()->size() &&
+           (expected != plan::ActionKind::ForwardBackward || a->micro_batch() == i);
     }
-    if (forward != perRank || updates != 1)
-      return Status::failure(cat("schedule runs ", forward, " micro-batches and ", updates,
-                                 " updates; the batch needs ", perRank, " and 1"));
+    if (!ok)
+      return Status::failure(cat("schedule is not ", perRank,
+                                 " micro-batches in order, a gradient synchronisation and "
+                                 "an update"));
   }
   return Status::success();
 }

@@ -211,9 +211,10 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // otherwise.
     std::string path = config.tracePath;
     if (comm.position().worldSize() > 1) {
-      size_t dot = path.rfind('.');
+      size_t slash = path.rfind('/'), dot = path.rfind('.');
       std::string suffix = ".rank" + std::to_string(comm.position().worldRank());
-      path = dot == std::string::npos ? path + suffix : path.insert(dot, suffix);
+      bool inName = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+      path = inName ? path.insert(dot, suffix) : path + suffix;
     }
     if (Status s = timeline.write(path); !s.ok())
       return s;

@@ -162,6 +162,10 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
           ids[k] = static_cast<int32_t>(k % 512);
         double loss;
         (void)executor->forwardBackward(ids.data(), ids.data(), {1, 0, 0}, loss);
+        // Nothing was written past the arena (it, and a guard after it, started out
+        // holding the sentinel).
+        EXPECT_LE(executor->arenaBytesWritten(Executor::kSentinel),
+                  executor->plannedArenaBytes());
       }
       continue;
     }

@@ -35,18 +35,21 @@ module {
 
 // -----
 
-// Nested repeats compose their prefixes, whatever order the functions come in.
+// Nested repeats compose their prefixes, whatever order the functions come in; the
+// layer ordinals count the outermost copies in program order, then the plain repeat's.
 // CHECK-LABEL: func.func @nested
-// CHECK: mt.param "o.0.i.0.w"
-// CHECK: mt.param "o.0.i.1.w"
-// CHECK: mt.param "o.1.i.0.w"
-// CHECK: mt.param "o.1.i.1.w"
+// CHECK: mt.param "o.0.i.0.w" ones {mt.layer = 0 : i64}
+// CHECK: mt.param "o.0.i.1.w" ones {mt.layer = 0 : i64}
+// CHECK: mt.param "o.1.i.0.w" ones {mt.layer = 1 : i64}
+// CHECK: mt.param "o.1.i.1.w" ones {mt.layer = 1 : i64}
+// CHECK: mt.param "p.0.w" ones {mt.layer = 2 : i64}
 // CHECK-NOT: mt.param
 // CHECK: return
 module {
   func.func @nested(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = mt.repeat 2 @outer(%x) {prefix = "o"} : (tensor<4xf32>) -> tensor<4xf32>
-    return %y : tensor<4xf32>
+    %z = mt.repeat 1 @inner(%y) {prefix = "p"} : (tensor<4xf32>) -> tensor<4xf32>
+    return %z : tensor<4xf32>
   }
   func.func private @outer(%x: tensor<4xf32>) -> tensor<4xf32> {
     %y = mt.repeat 2 @inner(%x) {prefix = "i"} : (tensor<4xf32>) -> tensor<4xf32>
