@@ -31,8 +31,10 @@ inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "mt.arena_bytes";
 /// Written by mt-expand on every op of an unrolled block: the block copy's ordinal.
 inline constexpr llvm::StringLiteral kLayerAttr = "mt.layer";
-/// Written by mt-recompute on the training step: GEMM FLOPs its copies add per step.
+/// Written by mt-recompute on the training step: the FLOPs its copies add per
+/// micro-batch, GEMM and other.
 inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";
+inline constexpr llvm::StringLiteral kRecomputeOtherFlopsAttr = "mt.recompute_other_flops";
 
 } // namespace mlir::mt
 

@@ -11,16 +11,21 @@ namespace mlir::mt {
 
 namespace {
 
+/// What the copies cost per micro-batch.
+struct CopyCost {
+  int64_t gemm = 0, other = 0;
+};
+
 struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
   using Base::Base;
 
   /// Copies `unit` (forward ops, in program order) in front of the first backward op
   /// that reads one of its results, and makes the backward read the copies. With
   /// `keepOutputs`, results that forward ops outside the unit read (the next layer's
-  /// input) are kept rather than recomputed. Returns the GEMM FLOPs of the copies that
-  /// remain in use.
-  int64_t recompute(ArrayRef<Operation *> unit, const DenseMap<Operation *, int64_t> &position,
-                    int64_t backwardStart, bool keepOutputs) {
+  /// input) are kept rather than recomputed. Adds the FLOPs of the copies that remain
+  /// in use to `cost`.
+  void recompute(ArrayRef<Operation *> unit, const DenseMap<Operation *, int64_t> &position,
+                 int64_t backwardStart, bool keepOutputs, CopyCost &cost) {
     DenseSet<Operation *> members(unit.begin(), unit.end());
     auto backward = [&](Operation *user) {
       auto it = position.find(user);
@@ -42,7 +47,7 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
             (!first || position.lookup(user) < position.lookup(first)))
           first = user;
     if (!first)
-      return 0;
+      return;
     OpBuilder b(first);
     IRMapping copies;
     SmallVector<Operation *> clones;
@@ -57,16 +62,16 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
             return backward(use.getOwner()) && !copiesOf.contains(use.getOwner());
           });
     // Copies nothing reads (results only the forward needed) are dropped.
-    int64_t flops = 0;
     for (Operation *clone : llvm::reverse(clones)) {
       if (clone->use_empty()) {
         clone->erase();
         continue;
       }
-      if (auto cost = dyn_cast<CostOpInterface>(clone))
-        flops += cost.getGemmFlops();
+      if (auto op = dyn_cast<CostOpInterface>(clone)) {
+        cost.gemm += op.getGemmFlops();
+        cost.other += op.getOtherFlops();
+      }
     }
-    return flops;
   }
 
   LogicalResult run(FunctionOpInterface fn) {
@@ -92,14 +97,14 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
         byLayer[layer.getInt()].push_back(&op);
     }
 
-    int64_t flops = 0;
+    CopyCost cost;
     if (granularity == "selective") {
       SmallVector<Operation *> attentions;
       for (Operation &op : body)
         if (isa<AttentionOp>(op) && position[&op] < backwardStart)
           attentions.push_back(&op);
       for (Operation *op : attentions)
-        flops += recompute({op}, position, backwardStart, /*keepOutputs=*/false);
+        recompute({op}, position, backwardStart, /*keepOutputs=*/false, cost);
     } else {
       if (byLayer.empty())
         return fn.emitError("mt-recompute: full recomputation needs layers (mt.repeat "
@@ -115,15 +120,17 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
           break;
         group.append(ops.begin(), ops.end());
         if (method == "block" || ++inGroup == layers) {
-          flops += recompute(group, position, backwardStart, /*keepOutputs=*/true);
+          recompute(group, position, backwardStart, /*keepOutputs=*/true, cost);
           group.clear();
           inGroup = 0;
         }
       }
       if (!group.empty())
-        flops += recompute(group, position, backwardStart, /*keepOutputs=*/true);
+        recompute(group, position, backwardStart, /*keepOutputs=*/true, cost);
     }
-    fn->setAttr(kRecomputeFlopsAttr, Builder(fn->getContext()).getI64IntegerAttr(flops));
+    Builder b(fn->getContext());
+    fn->setAttr(kRecomputeFlopsAttr, b.getI64IntegerAttr(cost.gemm));
+    fn->setAttr(kRecomputeOtherFlopsAttr, b.getI64IntegerAttr(cost.other));
     return success();
   }
 

@@ -304,13 +304,18 @@ int runCompile(MLIRContext &context, const Args &args) {
   header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
   header.costs = mtc::sumOpCosts(module);
   const int64_t localParameters = mtc::countParameters(module);
-  int64_t recomputeFlops = 0;
+  int64_t recomputeFlops = 0, recomputeOtherFlops = 0;
   module.walk([&](func::FuncOp fn) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
       header.memory.activations = arena.getInt();
     if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
       recomputeFlops = extra.getInt();
+    if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
+      recomputeOtherFlops = extra.getInt();
   });
+  // The model's work, as the plan records it; recomputation is reported beside it.
+  header.costs.gemmFlops -= recomputeFlops;
+  header.costs.otherFlops -= recomputeOtherFlops;
   header.memory.weights = bytesPerValue * localParameters;
   header.memory.gradients = bytesPerValue * localParameters;
   header.memory.optimizer =
@@ -342,6 +347,8 @@ int runCompile(MLIRContext &context, const Args &args) {
       static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * ranks;
   const unsigned __int128 recomputePerStep =
       static_cast<unsigned __int128>(recomputeFlops) * microBatches * ranks;
+  const unsigned __int128 recomputeOtherPerStep =
+      static_cast<unsigned __int128>(recomputeOtherFlops) * microBatches * ranks;
   unsigned __int128 otherPerStep =
       static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * ranks;
   const mtc::MemoryReport &m = header.memory;
@@ -361,7 +368,7 @@ int runCompile(MLIRContext &context, const Args &args) {
                << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
   row("parameters") << mtc::withCommas(header.parameters) << ", "
                     << mtc::withCommas(localParameters) << " per rank\n";
-  row("model FLOPs/step") << mtc::withCommas(gemmPerStep - recomputePerStep)
+  row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
   if (gpt)
     row("  formula") << mtc::withCommas(mtc::gptModelFlops(*gpt, options.globalBatchSize,
@@ -370,7 +377,7 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << " h=" << gpt->hidden << " V=" << gpt->vocab << "\n";
   row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
   if (options.recompute != "none") {
-    const unsigned __int128 extra = recomputePerStep, model = gemmPerStep - extra;
+    const unsigned __int128 extra = recomputePerStep, model = gemmPerStep;
     row("recompute") << options.recompute
                      << (options.recompute == "full"
                              ? " (" + options.recomputeMethod + ", " +
@@ -381,7 +388,8 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << llvm::format("%.1f", model ? 100.0 * static_cast<double>(extra) /
                                                          static_cast<double>(model)
                                                    : 0.0)
-                     << "% of the model's)\n";
+                     << "% of the model's), +" << mtc::withCommas(recomputeOtherPerStep)
+                     << " other\n";
   }
   outs() << "  bytes per rank\n";
   row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << bytesPerValue
