@@ -9,6 +9,7 @@
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
 #include "compiler/Registration.h"
+#include "compiler/Schedule.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -40,7 +41,11 @@ constexpr const char *kUsage = R"(usage:
                [--recompute-num-layers N]]
               [--emit-mlir FILE] [--print-ir-after-all]
 
+  mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
+
   info     prints the model's exact parameter count
+  schedule prints each pipeline stage's order of forwards and backwards, proves that
+           every receive meets its send, and gives the bubble
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
            FLOPs per step and bytes per rank before anything runs
 )";
@@ -61,12 +66,14 @@ struct Args {
 std::string parseArgs(int argc, char **argv, Args &args) {
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
       {"info", {"make-vocab-size-divisible-by"}},
+      {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
         "precision", "tp", "dp", "ddp-bucket-size", "recompute", "recompute-method",
         "recompute-num-layers", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}},
+      {"schedule", {}},
       {"compile",
        {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations"}}};
   // Megatron's spellings of the same flags.
@@ -75,7 +82,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"data-parallel-size", "dp"},
       {"sequence-parallel", "sp"},
       {"use-distributed-optimizer", "distributed-optimizer"},
-      {"recompute-granularity", "recompute"}};
+      {"recompute-granularity", "recompute"},
+      {"pipeline-model-parallel-size", "pp"}};
   if (argc < 2)
     return "no command given";
   args.command = argv[1];
@@ -109,8 +117,10 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       return "unknown flag '" + arg.str() + "' for '" + args.command + "'";
     }
   }
-  if (args.model.empty())
+  if (args.model.empty() && args.command != "schedule")
     return "no model file given";
+  if (!args.model.empty() && args.command == "schedule")
+    return "schedule takes no model file";
   return "";
 }
 
@@ -214,6 +224,56 @@ int runInfo(MLIRContext &context, const Args &args) {
     outs() << "padded      " << mtc::withCommas(mtc::countParameters(module))
            << " with the vocab padded to " << padded->vocab
            << " (--make-vocab-size-divisible-by " << multiple << ")\n";
+  return 0;
+}
+
+int runSchedule(const Args &args) {
+  int64_t stages, chunks, microBatches;
+  if (!args.values.count("pp") || !args.values.count("micro-batches"))
+    return usageError("schedule needs --pp and --micro-batches");
+  if (!positiveFlag(args, "pp", 1, stages) || !positiveFlag(args, "vpp", 1, chunks) ||
+      !positiveFlag(args, "micro-batches", 1, microBatches))
+    return 1;
+  std::string name = args.values.lookup("schedule");
+  if (name.empty())
+    name = chunks > 1 ? "interleaved" : "1f1b";
+  mtc::ScheduleKind kind;
+  if (name == "gpipe")
+    kind = mtc::ScheduleKind::GPipe;
+  else if (name == "1f1b")
+    kind = mtc::ScheduleKind::OneFOneB;
+  else if (name == "interleaved")
+    kind = mtc::ScheduleKind::Interleaved;
+  else
+    return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + name + "'");
+  mtc::PipelineSchedule schedule;
+  if (std::string error = mtc::buildSchedule(kind, stages, chunks, microBatches, schedule);
+      !error.empty()) {
+    errs() << "mtc: " << error << "\n";
+    return 1;
+  }
+  mtc::ScheduleCheck check = mtc::checkSchedule(schedule);
+  if (!check.deadlockFree) {
+    errs() << "mtc: schedule " << name << ": " << check.problem << "\n";
+    return 1;
+  }
+  outs() << "schedule " << name << ": " << stages << " stages"
+         << (chunks > 1 ? " x " + std::to_string(chunks) + " virtual" : std::string()) << ", "
+         << microBatches << " micro-batches\n";
+  for (int64_t s = 0; s < stages; ++s) {
+    outs() << "stage " << s << ":";
+    for (const mtc::PipelineAction &a : schedule.perStage[s])
+      outs() << " " << mtc::actionName(a, chunks > 1);
+    outs() << "\n";
+  }
+  outs() << "in flight:";
+  for (int64_t n : check.maxInFlight)
+    outs() << " " << n;
+  outs() << "  (most forwards awaiting their backward, per stage)\n";
+  outs() << llvm::format("bubble: %.4f ideal (p-1)/%s, %.4f simulated (forward 1, backward 2)\n",
+                         mtc::idealBubble(schedule), chunks > 1 ? "(v*m)" : "m",
+                         check.bubble);
+  outs() << "every receive meets its send: no deadlock\n";
   return 0;
 }
 
@@ -415,6 +475,8 @@ int main(int argc, char **argv) {
   }
   if (std::string error = parseArgs(argc, argv, args); !error.empty())
     return usageError(error);
+  if (args.command == "schedule")
+    return runSchedule(args);
 
   DialectRegistry registry;
   mtc::registerAll(registry);

@@ -1,0 +1,57 @@
+// Pipeline schedules: the order in which each stage runs the forward and backward
+// passes of its model chunks over the micro-batches, and a checker that proves every
+// receive meets its send before a plan is written.
+//
+// GPipe runs every forward, then every backward. 1F1B (PipeDream-Flush, Narayanan et al.
+// 2021) warms up with p − s − 1 forwards on stage s, then alternates one forward and one
+// backward, and cools down with the remaining backwards, so at most p − s micro-batches
+// are in flight. Interleaved 1F1B gives each stage v model chunks (virtual stages
+// c·p + s), cutting the bubble from (p − 1)/m to (p − 1)/(v·m); Megatron's order needs m
+// to be a multiple of p.
+#ifndef MT_COMPILER_SCHEDULE_H
+#define MT_COMPILER_SCHEDULE_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mtc {
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
+
+struct PipelineAction {
+  bool forward;
+  int64_t chunk, microBatch;
+};
+
+struct PipelineSchedule {
+  ScheduleKind kind;
+  int64_t stages, chunks, microBatches;
+  std::vector<std::vector<PipelineAction>> perStage;
+};
+
+/// Builds the schedule, or returns an error naming the numbers that do not fit.
+std::string buildSchedule(ScheduleKind kind, int64_t stages, int64_t chunks,
+                          int64_t microBatches, PipelineSchedule &out);
+
+/// What the checker found by running the schedule with non-blocking sends and blocking
+/// receives: a deadlock (the actions every stage is stuck at), or the most micro-batches
+/// each stage holds in flight and the bubble, with a forward taking one unit of time
+/// and a backward two.
+struct ScheduleCheck {
+  bool deadlockFree = false;
+  std::string problem;
+  std::vector<int64_t> maxInFlight; // per stage: forwards whose backward has not run
+  double bubble = 0;                // idle fraction of the busiest timeline
+};
+ScheduleCheck checkSchedule(const PipelineSchedule &schedule);
+
+/// The ideal bubble: (p − 1)/m, or (p − 1)/(v·m) interleaved.
+double idealBubble(const PipelineSchedule &schedule);
+
+/// "F3" / "B3", or "F3.1" (micro-batch 3, chunk 1) when stages hold several chunks.
+std::string actionName(const PipelineAction &action, bool showChunk);
+
+} // namespace mtc
+
+#endif

@@ -1,0 +1,68 @@
+// The schedule checker finds what would hang or lose work at run time: a receive whose
+// send never comes first, an action run twice, a micro-batch that skips a stage.
+#include "compiler/Schedule.h"
+
+#include <gtest/gtest.h>
+
+namespace mtc {
+namespace {
+
+PipelineSchedule oneFOneB(int64_t stages, int64_t microBatches) {
+  PipelineSchedule s;
+  EXPECT_EQ(buildSchedule(ScheduleKind::OneFOneB, stages, 1, microBatches, s), "");
+  return s;
+}
+
+TEST(ScheduleCheck, EveryBuiltScheduleIsDeadlockFree) {
+  for (int64_t p : {1, 2, 3, 4, 8})
+    for (int64_t m : {1, 2, 4, 8, 16}) {
+      for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+        PipelineSchedule s;
+        ASSERT_EQ(buildSchedule(kind, p, 1, m, s), "");
+        ScheduleCheck check = checkSchedule(s);
+        EXPECT_TRUE(check.deadlockFree) << "p " << p << " m " << m << ": " << check.problem;
+        // With as many micro-batches as it can use, a stage is idle (p-1)/m of the time.
+        EXPECT_NEAR(check.bubble, idealBubble(s), 1e-12) << "p " << p << " m " << m;
+      }
+      for (int64_t v : {2, 3}) {
+        PipelineSchedule s;
+        if (m % p != 0)
+          continue;
+        ASSERT_EQ(buildSchedule(ScheduleKind::Interleaved, p, v, m, s), "");
+        ScheduleCheck check = checkSchedule(s);
+        EXPECT_TRUE(check.deadlockFree) << "p " << p << " v " << v << " m " << m;
+      }
+    }
+}
+
+TEST(ScheduleCheck, OneFOneBKeepsAtMostStagesMinusRankInFlight) {
+  ScheduleCheck check = checkSchedule(oneFOneB(4, 8));
+  ASSERT_TRUE(check.deadlockFree);
+  EXPECT_EQ(check.maxInFlight, (std::vector<int64_t>{4, 3, 2, 1}));
+}
+
+TEST(ScheduleCheck, ABackwardBeforeItsForwardIsADeadlock) {
+  PipelineSchedule s = oneFOneB(2, 2);
+  // Stage 0 runs micro-batch 1's backward before its forward: it waits for its own F1,
+  // while stage 1 waits for the activation that F1 would send.
+  s.perStage[0] = {{true, 0, 0}, {false, 0, 1}, {true, 0, 1}, {false, 0, 0}};
+  ScheduleCheck check = checkSchedule(s);
+  EXPECT_FALSE(check.deadlockFree);
+  EXPECT_NE(check.problem.find("deadlock: stage 0 waits at B1"), std::string::npos)
+      << check.problem;
+}
+
+TEST(ScheduleCheck, ARepeatedOrMissingActionIsFound) {
+  PipelineSchedule twice = oneFOneB(2, 2);
+  twice.perStage[1].insert(twice.perStage[1].begin(), {true, 0, 0});
+  EXPECT_NE(checkSchedule(twice).problem.find("runs F0 twice"), std::string::npos);
+
+  PipelineSchedule missing = oneFOneB(2, 2);
+  missing.perStage[0].pop_back(); // stage 0 never runs B1
+  ScheduleCheck check = checkSchedule(missing);
+  EXPECT_FALSE(check.deadlockFree);
+  EXPECT_NE(check.problem.find("misses"), std::string::npos) << check.problem;
+}
+
+} // namespace
+} // namespace mtc
