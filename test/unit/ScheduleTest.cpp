@@ -35,6 +35,24 @@ TEST(ScheduleCheck, EveryBuiltScheduleIsDeadlockFree) {
     }
 }
 
+// Korthikanti et al. (2022): the first stage holds p micro-batches of activations under
+// 1F1B, and p·(1 + (p−1)/(p·v)) under interleaving (each chunk holds 1/v of a stage's
+// layers) — whenever there are more micro-batches than stages.
+TEST(ScheduleCheck, FirstStageInFlightMatchesKorthikanti) {
+  for (int64_t p : {2, 4, 8})
+    for (int64_t m : {2 * p, 4 * p}) {
+      PipelineSchedule s;
+      ASSERT_EQ(buildSchedule(ScheduleKind::OneFOneB, p, 1, m, s), "");
+      EXPECT_EQ(checkSchedule(s).maxInFlight[0], p);
+      for (int64_t v : {2, 3, 4}) {
+        ASSERT_EQ(buildSchedule(ScheduleKind::Interleaved, p, v, m, s), "");
+        double chunks = static_cast<double>(checkSchedule(s).maxInFlight[0]);
+        EXPECT_DOUBLE_EQ(chunks / v, p * (1.0 + (p - 1.0) / (p * v)))
+            << "p " << p << " v " << v << " m " << m;
+      }
+    }
+}
+
 TEST(ScheduleCheck, OneFOneBKeepsAtMostStagesMinusRankInFlight) {
   ScheduleCheck check = checkSchedule(oneFOneB(4, 8));
   ASSERT_TRUE(check.deadlockFree);

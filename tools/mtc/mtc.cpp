@@ -270,6 +270,13 @@ int runSchedule(const Args &args) {
   for (int64_t n : check.maxInFlight)
     outs() << " " << n;
   outs() << "  (most forwards awaiting their backward, per stage)\n";
+  outs() << llvm::format("first stage holds %.3f micro-batches of its activations",
+                         static_cast<double>(check.maxInFlight[0]) / chunks);
+  if (chunks > 1)
+    outs() << llvm::format("; p(1 + (p-1)/(pv)) = %.3f\n",
+                           stages * (1.0 + (stages - 1.0) / (stages * chunks)));
+  else
+    outs() << "; p = " << stages << "\n";
   outs() << llvm::format("bubble: %.4f ideal (p-1)/%s, %.4f simulated (forward 1, backward 2)\n",
                          mtc::idealBubble(schedule), chunks > 1 ? "(v*m)" : "m",
                          check.bubble);
