@@ -33,9 +33,13 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
         {options.microBatchSize, options.seqLength, options.precision}));
     pm.addPass(mt::createMtTensorParallel(
         {options.tp, options.dp, options.sequenceParallel}));
+    if (options.pp > 1)
+      pm.addPass(mt::createMtPipelineAssign({options.pp, options.virtualStages}));
     pm.addPass(mt::createMtAutodiff());
     pm.addPass(mt::createMtRecompute(
         {options.recompute, options.recomputeMethod, options.recomputeLayers}));
+    if (options.pp > 1)
+      pm.addPass(mt::createMtPipelinePartition());
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

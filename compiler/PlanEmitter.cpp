@@ -1,4 +1,5 @@
 #include "compiler/PlanEmitter.h"
+#include "compiler/Schedule.h"
 #include "dialects/mt/MtDialect.h"
 #include "passes/Passes.h"
 #include "plan/PlanFormat.h"
@@ -42,23 +43,29 @@ struct InstructionFields {
   int32_t param = -1, axis = 0;
 };
 
+/// Where a program sits in the pipeline, and how it talks to its neighbours.
+struct ProgramRole {
+  int32_t stage = 0, chunk = 0;
+  bool backward = false;
+  bool receives = false, sends = false, returnsLoss = false;
+};
+
 class Emitter {
 public:
-  explicit Emitter(func::FuncOp fn) : fn(fn) {}
-
-  LogicalResult run(const PlanHeader &header, std::vector<uint8_t> &file);
+  LogicalResult run(ModuleOp module, const PlanHeader &header, std::vector<uint8_t> &file);
 
 private:
   LogicalResult addBuffer(Value v, plan::BufferKind kind, uint64_t offset, int32_t param);
   FailureOr<InstructionFields> fieldsOf(Operation *op);
+  FailureOr<fb::Offset<plan::Program>> emitProgram(func::FuncOp fn, const ProgramRole &role);
 
-  func::FuncOp fn;
   fb::FlatBufferBuilder fbb;
-  std::vector<fb::Offset<plan::Buffer>> buffers;
   std::vector<fb::Offset<plan::Param>> params;
+  llvm::StringMap<int32_t> paramIndex;
+  // Per program:
+  std::vector<fb::Offset<plan::Buffer>> buffers;
   std::vector<fb::Offset<plan::Instruction>> instructions;
   DenseMap<Value, uint32_t> bufferOf;
-  llvm::StringMap<int32_t> paramIndex;
 };
 
 LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset,
@@ -181,36 +188,43 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
   return f;
 }
 
-LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file) {
+FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
+                                                          const ProgramRole &role) {
+  buffers.clear();
+  instructions.clear();
+  bufferOf.clear();
   auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr);
   auto argOffsets = fn->getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kArgOffsetsAttr);
-  if (!arena || !argOffsets || fn.getNumArguments() != 2)
-    return fn.emitError("plan: @train_step(tokens, targets) must be memory-planned first");
+  if (!arena || !argOffsets || fn.getNumArguments() < 2)
+    return fn.emitError("plan: @") << fn.getName()
+                                   << "(tokens, targets, ...) must be memory-planned first";
   for (BlockArgument arg : fn.getArguments())
     if (failed(addBuffer(arg, plan::BufferKind::Input, argOffsets[arg.getArgNumber()], -1)))
       return failure();
 
-  Value loss;
+  func::ReturnOp ret;
   for (Operation &op : fn.getBody().front()) {
-    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
-      loss = ret.getOperand(0);
+    if (auto r = dyn_cast<func::ReturnOp>(op)) {
+      ret = r;
       continue;
     }
     if (auto param = dyn_cast<mlir::mt::ParamOp>(op)) {
       auto type = cast<RankedTensorType>(param.getType());
-      int32_t index = static_cast<int32_t>(params.size());
-      paramIndex[param.getName()] = index;
-      auto init = static_cast<plan::Init>(param.getInit());
-      std::vector<int64_t> global = type.getShape().vec();
-      if (auto g = param.getGlobalShape())
-        global.assign(g->begin(), g->end());
-      params.push_back(plan::CreateParam(
-          fbb, fbb.CreateString(param.getName().str()), fbb.CreateVector(type.getShape().vec()),
-          *dtypeOf(type.getElementType()), init,
-          param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
-          param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
-          param.getTpGradReduce()));
-      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, index)))
+      auto [it, inserted] =
+          paramIndex.try_emplace(param.getName(), static_cast<int32_t>(params.size()));
+      if (inserted) {
+        auto init = static_cast<plan::Init>(param.getInit());
+        std::vector<int64_t> global = type.getShape().vec();
+        if (auto g = param.getGlobalShape())
+          global.assign(g->begin(), g->end());
+        params.push_back(plan::CreateParam(
+            fbb, fbb.CreateString(param.getName().str()),
+            fbb.CreateVector(type.getShape().vec()), *dtypeOf(type.getElementType()), init,
+            param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
+            param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
+            param.getTpGradReduce()));
+      }
+      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second)))
         return failure();
       continue;
     }
@@ -237,20 +251,90 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
         f->sequenceParallel, f->featureParallel));
   }
 
-  auto program = plan::CreateProgram(
-      fbb, fbb.CreateString("train_step"), fbb.CreateVector(buffers),
+  // The interface: arguments (tokens, targets, [received], [stash in]) and results
+  // ([loss or sent], [stash out]).
+  unsigned arg = 2, result = 0;
+  int32_t recv = -1, send = -1, loss = -1;
+  std::vector<uint32_t> stash;
+  if (role.receives)
+    recv = static_cast<int32_t>(bufferOf.at(fn.getArgument(arg++)));
+  if (role.returnsLoss)
+    loss = static_cast<int32_t>(bufferOf.at(ret.getOperand(result++)));
+  else if (role.sends)
+    send = static_cast<int32_t>(bufferOf.at(ret.getOperand(result++)));
+  if (role.backward)
+    for (; arg < fn.getNumArguments(); ++arg)
+      stash.push_back(bufferOf.at(fn.getArgument(arg)));
+  else
+    for (; result < ret.getNumOperands(); ++result)
+      stash.push_back(bufferOf.at(ret.getOperand(result)));
+  return plan::CreateProgram(
+      fbb, fbb.CreateString(fn.getName().str()), fbb.CreateVector(buffers),
       fbb.CreateVector(instructions), static_cast<uint64_t>(arena.getInt()),
-      bufferOf.at(fn.getArgument(0)), bufferOf.at(fn.getArgument(1)), bufferOf.at(loss));
+      bufferOf.at(fn.getArgument(0)), bufferOf.at(fn.getArgument(1)), loss, role.stage,
+      role.chunk, role.backward, recv, send, fbb.CreateVector(stash));
+}
 
-  // One stage: this data-parallel rank's micro-batches forward and backward, the
-  // gradient synchronisation, then the update.
-  std::vector<plan::Action> actions;
-  int64_t microBatches = header.globalBatchSize / (header.microBatchSize * header.dp);
-  for (int64_t m = 0; m < microBatches; ++m)
-    actions.emplace_back(plan::ActionKind::ForwardBackward, 0, static_cast<uint32_t>(m));
-  actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
-  actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
-  auto stage = plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions));
+LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
+                           std::vector<uint8_t> &file) {
+  std::vector<fb::Offset<plan::Program>> programs;
+  std::vector<fb::Offset<plan::Stage>> stages;
+  const int64_t microBatches = header.globalBatchSize / (header.microBatchSize * header.dp);
+  if (auto step = module.lookupSymbol<func::FuncOp>("train_step")) {
+    ProgramRole whole;
+    whole.returnsLoss = true;
+    FailureOr<fb::Offset<plan::Program>> program = emitProgram(step, whole);
+    if (failed(program))
+      return failure();
+    programs.push_back(*program);
+    // One stage: this data-parallel rank's micro-batches forward and backward, the
+    // gradient synchronisation, then the update.
+    std::vector<plan::Action> actions;
+    for (int64_t m = 0; m < microBatches; ++m)
+      actions.emplace_back(plan::ActionKind::ForwardBackward, 0, static_cast<uint32_t>(m));
+    actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
+    actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
+    stages.push_back(plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions)));
+  } else {
+    // Pipeline: programs 2v and 2v + 1 are virtual stage v's forward and backward.
+    const int64_t virtualStages = header.pp * header.virtualStages;
+    for (int64_t v = 0; v < virtualStages; ++v)
+      for (bool backward : {false, true}) {
+        std::string name = (backward ? "backward_" : "forward_") + std::to_string(v);
+        auto fn = module.lookupSymbol<func::FuncOp>(name);
+        if (!fn)
+          return module.emitError("plan: no @") << name << " (run mt-pipeline-partition)";
+        ProgramRole role;
+        role.stage = static_cast<int32_t>(v % header.pp);
+        role.chunk = static_cast<int32_t>(v / header.pp);
+        role.backward = backward;
+        role.receives = backward ? v + 1 < virtualStages : v > 0;
+        role.sends = backward ? v > 0 : v + 1 < virtualStages;
+        role.returnsLoss = !backward && v + 1 == virtualStages;
+        FailureOr<fb::Offset<plan::Program>> program = emitProgram(fn, role);
+        if (failed(program))
+          return failure();
+        programs.push_back(*program);
+      }
+    PipelineSchedule schedule;
+    if (std::string error = buildSchedule(header.schedule, header.pp, header.virtualStages,
+                                          microBatches, schedule);
+        !error.empty())
+      return module.emitError("plan: ") << error;
+    ScheduleCheck check = checkSchedule(schedule);
+    if (!check.deadlockFree)
+      return module.emitError("plan: schedule: ") << check.problem;
+    for (const std::vector<PipelineAction> &order : schedule.perStage) {
+      std::vector<plan::Action> actions;
+      for (const PipelineAction &a : order)
+        actions.emplace_back(a.forward ? plan::ActionKind::Forward : plan::ActionKind::Backward,
+                             static_cast<uint16_t>(a.chunk),
+                             static_cast<uint32_t>(a.microBatch));
+      actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
+      actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
+      stages.push_back(plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions)));
+    }
+  }
 
   const MemoryReport &m = header.memory;
   auto accounting = plan::CreateAccounting(
@@ -258,11 +342,13 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
       m.gradients, m.optimizer, m.activations);
   auto root = plan::CreatePlan(
       fbb, fbb.CreateString(header.model),
-      plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), 1, static_cast<int32_t>(header.dp)),
+      plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), static_cast<int32_t>(header.pp),
+                       static_cast<int32_t>(header.dp)),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
       header.precision == "f64" ? plan::DType::F64 : plan::DType::F32, header.sequenceParallel,
-      header.distributedOptimizer, header.ddpBucketBytes, fbb.CreateVector(params),
-      fbb.CreateVector(&program, 1), fbb.CreateVector(&stage, 1), accounting);
+      static_cast<int32_t>(header.virtualStages), header.distributedOptimizer,
+      header.ddpBucketBytes, fbb.CreateVector(params), fbb.CreateVector(programs),
+      fbb.CreateVector(stages), accounting);
   plan::FinishPlanBuffer(fbb, root);
   file = plan::framePlan(fbb.GetBufferPointer(), fbb.GetSize());
   return success();
@@ -271,10 +357,7 @@ LogicalResult Emitter::run(const PlanHeader &header, std::vector<uint8_t> &file)
 } // namespace
 
 LogicalResult emitPlan(ModuleOp module, const PlanHeader &header, std::vector<uint8_t> &file) {
-  auto fn = module.lookupSymbol<func::FuncOp>("train_step");
-  if (!fn)
-    return module.emitError("plan: no @train_step (run mt-autodiff first)");
-  return Emitter(fn).run(header, file);
+  return Emitter().run(module, header, file);
 }
 
 } // namespace mtc

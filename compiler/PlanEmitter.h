@@ -3,6 +3,7 @@
 #define MT_COMPILER_PLANEMITTER_H
 
 #include "compiler/Accounting.h"
+#include "compiler/Schedule.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
@@ -14,7 +15,8 @@ namespace mtc {
 struct PlanHeader {
   std::string model;
   std::string precision = "f32"; // element type of weights and activations
-  int64_t tp = 1, dp = 1;
+  int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   bool sequenceParallel = false, distributedOptimizer = false;
   uint64_t ddpBucketBytes = 0;
   int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;
@@ -23,8 +25,8 @@ struct PlanHeader {
   MemoryReport memory;
 };
 
-/// Builds the framed plan file (header, FlatBuffer, CRC) of the module's
-/// memory-planned @train_step.
+/// Builds the framed plan file (header, FlatBuffer, CRC) of the module's memory-planned
+/// @train_step, or, under pipeline parallelism, its @forward_<v> and @backward_<v>.
 mlir::LogicalResult emitPlan(mlir::ModuleOp module, const PlanHeader &header,
                              std::vector<uint8_t> &file);
 

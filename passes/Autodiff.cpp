@@ -56,6 +56,10 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
     auto seed = arith::ConstantOp::create(
         b, loss.getLoc(), DenseElementsAttr::get(lossType, b.getFloatAttr(lossType.getElementType(), 1.0)));
     grads[loss] = seed;
+    // Backward ops run where the forward op they differentiate runs (mt.stage).
+    if (Operation *def = loss.getDefiningOp())
+      if (Attribute stage = def->getAttr(kStageAttr))
+        seed->setAttr(kStageAttr, stage);
 
     for (Operation *op : llvm::reverse(forward)) {
       SmallVector<Value> resultGrads;
@@ -66,6 +70,7 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
       auto rule = dyn_cast<DifferentiableOpInterface>(op);
       if (!rule)
         return op->emitOpError("has no gradient rule, but its result reaches the loss");
+      Operation *last = terminator->getPrevNode();
       FailureOr<SmallVector<Value>> operandGrads = rule.buildGradients(b, resultGrads);
       if (failed(operandGrads))
         return failure();
@@ -81,6 +86,10 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
         Value &acc = grads[operand];
         acc = acc ? AddOp::create(b, op->getLoc(), acc, g).getResult() : g;
       }
+      if (Attribute stage = op->getAttr(kStageAttr))
+        for (Operation *built = last->getNextNode(); built != terminator;
+             built = built->getNextNode())
+          built->setAttr(kStageAttr, stage);
     }
 
     // Rules build every operand's gradient; drop those nothing needed.

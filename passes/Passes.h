@@ -31,6 +31,9 @@ inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "mt.arena_bytes";
 /// Written by mt-expand on every op of an unrolled block: the block copy's ordinal.
 inline constexpr llvm::StringLiteral kLayerAttr = "mt.layer";
+/// Written by mt-pipeline-assign on every forward op (and copied by mt-autodiff onto
+/// the backward ops each one's gradient rule builds): its virtual pipeline stage.
+inline constexpr llvm::StringLiteral kStageAttr = "mt.stage";
 /// Written by mt-recompute on the training step: the FLOPs its copies add per
 /// micro-batch, GEMM and other.
 inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";

@@ -80,6 +80,34 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def MtPipelineAssign : Pass<"mt-pipeline-assign", "::mlir::ModuleOp"> {
+  let summary = "Assigns every forward op its virtual pipeline stage (mt.stage)";
+  let description = [{
+    Layers (the `mt.layer` ordinals of mt-expand) split evenly over `stages` x `chunks`
+    virtual stages, chunk c of pipeline stage s being virtual stage c·stages + s; what
+    precedes the first layer (the embeddings) goes to the first, what follows the last
+    (final LayerNorm, output layer, loss) to the last. Layers that do not divide are
+    refused with the numbers. Runs before mt-autodiff, which gives backward ops their
+    forward op's stage.
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", "1", "pipeline-parallel size">,
+    Option<"chunks", "chunks", "int64_t", "1", "virtual stages (model chunks) per stage">
+  ];
+}
+
+def MtPipelinePartition : Pass<"mt-pipeline-partition", "::mlir::ModuleOp"> {
+  let summary = "Splits the training step into a forward and a backward function per virtual stage";
+  let description = [{
+    After mt-autodiff (and mt-recompute): @train_step becomes @forward_<v> and
+    @backward_<v> for every virtual stage v. Forward v takes (tokens, targets, the
+    activation from v − 1) and returns (the activation for v + 1, or the loss; then the
+    stash: what backward v will need); backward v takes (tokens, targets, the gradient
+    from v + 1, the stash) and returns the gradient for v − 1. Parameters are copied into
+    every function that uses them. Anything else crossing stages is refused.
+  }];
+}
+
 def MtAutodiff : Pass<"mt-autodiff", "::mlir::ModuleOp"> {
   let summary = "Turns @forward into @train_step: the loss and every parameter's gradient";
   let description = [{

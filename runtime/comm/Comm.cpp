@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <list>
+#include <map>
 #include <vector>
 
 namespace mt {
@@ -59,6 +61,16 @@ public:
     return allReduceSum(g, in, out);
   }
   double allReduceSum(Group, double value) override { return value; }
+  Status allReduceSumAmong(Group, const std::vector<int> &, const TensorView &) override {
+    return Status::success();
+  }
+  Status send(Group, int, const void *, size_t, int) override {
+    return Status::failure("one process has no peers to send to");
+  }
+  Status recv(Group, int, void *, size_t, int) override {
+    return Status::failure("one process has no peers to receive from");
+  }
+  Status waitSends() override { return Status::success(); }
 };
 
 MPI_Datatype mpiType(plan::DType dtype) {
@@ -76,17 +88,74 @@ MPI_Datatype mpiType(plan::DType dtype) {
 
 class MpiComm final : public Comm {
 public:
-  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data)
-      : tensor_(tensor), data_(data) {
+  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline)
+      : tensor_(tensor), data_(data), pipeline_(pipeline) {
     position_ = position;
   }
   ~MpiComm() override {
+    (void)waitSends();
+    for (auto &entry : subgroups_)
+      if (entry.second != MPI_COMM_NULL)
+        MPI_Comm_free(&entry.second);
     MPI_Comm_free(&tensor_);
     MPI_Comm_free(&data_);
+    MPI_Comm_free(&pipeline_);
     MPI_Finalize();
   }
 
-  MPI_Comm of(Group g) const { return g == Group::Tensor ? tensor_ : data_; }
+  MPI_Comm of(Group g) const {
+    return g == Group::Tensor ? tensor_ : g == Group::Data ? data_ : pipeline_;
+  }
+
+  Status allReduceSumAmong(Group g, const std::vector<int> &members,
+                           const TensorView &inOut) override {
+    auto key = std::make_pair(static_cast<int>(g), members);
+    auto it = subgroups_.find(key);
+    if (it == subgroups_.end()) {
+      // Collective over the members only: the others never call it.
+      MPI_Group all, some;
+      MPI_Comm_group(of(g), &all);
+      MPI_Group_incl(all, static_cast<int>(members.size()), members.data(), &some);
+      MPI_Comm comm = MPI_COMM_NULL;
+      int code = MPI_Comm_create_group(of(g), some, /*tag=*/7, &comm);
+      MPI_Group_free(&some);
+      MPI_Group_free(&all);
+      if (Status s = check(code, "creating a subgroup"); !s.ok())
+        return s;
+      it = subgroups_.emplace(key, comm).first;
+    }
+    return check(MPI_Allreduce(MPI_IN_PLACE, inOut.data, static_cast<int>(inOut.numel()),
+                               mpiType(inOut.dtype), MPI_SUM, it->second),
+                 "all-reduce among stages");
+  }
+
+  Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
+    if (bytes > static_cast<size_t>(kMaxCount))
+      return fits(static_cast<int64_t>(bytes), "send");
+    pending_.emplace_back();
+    Pending &p = pending_.back();
+    p.bytes.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
+    return check(MPI_Isend(p.bytes.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
+                           &p.request),
+                 "send");
+  }
+
+  Status recv(Group g, int peer, void *data, size_t bytes, int tag) override {
+    if (bytes > static_cast<size_t>(kMaxCount))
+      return fits(static_cast<int64_t>(bytes), "receive");
+    return check(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
+                          MPI_STATUS_IGNORE),
+                 "receive");
+  }
+
+  Status waitSends() override {
+    Status status = Status::success();
+    for (Pending &p : pending_)
+      if (Status s = check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "send"); !s.ok())
+        status = s;
+    pending_.clear();
+    return status;
+  }
 
   Status check(int code, const char *what) {
     if (code == MPI_SUCCESS)
@@ -170,7 +239,13 @@ public:
   }
 
 private:
-  MPI_Comm tensor_, data_;
+  struct Pending {
+    std::vector<char> bytes;
+    MPI_Request request;
+  };
+  MPI_Comm tensor_, data_, pipeline_;
+  std::list<Pending> pending_; // stable addresses while MPI holds them
+  std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;
 };
 
 } // namespace
@@ -184,7 +259,7 @@ bool launchedByMpi() {
   return false;
 }
 
-Status makeMpiComm(int tpSize, int dpSize, std::unique_ptr<Comm> &out) {
+Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
@@ -194,22 +269,27 @@ Status makeMpiComm(int tpSize, int dpSize, std::unique_ptr<Comm> &out) {
   int world = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world != tpSize * dpSize) {
+  if (world != tpSize * dpSize * ppSize) {
     if (rank == 0)
-      std::fprintf(stderr, "mtrun: the plan is for %d ranks (tp %d x dp %d), but %d are running\n",
-                   tpSize * dpSize, tpSize, dpSize, world);
+      std::fprintf(stderr,
+                   "mtrun: the plan is for %d ranks (tp %d x dp %d x pp %d), but %d are running\n",
+                   tpSize * dpSize * ppSize, tpSize, dpSize, ppSize, world);
     MPI_Finalize();
     return Status::failure("world size does not match the plan");
   }
   GridPosition p;
   p.tpSize = tpSize;
   p.dpSize = dpSize;
+  p.ppSize = ppSize;
   p.tpRank = rank % tpSize;
-  p.dpRank = rank / tpSize;
-  MPI_Comm tensor, data;
-  MPI_Comm_split(MPI_COMM_WORLD, p.dpRank, p.tpRank, &tensor);
-  MPI_Comm_split(MPI_COMM_WORLD, p.tpRank, p.dpRank, &data);
-  out = std::make_unique<MpiComm>(p, tensor, data);
+  p.dpRank = rank / tpSize % dpSize;
+  p.ppRank = rank / (tpSize * dpSize);
+  // Each group: the ranks that agree on the other two coordinates.
+  MPI_Comm tensor, data, pipeline;
+  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * dpSize + p.dpRank, p.tpRank, &tensor);
+  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * tpSize + p.tpRank, p.dpRank, &data);
+  MPI_Comm_split(MPI_COMM_WORLD, p.dpRank * tpSize + p.tpRank, p.ppRank, &pipeline);
+  out = std::make_unique<MpiComm>(p, tensor, data, pipeline);
   return Status::success();
 }
 

@@ -8,25 +8,36 @@
 #include "core/Tensor.h"
 
 #include <memory>
+#include <string>
+#include <vector>
 
 namespace mt {
 
-enum class Group { Tensor, Data };
+enum class Group { Tensor, Data, Pipeline };
 
-/// Where this process sits in the grid.
+/// Where this process sits in the grid: tensor parallel fastest, then data, then
+/// pipeline.
 struct GridPosition {
-  int tpSize = 1, dpSize = 1;
-  int tpRank = 0, dpRank = 0;
-  int worldRank() const { return dpRank * tpSize + tpRank; }
-  int worldSize() const { return tpSize * dpSize; }
+  int tpSize = 1, dpSize = 1, ppSize = 1;
+  int tpRank = 0, dpRank = 0, ppRank = 0;
+  int worldRank() const { return (ppRank * dpSize + dpRank) * tpSize + tpRank; }
+  int worldSize() const { return tpSize * dpSize * ppSize; }
 };
 
 class Comm {
 public:
   virtual ~Comm() = default;
   const GridPosition &position() const { return position_; }
-  int rank(Group g) const { return g == Group::Tensor ? position_.tpRank : position_.dpRank; }
-  int size(Group g) const { return g == Group::Tensor ? position_.tpSize : position_.dpSize; }
+  int rank(Group g) const {
+    return g == Group::Tensor ? position_.tpRank
+           : g == Group::Data ? position_.dpRank
+                              : position_.ppRank;
+  }
+  int size(Group g) const {
+    return g == Group::Tensor ? position_.tpSize
+           : g == Group::Data ? position_.dpSize
+                              : position_.ppSize;
+  }
 
   /// out = Σ over the group of in (in and out may alias).
   virtual Status allReduceSum(Group group, const TensorView &in, const TensorView &out) = 0;
@@ -38,6 +49,15 @@ public:
                                int axis) = 0;
   /// Σ over the group of a host number (losses, norms).
   virtual double allReduceSum(Group group, double value) = 0;
+  /// Σ over the listed members of the group (this rank among them): a parameter that
+  /// several pipeline stages hold, such as the tied embedding.
+  virtual Status allReduceSumAmong(Group group, const std::vector<int> &members,
+                                   const TensorView &inOut) = 0;
+  /// Point to point within a group. A send returns at once (the bytes are copied);
+  /// waitSends() completes them. A receive waits for its message.
+  virtual Status send(Group group, int peer, const void *data, size_t bytes, int tag) = 0;
+  virtual Status recv(Group group, int peer, void *data, size_t bytes, int tag) = 0;
+  virtual Status waitSends() = 0;
 
 protected:
   GridPosition position_;
@@ -47,7 +67,7 @@ protected:
 std::unique_ptr<Comm> makeLocalComm();
 
 /// MPI_COMM_WORLD split into the plan's grid; fails if the world does not match.
-Status makeMpiComm(int tpSize, int dpSize, std::unique_ptr<Comm> &out);
+Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out);
 
 /// Aborts every rank of the job (after a rank's own error), naming this one.
 [[noreturn]] void abortAll(const std::string &message);

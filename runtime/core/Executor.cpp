@@ -1,5 +1,6 @@
 #include "core/Executor.h"
 
+#include <algorithm>
 #include <new>
 #include <sstream>
 
@@ -19,7 +20,7 @@ TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, 
 } // namespace
 
 Executor::Executor(const plan::Plan &plan, Backend &backend, Comm &comm)
-    : plan_(plan), program_(*plan.programs()->Get(0)), backend_(backend), comm_(comm) {}
+    : plan_(plan), backend_(backend), comm_(comm) {}
 
 Executor::~Executor() {
   for (void *p : allocations_)
@@ -41,23 +42,45 @@ Status Executor::create(const LoadedPlan &loaded, Backend &backend, Comm &comm,
 }
 
 Status Executor::bind(ExecutorOptions options) {
+  // This rank runs its pipeline stage's programs (all of them without a pipeline), and
+  // holds the parameters they name.
+  const auto &programs = *plan_.programs();
+  const int stage = comm_.rank(Group::Pipeline);
+  const bool pipelined = plan_.grid()->pp() > 1;
+  std::vector<std::vector<int>> holders(plan_.params()->size());
+  for (const plan::Program *prog : programs)
+    for (const plan::Buffer *b : *prog->buffers())
+      if (b->kind() == plan::BufferKind::Param) {
+        std::vector<int> &h = holders[b->param()];
+        if (std::find(h.begin(), h.end(), prog->stage()) == h.end())
+          h.push_back(prog->stage());
+      }
+  localParam_.assign(plan_.params()->size(), -1);
   // Weights and gradients: two flat stores, each parameter a contiguous slice, so that
   // gradient buckets and optimizer shards are plain ranges.
   int64_t total = 0;
-  for (const plan::Param *p : *plan_.params()) {
+  for (flatbuffers::uoffset_t i = 0; i < plan_.params()->size(); ++i) {
+    std::sort(holders[i].begin(), holders[i].end());
+    if (pipelined &&
+        std::find(holders[i].begin(), holders[i].end(), stage) == holders[i].end())
+      continue;
+    const plan::Param *p = plan_.params()->Get(i);
     Parameter param;
     param.spec = p;
+    param.index = static_cast<int32_t>(i);
     param.name = p->name()->str();
     param.offset = total;
     param.numel = 1;
     for (int64_t d : *p->shape())
       param.numel *= d;
     param.bytes = dtypeBytes(p->dtype()) * param.numel;
+    param.holders = holders[i];
     total += param.numel;
+    localParam_[i] = static_cast<int>(parameters_.size());
     parameters_.push_back(param);
   }
   const int64_t parts = plan_.grid()->dp();
-  total = (total + parts - 1) / parts * parts;
+  total = std::max<int64_t>(parts, (total + parts - 1) / parts * parts);
   const size_t bytes = dtypeBytes(plan_.precision()) * total;
   for (TensorView *flat : {&flatWeights_, &flatGrads_}) {
     flat->data = backend_.allocate(bytes);
@@ -75,26 +98,36 @@ Status Executor::bind(ExecutorOptions options) {
                     static_cast<std::byte *>(flatGrads_.data) + at);
   }
 
+  // One arena: the stage's programs run one at a time.
+  for (const plan::Program *prog : programs)
+    if (!pipelined || prog->stage() == stage)
+      arenaBytes_ = std::max<uint64_t>(arenaBytes_, prog->arena_bytes());
   std::byte *arena = nullptr;
   if (!options.separateBuffers) {
     // The arena is followed by a guard region; both start out holding a sentinel, so
-    // that the bytes the program actually writes can be measured (arenaBytesWritten).
-    arena = static_cast<std::byte *>(backend_.allocate(program_.arena_bytes() + kGuardBytes));
+    // that the bytes the programs actually write can be measured (arenaBytesWritten).
+    arena = static_cast<std::byte *>(backend_.allocate(arenaBytes_ + kGuardBytes));
     allocations_.push_back(arena);
     arena_ = arena;
     fillArena(kSentinel);
   }
-  for (const plan::Buffer *b : *program_.buffers()) {
-    void *data;
-    if (b->kind() == plan::BufferKind::Param) {
-      data = parameters_[b->param()].weight.data;
-    } else if (options.separateBuffers) {
-      data = backend_.allocate(b->bytes());
-      allocations_.push_back(data);
-    } else {
-      data = arena + b->offset();
+  views_.resize(programs.size());
+  for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i) {
+    const plan::Program &prog = *programs.Get(i);
+    if (pipelined && prog.stage() != stage)
+      continue;
+    for (const plan::Buffer *b : *prog.buffers()) {
+      void *data;
+      if (b->kind() == plan::BufferKind::Param) {
+        data = parameters_[localParam_[b->param()]].weight.data;
+      } else if (options.separateBuffers) {
+        data = backend_.allocate(b->bytes());
+        allocations_.push_back(data);
+      } else {
+        data = arena + b->offset();
+      }
+      views_[i].push_back(viewOf(*b->shape(), b->dtype(), data));
     }
-    views_.push_back(viewOf(*b->shape(), b->dtype(), data));
   }
   return Status::success();
 }
@@ -102,14 +135,14 @@ Status Executor::bind(ExecutorOptions options) {
 void Executor::fillArena(uint8_t sentinel) {
   if (!arena_)
     return;
-  std::vector<uint8_t> fill(program_.arena_bytes() + kGuardBytes, sentinel);
+  std::vector<uint8_t> fill(arenaBytes_ + kGuardBytes, sentinel);
   backend_.copyToDevice(arena_, fill.data(), fill.size());
 }
 
 uint64_t Executor::arenaBytesWritten(uint8_t sentinel) {
   if (!arena_)
     return 0;
-  std::vector<uint8_t> bytes(program_.arena_bytes() + kGuardBytes);
+  std::vector<uint8_t> bytes(arenaBytes_ + kGuardBytes);
   backend_.copyToHost(bytes.data(), arena_, bytes.size());
   uint64_t end = bytes.size();
   while (end > 0 && bytes[end - 1] == sentinel)
@@ -117,7 +150,9 @@ uint64_t Executor::arenaBytesWritten(uint8_t sentinel) {
   return end;
 }
 
-int64_t Executor::tokensPerMicroBatch() const { return views_[program_.tokens()].numel(); }
+int64_t Executor::tokensPerMicroBatch() const {
+  return plan_.micro_batch_size() * plan_.seq_length();
+}
 
 Status Executor::initParameters(uint64_t seed) {
   for (Parameter &p : parameters_)
@@ -142,8 +177,7 @@ Status Executor::runCollective(const plan::Instruction &inst, const TensorView &
   }
 }
 
-Status Executor::setInput(uint32_t buffer, const int32_t *ids) {
-  const TensorView &view = views_[buffer];
+Status Executor::setInput(const TensorView &view, const int32_t *ids) {
   if (view.dtype == plan::DType::I32) {
     backend_.copyToDevice(view.data, ids, sizeof(int32_t) * view.numel());
     return Status::success();
@@ -156,16 +190,18 @@ Status Executor::setInput(uint32_t buffer, const int32_t *ids) {
   return Status::failure("plan inputs must be i32 or i64 tensors");
 }
 
-Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
-                                 StepContext context, double &loss) {
+Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *targets,
+                     StepContext context) {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  const std::vector<TensorView> &views = views_[program];
   context.tpRank = comm_.rank(Group::Tensor);
   context.tpSize = comm_.size(Group::Tensor);
-  if (Status s = setInput(program_.tokens(), tokens); !s.ok())
+  if (Status s = setInput(views[prog.tokens()], tokens); !s.ok())
     return s;
-  if (Status s = setInput(program_.targets(), targets); !s.ok())
+  if (Status s = setInput(views[prog.targets()], targets); !s.ok())
     return s;
   TensorView in[8], out[8];
-  const auto &instructions = *program_.instructions();
+  const auto &instructions = *prog.instructions();
   bool backward = false;
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
@@ -175,29 +211,93 @@ Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
     }
     int n = 0;
     for (uint32_t id : *inst.inputs())
-      in[n++] = views_[id];
+      in[n++] = views[id];
     n = 0;
     for (uint32_t id : *inst.outputs())
-      out[n++] = views_[id];
+      out[n++] = views[id];
     if (inst.opcode() == plan::Opcode::ParamGrad)
-      out[0] = parameters_[inst.param()].grad;
+      out[0] = parameters_[localParam_[inst.param()]].grad;
     const bool collective = inst.opcode() == plan::Opcode::AllReduce ||
                             inst.opcode() == plan::Opcode::AllGather ||
                             inst.opcode() == plan::Opcode::ReduceScatter;
     if (Status s = collective ? runCollective(inst, in[0], out[0])
                               : backend_.run(inst, in, out, context);
         !s.ok())
-      return Status::failure(cat("instruction ", i, " (",
+      return Status::failure(cat(prog.name()->str(), " instruction ", i, " (",
                                  plan::EnumNameOpcode(inst.opcode()), "): ", s.message()));
   }
-  const TensorView &lossView = views_[program_.loss()];
-  if (lossView.dtype == plan::DType::F64) {
-    backend_.copyToHost(&loss, lossView.data, sizeof(double));
-  } else {
-    float value;
-    backend_.copyToHost(&value, lossView.data, sizeof(float));
-    loss = value;
+  return Status::success();
+}
+
+namespace {
+
+double readScalar(Backend &backend, const TensorView &view) {
+  if (view.dtype == plan::DType::F64) {
+    double value;
+    backend.copyToHost(&value, view.data, sizeof(double));
+    return value;
   }
+  float value;
+  backend.copyToHost(&value, view.data, sizeof(float));
+  return value;
+}
+
+size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
+
+} // namespace
+
+Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
+                                 StepContext context, double &loss) {
+  if (Status s = run(0, tokens, targets, context); !s.ok())
+    return s;
+  loss = readScalar(backend_, views_[0][plan_.programs()->Get(0)->loss()]);
+  return Status::success();
+}
+
+size_t Executor::receiveBytes(uint32_t program) const {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  return prog.recv() >= 0 ? viewBytes(views_[program][prog.recv()]) : 0;
+}
+
+Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
+                          StepContext context, const std::vector<char> *received,
+                          std::vector<std::vector<char>> &stash, std::vector<char> &sent,
+                          double &loss) {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  const std::vector<TensorView> &views = views_[program];
+  if (prog.recv() >= 0) {
+    const TensorView &in = views[prog.recv()];
+    if (!received || received->size() != viewBytes(in))
+      return Status::failure(cat(prog.name()->str(), ": received ",
+                                 received ? received->size() : 0, " bytes, expected ",
+                                 viewBytes(in)));
+    backend_.copyToDevice(in.data, received->data(), received->size());
+  }
+  const auto &stashIds = *prog.stash();
+  if (prog.backward()) {
+    if (stash.size() != stashIds.size())
+      return Status::failure(cat(prog.name()->str(), ": the stash holds ", stash.size(),
+                                 " tensors, expected ", stashIds.size()));
+    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i)
+      backend_.copyToDevice(views[stashIds.Get(i)].data, stash[i].data(), stash[i].size());
+  }
+  if (Status s = run(program, tokens, targets, context); !s.ok())
+    return s;
+  if (!prog.backward()) {
+    stash.assign(stashIds.size(), {});
+    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
+      const TensorView &v = views[stashIds.Get(i)];
+      stash[i].resize(viewBytes(v));
+      backend_.copyToHost(stash[i].data(), v.data, stash[i].size());
+    }
+  }
+  if (prog.send() >= 0) {
+    const TensorView &out = views[prog.send()];
+    sent.resize(viewBytes(out));
+    backend_.copyToHost(sent.data(), out.data, sent.size());
+  }
+  if (prog.loss() >= 0)
+    loss = readScalar(backend_, views[prog.loss()]);
   return Status::success();
 }
 

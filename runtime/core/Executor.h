@@ -26,10 +26,12 @@ public:
   /// One parameter's slice of the flat weight and gradient stores.
   struct Parameter {
     const plan::Param *spec;
+    int32_t index; // in the plan's parameter table
     std::string name;
     TensorView weight, grad;
     int64_t offset, numel; // in elements of the flat stores
     size_t bytes;
+    std::vector<int> holders; // the pipeline stages that hold it (tied: several)
   };
 
   static Status create(const LoadedPlan &plan, Backend &backend, Comm &comm,
@@ -41,6 +43,7 @@ public:
   const plan::Plan &plan() const { return plan_; }
   Backend &backend() { return backend_; }
   Comm &comm() { return comm_; }
+  /// The parameters this rank's pipeline stage holds, in plan order.
   std::vector<Parameter> &parameters() { return parameters_; }
   /// Every weight, and every gradient, as one vector (padded to a multiple of the
   /// data-parallel size, the padding zero).
@@ -57,6 +60,17 @@ public:
   Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
                          double &loss);
 
+  /// Under pipeline parallelism: one program of this stage (a virtual stage's forward or
+  /// backward) for one micro-batch. `received` is the neighbour's tensor (if the program
+  /// receives one); a forward fills `stash` for its backward, a backward consumes it;
+  /// `sent` gets the tensor for the neighbour, `loss` the loss (last forward only).
+  Status runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
+                  StepContext context, const std::vector<char> *received,
+                  std::vector<std::vector<char>> &stash, std::vector<char> &sent, double &loss);
+
+  /// Bytes a program receives from its neighbour (0 if none).
+  size_t receiveBytes(uint32_t program) const;
+
   /// When the last forwardBackward's backward began: its first instruction after the
   /// forward (the loss seed). For timelines.
   std::chrono::steady_clock::time_point lastBackwardStart() const { return backwardStart_; }
@@ -70,21 +84,24 @@ public:
   static constexpr size_t kGuardBytes = 4096;
   void fillArena(uint8_t sentinel);
   uint64_t arenaBytesWritten(uint8_t sentinel);
-  uint64_t plannedArenaBytes() const { return program_.arena_bytes(); }
+  uint64_t plannedArenaBytes() const { return arenaBytes_; }
 
 private:
   Executor(const plan::Plan &plan, Backend &backend, Comm &comm);
   Status bind(ExecutorOptions options);
-  Status setInput(uint32_t buffer, const int32_t *ids);
+  Status setInput(const TensorView &view, const int32_t *ids);
+  Status run(uint32_t program, const int32_t *tokens, const int32_t *targets,
+             StepContext context);
   Status runCollective(const plan::Instruction &inst, const TensorView &in,
                        const TensorView &out);
 
   const plan::Plan &plan_;
-  const plan::Program &program_;
   Backend &backend_;
   Comm &comm_;
   std::vector<void *> allocations_;
-  std::vector<TensorView> views_; // one per plan buffer
+  std::vector<std::vector<TensorView>> views_; // per program (this stage's), per buffer
+  std::vector<int> localParam_;                // plan parameter -> parameters_ index
+  uint64_t arenaBytes_ = 0;
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
   void *arena_ = nullptr;

@@ -3,6 +3,8 @@
 #include "plan/PlanFormat.h"
 
 #include <fstream>
+#include <set>
+#include <tuple>
 #include <optional>
 #include <iterator>
 #include <sstream>
@@ -348,9 +350,25 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
         !why.empty())
       return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()), "): ", why));
   }
-  for (uint32_t id : {prog.tokens(), prog.targets(), prog.loss()})
+  for (uint32_t id : {prog.tokens(), prog.targets()})
     if (id >= buffers.size())
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
+  // The pipeline interface: a received and a sent tensor, and the stash, all floats of
+  // the plan's precision held in the arena.
+  for (int32_t id : {prog.loss(), prog.recv(), prog.send()})
+    if (id < -1 || id >= static_cast<int32_t>(buffers.size()))
+      return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
+  std::vector<uint32_t> transfers;
+  for (int32_t id : {prog.recv(), prog.send()})
+    if (id >= 0)
+      transfers.push_back(static_cast<uint32_t>(id));
+  if (prog.stash())
+    transfers.insert(transfers.end(), prog.stash()->begin(), prog.stash()->end());
+  for (uint32_t id : transfers)
+    if (id >= buffers.size() || buffers.Get(id)->kind() == plan::BufferKind::Param ||
+        buffers.Get(id)->dtype() != p.precision())
+      return Status::failure(cat(where, " transfers buffer ", id,
+                                 ", which is not a float activation"));
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
     if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||
@@ -358,9 +376,11 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       return Status::failure(cat(where, ": tokens and targets must be integer [",
                                  p.micro_batch_size(), ", ", p.seq_length(), "] inputs"));
   }
-  Dims loss(*buffers.Get(prog.loss()));
-  if (loss.numel() != 1 || loss.dtype != p.precision())
-    return Status::failure(cat(where, ": the loss must be a float scalar"));
+  if (prog.loss() >= 0) {
+    Dims loss(*buffers.Get(prog.loss()));
+    if (loss.numel() != 1 || loss.dtype != p.precision())
+      return Status::failure(cat(where, ": the loss must be a float scalar"));
+  }
   return Status::success();
 }
 
@@ -372,7 +392,7 @@ Status checkPlan(const plan::Plan &p) {
   if (p.micro_batch_size() <= 0 || p.global_batch_size() <= 0 || p.seq_length() <= 0)
     return Status::failure("plan has non-positive batch or sequence sizes");
   const plan::Grid &grid = *p.grid();
-  if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() != 1 ||
+  if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || p.virtual_stages() < 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
   if (p.precision() != plan::DType::F32 && p.precision() != plan::DType::F64)
@@ -397,26 +417,58 @@ Status checkPlan(const plan::Plan &p) {
     if (Status s = checkProgram(p, *p.programs()->Get(i), i); !s.ok())
       return s;
   const int64_t perRank = p.global_batch_size() / (p.micro_batch_size() * grid.dp());
-  for (const plan::Stage *stage : *p.stages()) {
+  const int64_t virtualStages = static_cast<int64_t>(grid.pp()) * p.virtual_stages();
+  const bool pipelined = grid.pp() > 1;
+  // Programs: one whole step, or a forward and a backward per virtual stage, in order.
+  if (static_cast<int64_t>(p.programs()->size()) != (pipelined ? 2 * virtualStages : 1) ||
+      static_cast<int64_t>(p.stages()->size()) != grid.pp())
+    return Status::failure("plan's programs or stages do not match its pipeline");
+  for (flatbuffers::uoffset_t i = 0; pipelined && i < p.programs()->size(); ++i) {
+    const plan::Program &prog = *p.programs()->Get(i);
+    const int64_t v = i / 2;
+    if (prog.stage() != v % grid.pp() || prog.chunk() != v / grid.pp() ||
+        prog.backward() != (i % 2 == 1) ||
+        (prog.recv() >= 0) != (prog.backward() ? v + 1 < virtualStages : v > 0) ||
+        (prog.send() >= 0) != (prog.backward() ? v > 0 : v + 1 < virtualStages) ||
+        (prog.loss() >= 0) != (!prog.backward() && v + 1 == virtualStages))
+      return Status::failure(cat("program ", i, " does not fit its place in the pipeline"));
+    const plan::Program &forward = *p.programs()->Get(i & ~1u);
+    if (prog.backward() && (!prog.stash() || !forward.stash() ||
+                            prog.stash()->size() != forward.stash()->size()))
+      return Status::failure(cat("program ", i, "'s stash does not match its forward's"));
+  }
+  if (!pipelined && p.programs()->Get(0)->loss() < 0)
+    return Status::failure("the plan's program computes no loss");
+  for (flatbuffers::uoffset_t s = 0; s < p.stages()->size(); ++s) {
+    const plan::Stage *stage = p.stages()->Get(s);
     if (!stage->actions())
       return Status::failure("a pipeline stage has no actions");
-    // Exactly: every micro-batch in order, one gradient synchronisation, one update.
     const auto &actions = *stage->actions();
-    bool ok = actions.size() == static_cast<size_t>(perRank) + 2;
+    // Every micro-batch of every chunk once forward and once backward (or each micro-batch
+    // once, without a pipeline), then one gradient synchronisation and one update.
+    const int64_t passes = pipelined ? 2 * perRank * p.virtual_stages() : perRank;
+    bool ok = actions.size() == static_cast<size_t>(passes) + 2;
+    std::set<std::tuple<int, int64_t, int64_t>> seen;
     for (flatbuffers::uoffset_t i = 0; ok && i < actions.size(); ++i) {
       const plan::Action *a = actions.Get(i);
-      plan::ActionKind expected = i < static_cast<size_t>(perRank)
-                                      ? plan::ActionKind::ForwardBackward
-                                      : i == static_cast<size_t>(perRank)
-                                            ? plan::ActionKind::GradSync
-                                            : plan::ActionKind::OptimizerStep;
-      ok = a->kind() == expected && a->chunk() < p.programs()->size() &&
-           (expected != plan::ActionKind::ForwardBackward || a->micro_batch() == i);
+      if (i < static_cast<size_t>(passes)) {
+        if (pipelined)
+          ok = (a->kind() == plan::ActionKind::Forward ||
+                a->kind() == plan::ActionKind::Backward) &&
+               a->chunk() < p.virtual_stages() && a->micro_batch() < perRank &&
+               seen.emplace(static_cast<int>(a->kind()), a->chunk(), a->micro_batch()).second;
+        else
+          ok = a->kind() == plan::ActionKind::ForwardBackward && a->chunk() == 0 &&
+               a->micro_batch() == i;
+      } else {
+        ok = a->kind() == (i == static_cast<size_t>(passes) ? plan::ActionKind::GradSync
+                                                           : plan::ActionKind::OptimizerStep);
+      }
     }
     if (!ok)
-      return Status::failure(cat("schedule is not ", perRank,
-                                 " micro-batches in order, a gradient synchronisation and "
-                                 "an update"));
+      return Status::failure(cat("stage ", s, "'s schedule is not every micro-batch ",
+                                 pipelined ? "forward and backward" : "in order",
+                                 ", a gradient synchronisation and an update"));
   }
   return Status::success();
 }

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <csignal>
@@ -155,11 +156,22 @@ TensorView paramView(const Executor::Parameter &p, const TensorView &store) {
   return v;
 }
 
+/// The first pipeline stage whose programs name parameter `index`.
+int firstHolder(const plan::Plan &plan, uint32_t index) {
+  int first = plan.grid()->pp();
+  for (const plan::Program *prog : *plan.programs())
+    for (const plan::Buffer *b : *prog->buffers())
+      if (b->kind() == plan::BufferKind::Param && b->param() == static_cast<int32_t>(index))
+        first = std::min(first, prog->stage());
+  return first;
+}
+
 /// Every rank ends with the same verdict: a failure anywhere is a failure everywhere.
 Status agree(Executor &executor, Status status) {
   Comm &comm = executor.comm();
   double failures = comm.allReduceSum(Group::Tensor, status.ok() ? 0.0 : 1.0);
   failures = comm.allReduceSum(Group::Data, failures);
+  failures = comm.allReduceSum(Group::Pipeline, failures);
   if (!status.ok() || failures == 0)
     return status;
   return Status::failure("another rank failed to save or load the checkpoint");
@@ -223,19 +235,42 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   if (Status s = localStores(executor, optimizer, avg, avgSq, stores); !s.ok())
     return agree(executor, s);
 
-  // Gather every parameter's tensor-parallel shards into the global tensor.
+  // Gather every parameter's tensor-parallel shards into the global tensor, on the
+  // first pipeline stage that holds it; the writer (world rank 0, on the first stage)
+  // receives the others' from their first data- and tensor-parallel rank.
+  const int stage = comm.rank(Group::Pipeline);
+  const bool sender = comm.rank(Group::Tensor) == 0 && comm.rank(Group::Data) == 0;
+  std::vector<Executor::Parameter *> byIndex(executor.plan().params()->size(), nullptr);
+  for (Executor::Parameter &p : executor.parameters())
+    byIndex[p.index] = &p;
   std::vector<GlobalTensor> tensors;
   for (int kind = 0; kind < 3; ++kind) {
     const TensorView &store = kind == 0 ? stores.weights : kind == 1 ? stores.expAvg
                                                                      : stores.expAvgSq;
-    for (Executor::Parameter &p : executor.parameters()) {
-      GlobalTensor t{kKinds[kind] + p.name, globalShape(*p.spec), p.spec->dtype(), {}};
-      TensorView local = paramView(p, store), global = local;
+    for (flatbuffers::uoffset_t index = 0; index < byIndex.size(); ++index) {
+      const plan::Param &spec = *executor.plan().params()->Get(index);
+      GlobalTensor t{kKinds[kind] + spec.name()->str(), globalShape(spec), spec.dtype(), {}};
       size_t bytes = dtypeBytes(t.dtype);
-      for (size_t i = 0; i < t.shape.size(); ++i) {
-        global.shape[i] = t.shape[i];
-        bytes *= static_cast<size_t>(t.shape[i]);
+      for (int64_t d : t.shape)
+        bytes *= static_cast<size_t>(d);
+      Executor::Parameter *held = byIndex[index];
+      const int owner = held ? held->holders.front() : -1;
+      if (!held || owner != stage) {
+        // Another stage's parameter: the writer receives it from that stage.
+        if (writer) {
+          t.bytes.resize(bytes);
+          if (Status s = comm.recv(Group::Pipeline, firstHolder(executor.plan(), index),
+                                   t.bytes.data(), bytes, 1000 + kind);
+              !s.ok())
+            return agree(executor, s);
+          tensors.push_back(std::move(t));
+        }
+        continue;
       }
+      Executor::Parameter &p = *held;
+      TensorView local = paramView(p, store), global = local;
+      for (size_t i = 0; i < t.shape.size(); ++i)
+        global.shape[i] = t.shape[i];
       t.bytes.resize(bytes);
       if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
         std::vector<char> device(bytes);
@@ -247,10 +282,17 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       } else {
         executor.backend().copyToHost(t.bytes.data(), local.data, bytes);
       }
-      if (writer)
+      if (writer) {
         tensors.push_back(std::move(t));
+      } else if (sender && stage != 0) {
+        if (Status s = comm.send(Group::Pipeline, 0, t.bytes.data(), bytes, 1000 + kind);
+            !s.ok())
+          return agree(executor, s);
+      }
     }
   }
+  if (Status s = comm.waitSends(); !s.ok())
+    return agree(executor, s);
   Status written = Status::success();
   if (writer)
     written = writeFile(dir, tensors,
@@ -290,24 +332,25 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   const char *data = file.data() + 8 + headerBytes;
   const size_t dataBytes = file.size() - 8 - headerBytes;
 
-  // Check everything before changing anything.
+  // Check everything before changing anything: every tensor of the model, whichever
+  // stage holds it.
   std::set<std::string> expected;
   for (int kind = 0; kind < 3; ++kind)
-    for (Executor::Parameter &p : executor.parameters()) {
-      std::string name = kKinds[kind] + p.name;
+    for (const plan::Param *spec : *executor.plan().params()) {
+      std::string name = kKinds[kind] + spec->name()->str();
       expected.insert(name);
       if (!header.contains(name))
         return fail(cat("tensor '", name, "' is missing"));
       const json &entry = header[name];
       std::vector<int64_t> shape = entry.value("shape", std::vector<int64_t>{});
-      if (shape != globalShape(*p.spec))
+      if (shape != globalShape(*spec))
         return fail(cat("tensor '", name, "' has shape ", shapeString(shape),
-                        ", the plan expects ", shapeString(globalShape(*p.spec))));
-      if (entry.value("dtype", "") != safetensorsDType(p.spec->dtype()))
+                        ", the plan expects ", shapeString(globalShape(*spec))));
+      if (entry.value("dtype", "") != safetensorsDType(spec->dtype()))
         return fail(cat("tensor '", name, "' is ", entry.value("dtype", ""),
-                        ", the plan expects ", safetensorsDType(p.spec->dtype())));
+                        ", the plan expects ", safetensorsDType(spec->dtype())));
       std::vector<uint64_t> range = entry.value("data_offsets", std::vector<uint64_t>{});
-      uint64_t bytes = dtypeBytes(p.spec->dtype());
+      uint64_t bytes = dtypeBytes(spec->dtype());
       for (int64_t d : shape)
         bytes *= static_cast<uint64_t>(d);
       if (range.size() != 2 || range[0] > range[1] || range[1] > dataBytes ||

@@ -40,6 +40,11 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
       if (p.spec->tp_grad_reduce())
         if (Status s = comm.allReduceSum(Group::Tensor, p.grad, p.grad); !s.ok())
           return s;
+  // A parameter several pipeline stages hold (the tied embedding) gets each stage's part.
+  for (Executor::Parameter &p : executor.parameters())
+    if (p.holders.size() > 1)
+      if (Status s = comm.allReduceSumAmong(Group::Pipeline, p.holders, p.grad); !s.ok())
+        return s;
   const int parts = comm.size(Group::Data);
   if (parts == 1)
     return Status::success();
@@ -92,16 +97,20 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double &gradNorm) 
   Comm &comm = executor_.comm();
   const int64_t last = first_ + expAvg_.numel();
   const bool tpLeader = comm.rank(Group::Tensor) == 0;
+  const int stage = comm.rank(Group::Pipeline);
 
   // Global norm over the parameters this rank updates; a parameter replicated across
-  // the tensor-parallel group counts once (on its first rank).
+  // the tensor-parallel group counts once (on its first rank), and one several pipeline
+  // stages hold counts on the first of them.
   double sumSquares = 0;
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
-    if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader))
+    if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader) &&
+        (p.holders.empty() || p.holders.front() == stage))
       sumSquares += backend.sumOfSquares(slice(executor_.flatGrads(), begin, end));
   }
   sumSquares = comm.allReduceSum(Group::Tensor, sumSquares);
+  sumSquares = comm.allReduceSum(Group::Pipeline, sumSquares);
   if (distributed_)
     sumSquares = comm.allReduceSum(Group::Data, sumSquares);
   gradNorm = std::sqrt(sumSquares) * gradScale;

@@ -4,6 +4,7 @@
 #include "train/Checkpoint.h"
 
 #include <chrono>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <cmath>
@@ -111,6 +112,12 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   });
 
   Timeline timeline(comm.position().worldRank());
+  // Under pipeline parallelism: this rank's stage, and each in-flight micro-batch's stash
+  // (what a forward keeps for its backward), by (chunk, micro-batch).
+  const int stage = comm.rank(Group::Pipeline);
+  const int64_t pipelineStages = plan.grid()->pp();
+  const int64_t virtualStages = pipelineStages * plan.virtual_stages();
+  std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<char>>> stashes;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
@@ -131,7 +138,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     auto failed = [&](const Status &s) {
       return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
     };
-    for (const plan::Action *action : *plan.stages()->Get(0)->actions()) {
+    for (const plan::Action *action : *plan.stages()->Get(stage)->actions()) {
       switch (action->kind()) {
       case plan::ActionKind::ForwardBackward: {
         const int64_t mb = firstMicroBatch + action->micro_batch();
@@ -153,8 +160,59 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         lossSum += loss;
         break;
       }
+      case plan::ActionKind::Forward:
+      case plan::ActionKind::Backward: {
+        // One virtual stage (chunk × pp + this stage) of one micro-batch, its input from
+        // the neighbour before, its output to the neighbour after; message tags say which
+        // virtual stage and direction, and MPI keeps each pair's messages in order.
+        const bool backward = action->kind() == plan::ActionKind::Backward;
+        const int64_t v = action->chunk() * pipelineStages + stage;
+        const uint32_t program = static_cast<uint32_t>(2 * v + backward);
+        const int64_t mb = firstMicroBatch + action->micro_batch();
+        for (int64_t b = 0; b < batch; ++b)
+          if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
+                                       &targets[b * seq]);
+              !s.ok())
+            return s;
+        auto begin = Timeline::Clock::now();
+        std::vector<char> received, sent;
+        const bool receives = backward ? v + 1 < virtualStages : v > 0;
+        if (receives) {
+          const int64_t from = backward ? v + 1 : v - 1;
+          received.resize(executor.receiveBytes(program));
+          if (Status s = comm.recv(Group::Pipeline, static_cast<int>(from % pipelineStages),
+                                   received.data(), received.size(),
+                                   static_cast<int>(2 * v + backward));
+              !s.ok())
+            return failed(s);
+        }
+        StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
+        std::vector<std::vector<char>> &stash = stashes[{action->chunk(), mb}];
+        double loss = 0;
+        if (Status s = executor.runPiece(program, inputs.data(), targets.data(), context,
+                                         receives ? &received : nullptr, stash, sent, loss);
+            !s.ok())
+          return failed(s);
+        if (backward)
+          stashes.erase({action->chunk(), mb});
+        const bool sends = backward ? v > 0 : v + 1 < virtualStages;
+        if (sends) {
+          const int64_t to = backward ? v - 1 : v + 1;
+          if (Status s = comm.send(Group::Pipeline, static_cast<int>(to % pipelineStages),
+                                   sent.data(), sent.size(), static_cast<int>(2 * to + backward));
+              !s.ok())
+            return failed(s);
+        } else if (!backward) {
+          lossSum += loss; // the last virtual stage computes the loss
+        }
+        timeline.add(backward ? "backward" : "forward", "compute", begin, Timeline::Clock::now(),
+                     step + 1, mb);
+        break;
+      }
       case plan::ActionKind::GradSync: {
         auto begin = Timeline::Clock::now();
+        if (Status s = comm.waitSends(); !s.ok())
+          return failed(s);
         if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
                                             plan.ddp_bucket_bytes());
             !s.ok())
@@ -165,6 +223,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       }
       case plan::ActionKind::OptimizerStep: {
         auto begin = Timeline::Clock::now();
+        lossSum = comm.allReduceSum(Group::Pipeline, lossSum);
         lossSum = comm.allReduceSum(Group::Data, lossSum);
         if (!std::isfinite(lossSum))
           return failed(Status::failure("the loss is not finite"));

@@ -69,8 +69,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "dp", "ddp-bucket-size", "recompute", "recompute-method",
-        "recompute-num-layers", "o", "emit-mlir"}}};
+        "precision", "tp", "dp", "pp", "vpp", "schedule", "ddp-bucket-size", "recompute",
+        "recompute-method", "recompute-num-layers", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}},
       {"schedule", {}},
@@ -321,8 +321,35 @@ int runCompile(MLIRContext &context, const Args &args) {
   if (options.recomputeMethod != "uniform" && options.recomputeMethod != "block")
     return usageError("--recompute-method must be uniform or block, got '" +
                       options.recomputeMethod + "'");
-  if (!positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers))
+  if (!positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
+      !positiveFlag(args, "pp", 1, options.pp) ||
+      !positiveFlag(args, "vpp", 1, options.virtualStages))
     return 1;
+  std::string scheduleName = args.values.lookup("schedule");
+  if (scheduleName.empty())
+    scheduleName = options.virtualStages > 1 ? "interleaved" : "1f1b";
+  mtc::ScheduleKind scheduleKind;
+  if (scheduleName == "gpipe")
+    scheduleKind = mtc::ScheduleKind::GPipe;
+  else if (scheduleName == "1f1b")
+    scheduleKind = mtc::ScheduleKind::OneFOneB;
+  else if (scheduleName == "interleaved")
+    scheduleKind = mtc::ScheduleKind::Interleaved;
+  else
+    return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + scheduleName +
+                      "'");
+  if (options.pp > 1) {
+    mtc::PipelineSchedule probe;
+    if (std::string error = mtc::buildSchedule(
+            scheduleKind, options.pp, options.virtualStages,
+            options.globalBatchSize / (options.microBatchSize * options.dp), probe);
+        !error.empty()) {
+      errs() << "mtc: " << error << "\n";
+      return 1;
+    }
+  } else if (options.virtualStages > 1) {
+    return usageError("--vpp needs --pp > 1");
+  }
   if (options.sequenceParallel && options.tp == 1)
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
@@ -366,15 +393,43 @@ int runCompile(MLIRContext &context, const Args &args) {
   header.vocabSize = vocab;
   header.tp = options.tp;
   header.dp = options.dp;
+  header.pp = options.pp;
+  header.virtualStages = options.virtualStages;
+  header.schedule = scheduleKind;
   header.sequenceParallel = options.sequenceParallel;
   header.distributedOptimizer = distributedOptimizer;
   header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
   header.costs = mtc::sumOpCosts(module);
-  const int64_t localParameters = mtc::countParameters(module);
+  // Per rank: under pipeline parallelism, the most any stage holds (a tied parameter
+  // counts on each stage that holds it).
+  int64_t localParameters = 0;
+  if (options.pp == 1) {
+    localParameters = mtc::countParameters(module);
+  } else {
+    std::vector<llvm::StringMap<int64_t>> perStage(options.pp);
+    module.walk([&](func::FuncOp fn) {
+      llvm::StringRef name = fn.getName();
+      int64_t v = 0;
+      if (!name.consume_front("forward_") && !name.consume_front("backward_"))
+        return;
+      if (name.getAsInteger(10, v))
+        return;
+      fn.walk([&](mt::ParamOp p) {
+        perStage[v % options.pp][p.getName()] =
+            cast<RankedTensorType>(p.getType()).getNumElements();
+      });
+    });
+    for (const auto &stage : perStage) {
+      int64_t n = 0;
+      for (const auto &entry : stage)
+        n += entry.second;
+      localParameters = std::max(localParameters, n);
+    }
+  }
   int64_t recomputeFlops = 0, recomputeOtherFlops = 0;
   module.walk([&](func::FuncOp fn) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
-      header.memory.activations = arena.getInt();
+      header.memory.activations = std::max(header.memory.activations, arena.getInt());
     if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
       recomputeFlops = extra.getInt();
     if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
@@ -408,16 +463,18 @@ int runCompile(MLIRContext &context, const Args &args) {
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
 
-  const int64_t ranks = options.tp * options.dp;
+  const int64_t ranks = options.tp * options.dp * options.pp;
   int64_t microBatches = options.globalBatchSize / (options.microBatchSize * options.dp);
+  // The ops of every pipeline stage are in the module: one copy per tp x dp rank.
+  const int64_t replicas = options.tp * options.dp;
   unsigned __int128 gemmPerStep =
-      static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * ranks;
+      static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * replicas;
   const unsigned __int128 recomputePerStep =
-      static_cast<unsigned __int128>(recomputeFlops) * microBatches * ranks;
+      static_cast<unsigned __int128>(recomputeFlops) * microBatches * replicas;
   const unsigned __int128 recomputeOtherPerStep =
-      static_cast<unsigned __int128>(recomputeOtherFlops) * microBatches * ranks;
+      static_cast<unsigned __int128>(recomputeOtherFlops) * microBatches * replicas;
   unsigned __int128 otherPerStep =
-      static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * ranks;
+      static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * replicas;
   const mtc::MemoryReport &m = header.memory;
   auto row = [](llvm::StringRef label) -> llvm::raw_ostream & {
     return outs() << "  " << llvm::left_justify(label, 20);
@@ -426,7 +483,8 @@ int runCompile(MLIRContext &context, const Args &args) {
          << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
   std::string fp = precision.empty() ? "fp32" : precision;
   row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp
-                << ", pp 1, dp " << options.dp << ")"
+                << ", pp " << options.pp << ", dp " << options.dp << ")"
+                << (options.pp > 1 ? ", " + scheduleName + " schedule" : std::string())
                 << (options.sequenceParallel ? ", sequence parallel" : "")
                 << (distributedOptimizer ? ", distributed optimizer" : "") << ", " << fp
                 << "\n";

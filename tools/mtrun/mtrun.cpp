@@ -227,7 +227,7 @@ int main(int argc, char **argv) {
 
   std::unique_ptr<mt::Comm> comm;
   if (underMpi) {
-    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), comm); !s.ok())
+    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok())
       return 1;
   } else {
     comm = mt::makeLocalComm();
@@ -246,9 +246,10 @@ int main(int argc, char **argv) {
     return fail(s);
   const bool leader = comm->position().worldRank() == 0;
   if (leader)
-    std::printf("mtrun: %s on %s x %d (tp %d, dp %d), %lld steps of %lld x %lld tokens\n",
+    std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens\n",
                 plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
-                grid.dp(), static_cast<long long>(config.steps),
+                grid.dp(), grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
+                static_cast<long long>(config.steps),
                 static_cast<long long>(plan.plan().global_batch_size()),
                 static_cast<long long>(plan.plan().seq_length()));
   if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
