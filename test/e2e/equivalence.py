@@ -3,7 +3,8 @@
 
 gpt-tiny (dropout on) trains K steps from the same seed and data under every layout of
 tp in {1,2,4} x sp in {off,on} x dp in {1,2} x distributed optimizer in {off,on} (at most
-8 ranks), and must match the serial run: losses and gradient norms within 1e-5 relative, final weights
+8 ranks), and gpt-mini under pipelines (pp in {2,4}, every schedule, recomputation,
+combined with tp/sp/dp up to 8 ranks); each must match its serial run: losses and gradient norms within 1e-5 relative, final weights
 within 1e-4 relative (norm-wise, all weights as one vector). Checkpoints saved under one layout resume under another on the
 serial loss curve. Standard library only.
 """
@@ -164,7 +165,60 @@ def main():
     serial_norms = grad_norms(work("serial_tiny.txt"))
     serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
 
+    # Pipelines, on gpt-mini (4 layers): every schedule, with recomputation, combined
+    # with tensor, sequence and data parallelism, up to 8 ranks.
+    model = os.path.join(args.models, "gpt-mini.mlir")
+    batch = ["--micro-batch-size", "1", "--global-batch-size", "8", "--seq-length", "32"]
+    compile_and_train("serial_mini", (1, False, 1, False))
+    serial_losses = losses(work("serial_mini.txt"))
+    serial_norms = grad_norms(work("serial_mini.txt"))
+    serial_weights = weights(work("serial_mini", "checkpoint.safetensors"))
+    pipelines = [
+        ((1, False, 1, False), ["--pp", "2", "--schedule", "gpipe"]),
+        ((1, False, 1, False), ["--pp", "2", "--schedule", "1f1b", "--recompute", "selective"]),
+        ((1, False, 1, False), ["--pp", "4", "--schedule", "1f1b", "--recompute", "full"]),
+        ((1, False, 1, False), ["--pp", "2", "--vpp", "2", "--schedule", "interleaved"]),
+        ((2, True, 1, False), ["--pp", "2", "--schedule", "1f1b", "--recompute", "full"]),
+        ((2, True, 2, True), ["--pp", "2", "--vpp", "2", "--schedule", "interleaved"]),
+        ((1, False, 2, False), ["--pp", "4", "--schedule", "gpipe", "--recompute", "selective"]),
+    ]
+    started = time.time()
+    for layout, pipeline in pipelines:
+        pp = int(pipeline[1])
+        name = "tp%d%s_dp%d_%s" % (layout[0], "_sp" if layout[1] else "", layout[2],
+                                   "_".join(pipeline).replace("--", "").replace(" ", ""))
+        run([mtc, "compile", model, *batch, *flags(*layout), *pipeline, "-o", work(name + ".mtp")])
+        begin = time.time()
+        run([mtrun, "-n", str(layout[0] * layout[2] * pp), work(name + ".mtp"), *train,
+             "--save", work(name), "--metrics", work(name + ".txt")])
+        check(name, (layout[0], layout[1], layout[2] * pp, layout[3]), time.time() - begin)
+    print(f"pipelines: {time.time() - started:.1f} s")
+    # A pipeline's checkpoint resumes under another pipeline, and under none.
+    for first, second in ((["--pp", "2", "--vpp", "2"], ["--pp", "4"]),
+                          (["--pp", "2", "--tp", "2"], [])):
+        a, b = "pipe_from_" + "".join(first).replace("--", ""), "pipe_to_" + "".join(second).replace("--", "")
+        ranks = lambda f: (int(f[f.index("--pp") + 1]) if "--pp" in f else 1) * \
+            (int(f[f.index("--tp") + 1]) if "--tp" in f else 1)
+        run([mtc, "compile", model, *batch, *first, "-o", work(a + ".mtp")])
+        run([mtc, "compile", model, *batch, *second, "-o", work(b + ".mtp")])
+        run([mtrun, "-n", str(ranks(first)), work(a + ".mtp"), "--data", work("data"),
+             "--steps", str(args.steps // 2), *schedule, "--save", work(b), "--metrics", work(b + ".txt")])
+        run([mtrun, "-n", str(ranks(second)), work(b + ".mtp"), *train, "--load", work(b),
+             "--save", work(b), "--metrics", work(b + ".txt")])
+        loss_error = curve_error(work(b + ".txt"), serial_losses, serial_norms, args.steps)
+        error, _ = weight_error(weights(work(b, "checkpoint.safetensors")), serial_weights)
+        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
+        print(f"resume {' '.join(first)} -> {' '.join(second) or 'serial'}: loss/norm rel err "
+              f"{loss_error:.1e}  weights rel err {error:.1e}  {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(f"{a}->{b}")
+
     # Checkpoints across layouts: half the steps under one, the rest under another.
+    model = os.path.join(args.models, "gpt-tiny.mlir")
+    batch = ["--micro-batch-size", "1", "--global-batch-size", "4"]
+    serial_losses = losses(work("serial_tiny.txt"))
+    serial_norms = grad_norms(work("serial_tiny.txt"))
+    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
     half = str(args.steps // 2)
     for first, second in (((2, False, 2, False), (4, False, 1, False)),
                           ((4, True, 1, False), (1, False, 1, False)),
