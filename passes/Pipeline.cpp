@@ -27,8 +27,9 @@ struct MtPipelineAssign : impl::MtPipelineAssignBase<MtPipelineAssign> {
     const int64_t virtualStages = stages * chunks;
     if (layers.empty() || static_cast<int64_t>(layers.size()) % virtualStages != 0)
       return fn.emitError("mt-pipeline-assign: ")
-             << layers.size() << " layers do not split evenly over " << stages
-             << " pipeline stages x " << chunks << " virtual stages";
+             << layers.size() << " layers do not split evenly over "
+             << static_cast<int64_t>(stages) << " pipeline stages x "
+             << static_cast<int64_t>(chunks) << " virtual stages";
     const int64_t perStage = static_cast<int64_t>(layers.size()) / virtualStages;
     Builder b(fn->getContext());
     bool seenLayer = false;
@@ -62,6 +63,7 @@ struct Piece {
   func::FuncOp fn;
   IRMapping values;
   Value received; // the activation (forward) or gradient (backward) from a neighbour
+  Operation *lastParam = nullptr;
 };
 
 struct MtPipelinePartition : impl::MtPipelinePartitionBase<MtPipelinePartition> {
@@ -177,8 +179,11 @@ struct MtPipelinePartition : impl::MtPipelinePartitionBase<MtPipelinePartition> 
       Block &entry = piece.fn.getBody().front();
       for (Value v : op.getOperands())
         if (auto param = v.getDefiningOp<ParamOp>(); param && !piece.values.contains(v)) {
-          OpBuilder atStart(&entry, entry.begin());
-          piece.values.map(v, atStart.clone(*param)->getResult(0));
+          // Parameters lead the function, in order of first use.
+          OpBuilder atParams(&entry, piece.lastParam ? std::next(piece.lastParam->getIterator())
+                                                     : entry.begin());
+          piece.lastParam = atParams.clone(*param);
+          piece.values.map(v, piece.lastParam->getResult(0));
         }
       OpBuilder atEnd(&entry, entry.end());
       atEnd.clone(op, piece.values);
@@ -204,6 +209,10 @@ struct MtPipelinePartition : impl::MtPipelinePartitionBase<MtPipelinePartition> 
         piece.fn.setFunctionType(FunctionType::get(
             step.getContext(), entry.getArgumentTypes(), ValueRange(results).getTypes()));
       }
+    // What the step recorded of itself (recomputation's cost) stays with the module.
+    for (NamedAttribute attr : step->getAttrs())
+      if (attr.getName().strref().starts_with("mt.recompute"))
+        step->getParentOp()->setAttr(attr.getName(), attr.getValue());
     step.erase();
     return success();
   }

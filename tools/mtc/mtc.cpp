@@ -338,6 +338,7 @@ int runCompile(MLIRContext &context, const Args &args) {
   else
     return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + scheduleName +
                       "'");
+  std::vector<int64_t> inFlight; // per pipeline stage, in chunks
   if (options.pp > 1) {
     mtc::PipelineSchedule probe;
     if (std::string error = mtc::buildSchedule(
@@ -347,6 +348,7 @@ int runCompile(MLIRContext &context, const Args &args) {
       errs() << "mtc: " << error << "\n";
       return 1;
     }
+    inFlight = mtc::checkSchedule(probe).maxInFlight;
   } else if (options.virtualStages > 1) {
     return usageError("--vpp needs --pp > 1");
   }
@@ -430,11 +432,36 @@ int runCompile(MLIRContext &context, const Args &args) {
   module.walk([&](func::FuncOp fn) {
     if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
       header.memory.activations = std::max(header.memory.activations, arena.getInt());
-    if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
+  });
+  // On the training step, or, once a pipeline split it, on the module.
+  module->walk([&](Operation *op) {
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
       recomputeFlops = extra.getInt();
-    if (auto extra = fn->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
       recomputeOtherFlops = extra.getInt();
   });
+  // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
+  // per chunk, what its forward returns beyond the tensor it sends (or the loss).
+  if (options.pp > 1) {
+    std::vector<int64_t> stashBytes(options.pp * options.virtualStages, 0);
+    module.walk([&](func::FuncOp fn) {
+      llvm::StringRef name = fn.getName();
+      int64_t v;
+      if (!name.consume_front("forward_") || name.getAsInteger(10, v))
+        return;
+      for (Type t : fn.getResultTypes().drop_front())
+        stashBytes[v] += mt::tensorBytes(t);
+    });
+    int64_t peak = 0;
+    for (int64_t s = 0; s < options.pp; ++s) {
+      int64_t stash = 0;
+      for (int64_t c = 0; c < options.virtualStages; ++c)
+        stash = std::max(stash, stashBytes[c * options.pp + s]);
+      peak = std::max(peak, header.memory.activations + inFlight[s] * stash);
+    }
+    header.memory.activations = peak;
+  }
+
   // The model's work, as the plan records it; recomputation is reported beside it.
   header.costs.gemmFlops -= recomputeFlops;
   header.costs.otherFlops -= recomputeOtherFlops;
@@ -525,7 +552,8 @@ int runCompile(MLIRContext &context, const Args &args) {
                            << 2 * bytesPerValue << " B/param"
                            << (distributedOptimizer ? " / dp" : "") << ")\n";
   row("  activations") << mtc::withCommas(m.activations)
-                       << "  (peak of the arena, one micro-batch)\n";
+                       << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"
+                                          : "  (peak of the arena, one micro-batch)\n");
   row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";
   return 0;
 }
