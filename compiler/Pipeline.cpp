@@ -34,7 +34,9 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtTensorParallel(
         {options.tp, options.dp, options.sequenceParallel}));
     if (options.pp > 1)
-      pm.addPass(mt::createMtPipelineAssign({options.pp, options.virtualStages}));
+      pm.addPass(mt::createMtPipelineAssign({options.pp, options.virtualStages,
+                                             options.firstStageLayers,
+                                             options.lastStageLayers}));
     pm.addPass(mt::createMtAutodiff());
     pm.addPass(mt::createMtRecompute(
         {options.recompute, options.recomputeMethod, options.recomputeLayers}));

@@ -16,6 +16,7 @@ struct CompileOptions {
   int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
   std::string precision = "f32"; // element type of weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
+  int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
   bool sequenceParallel = false;
   std::string recompute = "none"; // none | selective | full
   std::string recomputeMethod = "uniform";

@@ -88,11 +88,17 @@ def MtPipelineAssign : Pass<"mt-pipeline-assign", "::mlir::ModuleOp"> {
     precedes the first layer (the embeddings) goes to the first, what follows the last
     (final LayerNorm, output layer, loss) to the last. Layers that do not divide are
     refused with the numbers. Runs before mt-autodiff, which gives backward ops their
-    forward op's stage.
+    forward op's stage. An uneven split is asked for explicitly: `first-stage-layers`
+    and/or `last-stage-layers` (Megatron's --decoder-first/last-pipeline-num-layers)
+    fix those stages' counts, and the remaining layers split evenly over the others.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", "1", "pipeline-parallel size">,
-    Option<"chunks", "chunks", "int64_t", "1", "virtual stages (model chunks) per stage">
+    Option<"chunks", "chunks", "int64_t", "1", "virtual stages (model chunks) per stage">,
+    Option<"firstStageLayers", "first-stage-layers", "int64_t", "0",
+           "layers on the first stage (0: an even split)">,
+    Option<"lastStageLayers", "last-stage-layers", "int64_t", "0",
+           "layers on the last stage (0: an even split)">
   ];
 }
 

@@ -6,6 +6,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <algorithm>
 #include <set>
 
 namespace mlir::mt {
@@ -25,19 +26,45 @@ struct MtPipelineAssign : impl::MtPipelineAssignBase<MtPipelineAssign> {
       if (auto layer = op.getAttrOfType<IntegerAttr>(kLayerAttr))
         layers.insert(layer.getInt());
     const int64_t virtualStages = stages * chunks;
-    if (layers.empty() || static_cast<int64_t>(layers.size()) % virtualStages != 0)
-      return fn.emitError("mt-pipeline-assign: ")
-             << layers.size() << " layers do not split evenly over "
-             << static_cast<int64_t>(stages) << " pipeline stages x "
-             << static_cast<int64_t>(chunks) << " virtual stages";
-    const int64_t perStage = static_cast<int64_t>(layers.size()) / virtualStages;
+    const int64_t count = static_cast<int64_t>(layers.size());
+    // The first layer of each virtual stage.
+    std::vector<int64_t> firstLayer;
+    if (firstStageLayers > 0 || lastStageLayers > 0) {
+      const int64_t first = firstStageLayers, last = lastStageLayers;
+      const int64_t middle = count - first - last;
+      const int64_t middleStages = stages - (first > 0) - (last > 0);
+      if (chunks != 1 || middle < 0 || (middleStages > 0 && middle % middleStages != 0) ||
+          (middleStages == 0 && middle != 0) || (middleStages > 0 && middle == 0))
+        return fn.emitError("mt-pipeline-assign: ")
+               << count << " layers cannot be split with " << first
+               << " on the first stage and " << last << " on the last over "
+               << static_cast<int64_t>(stages) << " stages (and no virtual stages)";
+      int64_t at = 0;
+      for (int64_t s = 0; s < stages; ++s) {
+        firstLayer.push_back(at);
+        at += s == 0 && first > 0 ? first
+              : s == stages - 1 && last > 0 ? last
+                                            : middle / middleStages;
+      }
+    } else {
+      if (count == 0 || count % virtualStages != 0)
+        return fn.emitError("mt-pipeline-assign: ")
+               << count << " layers do not split evenly over "
+               << static_cast<int64_t>(stages) << " pipeline stages x "
+               << static_cast<int64_t>(chunks)
+               << " virtual stages (an uneven split can be asked for: first/last stage "
+                  "layers)";
+      for (int64_t v = 0; v < virtualStages; ++v)
+        firstLayer.push_back(v * (count / virtualStages));
+    }
     Builder b(fn->getContext());
     bool seenLayer = false;
     for (Operation &op : body.without_terminator()) {
       int64_t stage;
       if (auto layer = op.getAttrOfType<IntegerAttr>(kLayerAttr)) {
         seenLayer = true;
-        stage = layer.getInt() / perStage;
+        stage = std::upper_bound(firstLayer.begin(), firstLayer.end(), layer.getInt()) -
+                firstLayer.begin() - 1;
       } else {
         // Before the first layer: the embeddings; after the last: the head and loss.
         stage = seenLayer ? virtualStages - 1 : 0;

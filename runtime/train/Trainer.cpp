@@ -118,6 +118,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   const int64_t pipelineStages = plan.grid()->pp();
   const int64_t virtualStages = pipelineStages * plan.virtual_stages();
   std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<char>>> stashes;
+  double bubbleSum = 0;
+  int64_t bubbleSteps = 0;
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
@@ -129,6 +131,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         std::atoll(killStep) == step + 1)
       std::raise(SIGKILL);
     // Forward and backward over every micro-batch; gradients accumulate.
+    Timeline::Clock::time_point passStart, passEnd;
+    double passBusy = 0;
     // The plan's schedule: this rank's micro-batches forward and backward (gradients
     // accumulate), the gradient synchronisation, the update. The loss, and so the
     // gradient, is the mean over all micro-batches of the global batch.
@@ -174,7 +178,6 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                                        &targets[b * seq]);
               !s.ok())
             return s;
-        auto begin = Timeline::Clock::now();
         std::vector<char> received, sent;
         const bool receives = backward ? v + 1 < virtualStages : v > 0;
         if (receives) {
@@ -186,6 +189,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
               !s.ok())
             return failed(s);
         }
+        // Waiting for the neighbour is the bubble; the pass starts once its input is here.
+        auto begin = Timeline::Clock::now();
         StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
         std::vector<std::vector<char>> &stash = stashes[{action->chunk(), mb}];
         double loss = 0;
@@ -205,8 +210,13 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         } else if (!backward) {
           lossSum += loss; // the last virtual stage computes the loss
         }
-        timeline.add(backward ? "backward" : "forward", "compute", begin, Timeline::Clock::now(),
-                     step + 1, mb);
+        const auto end = Timeline::Clock::now();
+        timeline.add(backward ? "backward" : "forward", "compute", begin, end, step + 1, mb);
+        // The bubble: time between this step's first and last pass not spent in one.
+        if (passStart == Timeline::Clock::time_point())
+          passStart = begin;
+        passEnd = end;
+        passBusy += std::chrono::duration<double>(end - begin).count();
         break;
       }
       case plan::ActionKind::GradSync: {
@@ -236,6 +246,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     }
     state.dataPosition += microBatches * batch;
     state.step = step + 1;
+    if (pipelineStages > 1 && passBusy > 0) {
+      bubbleSum += (std::chrono::duration<double>(passEnd - passStart).count() - passBusy) /
+                   passBusy;
+      ++bubbleSteps;
+    }
 
     double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -265,6 +280,14 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state); !s.ok())
         return s;
   }
+  if (log && bubbleSteps > 0)
+    std::fprintf(log,
+                 "pipeline bubble: %.3f measured on rank 0 (idle over busy between its first "
+                 "and last pass, mean of %" PRId64 " steps); ideal %.3f\n",
+                 bubbleSum / bubbleSteps, bubbleSteps,
+                 static_cast<double>(pipelineStages - 1) /
+                     static_cast<double>(plan.virtual_stages() * microBatches /
+                                         comm.size(Group::Data)));
   if (!config.tracePath.empty()) {
     // One file per rank: PATH for a single rank, PATH with .rank<N> before the suffix
     // otherwise.

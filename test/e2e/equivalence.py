@@ -181,6 +181,9 @@ def main():
         ((2, True, 1, False), ["--pp", "2", "--schedule", "1f1b", "--recompute", "full"]),
         ((2, True, 2, True), ["--pp", "2", "--vpp", "2", "--schedule", "interleaved"]),
         ((1, False, 2, False), ["--pp", "4", "--schedule", "gpipe", "--recompute", "selective"]),
+        ((1, False, 1, False), ["--pp", "3", "--decoder-first-pipeline-num-layers", "2"]),
+        ((2, False, 1, False), ["--pp", "2", "--schedule", "gpipe", "--recompute", "full",
+                                "--recompute-method", "block"]),
     ]
     started = time.time()
     for layout, pipeline in pipelines:

@@ -36,6 +36,8 @@ constexpr const char *kUsage = R"(usage:
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
               [--precision fp32|fp64] [--tp T] [--sp] [--dp D]
+              [--pp P [--vpp V] [--schedule gpipe|1f1b|interleaved]
+               [--first-stage-layers N] [--last-stage-layers N]]
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]]
@@ -69,7 +71,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "dp", "pp", "vpp", "schedule", "ddp-bucket-size", "recompute",
+        "precision", "tp", "dp", "pp", "vpp", "schedule", "first-stage-layers",
+        "last-stage-layers", "ddp-bucket-size", "recompute",
         "recompute-method", "recompute-num-layers", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}},
@@ -83,6 +86,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"sequence-parallel", "sp"},
       {"use-distributed-optimizer", "distributed-optimizer"},
       {"recompute-granularity", "recompute"},
+      {"decoder-first-pipeline-num-layers", "first-stage-layers"},
+      {"decoder-last-pipeline-num-layers", "last-stage-layers"},
       {"pipeline-model-parallel-size", "pp"}};
   if (argc < 2)
     return "no command given";
@@ -323,8 +328,14 @@ int runCompile(MLIRContext &context, const Args &args) {
                       options.recomputeMethod + "'");
   if (!positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
       !positiveFlag(args, "pp", 1, options.pp) ||
-      !positiveFlag(args, "vpp", 1, options.virtualStages))
+      !positiveFlag(args, "vpp", 1, options.virtualStages) ||
+      !positiveFlag(args, "first-stage-layers", 1, options.firstStageLayers) ||
+      !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers))
     return 1;
+  if (!args.values.count("first-stage-layers"))
+    options.firstStageLayers = 0;
+  if (!args.values.count("last-stage-layers"))
+    options.lastStageLayers = 0;
   std::string scheduleName = args.values.lookup("schedule");
   if (scheduleName.empty())
     scheduleName = options.virtualStages > 1 ? "interleaved" : "1f1b";
