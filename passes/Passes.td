@@ -147,6 +147,9 @@ def MtRecompute : Pass<"mt-recompute", "::mlir::ModuleOp"> {
       consecutive layers, keeping only each group's input; `method=block` recomputes
       the first `layers` layers one by one and keeps everything of the others.
 
+    Whatever the granularity, sequence-parallel all-gathers are run again in backward
+    rather than keeping their whole-sequence results (as Megatron does).
+
     Dropout masks come back identical: they are counter-based. The GEMM FLOPs the copies
     add are written to the function as `mt.recompute_gemm_flops`.
   }];

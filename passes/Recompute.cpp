@@ -1,6 +1,7 @@
 // mt-recompute: selective and full activation recomputation.
 #include "passes/Passes.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/IRMapping.h"
 
 #include <map>
@@ -98,6 +99,19 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
     }
 
     CopyCost cost;
+    // Under sequence parallelism, backward needs the all-gathered (whole-sequence)
+    // inputs of the column-parallel linears; gathering them again is cheaper in memory
+    // than keeping them, as Megatron does (Korthikanti et al. 2022, §4.2.2).
+    // (Full recomputation gathers again within each layer's copy anyway.)
+    if (granularity != "full") {
+      SmallVector<Operation *> gathers;
+      for (Operation &op : body)
+        if (auto gather = dyn_cast<shard::AllGatherOp>(op);
+            gather && position[&op] < backwardStart && gather.getGatherAxis() == 1)
+          gathers.push_back(&op);
+      for (Operation *gather : gathers)
+        recompute({gather}, position, backwardStart, /*keepOutputs=*/false, cost);
+    }
     if (granularity == "selective") {
       SmallVector<Operation *> attentions;
       for (Operation &op : body)
@@ -105,7 +119,7 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
           attentions.push_back(&op);
       for (Operation *op : attentions)
         recompute({op}, position, backwardStart, /*keepOutputs=*/false, cost);
-    } else {
+    } else if (granularity == "full") {
       if (byLayer.empty())
         return fn.emitError("mt-recompute: full recomputation needs layers (mt.repeat "
                             "blocks unrolled by mt-expand)");
@@ -135,9 +149,7 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
   }
 
   void runOnOperation() override {
-    if (granularity == "none")
-      return;
-    if (granularity != "selective" && granularity != "full") {
+    if (granularity != "none" && granularity != "selective" && granularity != "full") {
       getOperation().emitError("mt-recompute: granularity '")
           << granularity << "' is not none, selective or full";
       return signalPassFailure();
