@@ -36,7 +36,8 @@ constexpr const char *kUsage = R"(usage:
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
               [--precision fp32|fp64] [--tp T] [--sp] [--dp D]
-              [--pp P [--vpp V] [--schedule gpipe|1f1b|interleaved]
+              [--pp P [--vpp V | --layers-per-virtual-stage N]
+               [--schedule gpipe|1f1b|interleaved]
                [--first-stage-layers N] [--last-stage-layers N]]
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
               [--recompute none|selective|full [--recompute-method uniform|block]
@@ -71,7 +72,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "dp", "pp", "vpp", "schedule", "first-stage-layers",
+        "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
+        "first-stage-layers",
         "last-stage-layers", "ddp-bucket-size", "recompute",
         "recompute-method", "recompute-num-layers", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
@@ -87,6 +89,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"use-distributed-optimizer", "distributed-optimizer"},
       {"recompute-granularity", "recompute"},
       {"decoder-first-pipeline-num-layers", "first-stage-layers"},
+      {"num-layers-per-virtual-pipeline-stage", "layers-per-virtual-stage"},
       {"decoder-last-pipeline-num-layers", "last-stage-layers"},
       {"pipeline-model-parallel-size", "pp"}};
   if (argc < 2)
@@ -336,6 +339,40 @@ int runCompile(MLIRContext &context, const Args &args) {
     options.firstStageLayers = 0;
   if (!args.values.count("last-stage-layers"))
     options.lastStageLayers = 0;
+  if (options.sequenceParallel && options.tp == 1)
+    return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
+                      "--tp > 1");
+  options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
+  // fp64 exists for gradient checks against finite differences.
+  std::string precision = args.values.lookup("precision");
+  if (precision.empty() || precision == "fp32")
+    options.precision = "f32";
+  else if (precision == "fp64")
+    options.precision = "f64";
+  else
+    return usageError("--precision must be fp32 or fp64, got '" + precision + "'");
+  const int64_t bytesPerValue = options.precision == "f64" ? 8 : 4;
+
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  if (failed(mtc::padVocabulary(module, options)))
+    return 1;
+  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
+  int64_t vocab = gpt ? gpt->vocab : 0;
+  // Megatron's --num-layers-per-virtual-pipeline-stage N: v = layers / (pp x N).
+  if (args.values.count("layers-per-virtual-stage")) {
+    int64_t perChunk;
+    if (!positiveFlag(args, "layers-per-virtual-stage", 1, perChunk))
+      return 1;
+    if (!gpt || gpt->layers % (options.pp * perChunk) != 0) {
+      errs() << "mtc: " << (gpt ? gpt->layers : 0) << " layers do not split into " << options.pp
+             << " pipeline stages of chunks of " << perChunk << " layers\n";
+      return 1;
+    }
+    options.virtualStages = gpt->layers / (options.pp * perChunk);
+  }
   std::string scheduleName = args.values.lookup("schedule");
   if (scheduleName.empty())
     scheduleName = options.virtualStages > 1 ? "interleaved" : "1f1b";
@@ -363,28 +400,6 @@ int runCompile(MLIRContext &context, const Args &args) {
   } else if (options.virtualStages > 1) {
     return usageError("--vpp needs --pp > 1");
   }
-  if (options.sequenceParallel && options.tp == 1)
-    return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
-                      "--tp > 1");
-  options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
-  // fp64 exists for gradient checks against finite differences.
-  std::string precision = args.values.lookup("precision");
-  if (precision.empty() || precision == "fp32")
-    options.precision = "f32";
-  else if (precision == "fp64")
-    options.precision = "f64";
-  else
-    return usageError("--precision must be fp32 or fp64, got '" + precision + "'");
-  const int64_t bytesPerValue = options.precision == "f64" ? 8 : 4;
-
-  ModelFile model;
-  if (!loadModel(context, args.model, model))
-    return 1;
-  ModuleOp module = *model.module;
-  if (failed(mtc::padVocabulary(module, options)))
-    return 1;
-  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
-  int64_t vocab = gpt ? gpt->vocab : 0;
   mtc::PlanHeader header;
   header.model = modelName(module, args.model);
   header.parameters = mtc::countParameters(module);
