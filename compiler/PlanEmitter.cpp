@@ -1,5 +1,5 @@
 #include "compiler/PlanEmitter.h"
-#include "compiler/Schedule.h"
+#include "plan/Schedule.h"
 #include "dialects/mt/MtDialect.h"
 #include "passes/Passes.h"
 #include "plan/PlanFormat.h"
@@ -316,17 +316,17 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
           return failure();
         programs.push_back(*program);
       }
-    PipelineSchedule schedule;
-    if (std::string error = buildSchedule(header.schedule, header.pp, header.virtualStages,
+    ::mt::PipelineSchedule schedule;
+    if (std::string error = ::mt::buildSchedule(header.schedule, header.pp, header.virtualStages,
                                           microBatches, schedule);
         !error.empty())
       return module.emitError("plan: ") << error;
-    ScheduleCheck check = checkSchedule(schedule);
+    ::mt::ScheduleCheck check = ::mt::checkSchedule(schedule);
     if (!check.deadlockFree)
       return module.emitError("plan: schedule: ") << check.problem;
-    for (const std::vector<PipelineAction> &order : schedule.perStage) {
+    for (const std::vector<::mt::PipelineAction> &order : schedule.perStage) {
       std::vector<plan::Action> actions;
-      for (const PipelineAction &a : order)
+      for (const ::mt::PipelineAction &a : order)
         actions.emplace_back(a.forward ? plan::ActionKind::Forward : plan::ActionKind::Backward,
                              static_cast<uint16_t>(a.chunk),
                              static_cast<uint32_t>(a.microBatch));

@@ -3,7 +3,7 @@
 #define MT_COMPILER_PLANEMITTER_H
 
 #include "compiler/Accounting.h"
-#include "compiler/Schedule.h"
+#include "plan/Schedule.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
@@ -16,7 +16,7 @@ struct PlanHeader {
   std::string model;
   std::string precision = "f32"; // element type of weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
-  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  mt::ScheduleKind schedule = mt::ScheduleKind::OneFOneB;
   bool sequenceParallel = false, distributedOptimizer = false;
   uint64_t ddpBucketBytes = 0;
   int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;

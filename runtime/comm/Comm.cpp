@@ -132,6 +132,14 @@ public:
   Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
     if (bytes > static_cast<size_t>(kMaxCount))
       return fits(static_cast<int64_t>(bytes), "send");
+    // Sends already delivered give their copies back, so at most the messages still in
+    // flight are held.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      int done = 0;
+      if (Status s = check(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE), "send"); !s.ok())
+        return s;
+      it = done ? pending_.erase(it) : std::next(it);
+    }
     pending_.emplace_back();
     Pending &p = pending_.back();
     p.bytes.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
@@ -143,9 +151,18 @@ public:
   Status recv(Group g, int peer, void *data, size_t bytes, int tag) override {
     if (bytes > static_cast<size_t>(kMaxCount))
       return fits(static_cast<int64_t>(bytes), "receive");
-    return check(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
-                          MPI_STATUS_IGNORE),
-                 "receive");
+    MPI_Status status;
+    if (Status s = check(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
+                                  &status),
+                         "receive");
+        !s.ok())
+      return s;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    if (static_cast<size_t>(count) != bytes)
+      return Status::failure("received " + std::to_string(count) + " bytes from rank " +
+                             std::to_string(peer) + ", expected " + std::to_string(bytes));
+    return Status::success();
   }
 
   Status waitSends() override {

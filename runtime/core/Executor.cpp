@@ -278,8 +278,13 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
     if (stash.size() != stashIds.size())
       return Status::failure(cat(prog.name()->str(), ": the stash holds ", stash.size(),
                                  " tensors, expected ", stashIds.size()));
-    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i)
-      backend_.copyToDevice(views[stashIds.Get(i)].data, stash[i].data(), stash[i].size());
+    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
+      const TensorView &v = views[stashIds.Get(i)];
+      if (stash[i].size() != viewBytes(v))
+        return Status::failure(cat(prog.name()->str(), ": stashed tensor ", i, " has ",
+                                   stash[i].size(), " bytes, expected ", viewBytes(v)));
+      backend_.copyToDevice(v.data, stash[i].data(), stash[i].size());
+    }
   }
   if (Status s = run(program, tokens, targets, context); !s.ok())
     return s;

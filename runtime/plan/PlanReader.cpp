@@ -1,7 +1,9 @@
 #include "plan/PlanReader.h"
 #include "core/Tensor.h"
 #include "plan/PlanFormat.h"
+#include "plan/Schedule.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -437,8 +439,54 @@ Status checkPlan(const plan::Plan &p) {
                             prog.stash()->size() != forward.stash()->size()))
       return Status::failure(cat("program ", i, "'s stash does not match its forward's"));
   }
-  if (!pipelined && p.programs()->Get(0)->loss() < 0)
-    return Status::failure("the plan's program computes no loss");
+  if (!pipelined) {
+    const plan::Program &whole = *p.programs()->Get(0);
+    if (whole.loss() < 0 || whole.stage() != 0 || whole.chunk() != 0 || whole.backward() ||
+        whole.recv() >= 0 || whole.send() >= 0 || (whole.stash() && whole.stash()->size()))
+      return Status::failure("the plan's one program must be a whole step with a loss");
+  }
+  // What one neighbour sends is what the other receives, and a backward's stash is its
+  // forward's: same shapes, same sizes.
+  auto dims = [&](const plan::Program &prog, int32_t id) {
+    const plan::Buffer *b = prog.buffers()->Get(static_cast<uint32_t>(id));
+    return std::make_pair(std::vector<int64_t>(b->shape()->begin(), b->shape()->end()),
+                          b->dtype());
+  };
+  for (int64_t v = 0; pipelined && v < virtualStages; ++v) {
+    const plan::Program &forward = *p.programs()->Get(2 * v);
+    const plan::Program &backward = *p.programs()->Get(2 * v + 1);
+    if (v + 1 < virtualStages) {
+      const plan::Program &next = *p.programs()->Get(2 * v + 2);
+      const plan::Program &nextBackward = *p.programs()->Get(2 * v + 3);
+      if (dims(forward, forward.send()) != dims(next, next.recv()) ||
+          dims(nextBackward, nextBackward.send()) != dims(backward, backward.recv()))
+        return Status::failure(cat("virtual stages ", v, " and ", v + 1,
+                                   " disagree on the tensors they exchange"));
+    }
+    for (flatbuffers::uoffset_t i = 0; i < forward.stash()->size(); ++i)
+      if (dims(forward, static_cast<int32_t>(forward.stash()->Get(i))) !=
+          dims(backward, static_cast<int32_t>(backward.stash()->Get(i))))
+        return Status::failure(cat("virtual stage ", v, "'s stash tensor ", i,
+                                   " differs between its forward and backward"));
+  }
+  // Every parameter belongs to some stage, and a gradient goes to a parameter its
+  // program's stage (and so its rank) holds.
+  std::set<std::pair<int, uint32_t>> held;
+  for (const plan::Program *prog : *p.programs())
+    for (const plan::Buffer *b : *prog->buffers())
+      if (b->kind() == plan::BufferKind::Param)
+        held.emplace(prog->stage(), b->param());
+  for (uint32_t param = 0; param < p.params()->size(); ++param)
+    if (std::none_of(held.begin(), held.end(), [&](auto h) { return h.second == param; }))
+      return Status::failure(cat("parameter ", param, " belongs to no program"));
+  for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i) {
+    const plan::Program &prog = *p.programs()->Get(i);
+    for (const plan::Instruction *inst : *prog.instructions())
+      if (inst->opcode() == plan::Opcode::ParamGrad &&
+          !held.count({prog.stage(), static_cast<uint32_t>(inst->param())}))
+        return Status::failure(cat("program ", i, " gives a gradient to parameter ",
+                                   inst->param(), ", which its stage does not hold"));
+  }
   for (flatbuffers::uoffset_t s = 0; s < p.stages()->size(); ++s) {
     const plan::Stage *stage = p.stages()->Get(s);
     if (!stage->actions())
@@ -469,6 +517,20 @@ Status checkPlan(const plan::Plan &p) {
       return Status::failure(cat("stage ", s, "'s schedule is not every micro-batch ",
                                  pipelined ? "forward and backward" : "in order",
                                  ", a gradient synchronisation and an update"));
+  }
+  if (pipelined) {
+    // The schedule runs to the end: every receive meets its send.
+    PipelineSchedule schedule{ScheduleKind::OneFOneB, grid.pp(), p.virtual_stages(), perRank, {}};
+    for (const plan::Stage *stage : *p.stages()) {
+      schedule.perStage.emplace_back();
+      for (const plan::Action *a : *stage->actions())
+        if (a->kind() == plan::ActionKind::Forward || a->kind() == plan::ActionKind::Backward)
+          schedule.perStage.back().push_back(
+              {a->kind() == plan::ActionKind::Forward, a->chunk(), a->micro_batch()});
+    }
+    ScheduleCheck check = checkSchedule(schedule);
+    if (!check.deadlockFree)
+      return Status::failure("the pipeline schedule cannot run: " + check.problem);
   }
   return Status::success();
 }

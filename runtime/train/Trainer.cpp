@@ -120,6 +120,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<char>>> stashes;
   double bubbleSum = 0;
   int64_t bubbleSteps = 0;
+  auto tagOf = [&](int64_t mb, int64_t v, bool backward) {
+    // MPI guarantees tags up to 32767; micro-batches far apart may share one, and those
+    // are delivered in order.
+    return static_cast<int>(((mb % 1024) * virtualStages + v) * 2 + backward) % 32768;
+  };
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
@@ -167,8 +172,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       case plan::ActionKind::Forward:
       case plan::ActionKind::Backward: {
         // One virtual stage (chunk × pp + this stage) of one micro-batch, its input from
-        // the neighbour before, its output to the neighbour after; message tags say which
-        // virtual stage and direction, and MPI keeps each pair's messages in order.
+        // the neighbour before, its output to the neighbour after; a message's tag names
+        // its micro-batch, receiving virtual stage and direction.
         const bool backward = action->kind() == plan::ActionKind::Backward;
         const int64_t v = action->chunk() * pipelineStages + stage;
         const uint32_t program = static_cast<uint32_t>(2 * v + backward);
@@ -184,8 +189,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
           const int64_t from = backward ? v + 1 : v - 1;
           received.resize(executor.receiveBytes(program));
           if (Status s = comm.recv(Group::Pipeline, static_cast<int>(from % pipelineStages),
-                                   received.data(), received.size(),
-                                   static_cast<int>(2 * v + backward));
+                                   received.data(), received.size(), tagOf(mb, v, backward));
               !s.ok())
             return failed(s);
         }
@@ -204,7 +208,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         if (sends) {
           const int64_t to = backward ? v - 1 : v + 1;
           if (Status s = comm.send(Group::Pipeline, static_cast<int>(to % pipelineStages),
-                                   sent.data(), sent.size(), static_cast<int>(2 * to + backward));
+                                   sent.data(), sent.size(), tagOf(mb, to, backward));
               !s.ok())
             return failed(s);
         } else if (!backward) {

@@ -1,7 +1,9 @@
 // The plan reader refuses every damaged plan with a message that says what is wrong,
 // and never crashes: a truncated, bit-flipped or wrong-version file, and a bounded
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
-// verifier and the semantic checks behind it, and runs a step of every plan accepted.
+// verifier and the semantic checks behind it, and runs a step of every plan accepted;
+// and pipelined plans edited in place into a deadlocking schedule, a program out of its
+// place, and a gradient sent to another stage's parameter.
 #include "CompileWithMtc.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
@@ -14,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 
 namespace mt {
 namespace {
@@ -178,6 +181,95 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
   EXPECT_GT(refusedByVerifier, 0);
   EXPECT_GT(refusedByChecks, 0);
   RecordProperty("accepted", accepted);
+}
+
+/// gpt-tiny in two pipeline stages under 1F1B, four micro-batches.
+const std::vector<uint8_t> &pipelinedPlan() {
+  static const std::vector<uint8_t> bytes = [] {
+    std::string path = test::compileModel(
+        test::zooModel("gpt-tiny"),
+        "--pp 2 --schedule 1f1b --micro-batch-size 1 --global-batch-size 4",
+        "plan_reader_pipelined_test");
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+  }();
+  return bytes;
+}
+
+/// Parses a pipelined plan after `edit` changed it in place (and the CRC was resealed).
+template <typename Edit> Status parseEdited(Edit edit) {
+  std::vector<uint8_t> bytes = pipelinedPlan();
+  edit(*plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes));
+  size_t n = bytes.size() - plan::kTrailerBytes;
+  plan::putLittleEndian(bytes.data() + n, plan::crc32Of(bytes.data(), n), 4);
+  LoadedPlan loaded;
+  return LoadedPlan::parse(std::move(bytes), "edited.mtp", loaded);
+}
+
+TEST(PipelinedPlanTest, CompiledPlanLoads) {
+  ASSERT_FALSE(pipelinedPlan().empty());
+  Status s = parseEdited([](plan::Plan &) {});
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(PipelinedPlanTest, ScheduleThatDeadlocksIsRefused) {
+  // Stage 1 starts with a backward whose gradient can never arrive: its first forward
+  // and first backward swap places.
+  Status s = parseEdited([](plan::Plan &p) {
+    auto *actions = p.mutable_stages()->GetMutableObject(1)->mutable_actions();
+    plan::Action first = *actions->Get(0);
+    int b = 0;
+    while (actions->Get(b)->kind() != plan::ActionKind::Backward)
+      ++b;
+    plan::Action backward = *actions->Get(b);
+    *actions->GetMutableObject(0) = backward;
+    *actions->GetMutableObject(b) = first;
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("schedule"), std::string::npos) << s.message();
+}
+
+TEST(PipelinedPlanTest, ProgramOutOfPlaceIsRefused) {
+  Status s = parseEdited([](plan::Plan &p) {
+    p.mutable_programs()->GetMutableObject(2)->mutate_stage(0);
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not fit its place in the pipeline"), std::string::npos)
+      << s.message();
+}
+
+TEST(PipelinedPlanTest, GradientToAParameterOfAnotherStageIsRefused) {
+  // Stage 1's backward sends a gradient to a parameter of the same shape that only
+  // stage 0 holds.
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    std::set<int32_t> stage0, stage1;
+    for (const plan::Program *prog : *p.programs())
+      for (const plan::Buffer *b : *prog->buffers())
+        if (b->kind() == plan::BufferKind::Param)
+          (prog->stage() == 0 ? stage0 : stage1).insert(b->param());
+    auto shape = [&](int32_t param) {
+      auto *dims = p.params()->Get(param)->shape();
+      return std::vector<int64_t>(dims->begin(), dims->end());
+    };
+    auto *backward = p.mutable_programs()->GetMutableObject(3);
+    for (flatbuffers::uoffset_t i = 0; i < backward->instructions()->size(); ++i) {
+      auto *inst = backward->mutable_instructions()->GetMutableObject(i);
+      if (inst->opcode() != plan::Opcode::ParamGrad)
+        continue;
+      for (int32_t foreign : stage0)
+        if (!stage1.count(foreign) && shape(foreign) == shape(inst->param())) {
+          inst->mutate_param(foreign);
+          edited = true;
+          return;
+        }
+    }
+  });
+  ASSERT_TRUE(edited) << "no stage-0 parameter shares a shape with a stage-1 gradient";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("which its stage does not hold"), std::string::npos)
+      << s.message();
 }
 
 } // namespace

@@ -1,10 +1,10 @@
 // The schedule checker finds what would hang or lose work at run time: a receive whose
 // send never comes first, an action run twice, a micro-batch that skips a stage.
-#include "compiler/Schedule.h"
+#include "plan/Schedule.h"
 
 #include <gtest/gtest.h>
 
-namespace mtc {
+namespace mt {
 namespace {
 
 PipelineSchedule oneFOneB(int64_t stages, int64_t microBatches) {
@@ -83,4 +83,4 @@ TEST(ScheduleCheck, ARepeatedOrMissingActionIsFound) {
 }
 
 } // namespace
-} // namespace mtc
+} // namespace mt

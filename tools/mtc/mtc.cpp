@@ -9,7 +9,7 @@
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
 #include "compiler/Registration.h"
-#include "compiler/Schedule.h"
+#include "plan/Schedule.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -245,22 +245,22 @@ int runSchedule(const Args &args) {
   std::string name = args.values.lookup("schedule");
   if (name.empty())
     name = chunks > 1 ? "interleaved" : "1f1b";
-  mtc::ScheduleKind kind;
+  ::mt::ScheduleKind kind;
   if (name == "gpipe")
-    kind = mtc::ScheduleKind::GPipe;
+    kind = ::mt::ScheduleKind::GPipe;
   else if (name == "1f1b")
-    kind = mtc::ScheduleKind::OneFOneB;
+    kind = ::mt::ScheduleKind::OneFOneB;
   else if (name == "interleaved")
-    kind = mtc::ScheduleKind::Interleaved;
+    kind = ::mt::ScheduleKind::Interleaved;
   else
     return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + name + "'");
-  mtc::PipelineSchedule schedule;
-  if (std::string error = mtc::buildSchedule(kind, stages, chunks, microBatches, schedule);
+  ::mt::PipelineSchedule schedule;
+  if (std::string error = ::mt::buildSchedule(kind, stages, chunks, microBatches, schedule);
       !error.empty()) {
     errs() << "mtc: " << error << "\n";
     return 1;
   }
-  mtc::ScheduleCheck check = mtc::checkSchedule(schedule);
+  ::mt::ScheduleCheck check = ::mt::checkSchedule(schedule);
   if (!check.deadlockFree) {
     errs() << "mtc: schedule " << name << ": " << check.problem << "\n";
     return 1;
@@ -270,8 +270,8 @@ int runSchedule(const Args &args) {
          << microBatches << " micro-batches\n";
   for (int64_t s = 0; s < stages; ++s) {
     outs() << "stage " << s << ":";
-    for (const mtc::PipelineAction &a : schedule.perStage[s])
-      outs() << " " << mtc::actionName(a, chunks > 1);
+    for (const ::mt::PipelineAction &a : schedule.perStage[s])
+      outs() << " " << ::mt::actionName(a, chunks > 1);
     outs() << "\n";
   }
   outs() << "in flight:";
@@ -286,7 +286,7 @@ int runSchedule(const Args &args) {
   else
     outs() << "; p = " << stages << "\n";
   outs() << llvm::format("bubble: %.4f ideal (p-1)/%s, %.4f simulated (forward 1, backward 2)\n",
-                         mtc::idealBubble(schedule), chunks > 1 ? "(v*m)" : "m",
+                         ::mt::idealBubble(schedule), chunks > 1 ? "(v*m)" : "m",
                          check.bubble);
   outs() << "every receive meets its send: no deadlock\n";
   return 0;
@@ -376,27 +376,27 @@ int runCompile(MLIRContext &context, const Args &args) {
   std::string scheduleName = args.values.lookup("schedule");
   if (scheduleName.empty())
     scheduleName = options.virtualStages > 1 ? "interleaved" : "1f1b";
-  mtc::ScheduleKind scheduleKind;
+  ::mt::ScheduleKind scheduleKind;
   if (scheduleName == "gpipe")
-    scheduleKind = mtc::ScheduleKind::GPipe;
+    scheduleKind = ::mt::ScheduleKind::GPipe;
   else if (scheduleName == "1f1b")
-    scheduleKind = mtc::ScheduleKind::OneFOneB;
+    scheduleKind = ::mt::ScheduleKind::OneFOneB;
   else if (scheduleName == "interleaved")
-    scheduleKind = mtc::ScheduleKind::Interleaved;
+    scheduleKind = ::mt::ScheduleKind::Interleaved;
   else
     return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + scheduleName +
                       "'");
   std::vector<int64_t> inFlight; // per pipeline stage, in chunks
   if (options.pp > 1) {
-    mtc::PipelineSchedule probe;
-    if (std::string error = mtc::buildSchedule(
+    ::mt::PipelineSchedule probe;
+    if (std::string error = ::mt::buildSchedule(
             scheduleKind, options.pp, options.virtualStages,
             options.globalBatchSize / (options.microBatchSize * options.dp), probe);
         !error.empty()) {
       errs() << "mtc: " << error << "\n";
       return 1;
     }
-    inFlight = mtc::checkSchedule(probe).maxInFlight;
+    inFlight = ::mt::checkSchedule(probe).maxInFlight;
   } else if (options.virtualStages > 1) {
     return usageError("--vpp needs --pp > 1");
   }
@@ -415,7 +415,7 @@ int runCompile(MLIRContext &context, const Args &args) {
   // The real vocabulary: what the loss counts, padding excluded.
   module.walk([&](Operation *op) {
     if (auto classes = op->getAttrOfType<IntegerAttr>("num_classes");
-        classes && isa<mt::CrossEntropyOp, mt::CrossEntropyMergeOp>(op))
+        classes && isa<mlir::mt::CrossEntropyOp, mlir::mt::CrossEntropyMergeOp>(op))
       vocab = classes.getInt();
   });
   header.vocabSize = vocab;
@@ -442,7 +442,7 @@ int runCompile(MLIRContext &context, const Args &args) {
         return;
       if (name.getAsInteger(10, v))
         return;
-      fn.walk([&](mt::ParamOp p) {
+      fn.walk([&](mlir::mt::ParamOp p) {
         perStage[v % options.pp][p.getName()] =
             cast<RankedTensorType>(p.getType()).getNumElements();
       });
@@ -456,14 +456,14 @@ int runCompile(MLIRContext &context, const Args &args) {
   }
   int64_t recomputeFlops = 0, recomputeOtherFlops = 0;
   module.walk([&](func::FuncOp fn) {
-    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
+    if (auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr))
       header.memory.activations = std::max(header.memory.activations, arena.getInt());
   });
   // On the training step, or, once a pipeline split it, on the module.
   module->walk([&](Operation *op) {
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mlir::mt::kRecomputeFlopsAttr))
       recomputeFlops = extra.getInt();
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mlir::mt::kRecomputeOtherFlopsAttr))
       recomputeOtherFlops = extra.getInt();
   });
   // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
@@ -476,7 +476,7 @@ int runCompile(MLIRContext &context, const Args &args) {
       if (!name.consume_front("forward_") || name.getAsInteger(10, v))
         return;
       for (Type t : fn.getResultTypes().drop_front())
-        stashBytes[v] += mt::tensorBytes(t);
+        stashBytes[v] += mlir::mt::tensorBytes(t);
     });
     int64_t peak = 0;
     for (int64_t s = 0; s < options.pp; ++s) {

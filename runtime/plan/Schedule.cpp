@@ -1,9 +1,9 @@
-#include "compiler/Schedule.h"
+#include "plan/Schedule.h"
 
 #include <algorithm>
 #include <map>
 
-namespace mtc {
+namespace mt {
 
 std::string buildSchedule(ScheduleKind kind, int64_t stages, int64_t chunks,
                           int64_t microBatches, PipelineSchedule &out) {
@@ -145,4 +145,4 @@ std::string actionName(const PipelineAction &action, bool showChunk) {
   return name;
 }
 
-} // namespace mtc
+} // namespace mt

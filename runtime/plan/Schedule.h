@@ -8,14 +8,14 @@
 // are in flight. Interleaved 1F1B gives each stage v model chunks (virtual stages
 // c·p + s), cutting the bubble from (p − 1)/m to (p − 1)/(v·m); Megatron's order needs m
 // to be a multiple of p.
-#ifndef MT_COMPILER_SCHEDULE_H
-#define MT_COMPILER_SCHEDULE_H
+#ifndef MT_RUNTIME_PLAN_SCHEDULE_H
+#define MT_RUNTIME_PLAN_SCHEDULE_H
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace mtc {
+namespace mt {
 
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 
@@ -52,6 +52,6 @@ double idealBubble(const PipelineSchedule &schedule);
 /// "F3" / "B3", or "F3.1" (micro-batch 3, chunk 1) when stages hold several chunks.
 std::string actionName(const PipelineAction &action, bool showChunk);
 
-} // namespace mtc
+} // namespace mt
 
 #endif
