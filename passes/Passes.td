@@ -145,7 +145,8 @@ def MtRecompute : Pass<"mt-recompute", "::mlir::ModuleOp"> {
     - `full`: whole layers (block copies, by the `mt.layer` ordinals of mt-expand), which
       then keep only their input. `method=uniform` recomputes groups of `layers`
       consecutive layers, keeping only each group's input; `method=block` recomputes
-      the first `layers` layers one by one and keeps everything of the others.
+      the first `layers` layers one by one and keeps everything of the others. Both
+      count within each virtual pipeline stage (`mt.stage`), as Megatron does.
 
     Whatever the granularity, sequence-parallel all-gathers are run again in backward
     rather than keeping their whole-sequence results (as Megatron does).

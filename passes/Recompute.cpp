@@ -88,14 +88,19 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
     if (backwardStart < 0)
       return fn.emitError("mt-recompute: no backward pass (run mt-autodiff first)");
 
-    // The forward ops of each layer, by their mt.layer ordinals (passes that insert ops
-    // into a layer, such as mt-tensor-parallel, give them the layer's ordinal).
-    std::map<int64_t, SmallVector<Operation *>> byLayer;
+    // The forward ops of each layer, by pipeline stage (mt.stage, when assigned) and
+    // mt.layer ordinal (passes that insert ops into a layer, such as
+    // mt-tensor-parallel, give them the layer's ordinal). Groups count layers within a
+    // stage, as Megatron's do: a group never straddles two stages.
+    std::map<std::pair<int64_t, int64_t>, SmallVector<Operation *>> byLayer;
     for (Operation &op : body) {
       if (position[&op] >= backwardStart)
         break;
-      if (auto layer = op.getAttrOfType<IntegerAttr>(kLayerAttr); layer && !isa<ParamOp>(op))
-        byLayer[layer.getInt()].push_back(&op);
+      auto layer = op.getAttrOfType<IntegerAttr>(kLayerAttr);
+      if (!layer || isa<ParamOp>(op))
+        continue;
+      auto stage = op.getAttrOfType<IntegerAttr>(kStageAttr);
+      byLayer[{stage ? stage.getInt() : 0, layer.getInt()}].push_back(&op);
     }
 
     CopyCost cost;
@@ -128,10 +133,17 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
                << static_cast<int64_t>(layers) << " layers asked for, the model has "
                << byLayer.size();
       SmallVector<Operation *> group;
-      int64_t inGroup = 0, index = 0;
-      for (auto &[layer, ops] : byLayer) {
+      int64_t inGroup = 0, index = 0, current = -1;
+      for (auto &[key, ops] : byLayer) {
+        if (key.first != current) {
+          if (!group.empty())
+            recompute(group, position, backwardStart, /*keepOutputs=*/true, cost);
+          group.clear();
+          inGroup = index = 0;
+          current = key.first;
+        }
         if (method == "block" && index++ >= layers)
-          break;
+          continue;
         group.append(ops.begin(), ops.end());
         if (method == "block" || ++inGroup == layers) {
           recompute(group, position, backwardStart, /*keepOutputs=*/true, cost);
