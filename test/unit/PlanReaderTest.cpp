@@ -2,7 +2,7 @@
 // and never crashes: a truncated, bit-flipped or wrong-version file, and a bounded
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
 // verifier and the semantic checks behind it, and runs a step of every plan accepted;
-// and pipelined plans edited in place into a deadlocking schedule, a program out of its
+// a pipelined plan's resealed mutations, and pipelined plans edited in place into a deadlocking schedule, a program out of its
 // place, and a gradient sent to another stage's parameter.
 #include "CompileWithMtc.h"
 #include "backends/Backend.h"
@@ -211,6 +211,29 @@ TEST(PipelinedPlanTest, CompiledPlanLoads) {
   ASSERT_FALSE(pipelinedPlan().empty());
   Status s = parseEdited([](plan::Plan &) {});
   EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(PipelinedPlanTest, ResealedMutationsNeverCrashTheReader) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng{seed};
+  const std::vector<uint8_t> &good = pipelinedPlan();
+  std::uniform_int_distribution<size_t> pos(plan::kHeaderBytes,
+                                            good.size() - plan::kTrailerBytes - 1);
+  std::uniform_int_distribution<int> small(0, 3), count(1, 8);
+  int refusedByChecks = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<uint8_t> bad = good;
+    for (int k = count(rng); k > 0; --k)
+      bad[pos(rng)] = static_cast<uint8_t>(small(rng));
+    size_t n = bad.size() - plan::kTrailerBytes;
+    plan::putLittleEndian(bad.data() + n, plan::crc32Of(bad.data(), n), 4);
+    LoadedPlan loaded;
+    Status s = LoadedPlan::parse(std::move(bad), "mutated.mtp", loaded);
+    if (!s.ok() && s.message().find("FlatBuffers verification failed") == std::string::npos)
+      ++refusedByChecks;
+  }
+  EXPECT_GT(refusedByChecks, 0);
 }
 
 TEST(PipelinedPlanTest, ScheduleThatDeadlocksIsRefused) {
