@@ -2,8 +2,9 @@
 // and never crashes: a truncated, bit-flipped or wrong-version file, and a bounded
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
 // verifier and the semantic checks behind it, and runs a step of every plan accepted;
-// a pipelined plan's resealed mutations, and pipelined plans edited in place into a deadlocking schedule, a program out of its
-// place, and a gradient sent to another stage's parameter.
+// the same fuzz of a pipelined plan, and pipelined plans edited in place into a
+// deadlocking schedule, a program out of its place, and a gradient sent to another
+// stage's parameter.
 #include "CompileWithMtc.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
