@@ -324,7 +324,8 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
     ::mt::ScheduleCheck check = ::mt::checkSchedule(schedule);
     if (!check.deadlockFree)
       return module.emitError("plan: schedule: ") << check.problem;
-    for (const std::vector<::mt::PipelineAction> &order : schedule.perStage) {
+    for (size_t s = 0; s < schedule.perStage.size(); ++s) {
+      const std::vector<::mt::PipelineAction> &order = schedule.perStage[s];
       std::vector<plan::Action> actions;
       for (const ::mt::PipelineAction &a : order)
         actions.emplace_back(a.forward ? plan::ActionKind::Forward : plan::ActionKind::Backward,
@@ -332,7 +333,9 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
                              static_cast<uint32_t>(a.microBatch));
       actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
       actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
-      stages.push_back(plan::CreateStage(fbb, fbb.CreateVectorOfStructs(actions)));
+      stages.push_back(plan::CreateStage(
+          fbb, fbb.CreateVectorOfStructs(actions),
+          s < header.stashBytes.size() ? static_cast<uint64_t>(header.stashBytes[s]) : 0));
     }
   }
 

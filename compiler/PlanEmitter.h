@@ -23,6 +23,7 @@ struct PlanHeader {
   int64_t parameters = 0;
   OpCosts costs;
   MemoryReport memory;
+  std::vector<int64_t> stashBytes; // per pipeline stage: the most stash bytes held at once
 };
 
 /// Builds the framed plan file (header, FlatBuffer, CRC) of the module's memory-planned

@@ -118,6 +118,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   const int64_t pipelineStages = plan.grid()->pp();
   const int64_t virtualStages = pipelineStages * plan.virtual_stages();
   std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<char>>> stashes;
+  uint64_t stashHeld = 0, stashPeak = 0;
   double bubbleSum = 0;
   int64_t bubbleSteps = 0;
   auto tagOf = [&](int64_t mb, int64_t v, bool backward) {
@@ -202,8 +203,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                                          receives ? &received : nullptr, stash, sent, loss);
             !s.ok())
           return failed(s);
-        if (backward)
+        uint64_t stashBytes = 0;
+        for (const std::vector<char> &tensor : stash)
+          stashBytes += tensor.size();
+        if (backward) {
+          stashHeld -= stashBytes;
           stashes.erase({action->chunk(), mb});
+        } else {
+          stashHeld += stashBytes;
+          stashPeak = std::max(stashPeak, stashHeld);
+        }
         const bool sends = backward ? v > 0 : v + 1 < virtualStages;
         if (sends) {
           const int64_t to = backward ? v - 1 : v + 1;
@@ -292,6 +301,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                  static_cast<double>(pipelineStages - 1) /
                      static_cast<double>(plan.virtual_stages() * microBatches /
                                          comm.size(Group::Data)));
+  if (log && pipelineStages > 1)
+    std::fprintf(log, "stash: %" PRIu64 " bytes held at most on rank 0, %" PRIu64 " planned\n",
+                 stashPeak, static_cast<uint64_t>(plan.stages()->Get(stage)->stash_bytes()));
   if (!config.tracePath.empty()) {
     // One file per rank: PATH for a single rank, PATH with .rank<N> before the suffix
     // otherwise.

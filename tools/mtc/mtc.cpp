@@ -483,6 +483,7 @@ int runCompile(MLIRContext &context, const Args &args) {
       int64_t stash = 0;
       for (int64_t c = 0; c < options.virtualStages; ++c)
         stash = std::max(stash, stashBytes[c * options.pp + s]);
+      header.stashBytes.push_back(inFlight[s] * stash);
       peak = std::max(peak, header.memory.activations + inFlight[s] * stash);
     }
     header.memory.activations = peak;
