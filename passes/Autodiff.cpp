@@ -122,4 +122,15 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
 };
 
 } // namespace
+
+int64_t numberOps(Block &body, DenseMap<Operation *, int64_t> &position) {
+  int64_t n = 0, backwardStart = -1;
+  for (Operation &op : body) {
+    if (backwardStart < 0 && isa<arith::ConstantOp>(op))
+      backwardStart = n;
+    position[&op] = n++;
+  }
+  return backwardStart;
+}
+
 } // namespace mlir::mt

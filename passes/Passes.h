@@ -25,6 +25,11 @@ LogicalResult reinferOp(Operation *op);
 /// agree (the op reports why).
 LogicalResult reinferTypes(FunctionOpInterface fn);
 
+/// Numbers the ops of a differentiated training step in program order into `position`
+/// and returns where its backward starts: at the loss seed mt-autodiff writes (the
+/// first arith.constant), or -1 when there is none.
+int64_t numberOps(Block &body, llvm::DenseMap<Operation *, int64_t> &position);
+
 /// The attribute names mt-memory-plan writes.
 inline constexpr llvm::StringLiteral kOffsetsAttr = "mt.offsets";
 inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";

@@ -98,12 +98,7 @@ struct MtPipelinePartition : impl::MtPipelinePartitionBase<MtPipelinePartition> 
     Block &body = step.getBody().front();
     auto terminator = cast<func::ReturnOp>(body.getTerminator());
     DenseMap<Operation *, int64_t> position;
-    int64_t n = 0, backwardStart = -1;
-    for (Operation &op : body) {
-      if (backwardStart < 0 && isa<arith::ConstantOp>(op))
-        backwardStart = n;
-      position[&op] = n++;
-    }
+    const int64_t backwardStart = numberOps(body, position);
     if (backwardStart < 0)
       return step.emitError("mt-pipeline-partition: no backward pass (run mt-autodiff first)");
 

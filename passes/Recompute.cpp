@@ -77,14 +77,8 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
 
   LogicalResult run(FunctionOpInterface fn) {
     Block &body = fn.getFunctionBody().front();
-    // Forward ops precede the loss seed autodiff writes (the first arith.constant).
     DenseMap<Operation *, int64_t> position;
-    int64_t n = 0, backwardStart = -1;
-    for (Operation &op : body) {
-      if (backwardStart < 0 && isa<arith::ConstantOp>(op))
-        backwardStart = n;
-      position[&op] = n++;
-    }
+    const int64_t backwardStart = numberOps(body, position);
     if (backwardStart < 0)
       return fn.emitError("mt-recompute: no backward pass (run mt-autodiff first)");
 

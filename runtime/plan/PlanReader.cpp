@@ -472,13 +472,15 @@ Status checkPlan(const plan::Plan &p) {
   // Every parameter belongs to some stage, and a gradient goes to a parameter its
   // program's stage (and so its rank) holds.
   std::set<std::pair<int, uint32_t>> held;
+  std::vector<bool> named(p.params()->size(), false);
   for (const plan::Program *prog : *p.programs())
     for (const plan::Buffer *b : *prog->buffers())
-      if (b->kind() == plan::BufferKind::Param)
+      if (b->kind() == plan::BufferKind::Param) {
         held.emplace(prog->stage(), b->param());
-  for (uint32_t param = 0; param < p.params()->size(); ++param)
-    if (std::none_of(held.begin(), held.end(), [&](auto h) { return h.second == param; }))
-      return Status::failure(cat("parameter ", param, " belongs to no program"));
+        named[b->param()] = true;
+      }
+  if (auto unnamed = std::find(named.begin(), named.end(), false); unnamed != named.end())
+    return Status::failure(cat("parameter ", unnamed - named.begin(), " belongs to no program"));
   for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i) {
     const plan::Program &prog = *p.programs()->Get(i);
     for (const plan::Instruction *inst : *prog.instructions())

@@ -148,15 +148,21 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     auto failed = [&](const Status &s) {
       return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
     };
+    // Micro-batch mb of this data-parallel rank's share, into inputs and targets.
+    auto load = [&](int64_t mb) {
+      for (int64_t b = 0; b < batch; ++b)
+        if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
+                                     &targets[b * seq]);
+            !s.ok())
+          return s;
+      return Status::success();
+    };
     for (const plan::Action *action : *plan.stages()->Get(stage)->actions()) {
       switch (action->kind()) {
       case plan::ActionKind::ForwardBackward: {
         const int64_t mb = firstMicroBatch + action->micro_batch();
-        for (int64_t b = 0; b < batch; ++b)
-          if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
-                                       &targets[b * seq]);
-              !s.ok())
-            return s;
+        if (Status s = load(mb); !s.ok())
+          return s;
         StepContext context{config.seed, static_cast<uint32_t>(step),
                             static_cast<uint32_t>(mb)};
         double loss = 0;
@@ -179,11 +185,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         const int64_t v = action->chunk() * pipelineStages + stage;
         const uint32_t program = static_cast<uint32_t>(2 * v + backward);
         const int64_t mb = firstMicroBatch + action->micro_batch();
-        for (int64_t b = 0; b < batch; ++b)
-          if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
-                                       &targets[b * seq]);
-              !s.ok())
-            return s;
+        if (Status s = load(mb); !s.ok())
+          return s;
         std::vector<char> received, sent;
         const bool receives = backward ? v + 1 < virtualStages : v > 0;
         if (receives) {

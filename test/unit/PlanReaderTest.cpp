@@ -22,16 +22,26 @@
 namespace mt {
 namespace {
 
-/// gpt-tiny compiled by the mtc under test, once for the whole suite.
+/// The bytes of gpt-tiny compiled by the mtc under test with `flags`.
+std::vector<uint8_t> compileTiny(const std::string &flags, const std::string &name) {
+  std::string path = test::compileModel(test::zooModel("gpt-tiny"), flags, name);
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+}
+
+/// Rewrites a plan file's length and CRC so that only the reader's deeper checks can
+/// object.
+void reseal(std::vector<uint8_t> &file) {
+  size_t n = file.size() - plan::kTrailerBytes;
+  plan::putLittleEndian(file.data() + 8, n - plan::kHeaderBytes, 8);
+  plan::putLittleEndian(file.data() + n, plan::crc32Of(file.data(), n), 4);
+}
+
+/// gpt-tiny, once for the whole suite.
 const std::vector<uint8_t> &compiledPlan() {
-  static const std::vector<uint8_t> bytes = [] {
-    std::string path = test::compileModel(test::zooModel("gpt-tiny"),
-                                          "--micro-batch-size 2 --global-batch-size 4",
-                                          "plan_reader_test");
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
-  }();
+  static const std::vector<uint8_t> bytes =
+      compileTiny("--micro-batch-size 2 --global-batch-size 4", "plan_reader_test");
   return bytes;
 }
 
@@ -45,13 +55,6 @@ protected:
   static Status parse(std::vector<uint8_t> bytes) {
     LoadedPlan loaded;
     return LoadedPlan::parse(std::move(bytes), "test.mtp", loaded);
-  }
-
-  /// Rewrites the CRC so that only the reader's deeper checks can object.
-  static void reseal(std::vector<uint8_t> &file) {
-    size_t n = file.size() - plan::kTrailerBytes;
-    plan::putLittleEndian(file.data() + 8, n - plan::kHeaderBytes, 8);
-    plan::putLittleEndian(file.data() + n, plan::crc32Of(file.data(), n), 4);
   }
 
   const uint64_t seed = std::random_device{}();
@@ -186,15 +189,9 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
 
 /// gpt-tiny in two pipeline stages under 1F1B, four micro-batches.
 const std::vector<uint8_t> &pipelinedPlan() {
-  static const std::vector<uint8_t> bytes = [] {
-    std::string path = test::compileModel(
-        test::zooModel("gpt-tiny"),
-        "--pp 2 --schedule 1f1b --micro-batch-size 1 --global-batch-size 4",
-        "plan_reader_pipelined_test");
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)),
-                                std::istreambuf_iterator<char>());
-  }();
+  static const std::vector<uint8_t> bytes =
+      compileTiny("--pp 2 --schedule 1f1b --micro-batch-size 1 --global-batch-size 4",
+                  "plan_reader_pipelined_test");
   return bytes;
 }
 
@@ -202,8 +199,7 @@ const std::vector<uint8_t> &pipelinedPlan() {
 template <typename Edit> Status parseEdited(Edit edit) {
   std::vector<uint8_t> bytes = pipelinedPlan();
   edit(*plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes));
-  size_t n = bytes.size() - plan::kTrailerBytes;
-  plan::putLittleEndian(bytes.data() + n, plan::crc32Of(bytes.data(), n), 4);
+  reseal(bytes);
   LoadedPlan loaded;
   return LoadedPlan::parse(std::move(bytes), "edited.mtp", loaded);
 }
@@ -227,8 +223,7 @@ TEST(PipelinedPlanTest, ResealedMutationsNeverCrashTheReader) {
     std::vector<uint8_t> bad = good;
     for (int k = count(rng); k > 0; --k)
       bad[pos(rng)] = static_cast<uint8_t>(small(rng));
-    size_t n = bad.size() - plan::kTrailerBytes;
-    plan::putLittleEndian(bad.data() + n, plan::crc32Of(bad.data(), n), 4);
+    reseal(bad);
     LoadedPlan loaded;
     Status s = LoadedPlan::parse(std::move(bad), "mutated.mtp", loaded);
     if (!s.ok() && s.message().find("FlatBuffers verification failed") == std::string::npos)
