@@ -128,6 +128,24 @@ def main():
 
     failures = []
 
+    def resume(a, first, first_ranks, b, second, second_ranks, label):
+        """Half the steps compiled with `first`, the rest resumed with `second`; the
+        result is compared with the serial run of the current model."""
+        run([mtc, "compile", model, *batch, *first, "-o", work(a + ".mtp")])
+        run([mtc, "compile", model, *batch, *second, "-o", work(b + ".mtp")])
+        run([mtrun, "-n", str(first_ranks), work(a + ".mtp"), "--data", work("data"),
+             "--steps", str(args.steps // 2), *schedule, "--save", work(b),
+             "--metrics", work(b + ".txt")])
+        run([mtrun, "-n", str(second_ranks), work(b + ".mtp"), *train, "--load", work(b),
+             "--save", work(b), "--metrics", work(b + ".txt")])
+        loss_error = curve_error(work(b + ".txt"), serial_losses, serial_norms, args.steps)
+        error, _ = weight_error(weights(work(b, "checkpoint.safetensors")), serial_weights)
+        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
+        print(f"resume {label}: loss/norm rel err {loss_error:.1e}  weights rel err "
+              f"{error:.1e}  {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(f"{a}->{b}")
+
     def check(name, layout, seconds):
         loss_error = curve_error(work(name + ".txt"), serial_losses, serial_norms, args.steps)
         error, worst = weight_error(weights(work(name, "checkpoint.safetensors")), serial_weights)
@@ -202,19 +220,8 @@ def main():
         a, b = "pipe_from_" + "".join(first).replace("--", ""), "pipe_to_" + "".join(second).replace("--", "")
         ranks = lambda f: (int(f[f.index("--pp") + 1]) if "--pp" in f else 1) * \
             (int(f[f.index("--tp") + 1]) if "--tp" in f else 1)
-        run([mtc, "compile", model, *batch, *first, "-o", work(a + ".mtp")])
-        run([mtc, "compile", model, *batch, *second, "-o", work(b + ".mtp")])
-        run([mtrun, "-n", str(ranks(first)), work(a + ".mtp"), "--data", work("data"),
-             "--steps", str(args.steps // 2), *schedule, "--save", work(b), "--metrics", work(b + ".txt")])
-        run([mtrun, "-n", str(ranks(second)), work(b + ".mtp"), *train, "--load", work(b),
-             "--save", work(b), "--metrics", work(b + ".txt")])
-        loss_error = curve_error(work(b + ".txt"), serial_losses, serial_norms, args.steps)
-        error, _ = weight_error(weights(work(b, "checkpoint.safetensors")), serial_weights)
-        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
-        print(f"resume {' '.join(first)} -> {' '.join(second) or 'serial'}: loss/norm rel err "
-              f"{loss_error:.1e}  weights rel err {error:.1e}  {'ok' if ok else 'MISMATCH'}")
-        if not ok:
-            failures.append(f"{a}->{b}")
+        resume(a, first, ranks(first), b, second, ranks(second),
+               f"{' '.join(first)} -> {' '.join(second) or 'serial'}")
 
     # Checkpoints across layouts: half the steps under one, the rest under another.
     model = os.path.join(args.models, "gpt-tiny.mlir")
@@ -222,25 +229,13 @@ def main():
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))
     serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
-    half = str(args.steps // 2)
     for first, second in (((2, False, 2, False), (4, False, 1, False)),
                           ((4, True, 1, False), (1, False, 1, False)),
                           ((1, False, 2, True), (2, True, 2, False))):
         a = "from_" + "_".join(map(str, first))
         b = "to_" + "_".join(map(str, second))
-        run([mtc, "compile", model, *batch, *flags(*first), "-o", work(a + ".mtp")])
-        run([mtc, "compile", model, *batch, *flags(*second), "-o", work(b + ".mtp")])
-        run([mtrun, "-n", str(first[0] * first[2]), work(a + ".mtp"), "--data", work("data"),
-             "--steps", half, *schedule, "--save", work(b), "--metrics", work(b + ".txt")])
-        run([mtrun, "-n", str(second[0] * second[2]), work(b + ".mtp"), *train, "--load",
-             work(b), "--save", work(b), "--metrics", work(b + ".txt")])
-        loss_error = curve_error(work(b + ".txt"), serial_losses, serial_norms, args.steps)
-        error, _ = weight_error(weights(work(b, "checkpoint.safetensors")), serial_weights)
-        ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
-        print(f"resume {first} -> {second}: loss/norm rel err {loss_error:.1e}  weights rel err "
-              f"{error:.1e}  {'ok' if ok else 'MISMATCH'}")
-        if not ok:
-            failures.append(f"{a}->{b}")
+        resume(a, flags(*first), first[0] * first[2], b, flags(*second),
+               second[0] * second[2], f"{first} -> {second}")
     if failures:
         sys.exit("layouts that differ from the serial run: " + ", ".join(failures))
 
