@@ -14,7 +14,7 @@ struct CompileOptions {
   int64_t globalBatchSize = 0;
   int64_t seqLength = 0;     // 0: the model's positions
   int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
-  std::string precision = "f32"; // element type of weights and activations
+  std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
   int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
   bool sequenceParallel = false;

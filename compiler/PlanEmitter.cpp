@@ -34,6 +34,23 @@ FailureOr<plan::DType> dtypeOf(Type element) {
   return failure();
 }
 
+/// A 16-bit parameter is a compute copy: the parameter itself (master weights,
+/// gradients, optimizer state) is f32.
+plan::DType masterType(plan::DType compute) {
+  return compute == plan::DType::BF16 || compute == plan::DType::F16 ? plan::DType::F32
+                                                                     : compute;
+}
+
+plan::DType precisionType(const std::string &precision) {
+  if (precision == "f64")
+    return plan::DType::F64;
+  if (precision == "bf16")
+    return plan::DType::BF16;
+  if (precision == "f16")
+    return plan::DType::F16;
+  return plan::DType::F32;
+}
+
 /// The attributes an instruction may carry; unset ones keep the schema defaults.
 struct InstructionFields {
   plan::Opcode opcode = plan::Opcode::Fill;
@@ -219,7 +236,8 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
           global.assign(g->begin(), g->end());
         params.push_back(plan::CreateParam(
             fbb, fbb.CreateString(param.getName().str()),
-            fbb.CreateVector(type.getShape().vec()), *dtypeOf(type.getElementType()), init,
+            fbb.CreateVector(type.getShape().vec()), masterType(*dtypeOf(type.getElementType())),
+            init,
             param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
             param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
             param.getTpGradReduce()));
@@ -348,7 +366,7 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
       plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), static_cast<int32_t>(header.pp),
                        static_cast<int32_t>(header.dp)),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
-      header.precision == "f64" ? plan::DType::F64 : plan::DType::F32, header.sequenceParallel,
+      precisionType(header.precision), header.sequenceParallel,
       static_cast<int32_t>(header.virtualStages), header.distributedOptimizer,
       header.ddpBucketBytes, fbb.CreateVector(params), fbb.CreateVector(programs),
       fbb.CreateVector(stages), accounting);

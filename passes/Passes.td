@@ -39,14 +39,17 @@ def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
     seq-length]; every op's result type is then inferred again, so an impossible
     shape (a sequence longer than the position table) is reported at the op.
     A seq-length of 0 takes the length of the model's position table. With
-    `precision`, every parameter (and so every activation) takes that float type.
+    `precision`, every parameter (and so every activation) takes that float type;
+    losses and softmax statistics stay in f32 (f64 for f64). Under bf16 and f16 the
+    parameters are the 16-bit compute copies: the runtime keeps the f32 master
+    weights, gradients and optimizer state.
   }];
   let options = [
     Option<"microBatchSize", "micro-batch-size", "int64_t", "1", "sequences per micro-batch">,
     Option<"seqLength", "seq-length", "int64_t", "0",
            "tokens per sequence (0: the model's positions)">,
     Option<"precision", "precision", "std::string", "\"\"",
-           "parameter element type: f32 or f64 (empty: as written)">
+           "parameter element type: f32, f64, bf16 or f16 (empty: as written)">
   ];
 }
 

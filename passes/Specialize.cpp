@@ -39,11 +39,16 @@ struct MtSpecialize : impl::MtSpecializeBase<MtSpecialize> {
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
     }
     if (!precision.empty()) {
-      Type element = precision == "f64" ? Type(Float64Type::get(fn->getContext()))
-                                        : Type(Float32Type::get(fn->getContext()));
-      if (precision != "f32" && precision != "f64")
-        return fn.emitError("mt-specialize: precision '") << precision
-                                                          << "' is not f32 or f64";
+      MLIRContext *ctx = fn->getContext();
+      Type element = llvm::StringSwitch<Type>(precision)
+                         .Case("f32", Float32Type::get(ctx))
+                         .Case("f64", Float64Type::get(ctx))
+                         .Case("bf16", BFloat16Type::get(ctx))
+                         .Case("f16", Float16Type::get(ctx))
+                         .Default(Type());
+      if (!element)
+        return fn.emitError("mt-specialize: precision '")
+               << precision << "' is not f32, f64, bf16 or f16";
       fn.walk([&](ParamOp param) {
         auto type = cast<RankedTensorType>(param.getType());
         param.getResult().setType(RankedTensorType::get(type.getShape(), element));

@@ -111,6 +111,13 @@ LogicalResult expectFeatures(std::optional<Location> loc, StringRef op, StringRe
                            " must have a feature dimension");
 }
 
+/// What losses and softmax statistics are kept in: f32 for 16-bit and f32 logits (as
+/// Megatron computes cross-entropy), f64 for f64 logits.
+Type accumulatorType(RankedTensorType logits) {
+  Type element = logits.getElementType();
+  return element.isF64() ? element : Float32Type::get(element.getContext());
+}
+
 RankedTensorType withLastDim(RankedTensorType t, int64_t last) {
   SmallVector<int64_t> shape(t.getShape());
   shape.back() = last;
@@ -392,7 +399,7 @@ LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Loca
   if (failed(checkLogits(loc, "mt.cross_entropy", logits, ranked(adaptor.getTargets()),
                          adaptor.getNumClasses())))
     return failure();
-  types.push_back(RankedTensorType::get({}, logits.getElementType()));
+  types.push_back(RankedTensorType::get({}, accumulatorType(logits)));
   return success();
 }
 
@@ -427,7 +434,7 @@ LogicalResult CrossEntropyStatsOp::inferReturnTypes(MLIRContext *,
   if (failed(checkLogitRows(loc, "mt.cross_entropy_stats", logits,
                             ranked(adaptor.getTargets()))))
     return failure();
-  types.push_back(RankedTensorType::get({3, logitRows(logits)}, logits.getElementType()));
+  types.push_back(RankedTensorType::get({3, logitRows(logits)}, accumulatorType(logits)));
   return success();
 }
 
@@ -443,7 +450,7 @@ LogicalResult CrossEntropyMergeOp::inferReturnTypes(MLIRContext *,
       stats.getDimSize(0) % 3 != 0 || !compatible(stats.getDimSize(1), logitRows(logits)))
     return emitOptionalError(loc, op, ": stats ", str(stats),
                              " must be [3 x ranks, rows of logits ", str(logits), "]");
-  types.push_back(RankedTensorType::get({}, logits.getElementType()));
+  types.push_back(RankedTensorType::get({}, accumulatorType(logits)));
   return success();
 }
 
@@ -601,8 +608,9 @@ LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,
   StringRef op = "mt.cross_entropy_grad";
   if (lossGrad.getRank() != 0)
     return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad), " must be a scalar");
-  if (failed(expectSameElementType(loc, op, "loss_grad", lossGrad, "logits", logits)))
-    return failure();
+  if (lossGrad.getElementType() != accumulatorType(logits))
+    return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad),
+                             " must be in the loss's type for logits ", str(logits));
   if (failed(checkLogits(loc, op, logits, ranked(adaptor.getTargets()),
                          adaptor.getNumClasses())))
     return failure();

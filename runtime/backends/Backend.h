@@ -20,6 +20,8 @@ struct StepContext {
   uint32_t step = 0;
   uint32_t microBatch = 0;
   int tpRank = 0, tpSize = 1;
+  /// The loss seed's factor: fp16's dynamic loss scale, else 1.
+  double lossScale = 1;
 };
 
 /// One AdamW update (Loshchilov & Hutter 2019), with the gradient scaled first
@@ -40,6 +42,8 @@ public:
   virtual void copyToDevice(void *device, const void *host, size_t bytes) = 0;
   virtual void copyToHost(void *host, const void *device, size_t bytes) = 0;
   virtual void setZero(void *device, size_t bytes) = 0;
+  /// dst = src element by element, between any float types (rounding to nearest even).
+  virtual void convert(const TensorView &dst, const TensorView &src) = 0;
 
   /// Runs one instruction. For ParamGrad, `outputs[0]` is the parameter's gradient,
   /// which the input is added into.

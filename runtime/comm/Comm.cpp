@@ -1,4 +1,5 @@
 #include "comm/Comm.h"
+#include "core/Half.h"
 #include "plan/PlanReader.h"
 
 #include <mpi.h>
@@ -81,9 +82,22 @@ MPI_Datatype mpiType(plan::DType dtype) {
     return MPI_INT32_T;
   case plan::DType::I64:
     return MPI_INT64_T;
+  case plan::DType::BF16:
+  case plan::DType::F16:
+    return MPI_UINT16_T;
   default:
     return MPI_FLOAT;
   }
+}
+
+/// Sums of 16-bit floats, which MPI does not know: each pair is added in f32 and rounded
+/// once, as NCCL does.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void sumHalves(void *in, void *inOut, int *count, MPI_Datatype *) {
+  const uint16_t *a = static_cast<const uint16_t *>(in);
+  uint16_t *b = static_cast<uint16_t *>(inOut);
+  for (int i = 0; i < *count; ++i)
+    b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
 }
 
 class MpiComm final : public Comm {
@@ -91,6 +105,12 @@ public:
   MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline)
       : tensor_(tensor), data_(data), pipeline_(pipeline) {
     position_ = position;
+    MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
+    MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
+  }
+
+  MPI_Op sumOf(plan::DType dtype) const {
+    return dtype == plan::DType::BF16 ? sumBf16_ : dtype == plan::DType::F16 ? sumF16_ : MPI_SUM;
   }
   ~MpiComm() override {
     (void)waitSends();
@@ -100,6 +120,8 @@ public:
     MPI_Comm_free(&tensor_);
     MPI_Comm_free(&data_);
     MPI_Comm_free(&pipeline_);
+    MPI_Op_free(&sumBf16_);
+    MPI_Op_free(&sumF16_);
     MPI_Finalize();
   }
 
@@ -125,7 +147,7 @@ public:
       it = subgroups_.emplace(key, comm).first;
     }
     return check(MPI_Allreduce(MPI_IN_PLACE, inOut.data, static_cast<int>(inOut.numel()),
-                               mpiType(inOut.dtype), MPI_SUM, it->second),
+                               mpiType(inOut.dtype), sumOf(inOut.dtype), it->second),
                  "all-reduce among stages");
   }
 
@@ -201,7 +223,7 @@ public:
       const void *send = in.data == out.data
                              ? MPI_IN_PLACE
                              : static_cast<const char *>(in.data) + element * first;
-      if (Status s = check(MPI_Allreduce(send, recv, count, mpiType(out.dtype), MPI_SUM, of(g)),
+      if (Status s = check(MPI_Allreduce(send, recv, count, mpiType(out.dtype), sumOf(out.dtype), of(g)),
                            "all-reduce");
           !s.ok())
         return s;
@@ -244,8 +266,8 @@ public:
       AxisBlocks(in, axis).toBlocks(static_cast<const char *>(in.data), blocks.data(), parts);
       send = blocks.data();
     }
-    return check(MPI_Reduce_scatter_block(send, out.data, count, mpiType(out.dtype), MPI_SUM,
-                                          of(g)),
+    return check(MPI_Reduce_scatter_block(send, out.data, count, mpiType(out.dtype),
+                                          sumOf(out.dtype), of(g)),
                  "reduce-scatter");
   }
 
@@ -261,6 +283,7 @@ private:
     MPI_Request request;
   };
   MPI_Comm tensor_, data_, pipeline_;
+  MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
   std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;
 };

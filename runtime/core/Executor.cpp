@@ -81,21 +81,25 @@ Status Executor::bind(ExecutorOptions options) {
   }
   const int64_t parts = plan_.grid()->dp();
   total = std::max<int64_t>(parts, (total + parts - 1) / parts * parts);
-  const size_t bytes = dtypeBytes(plan_.precision()) * total;
-  for (TensorView *flat : {&flatWeights_, &flatGrads_}) {
+  // Weights and gradients in the accumulator type (f32 under bf16 and f16: the master
+  // weights); the programs read a compute copy in the plan's precision when it differs.
+  const plan::DType master = accumulatorType(plan_.precision());
+  std::vector<TensorView *> flats = {&flatWeights_, &flatGrads_};
+  if (plan_.precision() != master)
+    flats.push_back(&flatCompute_);
+  for (TensorView *flat : flats) {
+    flat->dtype = flat == &flatCompute_ ? plan_.precision() : master;
+    const size_t bytes = dtypeBytes(flat->dtype) * total;
     flat->data = backend_.allocate(bytes);
     allocations_.push_back(flat->data);
     backend_.setZero(flat->data, bytes);
-    flat->dtype = plan_.precision();
     flat->rank = 1;
     flat->shape[0] = total;
   }
   for (Parameter &p : parameters_) {
-    const size_t at = dtypeBytes(plan_.precision()) * p.offset;
-    p.weight = viewOf(*p.spec->shape(), p.spec->dtype(),
-                      static_cast<std::byte *>(flatWeights_.data) + at);
-    p.grad = viewOf(*p.spec->shape(), p.spec->dtype(),
-                    static_cast<std::byte *>(flatGrads_.data) + at);
+    const size_t at = dtypeBytes(master) * p.offset;
+    p.weight = viewOf(*p.spec->shape(), master, static_cast<std::byte *>(flatWeights_.data) + at);
+    p.grad = viewOf(*p.spec->shape(), master, static_cast<std::byte *>(flatGrads_.data) + at);
   }
 
   // One arena: the stage's programs run one at a time.
@@ -119,7 +123,10 @@ Status Executor::bind(ExecutorOptions options) {
     for (const plan::Buffer *b : *prog.buffers()) {
       void *data;
       if (b->kind() == plan::BufferKind::Param) {
-        data = parameters_[localParam_[b->param()]].weight.data;
+        const Parameter &p = parameters_[localParam_[b->param()]];
+        data = flatCompute_.data ? static_cast<std::byte *>(flatCompute_.data) +
+                                       dtypeBytes(flatCompute_.dtype) * p.offset
+                                 : p.weight.data;
       } else if (options.separateBuffers) {
         data = backend_.allocate(b->bytes());
         allocations_.push_back(data);
@@ -152,6 +159,11 @@ uint64_t Executor::arenaBytesWritten(uint8_t sentinel) {
 
 int64_t Executor::tokensPerMicroBatch() const {
   return plan_.micro_batch_size() * plan_.seq_length();
+}
+
+void Executor::refreshComputeWeights() {
+  if (flatCompute_.data)
+    backend_.convert(flatCompute_, flatWeights_);
 }
 
 Status Executor::initParameters(uint64_t seed) {

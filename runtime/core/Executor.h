@@ -23,7 +23,8 @@ struct ExecutorOptions {
 
 class Executor {
 public:
-  /// One parameter's slice of the flat weight and gradient stores.
+  /// One parameter's slice of the flat weight and gradient stores (f32 master weights
+  /// under mixed precision).
   struct Parameter {
     const plan::Param *spec;
     int32_t index; // in the plan's parameter table
@@ -54,6 +55,10 @@ public:
   int64_t tokensPerMicroBatch() const;
 
   Status initParameters(uint64_t seed);
+  /// Under bf16 and f16, the programs read a 16-bit copy of the f32 master weights:
+  /// this rounds the master weights into it. Call it after the weights change (before
+  /// a step's first forward); without a copy it does nothing.
+  void refreshComputeWeights();
   void zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
   /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
@@ -104,6 +109,7 @@ private:
   uint64_t arenaBytes_ = 0;
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
+  TensorView flatCompute_; // the 16-bit compute copy of flatWeights_, if any
   void *arena_ = nullptr;
   std::chrono::steady_clock::time_point backwardStart_;
 };

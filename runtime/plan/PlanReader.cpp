@@ -117,14 +117,14 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
                           const Dims *param) {
   using plan::Opcode;
   const int64_t tp = p.grid()->tp();
-  const plan::DType precision = p.precision();
-  // Every operand is either an index tensor or in the plan's precision; the kernels
-  // read and write all float operands as that type.
+  const plan::DType precision = p.precision(), accumulator = accumulatorType(precision);
+  // Every operand is an index tensor, in the plan's precision, or (losses, softmax
+  // statistics) in its accumulator type; the kernels read each operand by its type.
+  auto isFloat = [&](const Dims &t) { return t.dtype == precision || t.dtype == accumulator; };
   for (const auto *list : {&in, &out})
     for (const Dims &t : *list)
-      if (!t.isIndex() && t.dtype != precision)
+      if (!t.isIndex() && !isFloat(t))
         return "an operand is neither an index tensor nor in the plan's precision";
-  auto isFloat = [&](const Dims &t) { return t.dtype == precision; };
   auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
   // Operands the kernel reads or writes as floats: every one of them, so an index tensor
   // can never stand in for one.
@@ -269,7 +269,9 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
       return "vocabulary-parallel cross-entropy gradient operands disagree";
     return "";
   case Opcode::ParamGrad:
-    return param && same(in[0], *param) ? "" : "gradient does not match its parameter";
+    return param && in[0].numel() == param->numel() && floats({&in[0]})
+               ? ""
+               : "gradient does not match its parameter";
   case Opcode::AllReduce:
     return same(out[0], in[0]) ? "" : "all-reduce operands disagree";
   case Opcode::AllGather:
@@ -305,7 +307,9 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
         return Status::failure(cat(where, " buffer ", i, " names parameter ", b->param(),
                                    " of ", numParams));
       const plan::Param *param = p.params()->Get(b->param());
-      if (!sameShape(param->shape(), b->shape()) || param->dtype() != b->dtype())
+      // The programs read a parameter in the plan's precision (under bf16 and f16, the
+      // compute copy of the f32 master weights).
+      if (!sameShape(param->shape(), b->shape()) || b->dtype() != p.precision())
         return Status::failure(cat(where, " buffer ", i, " disagrees with parameter ",
                                    b->param()));
     } else if (b->offset() > prog.arena_bytes() ||
@@ -380,7 +384,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   }
   if (prog.loss() >= 0) {
     Dims loss(*buffers.Get(prog.loss()));
-    if (loss.numel() != 1 || loss.dtype != p.precision())
+    if (loss.numel() != 1 || loss.dtype != accumulatorType(p.precision()))
       return Status::failure(cat(where, ": the loss must be a float scalar"));
   }
   return Status::success();
@@ -397,15 +401,16 @@ Status checkPlan(const plan::Plan &p) {
   if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || p.virtual_stages() < 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
-  if (p.precision() != plan::DType::F32 && p.precision() != plan::DType::F64)
-    return Status::failure("plan precision must be f32 or f64");
+  if (p.precision() != plan::DType::F32 && p.precision() != plan::DType::F64 &&
+      p.precision() != plan::DType::BF16 && p.precision() != plan::DType::F16)
+    return Status::failure("plan precision must be f32, f64, bf16 or f16");
   for (flatbuffers::uoffset_t i = 0; i < p.params()->size(); ++i) {
     const plan::Param *param = p.params()->Get(i);
     if (!param->name() || shapeBytes(param->shape(), param->dtype()) == 0 ||
         shapeBytes(param->global_shape(), param->dtype()) == 0 ||
         param->global_shape()->size() != param->shape()->size() || param->shard_dim() < -1 ||
         param->shard_dim() >= static_cast<int>(param->shape()->size()) ||
-        param->dtype() != p.precision() || param->init() > plan::Init::MAX)
+        param->dtype() != accumulatorType(p.precision()) || param->init() > plan::Init::MAX)
       return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
     // The global shape is tp blocks of the local one along the shard dimension.
     for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {

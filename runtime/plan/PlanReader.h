@@ -28,6 +28,13 @@ private:
 /// Bytes of one element of `dtype`.
 size_t dtypeBytes(plan::DType dtype);
 
+/// What a plan of `precision` keeps parameters (master weights, gradients, optimizer
+/// state), losses and softmax statistics in: f32 under bf16 and f16, else `precision`.
+inline plan::DType accumulatorType(plan::DType precision) {
+  return precision == plan::DType::BF16 || precision == plan::DType::F16 ? plan::DType::F32
+                                                                         : precision;
+}
+
 } // namespace mt
 
 #endif

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,14 @@
 
 namespace mt {
 namespace {
+
+/// A double as text that reads back to the same value.
+std::string roundTrip(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
 
 using json = nlohmann::json;
 
@@ -300,7 +310,12 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                          {"model", executor.plan().model()->str()},
                          {"step", std::to_string(state.step)},
                          {"data_position", std::to_string(state.dataPosition)},
-                         {"seed", std::to_string(state.seed)}});
+                         {"seed", std::to_string(state.seed)},
+                         {"loss_scale", roundTrip(state.lossScaler.scale)},
+                         {"loss_scale_good_steps", std::to_string(state.lossScaler.goodSteps)},
+                         {"loss_scale_hysteresis_left",
+                          std::to_string(state.lossScaler.hysteresisLeft)},
+                         {"skipped_steps", std::to_string(state.skippedSteps)}});
   return agree(executor, written);
 }
 
@@ -378,6 +393,22 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
     return fail("corrupt checkpoint: bad training state in its metadata");
   loaded.step = static_cast<int64_t>(step);
+  // fp16's loss scaler (absent from older checkpoints: the defaults).
+  if (meta.contains("loss_scale")) {
+    uint64_t good = 0, hysteresis = 0, skipped = 0;
+    char *end = nullptr;
+    std::string scale = meta.value("loss_scale", "");
+    loaded.lossScaler.scale = std::strtod(scale.c_str(), &end);
+    if (scale.empty() || *end || !(loaded.lossScaler.scale >= 1) ||
+        !std::isfinite(loaded.lossScaler.scale) || !number("loss_scale_good_steps", good) ||
+        !number("loss_scale_hysteresis_left", hysteresis) ||
+        !number("skipped_steps", skipped) || good > (uint64_t{1} << 40) ||
+        hysteresis > (uint64_t{1} << 40) || skipped > step)
+      return fail("corrupt checkpoint: bad loss-scaler state in its metadata");
+    loaded.lossScaler.goodSteps = static_cast<int64_t>(good);
+    loaded.lossScaler.hysteresisLeft = static_cast<int64_t>(hysteresis);
+    loaded.skippedSteps = static_cast<int64_t>(skipped);
+  }
 
   // This rank's tensor-parallel shard of every tensor, and, for the distributed
   // optimizer's moments, its data-parallel range of the flat store.

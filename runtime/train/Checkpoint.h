@@ -1,5 +1,5 @@
 // Checkpoints as safetensors: the global (unsharded) weights, Adam's moments, and the
-// training state (step, data position, seed) in the metadata — so a checkpoint saved
+// training state (step, data position, seed, fp16's loss scale) in the metadata — so a checkpoint saved
 // under one layout loads under any other. World rank 0 writes it atomically
 // (temporary file, fsync, rename, fsync of the directory), so a crash or kill mid-save
 // leaves the last good checkpoint as it was.
@@ -17,6 +17,8 @@ struct TrainingState {
   int64_t step = 0;          // steps completed
   uint64_t dataPosition = 0; // samples consumed
   uint64_t seed = 0;
+  LossScaler lossScaler;     // fp16 only
+  int64_t skippedSteps = 0;  // fp16: steps whose gradients overflowed
 };
 
 /// The checkpoint file inside a save directory.

@@ -92,7 +92,7 @@ AdamW::~AdamW() {
   executor_.backend().release(expAvgSq_.data);
 }
 
-Status AdamW::step(int64_t step, double lr, double gradScale, double &gradNorm) {
+double AdamW::gradientNorm(double gradScale) {
   Backend &backend = executor_.backend();
   Comm &comm = executor_.comm();
   const int64_t last = first_ + expAvg_.numel();
@@ -113,7 +113,13 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double &gradNorm) 
   sumSquares = comm.allReduceSum(Group::Pipeline, sumSquares);
   if (distributed_)
     sumSquares = comm.allReduceSum(Group::Data, sumSquares);
-  gradNorm = std::sqrt(sumSquares) * gradScale;
+  return std::sqrt(sumSquares) * gradScale;
+}
+
+Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
+  Backend &backend = executor_.backend();
+  Comm &comm = executor_.comm();
+  const int64_t last = first_ + expAvg_.numel();
   if (!std::isfinite(gradNorm))
     return Status::failure("the gradient norm is not finite; the weights are left as they were");
   double clip = 1.0;

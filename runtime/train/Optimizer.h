@@ -6,6 +6,7 @@
 
 #include "core/Executor.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,31 @@ double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSt
 Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
                             uint64_t bucketBytes);
 
+/// fp16's dynamic loss scaling, with Megatron's defaults: the loss is multiplied by
+/// `scale` before backward; a step whose gradients overflow is skipped, and after
+/// `hysteresis` such steps in a row the scale halves (to at least `minScale`); after
+/// `window` good steps in a row it doubles.
+struct LossScaler {
+  double scale = 4294967296.0, minScale = 1;
+  int64_t window = 1000, hysteresis = 2;
+  int64_t goodSteps = 0, hysteresisLeft = 2; // the state a checkpoint keeps
+
+  /// After a step: `overflow` says whether its gradients were not finite.
+  void update(bool overflow) {
+    if (overflow) {
+      goodSteps = 0;
+      if (--hysteresisLeft <= 0)
+        scale = std::max(scale / 2, minScale);
+      return;
+    }
+    if (++goodSteps == window) {
+      goodSteps = 0;
+      hysteresisLeft = hysteresis;
+      scale *= 2;
+    }
+  }
+};
+
 class AdamW {
 public:
   /// With `distributed`, this rank keeps Adam's moments for, and updates, only its
@@ -40,11 +66,14 @@ public:
   AdamW(const AdamW &) = delete;
   AdamW &operator=(const AdamW &) = delete;
 
-  /// Updates from the synchronised gradients times `gradScale` (1/micro-batches),
-  /// clipped to `clipGrad` in global norm; with the distributed optimizer, gathers the
-  /// updated shards back to every rank. `step` is 1-based. Returns the gradient norm
-  /// before clipping.
-  Status step(int64_t step, double lr, double gradScale, double &gradNorm);
+  /// Collective: the global norm of the synchronised gradients times `gradScale`.
+  double gradientNorm(double gradScale);
+
+  /// Updates from the synchronised gradients times `gradScale` (1/micro-batches, and
+  /// 1/loss scale), clipped to `clipGrad` in global norm (`gradNorm`, from
+  /// gradientNorm, which must be finite); with the distributed optimizer, gathers the
+  /// updated shards back to every rank. `step` is 1-based.
+  Status step(int64_t step, double lr, double gradScale, double gradNorm);
 
   /// The range [first, first + moments numel) of the flat store this rank updates, and
   /// Adam's first and second moments over it.

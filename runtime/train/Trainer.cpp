@@ -73,6 +73,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   const bool leader = comm.position().worldRank() == 0;
   if (!leader)
     log = nullptr;
+  // fp16 scales the loss (and so every gradient) to keep small gradients representable,
+  // and skips the steps whose gradients overflow.
+  const bool scaleLoss = plan.precision() == plan::DType::F16;
 
   IndexedDataset dataset;
   if (Status s = IndexedDataset::open(config.dataPrefix, dataset); !s.ok())
@@ -143,6 +146,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // accumulate), the gradient synchronisation, the update. The loss, and so the
     // gradient, is the mean over all micro-batches of the global batch.
     executor.zeroGradients();
+    executor.refreshComputeWeights();
+    const double lossScale = scaleLoss ? state.lossScaler.scale : 1.0;
+    bool skipped = false;
     double lossSum = 0, gradNorm = 0;
     const double lr = learningRate(config.optimizer, step, config.steps);
     auto failed = [&](const Status &s) {
@@ -165,6 +171,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
           return s;
         StepContext context{config.seed, static_cast<uint32_t>(step),
                             static_cast<uint32_t>(mb)};
+        context.lossScale = lossScale;
         double loss = 0;
         auto begin = Timeline::Clock::now();
         if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
@@ -200,6 +207,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         // Waiting for the neighbour is the bubble; the pass starts once its input is here.
         auto begin = Timeline::Clock::now();
         StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
+        context.lossScale = lossScale;
         std::vector<std::vector<char>> &stash = stashes[{action->chunk(), mb}];
         double loss = 0;
         if (Status s = executor.runPiece(program, inputs.data(), targets.data(), context,
@@ -253,8 +261,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         lossSum = comm.allReduceSum(Group::Data, lossSum);
         if (!std::isfinite(lossSum))
           return failed(Status::failure("the loss is not finite"));
-        if (Status s = optimizer.step(step + 1, lr, 1.0 / microBatches, gradNorm); !s.ok())
-          return failed(s);
+        const double gradScale = 1.0 / (microBatches * lossScale);
+        gradNorm = optimizer.gradientNorm(gradScale);
+        if (scaleLoss) {
+          skipped = !std::isfinite(gradNorm);
+          state.lossScaler.update(skipped);
+          state.skippedSteps += skipped;
+        }
+        if (!skipped)
+          if (Status s = optimizer.step(step + 1, lr, gradScale, gradNorm); !s.ok())
+            return failed(s);
         timeline.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
         break;
       }
@@ -281,12 +297,17 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       std::fflush(metrics);
     }
     if (log && config.logEvery > 0 &&
-        (state.step % config.logEvery == 0 || state.step == config.steps))
+        (state.step % config.logEvery == 0 || state.step == config.steps || skipped)) {
       std::fprintf(log,
                    "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
-                   "%.0f tok/s | ETA %s\n",
+                   "%.0f tok/s | ETA %s",
                    state.step, config.steps, record.loss, lr, gradNorm, record.tokensPerSecond,
                    duration(elapsed / done * (config.steps - state.step)).c_str());
+      if (scaleLoss)
+        std::fprintf(log, " | loss scale %.0f | %s%" PRId64 " skipped", lossScale,
+                     skipped ? "overflow, step skipped | " : "", state.skippedSteps);
+      std::fprintf(log, "\n");
+    }
     if (log)
       std::fflush(log);
 

@@ -2,7 +2,7 @@
 //
 //   mtc info MODEL [--make-vocab-size-divisible-by N]
 //   mtc compile MODEL --micro-batch-size B --global-batch-size G [--seq-length S]
-//               [--make-vocab-size-divisible-by N] [--precision fp32|fp64] -o PLAN
+//               [--make-vocab-size-divisible-by N] [--precision bf16|fp16|fp32|fp64] -o PLAN
 //               [--tp T] [--sp] [--dp D] [--distributed-optimizer] [--ddp-bucket-size B]
 //               [--emit-mlir FILE] [--print-ir-after-all]
 #include "compiler/Accounting.h"
@@ -35,7 +35,8 @@ constexpr const char *kUsage = R"(usage:
   mtc info MODEL [--make-vocab-size-divisible-by N]
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
-              [--precision fp32|fp64] [--tp T] [--sp] [--dp D]
+              [--precision bf16|fp16|fp32|fp64 | --bf16 | --fp16]
+              [--tp T] [--sp] [--dp D]
               [--pp P [--vpp V | --layers-per-virtual-stage N]
                [--schedule gpipe|1f1b|interleaved]
                [--first-stage-layers N] [--last-stage-layers N]]
@@ -80,7 +81,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"info", {}},
       {"schedule", {}},
       {"compile",
-       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations"}}};
+       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations", "bf16",
+        "fp16"}}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
@@ -343,15 +345,29 @@ int runCompile(MLIRContext &context, const Args &args) {
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
-  // fp64 exists for gradient checks against finite differences.
+  // bf16 and fp16 compute with f32 master weights, gradients and Adam state (Megatron's
+  // mixed precision); fp64 exists for gradient checks against finite differences.
   std::string precision = args.values.lookup("precision");
-  if (precision.empty() || precision == "fp32")
-    options.precision = "f32";
-  else if (precision == "fp64")
-    options.precision = "f64";
-  else
-    return usageError("--precision must be fp32 or fp64, got '" + precision + "'");
-  const int64_t bytesPerValue = options.precision == "f64" ? 8 : 4;
+  for (const char *flag : {"bf16", "fp16"})
+    if (args.switches.lookup(flag)) {
+      if (!precision.empty() && precision != flag)
+        return usageError(std::string("--") + flag + " contradicts --precision " + precision);
+      precision = flag;
+    }
+  if (precision.empty())
+    precision = "fp32";
+  const llvm::StringMap<std::string> elementTypes = {
+      {"fp32", "f32"}, {"fp64", "f64"}, {"bf16", "bf16"}, {"fp16", "f16"}};
+  if (!elementTypes.count(precision))
+    return usageError("--precision must be bf16, fp16, fp32 or fp64, got '" + precision + "'");
+  options.precision = elementTypes.lookup(precision);
+  const bool mixed = precision == "bf16" || precision == "fp16";
+  // Bytes per parameter as mtrun holds them: the weights (under mixed precision the
+  // f32 master weights and the 16-bit copy the programs read), the gradients, Adam's two
+  // moments (sharded over dp by the distributed optimizer).
+  const int64_t weightBytes = precision == "fp64" ? 8 : mixed ? 6 : 4;
+  const int64_t gradientBytes = precision == "fp64" ? 8 : 4;
+  const int64_t optimizerBytes = 2 * gradientBytes;
 
   ModelFile model;
   if (!loadModel(context, args.model, model))
@@ -492,10 +508,10 @@ int runCompile(MLIRContext &context, const Args &args) {
   // The model's work, as the plan records it; recomputation is reported beside it.
   header.costs.gemmFlops -= recomputeFlops;
   header.costs.otherFlops -= recomputeOtherFlops;
-  header.memory.weights = bytesPerValue * localParameters;
-  header.memory.gradients = bytesPerValue * localParameters;
+  header.memory.weights = weightBytes * localParameters;
+  header.memory.gradients = gradientBytes * localParameters;
   header.memory.optimizer =
-      2 * bytesPerValue * localParameters / (distributedOptimizer ? options.dp : 1);
+      optimizerBytes * localParameters / (distributedOptimizer ? options.dp : 1);
   header.precision = options.precision;
 
   std::vector<uint8_t> plan;
@@ -535,7 +551,8 @@ int runCompile(MLIRContext &context, const Args &args) {
   };
   outs() << "mtc: " << header.model << " -> " << output << " (" << mtc::withCommas(plan.size())
          << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
-  std::string fp = precision.empty() ? "fp32" : precision;
+  const std::string &fp = precision;
+  const std::string master = precision == "fp64" ? "fp64" : "fp32";
   row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp
                 << ", pp " << options.pp << ", dp " << options.dp << ")"
                 << (options.pp > 1 ? ", " + scheduleName + " schedule" : std::string())
@@ -571,12 +588,13 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << " other\n";
   }
   outs() << "  bytes per rank\n";
-  row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << bytesPerValue
+  row("  weights") << mtc::withCommas(m.weights) << "  ("
+                   << (mixed ? "fp32 master + " + fp + " copy" : fp) << ", " << weightBytes
                    << " B/param)\n";
-  row("  gradients") << mtc::withCommas(m.gradients) << "  (" << fp << ", " << bytesPerValue
-                     << " B/param)\n";
+  row("  gradients") << mtc::withCommas(m.gradients) << "  (" << master << ", "
+                     << gradientBytes << " B/param)\n";
   row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, "
-                           << 2 * bytesPerValue << " B/param"
+                           << optimizerBytes << " B/param"
                            << (distributedOptimizer ? " / dp" : "") << ")\n";
   row("  activations") << mtc::withCommas(m.activations)
                        << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"

@@ -1,7 +1,9 @@
-// The CPU backend: every opcode in f32 and f64, GEMMs through OpenBLAS. It is the
-// numerical reference the other backends and every parallel layout are checked
-// against, so it favours clarity and double-precision accumulation over speed.
+// The CPU backend: every opcode in f32 and f64, GEMMs through OpenBLAS; bf16 and f16
+// tensors are stored as such and computed in f32. It is the numerical reference the
+// other backends and every parallel layout are checked against, so it favours clarity
+// and double-precision accumulation over speed.
 #include "backends/Backend.h"
+#include "core/Half.h"
 #include "core/Rng.h"
 
 #include <cblas.h>
@@ -490,7 +492,7 @@ template <typename T> struct Kernels {
     const int64_t parts = inst.vocab_parallel() ? ctx.tpSize : 1;
     switch (inst.opcode()) {
     case Opcode::Fill:
-      fill(out[0], inst.value());
+      fill(out[0], inst.value() * ctx.lossScale);
       break;
     case Opcode::Embedding:
       return embedding(in[0], in[1], vocabFirst(in[0], 0), in[0].dim(0) * parts, out[0]);
@@ -617,13 +619,85 @@ template <typename T> struct Kernels {
   }
 };
 
-/// The float type an instruction computes in: that of its first float operand.
+bool isHalf(plan::DType dtype) { return dtype == plan::DType::BF16 || dtype == plan::DType::F16; }
+
+/// Element i of a float tensor of any precision, as a double, and the reverse.
+double load(const TensorView &t, int64_t i) {
+  switch (t.dtype) {
+  case plan::DType::F64:
+    return t.as<double>()[i];
+  case plan::DType::BF16:
+    return bf16ToFloat(t.as<uint16_t>()[i]);
+  case plan::DType::F16:
+    return f16ToFloat(t.as<uint16_t>()[i]);
+  default:
+    return t.as<float>()[i];
+  }
+}
+
+void store(const TensorView &t, int64_t i, double value) {
+  switch (t.dtype) {
+  case plan::DType::F64:
+    t.as<double>()[i] = value;
+    break;
+  case plan::DType::BF16:
+    t.as<uint16_t>()[i] = floatToBf16(static_cast<float>(value));
+    break;
+  case plan::DType::F16:
+    t.as<uint16_t>()[i] = floatToF16(static_cast<float>(value));
+    break;
+  default:
+    t.as<float>()[i] = static_cast<float>(value);
+  }
+}
+
+void convert(const TensorView &dst, const TensorView &src) {
+  const int64_t n = src.numel();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    store(dst, i, load(src, i));
+}
+
+/// The float type an instruction computes in: f64 if any operand is f64, else f32
+/// (16-bit operands are widened).
 plan::DType computeType(const plan::Instruction &inst, const TensorView *in,
                         const TensorView *out) {
   for (size_t i = 0; i < inst.inputs()->size(); ++i)
-    if (in[i].dtype == plan::DType::F32 || in[i].dtype == plan::DType::F64)
-      return in[i].dtype;
-  return out[0].dtype;
+    if (in[i].dtype == plan::DType::F64)
+      return plan::DType::F64;
+  return out[0].dtype == plan::DType::F64 ? plan::DType::F64 : plan::DType::F32;
+}
+
+/// Outputs the kernel sees: ParamGrad's is the parameter's gradient, which the executor
+/// binds, not the plan.
+size_t outputCount(const plan::Instruction &inst) {
+  return inst.opcode() == Opcode::ParamGrad ? 1 : inst.outputs()->size();
+}
+
+/// 16-bit storage, f32 arithmetic: widens every 16-bit operand into an f32 copy, runs
+/// the f32 kernel, and rounds each 16-bit output once.
+Status runWidened(const plan::Instruction &inst, const TensorView *inputs,
+                  const TensorView *outputs, const StepContext &context) {
+  const size_t numIn = inst.inputs()->size(), numOut = outputCount(inst);
+  std::vector<TensorView> views(inputs, inputs + numIn);
+  views.insert(views.end(), outputs, outputs + numOut);
+  std::vector<std::vector<float>> wide(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (!isHalf(views[i].dtype))
+      continue;
+    wide[i].resize(views[i].numel());
+    TensorView w = views[i];
+    w.dtype = plan::DType::F32;
+    w.data = wide[i].data();
+    convert(w, views[i]);
+    views[i] = w;
+  }
+  if (Status s = Kernels<float>::run(inst, views.data(), views.data() + numIn, context); !s.ok())
+    return s;
+  for (size_t i = numIn; i < views.size(); ++i)
+    if (!wide[i].empty())
+      convert(outputs[i - numIn], views[i]);
+  return Status::success();
 }
 
 class CpuBackend final : public Backend {
@@ -648,6 +722,12 @@ public:
 
   Status run(const plan::Instruction &inst, const TensorView *inputs,
              const TensorView *outputs, const StepContext &context) override {
+    for (size_t i = 0; i < inst.inputs()->size() + outputCount(inst); ++i) {
+      const TensorView &t = i < inst.inputs()->size() ? inputs[i]
+                                                      : outputs[i - inst.inputs()->size()];
+      if (isHalf(t.dtype))
+        return runWidened(inst, inputs, outputs, context);
+    }
     switch (computeType(inst, inputs, outputs)) {
     case plan::DType::F32:
       return Kernels<float>::run(inst, inputs, outputs, context);
@@ -658,6 +738,10 @@ public:
                                  " in ", plan::EnumNameDType(outputs[0].dtype),
                                  " is not supported"));
     }
+  }
+
+  void convert(const TensorView &dst, const TensorView &src) override {
+    mt::convert(dst, src);
   }
 
   void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
