@@ -376,7 +376,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     if (name != "__metadata__" && !expected.count(name))
       return fail(cat("tensor '", name, "' is not a tensor of model '",
                       executor.plan().model()->str(), "'"));
-  TrainingState loaded;
+  TrainingState loaded = state; // what the metadata does not say stays as it was
   auto number = [&](const char *key, uint64_t &out) {
     std::string text = meta.value(key, "");
     size_t used = 0;

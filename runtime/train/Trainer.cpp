@@ -87,9 +87,14 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   AdamW optimizer(executor, config.optimizer, plan.distributed_optimizer());
   TrainingState state;
   state.seed = config.seed;
+  state.lossScaler = config.lossScaler;
   if (!config.loadDir.empty()) {
     if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state); !s.ok())
       return s;
+    // The checkpoint has the scaler's state; its settings are this run's.
+    state.lossScaler.minScale = config.lossScaler.minScale;
+    state.lossScaler.window = config.lossScaler.window;
+    state.lossScaler.hysteresis = config.lossScaler.hysteresis;
     if (state.seed != config.seed)
       return Status::failure("checkpoint in " + config.loadDir + " was trained with seed " +
                              std::to_string(state.seed) + ", not " +

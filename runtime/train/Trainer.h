@@ -22,6 +22,7 @@ struct TrainerConfig {
   std::string metricsPath; // one line per step, full precision, when set
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
+  LossScaler lossScaler; // fp16 plans: the first scale and the scaler's settings
 };
 
 /// One line per logged step; also what tests read.

@@ -41,6 +41,10 @@ constexpr const char *kUsage = R"(usage:
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
+  --initial-loss-scale X    fp16 plans: dynamic loss scaling's first scale (default
+                            2^32), --min-loss-scale X (1), --loss-scale-window N good
+                            steps before it doubles (1000), --hysteresis N overflows
+                            before it halves (2)
   --backend cpu             the device to run on
 )";
 
@@ -57,7 +61,8 @@ const std::map<std::string, std::string> kAliases = {
 const std::set<std::string> kFlags = {
     "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics", "trace"};
+    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics", "trace",
+    "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
 
 /// Ranks this process runs among, from the launcher's environment.
 int worldSize() {
@@ -192,6 +197,15 @@ int main(int argc, char **argv) {
     o.eps = number("adam-eps", o.eps);
     o.weightDecay = number("weight-decay", o.weightDecay);
     o.clipGrad = number("clip-grad", o.clipGrad);
+    mt::LossScaler &scaler = config.lossScaler;
+    scaler.scale = number("initial-loss-scale", scaler.scale);
+    scaler.minScale = number("min-loss-scale", scaler.minScale);
+    scaler.window = integer("loss-scale-window", scaler.window);
+    scaler.hysteresis = scaler.hysteresisLeft = integer("hysteresis", scaler.hysteresis);
+    if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
+        scaler.hysteresis < 1)
+      return usageError("loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
+                        "--loss-scale-window >= 1 and --hysteresis >= 1");
     if (o.decayStyle != "cosine" && o.decayStyle != "linear" && o.decayStyle != "constant")
       return usageError("--lr-decay must be cosine, linear or constant");
   } catch (const std::exception &e) {
