@@ -1,5 +1,6 @@
 #include "compiler/Accounting.h"
 #include "dialects/mt/MtDialect.h"
+#include "passes/Passes.h"
 
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
@@ -74,6 +75,30 @@ std::string withCommas(unsigned __int128 value) {
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3)
     digits.insert(static_cast<size_t>(i), ",");
   return digits;
+}
+
+std::optional<int64_t> savedBytesOfLayer(ModuleOp module, int64_t layer) {
+  auto fn = module.lookupSymbol<FunctionOpInterface>("train_step");
+  if (!fn)
+    return std::nullopt;
+  Block &body = fn.getFunctionBody().front();
+  DenseMap<Operation *, int64_t> position;
+  const int64_t backwardStart = mt::numberOps(body, position);
+  int64_t bytes = 0;
+  bool found = false;
+  for (Operation &op : body) {
+    if (position[&op] >= backwardStart)
+      break;
+    auto ordinal = op.getAttrOfType<IntegerAttr>(mt::kLayerAttr);
+    if (!ordinal || ordinal.getInt() != layer || isa<mt::ParamOp>(op))
+      continue;
+    found = true;
+    for (Value v : op.getResults())
+      if (llvm::any_of(v.getUsers(),
+                       [&](Operation *user) { return position.lookup(user) >= backwardStart; }))
+        bytes += mt::tensorBytes(v.getType());
+  }
+  return found ? std::optional<int64_t>(bytes) : std::nullopt;
 }
 
 } // namespace mtc

@@ -39,6 +39,11 @@ struct MemoryReport {
   int64_t total() const { return weights + gradients + optimizer + activations; }
 };
 
+/// Bytes that forward ops of layer `layer` (mt.layer) produce and backward reads: what
+/// the layer keeps for backward per micro-batch, Korthikanti et al.'s "activation
+/// memory per layer". Needs the whole step in one function (no pipeline partition).
+std::optional<int64_t> savedBytesOfLayer(mlir::ModuleOp module, int64_t layer);
+
 /// 1234567 -> "1,234,567".
 std::string withCommas(unsigned __int128 value);
 

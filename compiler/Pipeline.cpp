@@ -33,6 +33,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
         {options.microBatchSize, options.seqLength, options.precision}));
     pm.addPass(mt::createMtTensorParallel(
         {options.tp, options.dp, options.sequenceParallel}));
+    if (options.attention == "unfused")
+      pm.addPass(mt::createMtUnfuseAttention());
     if (options.pp > 1)
       pm.addPass(mt::createMtPipelineAssign({options.pp, options.virtualStages,
                                              options.firstStageLayers,

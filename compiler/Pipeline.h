@@ -18,6 +18,7 @@ struct CompileOptions {
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
   int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
   bool sequenceParallel = false;
+  std::string attention = "fused"; // fused | unfused (mt-unfuse-attention)
   std::string recompute = "none"; // none | selective | full
   std::string recomputeMethod = "uniform";
   int64_t recomputeLayers = 1;

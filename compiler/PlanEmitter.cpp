@@ -31,6 +31,8 @@ FailureOr<plan::DType> dtypeOf(Type element) {
     return plan::DType::I32;
   if (element.isInteger(64))
     return plan::DType::I64;
+  if (element.isInteger(8))
+    return plan::DType::I8;
   return failure();
 }
 
@@ -56,7 +58,8 @@ struct InstructionFields {
   plan::Opcode opcode = plan::Opcode::Fill;
   double epsilon = 0, rate = 0, value = 0;
   int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
-  bool causal = false, vocabParallel = false, sequenceParallel = false, featureParallel = false;
+  bool causal = false, vocabParallel = false, sequenceParallel = false, featureParallel = false,
+       headParallel = false;
   int32_t param = -1, axis = 0;
 };
 
@@ -152,7 +155,26 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       .Case([&](mlir::mt::AttentionOp o) {
         f.heads = o.getHeads();
         f.causal = o.getCausal();
+        f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
+        f.stream = o.getStream().value_or(-1);
+        f.headParallel = o.getHeadParallel();
         return f.opcode = Opcode::Attention, true;
+      })
+      .Case([&](mlir::mt::AttentionProbsOp o) {
+        f.heads = o.getHeads();
+        f.causal = o.getCausal();
+        return f.opcode = Opcode::AttentionProbs, true;
+      })
+      .Case([&](mlir::mt::AttentionContextOp) { return f.opcode = Opcode::AttentionContext, true; })
+      .Case([&](mlir::mt::AttentionProbsGradOp) {
+        return f.opcode = Opcode::AttentionProbsGrad, true;
+      })
+      .Case([&](mlir::mt::AttentionContextGradOp) {
+        return f.opcode = Opcode::AttentionContextGrad, true;
+      })
+      .Case([&](mlir::mt::DropoutGradOp o) {
+        f.rate = o.getRate().convertToDouble();
+        return f.opcode = Opcode::DropoutGrad, true;
       })
       .Case([&](mlir::mt::DropoutOp o) {
         f.rate = o.getRate().convertToDouble();
@@ -186,6 +208,9 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       .Case([&](mlir::mt::AttentionGradOp o) {
         f.heads = o.getHeads();
         f.causal = o.getCausal();
+        f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
+        f.stream = o.getStream().value_or(-1);
+        f.headParallel = o.getHeadParallel();
         return f.opcode = Opcode::AttentionGrad, true;
       })
       .Case([&](mlir::mt::CrossEntropyGradOp o) {
@@ -266,7 +291,7 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
         fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
         f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
         f->param, cost ? cost.getGemmFlops() : 0, f->axis, f->vocabParallel,
-        f->sequenceParallel, f->featureParallel));
+        f->sequenceParallel, f->featureParallel, f->headParallel));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

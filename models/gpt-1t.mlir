@@ -11,7 +11,7 @@ module attributes {mt.model = "gpt-1t"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<76800x25600xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<76800xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x25600xf32>, tensor<76800x25600xf32>, tensor<76800xf32>) -> tensor<?x?x76800xf32>
-    %att = mt.attention %qkv {causal, heads = 160 : i64} : (tensor<?x?x76800xf32>) -> tensor<?x?x25600xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 160 : i64} : (tensor<?x?x76800xf32>) -> tensor<?x?x25600xf32>
     %proj_w = mt.param "attn.proj.weight" normal(1.2500000000e-03) : tensor<25600x25600xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<25600xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x25600xf32>, tensor<25600x25600xf32>, tensor<25600xf32>) -> tensor<?x?x25600xf32>

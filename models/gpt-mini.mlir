@@ -11,7 +11,7 @@ module attributes {mt.model = "gpt-mini"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<384x128xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<384xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x128xf32>, tensor<384x128xf32>, tensor<384xf32>) -> tensor<?x?x384xf32>
-    %att = mt.attention %qkv {causal, heads = 4 : i64} : (tensor<?x?x384xf32>) -> tensor<?x?x128xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 4 : i64} : (tensor<?x?x384xf32>) -> tensor<?x?x128xf32>
     %proj_w = mt.param "attn.proj.weight" normal(7.0710678119e-03) : tensor<128x128xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<128xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x128xf32>, tensor<128x128xf32>, tensor<128xf32>) -> tensor<?x?x128xf32>

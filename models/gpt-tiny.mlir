@@ -10,7 +10,7 @@ module attributes {mt.model = "gpt-tiny"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<192x64xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<192xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x64xf32>, tensor<192x64xf32>, tensor<192xf32>) -> tensor<?x?x192xf32>
-    %att = mt.attention %qkv {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
     %proj_w = mt.param "attn.proj.weight" normal(1.0000000000e-02) : tensor<64x64xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<64xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x64xf32>, tensor<64x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>

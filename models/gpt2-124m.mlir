@@ -11,7 +11,7 @@ module attributes {mt.model = "gpt2-124m"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<2304x768xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<2304xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x768xf32>, tensor<2304x768xf32>, tensor<2304xf32>) -> tensor<?x?x2304xf32>
-    %att = mt.attention %qkv {causal, heads = 12 : i64} : (tensor<?x?x2304xf32>) -> tensor<?x?x768xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 12 : i64} : (tensor<?x?x2304xf32>) -> tensor<?x?x768xf32>
     %proj_w = mt.param "attn.proj.weight" normal(4.0824829046e-03) : tensor<768x768xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<768xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x768xf32>, tensor<768x768xf32>, tensor<768xf32>) -> tensor<?x?x768xf32>

@@ -10,7 +10,7 @@ module attributes {mt.model = "gpt2-1558m"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<4800x1600xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<4800xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x1600xf32>, tensor<4800x1600xf32>, tensor<4800xf32>) -> tensor<?x?x4800xf32>
-    %att = mt.attention %qkv {causal, heads = 25 : i64} : (tensor<?x?x4800xf32>) -> tensor<?x?x1600xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 25 : i64} : (tensor<?x?x4800xf32>) -> tensor<?x?x1600xf32>
     %proj_w = mt.param "attn.proj.weight" normal(2.0412414523e-03) : tensor<1600x1600xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<1600xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x1600xf32>, tensor<1600x1600xf32>, tensor<1600xf32>) -> tensor<?x?x1600xf32>

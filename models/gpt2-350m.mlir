@@ -10,7 +10,7 @@ module attributes {mt.model = "gpt2-350m"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<3072x1024xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<3072xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x1024xf32>, tensor<3072x1024xf32>, tensor<3072xf32>) -> tensor<?x?x3072xf32>
-    %att = mt.attention %qkv {causal, heads = 16 : i64} : (tensor<?x?x3072xf32>) -> tensor<?x?x1024xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64} : (tensor<?x?x3072xf32>) -> tensor<?x?x1024xf32>
     %proj_w = mt.param "attn.proj.weight" normal(2.8867513459e-03) : tensor<1024x1024xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<1024xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x1024xf32>, tensor<1024x1024xf32>, tensor<1024xf32>) -> tensor<?x?x1024xf32>

@@ -10,7 +10,7 @@ module attributes {mt.model = "gpt2-774m"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<3840x1280xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<3840xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x1280xf32>, tensor<3840x1280xf32>, tensor<3840xf32>) -> tensor<?x?x3840xf32>
-    %att = mt.attention %qkv {causal, heads = 20 : i64} : (tensor<?x?x3840xf32>) -> tensor<?x?x1280xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 20 : i64} : (tensor<?x?x3840xf32>) -> tensor<?x?x1280xf32>
     %proj_w = mt.param "attn.proj.weight" normal(2.3570226040e-03) : tensor<1280x1280xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<1280xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x1280xf32>, tensor<1280x1280xf32>, tensor<1280xf32>) -> tensor<?x?x1280xf32>

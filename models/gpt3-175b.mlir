@@ -11,7 +11,7 @@ module attributes {mt.model = "gpt3-175b"} {
     %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<36864x12288xf32>
     %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<36864xf32>
     %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x12288xf32>, tensor<36864x12288xf32>, tensor<36864xf32>) -> tensor<?x?x36864xf32>
-    %att = mt.attention %qkv {causal, heads = 96 : i64} : (tensor<?x?x36864xf32>) -> tensor<?x?x12288xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 96 : i64} : (tensor<?x?x36864xf32>) -> tensor<?x?x12288xf32>
     %proj_w = mt.param "attn.proj.weight" normal(1.4433756730e-03) : tensor<12288x12288xf32>
     %proj_b = mt.param "attn.proj.bias" zeros : tensor<12288xf32>
     %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x12288xf32>, tensor<12288x12288xf32>, tensor<12288xf32>) -> tensor<?x?x12288xf32>

@@ -46,6 +46,19 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
       return fn.emitError("mt-autodiff: the loss must be a float scalar tensor, got ")
              << loss.getType();
 
+    // Dropouts keep their masks for backward, one byte per element, as Megatron does.
+    for (DropoutOp d : llvm::make_early_inc_range(body.getOps<DropoutOp>())) {
+      if (d.getKeepMask())
+        continue;
+      OpBuilder before(d);
+      auto kept = DropoutOp::create(before, d.getLoc(), d.getInput(), d.getRateAttr(),
+                                    d.getStreamAttr(), d.getSequenceParallelAttr(),
+                                    d.getFeatureParallelAttr(), before.getUnitAttr());
+      kept->setDiscardableAttrs(d->getDiscardableAttrDictionary());
+      d.getResult().replaceAllUsesWith(kept.getResult());
+      d.erase();
+    }
+
     DenseSet<Value> needed = valuesNeedingGradients(body, loss);
     SmallVector<Operation *> forward;
     for (Operation &op : body.without_terminator())

@@ -99,25 +99,39 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
       if (fn.isPrivate() && SymbolTable::symbolKnownUseEmpty(fn, module))
         fn.erase();
 
+    // Every random op — a dropout, an attention that drops its probabilities — draws
+    // from its own stream.
+    auto forEachRandomOp = [&](auto fn) {
+      return module.walk([&](Operation *op) {
+        if (auto a = dyn_cast<AttentionOp>(op); a && !a.getDropout())
+          return WalkResult::advance();
+        return isa<DropoutOp, AttentionOp>(op) ? fn(op) : WalkResult::advance();
+      });
+    };
+    auto streamOf = [](Operation *op) { return op->getAttrOfType<IntegerAttr>("stream"); };
     int64_t nextStream = 0;
-    module.walk([&](DropoutOp op) {
-      if (op.getStream())
-        nextStream = std::max<int64_t>(nextStream, *op.getStream() + 1);
+    forEachRandomOp([&](Operation *op) {
+      if (IntegerAttr stream = streamOf(op))
+        nextStream = std::max<int64_t>(nextStream, stream.getInt() + 1);
+      return WalkResult::advance();
     });
-    module.walk([&](DropoutOp op) {
-      if (!op.getStream())
-        op.setStream(nextStream++);
+    forEachRandomOp([&](Operation *op) {
+      if (!streamOf(op))
+        op->setAttr("stream", IntegerAttr::get(IntegerType::get(op->getContext(), 64),
+                                               nextStream++));
+      return WalkResult::advance();
     });
-    // Two dropouts of one stream would draw the same mask (a stream written inside a
+    // Two ops of one stream would draw the same mask (a stream written inside a
     // repeated block is copied into every layer).
-    DenseMap<int64_t, DropoutOp> byStream;
-    WalkResult unique = module.walk([&](DropoutOp op) {
-      auto [it, inserted] = byStream.try_emplace(static_cast<int64_t>(*op.getStream()), op);
+    DenseMap<int64_t, Operation *> byStream;
+    WalkResult unique = forEachRandomOp([&](Operation *op) {
+      auto [it, inserted] = byStream.try_emplace(streamOf(op).getInt(), op);
       if (inserted)
         return WalkResult::advance();
-      InFlightDiagnostic diag = op.emitOpError("dropout stream ")
-                                << *op.getStream() << " is used twice; leave streams to mt-expand";
-      diag.attachNote(it->second.getLoc()) << "first use here";
+      InFlightDiagnostic diag = op->emitOpError("dropout stream ")
+                                << streamOf(op).getInt()
+                                << " is used twice; leave streams to mt-expand";
+      diag.attachNote(it->second->getLoc()) << "first use here";
       return WalkResult::interrupt();
     });
     if (unique.wasInterrupted())

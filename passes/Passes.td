@@ -135,6 +135,18 @@ def MtAutodiff : Pass<"mt-autodiff", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::arith::ArithDialect"];
 }
 
+def MtUnfuseAttention : Pass<"mt-unfuse-attention", "::mlir::ModuleOp"> {
+  let summary = "Rewrites fused attention as attention_probs -> dropout -> attention_context";
+  let description = [{
+    The unfused chain materialises the [B, heads, S, S] probabilities; autodiff then
+    keeps them, their dropout mask and the dropped probabilities for backward — the
+    activations Korthikanti et al. (2022) count for attention without recomputation,
+    and the path selective recomputation re-runs in backward. Run after
+    mt-tensor-parallel: a head-parallel attention's probabilities are this rank's
+    block of the heads, and their dropout draws its mask at global indices.
+  }];
+}
+
 def MtRecompute : Pass<"mt-recompute", "::mlir::ModuleOp"> {
   let summary = "Activation recomputation: trade backward FLOPs for activation memory";
   let description = [{
@@ -143,8 +155,10 @@ def MtRecompute : Pass<"mt-recompute", "::mlir::ModuleOp"> {
     backward reads the copies, so the originals die at their last forward use
     (Korthikanti et al. 2022; Megatron's `--recompute-granularity`).
 
-    - `selective`: the core attention. The fused attention already keeps no s×s
-      tensor (its backward recomputes the scores), so what is recomputed is its output.
+    - `selective`: the core attention of mt-unfuse-attention's chain (probabilities,
+      their dropout, the product with V), whose s×s tensors are then not kept; the
+      attention's output, which the projection keeps anyway, is. Fused attention keeps
+      no s×s tensor to begin with (its backward recomputes them) and is refused here.
     - `full`: whole layers (block copies, by the `mt.layer` ordinals of mt-expand), which
       then keep only their input. `method=uniform` recomputes groups of `layers`
       consecutive layers, keeping only each group's input; `method=block` recomputes

@@ -112,12 +112,32 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
         recompute({gather}, position, backwardStart, /*keepOutputs=*/false, cost);
     }
     if (granularity == "selective") {
-      SmallVector<Operation *> attentions;
-      for (Operation &op : body)
-        if (isa<AttentionOp>(op) && position[&op] < backwardStart)
-          attentions.push_back(&op);
-      for (Operation *op : attentions)
-        recompute({op}, position, backwardStart, /*keepOutputs=*/false, cost);
+      // Core attention (Korthikanti et al. 2022): the probabilities, their dropout and
+      // the product with V run again in backward; the attention's output, which the
+      // projection after it keeps anyway, is kept.
+      SmallVector<SmallVector<Operation *>> chains;
+      for (Operation &op : body) {
+        if (position[&op] >= backwardStart)
+          break;
+        if (isa<AttentionOp>(op))
+          return op.emitOpError("mt-recompute: selective recomputation re-runs unfused "
+                                "attention (run mt-unfuse-attention first)");
+        auto context = dyn_cast<AttentionContextOp>(op);
+        if (!context)
+          continue;
+        SmallVector<Operation *> chain;
+        Value probs = context.getProbs();
+        if (auto dropout = probs.getDefiningOp<DropoutOp>()) {
+          chain.push_back(dropout);
+          probs = dropout.getInput();
+        }
+        if (auto producer = probs.getDefiningOp<AttentionProbsOp>())
+          chain.insert(chain.begin(), producer);
+        chain.push_back(context);
+        chains.push_back(chain);
+      }
+      for (ArrayRef<Operation *> chain : chains)
+        recompute(chain, position, backwardStart, /*keepOutputs=*/true, cost);
     } else if (granularity == "full") {
       if (byLayer.empty())
         return fn.emitError("mt-recompute: full recomputation needs layers (mt.repeat "

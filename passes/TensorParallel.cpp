@@ -224,6 +224,7 @@ LogicalResult Partitioner::visit(Operation *op) {
           return a.emitOpError("mt-tensor-parallel: ")
                  << a.getHeads() << " attention heads are not divisible by tp " << tp;
         a.setHeads(a.getHeads() / tp);
+        a.setHeadParallel(true);
         layouts[a.getResult()] = Layout::Split;
         return reinferOp(a);
       })

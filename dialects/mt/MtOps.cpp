@@ -336,19 +336,138 @@ static int64_t attentionForwardFlops(RankedTensorType out) {
 
 int64_t AttentionOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())); }
 
+/// A dropout rate in [0, 1) and a non-negative stream, where given.
+static LogicalResult verifyRandom(Operation *op, std::optional<double> rate,
+                                  std::optional<int64_t> stream) {
+  if (rate && !(*rate >= 0.0 && *rate < 1.0))
+    return op->emitOpError("rate ") << *rate << " must lie in [0, 1)";
+  if (stream && *stream < 0)
+    return op->emitOpError("stream ") << *stream << " must not be negative";
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  std::optional<int64_t> stream;
+  if (getStream())
+    stream = static_cast<int64_t>(*getStream());
+  std::optional<double> rate;
+  if (getDropout())
+    rate = getDropout()->convertToDouble();
+  return verifyRandom(*this, rate, stream);
+}
+
+/// Checks probabilities [B, heads, S, S] against a fused QKV [B, S, 3H].
+static LogicalResult checkProbs(std::optional<Location> loc, StringRef op,
+                                RankedTensorType probs, RankedTensorType qkv) {
+  if (failed(expectRank(loc, op, "probs", probs, 4, "[B, heads, S, S]")))
+    return failure();
+  int64_t heads = probs.getDimSize(1);
+  if (ShapedType::isDynamic(heads))
+    return emitOptionalError(loc, op, ": probs ", str(probs), " needs static heads");
+  FailureOr<int64_t> hidden = attentionHidden(loc, op, qkv, heads);
+  if (failed(hidden))
+    return failure();
+  if (!compatible(probs.getDimSize(0), qkv.getDimSize(0)) ||
+      !compatible(probs.getDimSize(2), qkv.getDimSize(1)) ||
+      !compatible(probs.getDimSize(3), qkv.getDimSize(1)) ||
+      probs.getElementType() != qkv.getElementType())
+    return emitOptionalError(loc, op, ": probs ", str(probs), " are not [B, heads, S, S] of qkv ",
+                             str(qkv));
+  return success();
+}
+
+LogicalResult AttentionProbsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  auto qkv = ranked(adaptor.getQkv());
+  if (failed(attentionHidden(loc, "mt.attention_probs", qkv, adaptor.getHeads())))
+    return failure();
+  int64_t b = qkv.getDimSize(0), seq = qkv.getDimSize(1);
+  types.push_back(RankedTensorType::get({b, static_cast<int64_t>(adaptor.getHeads()), seq, seq},
+                                        qkv.getElementType()));
+  return success();
+}
+
+/// One of the two GEMMs of attention: 2·B·S·S·H.
+int64_t AttentionProbsOp::getGemmFlops() {
+  return attentionForwardFlops(withLastDim(ranked(getQkv()), ranked(getQkv()).getDimSize(2) / 3)) / 2;
+}
+
+LogicalResult AttentionContextOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                   Adaptor adaptor,
+                                                   SmallVectorImpl<Type> &types) {
+  auto probs = ranked(adaptor.getProbs()), qkv = ranked(adaptor.getQkv());
+  if (failed(checkProbs(loc, "mt.attention_context", probs, qkv)))
+    return failure();
+  types.push_back(withLastDim(qkv, qkv.getDimSize(2) / 3));
+  return success();
+}
+
+int64_t AttentionContextOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())) / 2; }
+
+LogicalResult AttentionProbsGradOp::inferReturnTypes(MLIRContext *,
+                                                     std::optional<Location> loc,
+                                                     Adaptor adaptor,
+                                                     SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), probs = ranked(adaptor.getProbs());
+  auto qkv = ranked(adaptor.getQkv());
+  StringRef op = "mt.attention_probs_grad";
+  if (failed(checkProbs(loc, op, probs, qkv)) ||
+      failed(expectSameShape(loc, op, "grad", grad, "probs", probs)))
+    return failure();
+  types.push_back(qkv);
+  return success();
+}
+
+/// dQ and dK.
+int64_t AttentionProbsGradOp::getGemmFlops() {
+  auto qkv = ranked(getQkv());
+  return attentionForwardFlops(withLastDim(qkv, qkv.getDimSize(2) / 3));
+}
+
+LogicalResult AttentionContextGradOp::inferReturnTypes(MLIRContext *,
+                                                       std::optional<Location> loc,
+                                                       Adaptor adaptor,
+                                                       SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), probs = ranked(adaptor.getProbs());
+  auto qkv = ranked(adaptor.getQkv());
+  StringRef op = "mt.attention_context_grad";
+  if (failed(checkProbs(loc, op, probs, qkv)) ||
+      failed(expectSameShape(loc, op, "grad", grad, "attention of qkv",
+                             withLastDim(qkv, qkv.getDimSize(2) / 3))))
+    return failure();
+  types.push_back(probs);
+  types.push_back(qkv);
+  return success();
+}
+
+/// dP and dV.
+int64_t AttentionContextGradOp::getGemmFlops() { return attentionForwardFlops(ranked(getGrad())); }
+
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  types.push_back(adaptor.getInput().getType());
+  auto input = ranked(adaptor.getInput());
+  types.push_back(input);
+  if (adaptor.getKeepMask())
+    types.push_back(RankedTensorType::get(input.getShape(),
+                                          IntegerType::get(input.getContext(), 8)));
   return success();
 }
 
 LogicalResult DropoutOp::verify() {
-  double rate = getRate().convertToDouble();
-  if (!(rate >= 0.0 && rate < 1.0))
-    return emitOpError("rate ") << rate << " must lie in [0, 1)";
-  if (getStream() && static_cast<int64_t>(*getStream()) < 0)
-    return emitOpError("stream ") << static_cast<int64_t>(*getStream())
-                                  << " must not be negative";
+  std::optional<int64_t> stream;
+  if (getStream())
+    stream = static_cast<int64_t>(*getStream());
+  return verifyRandom(*this, getRate().convertToDouble(), stream);
+}
+
+LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), mask = ranked(adaptor.getMask());
+  if (grad.getShape() != mask.getShape())
+    return emitOptionalError(loc, "mt.dropout_grad: grad ", str(grad), " and mask ", str(mask),
+                             " differ in shape");
+  types.push_back(grad);
   return success();
 }
 
@@ -680,17 +799,29 @@ FailureOr<SmallVector<Value>> GeluOp::buildGradients(OpBuilder &b,
 
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
-  return SmallVector<Value>{AttentionGradOp::create(b, getLoc(), resultGrads[0], getQkv(),
-                                                    getResult(), getHeadsAttr(),
-                                                    getCausalAttr())};
+  return SmallVector<Value>{AttentionGradOp::create(
+      b, getLoc(), resultGrads[0], getQkv(), getResult(), getHeadsAttr(), getCausalAttr(),
+      getDropoutAttr(), getStreamAttr(), getHeadParallelAttr())};
+}
+
+FailureOr<SmallVector<Value>> AttentionProbsOp::buildGradients(OpBuilder &b,
+                                                              ValueRange resultGrads) {
+  return SmallVector<Value>{
+      AttentionProbsGradOp::create(b, getLoc(), resultGrads[0], getResult(), getQkv())};
+}
+
+FailureOr<SmallVector<Value>> AttentionContextOp::buildGradients(OpBuilder &b,
+                                                                ValueRange resultGrads) {
+  auto grads = AttentionContextGradOp::create(b, getLoc(), resultGrads[0], getProbs(), getQkv());
+  return SmallVector<Value>{grads.getProbsGrad(), grads.getQkvGrad()};
 }
 
 FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
-  // Same stream, same element indices: the same mask and the same 1/(1-p) scale.
-  return SmallVector<Value>{DropoutOp::create(b, getLoc(), resultGrads[0], getRateAttr(),
-                                              getStreamAttr(), getSequenceParallelAttr(),
-                                              getFeatureParallelAttr())};
+  if (!getMask())
+    return emitOpError("keeps no mask to differentiate with (mt-autodiff asks for one)");
+  return SmallVector<Value>{
+      DropoutGradOp::create(b, getLoc(), resultGrads[0], getMask(), getRateAttr())};
 }
 
 FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,

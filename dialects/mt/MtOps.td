@@ -9,6 +9,7 @@ include "mlir/IR/SymbolInterfaces.td"
 
 def Mt_FloatTensor : RankedTensorOf<[F32, F64, BF16, F16]>;
 def Mt_IndexTensor : RankedTensorOf<[I32, I64]>;
+def Mt_MaskTensor : RankedTensorOf<[I8]>;
 
 // An op whose result types follow from its operands and attributes. The verifier
 // re-infers them, so a wrong declared type is reported with both shapes, and
@@ -142,10 +143,35 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure,
   let description = [{
     The last dimension of `qkv` is laid out (head, {q, k, v}, head_dim), as in
     Megatron, so splitting it across tensor-parallel ranks splits whole heads.
-    Scores are scaled by 1/sqrt(head_dim); `causal` masks future positions.
+    Scores are scaled by 1/sqrt(head_dim); `causal` masks future positions. With
+    `dropout`, the attention probabilities are dropped at that rate with the keep mask
+    of `stream` (numbered by mt-expand), drawn per element of the global [B, heads, S,
+    S] probabilities; `head_parallel` (set by mt-tensor-parallel) says the heads are
+    this rank's block of them. The fused op keeps no s×s tensor: its gradient
+    recomputes the probabilities and regenerates the mask. mt-unfuse-attention
+    rewrites it into the chain attention_probs → dropout → attention_context.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel);
+  let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "softmax(QKᵀ/sqrt(head_dim)) of a fused QKV: [B, S, 3H] -> [B, heads, S, S]";
+  let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        UnitAttr:$causal);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "probabilities times V: [B, heads, S, S] x [B, S, 3H] -> [B, S, H]";
+  let arguments = (ins Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -154,16 +180,18 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
   let summary = "inverted dropout with a counter-based mask";
   let description = [{
     The keep mask is a function of (seed, step, micro-batch, `stream`, global element
-    index), so it is regenerated, not stored: the gradient of a dropout is the same
-    dropout applied to the incoming gradient. mt-expand numbers the streams. With
-    `sequence_parallel` (`feature_parallel`), the input is this rank's block of the
-    sequence, dimension 1 (of the last dimension), and the mask is drawn at the
-    elements' global indices.
+    index), so every layout and every recomputation draws the same one. mt-expand
+    numbers the streams. With `keep_mask` (set by mt-autodiff for the dropouts it
+    differentiates), the op also returns the mask, one byte per element, which the
+    gradient reads, as Megatron keeps it. With `sequence_parallel`
+    (`feature_parallel`), the input is this rank's block of dimension 1 (the sequence;
+    the heads of attention probabilities) (of the last dimension), and the mask is
+    drawn at the elements' global indices.
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$rate,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
-                       UnitAttr:$feature_parallel);
-  let results = (outs Mt_FloatTensor:$result);
+                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask);
+  let results = (outs Mt_FloatTensor:$result, Optional<Mt_MaskTensor>:$mask);
   let hasVerifier = 1;
 }
 
@@ -297,7 +325,29 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
                        Mt_FloatTensor:$output,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$heads, UnitAttr:$causal);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$heads, UnitAttr:$causal,
+                       OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,
+                       UnitAttr:$head_parallel);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionProbsGradOp : Mt_GradOp<"attention_probs_grad",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+  let summary = "dqkv (q and k parts; v zero) from dprobs, the saved probs and qkv";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionContextGradOp : Mt_GradOp<"attention_context_grad",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+  let summary = "dprobs = dy·Vᵀ and dqkv (v part; q and k zero) = probsᵀ·dy";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
+  let results = (outs Mt_FloatTensor:$probs_grad, Mt_FloatTensor:$qkv_grad);
+}
+
+def Mt_DropoutGradOp : Mt_GradOp<"dropout_grad", [Mt_CostOpInterface]> {
+  let summary = "dx = dy·mask/(1 − rate), with the mask the forward kept";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_MaskTensor:$mask, F64Attr:$rate);
   let results = (outs Mt_FloatTensor:$result);
 }
 

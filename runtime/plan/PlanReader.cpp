@@ -24,6 +24,8 @@ size_t dtypeBytes(plan::DType dtype) {
   case plan::DType::BF16:
   case plan::DType::F16:
     return 2;
+  case plan::DType::I8:
+    return 1;
   }
   return 0;
 }
@@ -54,7 +56,8 @@ bool sameShape(const flatbuffers::Vector<int64_t> *a, const flatbuffers::Vector<
   return true;
 }
 
-/// Inputs and outputs each opcode takes; -1 for "2 or 3" (a linear's optional bias).
+/// Inputs and outputs each opcode takes; inputs -1 for "2 or 3" (a linear's optional
+/// bias), outputs -1 for "1 or 2" (a dropout's optional mask).
 struct Arity {
   int inputs, outputs;
 };
@@ -63,12 +66,18 @@ Arity arityOf(plan::Opcode op) {
   switch (op) {
   case Opcode::Fill:
     return {0, 1};
-  case Opcode::Gelu:
   case Opcode::Dropout:
+    return {1, -1};
+  case Opcode::Gelu:
   case Opcode::PositionEmbeddingGrad:
   case Opcode::BiasGrad:
   case Opcode::Attention:
+  case Opcode::AttentionProbs:
     return {1, 1};
+  case Opcode::AttentionProbsGrad:
+    return {3, 1};
+  case Opcode::AttentionContextGrad:
+    return {3, 2};
   case Opcode::Linear:
     return {-1, 1};
   case Opcode::LayerNorm:
@@ -121,10 +130,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   // Every operand is an index tensor, in the plan's precision, or (losses, softmax
   // statistics) in its accumulator type; the kernels read each operand by its type.
   auto isFloat = [&](const Dims &t) { return t.dtype == precision || t.dtype == accumulator; };
-  for (const auto *list : {&in, &out})
-    for (const Dims &t : *list)
-      if (!t.isIndex() && !isFloat(t))
-        return "an operand is neither an index tensor nor in the plan's precision";
+  auto isMask = [](const Dims &t) { return t.dtype == plan::DType::I8; };
   auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
   // Operands the kernel reads or writes as floats: every one of them, so an index tensor
   // can never stand in for one.
@@ -134,9 +140,9 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
         return false;
     return true;
   };
-  // The one index operand (ids, targets) of an opcode, if any; every other operand must
-  // be float.
-  int indexInput = -1;
+  // The one index operand (ids, targets) or dropout mask of an opcode, if any; every
+  // other operand must be float.
+  int indexInput = -1, maskInput = -1, maskOutput = -1;
   switch (inst.opcode()) {
   case Opcode::Embedding:
   case Opcode::EmbeddingGrad:
@@ -149,15 +155,37 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   case Opcode::VocabParallelCrossEntropyGrad:
     indexInput = 2;
     break;
+  case Opcode::Dropout:
+    maskOutput = 1;
+    break;
+  case Opcode::DropoutGrad:
+    maskInput = 1;
+    break;
   default:
     break;
   }
   for (size_t i = 0; i < in.size(); ++i)
-    if (static_cast<int>(i) == indexInput ? !in[i].isIndex() : !isFloat(in[i]))
+    if (static_cast<int>(i) == indexInput  ? !in[i].isIndex()
+        : static_cast<int>(i) == maskInput ? !isMask(in[i])
+                                           : !isFloat(in[i]))
       return "an operand has the wrong element type";
-  for (const Dims &t : out)
-    if (!isFloat(t))
+  for (size_t i = 0; i < out.size(); ++i)
+    if (static_cast<int>(i) == maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
+  // Attention over a fused QKV [B, S, 3H] with `heads` heads of H/heads.
+  auto attentionShapes = [&](const Dims &qkv, int64_t heads) {
+    return heads > 0 && qkv.rank() == 3 && qkv.d[2] % (3 * heads) == 0;
+  };
+  auto probsOf = [&](const Dims &probs, const Dims &qkv) {
+    return probs.rank() == 4 && attentionShapes(qkv, probs.d[1]) && probs.d[0] == qkv.d[0] &&
+           probs.d[2] == qkv.d[1] && probs.d[3] == qkv.d[1];
+  };
+  auto contextOf = [&](const Dims &o, const Dims &qkv) {
+    return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] && 3 * o.d[2] == qkv.d[2];
+  };
+  auto randomOk = [&] {
+    return inst.rate() >= 0 && inst.rate() < 1 && (inst.rate() == 0 || inst.stream() >= 0);
+  };
   switch (inst.opcode()) {
   case Opcode::Fill:
     return floats({&out[0]}) ? "" : "fill of a non-float tensor";
@@ -225,16 +253,39 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     return same(out[0], in[0]) && floats({&in[0]}) ? "" : "operands disagree";
   case Opcode::Dropout:
     if (!(inst.rate() >= 0 && inst.rate() < 1) || inst.stream() < 0 || !same(out[0], in[0]) ||
-        !floats({&in[0]}) || (inst.sequence_parallel() && in[0].rank() < 2))
+        !floats({&in[0]}) || (inst.sequence_parallel() && in[0].rank() < 2) ||
+        (out.size() == 2 && out[1].numel() != in[0].numel()))
       return "dropout operands or rate disagree";
     return "";
+  case Opcode::DropoutGrad:
+    return inst.rate() >= 0 && inst.rate() < 1 && same(out[0], in[0]) &&
+                   in[1].numel() == in[0].numel()
+               ? ""
+               : "dropout gradient operands or rate disagree";
+  case Opcode::AttentionProbs:
+    return attentionShapes(in[0], inst.heads()) && probsOf(out[0], in[0]) &&
+                   out[0].d[1] == inst.heads() && out[0].dtype == in[0].dtype
+               ? ""
+               : "attention probabilities operands or heads disagree";
+  case Opcode::AttentionContext:
+    return probsOf(in[0], in[1]) && contextOf(out[0], in[1]) ? ""
+                                                             : "attention context operands disagree";
+  case Opcode::AttentionProbsGrad:
+    return probsOf(in[1], in[2]) && same(in[0], in[1]) && same(out[0], in[2])
+               ? ""
+               : "attention probabilities gradient operands disagree";
+  case Opcode::AttentionContextGrad:
+    return probsOf(in[1], in[2]) && contextOf(in[0], in[2]) && same(out[0], in[1]) &&
+                   same(out[1], in[2])
+               ? ""
+               : "attention context gradient operands disagree";
   case Opcode::Attention:
   case Opcode::AttentionGrad: {
     const Dims &qkv = inst.opcode() == Opcode::Attention ? in[0] : in[1];
     const Dims &o = inst.opcode() == Opcode::Attention ? out[0] : in[2];
     if (inst.heads() <= 0 || qkv.rank() != 3 || o.rank() != 3 || o.d[2] % inst.heads() != 0 ||
         qkv.d[2] != 3 * o.d[2] || qkv.d[0] != o.d[0] || qkv.d[1] != o.d[1] ||
-        !floats({&qkv, &o}))
+        !floats({&qkv, &o}) || !randomOk())
       return "attention operands or heads disagree";
     if (inst.opcode() == Opcode::AttentionGrad && (!same(in[0], o) || !same(out[0], qkv)))
       return "attention gradient operands disagree";
@@ -330,7 +381,10 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     int numInputs = static_cast<int>(inst->inputs()->size());
     bool inputsOk = arity.inputs < 0 ? (numInputs == 2 || numInputs == 3)
                                      : numInputs == arity.inputs;
-    if (!inputsOk || static_cast<int>(inst->outputs()->size()) != arity.outputs)
+    int numOutputs = static_cast<int>(inst->outputs()->size());
+    bool outputsOk = arity.outputs < 0 ? (numOutputs == 1 || numOutputs == 2)
+                                       : numOutputs == arity.outputs;
+    if (!inputsOk || !outputsOk)
       return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()),
                                  "): wrong number of operands"));
     for (auto list : {inst->inputs(), inst->outputs()})
@@ -364,17 +418,23 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   for (int32_t id : {prog.loss(), prog.recv(), prog.send()})
     if (id < -1 || id >= static_cast<int32_t>(buffers.size()))
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
-  std::vector<uint32_t> transfers;
+  // The neighbours exchange activations in the plan's precision; a stash also keeps
+  // dropout masks.
+  auto transferable = [&](uint32_t id, bool stash) {
+    if (id >= buffers.size() || buffers.Get(id)->kind() == plan::BufferKind::Param)
+      return false;
+    plan::DType dtype = buffers.Get(id)->dtype();
+    return dtype == p.precision() || (stash && dtype == plan::DType::I8);
+  };
   for (int32_t id : {prog.recv(), prog.send()})
-    if (id >= 0)
-      transfers.push_back(static_cast<uint32_t>(id));
-  if (prog.stash())
-    transfers.insert(transfers.end(), prog.stash()->begin(), prog.stash()->end());
-  for (uint32_t id : transfers)
-    if (id >= buffers.size() || buffers.Get(id)->kind() == plan::BufferKind::Param ||
-        buffers.Get(id)->dtype() != p.precision())
+    if (id >= 0 && !transferable(static_cast<uint32_t>(id), false))
       return Status::failure(cat(where, " transfers buffer ", id,
                                  ", which is not a float activation"));
+  if (prog.stash())
+    for (uint32_t id : *prog.stash())
+      if (!transferable(id, true))
+        return Status::failure(cat(where, " stashes buffer ", id,
+                                   ", which is neither a float activation nor a dropout mask"));
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
     if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||

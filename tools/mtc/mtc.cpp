@@ -42,7 +42,7 @@ constexpr const char *kUsage = R"(usage:
                [--first-stage-layers N] [--last-stage-layers N]]
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
               [--recompute none|selective|full [--recompute-method uniform|block]
-               [--recompute-num-layers N]]
+               [--recompute-num-layers N]] [--attention fused|unfused]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
@@ -76,7 +76,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
         "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
         "first-stage-layers",
         "last-stage-layers", "ddp-bucket-size", "recompute",
-        "recompute-method", "recompute-num-layers", "o", "emit-mlir"}}};
+        "recompute-method", "recompute-num-layers", "attention", "o", "emit-mlir"}}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}},
       {"schedule", {}},
@@ -326,6 +326,16 @@ int runCompile(MLIRContext &context, const Args &args) {
       options.recompute != "full")
     return usageError("--recompute must be none, selective or full, got '" +
                       options.recompute + "'");
+  // Fused attention keeps no s x s tensor; selective recomputation re-runs the unfused
+  // chain, whose probabilities it then does not keep.
+  options.attention = args.values.lookup("attention");
+  if (options.attention.empty())
+    options.attention = options.recompute == "selective" ? "unfused" : "fused";
+  if (options.attention != "fused" && options.attention != "unfused")
+    return usageError("--attention must be fused or unfused, got '" + options.attention + "'");
+  if (options.attention == "fused" && options.recompute == "selective")
+    return usageError("--recompute selective re-runs unfused attention in backward; fused "
+                      "attention keeps no probabilities to recompute");
   if (args.values.count("recompute-method"))
     options.recomputeMethod = args.values.lookup("recompute-method");
   if (options.recomputeMethod != "uniform" && options.recomputeMethod != "block")
@@ -424,6 +434,7 @@ int runCompile(MLIRContext &context, const Args &args) {
 
   if (failed(mtc::lowerToTrainStep(module, options)))
     return 1;
+  const std::optional<int64_t> layerBytes = mtc::savedBytesOfLayer(module, 0);
   module.walk([&](func::FuncOp fn) {
     if (fn.getNumArguments() > 0)
       header.seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
@@ -599,6 +610,10 @@ int runCompile(MLIRContext &context, const Args &args) {
   row("  activations") << mtc::withCommas(m.activations)
                        << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"
                                           : "  (peak of the arena, one micro-batch)\n");
+  if (layerBytes)
+    row("  per layer") << mtc::withCommas(*layerBytes)
+                       << "  (kept for backward by layer 0, one micro-batch, "
+                       << options.attention << " attention)\n";
   row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";
   return 0;
 }

@@ -261,23 +261,54 @@ template <typename T> struct Kernels {
     }
   }
 
-  /// The mask is drawn per global element: `shard` maps a sequence block's elements
-  /// to their places in the whole tensor.
+  /// The mask is drawn per global element: `shard` maps a block's elements to their
+  /// places in the whole tensor. `mask`, if given, receives it (1: kept).
   static void dropout(const TensorView &x, double rate, int64_t stream, const ShardMap &shard,
-                      const StepContext &ctx, const TensorView &out) {
+                      const StepContext &ctx, const TensorView &out, const TensorView *mask) {
     const int64_t n = out.numel();
-    if (rate == 0) {
-      std::copy_n(ptr(x), n, ptr(out));
-      return;
-    }
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      ptr(out)[i] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
-                                      static_cast<uint32_t>(stream), shard.global(i), rate)
-                        ? ptr(x)[i] * scale
-                        : T(0);
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = rate == 0 || rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
+                                                       static_cast<uint32_t>(stream),
+                                                       shard.global(i), rate);
+      ptr(out)[i] = keep ? ptr(x)[i] * (rate == 0 ? T(1) : scale) : T(0);
+      if (mask)
+        mask->as<uint8_t>()[i] = keep;
+    }
   }
+
+  static void dropoutGrad(const TensorView &dy, const TensorView &mask, double rate,
+                          const TensorView &dx) {
+    const T scale = static_cast<T>(1.0 / (1.0 - rate));
+    const int64_t n = dx.numel();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      ptr(dx)[i] = mask.as<uint8_t>()[i] ? ptr(dy)[i] * scale : T(0);
+  }
+
+  /// Attention-probability dropout of one (batch, head): the keep mask of the global
+  /// [B, heads, S, S] element; `first` is the global index of this (batch, head)'s
+  /// element (0, 0).
+  struct ProbsDropout {
+    double rate = 0;
+    int64_t stream = -1;
+    int64_t globalHeads = 0, headOffset = 0;
+
+    bool active() const { return rate > 0; }
+    uint64_t first(int64_t bi, int64_t hi, int64_t s) const {
+      return static_cast<uint64_t>((bi * globalHeads + headOffset + hi) * s * s);
+    }
+    /// p ← p·mask/(1 − rate), in place, over an s×s block.
+    void apply(T *p, int64_t s, uint64_t first, const StepContext &ctx) const {
+      const T scale = static_cast<T>(1.0 / (1.0 - rate));
+      for (int64_t e = 0; e < s * s; ++e)
+        p[e] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
+                                 static_cast<uint32_t>(stream), first + e, rate)
+                   ? p[e] * scale
+                   : T(0);
+    }
+  };
 
   /// Scores P = softmax(scale·QKᵀ) of one (batch, head), causal rows stopping at the
   /// diagonal; masked entries are exactly 0.
@@ -302,6 +333,7 @@ template <typename T> struct Kernels {
 
   // qkv [B, S, 3H] holds, per token, (head, {q, k, v}, head_dim); out is [B, S, H].
   static void attention(const TensorView &qkv, int64_t heads, bool causal,
+                        const ProbsDropout &drop, const StepContext &ctx,
                         const TensorView &out) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -309,42 +341,127 @@ template <typename T> struct Kernels {
     for (int64_t bh = 0; bh < b * heads; ++bh) {
       const int64_t bi = bh / heads, hi = bh % heads;
       std::vector<T> p(s * s);
-        const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
-        attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
-        gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
-             ptr(out) + bi * s * h + hi * d, h);
-      }
+      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
+      attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
+      if (drop.active())
+        drop.apply(p.data(), s, drop.first(bi, hi, s), ctx);
+      gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
+           ptr(out) + bi * s * h + hi * d, h);
+    }
   }
 
-  /// Recomputes P, then dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P∘(dP − rowsum(dO∘O)),
-  /// dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O gives the row sums).
+  /// Recomputes P (and its dropout P'), then dV = P'ᵀ·dO, dP' = dO·Vᵀ, dP = dP'·mask/(1−p),
+  /// dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O
+  /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)).
   static void attentionGrad(const TensorView &dout, const TensorView &qkv,
                             const TensorView &out, int64_t heads, bool causal,
+                            const ProbsDropout &drop, const StepContext &ctx,
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < b * heads; ++bh) {
       const int64_t bi = bh / heads, hi = bh % heads;
-      std::vector<T> p(s * s), dp(s * s);
-        const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d, *v = q + 2 * d;
-        const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
-        T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
-        attentionScores(q, k, s, d, 3 * h, scale, causal, p.data());
-        gemm(true, false, s, d, s, T(1), p.data(), s, dO, h, T(0), dv, 3 * h);
-        gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), dp.data(), s);
-        for (int64_t i = 0; i < s; ++i) {
-          double delta = 0;
-          for (int64_t j = 0; j < d; ++j)
-            delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-          for (int64_t j = 0; j < s; ++j)
-            dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
-        }
-        gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, 3 * h, T(0), dq,
-             3 * h);
-        gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, 3 * h, T(0), dk,
-             3 * h);
+      std::vector<T> p(s * s), dropped, dp(s * s);
+      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d, *v = q + 2 * d;
+      const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
+      T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
+      attentionScores(q, k, s, d, 3 * h, scale, causal, p.data());
+      const T *pv = p.data(); // what multiplied V
+      if (drop.active()) {
+        dropped = p;
+        drop.apply(dropped.data(), s, drop.first(bi, hi, s), ctx);
+        pv = dropped.data();
       }
+      gemm(true, false, s, d, s, T(1), pv, s, dO, h, T(0), dv, 3 * h);
+      gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), dp.data(), s);
+      if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
+        drop.apply(dp.data(), s, drop.first(bi, hi, s), ctx);
+      for (int64_t i = 0; i < s; ++i) {
+        double delta = 0;
+        for (int64_t j = 0; j < d; ++j)
+          delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+        for (int64_t j = 0; j < s; ++j)
+          dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+      }
+      gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, 3 * h, T(0), dq,
+           3 * h);
+      gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, 3 * h, T(0), dk,
+           3 * h);
+    }
+  }
+
+  /// The unfused chain: P [B, heads, S, S] of a fused QKV.
+  static void attentionProbs(const TensorView &qkv, int64_t heads, bool causal,
+                             const TensorView &probs) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = qkv.dim(2) / 3, d = h / heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
+      attentionScores(q, q + d, s, d, 3 * h, scale, causal, ptr(probs) + bh * s * s);
+    }
+  }
+
+  /// O = P·V per (batch, head).
+  static void attentionContext(const TensorView &probs, const TensorView &qkv,
+                               const TensorView &out) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), heads = probs.dim(1),
+                  d = h / heads;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      gemm(false, false, s, d, s, T(1), ptr(probs) + bh * s * s, s,
+           ptr(qkv) + bi * s * 3 * h + hi * 3 * d + 2 * d, 3 * h, T(0),
+           ptr(out) + bi * s * h + hi * d, h);
+    }
+  }
+
+  /// dS = P∘(dP − rowsum(dP∘P)); dQ = scale·dS·K, dK = scale·dSᵀ·Q; dV = 0.
+  static void attentionProbsGrad(const TensorView &dprobs, const TensorView &probs,
+                                 const TensorView &qkv, const TensorView &dqkv) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = qkv.dim(2) / 3, heads = probs.dim(1),
+                  d = h / heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      const T *p = ptr(probs) + bh * s * s, *dp = ptr(dprobs) + bh * s * s;
+      std::vector<T> ds(s * s);
+      for (int64_t i = 0; i < s; ++i) {
+        double delta = 0;
+        for (int64_t j = 0; j < s; ++j)
+          delta += static_cast<double>(dp[i * s + j]) * p[i * s + j];
+        for (int64_t j = 0; j < s; ++j)
+          ds[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+      }
+      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d;
+      T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d;
+      gemm(false, false, s, d, s, static_cast<T>(scale), ds.data(), s, k, 3 * h, T(0), dq,
+           3 * h);
+      gemm(true, false, s, d, s, static_cast<T>(scale), ds.data(), s, q, 3 * h, T(0), dk,
+           3 * h);
+    }
+  }
+
+  /// dP = dO·Vᵀ and dV = Pᵀ·dO; dQ = dK = 0.
+  static void attentionContextGrad(const TensorView &dout, const TensorView &probs,
+                                   const TensorView &qkv, const TensorView &dprobs,
+                                   const TensorView &dqkv) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = dout.dim(2), heads = probs.dim(1),
+                  d = h / heads;
+    std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < b * heads; ++bh) {
+      const int64_t bi = bh / heads, hi = bh % heads;
+      const T *dO = ptr(dout) + bi * s * h + hi * d;
+      const T *v = ptr(qkv) + bi * s * 3 * h + hi * 3 * d + 2 * d;
+      gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), ptr(dprobs) + bh * s * s, s);
+      gemm(true, false, s, d, s, T(1), ptr(probs) + bh * s * s, s, dO, h, T(0),
+           ptr(dqkv) + bi * s * 3 * h + hi * 3 * d + 2 * d, 3 * h);
+    }
   }
 
   /// Checks every target against the classes taking part.
@@ -490,6 +607,16 @@ template <typename T> struct Kernels {
       return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
     };
     const int64_t parts = inst.vocab_parallel() ? ctx.tpSize : 1;
+    // Attention-probability dropout, by global head.
+    auto probsDropout = [&]() {
+      ProbsDropout drop;
+      drop.rate = inst.rate();
+      drop.stream = inst.stream();
+      const int64_t group = inst.head_parallel() ? ctx.tpSize : 1;
+      drop.globalHeads = inst.heads() * group;
+      drop.headOffset = inst.head_parallel() ? ctx.tpRank * inst.heads() : 0;
+      return drop;
+    };
     switch (inst.opcode()) {
     case Opcode::Fill:
       fill(out[0], inst.value() * ctx.lossScale);
@@ -512,14 +639,29 @@ template <typename T> struct Kernels {
       gelu(in[0], out[0]);
       break;
     case Opcode::Attention:
-      attention(in[0], inst.heads(), inst.causal(), out[0]);
+      attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);
       break;
     case Opcode::Dropout:
       dropout(in[0], inst.rate(), inst.stream(),
               inst.sequence_parallel()  ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize)
               : inst.feature_parallel() ? ShardMap(in[0], in[0].rank - 1, ctx.tpRank, ctx.tpSize)
                                         : ShardMap(),
-              ctx, out[0]);
+              ctx, out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
+      break;
+    case Opcode::DropoutGrad:
+      dropoutGrad(in[0], in[1], inst.rate(), out[0]);
+      break;
+    case Opcode::AttentionProbs:
+      attentionProbs(in[0], inst.heads(), inst.causal(), out[0]);
+      break;
+    case Opcode::AttentionContext:
+      attentionContext(in[0], in[1], out[0]);
+      break;
+    case Opcode::AttentionProbsGrad:
+      attentionProbsGrad(in[0], in[1], in[2], out[0]);
+      break;
+    case Opcode::AttentionContextGrad:
+      attentionContextGrad(in[0], in[1], in[2], out[0], out[1]);
       break;
     case Opcode::CrossEntropy:
       return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
@@ -545,7 +687,8 @@ template <typename T> struct Kernels {
       geluGrad(in[0], in[1], out[0]);
       break;
     case Opcode::AttentionGrad:
-      attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(), out[0]);
+      attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(),
+                    probsDropout(), ctx, out[0]);
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);

@@ -44,7 +44,7 @@ module {
 // CHECK:      %[[ATT:.*]] = mt.attention %[[QKV]]
 // CHECK:      %[[PROJW:.*]] = mt.param "h.0.attn.proj.weight"
 // CHECK:      %[[PROJ:.*]] = mt.linear %[[ATT]], %[[PROJW]]
-// CHECK:      %[[PROJD:.*]] = mt.dropout %[[PROJ]] {mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 0 : i64}
+// CHECK:      %[[PROJD:.*]], %[[PROJM:.*]] = mt.dropout %[[PROJ]] {keep_mask, mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 0 : i64}
 // CHECK:      %[[R1:.*]] = mt.add %[[X]], %[[PROJD]]
 // CHECK:      %[[LN2W:.*]] = mt.param "h.0.ln_2.weight"
 // CHECK:      %[[H2:.*]] = mt.layer_norm %[[R1]], %[[LN2W]]
@@ -53,11 +53,11 @@ module {
 // CHECK:      %[[G:.*]] = mt.gelu %[[FC]]
 // CHECK:      %[[OUTW:.*]] = mt.param "h.0.mlp.proj.weight"
 // CHECK:      %[[OUT:.*]] = mt.linear %[[G]], %[[OUTW]]
-// CHECK:      mt.dropout %[[OUT]] {mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK:      %{{.*}}, %[[OUTM:.*]] = mt.dropout %[[OUT]] {keep_mask, mt.layer = 0 : i64, rate = 1.000000e-01 : f64, stream = 1 : i64}
 // CHECK:      %[[LOSS:.*]] = mt.cross_entropy
 // Backward, from the loss down to the block input.
 // CHECK:      %[[DY:.*]] = mt.cross_entropy_grad
-// CHECK-NEXT: %[[DOUTD:.*]] = mt.dropout %[[DY]] {rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK-NEXT: %[[DOUTD:.*]] = mt.dropout_grad %[[DY]], %[[OUTM]] {rate = 1.000000e-01 : f64}
 // CHECK-NEXT: %[[DG:.*]] = mt.linear_grad_input %[[DOUTD]], %[[OUTW]]
 // CHECK-NEXT: %[[DOUTW:.*]] = mt.linear_grad_weight %[[DOUTD]], %[[G]]
 // CHECK-NEXT: mt.param_grad "h.0.mlp.proj.weight", %[[DOUTW]]
@@ -71,7 +71,7 @@ module {
 // CHECK-NEXT: mt.param_grad "h.0.ln_2.weight", %[[DLN2W]]
 // CHECK-NEXT: mt.param_grad "h.0.ln_2.bias", %[[DLN2B]]
 // CHECK-NEXT: mt.param_grad "x", %[[DR1]]
-// CHECK-NEXT: %[[DPROJD:.*]] = mt.dropout %[[DR1]] {rate = 1.000000e-01 : f64, stream = 0 : i64}
+// CHECK-NEXT: %[[DPROJD:.*]] = mt.dropout_grad %[[DR1]], %[[PROJM]] {rate = 1.000000e-01 : f64}
 // CHECK-NEXT: %[[DATT:.*]] = mt.linear_grad_input %[[DPROJD]], %[[PROJW]]
 // CHECK-NEXT: %[[DPROJW:.*]] = mt.linear_grad_weight %[[DPROJD]], %[[ATT]]
 // CHECK-NEXT: mt.param_grad "h.0.attn.proj.weight", %[[DPROJW]]

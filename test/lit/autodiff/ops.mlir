@@ -101,11 +101,11 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 
 // -----
 
-// dropout's gradient is the same dropout (same stream, same mask) of the gradient:
-// the mask is regenerated, never stored.
+// A dropout keeps its mask (one byte per element) for its gradient.
 // CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.*]], %[[MASK:.*]] = mt.dropout %{{.*}} {keep_mask, rate = 2.500000e-01 : f64, stream = 7 : i64} : (tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xi8>)
 // CHECK: %[[DY:.*]] = mt.cross_entropy_grad
-// CHECK: %[[DX:.*]] = mt.dropout %[[DY]] {rate = 2.500000e-01 : f64, stream = 7 : i64}
+// CHECK: %[[DX:.*]] = mt.dropout_grad %[[DY]], %[[MASK]] {rate = 2.500000e-01 : f64}
 // CHECK: mt.param_grad "x", %[[DX]]
 func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
   %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
@@ -135,5 +135,29 @@ func.func @forward(%tokens: tensor<2x4xi32>, %t: tensor<2x4xi32>) -> tensor<f32>
   %h = mt.position_embedding %e, %wpe : (tensor<2x4x8xf32>, tensor<6x8xf32>) -> tensor<2x4x8xf32>
   %logits = mt.linear %h, %wte : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
   %l = mt.cross_entropy %logits, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The unfused attention chain: attention_context's gradient gives dprobs and the V
+// part of dqkv; the dropout's, through its mask; attention_probs', the Q and K parts
+// (each added into the parameter's gradient as it comes).
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[P:.*]] = mt.attention_probs %[[QKV:[^ ]+]] {causal, heads = 2 : i64}
+// CHECK: %[[PD:.*]], %[[MASK:.*]] = mt.dropout %[[P]] {keep_mask, rate = 1.000000e-01 : f64, stream = 3 : i64}
+// CHECK: %[[O:.*]] = mt.attention_context %[[PD]], %[[QKV]]
+// CHECK: %[[DO:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DPD:.*]], %[[DV:.*]] = mt.attention_context_grad %[[DO]], %[[PD]], %[[QKV]]
+// CHECK: mt.param_grad "qkv", %[[DV]]
+// CHECK: %[[DP:.*]] = mt.dropout_grad %[[DPD]], %[[MASK]]
+// CHECK: %[[DQK:.*]] = mt.attention_probs_grad %[[DP]], %[[P]], %[[QKV]]
+// CHECK: mt.param_grad "qkv", %[[DQK]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x4x24xf32>
+  %p = mt.attention_probs %qkv {causal, heads = 2 : i64} : (tensor<2x4x24xf32>) -> tensor<2x2x4x4xf32>
+  %pd = mt.dropout %p {rate = 1.0e-01 : f64, stream = 3 : i64} : (tensor<2x2x4x4xf32>) -> tensor<2x2x4x4xf32>
+  %o = mt.attention_context %pd, %qkv : (tensor<2x2x4x4xf32>, tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %o, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }

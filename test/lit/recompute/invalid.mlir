@@ -15,3 +15,4 @@ func.func @train_step(%x: tensor<4xf32>) -> tensor<4xf32> {
   %s = mt.add %d, %g : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %s : tensor<4xf32>
 }
+

@@ -3,9 +3,10 @@
 
 // Recomputation groups count layers within a pipeline stage. gpt-mini's 4 layers on 2
 // stages with groups of 3: each stage's 2 layers form one group (a group of layers 0-2
-// would straddle the stages), recomputed in its backward from the stage's stashed input.
+// would straddle the stages), recomputed in its backward from the stage's stashed input
+// (beside the mask of the embedding's dropout, which lies outside the layers).
 // CHECK-LABEL: func.func @backward_0
-// CHECK-SAME: %[[IN0:[a-z0-9]+]]: tensor<1x8x128xf32>) {
+// CHECK-SAME: %[[IN0:[a-z0-9]+]]: tensor<1x8x128xf32>, %{{[a-z0-9]+}}: tensor<1x8x128xi8>) {
 // CHECK: mt.layer_norm %[[IN0]], {{.*}}mt.layer = 0
 // CHECK: mt.layer_norm {{.*}}mt.layer = 1
 // CHECK: mt.layer_norm_grad

@@ -14,7 +14,7 @@
 // CHECK: %[[BQKV:.*]] = mt.param "h.0.attn.qkv.bias" zeros {global_shape = array<i64: 192>, mt.layer = 0 : i64, shard_dim = 0 : i64} : tensor<96xf32>
 // CHECK: %[[IN:.*]] = mt.tp_copy %[[H1]] {axis = 1 : i64, grid = @grid, mt.layer = 0 : i64}
 // CHECK: %[[QKV:.*]] = mt.linear %[[IN]], %[[WQKV]], %[[BQKV]] {{.*}} -> tensor<2x32x96xf32>
-// CHECK: %[[ATT:.*]] = mt.attention %[[QKV]] {causal, heads = 2 : i64, mt.layer = 0 : i64} : (tensor<2x32x96xf32>) -> tensor<2x32x32xf32>
+// CHECK: %[[ATT:.*]] = mt.attention %[[QKV]] {causal, dropout = 1.000000e-01 : f64, head_parallel, heads = 2 : i64, mt.layer = 0 : i64, stream = 1 : i64} : (tensor<2x32x96xf32>) -> tensor<2x32x32xf32>
 // Row-parallel projection: columns split, partial sums all-reduced, the bias added once.
 // CHECK: %[[WO:.*]] = mt.param "h.0.attn.proj.weight" {{.*}}{global_shape = array<i64: 64, 64>, mt.layer = 0 : i64, shard_dim = 1 : i64} : tensor<64x32xf32>
 // CHECK: %[[BO:.*]] = mt.param "h.0.attn.proj.bias" zeros {mt.layer = 0 : i64} : tensor<64xf32>

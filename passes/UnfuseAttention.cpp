@@ -1,0 +1,45 @@
+// mt-unfuse-attention: fused attention as the chain of its three steps.
+#include "passes/Passes.h"
+
+namespace mlir::mt {
+#define GEN_PASS_DEF_MTUNFUSEATTENTION
+#include "passes/Passes.h.inc"
+
+namespace {
+
+struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    SmallVector<AttentionOp> attentions;
+    getOperation().walk([&](AttentionOp op) { attentions.push_back(op); });
+    for (AttentionOp op : attentions) {
+      const double rate = op.getDropout() ? op.getDropout()->convertToDouble() : 0.0;
+      if (rate > 0 && !op.getStream()) {
+        op.emitOpError("mt-unfuse-attention: the attention dropout has no stream (run "
+                       "mt-expand first)");
+        return signalPassFailure();
+      }
+      OpBuilder b(op);
+      DictionaryAttr placement = op->getDiscardableAttrDictionary(); // mt.layer, mt.stage
+      Value probs = AttentionProbsOp::create(b, op.getLoc(), op.getQkv(), op.getHeadsAttr(),
+                                             op.getCausalAttr());
+      probs.getDefiningOp()->setDiscardableAttrs(placement);
+      if (rate > 0) {
+        // Head-parallel probabilities hold this rank's block of dimension 1.
+        auto dropout = DropoutOp::create(
+            b, op.getLoc(), probs, op.getDropoutAttr(), op.getStreamAttr(),
+            op.getHeadParallel() ? b.getUnitAttr() : UnitAttr(), UnitAttr(), UnitAttr());
+        dropout->setDiscardableAttrs(placement);
+        probs = dropout.getResult();
+      }
+      auto context = AttentionContextOp::create(b, op.getLoc(), probs, op.getQkv());
+      context->setDiscardableAttrs(placement);
+      op.getResult().replaceAllUsesWith(context.getResult());
+      op.erase();
+    }
+  }
+};
+
+} // namespace
+} // namespace mlir::mt
