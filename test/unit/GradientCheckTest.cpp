@@ -35,6 +35,7 @@ struct GradientCase {
   std::string zooModel;
   int64_t seqLength;
   int64_t vocab;          // token and target ids are drawn below this
+  std::string flags = {}; // more mtc flags
 };
 
 void PrintTo(const GradientCase &c, std::ostream *os) { *os << c.name; }
@@ -64,6 +65,13 @@ std::vector<GradientCase> cases() {
         std::string(R"(
   %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x24xf32>
   %logits = mt.attention %qkv {)") + causal + R"(heads = 2 : i64} : (tensor<2x3x24xf32>) -> tensor<2x3x8xf32>)", 8), "", 3, 8});
+  // Dropped attention probabilities, fused (the mask regenerated in backward) and
+  // unfused (the probabilities and the mask kept).
+  const std::string dropped = oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x24xf32>
+  %logits = mt.attention %qkv {causal, dropout = 3.0e-01 : f64, heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x24xf32>) -> tensor<2x3x8xf32>)", 8);
+  c.push_back({"attention_dropout", dropped, "", 3, 8});
+  c.push_back({"attention_dropout_unfused", dropped, "", 3, 8, "--attention unfused"});
   c.push_back({"dropout", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %logits = mt.dropout %x {rate = 3.0e-01 : f64, stream = 0 : i64} : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
@@ -80,6 +88,7 @@ std::vector<GradientCase> cases() {
       "  %loss = mt.cross_entropy %logits, %targets {num_classes = 4 : i64} : "
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
   c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 512});
+  c.push_back({"gpt_tiny_selective", "", "gpt-tiny", 8, 512, "--recompute selective"});
   return c;
 }
 
@@ -90,7 +99,7 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::string flags = "--micro-batch-size 2 --global-batch-size 2 --precision fp64 "
-                      "--seq-length " + std::to_string(c.seqLength);
+                      "--seq-length " + std::to_string(c.seqLength) + " " + c.flags;
   std::string planPath = c.mlir.empty()
                              ? test::compileModel(test::zooModel(c.zooModel), flags, c.name)
                              : test::compileSource(c.mlir, flags, c.name);

@@ -1,0 +1,49 @@
+// GPT 530B (Korthikanti et al. 2022, table 3): 105 layers, hidden 20480, 128 heads, 2048 positions,
+// vocabulary 51200.
+// Pre-LayerNorm decoder blocks, learned positions, output embedding tied to the input
+// embedding; output projections initialised with std 0.02/sqrt(2·layers).
+// No batch size and no layout: those are compiler options.
+module attributes {mt.model = "gpt-530b"} {
+  func.func private @block(%x: tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32> {
+    %ln1_w = mt.param "ln_1.weight" ones : tensor<20480xf32>
+    %ln1_b = mt.param "ln_1.bias" zeros : tensor<20480xf32>
+    %h1 = mt.layer_norm %x, %ln1_w, %ln1_b : (tensor<?x?x20480xf32>, tensor<20480xf32>, tensor<20480xf32>) -> tensor<?x?x20480xf32>
+    %qkv_w = mt.param "attn.qkv.weight" normal(2.0e-02) : tensor<61440x20480xf32>
+    %qkv_b = mt.param "attn.qkv.bias" zeros : tensor<61440xf32>
+    %qkv = mt.linear %h1, %qkv_w, %qkv_b : (tensor<?x?x20480xf32>, tensor<61440x20480xf32>, tensor<61440xf32>) -> tensor<?x?x61440xf32>
+    %att = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 128 : i64} : (tensor<?x?x61440xf32>) -> tensor<?x?x20480xf32>
+    %proj_w = mt.param "attn.proj.weight" normal(1.3801311187e-03) : tensor<20480x20480xf32>
+    %proj_b = mt.param "attn.proj.bias" zeros : tensor<20480xf32>
+    %proj = mt.linear %att, %proj_w, %proj_b : (tensor<?x?x20480xf32>, tensor<20480x20480xf32>, tensor<20480xf32>) -> tensor<?x?x20480xf32>
+    %proj_d = mt.dropout %proj {rate = 0.1 : f64} : (tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    %r1 = mt.add %x, %proj_d : (tensor<?x?x20480xf32>, tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    %ln2_w = mt.param "ln_2.weight" ones : tensor<20480xf32>
+    %ln2_b = mt.param "ln_2.bias" zeros : tensor<20480xf32>
+    %h2 = mt.layer_norm %r1, %ln2_w, %ln2_b : (tensor<?x?x20480xf32>, tensor<20480xf32>, tensor<20480xf32>) -> tensor<?x?x20480xf32>
+    %fc_w = mt.param "mlp.fc.weight" normal(2.0e-02) : tensor<81920x20480xf32>
+    %fc_b = mt.param "mlp.fc.bias" zeros : tensor<81920xf32>
+    %fc = mt.linear %h2, %fc_w, %fc_b : (tensor<?x?x20480xf32>, tensor<81920x20480xf32>, tensor<81920xf32>) -> tensor<?x?x81920xf32>
+    %g = mt.gelu %fc : (tensor<?x?x81920xf32>) -> tensor<?x?x81920xf32>
+    %out_w = mt.param "mlp.proj.weight" normal(1.3801311187e-03) : tensor<20480x81920xf32>
+    %out_b = mt.param "mlp.proj.bias" zeros : tensor<20480xf32>
+    %out = mt.linear %g, %out_w, %out_b : (tensor<?x?x81920xf32>, tensor<20480x81920xf32>, tensor<20480xf32>) -> tensor<?x?x20480xf32>
+    %out_d = mt.dropout %out {rate = 0.1 : f64} : (tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    %r2 = mt.add %r1, %out_d : (tensor<?x?x20480xf32>, tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    return %r2 : tensor<?x?x20480xf32>
+  }
+
+  func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<f32> {
+    %wte = mt.param "wte" normal(2.0e-02) : tensor<51200x20480xf32>
+    %wpe = mt.param "wpe" normal(2.0e-02) : tensor<2048x20480xf32>
+    %tok = mt.embedding %wte, %tokens : (tensor<51200x20480xf32>, tensor<?x?xi32>) -> tensor<?x?x20480xf32>
+    %emb = mt.position_embedding %tok, %wpe : (tensor<?x?x20480xf32>, tensor<2048x20480xf32>) -> tensor<?x?x20480xf32>
+    %x = mt.dropout %emb {rate = 0.1 : f64} : (tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    %y = mt.repeat 105 @block(%x) {prefix = "h"} : (tensor<?x?x20480xf32>) -> tensor<?x?x20480xf32>
+    %lnf_w = mt.param "ln_f.weight" ones : tensor<20480xf32>
+    %lnf_b = mt.param "ln_f.bias" zeros : tensor<20480xf32>
+    %yn = mt.layer_norm %y, %lnf_w, %lnf_b : (tensor<?x?x20480xf32>, tensor<20480xf32>, tensor<20480xf32>) -> tensor<?x?x20480xf32>
+    %logits = mt.linear %yn, %wte : (tensor<?x?x20480xf32>, tensor<51200x20480xf32>) -> tensor<?x?x51200xf32>
+    %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x51200xf32>, tensor<?x?xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
