@@ -65,6 +65,12 @@ public:
 
 std::unique_ptr<Backend> makeCpuBackend();
 
+/// GPUs this process sees (0 without a driver, a device, or a CUDA build).
+int cudaDevices();
+/// The CUDA backend on `device`; fails with the reason (no device, a build without
+/// CUDA).
+Status makeCudaBackend(int device, std::unique_ptr<Backend> &out);
+
 } // namespace mt
 
 #endif

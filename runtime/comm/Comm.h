@@ -69,6 +69,12 @@ std::unique_ptr<Comm> makeLocalComm();
 /// MPI_COMM_WORLD split into the plan's grid; fails if the world does not match.
 Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out);
 
+/// Wraps `comm` (MPI): collectives on device memory through NCCL, one communicator per
+/// group of the grid (its unique id sent from the group's first rank over `comm`);
+/// scalars, point-to-point messages and subsets of a group still go through `comm`. On
+/// failure `comm` is left as it was.
+Status makeNcclComm(std::unique_ptr<Comm> &comm);
+
 /// Aborts every rank of the job (after a rank's own error), naming this one.
 [[noreturn]] void abortAll(const std::string &message);
 

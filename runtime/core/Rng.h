@@ -5,6 +5,8 @@
 #ifndef MT_RUNTIME_CORE_RNG_H
 #define MT_RUNTIME_CORE_RNG_H
 
+#include "core/HostDevice.h"
+
 #include <Random123/philox.h>
 
 #include <cmath>
@@ -18,7 +20,7 @@ using Philox = r123::Philox4x32;
 /// Marks an initialisation counter; a training step never reaches it.
 inline constexpr uint32_t kInitStep = 0xFFFFFFFFu;
 
-inline Philox::ctr_type block(uint64_t seed, uint32_t c0, uint32_t c1, uint32_t c2,
+MT_HOST_DEVICE inline Philox::ctr_type block(uint64_t seed, uint32_t c0, uint32_t c1, uint32_t c2,
                               uint32_t c3) {
   Philox::ctr_type ctr = {{c0, c1, c2, c3}};
   Philox::key_type key = {{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)}};
@@ -26,11 +28,11 @@ inline Philox::ctr_type block(uint64_t seed, uint32_t c0, uint32_t c1, uint32_t 
 }
 
 /// The exact 24-bit uniform in [0, 1) of a 32-bit word (exact in float and double).
-inline double uniform24(uint32_t word) { return (word >> 8) * (1.0 / 16777216.0); }
+MT_HOST_DEVICE inline double uniform24(uint32_t word) { return (word >> 8) * (1.0 / 16777216.0); }
 
 /// Whether dropout keeps element `index` of the tensor that `stream` produces in
 /// micro-batch `microBatch` of `step`. One Philox block serves four elements.
-inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch, uint32_t stream,
+MT_HOST_DEVICE inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch, uint32_t stream,
                          uint64_t index, double rate) {
   auto r = block(seed, static_cast<uint32_t>(index >> 2), stream, microBatch, step);
   return uniform24(r.v[index & 3]) >= rate;

@@ -2,6 +2,7 @@
 #ifndef MT_RUNTIME_CORE_TENSOR_H
 #define MT_RUNTIME_CORE_TENSOR_H
 
+#include "core/HostDevice.h"
 #include "plan_generated.h"
 
 #include <array>
@@ -49,7 +50,7 @@ struct ShardMap {
     offset = static_cast<int64_t>(index) * localAxis;
     globalAxis = localAxis * parts;
   }
-  int64_t global(int64_t local) const {
+  MT_HOST_DEVICE int64_t global(int64_t local) const {
     if (globalAxis == localAxis)
       return local;
     const int64_t in = local % inner, rest = local / inner;

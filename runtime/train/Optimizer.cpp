@@ -53,13 +53,15 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
   if (distributedOptimizer) {
     const int64_t shard = total / parts, first = comm.rank(Group::Data) * shard;
     TensorView mine = slice(grads, first, first + shard);
-    std::vector<std::byte> sum(dtypeBytes(grads.dtype) * shard);
+    // The sum lands beside the gradients (on the device), then replaces this rank's share.
+    Backend &backend = executor.backend();
     TensorView out = mine;
-    out.data = sum.data();
-    if (Status s = comm.reduceScatter(Group::Data, grads, out, 0); !s.ok())
-      return s;
-    executor.backend().copyToDevice(mine.data, sum.data(), sum.size());
-    return Status::success();
+    out.data = backend.allocate(dtypeBytes(grads.dtype) * shard);
+    Status s = comm.reduceScatter(Group::Data, grads, out, 0);
+    if (s.ok())
+      backend.convert(mine, out);
+    backend.release(out.data);
+    return s;
   }
   const int64_t bucket = std::max<int64_t>(
       1, static_cast<int64_t>(bucketBytes / dtypeBytes(grads.dtype)));

@@ -45,7 +45,8 @@ constexpr const char *kUsage = R"(usage:
                             2^32), --min-loss-scale X (1), --loss-scale-window N good
                             steps before it doubles (1000), --hysteresis N overflows
                             before it halves (2)
-  --backend cpu             the device to run on
+  --backend cpu|cuda        the device to run on (default: cuda when a GPU is present;
+                            each rank takes GPU local-rank mod GPUs)
 )";
 
 int usageError(const std::string &message) {
@@ -63,6 +64,14 @@ const std::set<std::string> kFlags = {
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
     "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics", "trace",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
+
+/// This process's rank among those on its machine, from the launcher's environment.
+int localRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *value = std::getenv(name))
+      return std::atoi(value);
+  return 0;
+}
 
 /// Ranks this process runs among, from the launcher's environment.
 int worldSize() {
@@ -211,8 +220,11 @@ int main(int argc, char **argv) {
   } catch (const std::exception &e) {
     return usageError(std::string("bad number for --") + e.what());
   }
-  if (flags.count("backend") && flags["backend"] != "cpu")
-    return usageError("--backend must be cpu (this build has no other)");
+  std::string backendName = flags.count("backend") ? flags["backend"]
+                            : mt::cudaDevices() > 0 ? "cuda"
+                                                    : "cpu";
+  if (backendName != "cpu" && backendName != "cuda")
+    return usageError("--backend must be cpu or cuda, got '" + backendName + "'");
 
   mt::LoadedPlan plan;
   if (mt::Status s = mt::LoadedPlan::read(planPath, plan); !s.ok()) {
@@ -239,10 +251,25 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  std::unique_ptr<mt::Backend> backend;
+  if (backendName == "cuda") {
+    const int devices = mt::cudaDevices();
+    mt::Status s = devices > 0 ? mt::makeCudaBackend(localRank() % devices, backend)
+                               : mt::Status::failure("--backend cuda: no GPU is visible");
+    if (!s.ok()) {
+      std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+      return 1;
+    }
+  } else {
+    backend = mt::makeCpuBackend();
+  }
   std::unique_ptr<mt::Comm> comm;
   if (underMpi) {
     if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok())
       return 1;
+    if (backendName == "cuda")
+      if (mt::Status s = mt::makeNcclComm(comm); !s.ok())
+        mt::abortAll(s.message());
   } else {
     comm = mt::makeLocalComm();
   }
@@ -254,7 +281,6 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return 1;
   };
-  std::unique_ptr<mt::Backend> backend = mt::makeCpuBackend();
   std::unique_ptr<mt::Executor> executor;
   if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
     return fail(s);

@@ -1,0 +1,207 @@
+// The GPU communicator: tensor collectives on device memory through NCCL, on the
+// stream the CUDA backend's kernels run on (the default stream, so every collective is
+// ordered after the kernels that produce its input). Scalars, point-to-point messages
+// (pipeline activations travel through host memory) and subsets of a group (the tied
+// embedding's stages) go through the MPI communicator it wraps.
+#include "comm/Comm.h"
+#include "plan/PlanReader.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <array>
+#include <vector>
+
+namespace mt {
+namespace {
+
+constexpr int kBootstrapTag = 32767 - 1;
+
+Status ncclStatus(ncclResult_t code, const char *what) {
+  if (code == ncclSuccess)
+    return Status::success();
+  return Status::failure(cat("nccl: ", what, ": ", ncclGetErrorString(code)));
+}
+
+Status cudaStatus(cudaError_t code, const char *what) {
+  if (code == cudaSuccess)
+    return Status::success();
+  return Status::failure(cat("nccl communicator: ", what, ": ", cudaGetErrorString(code)));
+}
+
+ncclDataType_t ncclType(plan::DType dtype) {
+  switch (dtype) {
+  case plan::DType::F64:
+    return ncclFloat64;
+  case plan::DType::BF16:
+    return ncclBfloat16;
+  case plan::DType::F16:
+    return ncclFloat16;
+  case plan::DType::I32:
+    return ncclInt32;
+  case plan::DType::I64:
+    return ncclInt64;
+  default:
+    return ncclFloat32;
+  }
+}
+
+/// `tensor` [outer, axis·parts, inner] and rank-major blocks [parts][outer, axis, inner].
+struct Blocks {
+  size_t outer = 1, row, blockAxis;
+  Blocks(const TensorView &whole, int axis, int parts) {
+    for (int i = 0; i < axis; ++i)
+      outer *= whole.shape[i];
+    size_t inner = 1;
+    for (int i = axis + 1; i < whole.rank; ++i)
+      inner *= whole.shape[i];
+    row = inner * dtypeBytes(whole.dtype);
+    blockAxis = whole.shape[axis] / parts;
+  }
+  cudaError_t copy(char *tensor, char *blocks, int parts, bool toBlocks) const {
+    const size_t width = blockAxis * row, pitch = width * parts;
+    for (int p = 0; p < parts; ++p) {
+      char *t = tensor + p * width, *b = blocks + p * outer * width;
+      cudaError_t e = toBlocks ? cudaMemcpy2D(b, width, t, pitch, width, outer,
+                                              cudaMemcpyDeviceToDevice)
+                               : cudaMemcpy2D(t, pitch, b, width, width, outer,
+                                              cudaMemcpyDeviceToDevice);
+      if (e != cudaSuccess)
+        return e;
+    }
+    return cudaSuccess;
+  }
+};
+
+size_t bytesOf(const TensorView &t) { return dtypeBytes(t.dtype) * t.numel(); }
+
+class NcclComm final : public Comm {
+public:
+  explicit NcclComm(Comm &host) : host_(&host) { position_ = host.position(); }
+  void own(std::unique_ptr<Comm> host) { owned_ = std::move(host); }
+  ~NcclComm() override {
+    for (ncclComm_t c : comms_)
+      if (c)
+        ncclCommDestroy(c);
+  }
+
+  /// One NCCL communicator per group with more than one member.
+  Status init() {
+    for (Group g : {Group::Tensor, Group::Data, Group::Pipeline}) {
+      if (size(g) == 1)
+        continue;
+      ncclUniqueId id;
+      if (rank(g) == 0) {
+        if (Status s = ncclStatus(ncclGetUniqueId(&id), "creating a unique id"); !s.ok())
+          return s;
+        for (int peer = 1; peer < size(g); ++peer)
+          if (Status s = host_->send(g, peer, &id, sizeof id, kBootstrapTag); !s.ok())
+            return s;
+        if (Status s = host_->waitSends(); !s.ok())
+          return s;
+      } else if (Status s = host_->recv(g, 0, &id, sizeof id, kBootstrapTag); !s.ok()) {
+        return s;
+      }
+      if (Status s = ncclStatus(ncclCommInitRank(&of(g), size(g), id, rank(g)),
+                                "creating a communicator");
+          !s.ok())
+        return s;
+    }
+    return Status::success();
+  }
+
+  Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
+    if (size(g) == 1)
+      return in.data == out.data
+                 ? Status::success()
+                 : cudaStatus(cudaMemcpy(out.data, in.data, bytesOf(in), cudaMemcpyDeviceToDevice),
+                              "copying");
+    return ncclStatus(ncclAllReduce(in.data, out.data, out.numel(), ncclType(out.dtype), ncclSum,
+                                    of(g), 0),
+                      "all-reduce");
+  }
+
+  Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    const int parts = size(g);
+    if (axis == 0)
+      return ncclStatus(ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
+                        "all-gather");
+    void *blocks = nullptr;
+    if (Status s = cudaStatus(cudaMalloc(&blocks, bytesOf(out)), "allocating"); !s.ok())
+      return s;
+    Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
+                          "all-gather");
+    if (s.ok())
+      s = cudaStatus(Blocks(out, axis, parts).copy(static_cast<char *>(out.data),
+                                                   static_cast<char *>(blocks), parts, false),
+                     "reordering gathered blocks");
+    cudaFree(blocks);
+    return s;
+  }
+
+  Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    const int parts = size(g);
+    if (axis == 0)
+      return ncclStatus(ncclReduceScatter(in.data, out.data, out.numel(), ncclType(out.dtype),
+                                          ncclSum, of(g), 0),
+                        "reduce-scatter");
+    void *blocks = nullptr;
+    if (Status s = cudaStatus(cudaMalloc(&blocks, bytesOf(in)), "allocating"); !s.ok())
+      return s;
+    Status s = cudaStatus(Blocks(in, axis, parts).copy(static_cast<char *>(in.data),
+                                                       static_cast<char *>(blocks), parts, true),
+                          "ordering blocks");
+    if (s.ok())
+      s = ncclStatus(ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype), ncclSum,
+                                       of(g), 0),
+                     "reduce-scatter");
+    cudaFree(blocks);
+    return s;
+  }
+
+  double allReduceSum(Group g, double value) override { return host_->allReduceSum(g, value); }
+
+  Status allReduceSumAmong(Group g, const std::vector<int> &members,
+                           const TensorView &inOut) override {
+    std::vector<char> host(bytesOf(inOut));
+    if (Status s = cudaStatus(cudaMemcpy(host.data(), inOut.data, host.size(),
+                                         cudaMemcpyDeviceToHost),
+                              "copying to the host");
+        !s.ok())
+      return s;
+    TensorView onHost = inOut;
+    onHost.data = host.data();
+    if (Status s = host_->allReduceSumAmong(g, members, onHost); !s.ok())
+      return s;
+    return cudaStatus(cudaMemcpy(inOut.data, host.data(), host.size(), cudaMemcpyHostToDevice),
+                      "copying to the device");
+  }
+
+  Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
+    return host_->send(g, peer, data, bytes, tag);
+  }
+  Status recv(Group g, int peer, void *data, size_t bytes, int tag) override {
+    return host_->recv(g, peer, data, bytes, tag);
+  }
+  Status waitSends() override { return host_->waitSends(); }
+
+private:
+  ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
+
+  Comm *host_;
+  std::unique_ptr<Comm> owned_; // host_, once this communicator works
+  std::array<ncclComm_t, 3> comms_{};
+};
+
+} // namespace
+
+Status makeNcclComm(std::unique_ptr<Comm> &comm) {
+  auto nccl = std::make_unique<NcclComm>(*comm);
+  if (Status s = nccl->init(); !s.ok())
+    return s;
+  nccl->own(std::move(comm));
+  comm = std::move(nccl);
+  return Status::success();
+}
+
+} // namespace mt
