@@ -174,6 +174,9 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       })
       .Case([&](mlir::mt::DropoutGradOp o) {
         f.rate = o.getRate().convertToDouble();
+        f.stream = o.getStream().value_or(-1);
+        f.sequenceParallel = o.getSequenceParallel();
+        f.featureParallel = o.getFeatureParallel();
         return f.opcode = Opcode::DropoutGrad, true;
       })
       .Case([&](mlir::mt::DropoutOp o) {

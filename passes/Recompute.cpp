@@ -62,8 +62,18 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
           original.replaceUsesWithIf(copy, [&](OpOperand &use) {
             return backward(use.getOwner()) && !copiesOf.contains(use.getOwner());
           });
-    // Copies nothing reads (results only the forward needed) are dropped.
+    // Copies nothing reads (results only the forward needed) are dropped. A dropout
+    // copy that backward reads only for its mask is not worth its input's recomputation:
+    // its gradients draw the mask again from the stream instead.
     for (Operation *clone : llvm::reverse(clones)) {
+      if (auto d = dyn_cast<DropoutOp>(clone); d && d.getMask() && d.getResult().use_empty())
+        for (OpOperand &use : llvm::make_early_inc_range(d.getMask().getUses()))
+          if (auto grad = dyn_cast<DropoutGradOp>(use.getOwner())) {
+            grad->eraseOperand(use.getOperandNumber());
+            grad.setStreamAttr(d.getStreamAttr());
+            grad.setSequenceParallel(d.getSequenceParallel());
+            grad.setFeatureParallel(d.getFeatureParallel());
+          }
       if (clone->use_empty()) {
         clone->erase();
         continue;

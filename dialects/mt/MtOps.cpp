@@ -463,12 +463,24 @@ LogicalResult DropoutOp::verify() {
 
 LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), mask = ranked(adaptor.getMask());
-  if (grad.getShape() != mask.getShape())
-    return emitOptionalError(loc, "mt.dropout_grad: grad ", str(grad), " and mask ", str(mask),
-                             " differ in shape");
+  auto grad = ranked(adaptor.getGrad());
+  if (Value m = adaptor.getMask()) {
+    auto mask = ranked(m);
+    if (grad.getShape() != mask.getShape())
+      return emitOptionalError(loc, "mt.dropout_grad: grad ", str(grad), " and mask ",
+                               str(mask), " differ in shape");
+  }
   types.push_back(grad);
   return success();
+}
+
+LogicalResult DropoutGradOp::verify() {
+  std::optional<int64_t> stream;
+  if (getStream())
+    stream = static_cast<int64_t>(*getStream());
+  if (!getMask() && !stream)
+    return emitOpError("needs its mask or the stream to draw it from");
+  return verifyRandom(*this, getRate().convertToDouble(), stream);
 }
 
 LogicalResult ParamGradOp::verify() {
@@ -820,8 +832,9 @@ FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
   if (!getMask())
     return emitOpError("keeps no mask to differentiate with (mt-autodiff asks for one)");
-  return SmallVector<Value>{
-      DropoutGradOp::create(b, getLoc(), resultGrads[0], getMask(), getRateAttr())};
+  return SmallVector<Value>{DropoutGradOp::create(b, getLoc(), resultGrads[0], getMask(),
+                                                  getRateAttr(), IntegerAttr(), UnitAttr(),
+                                                  UnitAttr())};
 }
 
 FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,

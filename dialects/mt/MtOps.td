@@ -347,8 +347,16 @@ def Mt_AttentionContextGradOp : Mt_GradOp<"attention_context_grad",
 
 def Mt_DropoutGradOp : Mt_GradOp<"dropout_grad", [Mt_CostOpInterface]> {
   let summary = "dx = dy·mask/(1 − rate), with the mask the forward kept";
-  let arguments = (ins Mt_FloatTensor:$grad, Mt_MaskTensor:$mask, F64Attr:$rate);
+  let description = [{
+    Without `mask`, the mask is drawn again from `stream` (with the forward's
+    `sequence_parallel` / `feature_parallel`): mt-recompute uses this form where keeping
+    a recomputed dropout only for its mask would mean recomputing its input.
+  }];
+  let arguments = (ins Mt_FloatTensor:$grad, Optional<Mt_MaskTensor>:$mask, F64Attr:$rate,
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
+                       UnitAttr:$feature_parallel);
   let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 def Mt_CrossEntropyGradOp : Mt_GradOp<"cross_entropy_grad", [Mt_CostOpInterface]> {

@@ -57,7 +57,8 @@ bool sameShape(const flatbuffers::Vector<int64_t> *a, const flatbuffers::Vector<
 }
 
 /// Inputs and outputs each opcode takes; inputs -1 for "2 or 3" (a linear's optional
-/// bias), outputs -1 for "1 or 2" (a dropout's optional mask).
+/// bias) and -2 for "1 or 2" (a dropout gradient's optional mask), outputs -1 for "1 or
+/// 2" (a dropout's optional mask).
 struct Arity {
   int inputs, outputs;
 };
@@ -76,6 +77,8 @@ Arity arityOf(plan::Opcode op) {
     return {1, 1};
   case Opcode::AttentionProbsGrad:
     return {3, 1};
+  case Opcode::DropoutGrad:
+    return {-2, 1};
   case Opcode::AttentionContextGrad:
     return {3, 2};
   case Opcode::Linear:
@@ -259,7 +262,9 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     return "";
   case Opcode::DropoutGrad:
     return inst.rate() >= 0 && inst.rate() < 1 && same(out[0], in[0]) &&
-                   in[1].numel() == in[0].numel()
+                   (in.size() == 2 ? in[1].numel() == in[0].numel()
+                                   : inst.stream() >= 0 &&
+                                         !(inst.sequence_parallel() && in[0].rank() < 2))
                ? ""
                : "dropout gradient operands or rate disagree";
   case Opcode::AttentionProbs:
@@ -379,8 +384,9 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       return Status::failure(cat(at, ": missing operand lists"));
     Arity arity = arityOf(inst->opcode());
     int numInputs = static_cast<int>(inst->inputs()->size());
-    bool inputsOk = arity.inputs < 0 ? (numInputs == 2 || numInputs == 3)
-                                     : numInputs == arity.inputs;
+    bool inputsOk = arity.inputs == -1   ? (numInputs == 2 || numInputs == 3)
+                    : arity.inputs == -2 ? (numInputs == 1 || numInputs == 2)
+                                         : numInputs == arity.inputs;
     int numOutputs = static_cast<int>(inst->outputs()->size());
     bool outputsOk = arity.outputs < 0 ? (numOutputs == 1 || numOutputs == 2)
                                        : numOutputs == arity.outputs;

@@ -83,6 +83,7 @@ inline std::vector<OpCase> opCases() {
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
   c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 512});
   c.push_back({"gpt_tiny_selective", "", "gpt-tiny", 8, 512, "--recompute selective"});
+  c.push_back({"gpt_tiny_full", "", "gpt-tiny", 8, 512, "--recompute full"});
   return c;
 }
 

@@ -21,6 +21,16 @@ namespace {
 
 using plan::Opcode;
 
+/// Where a dropout's (block of a) tensor lies in the whole one: its block of dimension 1
+/// (the sequence, or the heads of attention probabilities), of the last dimension, or
+/// all of it.
+ShardMap dropoutShard(const plan::Instruction &inst, const TensorView &x,
+                      const StepContext &ctx) {
+  return inst.sequence_parallel()  ? ShardMap(x, 1, ctx.tpRank, ctx.tpSize)
+         : inst.feature_parallel() ? ShardMap(x, x.rank - 1, ctx.tpRank, ctx.tpSize)
+                                   : ShardMap();
+}
+
 /// Token ids and targets are i32 or i64 tensors.
 int64_t indexAt(const TensorView &t, int64_t i) {
   return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
@@ -642,14 +652,15 @@ template <typename T> struct Kernels {
       attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);
       break;
     case Opcode::Dropout:
-      dropout(in[0], inst.rate(), inst.stream(),
-              inst.sequence_parallel()  ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize)
-              : inst.feature_parallel() ? ShardMap(in[0], in[0].rank - 1, ctx.tpRank, ctx.tpSize)
-                                        : ShardMap(),
-              ctx, out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
+      dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
+              inst.outputs()->size() == 2 ? &out[1] : nullptr);
       break;
     case Opcode::DropoutGrad:
-      dropoutGrad(in[0], in[1], inst.rate(), out[0]);
+      if (inst.inputs()->size() == 2)
+        dropoutGrad(in[0], in[1], inst.rate(), out[0]);
+      else // the mask drawn again: the same dropout of the gradient
+        dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
+                nullptr);
       break;
     case Opcode::AttentionProbs:
       attentionProbs(in[0], inst.heads(), inst.causal(), out[0]);

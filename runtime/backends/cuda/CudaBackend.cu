@@ -1182,24 +1182,28 @@ private:
       accumulateKernel<<<blocksFor(out[0].numel()), kThreads>>>(p(in[0]), f(out[0]),
                                                                  out[0].numel());
       break;
-    case Opcode::Dropout: {
+    case Opcode::Dropout:
+    case Opcode::DropoutGrad: {
+      // A dropout gradient without its mask draws the mask again: the same dropout.
+      if (inst.opcode() == Opcode::DropoutGrad && inst.inputs()->size() == 2) {
+        dropoutGradKernel<<<blocksFor(n), kThreads>>>(
+            p(in[0]), static_cast<const uint8_t *>(in[1].data), p(out[0]), n,
+            static_cast<float>(1.0 / (1.0 - inst.rate())));
+        break;
+      }
       const ShardMap shard = inst.sequence_parallel()
                                  ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize)
                              : inst.feature_parallel()
                                  ? ShardMap(in[0], in[0].rank - 1, ctx.tpRank, ctx.tpSize)
                                  : ShardMap();
-      dropoutKernel<<<blocksFor(n), kThreads>>>(
-          p(in[0]), p(out[0]),
-          inst.outputs()->size() == 2 ? static_cast<uint8_t *>(out[1].data) : nullptr, n,
-          inst.rate(), static_cast<uint32_t>(inst.stream()), shard,
-          Counters{ctx.seed, ctx.step, ctx.microBatch});
+      uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
+                          ? static_cast<uint8_t *>(out[1].data)
+                          : nullptr;
+      dropoutKernel<<<blocksFor(n), kThreads>>>(p(in[0]), p(out[0]), mask, n, inst.rate(),
+                                                static_cast<uint32_t>(inst.stream()), shard,
+                                                Counters{ctx.seed, ctx.step, ctx.microBatch});
       break;
     }
-    case Opcode::DropoutGrad:
-      dropoutGradKernel<<<blocksFor(n), kThreads>>>(
-          p(in[0]), static_cast<const uint8_t *>(in[1].data), p(out[0]), n,
-          static_cast<float>(1.0 / (1.0 - inst.rate())));
-      break;
     case Opcode::Attention: {
       AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, true);
       attentionForwardKernel<<<warpBlocks(a), kThreads>>>(p(in[0]), p(out[0]), a);

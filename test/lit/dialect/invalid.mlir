@@ -700,3 +700,37 @@ func.func @param_empty_shape() {
   %w = mt.param "w" ones {global_shape = array<i64: 4, 8>, shard_dim = 0 : i64} : tensor<0x8xf32>
   return
 }
+
+// -----
+
+func.func @dropout_grad_without_mask(%g: tensor<2x4xf32>) -> tensor<2x4xf32> {
+  // expected-error@+1 {{'mt.dropout_grad' op needs its mask or the stream to draw it from}}
+  %y = mt.dropout_grad %g {rate = 1.0e-01 : f64} : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @dropout_grad_mask_shape(%g: tensor<2x4xf32>, %m: tensor<2x5xi8>) -> tensor<2x4xf32> {
+  // expected-error@+2 {{mt.dropout_grad: grad tensor<2x4xf32> and mask tensor<2x5xi8> differ in shape}}
+  // expected-error@+1 {{'mt.dropout_grad' op failed to infer returned types}}
+  %y = mt.dropout_grad %g, %m {rate = 1.0e-01 : f64} : (tensor<2x4xf32>, tensor<2x5xi8>) -> tensor<2x4xf32>
+  return %y : tensor<2x4xf32>
+}
+
+// -----
+
+func.func @attention_dropout_rate(%qkv: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
+  // expected-error@+1 {{'mt.attention' op rate 1.500000e+00 must lie in [0, 1)}}
+  %o = mt.attention %qkv {causal, dropout = 1.5 : f64, heads = 2 : i64, stream = 0 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @attention_context_probs(%p: tensor<2x3x4x4xf32>, %qkv: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
+  // expected-error@+2 {{mt.attention_context: qkv width 24 of tensor<2x4x24xf32> is not 3 x heads (3) x head_dim}}
+  // expected-error@+1 {{'mt.attention_context' op failed to infer returned types}}
+  %o = mt.attention_context %p, %qkv : (tensor<2x3x4x4xf32>, tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  return %o : tensor<2x4x8xf32>
+}

@@ -15,6 +15,9 @@
 // CHECK-NEXT: %[[QKV1C:.*]] = mt.linear %[[LN1C]]
 // CHECK-NEXT: %[[ATT1C:.*]] = mt.attention %[[QKV1C]]
 // CHECK-NOT: mt.attention_grad {{.*}}, %[[QKV1]],
+// The MLP output's dropout gradient draws its mask again from the stream rather than
+// recomputing the projection only to get the mask.
+// CHECK: mt.dropout_grad %{{[a-z_0-9]+}} {rate = 1.000000e-01 : f64, stream = {{[0-9]+}} : i64} : (tensor<1x8x64xf32>) -> tensor<1x8x64xf32>
 // CHECK: mt.attention_grad {{.*}}, %[[QKV1C]], %[[ATT1C]]
 // CHECK: mt.linear_grad_weight {{.*}}, %[[LN1C]]
 // Then layer 0, recomputed from the stored output of the embeddings.
