@@ -41,6 +41,8 @@ ncclDataType_t ncclType(plan::DType dtype) {
     return ncclInt32;
   case plan::DType::I64:
     return ncclInt64;
+  case plan::DType::I8:
+    return ncclUint8;
   default:
     return ncclFloat32;
   }
@@ -112,17 +114,24 @@ public:
 
   Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
     if (size(g) == 1)
-      return in.data == out.data
-                 ? Status::success()
-                 : cudaStatus(cudaMemcpy(out.data, in.data, bytesOf(in), cudaMemcpyDeviceToDevice),
-                              "copying");
+      return copy(in, out);
     return ncclStatus(ncclAllReduce(in.data, out.data, out.numel(), ncclType(out.dtype), ncclSum,
                                     of(g), 0),
                       "all-reduce");
   }
 
+  /// A group of one: the result is the input.
+  Status copy(const TensorView &in, const TensorView &out) {
+    if (in.data == out.data)
+      return Status::success();
+    return cudaStatus(cudaMemcpy(out.data, in.data, bytesOf(in), cudaMemcpyDeviceToDevice),
+                      "copying");
+  }
+
   Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
     const int parts = size(g);
+    if (parts == 1)
+      return copy(in, out);
     if (axis == 0)
       return ncclStatus(ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
                         "all-gather");
@@ -141,6 +150,8 @@ public:
 
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
     const int parts = size(g);
+    if (parts == 1)
+      return copy(in, out);
     if (axis == 0)
       return ncclStatus(ncclReduceScatter(in.data, out.data, out.numel(), ncclType(out.dtype),
                                           ncclSum, of(g), 0),

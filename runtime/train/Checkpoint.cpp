@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -133,14 +134,30 @@ std::vector<int64_t> globalShape(const plan::Param &p) {
 /// under the parameter's name, then optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>.
 const char *const kKinds[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
-/// This rank's local (tensor-parallel shard) values of parameter `p` for one kind.
-/// Moments of the distributed optimizer are first gathered over the data-parallel group.
-struct LocalStores {
-  TensorView weights, expAvg, expAvgSq;
+/// Device memory of the backend, released with its owner.
+class DeviceBuffer {
+public:
+  DeviceBuffer(Backend &backend, size_t bytes)
+      : backend_(backend), data_(backend.allocate(bytes)) {}
+  ~DeviceBuffer() { backend_.release(data_); }
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  void *data() const { return data_; }
+
+private:
+  Backend &backend_;
+  void *data_;
 };
 
-Status localStores(Executor &executor, const AdamW &optimizer, std::vector<char> &avg,
-                   std::vector<char> &avgSq, LocalStores &out) {
+/// This rank's local (tensor-parallel shard) values of parameter `p` for one kind, in
+/// the backend's memory. Moments of the distributed optimizer are first gathered over
+/// the data-parallel group.
+struct LocalStores {
+  TensorView weights, expAvg, expAvgSq;
+  std::unique_ptr<DeviceBuffer> gatheredAvg, gatheredAvgSq;
+};
+
+Status localStores(Executor &executor, const AdamW &optimizer, LocalStores &out) {
   out.weights = executor.flatWeights();
   out.expAvg = out.weights;
   out.expAvgSq = out.weights;
@@ -150,10 +167,10 @@ Status localStores(Executor &executor, const AdamW &optimizer, std::vector<char>
     return Status::success();
   }
   const size_t bytes = dtypeBytes(out.weights.dtype) * out.weights.numel();
-  avg.resize(bytes);
-  avgSq.resize(bytes);
-  out.expAvg.data = avg.data();
-  out.expAvgSq.data = avgSq.data();
+  out.gatheredAvg = std::make_unique<DeviceBuffer>(executor.backend(), bytes);
+  out.gatheredAvgSq = std::make_unique<DeviceBuffer>(executor.backend(), bytes);
+  out.expAvg.data = out.gatheredAvg->data();
+  out.expAvgSq.data = out.gatheredAvgSq->data();
   Comm &comm = executor.comm();
   if (Status s = comm.allGather(Group::Data, optimizer.expAvg(), out.expAvg, 0); !s.ok())
     return s;
@@ -240,9 +257,8 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                       const TrainingState &state) {
   Comm &comm = executor.comm();
   const bool writer = comm.position().worldRank() == 0;
-  std::vector<char> avg, avgSq;
   LocalStores stores;
-  if (Status s = localStores(executor, optimizer, avg, avgSq, stores); !s.ok())
+  if (Status s = localStores(executor, optimizer, stores); !s.ok())
     return agree(executor, s);
 
   // Gather every parameter's tensor-parallel shards into the global tensor, on the
@@ -283,12 +299,12 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
         global.shape[i] = t.shape[i];
       t.bytes.resize(bytes);
       if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
-        std::vector<char> device(bytes);
-        global.data = device.data();
+        DeviceBuffer gathered(executor.backend(), bytes);
+        global.data = gathered.data();
         if (Status s = comm.allGather(Group::Tensor, local, global, p.spec->shard_dim());
             !s.ok())
           return agree(executor, s);
-        executor.backend().copyToHost(t.bytes.data(), device.data(), bytes);
+        executor.backend().copyToHost(t.bytes.data(), gathered.data(), bytes);
       } else {
         executor.backend().copyToHost(t.bytes.data(), local.data, bytes);
       }

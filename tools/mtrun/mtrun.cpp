@@ -281,25 +281,33 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return 1;
   };
-  std::unique_ptr<mt::Executor> executor;
-  if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
-    return fail(s);
-  const bool leader = comm->position().worldRank() == 0;
-  if (leader)
-    std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens\n",
-                plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
-                grid.dp(), grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
-                static_cast<long long>(config.steps),
-                static_cast<long long>(plan.plan().global_batch_size()),
-                static_cast<long long>(plan.plan().seq_length()));
-  if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
-    return fail(s);
-  const uint64_t written = executor->arenaBytesWritten(mt::Executor::kSentinel);
-  if (written > executor->plannedArenaBytes())
-    return fail(mt::Status::failure("an instruction wrote past the end of the arena"));
-  if (leader)
-    std::printf("arena: %llu bytes written, %llu planned\n",
-                static_cast<unsigned long long>(written),
-                static_cast<unsigned long long>(executor->plannedArenaBytes()));
+  // A device error (a failed copy, a kernel fault) surfaces as an exception from the
+  // backend: it ends the job with its message like any other failure.
+  try {
+    std::unique_ptr<mt::Executor> executor;
+    if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
+      return fail(s);
+    const bool leader = comm->position().worldRank() == 0;
+    if (leader)
+      std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens\n",
+                  plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
+                  grid.dp(), grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
+                  static_cast<long long>(config.steps),
+                  static_cast<long long>(plan.plan().global_batch_size()),
+                  static_cast<long long>(plan.plan().seq_length()));
+    if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
+      return fail(s);
+    const uint64_t written = executor->arenaBytesWritten(mt::Executor::kSentinel);
+    if (written > executor->plannedArenaBytes())
+      return fail(mt::Status::failure("an instruction wrote past the end of the arena"));
+    if (leader)
+      std::printf("arena: %llu bytes written, %llu planned\n",
+                  static_cast<unsigned long long>(written),
+                  static_cast<unsigned long long>(executor->plannedArenaBytes()));
+  } catch (const std::bad_alloc &) {
+    return fail(mt::Status::failure("out of memory on the " + backendName + " backend"));
+  } catch (const std::exception &e) {
+    return fail(mt::Status::failure(e.what()));
+  }
   return 0;
 }

@@ -714,13 +714,16 @@ template <typename T> struct Kernels {
       break;
     case Opcode::CrossEntropyStats:
       return crossEntropyStats(in[0], in[1], vocabFirst(in[0], in[0].rank - 1),
-                               inst.num_classes(), out[0]);
+                               inst.num_classes() ? inst.num_classes() : in[0].cols() * parts,
+                               out[0]);
     case Opcode::CrossEntropyMerge:
       crossEntropyMerge(in[0], out[0]);
       break;
     case Opcode::VocabParallelCrossEntropyGrad:
       vocabParallelCrossEntropyGrad(in[0], in[1], in[2], in[3],
-                                    vocabFirst(in[1], in[1].rank - 1), inst.num_classes(),
+                                    vocabFirst(in[1], in[1].rank - 1),
+                                    inst.num_classes() ? inst.num_classes()
+                                                       : in[1].cols() * parts,
                                     out[0]);
       break;
     case Opcode::AllReduce:

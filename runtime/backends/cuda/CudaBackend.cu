@@ -9,6 +9,7 @@
 #include "plan/PlanReader.h"
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -353,9 +354,14 @@ __global__ void meanKernel(const float *values, int64_t n, float *out) {
 template <typename T>
 __global__ void crossEntropyGradKernel(const float *dloss, const T *logits, const void *targets,
                                        bool wide, T *dlogits, int64_t m, int64_t v,
-                                       int64_t classes) {
+                                       int64_t classes, unsigned long long *bad) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
+  if (const int64_t target = indexAt(targets, wide, r); target < 0 || target >= classes) {
+    if (threadIdx.x == 0)
+      atomicMin(bad, static_cast<unsigned long long>(r));
+    return;
+  }
   const T *row = logits + r * v;
   T *g = dlogits + r * v;
   const float factor = dloss[0] / m;
@@ -820,19 +826,26 @@ public:
   explicit CudaBackend(int device) {
     check(cudaSetDevice(device), "selecting the device");
     check(cublasLtCreate(&lt_), "creating the cuBLASLt handle");
+    check(cublasCreate(&blas_), "creating the cuBLAS handle");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
     check(cudaMalloc(&flag_, sizeof(unsigned long long)), "allocating the error flag");
   }
   ~CudaBackend() override {
     cudaFree(flag_);
     cudaFree(workspace_);
+    cublasDestroy(blas_);
     cublasLtDestroy(lt_);
   }
   const char *name() const override { return "cuda"; }
 
   void *allocate(size_t bytes) override {
     void *p = nullptr;
-    check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "allocating device memory");
+    cudaError_t code = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (code == cudaErrorMemoryAllocation) {
+      cudaGetLastError(); // not sticky: clear it
+      throw std::bad_alloc();
+    }
+    check(code, "allocating device memory");
     return p;
   }
   void release(void *data) override { cudaFree(data); }
@@ -921,6 +934,7 @@ private:
     if (bytes > scratchBytes_) {
       cudaFree(scratch_);
       scratch_ = nullptr;
+      scratchBytes_ = 0;
       check(cudaMalloc(&scratch_, bytes), "allocating scratch memory");
       scratchBytes_ = bytes;
     }
@@ -979,6 +993,13 @@ private:
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *a,
             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, DType dtype,
             const void *bias) {
+    // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a parameter at an odd
+    // offset of the flat store gets its bias added by a kernel instead.
+    if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
+      gemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, dtype, nullptr);
+      addBias(c, bias, m, n, dtype);
+      return;
+    }
     const cudaDataType_t type = cudaTypeOf(dtype);
     cublasLtMatmulDesc_t desc;
     check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
@@ -1024,17 +1045,50 @@ private:
     cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt_, desc, la, lb, lc, lc, preference,
                                                            1, &heuristic, &found);
     const float one = 1.f, zero = 0.f;
-    if (status == CUBLAS_STATUS_SUCCESS && found > 0)
+    const bool haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (haveAlgorithm)
       status = cublasLtMatmul(lt_, desc, &one, a, la, b, lb, &zero, c, lc, c, lc,
                               &heuristic.algo, workspace_, kWorkspaceBytes, 0);
-    else if (status == CUBLAS_STATUS_SUCCESS)
-      status = CUBLAS_STATUS_NOT_SUPPORTED;
     cublasLtMatmulPreferenceDestroy(preference);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(desc);
+    if (!haveAlgorithm) {
+      // Shapes or alignments cuBLASLt has no kernel for (tiny, odd dimensions): cuBLAS's
+      // general GEMM, then the bias.
+      status = cublasGemmEx(blas_, opA, opB, static_cast<int>(m), static_cast<int>(n),
+                            static_cast<int>(k), &one, a, type, static_cast<int>(lda), b, type,
+                            static_cast<int>(ldb), &zero, c, type, static_cast<int>(ldc),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      check(status, "cublasGemmEx");
+      if (bias)
+        addBias(c, bias, m, n, dtype);
+      return;
+    }
     check(status, "cublasLtMatmul");
+  }
+
+  /// c[m×n] (column-major) += bias[m] per column.
+  void addBias(void *c, const void *bias, int64_t m, int64_t n, DType dtype) {
+    const int64_t count = m * n;
+    switch (dtype) {
+    case DType::BF16:
+      biasAddKernel<<<blocksFor(count), kThreads>>>(
+          static_cast<const __nv_bfloat16 *>(c), static_cast<const __nv_bfloat16 *>(bias),
+          static_cast<__nv_bfloat16 *>(c), count, m);
+      break;
+    case DType::F16:
+      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const __half *>(c),
+                                                     static_cast<const __half *>(bias),
+                                                     static_cast<__half *>(c), count, m);
+      break;
+    default:
+      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const float *>(c),
+                                                     static_cast<const float *>(bias),
+                                                     static_cast<float *>(c), count, m);
+    }
+    launched("bias");
   }
 
   AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
@@ -1263,10 +1317,12 @@ private:
     }
     case Opcode::CrossEntropyGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols();
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
+      resetFlag();
       crossEntropyGradKernel<<<static_cast<unsigned>(m), kThreads>>>(
-          f(in[0]), p(in[1]), in[2].data, wide(in[2]), p(out[0]), m, v,
-          inst.num_classes() ? inst.num_classes() : v);
-      break;
+          f(in[0]), p(in[1]), in[2].data, wide(in[2]), p(out[0]), m, v, classes, flag_);
+      launched("cross-entropy gradient");
+      return idsError("a target id", classes);
     }
     case Opcode::CrossEntropyStats: {
       const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
@@ -1304,6 +1360,7 @@ private:
   }
 
   cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
   void *workspace_ = nullptr;
   unsigned long long *flag_ = nullptr;
   void *scratch_ = nullptr;
