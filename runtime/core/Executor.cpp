@@ -83,22 +83,29 @@ Status Executor::bind(ExecutorOptions options) {
   total = std::max<int64_t>(parts, (total + parts - 1) / parts * parts);
   // Weights and gradients in the accumulator type (f32 under bf16 and f16: the master
   // weights); the programs read a compute copy in the plan's precision when it differs.
+  // With the distributed optimizer, mixed precision keeps only this rank's share of the
+  // master weights.
   const plan::DType master = accumulatorType(plan_.precision());
+  const bool mixed = plan_.precision() != master;
+  const bool shardMaster = mixed && plan_.distributed_optimizer() && parts > 1;
+  const int64_t share = total / parts;
+  masterFirst_ = shardMaster ? comm_.rank(Group::Data) * share : 0;
   std::vector<TensorView *> flats = {&flatWeights_, &flatGrads_};
-  if (plan_.precision() != master)
+  if (mixed)
     flats.push_back(&flatCompute_);
   for (TensorView *flat : flats) {
     flat->dtype = flat == &flatCompute_ ? plan_.precision() : master;
-    const size_t bytes = dtypeBytes(flat->dtype) * total;
+    flat->rank = 1;
+    flat->shape[0] = flat == &flatWeights_ && shardMaster ? share : total;
+    const size_t bytes = dtypeBytes(flat->dtype) * flat->shape[0];
     flat->data = backend_.allocate(bytes);
     allocations_.push_back(flat->data);
     backend_.setZero(flat->data, bytes);
-    flat->rank = 1;
-    flat->shape[0] = total;
   }
   for (Parameter &p : parameters_) {
     const size_t at = dtypeBytes(master) * p.offset;
-    p.weight = viewOf(*p.spec->shape(), master, static_cast<std::byte *>(flatWeights_.data) + at);
+    p.weight = viewOf(*p.spec->shape(), master,
+                      shardMaster ? nullptr : static_cast<std::byte *>(flatWeights_.data) + at);
     p.grad = viewOf(*p.spec->shape(), master, static_cast<std::byte *>(flatGrads_.data) + at);
   }
 
@@ -161,15 +168,47 @@ int64_t Executor::tokensPerMicroBatch() const {
   return plan_.micro_batch_size() * plan_.seq_length();
 }
 
+TensorView Executor::masterSlice(int64_t begin, int64_t end) const {
+  return sliceOf(flatWeights_, dtypeBytes(flatWeights_.dtype), begin - masterFirst_,
+                 end - masterFirst_);
+}
+
 void Executor::refreshComputeWeights() {
-  if (flatCompute_.data)
+  if (flatCompute_.data && !masterSharded())
     backend_.convert(flatCompute_, flatWeights_);
 }
 
+void Executor::refreshComputeWeights(int64_t begin, int64_t end) {
+  if (flatCompute_.data && begin < end)
+    backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), begin, end),
+                     masterSlice(begin, end));
+}
+
 Status Executor::initParameters(uint64_t seed) {
-  for (Parameter &p : parameters_)
-    backend_.initParameter(p.weight, *p.spec, seed, comm_.rank(Group::Tensor),
-                           comm_.size(Group::Tensor));
+  const int tpRank = comm_.rank(Group::Tensor), tpSize = comm_.size(Group::Tensor);
+  if (!masterSharded()) {
+    for (Parameter &p : parameters_)
+      backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize);
+    refreshComputeWeights();
+    return Status::success();
+  }
+  // Each parameter in full, once: this rank's share into the master weights, all of it
+  // into the compute copy.
+  const int64_t first = masterFirst_, last = masterFirst_ + flatWeights_.numel();
+  const size_t element = dtypeBytes(flatWeights_.dtype);
+  for (Parameter &p : parameters_) {
+    TensorView whole = p.weight;
+    whole.data = backend_.allocate(element * p.numel);
+    backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize);
+    const int64_t begin = std::max(first, p.offset), end = std::min(last, p.offset + p.numel);
+    if (begin < end)
+      backend_.convert(masterSlice(begin, end),
+                       sliceOf(whole, element, begin - p.offset, end - p.offset));
+    backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), p.offset,
+                             p.offset + p.numel),
+                     sliceOf(whole, element, 0, p.numel));
+    backend_.release(whole.data);
+  }
   return Status::success();
 }
 

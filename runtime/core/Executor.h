@@ -46,10 +46,20 @@ public:
   Comm &comm() { return comm_; }
   /// The parameters this rank's pipeline stage holds, in plan order.
   std::vector<Parameter> &parameters() { return parameters_; }
-  /// Every weight, and every gradient, as one vector (padded to a multiple of the
-  /// data-parallel size, the padding zero).
+  /// Every gradient as one vector (padded to a multiple of the data-parallel size, the
+  /// padding zero), and the master weights over the same elements — all of them, or,
+  /// under mixed precision with the distributed optimizer, only this data-parallel
+  /// rank's share [masterFirst(), masterFirst() + flatWeights().numel()), as Megatron's
+  /// distributed optimizer keeps them. Then Parameter::weight has no data.
   const TensorView &flatWeights() const { return flatWeights_; }
   const TensorView &flatGrads() const { return flatGrads_; }
+  int64_t masterFirst() const { return masterFirst_; }
+  bool masterSharded() const { return flatWeights_.numel() != flatGrads_.numel(); }
+  /// The 16-bit copy of all weights the programs read (no data without one).
+  const TensorView &flatCompute() const { return flatCompute_; }
+  /// The master weights of elements [begin, end) of the flat store, which this rank
+  /// must hold.
+  TensorView masterSlice(int64_t begin, int64_t end) const;
 
   /// Tokens per micro-batch (micro-batch size × sequence length).
   int64_t tokensPerMicroBatch() const;
@@ -57,8 +67,11 @@ public:
   Status initParameters(uint64_t seed);
   /// Under bf16 and f16, the programs read a 16-bit copy of the f32 master weights:
   /// this rounds the master weights into it. Call it after the weights change (before
-  /// a step's first forward); without a copy it does nothing.
+  /// a step's first forward); without a copy, or with sharded master weights (whose
+  /// optimizer gathers the copy itself), it does nothing.
   void refreshComputeWeights();
+  /// Rounds master weights [begin, end) (which this rank holds) into the compute copy.
+  void refreshComputeWeights(int64_t begin, int64_t end);
   void zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
   /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
@@ -109,7 +122,8 @@ private:
   uint64_t arenaBytes_ = 0;
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
-  TensorView flatCompute_; // the 16-bit compute copy of flatWeights_, if any
+  TensorView flatCompute_; // the 16-bit compute copy of the weights, if any
+  int64_t masterFirst_ = 0;
   void *arena_ = nullptr;
   std::chrono::steady_clock::time_point backwardStart_;
 };

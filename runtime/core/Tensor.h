@@ -31,6 +31,16 @@ struct TensorView {
   template <typename T> T *as() const { return static_cast<T *>(data); }
 };
 
+/// Elements [begin, end) of `t` seen as a vector; `bytesPerElement` of t's type.
+inline TensorView sliceOf(const TensorView &t, size_t bytesPerElement, int64_t begin,
+                          int64_t end) {
+  TensorView v = t;
+  v.data = static_cast<char *>(t.data) + bytesPerElement * begin;
+  v.rank = 1;
+  v.shape[0] = end - begin;
+  return v;
+}
+
 /// A block of a larger tensor: the local tensor is block `index` of `parts` equal
 /// blocks of the global one along `dim`. Maps local element indices to global ones, so
 /// that anything defined per global element (initial values, dropout masks) is the

@@ -150,31 +150,32 @@ private:
 };
 
 /// This rank's local (tensor-parallel shard) values of parameter `p` for one kind, in
-/// the backend's memory. Moments of the distributed optimizer are first gathered over
-/// the data-parallel group.
+/// the backend's memory. What the distributed optimizer keeps in shares (the moments,
+/// and the master weights under mixed precision) is first gathered over the
+/// data-parallel group.
 struct LocalStores {
   TensorView weights, expAvg, expAvgSq;
-  std::unique_ptr<DeviceBuffer> gatheredAvg, gatheredAvgSq;
+  std::vector<std::unique_ptr<DeviceBuffer>> gathered;
 };
 
 Status localStores(Executor &executor, const AdamW &optimizer, LocalStores &out) {
+  TensorView whole = executor.flatGrads(); // the shape and type of every store
   out.weights = executor.flatWeights();
-  out.expAvg = out.weights;
-  out.expAvgSq = out.weights;
-  if (!optimizer.distributed()) {
-    out.expAvg.data = optimizer.expAvg().data;
-    out.expAvgSq.data = optimizer.expAvgSq().data;
-    return Status::success();
-  }
-  const size_t bytes = dtypeBytes(out.weights.dtype) * out.weights.numel();
-  out.gatheredAvg = std::make_unique<DeviceBuffer>(executor.backend(), bytes);
-  out.gatheredAvgSq = std::make_unique<DeviceBuffer>(executor.backend(), bytes);
-  out.expAvg.data = out.gatheredAvg->data();
-  out.expAvgSq.data = out.gatheredAvgSq->data();
+  out.expAvg = optimizer.expAvg();
+  out.expAvgSq = optimizer.expAvgSq();
   Comm &comm = executor.comm();
-  if (Status s = comm.allGather(Group::Data, optimizer.expAvg(), out.expAvg, 0); !s.ok())
-    return s;
-  return comm.allGather(Group::Data, optimizer.expAvgSq(), out.expAvgSq, 0);
+  const size_t bytes = dtypeBytes(whole.dtype) * whole.numel();
+  for (TensorView *store : {&out.weights, &out.expAvg, &out.expAvgSq}) {
+    if (store->numel() == whole.numel())
+      continue;
+    out.gathered.push_back(std::make_unique<DeviceBuffer>(executor.backend(), bytes));
+    TensorView all = whole;
+    all.data = out.gathered.back()->data();
+    if (Status s = comm.allGather(Group::Data, *store, all, 0); !s.ok())
+      return s;
+    *store = all;
+  }
+  return Status::success();
 }
 
 TensorView paramView(const Executor::Parameter &p, const TensorView &store) {
@@ -429,8 +430,8 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   // This rank's tensor-parallel shard of every tensor, and, for the distributed
   // optimizer's moments, its data-parallel range of the flat store.
   Comm &comm = executor.comm();
-  const size_t element = dtypeBytes(executor.flatWeights().dtype);
-  const int64_t total = executor.flatWeights().numel();
+  const size_t element = dtypeBytes(executor.flatGrads().dtype);
+  const int64_t total = executor.flatGrads().numel();
   std::vector<char> host[3];
   for (int kind = 0; kind < 3; ++kind) {
     host[kind].assign(element * total, 0);
@@ -444,7 +445,19 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     }
   }
   Backend &backend = executor.backend();
-  backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size());
+  if (executor.masterSharded()) {
+    // This rank's share of the master weights, and the compute copy of all of them.
+    const TensorView &master = executor.flatWeights();
+    backend.copyToDevice(master.data, host[0].data() + element * executor.masterFirst(),
+                         element * master.numel());
+    DeviceBuffer all(backend, host[0].size());
+    backend.copyToDevice(all.data(), host[0].data(), host[0].size());
+    TensorView allView = executor.flatGrads();
+    allView.data = all.data();
+    backend.convert(executor.flatCompute(), allView);
+  } else {
+    backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size());
+  }
   const int64_t first = optimizer.first(), count = optimizer.expAvg().numel();
   backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,
                        element * count);

@@ -8,11 +8,7 @@ namespace {
 
 /// The part of `t` (rank 1) in [begin, end), as a view.
 TensorView slice(const TensorView &t, int64_t begin, int64_t end) {
-  TensorView v = t;
-  v.data = static_cast<std::byte *>(t.data) + dtypeBytes(t.dtype) * begin;
-  v.rank = 1;
-  v.shape[0] = end - begin;
-  return v;
+  return sliceOf(t, dtypeBytes(t.dtype), begin, end);
 }
 
 } // namespace
@@ -76,7 +72,7 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
 AdamW::AdamW(Executor &executor, OptimizerConfig config, bool distributed)
     : executor_(executor), config_(std::move(config)), distributed_(distributed) {
   Backend &backend = executor_.backend();
-  const TensorView &flat = executor_.flatWeights();
+  const TensorView &flat = executor_.flatGrads();
   int64_t count = flat.numel();
   if (distributed_) {
     count /= executor_.comm().size(Group::Data);
@@ -141,13 +137,19 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
       continue;
     // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
     update.weightDecay = p.weight.rank >= 2 ? config_.weightDecay : 0.0;
-    backend.adamw(slice(executor_.flatWeights(), begin, end),
+    backend.adamw(executor_.masterSlice(begin, end),
                   slice(executor_.flatGrads(), begin, end),
                   slice(expAvg_, begin - first_, end - first_),
                   slice(expAvgSq_, begin - first_, end - first_), update);
   }
   if (!distributed_)
     return Status::success();
+  if (executor_.masterSharded()) {
+    // Each rank rounds its share into the compute copy, and the copies are gathered.
+    executor_.refreshComputeWeights(first_, last);
+    const TensorView &copy = executor_.flatCompute();
+    return comm.allGather(Group::Data, slice(copy, first_, last), copy, 0);
+  }
   const TensorView &weights = executor_.flatWeights();
   return comm.allGather(Group::Data, slice(weights, first_, last), weights, 0);
 }

@@ -372,12 +372,12 @@ int runCompile(MLIRContext &context, const Args &args) {
     return usageError("--precision must be bf16, fp16, fp32 or fp64, got '" + precision + "'");
   options.precision = elementTypes.lookup(precision);
   const bool mixed = precision == "bf16" || precision == "fp16";
-  // Bytes per parameter as mtrun holds them: the weights (under mixed precision the
-  // f32 master weights and the 16-bit copy the programs read), the gradients, Adam's two
-  // moments (sharded over dp by the distributed optimizer).
-  const int64_t weightBytes = precision == "fp64" ? 8 : mixed ? 6 : 4;
+  // Bytes per parameter as mtrun holds them: the weights the programs read, the
+  // gradients, and the optimizer's state — Adam's two moments, and under mixed precision
+  // the f32 master weights — which the distributed optimizer shards over dp.
+  const int64_t weightBytes = precision == "fp64" ? 8 : mixed ? 2 : 4;
   const int64_t gradientBytes = precision == "fp64" ? 8 : 4;
-  const int64_t optimizerBytes = 2 * gradientBytes;
+  const int64_t optimizerBytes = 2 * gradientBytes + (mixed ? 4 : 0);
 
   ModelFile model;
   if (!loadModel(context, args.model, model))
@@ -599,12 +599,12 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << " other\n";
   }
   outs() << "  bytes per rank\n";
-  row("  weights") << mtc::withCommas(m.weights) << "  ("
-                   << (mixed ? "fp32 master + " + fp + " copy" : fp) << ", " << weightBytes
+  row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << weightBytes
                    << " B/param)\n";
   row("  gradients") << mtc::withCommas(m.gradients) << "  (" << master << ", "
                      << gradientBytes << " B/param)\n";
-  row("  optimizer state") << mtc::withCommas(m.optimizer) << "  (Adam m and v, "
+  row("  optimizer state") << mtc::withCommas(m.optimizer) << "  ("
+                           << (mixed ? "fp32 master weights, " : "") << "Adam m and v, "
                            << optimizerBytes << " B/param"
                            << (distributedOptimizer ? " / dp" : "") << ")\n";
   row("  activations") << mtc::withCommas(m.activations)
