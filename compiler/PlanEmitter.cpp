@@ -59,7 +59,7 @@ struct InstructionFields {
   double epsilon = 0, rate = 0, value = 0;
   int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
   bool causal = false, vocabParallel = false, sequenceParallel = false, featureParallel = false,
-       headParallel = false;
+       headParallel = false, lossSeed = false;
   int32_t param = -1, axis = 0;
 };
 
@@ -110,6 +110,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
           return false;
         f.opcode = Opcode::Fill;
         f.value = dense.getSplatValue<APFloat>().convertToDouble();
+        f.lossSeed = c->hasAttr(mlir::mt::kLossSeedAttr);
         return true;
       })
       .Case([&](mlir::mt::EmbeddingOp o) {
@@ -294,7 +295,7 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
         fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
         f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
         f->param, cost ? cost.getGemmFlops() : 0, f->axis, f->vocabParallel,
-        f->sequenceParallel, f->featureParallel, f->headParallel));
+        f->sequenceParallel, f->featureParallel, f->headParallel, f->lossSeed));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

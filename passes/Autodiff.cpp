@@ -68,6 +68,7 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
     DenseMap<Value, Value> grads;
     auto seed = arith::ConstantOp::create(
         b, loss.getLoc(), DenseElementsAttr::get(lossType, b.getFloatAttr(lossType.getElementType(), 1.0)));
+    seed->setAttr(kLossSeedAttr, b.getUnitAttr());
     grads[loss] = seed;
     // Backward ops run where the forward op they differentiate runs (mt.stage).
     if (Operation *def = loss.getDefiningOp())

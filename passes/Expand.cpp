@@ -125,6 +125,10 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
     // repeated block is copied into every layer).
     DenseMap<int64_t, Operation *> byStream;
     WalkResult unique = forEachRandomOp([&](Operation *op) {
+      if (streamOf(op).getInt() >= (int64_t{1} << 24)) {
+        op->emitOpError("dropout stream ") << streamOf(op).getInt() << " exceeds 2^24 - 1";
+        return WalkResult::interrupt();
+      }
       auto [it, inserted] = byStream.try_emplace(streamOf(op).getInt(), op);
       if (inserted)
         return WalkResult::advance();

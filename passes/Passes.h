@@ -39,6 +39,8 @@ inline constexpr llvm::StringLiteral kLayerAttr = "mt.layer";
 /// Written by mt-pipeline-assign on every forward op (and copied by mt-autodiff onto
 /// the backward ops each one's gradient rule builds): its virtual pipeline stage.
 inline constexpr llvm::StringLiteral kStageAttr = "mt.stage";
+/// The constant mt-autodiff seeds backward with (d loss / d loss = 1): fp16 scales it.
+inline constexpr llvm::StringLiteral kLossSeedAttr = "mt.loss_seed";
 /// Written by mt-recompute on the training step: the FLOPs its copies add per
 /// micro-batch, GEMM and other.
 inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";

@@ -10,10 +10,10 @@ def MtExpand : Pass<"mt-expand", "::mlir::ModuleOp"> {
     body, chained through the residual stream, with parameters renamed
     `h.<i>.<name>`, and every op of a copy gets the copy's layer ordinal `mt.layer`
     (0, 1, … in program order; for nested repeats, the outermost copy's). Block
-    functions no longer referenced are erased. Every
-    `mt.dropout` without a `stream` gets the next free stream number, in program
-    order, so masks are reproducible under any layout. Two parameters of one name, or two
-    dropouts of one stream, are an error.
+    functions no longer referenced are erased. Every random op without a `stream` — an
+    `mt.dropout`, an `mt.attention` with `dropout` — gets the next free stream number, in
+    program order, so masks are reproducible under any layout. Two parameters of one
+    name, two random ops of one stream, or a stream past 2^24 - 1 are an error.
   }];
   let dependentDialects = ["::mlir::mt::MtDialect"];
 }

@@ -466,7 +466,7 @@ LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   auto grad = ranked(adaptor.getGrad());
   if (Value m = adaptor.getMask()) {
     auto mask = ranked(m);
-    if (grad.getShape() != mask.getShape())
+    if (failed(verifyCompatibleShape(grad.getShape(), mask.getShape())))
       return emitOptionalError(loc, "mt.dropout_grad: grad ", str(grad), " and mask ",
                                str(mask), " differ in shape");
   }
@@ -578,9 +578,11 @@ LogicalResult CrossEntropyMergeOp::inferReturnTypes(MLIRContext *,
   if (failed(checkLogitRows(loc, op, logits, ranked(adaptor.getTargets()))))
     return failure();
   if (stats.getRank() != 2 || ShapedType::isDynamic(stats.getDimSize(0)) ||
-      stats.getDimSize(0) % 3 != 0 || !compatible(stats.getDimSize(1), logitRows(logits)))
+      stats.getDimSize(0) % 3 != 0 || !compatible(stats.getDimSize(1), logitRows(logits)) ||
+      stats.getElementType() != accumulatorType(logits))
     return emitOptionalError(loc, op, ": stats ", str(stats),
-                             " must be [3 x ranks, rows of logits ", str(logits), "]");
+                             " must be [3 x ranks, rows of logits ", str(logits),
+                             "] in the loss's type");
   types.push_back(RankedTensorType::get({}, accumulatorType(logits)));
   return success();
 }
@@ -589,9 +591,14 @@ LogicalResult VocabParallelCrossEntropyGradOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   auto logits = ranked(adaptor.getLogits());
-  if (failed(checkLogitRows(loc, "mt.vocab_parallel_cross_entropy_grad", logits,
-                            ranked(adaptor.getTargets()))))
+  StringRef op = "mt.vocab_parallel_cross_entropy_grad";
+  if (failed(checkLogitRows(loc, op, logits, ranked(adaptor.getTargets()))))
     return failure();
+  auto lossGrad = ranked(adaptor.getLossGrad()), stats = ranked(adaptor.getStats());
+  if (lossGrad.getElementType() != accumulatorType(logits) ||
+      stats.getElementType() != accumulatorType(logits))
+    return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad), " and stats ", str(stats),
+                             " must be in the loss's type for logits ", str(logits));
   types.push_back(logits);
   return success();
 }

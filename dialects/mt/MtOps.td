@@ -181,8 +181,8 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
   let description = [{
     The keep mask is a function of (seed, step, micro-batch, `stream`, global element
     index), so every layout and every recomputation draws the same one. mt-expand
-    numbers the streams. With `keep_mask` (set by mt-autodiff for the dropouts it
-    differentiates), the op also returns the mask, one byte per element, which the
+    numbers the streams. With `keep_mask` (set by mt-autodiff on every dropout of the
+    step it differentiates), the op also returns the mask, one byte per element, which the
     gradient reads, as Megatron keeps it. With `sequence_parallel`
     (`feature_parallel`), the input is this rank's block of dimension 1 (the sequence;
     the heads of attention probabilities) (of the last dimension), and the mask is

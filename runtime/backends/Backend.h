@@ -20,7 +20,8 @@ struct StepContext {
   uint32_t step = 0;
   uint32_t microBatch = 0;
   int tpRank = 0, tpSize = 1;
-  /// The loss seed's factor: fp16's dynamic loss scale, else 1.
+  /// The factor of the loss seed (a Fill marked `loss_seed`): fp16's dynamic loss
+  /// scale, else 1.
   double lossScale = 1;
 };
 

@@ -30,13 +30,48 @@ MT_HOST_DEVICE inline Philox::ctr_type block(uint64_t seed, uint32_t c0, uint32_
 /// The exact 24-bit uniform in [0, 1) of a 32-bit word (exact in float and double).
 MT_HOST_DEVICE inline double uniform24(uint32_t word) { return (word >> 8) * (1.0 / 16777216.0); }
 
+/// The Philox block of dropout element `index` of `stream`: the low 32 bits of index/4
+/// count in the first word; the bits above them (tensors of more than 2^34 elements, such
+/// as a large model's attention probabilities) go above the stream's 24 bits.
+MT_HOST_DEVICE inline Philox::ctr_type dropoutBlock(uint64_t seed, uint32_t step,
+                                                    uint32_t microBatch, uint32_t stream,
+                                                    uint64_t index) {
+  return block(seed, static_cast<uint32_t>(index >> 2),
+               stream + (static_cast<uint32_t>(index >> 34) << 24), microBatch, step);
+}
+
 /// Whether dropout keeps element `index` of the tensor that `stream` produces in
 /// micro-batch `microBatch` of `step`. One Philox block serves four elements.
-MT_HOST_DEVICE inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch, uint32_t stream,
-                         uint64_t index, double rate) {
-  auto r = block(seed, static_cast<uint32_t>(index >> 2), stream, microBatch, step);
-  return uniform24(r.v[index & 3]) >= rate;
+MT_HOST_DEVICE inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch,
+                                        uint32_t stream, uint64_t index, double rate) {
+  return uniform24(dropoutBlock(seed, step, microBatch, stream, index).v[index & 3]) >= rate;
 }
+
+/// dropoutKeeps over runs of consecutive indices: one Philox block serves four of them,
+/// so it is computed once per four, not once per element. The same bits.
+class DropoutMask {
+public:
+  MT_HOST_DEVICE DropoutMask(uint64_t seed, uint32_t step, uint32_t microBatch,
+                             uint32_t stream, double rate)
+      : seed_(seed), step_(step), microBatch_(microBatch), stream_(stream), rate_(rate) {}
+
+  MT_HOST_DEVICE bool keeps(uint64_t index) {
+    if ((index >> 2) != blockIndex_ || !valid_) {
+      words_ = dropoutBlock(seed_, step_, microBatch_, stream_, index);
+      blockIndex_ = index >> 2;
+      valid_ = true;
+    }
+    return uniform24(words_.v[index & 3]) >= rate_;
+  }
+
+private:
+  uint64_t seed_;
+  uint32_t step_, microBatch_, stream_;
+  double rate_;
+  uint64_t blockIndex_ = 0;
+  bool valid_ = false;
+  Philox::ctr_type words_{};
+};
 
 /// FNV-1a: the stream of a parameter is its name, so init is independent of order.
 inline uint64_t nameHash(std::string_view name) {

@@ -425,12 +425,13 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     if (id < -1 || id >= static_cast<int32_t>(buffers.size()))
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
   // The neighbours exchange activations in the plan's precision; a stash also keeps
-  // dropout masks.
+  // dropout masks and f32 softmax statistics.
   auto transferable = [&](uint32_t id, bool stash) {
     if (id >= buffers.size() || buffers.Get(id)->kind() == plan::BufferKind::Param)
       return false;
     plan::DType dtype = buffers.Get(id)->dtype();
-    return dtype == p.precision() || (stash && dtype == plan::DType::I8);
+    return dtype == p.precision() ||
+           (stash && (dtype == plan::DType::I8 || dtype == accumulatorType(p.precision())));
   };
   for (int32_t id : {prog.recv(), prog.send()})
     if (id >= 0 && !transferable(static_cast<uint32_t>(id), false))
@@ -440,7 +441,8 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     for (uint32_t id : *prog.stash())
       if (!transferable(id, true))
         return Status::failure(cat(where, " stashes buffer ", id,
-                                   ", which is neither a float activation nor a dropout mask"));
+                                   ", which is neither a float activation, nor f32 statistics, "
+                                   "nor a dropout mask"));
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
     if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -321,18 +322,20 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   if (Status s = comm.waitSends(); !s.ok())
     return agree(executor, s);
   Status written = Status::success();
+  std::map<std::string, std::string> meta = {
+      {"format", kFormat},
+      {"model", executor.plan().model()->str()},
+      {"step", std::to_string(state.step)},
+      {"data_position", std::to_string(state.dataPosition)},
+      {"seed", std::to_string(state.seed)}};
+  if (executor.plan().precision() == plan::DType::F16) { // the loss scaler's state
+    meta["loss_scale"] = roundTrip(state.lossScaler.scale);
+    meta["loss_scale_good_steps"] = std::to_string(state.lossScaler.goodSteps);
+    meta["loss_scale_hysteresis_left"] = std::to_string(state.lossScaler.hysteresisLeft);
+    meta["skipped_steps"] = std::to_string(state.skippedSteps);
+  }
   if (writer)
-    written = writeFile(dir, tensors,
-                        {{"format", kFormat},
-                         {"model", executor.plan().model()->str()},
-                         {"step", std::to_string(state.step)},
-                         {"data_position", std::to_string(state.dataPosition)},
-                         {"seed", std::to_string(state.seed)},
-                         {"loss_scale", roundTrip(state.lossScaler.scale)},
-                         {"loss_scale_good_steps", std::to_string(state.lossScaler.goodSteps)},
-                         {"loss_scale_hysteresis_left",
-                          std::to_string(state.lossScaler.hysteresisLeft)},
-                         {"skipped_steps", std::to_string(state.skippedSteps)}});
+    written = writeFile(dir, tensors, meta);
   return agree(executor, written);
 }
 
@@ -410,13 +413,13 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
     return fail("corrupt checkpoint: bad training state in its metadata");
   loaded.step = static_cast<int64_t>(step);
-  // fp16's loss scaler (absent from older checkpoints: the defaults).
+  // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).
   if (meta.contains("loss_scale")) {
     uint64_t good = 0, hysteresis = 0, skipped = 0;
     char *end = nullptr;
     std::string scale = meta.value("loss_scale", "");
     loaded.lossScaler.scale = std::strtod(scale.c_str(), &end);
-    if (scale.empty() || *end || !(loaded.lossScaler.scale >= 1) ||
+    if (scale.empty() || *end || !(loaded.lossScaler.scale > 0) ||
         !std::isfinite(loaded.lossScaler.scale) || !number("loss_scale_good_steps", good) ||
         !number("loss_scale_hysteresis_left", hysteresis) ||
         !number("skipped_steps", skipped) || good > (uint64_t{1} << 40) ||

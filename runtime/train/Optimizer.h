@@ -32,10 +32,11 @@ double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSt
 Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
                             uint64_t bucketBytes);
 
-/// fp16's dynamic loss scaling, with Megatron's defaults: the loss is multiplied by
-/// `scale` before backward; a step whose gradients overflow is skipped, and after
-/// `hysteresis` such steps in a row the scale halves (to at least `minScale`); after
-/// `window` good steps in a row it doubles.
+/// fp16's dynamic loss scaling, with Megatron's defaults and rules: the loss is
+/// multiplied by `scale` before backward; a step whose gradients overflow is skipped.
+/// The first `hysteresis` - 1 overflows since the scale last grew are tolerated, every
+/// later one halves the scale (to at least `minScale`); `window` good steps in a row
+/// double it and restore the tolerance.
 struct LossScaler {
   double scale = 4294967296.0, minScale = 1;
   int64_t window = 1000, hysteresis = 2;
@@ -45,7 +46,8 @@ struct LossScaler {
   void update(bool overflow) {
     if (overflow) {
       goodSteps = 0;
-      if (--hysteresisLeft <= 0)
+      hysteresisLeft = std::max<int64_t>(hysteresisLeft - 1, 0);
+      if (hysteresisLeft == 0)
         scale = std::max(scale / 2, minScale);
       return;
     }

@@ -264,17 +264,19 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         auto begin = Timeline::Clock::now();
         lossSum = comm.allReduceSum(Group::Pipeline, lossSum);
         lossSum = comm.allReduceSum(Group::Data, lossSum);
-        if (!std::isfinite(lossSum))
+        if (!std::isfinite(lossSum) && !scaleLoss)
           return failed(Status::failure("the loss is not finite"));
         const double gradScale = 1.0 / (microBatches * lossScale);
         gradNorm = optimizer.gradientNorm(gradScale);
-        if (scaleLoss) {
-          skipped = !std::isfinite(gradNorm);
+        if (scaleLoss) { // an overflow anywhere skips the step
+          skipped = !std::isfinite(gradNorm) || !std::isfinite(lossSum);
           state.lossScaler.update(skipped);
           state.skippedSteps += skipped;
         }
+        // Adam counts the updates it made, not the steps skipped.
         if (!skipped)
-          if (Status s = optimizer.step(step + 1, lr, gradScale, gradNorm); !s.ok())
+          if (Status s = optimizer.step(step + 1 - state.skippedSteps, lr, gradScale, gradNorm);
+              !s.ok())
             return failed(s);
         timeline.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
         break;

@@ -277,14 +277,17 @@ template <typename T> struct Kernels {
                       const StepContext &ctx, const TensorView &out, const TensorView *mask) {
     const int64_t n = out.numel();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const bool keep = rate == 0 || rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
-                                                       static_cast<uint32_t>(stream),
-                                                       shard.global(i), rate);
-      ptr(out)[i] = keep ? ptr(x)[i] * (rate == 0 ? T(1) : scale) : T(0);
-      if (mask)
-        mask->as<uint8_t>()[i] = keep;
+#pragma omp parallel
+    {
+      rng::DropoutMask draw(ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream),
+                            rate);
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        const bool keep = rate == 0 || draw.keeps(shard.global(i));
+        ptr(out)[i] = keep ? ptr(x)[i] * (rate == 0 ? T(1) : scale) : T(0);
+        if (mask)
+          mask->as<uint8_t>()[i] = keep;
+      }
     }
   }
 
@@ -309,14 +312,20 @@ template <typename T> struct Kernels {
     uint64_t first(int64_t bi, int64_t hi, int64_t s) const {
       return static_cast<uint64_t>((bi * globalHeads + headOffset + hi) * s * s);
     }
-    /// p ← p·mask/(1 − rate), in place, over an s×s block.
-    void apply(T *p, int64_t s, uint64_t first, const StepContext &ctx) const {
-      const T scale = static_cast<T>(1.0 / (1.0 - rate));
+    /// The keep mask of an s×s block.
+    void mask(std::vector<uint8_t> &keep, int64_t s, uint64_t first,
+              const StepContext &ctx) const {
+      rng::DropoutMask draw(ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream),
+                            rate);
+      keep.resize(s * s);
       for (int64_t e = 0; e < s * s; ++e)
-        p[e] = rng::dropoutKeeps(ctx.seed, ctx.step, ctx.microBatch,
-                                 static_cast<uint32_t>(stream), first + e, rate)
-                   ? p[e] * scale
-                   : T(0);
+        keep[e] = draw.keeps(first + e);
+    }
+    /// p ← p·mask/(1 − rate), in place, over an s×s block.
+    void apply(T *p, const std::vector<uint8_t> &keep) const {
+      const T scale = static_cast<T>(1.0 / (1.0 - rate));
+      for (size_t e = 0; e < keep.size(); ++e)
+        p[e] = keep[e] ? p[e] * scale : T(0);
     }
   };
 
@@ -353,8 +362,11 @@ template <typename T> struct Kernels {
       std::vector<T> p(s * s);
       const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
       attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
-      if (drop.active())
-        drop.apply(p.data(), s, drop.first(bi, hi, s), ctx);
+      if (drop.active()) {
+        std::vector<uint8_t> keep;
+        drop.mask(keep, s, drop.first(bi, hi, s), ctx);
+        drop.apply(p.data(), keep);
+      }
       gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
            ptr(out) + bi * s * h + hi * d, h);
     }
@@ -378,15 +390,17 @@ template <typename T> struct Kernels {
       T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
       attentionScores(q, k, s, d, 3 * h, scale, causal, p.data());
       const T *pv = p.data(); // what multiplied V
+      std::vector<uint8_t> keep;
       if (drop.active()) {
+        drop.mask(keep, s, drop.first(bi, hi, s), ctx);
         dropped = p;
-        drop.apply(dropped.data(), s, drop.first(bi, hi, s), ctx);
+        drop.apply(dropped.data(), keep);
         pv = dropped.data();
       }
       gemm(true, false, s, d, s, T(1), pv, s, dO, h, T(0), dv, 3 * h);
       gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), dp.data(), s);
       if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
-        drop.apply(dp.data(), s, drop.first(bi, hi, s), ctx);
+        drop.apply(dp.data(), keep);
       for (int64_t i = 0; i < s; ++i) {
         double delta = 0;
         for (int64_t j = 0; j < d; ++j)
@@ -629,7 +643,7 @@ template <typename T> struct Kernels {
     };
     switch (inst.opcode()) {
     case Opcode::Fill:
-      fill(out[0], inst.value() * ctx.lossScale);
+      fill(out[0], inst.value() * (inst.loss_seed() ? ctx.lossScale : 1.0));
       break;
     case Opcode::Embedding:
       return embedding(in[0], in[1], vocabFirst(in[0], 0), in[0].dim(0) * parts, out[0]);

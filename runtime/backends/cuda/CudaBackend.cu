@@ -1141,14 +1141,15 @@ private:
     };
     const int64_t n = inst.outputs()->size() ? out[0].numel() : 0;
     switch (inst.opcode()) {
-    case Opcode::Fill:
+    case Opcode::Fill: {
+      const float value =
+          static_cast<float>(inst.value() * (inst.loss_seed() ? ctx.lossScale : 1.0));
       if (out[0].dtype == DType::F32)
-        fillKernel<<<blocksFor(n), kThreads>>>(f(out[0]), n,
-                                                static_cast<float>(inst.value() * ctx.lossScale));
+        fillKernel<<<blocksFor(n), kThreads>>>(f(out[0]), n, value);
       else
-        fillKernel<<<blocksFor(n), kThreads>>>(p(out[0]), n,
-                                                static_cast<float>(inst.value() * ctx.lossScale));
+        fillKernel<<<blocksFor(n), kThreads>>>(p(out[0]), n, value);
       break;
+    }
     case Opcode::Embedding: {
       const int64_t parts = vocabParallel ? ctx.tpSize : 1;
       resetFlag();

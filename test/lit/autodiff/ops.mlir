@@ -7,7 +7,7 @@
 // CHECK: %[[X:.*]] = mt.param "x"
 // CHECK: %[[Y:.*]] = mt.gelu %[[X]]
 // CHECK: %[[L:.*]] = mt.cross_entropy %[[Y]], %[[T:[^ ]*]]
-// CHECK: %[[ONE:.*]] = arith.constant dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[ONE:.*]] = arith.constant {mt.loss_seed} dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[DY:.*]] = mt.cross_entropy_grad %[[ONE]], %[[Y]], %[[T]]
 // CHECK: %[[DX:.*]] = mt.gelu_grad %[[DY]], %[[X]]
 // CHECK: mt.param_grad "x", %[[DX]]
@@ -104,6 +104,8 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 // A dropout keeps its mask (one byte per element) for its gradient.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[Y:.*]], %[[MASK:.*]] = mt.dropout %{{.*}} {keep_mask, rate = 2.500000e-01 : f64, stream = 7 : i64} : (tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xi8>)
+// The seed of backward is marked: fp16's loss scale multiplies it, and nothing else.
+// CHECK: arith.constant {mt.loss_seed} dense<1.000000e+00> : tensor<f32>
 // CHECK: %[[DY:.*]] = mt.cross_entropy_grad
 // CHECK: %[[DX:.*]] = mt.dropout_grad %[[DY]], %[[MASK]] {rate = 2.500000e-01 : f64}
 // CHECK: mt.param_grad "x", %[[DX]]
