@@ -350,6 +350,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     return Status::failure(cat(where, " has no buffers or no instructions"));
   const auto &buffers = *prog.buffers();
   const size_t numParams = p.params() ? p.params()->size() : 0;
+  uint64_t arenaEnd = 0;
   for (flatbuffers::uoffset_t i = 0; i < buffers.size(); ++i) {
     const plan::Buffer *b = buffers.Get(i);
     if (!b->shape() || b->shape()->size() > kMaxRank)
@@ -373,8 +374,15 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       return Status::failure(cat(where, " buffer ", i, " [", b->offset(), ", +", b->bytes(),
                                  ") lies outside the arena of ", prog.arena_bytes(),
                                  " bytes"));
+    } else {
+      arenaEnd = std::max<uint64_t>(arenaEnd, b->offset() + b->bytes());
     }
   }
+  // The memory plan's arena is exactly its highest byte: a larger one is a corrupt size,
+  // which would have the runtime reserve memory nothing uses.
+  if (prog.arena_bytes() != arenaEnd)
+    return Status::failure(cat(where, " has an arena of ", prog.arena_bytes(),
+                               " bytes, but its buffers end at byte ", arenaEnd));
   for (flatbuffers::uoffset_t i = 0; i < prog.instructions()->size(); ++i) {
     const plan::Instruction *inst = prog.instructions()->Get(i);
     std::string at = cat(where, " instruction ", i);

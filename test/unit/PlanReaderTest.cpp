@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -38,6 +41,16 @@ void reseal(std::vector<uint8_t> &file) {
   plan::putLittleEndian(file.data() + n, plan::crc32Of(file.data(), n), 4);
 }
 
+/// A fresh seed per run, or MT_FUZZ_SEED's; written to stderr first, so that a run that
+/// crashes can still be replayed.
+uint64_t fuzzSeed() {
+  const char *fixed = std::getenv("MT_FUZZ_SEED");
+  const uint64_t seed = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
+  std::fprintf(stderr, "fuzz seed %llu (MT_FUZZ_SEED replays it)\n",
+               static_cast<unsigned long long>(seed));
+  return seed;
+}
+
 /// gpt-tiny, once for the whole suite.
 const std::vector<uint8_t> &compiledPlan() {
   static const std::vector<uint8_t> bytes =
@@ -57,7 +70,7 @@ protected:
     return LoadedPlan::parse(std::move(bytes), "test.mtp", loaded);
   }
 
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = fuzzSeed();
   std::mt19937_64 rng{seed};
 };
 
@@ -211,7 +224,7 @@ TEST(PipelinedPlanTest, CompiledPlanLoads) {
 }
 
 TEST(PipelinedPlanTest, ResealedMutationsNeverCrashTheReader) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = fuzzSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng{seed};
   const std::vector<uint8_t> &good = pipelinedPlan();
@@ -247,6 +260,16 @@ TEST(PipelinedPlanTest, ScheduleThatDeadlocksIsRefused) {
   });
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("schedule"), std::string::npos) << s.message();
+}
+
+TEST(PipelinedPlanTest, ArenaLargerThanItsBuffersIsRefused) {
+  // A corrupt arena size would have the runtime reserve (and fill) memory nothing uses.
+  Status s = parseEdited([](plan::Plan &p) {
+    plan::Program *prog = p.mutable_programs()->GetMutableObject(0);
+    prog->mutate_arena_bytes(prog->arena_bytes() + (uint64_t{1} << 40));
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("but its buffers end at byte"), std::string::npos) << s.message();
 }
 
 TEST(PipelinedPlanTest, ProgramOutOfPlaceIsRefused) {

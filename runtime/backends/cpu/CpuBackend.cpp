@@ -541,7 +541,10 @@ template <typename T> struct Kernels {
       for (int64_t j = 0; j < c; ++j)
         g[j] *= scale;
       std::fill(g + c, g + v, T(0));
-      g[indexAt(targets, r)] -= static_cast<T>(factor);
+      // Checked again here: a corrupt plan may alias the targets with dlogits, which
+      // this loop writes.
+      if (const int64_t t = indexAt(targets, r); t >= 0 && t < c)
+        g[t] -= static_cast<T>(factor);
     }
     return Status::success();
   }
