@@ -36,13 +36,6 @@ FailureOr<plan::DType> dtypeOf(Type element) {
   return failure();
 }
 
-/// A 16-bit parameter is a compute copy: the parameter itself (master weights,
-/// gradients, optimizer state) is f32.
-plan::DType masterType(plan::DType compute) {
-  return compute == plan::DType::BF16 || compute == plan::DType::F16 ? plan::DType::F32
-                                                                     : compute;
-}
-
 plan::DType precisionType(const std::string &precision) {
   if (precision == "f64")
     return plan::DType::F64;
@@ -103,6 +96,15 @@ LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset
 FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
   using plan::Opcode;
   InstructionFields f;
+  // The fused attention and its gradient carry the same attributes.
+  auto attention = [&](auto o, Opcode opcode) {
+    f.heads = o.getHeads();
+    f.causal = o.getCausal();
+    f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
+    f.stream = o.getStream().value_or(-1);
+    f.headParallel = o.getHeadParallel();
+    return f.opcode = opcode, true;
+  };
   bool known = llvm::TypeSwitch<Operation *, bool>(op)
       .Case([&](arith::ConstantOp c) {
         auto dense = dyn_cast<DenseFPElementsAttr>(c.getValue());
@@ -153,14 +155,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       .Case([&](mlir::mt::LinearOp) { return f.opcode = Opcode::Linear, true; })
       .Case([&](mlir::mt::AddOp) { return f.opcode = Opcode::Add, true; })
       .Case([&](mlir::mt::GeluOp) { return f.opcode = Opcode::Gelu, true; })
-      .Case([&](mlir::mt::AttentionOp o) {
-        f.heads = o.getHeads();
-        f.causal = o.getCausal();
-        f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
-        f.stream = o.getStream().value_or(-1);
-        f.headParallel = o.getHeadParallel();
-        return f.opcode = Opcode::Attention, true;
-      })
+      .Case([&](mlir::mt::AttentionOp o) { return attention(o, Opcode::Attention); })
       .Case([&](mlir::mt::AttentionProbsOp o) {
         f.heads = o.getHeads();
         f.causal = o.getCausal();
@@ -209,14 +204,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
       .Case([&](mlir::mt::LinearGradWeightOp) { return f.opcode = Opcode::LinearGradWeight, true; })
       .Case([&](mlir::mt::BiasGradOp) { return f.opcode = Opcode::BiasGrad, true; })
       .Case([&](mlir::mt::GeluGradOp) { return f.opcode = Opcode::GeluGrad, true; })
-      .Case([&](mlir::mt::AttentionGradOp o) {
-        f.heads = o.getHeads();
-        f.causal = o.getCausal();
-        f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
-        f.stream = o.getStream().value_or(-1);
-        f.headParallel = o.getHeadParallel();
-        return f.opcode = Opcode::AttentionGrad, true;
-      })
+      .Case([&](mlir::mt::AttentionGradOp o) { return attention(o, Opcode::AttentionGrad); })
       .Case([&](mlir::mt::CrossEntropyGradOp o) {
         f.numClasses = o.getNumClasses().value_or(0);
         return f.opcode = Opcode::CrossEntropyGrad, true;
@@ -263,10 +251,12 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
         std::vector<int64_t> global = type.getShape().vec();
         if (auto g = param.getGlobalShape())
           global.assign(g->begin(), g->end());
+        // A 16-bit parameter is the programs' compute copy; the parameter itself (master
+        // weights, gradient, optimizer state) is in the accumulator type.
+        const plan::DType master = plan::accumulatorType(*dtypeOf(type.getElementType()));
         params.push_back(plan::CreateParam(
             fbb, fbb.CreateString(param.getName().str()),
-            fbb.CreateVector(type.getShape().vec()), masterType(*dtypeOf(type.getElementType())),
-            init,
+            fbb.CreateVector(type.getShape().vec()), master, init,
             param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
             param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
             param.getTpGradReduce()));

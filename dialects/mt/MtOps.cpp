@@ -337,23 +337,16 @@ static int64_t attentionForwardFlops(RankedTensorType out) {
 int64_t AttentionOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())); }
 
 /// A dropout rate in [0, 1) and a non-negative stream, where given.
-static LogicalResult verifyRandom(Operation *op, std::optional<double> rate,
-                                  std::optional<int64_t> stream) {
-  if (rate && !(*rate >= 0.0 && *rate < 1.0))
-    return op->emitOpError("rate ") << *rate << " must lie in [0, 1)";
-  if (stream && *stream < 0)
-    return op->emitOpError("stream ") << *stream << " must not be negative";
+static LogicalResult verifyRandom(Operation *op, FloatAttr rate, IntegerAttr stream) {
+  if (rate && !(rate.getValueAsDouble() >= 0.0 && rate.getValueAsDouble() < 1.0))
+    return op->emitOpError("rate ") << rate.getValueAsDouble() << " must lie in [0, 1)";
+  if (stream && stream.getInt() < 0)
+    return op->emitOpError("stream ") << stream.getInt() << " must not be negative";
   return success();
 }
 
 LogicalResult AttentionOp::verify() {
-  std::optional<int64_t> stream;
-  if (getStream())
-    stream = static_cast<int64_t>(*getStream());
-  std::optional<double> rate;
-  if (getDropout())
-    rate = getDropout()->convertToDouble();
-  return verifyRandom(*this, rate, stream);
+  return verifyRandom(*this, getDropoutAttr(), getStreamAttr());
 }
 
 /// Checks probabilities [B, heads, S, S] against a fused QKV [B, S, 3H].
@@ -455,10 +448,7 @@ LogicalResult DropoutOp::inferReturnTypes(MLIRContext *, std::optional<Location>
 }
 
 LogicalResult DropoutOp::verify() {
-  std::optional<int64_t> stream;
-  if (getStream())
-    stream = static_cast<int64_t>(*getStream());
-  return verifyRandom(*this, getRate().convertToDouble(), stream);
+  return verifyRandom(*this, getRateAttr(), getStreamAttr());
 }
 
 LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -475,12 +465,9 @@ LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Locat
 }
 
 LogicalResult DropoutGradOp::verify() {
-  std::optional<int64_t> stream;
-  if (getStream())
-    stream = static_cast<int64_t>(*getStream());
-  if (!getMask() && !stream)
+  if (!getMask() && !getStreamAttr())
     return emitOpError("needs its mask or the stream to draw it from");
-  return verifyRandom(*this, getRate().convertToDouble(), stream);
+  return verifyRandom(*this, getRateAttr(), getStreamAttr());
 }
 
 LogicalResult ParamGradOp::verify() {

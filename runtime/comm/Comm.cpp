@@ -1,4 +1,5 @@
 #include "comm/Comm.h"
+#include "comm/AxisBlocks.h"
 #include "core/Half.h"
 #include "plan/PlanReader.h"
 
@@ -18,33 +19,12 @@ namespace {
 
 size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
 
-/// A tensor [outer, axis, inner] seen as `parts` blocks along `axis`: block p holds
-/// rows [p·axis/parts, (p+1)·axis/parts) of every outer slice.
-struct AxisBlocks {
-  size_t outer = 1, inner = 1, axisLength, elementBytes;
-  AxisBlocks(const TensorView &t, int axis) : axisLength(t.shape[axis]) {
-    elementBytes = dtypeBytes(t.dtype);
-    for (int i = 0; i < axis; ++i)
-      outer *= t.shape[i];
-    for (int i = axis + 1; i < t.rank; ++i)
-      inner *= t.shape[i];
-  }
-  /// Copies between the tensor's layout and rank-major blocks, one block per member.
-  void toBlocks(const char *tensor, char *blocks, int parts) const {
-    size_t blockAxis = axisLength / parts, row = inner * elementBytes;
-    for (int p = 0; p < parts; ++p)
-      for (size_t o = 0; o < outer; ++o)
-        std::memcpy(blocks + ((p * outer + o) * blockAxis) * row,
-                    tensor + (o * axisLength + p * blockAxis) * row, blockAxis * row);
-  }
-  void fromBlocks(const char *blocks, char *tensor, int parts) const {
-    size_t blockAxis = axisLength / parts, row = inner * elementBytes;
-    for (int p = 0; p < parts; ++p)
-      for (size_t o = 0; o < outer; ++o)
-        std::memcpy(tensor + (o * axisLength + p * blockAxis) * row,
-                    blocks + ((p * outer + o) * blockAxis) * row, blockAxis * row);
-  }
-};
+/// Row by row on the host.
+void hostCopy2D(char *dst, size_t dstPitch, const char *src, size_t srcPitch, size_t width,
+                size_t height) {
+  for (size_t r = 0; r < height; ++r)
+    std::memcpy(dst + r * dstPitch, src + r * srcPitch, width);
+}
 
 class LocalComm final : public Comm {
 public:
@@ -250,7 +230,8 @@ public:
                          "all-gather");
         !s.ok())
       return s;
-    AxisBlocks(out, axis).fromBlocks(blocks.data(), static_cast<char *>(out.data), parts);
+    AxisBlocks(out, axis).copy(static_cast<char *>(out.data), blocks.data(), parts, false,
+                               hostCopy2D);
     return Status::success();
   }
 
@@ -263,7 +244,8 @@ public:
     std::vector<char> blocks;
     if (axis != 0) {
       blocks.resize(viewBytes(in));
-      AxisBlocks(in, axis).toBlocks(static_cast<const char *>(in.data), blocks.data(), parts);
+      AxisBlocks(in, axis).copy(static_cast<char *>(in.data), blocks.data(), parts, true,
+                                hostCopy2D);
       send = blocks.data();
     }
     return check(MPI_Reduce_scatter_block(send, out.data, count, mpiType(out.dtype),

@@ -3,6 +3,7 @@
 // ordered after the kernels that produce its input). Scalars, point-to-point messages
 // (pipeline activations travel through host memory) and subsets of a group (the tied
 // embedding's stages) go through the MPI communicator it wraps.
+#include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
 #include "plan/PlanReader.h"
 
@@ -10,6 +11,7 @@
 #include <nccl.h>
 
 #include <array>
+#include <functional>
 #include <vector>
 
 namespace mt {
@@ -48,32 +50,24 @@ ncclDataType_t ncclType(plan::DType dtype) {
   }
 }
 
-/// `tensor` [outer, axis·parts, inner] and rank-major blocks [parts][outer, axis, inner].
-struct Blocks {
-  size_t outer = 1, row, blockAxis;
-  Blocks(const TensorView &whole, int axis, int parts) {
-    for (int i = 0; i < axis; ++i)
-      outer *= whole.shape[i];
-    size_t inner = 1;
-    for (int i = axis + 1; i < whole.rank; ++i)
-      inner *= whole.shape[i];
-    row = inner * dtypeBytes(whole.dtype);
-    blockAxis = whole.shape[axis] / parts;
-  }
-  cudaError_t copy(char *tensor, char *blocks, int parts, bool toBlocks) const {
-    const size_t width = blockAxis * row, pitch = width * parts;
-    for (int p = 0; p < parts; ++p) {
-      char *t = tensor + p * width, *b = blocks + p * outer * width;
-      cudaError_t e = toBlocks ? cudaMemcpy2D(b, width, t, pitch, width, outer,
-                                              cudaMemcpyDeviceToDevice)
-                               : cudaMemcpy2D(t, pitch, b, width, width, outer,
-                                              cudaMemcpyDeviceToDevice);
-      if (e != cudaSuccess)
-        return e;
-    }
-    return cudaSuccess;
+/// One strided device-to-device copy (AxisBlocks' reordering on the GPU).
+struct DeviceCopy2D {
+  cudaError_t error = cudaSuccess;
+  void operator()(char *dst, size_t dstPitch, const char *src, size_t srcPitch, size_t width,
+                  size_t height) {
+    if (error == cudaSuccess)
+      error = cudaMemcpy2D(dst, dstPitch, src, srcPitch, width, height,
+                           cudaMemcpyDeviceToDevice);
   }
 };
+
+/// Reorders `tensor` to or from rank-major `blocks` along `axis` on the device.
+cudaError_t reorder(const TensorView &tensor, int axis, int parts, void *blocks, bool toBlocks) {
+  DeviceCopy2D copy;
+  AxisBlocks(tensor, axis).copy(static_cast<char *>(tensor.data), static_cast<char *>(blocks),
+                                parts, toBlocks, std::ref(copy));
+  return copy.error;
+}
 
 size_t bytesOf(const TensorView &t) { return dtypeBytes(t.dtype) * t.numel(); }
 
@@ -141,9 +135,7 @@ public:
     Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
                           "all-gather");
     if (s.ok())
-      s = cudaStatus(Blocks(out, axis, parts).copy(static_cast<char *>(out.data),
-                                                   static_cast<char *>(blocks), parts, false),
-                     "reordering gathered blocks");
+      s = cudaStatus(reorder(out, axis, parts, blocks, false), "reordering gathered blocks");
     cudaFree(blocks);
     return s;
   }
@@ -159,9 +151,7 @@ public:
     void *blocks = nullptr;
     if (Status s = cudaStatus(cudaMalloc(&blocks, bytesOf(in)), "allocating"); !s.ok())
       return s;
-    Status s = cudaStatus(Blocks(in, axis, parts).copy(static_cast<char *>(in.data),
-                                                       static_cast<char *>(blocks), parts, true),
-                          "ordering blocks");
+    Status s = cudaStatus(reorder(in, axis, parts, blocks, true), "ordering blocks");
     if (s.ok())
       s = ncclStatus(ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype), ncclSum,
                                        of(g), 0),

@@ -66,9 +66,9 @@ public:
 
   Status initParameters(uint64_t seed);
   /// Under bf16 and f16, the programs read a 16-bit copy of the f32 master weights:
-  /// this rounds the master weights into it. Call it after the weights change (before
-  /// a step's first forward); without a copy, or with sharded master weights (whose
-  /// optimizer gathers the copy itself), it does nothing.
+  /// this rounds the master weights into it. Whatever changes the weights calls it (init,
+  /// the optimizer, a checkpoint load); without a copy, or with sharded master weights
+  /// (whose optimizer gathers the copy itself), it does nothing.
   void refreshComputeWeights();
   /// Rounds master weights [begin, end) (which this rank holds) into the compute copy.
   void refreshComputeWeights(int64_t begin, int64_t end);

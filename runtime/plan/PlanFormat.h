@@ -11,6 +11,8 @@
 #ifndef MT_RUNTIME_PLAN_PLANFORMAT_H
 #define MT_RUNTIME_PLAN_PLANFORMAT_H
 
+#include "plan_generated.h"
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -18,6 +20,12 @@
 #include <zlib.h>
 
 namespace mt::plan {
+
+/// What a plan of `precision` keeps parameters (master weights, gradients, optimizer
+/// state), losses and softmax statistics in: f32 under bf16 and f16, else `precision`.
+inline DType accumulatorType(DType precision) {
+  return precision == DType::BF16 || precision == DType::F16 ? DType::F32 : precision;
+}
 
 inline constexpr char kMagic[4] = {'M', 'T', 'P', 'L'};
 inline constexpr uint32_t kFormatVersion = 1;

@@ -4,7 +4,7 @@
 #define MT_RUNTIME_PLAN_PLANREADER_H
 
 #include "core/Status.h"
-#include "plan_generated.h"
+#include "plan/PlanFormat.h"
 
 #include <cstdint>
 #include <string>
@@ -28,12 +28,7 @@ private:
 /// Bytes of one element of `dtype`.
 size_t dtypeBytes(plan::DType dtype);
 
-/// What a plan of `precision` keeps parameters (master weights, gradients, optimizer
-/// state), losses and softmax statistics in: f32 under bf16 and f16, else `precision`.
-inline plan::DType accumulatorType(plan::DType precision) {
-  return precision == plan::DType::BF16 || precision == plan::DType::F16 ? plan::DType::F32
-                                                                         : precision;
-}
+using plan::accumulatorType;
 
 } // namespace mt
 

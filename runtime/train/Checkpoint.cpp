@@ -460,6 +460,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     backend.convert(executor.flatCompute(), allView);
   } else {
     backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size());
+    executor.refreshComputeWeights();
   }
   const int64_t first = optimizer.first(), count = optimizer.expAvg().numel();
   backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,

@@ -142,8 +142,11 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
                   slice(expAvg_, begin - first_, end - first_),
                   slice(expAvgSq_, begin - first_, end - first_), update);
   }
-  if (!distributed_)
+  // The programs' 16-bit copy follows the master weights it was rounded from.
+  if (!distributed_) {
+    executor_.refreshComputeWeights();
     return Status::success();
+  }
   if (executor_.masterSharded()) {
     // Each rank rounds its share into the compute copy, and the copies are gathered.
     executor_.refreshComputeWeights(first_, last);
@@ -151,7 +154,10 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
     return comm.allGather(Group::Data, slice(copy, first_, last), copy, 0);
   }
   const TensorView &weights = executor_.flatWeights();
-  return comm.allGather(Group::Data, slice(weights, first_, last), weights, 0);
+  if (Status s = comm.allGather(Group::Data, slice(weights, first_, last), weights, 0); !s.ok())
+    return s;
+  executor_.refreshComputeWeights();
+  return Status::success();
 }
 
 } // namespace mt

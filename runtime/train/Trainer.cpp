@@ -151,10 +151,15 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // accumulate), the gradient synchronisation, the update. The loss, and so the
     // gradient, is the mean over all micro-batches of the global batch.
     executor.zeroGradients();
-    executor.refreshComputeWeights();
     const double lossScale = scaleLoss ? state.lossScaler.scale : 1.0;
     bool skipped = false;
     double lossSum = 0, gradNorm = 0;
+    // The counters of a micro-batch's random numbers, and the loss seed's scale.
+    auto contextOf = [&](int64_t mb) {
+      StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
+      context.lossScale = lossScale;
+      return context;
+    };
     const double lr = learningRate(config.optimizer, step, config.steps);
     auto failed = [&](const Status &s) {
       return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
@@ -174,9 +179,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         const int64_t mb = firstMicroBatch + action->micro_batch();
         if (Status s = load(mb); !s.ok())
           return s;
-        StepContext context{config.seed, static_cast<uint32_t>(step),
-                            static_cast<uint32_t>(mb)};
-        context.lossScale = lossScale;
+        const StepContext context = contextOf(mb);
         double loss = 0;
         auto begin = Timeline::Clock::now();
         if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
@@ -211,8 +214,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         }
         // Waiting for the neighbour is the bubble; the pass starts once its input is here.
         auto begin = Timeline::Clock::now();
-        StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
-        context.lossScale = lossScale;
+        const StepContext context = contextOf(mb);
         std::vector<std::vector<char>> &stash = stashes[{action->chunk(), mb}];
         double loss = 0;
         if (Status s = executor.runPiece(program, inputs.data(), targets.data(), context,

@@ -92,7 +92,6 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
     std::unique_ptr<Executor> executor;
     ASSERT_TRUE(Executor::create(plan, backend, *comm, {}, executor).ok());
     ASSERT_TRUE(executor->initParameters(seed).ok());
-    executor->refreshComputeWeights();
     executor->zeroGradients();
     Status s = executor->forwardBackward(tokens.data(), targets.data(), StepContext{seed, 5, 2},
                                          out.loss);

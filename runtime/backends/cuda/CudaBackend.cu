@@ -315,6 +315,20 @@ __global__ void biasGradKernel(const T *dy, T *db, int64_t rows, int64_t n) {
 // Cross-entropy: one block per row; per-row results summed in row order by one block
 //===----------------------------------------------------------------------===//
 
+/// max and Σ exp(x − max) of row[0, n), computed by the whole block.
+template <typename T>
+__device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max,
+                                  float &sum) {
+  max = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    max = fmaxf(max, ld(row, j));
+  max = blockMax(max, shared);
+  sum = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    sum += expf(ld(row, j) - max);
+  sum = blockSum(sum, shared);
+}
+
 template <typename T>
 __global__ void crossEntropyRowsKernel(const T *logits, const void *targets, bool wide,
                                        float *rowLoss, int64_t v, int64_t classes,
@@ -328,14 +342,8 @@ __global__ void crossEntropyRowsKernel(const T *logits, const void *targets, boo
       atomicMin(bad, static_cast<unsigned long long>(r));
     return;
   }
-  float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    max = fmaxf(max, ld(row, j));
-  max = blockMax(max, shared);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    sum += expf(ld(row, j) - max);
-  sum = blockSum(sum, shared);
+  float max, sum;
+  blockSoftmaxStats(row, classes, shared, max, sum);
   if (threadIdx.x == 0)
     rowLoss[r] = logf(sum) + max - ld(row, t);
 }
@@ -365,14 +373,8 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits, cons
   const T *row = logits + r * v;
   T *g = dlogits + r * v;
   const float factor = dloss[0] / m;
-  float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    max = fmaxf(max, ld(row, j));
-  max = blockMax(max, shared);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
-    sum += expf(ld(row, j) - max);
-  sum = blockSum(sum, shared);
+  float max, sum;
+  blockSoftmaxStats(row, classes, shared, max, sum);
   const int64_t t = indexAt(targets, wide, r);
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
     st(g, j, j < classes ? factor * expf(ld(row, j) - max) / sum - (j == t ? factor : 0.f) : 0.f);
@@ -393,14 +395,8 @@ __global__ void crossEntropyStatsKernel(const T *logits, const void *targets, bo
       atomicMin(bad, static_cast<unsigned long long>(r));
     return;
   }
-  float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
-    max = fmaxf(max, ld(row, j));
-  max = blockMax(max, shared);
-  float sum = 0;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
-    sum += expf(ld(row, j) - max);
-  sum = blockSum(sum, shared);
+  float max, sum;
+  blockSoftmaxStats(row, valid, shared, max, sum);
   if (threadIdx.x == 0) {
     const int64_t t = target - first;
     stats[r] = max;
@@ -481,6 +477,14 @@ struct AttentionShape {
                : 0.f;
   }
   __device__ int64_t lastKey(int64_t i) const { return causal ? i : s - 1; }
+  /// The row this warp works on: (batch, head, position); false past the last one.
+  __device__ bool warpRow(int64_t &row, int64_t &bi, int64_t &hi, int64_t &t) const {
+    row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    t = row % s;
+    hi = (row / s) % heads;
+    bi = row / (s * heads);
+    return row < b * heads * s;
+  }
 };
 
 /// Loads head_dim values of one row into registers, lane-strided.
@@ -522,10 +526,9 @@ __device__ void rowStatistics(const T *qkv, const AttentionShape &a, int64_t bi,
 
 template <typename T>
 __global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
   loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
   float max = -INFINITY, sum = 0;
@@ -553,10 +556,9 @@ __global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
 template <typename T>
 __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T *dout, T *dqkv,
                                              float2 *rowStats, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float q[kMaxPerLane], dO[kMaxPerLane], o[kMaxPerLane], dq[kMaxPerLane] = {};
   loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
   loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
@@ -598,10 +600,9 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
 template <typename T>
 __global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
                                            const float2 *rowStats, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
     return;
-  const int64_t j = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
   loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, k);
   loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d, v);
@@ -636,10 +637,9 @@ __global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
 
 template <typename T>
 __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float q[kMaxPerLane];
   loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
   float max, sum;
@@ -657,10 +657,9 @@ __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
 
 template <typename T>
 __global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float acc[kMaxPerLane] = {};
   for (int64_t j = 0; j < a.s; ++j) {
     const float p = ld(probs, row * a.s + j);
@@ -679,10 +678,9 @@ __global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, Att
 template <typename T>
 __global__ void attentionProbsGradQueryKernel(const T *dprobs, const T *probs, const T *qkv,
                                               T *dqkv, float *deltas, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   const int lane = threadIdx.x & 31;
   float delta = 0;
   for (int64_t j = lane; j < a.s; j += 32)
@@ -709,10 +707,9 @@ __global__ void attentionProbsGradQueryKernel(const T *dprobs, const T *probs, c
 template <typename T>
 __global__ void attentionProbsGradKeyKernel(const T *dprobs, const T *probs, const T *qkv,
                                             T *dqkv, const float *deltas, AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
     return;
-  const int64_t j = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   const int64_t base = (bi * a.heads + hi) * a.s;
   float dk[kMaxPerLane] = {};
   for (int64_t i = 0; i < a.s; ++i) {
@@ -733,10 +730,9 @@ __global__ void attentionProbsGradKeyKernel(const T *dprobs, const T *probs, con
 template <typename T>
 __global__ void attentionContextGradProbsKernel(const T *dout, const T *qkv, T *dprobs,
                                                 AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
     return;
-  const int64_t i = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   float dO[kMaxPerLane];
   loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
   const int lane = threadIdx.x & 31;
@@ -751,10 +747,9 @@ __global__ void attentionContextGradProbsKernel(const T *dout, const T *qkv, T *
 template <typename T>
 __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, T *dqkv,
                                                  AttentionShape a) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.b * a.heads * a.s)
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
     return;
-  const int64_t j = row % a.s, hi = (row / a.s) % a.heads, bi = row / (a.s * a.heads);
   const int64_t base = (bi * a.heads + hi) * a.s;
   float dv[kMaxPerLane] = {};
   for (int64_t i = 0; i < a.s; ++i) {
@@ -809,6 +804,18 @@ __global__ void adamwKernel(float *w, const float *g, float *m, float *v, int64_
 //===----------------------------------------------------------------------===//
 // The backend
 //===----------------------------------------------------------------------===//
+
+/// f(value of the storage type `dtype` names): bf16, f16, or f32 for anything else.
+template <typename F> decltype(auto) withStorage(DType dtype, F &&f) {
+  switch (dtype) {
+  case DType::BF16:
+    return f(__nv_bfloat16{});
+  case DType::F16:
+    return f(__half{});
+  default:
+    return f(float{});
+  }
+}
 
 cudaDataType_t cudaTypeOf(DType dtype) {
   switch (dtype) {
@@ -875,18 +882,13 @@ public:
     if (inst.opcode() != Opcode::ParamGrad && inst.outputs()->size() > 0 &&
         (out[0].dtype == DType::BF16 || out[0].dtype == DType::F16))
       t = out[0].dtype;
+    if (t == DType::F64)
+      return Status::failure(cat("cuda backend: ", plan::EnumNameOpcode(inst.opcode()), " in ",
+                                 plan::EnumNameDType(t), " is not supported (f32, bf16, f16)"));
     try {
-      switch (t) {
-      case DType::F32:
-        return dispatch<float>(inst, in, out, ctx);
-      case DType::BF16:
-        return dispatch<__nv_bfloat16>(inst, in, out, ctx);
-      case DType::F16:
-        return dispatch<__half>(inst, in, out, ctx);
-      default:
-        return Status::failure(cat("cuda backend: ", plan::EnumNameOpcode(inst.opcode()), " in ",
-                                   plan::EnumNameDType(t), " is not supported (f32, bf16, f16)"));
-      }
+      return withStorage(t, [&](auto tag) {
+        return dispatch<decltype(tag)>(inst, in, out, ctx);
+      });
     } catch (const std::exception &e) {
       return Status::failure(e.what());
     }
@@ -948,31 +950,16 @@ private:
       check(cudaMemcpy(dst, src, dtypeBytes(to) * n, cudaMemcpyDeviceToDevice), "copying");
       return;
     }
-    auto go = [&](auto *out) {
-      switch (from) {
-      case DType::BF16:
-        convertKernel<<<blocksFor(n), kThreads>>>(out, static_cast<const __nv_bfloat16 *>(src), n);
-        break;
-      case DType::F16:
-        convertKernel<<<blocksFor(n), kThreads>>>(out, static_cast<const __half *>(src), n);
-        break;
-      default:
-        convertKernel<<<blocksFor(n), kThreads>>>(out, static_cast<const float *>(src), n);
-      }
-    };
-    switch (to) {
-    case DType::BF16:
-      go(static_cast<__nv_bfloat16 *>(dst));
-      break;
-    case DType::F16:
-      go(static_cast<__half *>(dst));
-      break;
-    case DType::F32:
-      go(static_cast<float *>(dst));
-      break;
-    default:
+    if (to != DType::F32 && to != DType::BF16 && to != DType::F16)
       throw std::runtime_error("cuda backend: no conversion to this type");
-    }
+    withStorage(to, [&](auto outTag) {
+      using O = decltype(outTag);
+      withStorage(from, [&](auto inTag) {
+        using I = decltype(inTag);
+        convertKernel<<<blocksFor(n), kThreads>>>(static_cast<O *>(dst),
+                                                  static_cast<const I *>(src), n);
+      });
+    });
     launched("conversion");
   }
 
@@ -1072,22 +1059,12 @@ private:
   /// c[m×n] (column-major) += bias[m] per column.
   void addBias(void *c, const void *bias, int64_t m, int64_t n, DType dtype) {
     const int64_t count = m * n;
-    switch (dtype) {
-    case DType::BF16:
-      biasAddKernel<<<blocksFor(count), kThreads>>>(
-          static_cast<const __nv_bfloat16 *>(c), static_cast<const __nv_bfloat16 *>(bias),
-          static_cast<__nv_bfloat16 *>(c), count, m);
-      break;
-    case DType::F16:
-      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const __half *>(c),
-                                                     static_cast<const __half *>(bias),
-                                                     static_cast<__half *>(c), count, m);
-      break;
-    default:
-      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const float *>(c),
-                                                     static_cast<const float *>(bias),
-                                                     static_cast<float *>(c), count, m);
-    }
+    withStorage(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const T *>(c),
+                                                     static_cast<const T *>(bias),
+                                                     static_cast<T *>(c), count, m);
+    });
     launched("bias");
   }
 
