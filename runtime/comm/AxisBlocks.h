@@ -5,8 +5,8 @@
 #ifndef MT_RUNTIME_COMM_AXISBLOCKS_H
 #define MT_RUNTIME_COMM_AXISBLOCKS_H
 
+#include "core/DType.h"
 #include "core/Tensor.h"
-#include "plan/PlanReader.h"
 
 #include <cstddef>
 

@@ -1,30 +1,20 @@
 #include "comm/Comm.h"
-#include "comm/AxisBlocks.h"
-#include "core/Half.h"
-#include "plan/PlanReader.h"
+#include "comm/MpiPlugin.h"
+#include "core/DType.h"
 
-#include <mpi.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
-#include <limits>
-#include <list>
-#include <map>
+#include <string>
 #include <vector>
 
 namespace mt {
 namespace {
 
 size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
-
-/// Row by row on the host.
-void hostCopy2D(char *dst, size_t dstPitch, const char *src, size_t srcPitch, size_t width,
-                size_t height) {
-  for (size_t r = 0; r < height; ++r)
-    std::memcpy(dst + r * dstPitch, src + r * srcPitch, width);
-}
 
 class LocalComm final : public Comm {
 public:
@@ -54,221 +44,59 @@ public:
   Status waitSends() override { return Status::success(); }
 };
 
-MPI_Datatype mpiType(plan::DType dtype) {
-  switch (dtype) {
-  case plan::DType::F64:
-    return MPI_DOUBLE;
-  case plan::DType::I32:
-    return MPI_INT32_T;
-  case plan::DType::I64:
-    return MPI_INT64_T;
-  case plan::DType::BF16:
-  case plan::DType::F16:
-    return MPI_UINT16_T;
-  default:
-    return MPI_FLOAT;
-  }
-}
-
-/// Sums of 16-bit floats, which MPI does not know: each pair is added in f32 and rounded
-/// once, as NCCL does.
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
-void sumHalves(void *in, void *inOut, int *count, MPI_Datatype *) {
-  const uint16_t *a = static_cast<const uint16_t *>(in);
-  uint16_t *b = static_cast<uint16_t *>(inOut);
-  for (int i = 0; i < *count; ++i)
-    b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
-}
-
-class MpiComm final : public Comm {
-public:
-  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline)
-      : tensor_(tensor), data_(data), pipeline_(pipeline) {
-    position_ = position;
-    MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
-    MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
-  }
-
-  MPI_Op sumOf(plan::DType dtype) const {
-    return dtype == plan::DType::BF16 ? sumBf16_ : dtype == plan::DType::F16 ? sumF16_ : MPI_SUM;
-  }
-  ~MpiComm() override {
-    (void)waitSends();
-    for (auto &entry : subgroups_)
-      if (entry.second != MPI_COMM_NULL)
-        MPI_Comm_free(&entry.second);
-    MPI_Comm_free(&tensor_);
-    MPI_Comm_free(&data_);
-    MPI_Comm_free(&pipeline_);
-    MPI_Op_free(&sumBf16_);
-    MPI_Op_free(&sumF16_);
-    MPI_Finalize();
-  }
-
-  MPI_Comm of(Group g) const {
-    return g == Group::Tensor ? tensor_ : g == Group::Data ? data_ : pipeline_;
-  }
-
-  Status allReduceSumAmong(Group g, const std::vector<int> &members,
-                           const TensorView &inOut) override {
-    auto key = std::make_pair(static_cast<int>(g), members);
-    auto it = subgroups_.find(key);
-    if (it == subgroups_.end()) {
-      // Collective over the members only: the others never call it.
-      MPI_Group all, some;
-      MPI_Comm_group(of(g), &all);
-      MPI_Group_incl(all, static_cast<int>(members.size()), members.data(), &some);
-      MPI_Comm comm = MPI_COMM_NULL;
-      int code = MPI_Comm_create_group(of(g), some, /*tag=*/7, &comm);
-      MPI_Group_free(&some);
-      MPI_Group_free(&all);
-      if (Status s = check(code, "creating a subgroup"); !s.ok())
-        return s;
-      it = subgroups_.emplace(key, comm).first;
-    }
-    return check(MPI_Allreduce(MPI_IN_PLACE, inOut.data, static_cast<int>(inOut.numel()),
-                               mpiType(inOut.dtype), sumOf(inOut.dtype), it->second),
-                 "all-reduce among stages");
-  }
-
-  Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
-    if (bytes > static_cast<size_t>(kMaxCount))
-      return fits(static_cast<int64_t>(bytes), "send");
-    // Sends already delivered give their copies back, so at most the messages still in
-    // flight are held.
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      int done = 0;
-      if (Status s = check(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE), "send"); !s.ok())
-        return s;
-      it = done ? pending_.erase(it) : std::next(it);
-    }
-    pending_.emplace_back();
-    Pending &p = pending_.back();
-    p.bytes.assign(static_cast<const char *>(data), static_cast<const char *>(data) + bytes);
-    return check(MPI_Isend(p.bytes.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
-                           &p.request),
-                 "send");
-  }
-
-  Status recv(Group g, int peer, void *data, size_t bytes, int tag) override {
-    if (bytes > static_cast<size_t>(kMaxCount))
-      return fits(static_cast<int64_t>(bytes), "receive");
-    MPI_Status status;
-    if (Status s = check(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
-                                  &status),
-                         "receive");
-        !s.ok())
-      return s;
-    int count = 0;
-    MPI_Get_count(&status, MPI_BYTE, &count);
-    if (static_cast<size_t>(count) != bytes)
-      return Status::failure("received " + std::to_string(count) + " bytes from rank " +
-                             std::to_string(peer) + ", expected " + std::to_string(bytes));
-    return Status::success();
-  }
-
-  Status waitSends() override {
-    Status status = Status::success();
-    for (Pending &p : pending_)
-      if (Status s = check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "send"); !s.ok())
-        status = s;
-    pending_.clear();
-    return status;
-  }
-
-  Status check(int code, const char *what) {
-    if (code == MPI_SUCCESS)
-      return Status::success();
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    MPI_Error_string(code, text, &length);
-    return Status::failure(std::string(what) + " failed: " + std::string(text, length));
-  }
-
-  /// MPI counts are ints: larger all-reduces go in chunks; the others refuse a per-rank
-  /// block above the limit.
-  static constexpr int64_t kMaxCount = std::numeric_limits<int>::max();
-  static Status fits(int64_t count, const char *what) {
-    if (count <= kMaxCount)
-      return Status::success();
-    return Status::failure(std::string(what) + " of " + std::to_string(count) +
-                           " elements exceeds MPI's count limit");
-  }
-
-  Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
-    const size_t element = dtypeBytes(out.dtype);
-    for (int64_t first = 0; first < out.numel(); first += kMaxCount) {
-      const int count = static_cast<int>(std::min(kMaxCount, out.numel() - first));
-      char *recv = static_cast<char *>(out.data) + element * first;
-      const void *send = in.data == out.data
-                             ? MPI_IN_PLACE
-                             : static_cast<const char *>(in.data) + element * first;
-      if (Status s = check(MPI_Allreduce(send, recv, count, mpiType(out.dtype), sumOf(out.dtype), of(g)),
-                           "all-reduce");
-          !s.ok())
-        return s;
-    }
-    return Status::success();
-  }
-
-  Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
-    if (Status s = fits(in.numel(), "all-gather"); !s.ok())
-      return s;
-    const int parts = size(g);
-    const int count = static_cast<int>(in.numel());
-    if (axis == 0) {
-      // `in` may already sit at this rank's place in `out` (a shard of a flat store).
-      const char *mine = static_cast<const char *>(out.data) + rank(g) * viewBytes(in);
-      const void *send = in.data == mine ? MPI_IN_PLACE : in.data;
-      return check(MPI_Allgather(send, count, mpiType(in.dtype), out.data, count,
-                                 mpiType(out.dtype), of(g)),
-                   "all-gather");
-    }
-    std::vector<char> blocks(viewBytes(out));
-    if (Status s = check(MPI_Allgather(in.data, count, mpiType(in.dtype), blocks.data(), count,
-                                       mpiType(out.dtype), of(g)),
-                         "all-gather");
-        !s.ok())
-      return s;
-    AxisBlocks(out, axis).copy(static_cast<char *>(out.data), blocks.data(), parts, false,
-                               hostCopy2D);
-    return Status::success();
-  }
-
-  Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
-    if (Status s = fits(out.numel(), "reduce-scatter"); !s.ok())
-      return s;
-    const int parts = size(g);
-    const int count = static_cast<int>(out.numel());
-    const void *send = in.data;
-    std::vector<char> blocks;
-    if (axis != 0) {
-      blocks.resize(viewBytes(in));
-      AxisBlocks(in, axis).copy(static_cast<char *>(in.data), blocks.data(), parts, true,
-                                hostCopy2D);
-      send = blocks.data();
-    }
-    return check(MPI_Reduce_scatter_block(send, out.data, count, mpiType(out.dtype),
-                                          sumOf(out.dtype), of(g)),
-                 "reduce-scatter");
-  }
-
-  double allReduceSum(Group g, double value) override {
-    double sum = 0;
-    MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, of(g));
-    return sum;
-  }
-
-private:
-  struct Pending {
-    std::vector<char> bytes;
-    MPI_Request request;
-  };
-  MPI_Comm tensor_, data_, pipeline_;
-  MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
-  std::list<Pending> pending_; // stable addresses while MPI holds them
-  std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;
+/// The MPI plugin, once loaded: its entry points.
+struct MpiPlugin {
+  MtMpiMakeComm makeComm = nullptr;
+  MtMpiAbort abort = nullptr;
+  MtMpiWorldRank worldRank = nullptr;
 };
+MpiPlugin plugin;
+
+/// The directory of this executable.
+std::string executableDir() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    return ".";
+  std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+/// Loads libmtc_mpi.so from MTC_MPI_PLUGIN, beside the executable, or from ../lib.
+/// RTLD_GLOBAL: Open MPI's own components resolve libmpi's symbols globally.
+Status loadMpiPlugin() {
+  if (plugin.makeComm)
+    return Status::success();
+  std::vector<std::string> candidates;
+  if (const char *path = std::getenv("MTC_MPI_PLUGIN"))
+    candidates.push_back(path);
+  const std::string dir = executableDir();
+  candidates.push_back(dir + "/" + kMpiPluginName);
+  candidates.push_back(dir + "/../lib/" + kMpiPluginName);
+  std::string errors;
+  for (const std::string &path : candidates) {
+    if (access(path.c_str(), F_OK) != 0)
+      continue;
+    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!handle) {
+      errors += cat("\n  ", dlerror());
+      continue;
+    }
+    plugin.makeComm = reinterpret_cast<MtMpiMakeComm>(dlsym(handle, "mtMpiMakeComm"));
+    plugin.abort = reinterpret_cast<MtMpiAbort>(dlsym(handle, "mtMpiAbort"));
+    plugin.worldRank = reinterpret_cast<MtMpiWorldRank>(dlsym(handle, "mtMpiWorldRank"));
+    if (plugin.makeComm && plugin.abort && plugin.worldRank)
+      return Status::success();
+    plugin = {};
+    errors += cat("\n  ", path, ": not the MPI communicator plugin");
+  }
+  if (errors.empty())
+    errors = cat("\n  no ", kMpiPluginName, " beside ", dir, " or in ", dir, "/../lib");
+  return Status::failure(cat("this process was started by an MPI launcher, but the MPI "
+                             "communicator cannot be loaded (an MPI library must be installed "
+                             "where several ranks run):",
+                             errors));
+}
 
 } // namespace
 
@@ -282,48 +110,19 @@ bool launchedByMpi() {
 }
 
 Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized)
-    MPI_Init(nullptr, nullptr);
-  // Errors come back as codes, so a rank can report its own failure and abort all.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int world = 0, rank = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world != tpSize * dpSize * ppSize) {
-    if (rank == 0)
-      std::fprintf(stderr,
-                   "mtrun: the plan is for %d ranks (tp %d x dp %d x pp %d), but %d are running\n",
-                   tpSize * dpSize * ppSize, tpSize, dpSize, ppSize, world);
-    MPI_Finalize();
-    return Status::failure("world size does not match the plan");
-  }
-  GridPosition p;
-  p.tpSize = tpSize;
-  p.dpSize = dpSize;
-  p.ppSize = ppSize;
-  p.tpRank = rank % tpSize;
-  p.dpRank = rank / tpSize % dpSize;
-  p.ppRank = rank / (tpSize * dpSize);
-  // Each group: the ranks that agree on the other two coordinates.
-  MPI_Comm tensor, data, pipeline;
-  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * dpSize + p.dpRank, p.tpRank, &tensor);
-  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * tpSize + p.tpRank, p.dpRank, &data);
-  MPI_Comm_split(MPI_COMM_WORLD, p.dpRank * tpSize + p.tpRank, p.ppRank, &pipeline);
-  out = std::make_unique<MpiComm>(p, tensor, data, pipeline);
-  return Status::success();
+  if (Status s = loadMpiPlugin(); !s.ok())
+    return s;
+  Status status = Status::success();
+  plugin.makeComm(tpSize, dpSize, ppSize, &out, &status);
+  return status;
 }
 
 void abortAll(const std::string &message) {
-  int initialized = 0, rank = 0;
-  MPI_Initialized(&initialized);
-  if (initialized)
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = plugin.worldRank ? plugin.worldRank() : 0;
   std::fprintf(stderr, "mtrun: rank %d: %s\n", rank, message.c_str());
   std::fflush(stderr);
-  if (initialized)
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  if (plugin.abort)
+    plugin.abort();
   std::exit(1);
 }
 

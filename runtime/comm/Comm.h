@@ -1,6 +1,7 @@
 // Collectives over the process groups of a plan's rank grid (Megatron's order: tensor
-// parallel fastest, then data parallel, then pipeline). The CPU implementation is MPI;
-// the CUDA backend's will be NCCL, behind the same interface.
+// parallel fastest, then data parallel, then pipeline). One process needs no library
+// (makeLocalComm); several ranks talk through MPI, a plugin loaded only then
+// (comm/MpiComm.cpp), and, on GPUs, through NCCL behind the same interface.
 #ifndef MT_RUNTIME_COMM_COMM_H
 #define MT_RUNTIME_COMM_COMM_H
 
@@ -66,7 +67,9 @@ protected:
 /// One process: every group has one member.
 std::unique_ptr<Comm> makeLocalComm();
 
-/// MPI_COMM_WORLD split into the plan's grid; fails if the world does not match.
+/// MPI_COMM_WORLD split into the plan's grid, through the MPI plugin (libmtc_mpi.so,
+/// beside the executable or in ../lib; MTC_MPI_PLUGIN overrides); fails, saying why, if
+/// the plugin or its MPI library cannot be loaded or the world does not match.
 Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out);
 
 /// Wraps `comm` (MPI): collectives on device memory through NCCL, one communicator per

@@ -13,23 +13,6 @@
 
 namespace mt {
 
-size_t dtypeBytes(plan::DType dtype) {
-  switch (dtype) {
-  case plan::DType::F64:
-  case plan::DType::I64:
-    return 8;
-  case plan::DType::F32:
-  case plan::DType::I32:
-    return 4;
-  case plan::DType::BF16:
-  case plan::DType::F16:
-    return 2;
-  case plan::DType::I8:
-    return 1;
-  }
-  return 0;
-}
-
 namespace {
 
 constexpr size_t kMaxRank = TensorView::kMaxRank;

@@ -3,6 +3,7 @@
 #ifndef MT_RUNTIME_PLAN_PLANREADER_H
 #define MT_RUNTIME_PLAN_PLANREADER_H
 
+#include "core/DType.h"
 #include "core/Status.h"
 #include "plan/PlanFormat.h"
 
@@ -24,9 +25,6 @@ private:
   std::vector<uint8_t> bytes_;
   const plan::Plan *root_ = nullptr;
 };
-
-/// Bytes of one element of `dtype`.
-size_t dtypeBytes(plan::DType dtype);
 
 using plan::accumulatorType;
 

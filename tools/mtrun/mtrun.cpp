@@ -265,8 +265,10 @@ int main(int argc, char **argv) {
   }
   std::unique_ptr<mt::Comm> comm;
   if (underMpi) {
-    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok())
+    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok()) {
+      std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
       return 1;
+    }
     if (backendName == "cuda")
       if (mt::Status s = mt::makeNcclComm(comm); !s.ok())
         mt::abortAll(s.message());
