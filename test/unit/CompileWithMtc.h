@@ -12,10 +12,12 @@
 
 namespace mt::test {
 
-/// Compiles `model` (a path) with `flags`; returns the plan's path, or "" on failure.
+/// Compiles `model` (a path) with `flags` into `dir` (ending in '/'); returns the plan's
+/// path, or "" on failure.
 inline std::string compileModel(const std::string &model, const std::string &flags,
-                                const std::string &name) {
-  std::string plan = ::testing::TempDir() + name + ".mtp";
+                                const std::string &name,
+                                const std::string &dir = ::testing::TempDir()) {
+  std::string plan = dir + name + ".mtp";
   std::string cmd = std::string(MTC_BINARY) + " compile " + model + " " + flags + " -o " +
                     plan + " > /dev/null";
   return std::system(cmd.c_str()) == 0 ? plan : "";
@@ -23,10 +25,11 @@ inline std::string compileModel(const std::string &model, const std::string &fla
 
 /// Writes `mlir` to a file and compiles it.
 inline std::string compileSource(const std::string &mlir, const std::string &flags,
-                                 const std::string &name) {
+                                 const std::string &name,
+                                 const std::string &dir = ::testing::TempDir()) {
   std::string source = ::testing::TempDir() + name + ".mlir";
   std::ofstream(source) << mlir;
-  return compileModel(source, flags, name);
+  return compileModel(source, flags, name, dir);
 }
 
 inline std::string zooModel(const std::string &name) {

@@ -1,7 +1,14 @@
 // The CUDA backend against the CPU backend (the reference): every op's forward and
 // backward, and whole gpt-tiny training steps, on fresh random parameters and tokens —
 // the loss and every parameter's gradient within 1e-5 (f32) or 1e-2 (bf16, relative,
-// norm-wise); then an optimizer update. Skipped, saying why, where no GPU is visible.
+// norm-wise), and a second GPU run equal to the first bit for bit; then an optimizer
+// update. Skipped, saying so loudly, where no GPU is visible (MT_REQUIRE_GPU=1 makes
+// that a failure).
+//
+// Plans: from MT_TEST_PLANS, a directory of <case>_<precision>.mtp files that
+// `cuda_backend_test --write-plans DIR` wrote where mtc is built (a GPU node needs no
+// compiler: scripts/bundle.sh carries them), or else compiled by the mtc under test.
+// A case whose plan is missing fails, GPU or not.
 #include "CompileWithMtc.h"
 #include "OpCases.h"
 #include "backends/Backend.h"
@@ -11,7 +18,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <sys/stat.h>
 
 namespace mt {
 namespace {
@@ -39,6 +50,47 @@ std::vector<Case> cases() {
   return all;
 }
 
+std::string caseName(const Case &c) { return c.op.name + "_" + c.precision.flag; }
+
+/// Compiles `c` with the mtc under test into `dir`; returns the plan's path, or "".
+std::string compileCase(const Case &c, const std::string &dir) {
+  const std::string flags = "--micro-batch-size 2 --global-batch-size 2 --precision " +
+                            std::string(c.precision.flag) + " --seq-length " +
+                            std::to_string(c.op.seqLength) + " " + c.op.flags;
+  const std::string name = caseName(c);
+  return c.op.mlir.empty() ? test::compileModel(test::zooModel(c.op.zooModel), flags, name, dir)
+                           : test::compileSource(c.op.mlir, flags, name, dir);
+}
+
+/// The directory of precompiled plans, or "" to compile them here.
+std::string planDirectory() {
+  const char *dir = std::getenv("MT_TEST_PLANS");
+  return dir && *dir ? dir : "";
+}
+
+bool gpuRequired() {
+  const char *required = std::getenv("MT_REQUIRE_GPU");
+  return required && std::strcmp(required, "0") != 0;
+}
+
+/// The plan of case `c`: precompiled, or compiled now. Fails the test when missing.
+std::string planOf(const Case &c) {
+  const std::string dir = planDirectory();
+  if (dir.empty()) {
+    const std::string here = ::testing::TempDir() + "cuda_backend_test/";
+    mkdir(here.c_str(), 0755);
+    std::string path = compileCase(c, here);
+    EXPECT_FALSE(path.empty()) << "mtc (" << MTC_BINARY << ") could not compile "
+                               << caseName(c) << "; on a machine without mtc, set "
+                               << "MT_TEST_PLANS to plans written by --write-plans";
+    return path;
+  }
+  std::string path = dir + "/" + caseName(c) + ".mtp";
+  struct stat info;
+  EXPECT_EQ(stat(path.c_str(), &info), 0) << "no precompiled plan " << path;
+  return path;
+}
+
 /// Everything a step leaves behind, on the host: the loss and each gradient.
 struct Result {
   double loss = 0;
@@ -55,28 +107,31 @@ double relative(const std::vector<float> &a, const std::vector<float> &b) {
   return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
-class CudaBackendTest : public ::testing::TestWithParam<Case> {
-protected:
-  void SetUp() override {
-    if (cudaDevices() == 0)
-      GTEST_SKIP() << "no GPU is visible: the CUDA backend is compiled, not run";
-  }
-};
+constexpr const char *kNoGpu = "no GPU is visible: the CUDA backend is compiled, not run";
+
+/// Skips the test without a GPU, or fails it when MT_REQUIRE_GPU is set.
+#define REQUIRE_GPU()                                                                      \
+  do {                                                                                     \
+    if (cudaDevices() == 0) {                                                              \
+      if (gpuRequired())                                                                   \
+        FAIL() << kNoGpu << ", and MT_REQUIRE_GPU is set";                                 \
+      GTEST_SKIP() << kNoGpu;                                                              \
+    }                                                                                      \
+  } while (0)
+
+class CudaBackendTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
   const Case &c = GetParam();
+  // The plan first: a missing or unreadable one fails here, with or without a GPU.
+  const std::string path = planOf(c);
+  ASSERT_FALSE(path.empty());
+  LoadedPlan plan;
+  Status read = LoadedPlan::read(path, plan);
+  ASSERT_TRUE(read.ok()) << read.message();
+  REQUIRE_GPU();
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string flags = "--micro-batch-size 2 --global-batch-size 2 --precision " +
-                            std::string(c.precision.flag) + " --seq-length " +
-                            std::to_string(c.op.seqLength) + " " + c.op.flags;
-  const std::string name = c.op.name + "_" + c.precision.flag + "_cuda";
-  const std::string path = c.op.mlir.empty()
-                               ? test::compileModel(test::zooModel(c.op.zooModel), flags, name)
-                               : test::compileSource(c.op.mlir, flags, name);
-  ASSERT_FALSE(path.empty()) << "mtc could not compile " << name;
-  LoadedPlan plan;
-  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
 
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.op.vocab - 1));
@@ -108,9 +163,16 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
   std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
   Status made = makeCudaBackend(0, cuda);
   ASSERT_TRUE(made.ok()) << made.message();
-  Result reference, gpu;
+  Result reference, gpu, again;
   ASSERT_NO_FATAL_FAILURE(step(*cpu, reference));
   ASSERT_NO_FATAL_FAILURE(step(*cuda, gpu));
+  // Deterministic: the same plan, seed and data give the same bits (no floating-point
+  // atomics in any reduction, the embedding gradient's included).
+  ASSERT_NO_FATAL_FAILURE(step(*cuda, again));
+  EXPECT_EQ(std::memcmp(&gpu.loss, &again.loss, sizeof gpu.loss), 0) << "the loss differs";
+  for (size_t i = 0; i < gpu.gradients.size(); ++i)
+    EXPECT_EQ(gpu.gradients[i], again.gradients[i])
+        << "gradient of parameter " << i << " differs between two GPU runs";
   const double tolerance = c.precision.tolerance;
   EXPECT_NEAR(gpu.loss, reference.loss, tolerance * std::abs(reference.loss));
   ASSERT_EQ(gpu.gradients.size(), reference.gradients.size());
@@ -121,13 +183,12 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaBackendTest, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case> &info) {
-                           return info.param.op.name + "_" + info.param.precision.flag;
+                           return caseName(info.param);
                          });
 
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients.
 TEST(CudaAdamW, MatchesTheCpuBackend) {
-  if (cudaDevices() == 0)
-    GTEST_SKIP() << "no GPU is visible: the CUDA backend is compiled, not run";
+  REQUIRE_GPU();
   std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
   ASSERT_TRUE(makeCudaBackend(0, cuda).ok());
   std::mt19937_64 rng(std::random_device{}());
@@ -160,14 +221,55 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
     cuda->copyToDevice(device.back(), v.data(), sizeof(float) * n);
   }
   cuda->adamw(view(device[0]), view(device[1]), view(device[2]), view(device[3]), step);
-  std::vector<float> weights(n);
-  cuda->copyToHost(weights.data(), device[0], sizeof(float) * n);
-  EXPECT_LE(relative(weights, expected[0]), 1e-6);
+  // The weights and both moments.
+  for (int i : {0, 2, 3}) {
+    std::vector<float> got(n);
+    cuda->copyToHost(got.data(), device[i], sizeof(float) * n);
+    EXPECT_LE(relative(got, expected[i]), 1e-6) << "tensor " << i << " (0: weights, 2: m, 3: v)";
+  }
   EXPECT_NEAR(cuda->sumOfSquares(view(device[1])), cpu->sumOfSquares(view(host[1].data())),
               1e-9 * cpu->sumOfSquares(view(host[1].data())));
   for (void *p : device)
     cuda->release(p);
 }
 
+/// Says, before any case runs, where the plans come from and whether a GPU will run
+/// them: a run that skips everything must not look like one that tested something.
+class Banner : public ::testing::Environment {
+public:
+  void SetUp() override {
+    const std::string dir = planDirectory();
+    std::printf("cuda_backend_test: plans %s\n",
+                dir.empty() ? ("compiled by " + std::string(MTC_BINARY)).c_str()
+                            : ("from " + dir).c_str());
+    if (cudaDevices() == 0)
+      std::printf("\n*** cuda_backend_test: %s. EVERY GPU CASE BELOW IS %s. ***\n\n", kNoGpu,
+                  gpuRequired() ? "A FAILURE (MT_REQUIRE_GPU is set)" : "SKIPPED");
+    std::fflush(stdout);
+  }
+};
+
+/// --write-plans DIR: compiles every case's plan into DIR (run where mtc is built).
+int writePlans(const std::string &dir) {
+  int failed = 0;
+  for (const Case &c : cases()) {
+    if (compileCase(c, dir + "/").empty()) {
+      std::fprintf(stderr, "cuda_backend_test: mtc could not compile %s\n", caseName(c).c_str());
+      ++failed;
+    }
+  }
+  std::printf("cuda_backend_test: %zu plans written to %s\n", cases().size() - failed,
+              dir.c_str());
+  return failed ? 1 : 0;
+}
+
 } // namespace
 } // namespace mt
+
+int main(int argc, char **argv) {
+  if (argc == 3 && std::strcmp(argv[1], "--write-plans") == 0)
+    return mt::writePlans(argv[2]);
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new mt::Banner);
+  return RUN_ALL_TESTS();
+}
