@@ -5,7 +5,7 @@
 // embedding's stages) go through the MPI communicator it wraps.
 #include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
-#include "plan/PlanReader.h"
+#include "core/DType.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -79,6 +79,7 @@ public:
     for (ncclComm_t c : comms_)
       if (c)
         ncclCommDestroy(c);
+    cudaFree(staging_);
   }
 
   /// One NCCL communicator per group with more than one member.
@@ -130,14 +131,13 @@ public:
       return ncclStatus(ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
                         "all-gather");
     void *blocks = nullptr;
-    if (Status s = cudaStatus(cudaMalloc(&blocks, bytesOf(out)), "allocating"); !s.ok())
+    if (Status s = staging(bytesOf(out), blocks); !s.ok())
       return s;
-    Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
-                          "all-gather");
-    if (s.ok())
-      s = cudaStatus(reorder(out, axis, parts, blocks, false), "reordering gathered blocks");
-    cudaFree(blocks);
-    return s;
+    if (Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
+                              "all-gather");
+        !s.ok())
+      return s;
+    return cudaStatus(reorder(out, axis, parts, blocks, false), "reordering gathered blocks");
   }
 
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
@@ -149,15 +149,13 @@ public:
                                           ncclSum, of(g), 0),
                         "reduce-scatter");
     void *blocks = nullptr;
-    if (Status s = cudaStatus(cudaMalloc(&blocks, bytesOf(in)), "allocating"); !s.ok())
+    if (Status s = staging(bytesOf(in), blocks); !s.ok())
       return s;
-    Status s = cudaStatus(reorder(in, axis, parts, blocks, true), "ordering blocks");
-    if (s.ok())
-      s = ncclStatus(ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype), ncclSum,
-                                       of(g), 0),
-                     "reduce-scatter");
-    cudaFree(blocks);
-    return s;
+    if (Status s = cudaStatus(reorder(in, axis, parts, blocks, true), "ordering blocks"); !s.ok())
+      return s;
+    return ncclStatus(ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype),
+                                        ncclSum, of(g), 0),
+                      "reduce-scatter");
   }
 
   double allReduceSum(Group g, double value) override { return host_->allReduceSum(g, value); }
@@ -189,9 +187,27 @@ public:
 private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
 
+  /// Rank-major blocks of a gather or scatter along a non-zero axis: one device buffer,
+  /// grown to the largest and reused (every use is ordered on the default stream).
+  Status staging(size_t bytes, void *&out) {
+    if (bytes > stagingBytes_) {
+      cudaFree(staging_);
+      staging_ = nullptr;
+      stagingBytes_ = 0;
+      if (Status s = cudaStatus(cudaMalloc(&staging_, bytes), "allocating the staging buffer");
+          !s.ok())
+        return s;
+      stagingBytes_ = bytes;
+    }
+    out = staging_;
+    return Status::success();
+  }
+
   Comm *host_;
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
   std::array<ncclComm_t, 3> comms_{};
+  void *staging_ = nullptr;
+  size_t stagingBytes_ = 0;
 };
 
 } // namespace

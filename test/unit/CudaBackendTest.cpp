@@ -14,6 +14,7 @@
 #include "backends/Backend.h"
 #include "comm/Comm.h"
 #include "core/Executor.h"
+#include "core/Half.h"
 
 #include <gtest/gtest.h>
 
@@ -231,6 +232,154 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
               1e-9 * cpu->sumOfSquares(view(host[1].data())));
   for (void *p : device)
     cuda->release(p);
+}
+
+/// Device memory for a test, released at the end.
+struct DeviceBuffers {
+  Backend &backend;
+  std::vector<void *> held;
+  void *allocate(size_t bytes) { return held.emplace_back(backend.allocate(bytes)); }
+  ~DeviceBuffers() {
+    for (void *p : held)
+      backend.release(p);
+  }
+};
+
+TensorView viewOf(void *data, plan::DType dtype, std::initializer_list<int64_t> shape) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  for (int64_t d : shape)
+    v.shape[v.rank++] = d;
+  return v;
+}
+
+/// The first instruction of `opcode` in the plan's first program.
+const plan::Instruction *findInstruction(const LoadedPlan &plan, plan::Opcode opcode) {
+  for (const plan::Instruction *inst : *plan.plan().programs()->Get(0)->instructions())
+    if (inst->opcode() == opcode)
+      return inst;
+  return nullptr;
+}
+
+/// A bf16 linear rounds its biased result once, as the CPU backend does, whether the
+/// bias is aligned (cuBLASLt's epilogue), misaligned (copied, then the epilogue) or the
+/// GEMM goes through cuBLAS (f32 product, then the bias). Each row of x·Wᵀ is exactly
+/// 16·8 + 16·8 + 1 = 257, which bf16 cannot hold: rounded alone it is 256 (a tie, to
+/// even), and 256 + 0.75 rounds to 256; rounded once, 257.75 is 258.
+TEST(CudaLinear, RoundsTheBiasedResultOnce) {
+  const std::string path = planOf({test::opCases()[1], {"bf16", 1e-2}});
+  ASSERT_EQ(test::opCases()[1].name, "linear");
+  ASSERT_FALSE(path.empty());
+  LoadedPlan plan;
+  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
+  const plan::Instruction *linear = findInstruction(plan, plan::Opcode::Linear);
+  ASSERT_NE(linear, nullptr);
+  ASSERT_EQ(linear->inputs()->size(), 3u) << "the linear case has a bias";
+  REQUIRE_GPU();
+  const int64_t rows = 6, k = 4, n = 5;
+  std::vector<uint16_t> x, w, b(n, floatToBf16(0.75f));
+  for (int64_t r = 0; r < rows; ++r)
+    for (float v : {16.f, 16.f, 1.f, 0.f})
+      x.push_back(floatToBf16(v));
+  for (int64_t r = 0; r < n; ++r)
+    for (float v : {8.f, 8.f, 1.f, 0.f})
+      w.push_back(floatToBf16(v));
+
+  auto run = [&](Backend &backend, bool device, size_t biasOffset) {
+    std::vector<uint16_t> y(rows * n, 0);
+    DeviceBuffers buffers{backend};
+    std::vector<std::vector<uint16_t>> host = {x, w, b, y};
+    std::vector<void *> at;
+    for (size_t i = 0; i < host.size(); ++i) {
+      const size_t bytes = 2 * host[i].size() + 16;
+      char *p = device ? static_cast<char *>(buffers.allocate(bytes))
+                       : reinterpret_cast<char *>(host[i].data());
+      if (device) {
+        p += i == 2 ? biasOffset : 0;
+        backend.copyToDevice(p, host[i].data(), 2 * host[i].size());
+      }
+      at.push_back(p);
+    }
+    const TensorView in[3] = {viewOf(at[0], plan::DType::BF16, {2, 3, k}),
+                              viewOf(at[1], plan::DType::BF16, {n, k}),
+                              viewOf(at[2], plan::DType::BF16, {n})};
+    const TensorView out[1] = {viewOf(at[3], plan::DType::BF16, {2, 3, n})};
+    Status s = backend.run(*linear, in, out, StepContext{});
+    EXPECT_TRUE(s.ok()) << s.message();
+    if (device)
+      backend.copyToHost(y.data(), at[3], 2 * y.size());
+    else
+      y = host[3];
+    return y;
+  };
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  const std::vector<uint16_t> expected(rows * n, floatToBf16(258.f));
+  ASSERT_EQ(run(*cpu, false, 0), expected) << "the CPU reference rounds once";
+  for (const char *gemm : {"cublaslt", "cublas"}) {
+    setenv("MT_CUDA_GEMM", gemm, 1);
+    std::unique_ptr<Backend> cuda;
+    ASSERT_TRUE(makeCudaBackend(0, cuda).ok());
+    for (size_t offset : {size_t{0}, size_t{2}})
+      EXPECT_EQ(run(*cuda, true, offset), expected)
+          << "GEMM through " << gemm << ", bias " << offset << " bytes past 16-byte alignment";
+  }
+  unsetenv("MT_CUDA_GEMM");
+}
+
+/// Empty tensors launch nothing and fail nothing; MT_CUDA_SYNC=1 changes no bit.
+TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
+  const std::string path = planOf({test::opCases()[0], {"fp32", 1e-5}});
+  ASSERT_EQ(test::opCases()[0].name, "gelu");
+  ASSERT_FALSE(path.empty());
+  LoadedPlan plan;
+  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
+  const plan::Instruction *gelu = findInstruction(plan, plan::Opcode::Gelu);
+  ASSERT_NE(gelu, nullptr);
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_TRUE(makeCudaBackend(0, cuda).ok());
+  DeviceBuffers buffers{*cuda};
+  void *p = buffers.allocate(256);
+  const TensorView empty = viewOf(p, plan::DType::F32, {0, 3, 5});
+  Status s = cuda->run(*gelu, &empty, &empty, StepContext{});
+  EXPECT_TRUE(s.ok()) << s.message();
+  const TensorView none = viewOf(p, plan::DType::F32, {0});
+  EXPECT_EQ(cuda->sumOfSquares(none), 0.0);
+  AdamWStep step;
+  step.step = 1;
+  cuda->adamw(none, none, none, none, step);
+
+  // A whole gpt-tiny step, asynchronous and synchronous: the same bits.
+  const std::string tiny = planOf({test::opCases().back(), {"bf16", 1e-2}});
+  ASSERT_FALSE(tiny.empty());
+  LoadedPlan tinyPlan;
+  ASSERT_TRUE(LoadedPlan::read(tiny, tinyPlan).ok());
+  const int64_t tokensPerBatch = tinyPlan.plan().micro_batch_size() * tinyPlan.plan().seq_length();
+  std::vector<int32_t> tokens(tokensPerBatch), targets(tokensPerBatch);
+  for (int64_t i = 0; i < tokensPerBatch; ++i) {
+    tokens[i] = static_cast<int32_t>(i * 37 % 512);
+    targets[i] = static_cast<int32_t>(i * 91 % 512);
+  }
+  auto lossWith = [&](const char *sync) {
+    setenv("MT_CUDA_SYNC", sync, 1);
+    std::unique_ptr<Backend> backend;
+    EXPECT_TRUE(makeCudaBackend(0, backend).ok());
+    std::unique_ptr<Comm> comm = makeLocalComm();
+    std::unique_ptr<Executor> executor;
+    EXPECT_TRUE(Executor::create(tinyPlan, *backend, *comm, {}, executor).ok());
+    EXPECT_TRUE(executor->initParameters(11).ok());
+    executor->zeroGradients();
+    double loss = 0;
+    Status run = executor->forwardBackward(tokens.data(), targets.data(), StepContext{11, 1, 0},
+                                           loss);
+    EXPECT_TRUE(run.ok()) << run.message();
+    std::vector<float> grads(executor->flatGrads().numel());
+    backend->copyToHost(grads.data(), executor->flatGrads().data, sizeof(float) * grads.size());
+    unsetenv("MT_CUDA_SYNC");
+    return std::make_pair(loss, grads);
+  };
+  EXPECT_EQ(lossWith("0"), lossWith("1"));
 }
 
 /// Says, before any case runs, where the plans come from and whether a GPU will run

@@ -8,6 +8,7 @@
 #include "core/Rng.h"
 #include "plan/PlanReader.h"
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -16,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -100,8 +103,11 @@ __device__ float blockMax(float v, float *shared) {
 }
 
 constexpr int kThreads = 256;
+/// Blocks for a grid-stride loop over n elements: at least one, so an empty tensor
+/// launches a grid that does nothing rather than an invalid one.
 inline unsigned blocksFor(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
 }
 #define GRID_STRIDE(i, n)                                                                      \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);      \
@@ -123,8 +129,9 @@ template <typename T> __global__ void addKernel(const T *a, const T *b, T *out, 
   GRID_STRIDE(i, n) st(out, i, ld(a, i) + ld(b, i));
 }
 
-template <typename T>
-__global__ void biasAddKernel(const T *x, const T *bias, T *out, int64_t n, int64_t cols) {
+/// out = x + bias per row of `cols`, rounded once to T (x may be an f32 GEMM result).
+template <typename X, typename T>
+__global__ void biasAddKernel(const X *x, const T *bias, T *out, int64_t n, int64_t cols) {
   GRID_STRIDE(i, n) st(out, i, ld(x, i) + ld(bias, i % cols));
 }
 
@@ -197,16 +204,40 @@ __global__ void embeddingKernel(const T *table, const void *ids, bool wide, T *o
     st(out, t * h + j, mine ? ld(table, (id - first) * h + j) : 0.f);
 }
 
-/// Scatter-add in f32 (atomics: the order of the additions is not fixed).
+// The embedding gradient is a scatter-add of token rows into table rows. Atomics would
+// add them in whatever order the hardware chose, so two runs would differ in their last
+// bits. Instead (as Megatron's deterministic mode and llm.c's encoder backward do): sort
+// the tokens by row, stably, then one block per run of equal rows sums that row's tokens
+// in token order (the CPU backend's order) and rounds once.
+
+/// keys[t]: token t's row of this shard, or `rows` (sorts last) when another shard holds
+/// it; order[t] = t.
+__global__ void embeddingGradKeysKernel(const void *ids, bool wide, int64_t tokens,
+                                        int64_t rows, int64_t first, uint32_t *keys,
+                                        uint32_t *order) {
+  GRID_STRIDE(t, tokens) {
+    const int64_t id = indexAt(ids, wide, t) - first;
+    keys[t] = static_cast<uint32_t>(id >= 0 && id < rows ? id : rows);
+    order[t] = static_cast<uint32_t>(t);
+  }
+}
+
+/// Block b, where sorted position b starts a run of equal rows: that row's gradient, the
+/// sum of its tokens' rows in token order. Rows no token names stay zero.
 template <typename T>
-__global__ void embeddingGradKernel(const T *grad, const void *ids, bool wide, float *acc,
-                                    int64_t rows, int64_t h, int64_t first) {
-  const int64_t t = blockIdx.x;
-  const int64_t id = indexAt(ids, wide, t) - first;
-  if (id < 0 || id >= rows)
+__global__ void embeddingGradRowsKernel(const T *grad, const uint32_t *keys,
+                                        const uint32_t *order, int64_t tokens, int64_t rows,
+                                        int64_t h, T *out) {
+  const int64_t start = blockIdx.x;
+  const uint32_t row = keys[start];
+  if (row == rows || (start > 0 && keys[start - 1] == row))
     return;
-  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
-    atomicAdd(acc + id * h + j, ld(grad, t * h + j));
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+    float acc = 0;
+    for (int64_t u = start; u < tokens && keys[u] == row; ++u)
+      acc += ld(grad, order[u] * h + j);
+    st(out, row * h + j, acc);
+  }
 }
 
 template <typename T>
@@ -828,6 +859,43 @@ cudaDataType_t cudaTypeOf(DType dtype) {
   }
 }
 
+/// A device buffer that grows to the largest request and is reused (never shrunk).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+  ~DeviceBuffer() { cudaFree(data_); }
+  void *get(size_t bytes, const char *what) {
+    if (bytes > bytes_) {
+      cudaFree(data_);
+      data_ = nullptr;
+      bytes_ = 0;
+      check(cudaMalloc(&data_, bytes), what);
+      bytes_ = bytes;
+    }
+    return data_;
+  }
+
+private:
+  void *data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// MT_CUDA_SYNC=1: wait for every kernel, so a fault is reported at the instruction
+/// that caused it rather than at a later copy (slow; for debugging).
+bool synchronousLaunches() {
+  const char *sync = std::getenv("MT_CUDA_SYNC");
+  return sync && std::strcmp(sync, "0") != 0;
+}
+
+/// MT_CUDA_GEMM=cublas: every GEMM through cuBLAS's general GEMM, the path taken where
+/// cuBLASLt has no algorithm or fails (to test it, or to rule cuBLASLt out).
+bool cublasOnly() {
+  const char *gemm = std::getenv("MT_CUDA_GEMM");
+  return gemm && std::strcmp(gemm, "cublas") == 0;
+}
+
 class CudaBackend final : public Backend {
 public:
   explicit CudaBackend(int device) {
@@ -843,6 +911,7 @@ public:
     cublasDestroy(blas_);
     cublasLtDestroy(lt_);
   }
+  // (scratch_, gemmOut_ and biasCopy_ free themselves.)
   const char *name() const override { return "cuda"; }
 
   void *allocate(size_t bytes) override {
@@ -885,6 +954,12 @@ public:
     if (t == DType::F64)
       return Status::failure(cat("cuda backend: ", plan::EnumNameOpcode(inst.opcode()), " in ",
                                  plan::EnumNameDType(t), " is not supported (f32, bf16, f16)"));
+    // Nothing to write: no kernel (a grid of zero blocks is a launch error).
+    bool empty = inst.outputs()->size() > 0;
+    for (size_t i = 0; i < inst.outputs()->size(); ++i)
+      empty = empty && out[i].numel() == 0;
+    if (empty)
+      return Status::success();
     try {
       return withStorage(t, [&](auto tag) {
         return dispatch<decltype(tag)>(inst, in, out, ctx);
@@ -908,7 +983,7 @@ public:
     if (x.dtype != DType::F32)
       throw std::runtime_error("cuda backend: gradient norms are taken over f32 gradients");
     const unsigned blocks = std::min<unsigned>(blocksFor(x.numel()), 1024);
-    double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
+    double *partial = static_cast<double *>(scratch_.get(sizeof(double) * blocks, "scratch"));
     sumOfSquaresKernel<<<blocks, kThreads>>>(x.as<float>(), x.numel(), partial);
     launched("sum of squares");
     std::vector<double> host(blocks);
@@ -931,19 +1006,15 @@ public:
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
-  /// A device buffer for one instruction's temporaries (grown, never shrunk).
-  void *scratch(size_t bytes) {
-    if (bytes > scratchBytes_) {
-      cudaFree(scratch_);
-      scratch_ = nullptr;
-      scratchBytes_ = 0;
-      check(cudaMalloc(&scratch_, bytes), "allocating scratch memory");
-      scratchBytes_ = bytes;
-    }
-    return scratch_;
-  }
+  /// One instruction's temporaries.
+  void *scratch(size_t bytes) { return scratch_.get(bytes, "allocating scratch memory"); }
 
-  void launched(const char *what) { check(cudaGetLastError(), what); }
+  /// Checks the launch just made; in synchronous mode, also waits for it to finish.
+  void launched(const char *what) {
+    check(cudaGetLastError(), what);
+    if (synchronous_)
+      check(cudaDeviceSynchronize(), what);
+  }
 
   void launchConvert(void *dst, DType to, const void *src, DType from, int64_t n) {
     if (to == from) {
@@ -975,18 +1046,53 @@ private:
     return value == ~0ull ? -1 : static_cast<int64_t>(value);
   }
 
-  /// C = op(A)·op(B) (+ bias per row of C), column-major, through cuBLASLt: f32 compute,
-  /// A, B and C in `dtype`, bias in `dtype` of length m.
+  /// C = op(A)·op(B) (+ bias per row of C), column-major, C contiguous (ldc = m): f32
+  /// compute, A, B and C in `dtype`, bias in `dtype` of length m. Through cuBLASLt, the
+  /// bias fused as an epilogue; where cuBLASLt has no algorithm or fails, through
+  /// cuBLAS's general GEMM. Either way a biased result is rounded to `dtype` once, as
+  /// the CPU backend rounds it.
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *a,
             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, DType dtype,
             const void *bias) {
     // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a parameter at an odd
-    // offset of the flat store gets its bias added by a kernel instead.
+    // offset of the flat store is copied to an aligned buffer first.
     if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
-      gemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, dtype, nullptr);
-      addBias(c, bias, m, n, dtype);
-      return;
+      void *aligned = biasCopy_.get(dtypeBytes(dtype) * m, "allocating the bias copy");
+      check(cudaMemcpyAsync(aligned, bias, dtypeBytes(dtype) * m, cudaMemcpyDeviceToDevice),
+            "copying the bias");
+      bias = aligned;
     }
+    if (!cublasOnly_ && gemmLt(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, dtype, bias))
+      return;
+    const cudaDataType_t type = cudaTypeOf(dtype);
+    const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const float one = 1.f, zero = 0.f;
+    // With a bias: the product in f32, then bias added and rounded once.
+    void *product = bias ? gemmOut_.get(sizeof(float) * m * n, "allocating the GEMM output")
+                         : c;
+    check(cublasGemmEx(blas_, opA, opB, static_cast<int>(m), static_cast<int>(n),
+                       static_cast<int>(k), &one, a, type, static_cast<int>(lda), b, type,
+                       static_cast<int>(ldb), &zero, product, bias ? CUDA_R_32F : type,
+                       static_cast<int>(bias ? m : ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+    if (bias) {
+      const int64_t count = m * n;
+      withStorage(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const float *>(product),
+                                                       static_cast<const T *>(bias),
+                                                       static_cast<T *>(c), count, m);
+      });
+      launched("bias");
+    }
+  }
+
+  /// The GEMM through cuBLASLt; false where it has no algorithm for these shapes and
+  /// alignments (tiny, odd dimensions) or the call fails, and the caller falls back.
+  bool gemmLt(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *a,
+              int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, DType dtype,
+              const void *bias) {
     const cudaDataType_t type = cudaTypeOf(dtype);
     cublasLtMatmulDesc_t desc;
     check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
@@ -1041,31 +1147,14 @@ private:
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(desc);
-    if (!haveAlgorithm) {
-      // Shapes or alignments cuBLASLt has no kernel for (tiny, odd dimensions): cuBLAS's
-      // general GEMM, then the bias.
-      status = cublasGemmEx(blas_, opA, opB, static_cast<int>(m), static_cast<int>(n),
-                            static_cast<int>(k), &one, a, type, static_cast<int>(lda), b, type,
-                            static_cast<int>(ldb), &zero, c, type, static_cast<int>(ldc),
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      check(status, "cublasGemmEx");
-      if (bias)
-        addBias(c, bias, m, n, dtype);
-      return;
+    if (haveAlgorithm && status != CUBLAS_STATUS_SUCCESS && !warnedLtFailure_) {
+      std::fprintf(stderr, "cuda backend: cublasLtMatmul failed (cuBLAS status %d) for an "
+                           "%lld x %lld x %lld GEMM; using cublasGemmEx\n",
+                   static_cast<int>(status), static_cast<long long>(m),
+                   static_cast<long long>(n), static_cast<long long>(k));
+      warnedLtFailure_ = true;
     }
-    check(status, "cublasLtMatmul");
-  }
-
-  /// c[m×n] (column-major) += bias[m] per column.
-  void addBias(void *c, const void *bias, int64_t m, int64_t n, DType dtype) {
-    const int64_t count = m * n;
-    withStorage(dtype, [&](auto tag) {
-      using T = decltype(tag);
-      biasAddKernel<<<blocksFor(count), kThreads>>>(static_cast<const T *>(c),
-                                                     static_cast<const T *>(bias),
-                                                     static_cast<T *>(c), count, m);
-    });
-    launched("bias");
+    return haveAlgorithm && status == CUBLAS_STATUS_SUCCESS;
   }
 
   AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
@@ -1137,13 +1226,31 @@ private:
       return idsError("a token id", in[0].dim(0) * parts);
     }
     case Opcode::EmbeddingGrad: {
-      const int64_t rows = out[0].dim(0), h = out[0].dim(1);
-      float *acc = static_cast<float *>(scratch(sizeof(float) * rows * h));
-      check(cudaMemset(acc, 0, sizeof(float) * rows * h), "zeroing");
-      embeddingGradKernel<<<static_cast<unsigned>(in[1].numel()), kThreads>>>(
-          p(in[0]), in[1].data, wide(in[1]), acc, rows, h, vocabFirst(out[0], 0));
-      launched("embedding gradient");
-      launchConvert(out[0].data, type, acc, DType::F32, rows * h);
+      const int64_t rows = out[0].dim(0), h = out[0].dim(1), tokens = in[1].numel();
+      // Scratch: keys and token order, sorted copies of both, then CUB's temporaries.
+      size_t sortBytes = 0;
+      check(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, static_cast<uint32_t *>(nullptr),
+                                            static_cast<uint32_t *>(nullptr),
+                                            static_cast<uint32_t *>(nullptr),
+                                            static_cast<uint32_t *>(nullptr), tokens),
+            "sizing the embedding gradient's sort");
+      const size_t words = 4 * static_cast<size_t>(tokens);
+      uint32_t *keys = static_cast<uint32_t *>(
+          scratch(sizeof(uint32_t) * words + sortBytes + 256));
+      uint32_t *order = keys + tokens, *sortedKeys = order + tokens, *sortedOrder = sortedKeys + tokens;
+      void *sortScratch = keys + words;
+      embeddingGradKeysKernel<<<blocksFor(tokens), kThreads>>>(
+          in[1].data, wide(in[1]), tokens, rows, vocabFirst(out[0], 0), keys, order);
+      launched("embedding gradient (keys)");
+      int endBit = 1;
+      while (endBit < 32 && (uint64_t{1} << endBit) <= static_cast<uint64_t>(rows))
+        ++endBit;
+      check(cub::DeviceRadixSort::SortPairs(sortScratch, sortBytes, keys, sortedKeys, order,
+                                            sortedOrder, tokens, 0, endBit),
+            "sorting tokens by embedding row");
+      check(cudaMemsetAsync(out[0].data, 0, dtypeBytes(type) * rows * h), "zeroing");
+      embeddingGradRowsKernel<<<static_cast<unsigned>(tokens), kThreads>>>(
+          p(in[0]), sortedKeys, sortedOrder, tokens, rows, h, p(out[0]));
       break;
     }
     case Opcode::PositionEmbedding:
@@ -1341,8 +1448,12 @@ private:
   cublasHandle_t blas_ = nullptr;
   void *workspace_ = nullptr;
   unsigned long long *flag_ = nullptr;
-  void *scratch_ = nullptr;
-  size_t scratchBytes_ = 0;
+  DeviceBuffer scratch_;  // one instruction's temporaries
+  DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
+  DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
+  bool warnedLtFailure_ = false;
+  const bool synchronous_ = synchronousLaunches();
+  const bool cublasOnly_ = cublasOnly();
   std::unique_ptr<Backend> cpu_ = makeCpuBackend();
 };
 
