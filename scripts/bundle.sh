@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Makes the runtime bundle: a self-contained folder that runs mtrun, the CUDA backend's
+# tests and the GPU benchmark on a machine with no LLVM, no MPI and no -dev packages —
+# a bare GPU node. Plans are compiled here, where mtc is built, and travel as files.
+#
+#   bin/mtrun, bin/cuda_backend_test   wrappers: set the library path, run libexec/*
+#   lib/                               the shared libraries a bare node lacks (OpenBLAS,
+#                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
+#                                      libraries are found on the node (lib/paths.sh)
+#   plans/                             cuda_backend_test's cases, gpt-tiny and the
+#                                      benchmark's models, compiled; data/: random tokens
+#   test-gpu.sh, bench/gpu.sh          the GPU tests and the benchmark
+#
+# usage: bash scripts/bundle.sh [OUT]   (default build/mtc-runtime), after scripts/build.sh
+set -euo pipefail
+out=$(realpath -m "${1:-build/mtc-runtime}")
+cd "$(dirname "$0")/.."
+limit=$((64 << 20))
+for built in build/tools/mtc build/tools/mtrun build/runtime/cuda_backend_test; do
+  [ -x "$built" ] || { echo "bundle: no $built: run scripts/build.sh first" >&2; exit 1; }
+done
+
+rm -rf "$out"
+mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
+cp build/tools/mtrun build/runtime/cuda_backend_test "$out/libexec/"
+cp build/tools/libmtc_mpi.so "$out/lib/"
+cp scripts/bundle/paths.sh "$out/lib/"
+for tool in mtrun cuda_backend_test; do
+  cp scripts/bundle/wrapper.sh "$out/bin/$tool"
+  chmod +x "$out/bin/$tool"
+done
+cp scripts/bundle/test-gpu.sh "$out/"
+cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py "$out/bench/"
+
+# Every library ldd resolves, except the C and C++ runtimes every Linux has and CUDA's,
+# which must match the node's driver. The MPI plugin's libmpi is the cluster's own.
+is_system() {
+  case "$1" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|linux-vdso*) return 0 ;;
+    libstdc++.so.*|libgcc_s.so.*) return 0 ;;
+  esac
+  return 1
+}
+is_cuda() {
+  case "$1" in
+    libcuda.so.*|libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libcudnn*) return 0 ;;
+  esac
+  return 1
+}
+for binary in "$out"/libexec/*; do
+  ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  is_system "$name" || is_cuda "$name" || cp -L "$path" "$out/lib/$name"
+done
+
+# Plans: every case of cuda_backend_test, gpt-tiny for the GPU training tests, and the
+# benchmark's models with what the benchmark needs to know of them.
+build/runtime/cuda_backend_test --write-plans "$out/plans/cuda_backend_test" >/dev/null
+for precision in fp32 bf16; do
+  for recompute in none selective full; do
+    build/tools/mtc compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \
+      --precision "$precision" --recompute "$recompute" \
+      -o "$out/plans/gpt-tiny-$precision-$recompute.mtp" >/dev/null
+  done
+done
+python3 bench/random_tokens.py "$out/data/tiny" 512 100000
+# model, sequence, micro-batch
+for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
+  read -r model seq batch <<<"$config"
+  build/tools/mtc compile "models/$model.mlir" --bf16 --seq-length "$seq" \
+    --micro-batch-size "$batch" --global-batch-size "$batch" \
+    -o "$out/plans/bench/$model.mtp" >"$out/plans/bench/$model.compile.txt"
+  flops=$(sed -n 's/^ *model FLOPs\/step *\([0-9,]*\).*/\1/p' "$out/plans/bench/$model.compile.txt" | tr -d ,)
+  read -r layers hidden vocab < <(build/tools/mtc info "models/$model.mlir" |
+    sed -n 's/^shape *\([0-9]*\) layers, hidden \([0-9]*\), vocab \([0-9]*\).*/\1 \2 \3/p')
+  heads=$(grep -o 'heads = [0-9]*' "models/$model.mlir" | head -1 | grep -o '[0-9]*$')
+  printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s\n' \
+    "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" \
+    >"$out/plans/bench/$model.env"
+done
+git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
+
+bytes=$(du -sb "$out" | cut -f1)
+echo "bundle: $out, $((bytes >> 20)) MiB ($bytes bytes), $(ls "$out/lib" | wc -l) libraries"
+if [ "$bytes" -gt "$limit" ]; then
+  echo "bundle: larger than 64 MiB" >&2
+  exit 1
+fi

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The GPU checks, run from the runtime bundle on a GPU node (no compiler, no MPI):
+#   1. cuda_backend_test on the carried plans: every op and whole gpt-tiny steps against
+#      the CPU backend, and two GPU runs bit for bit. Where a GPU is visible a skipped
+#      case is a failure.
+#   2. Determinism of training: two GPU runs of gpt-tiny, and a run resumed from a GPU
+#      checkpoint, give the same metrics and the same checkpoint bytes.
+#   3. With --sanitize: compute-sanitizer's memcheck, racecheck and initcheck over
+#      gpt-tiny training steps in fp32 and bf16, without, with selective and with full
+#      recomputation.
+# Logs go to $LOGS (default: a temporary folder). Exits non-zero on any failure.
+# usage: bash test-gpu.sh [--sanitize]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+logs=${LOGS:-$(mktemp -d)}
+mkdir -p "$logs"
+failures=0
+note() { echo "test-gpu: $*"; }
+failed() { echo "test-gpu: FAILED: $*"; failures=$((failures + 1)); }
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+note "$gpus GPU(s) visible; logs in $logs"
+[ "$gpus" -gt 0 ] && export MT_REQUIRE_GPU=1
+
+# 1. Every op against the CPU backend.
+MT_TEST_PLANS="$here/plans/cuda_backend_test" "$here/bin/cuda_backend_test" \
+  >"$logs/cuda_backend_test.log" 2>&1
+status=$?
+grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' "$logs/cuda_backend_test.log"
+[ "$status" -eq 0 ] || failed "cuda_backend_test (see $logs/cuda_backend_test.log)"
+if [ "$gpus" -gt 0 ] && grep -q '^\[  SKIPPED \]' "$logs/cuda_backend_test.log"; then
+  failed "cases were skipped on a machine with a GPU"
+fi
+if [ "$gpus" -eq 0 ]; then
+  note "no GPU: the CUDA cases were skipped; steps 2 and 3 need a GPU"
+  exit $((failures > 0))
+fi
+
+# 2. Bit-exact reruns and resume on the GPU.
+train() { # plan name steps [flags...]
+  local plan=$1 name=$2 steps=$3
+  shift 3
+  "$here/bin/mtrun" "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" \
+    --steps "$steps" --seed 7 --warmup-steps 1 --lr-decay-steps 6 \
+    --metrics "$logs/$name.metrics" "$@" >"$logs/$name.log" 2>&1 ||
+    failed "mtrun $name (see $logs/$name.log)"
+}
+for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full; do
+  rm -rf "$logs/$plan".*
+  train "$plan" "$plan.a" 6 --save "$logs/$plan.a.ckpt"
+  train "$plan" "$plan.b" 6
+  train "$plan" "$plan.c1" 3 --save "$logs/$plan.c.ckpt"
+  train "$plan" "$plan.c2" 6 --load "$logs/$plan.c.ckpt" --save "$logs/$plan.c.ckpt"
+  cat "$logs/$plan.c1.metrics" "$logs/$plan.c2.metrics" >"$logs/$plan.c.metrics"
+  if cmp -s "$logs/$plan.a.metrics" "$logs/$plan.b.metrics"; then
+    note "$plan: two GPU runs equal bit for bit"
+  else
+    failed "$plan: two GPU runs differ"
+  fi
+  if cmp -s "$logs/$plan.a.metrics" "$logs/$plan.c.metrics" &&
+     cmp -s "$logs/$plan.a.ckpt/checkpoint.safetensors" "$logs/$plan.c.ckpt/checkpoint.safetensors"; then
+    note "$plan: 3 steps + save + resume + 3 equal 6 steps bit for bit"
+  else
+    failed "$plan: the resumed run differs from the straight one"
+  fi
+done
+
+# 3. compute-sanitizer.
+if [ "${1:-}" = "--sanitize" ]; then
+  for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-fp32-selective \
+              gpt-tiny-bf16-selective gpt-tiny-fp32-full gpt-tiny-bf16-full; do
+    for tool in memcheck racecheck initcheck; do
+      log="$logs/sanitize-$plan-$tool.log"
+      compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 "$here/bin/mtrun" \
+        "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" --steps 2 >"$log" 2>&1
+      status=$?
+      summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)
+      if [ "$status" -eq 0 ]; then
+        note "$tool $plan: clean ($summary)"
+      else
+        failed "$tool $plan: exit $status ($summary; see $log)"
+      fi
+    done
+  done
+fi
+
+note "$failures failure(s)"
+exit $((failures > 0))

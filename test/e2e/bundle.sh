@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The runtime bundle (scripts/bundle.sh) as a bare GPU node sees it: at most 64 MiB;
+# moved elsewhere and run from a scrubbed environment it trains a CPU step; every
+# library it loads is its own, the C/C++ runtime's, or CUDA's (found on the machine),
+# and none belongs to a -dev package; a one-process run needs no MPI, several ranks load
+# the MPI plugin from the bundle, and a launcher without the plugin gets a clear error;
+# its GPU test script runs the carried plans (here: reports the skip).
+# usage: bundle.sh WORK_DIR
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=$(realpath -m "$1")
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "bundle test: $*" >&2; exit 1; }
+
+bash scripts/bundle.sh "$work/made" | tee "$work/bundle.log"
+# Moved: nothing may point back into the build tree.
+mv "$work/made" "$work/bundle"
+bundle=$work/bundle
+bytes=$(du -sb "$bundle" | cut -f1)
+[ "$bytes" -le $((64 << 20)) ] || fail "$bytes bytes, over 64 MiB"
+
+# A CPU step from a scrubbed environment.
+env -i "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \
+  --data "$bundle/data/tiny" --steps 2 >"$work/step.log" 2>&1 || { cat "$work/step.log"; fail "the CPU step failed"; }
+grep -q '^step 2/2 | loss' "$work/step.log" || { cat "$work/step.log"; fail "no second step"; }
+echo "bundle test: a scrubbed environment trains two CPU steps"
+
+# What the loader resolves, with the wrappers' library path.
+env -i sh -c "here='$bundle'; . '$bundle/lib/paths.sh'; for f in '$bundle'/libexec/* \$(ls '$bundle'/lib/*.so* | grep -v libmtc_mpi); do echo \"# \$f\"; ldd \"\$f\"; done" \
+  >"$work/ldd.log"
+! grep -q 'not found' "$work/ldd.log" || { grep -B20 'not found' "$work/ldd.log"; fail "a library is not found"; }
+awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' "$work/ldd.log" | sort -u |
+while read -r name path; do
+  case "$path" in "$bundle"/lib/*) continue ;; esac
+  case "$name" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
+    libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*) ;;
+    *) fail "$name resolves outside the bundle, to $path" ;;
+  esac
+  owner=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | cut -d: -f1 || true)
+  case "$owner" in *-dev) fail "$name resolves to $path, of the -dev package $owner" ;; esac
+done
+echo "bundle test: every library is the bundle's, the C/C++ runtime's or CUDA's; none of a -dev package"
+
+# Several ranks: the launcher's MPI, the bundle's plugin.
+build/tools/mtc compile models/gpt-tiny.mlir --micro-batch-size 2 --global-batch-size 4 --tp 2 \
+  -o "$work/tp2.mtp" >/dev/null
+mpirun -n 2 --allow-run-as-root --oversubscribe --mca btl self,vader "$bundle/bin/mtrun" \
+  "$work/tp2.mtp" --backend cpu --data "$bundle/data/tiny" --steps 2 >"$work/tp2.log" 2>&1 ||
+  { cat "$work/tp2.log"; fail "two ranks from the bundle failed"; }
+grep -q '^step 2/2 | loss' "$work/tp2.log" || { cat "$work/tp2.log"; fail "two ranks: no second step"; }
+echo "bundle test: two MPI ranks load the bundle's plugin"
+
+# A launcher's environment without the plugin: a message, exit 1.
+rm "$bundle/lib/libmtc_mpi.so"
+if env -i PMI_SIZE=1 "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \
+     --data "$bundle/data/tiny" --steps 1 >"$work/noplugin.log" 2>&1; then
+  fail "a launched run without the MPI plugin succeeded"
+fi
+grep -q "the MPI communicator cannot be loaded" "$work/noplugin.log" ||
+  { cat "$work/noplugin.log"; fail "no message without the plugin"; }
+echo "bundle test: without the plugin a launched run says so"
+
+# The GPU test script runs the carried plans; without a GPU it says so and passes.
+env -i PATH=/usr/bin:/bin LOGS="$work/gpu-logs" bash "$bundle/test-gpu.sh" >"$work/gpu.log" 2>&1 ||
+  { cat "$work/gpu.log"; fail "test-gpu.sh failed"; }
+cat "$work/gpu.log"
+grep -q "plans from $bundle/plans/cuda_backend_test" "$work/gpu-logs/cuda_backend_test.log" ||
+  fail "cuda_backend_test did not use the carried plans"
+echo "bundle test: passed"
