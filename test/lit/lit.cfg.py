@@ -7,7 +7,7 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.mtc_obj_root, "test", "lit")
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py.in", "Inputs", "fails-within.sh"]
 
 tools = os.path.join(config.mtc_obj_root, "tools")
 config.environment["PATH"] = os.pathsep.join(
@@ -16,3 +16,9 @@ config.substitutions.append(("%models", os.path.join(config.mtc_src_root, "model
 # A captured FileCheck variable never leaks across CHECK-LABELs.
 config.substitutions.append(("FileCheck", "FileCheck --enable-var-scope"))
 config.substitutions.append(("%python", sys.executable))
+# The suite runs the CPU backend on purpose, so it means the same on a machine with a
+# GPU; the CUDA backend has its own tests (cuda_backend_test, the bundle's test-gpu.sh).
+config.substitutions.append(("%mtrun", "mtrun --backend cpu"))
+# A command that must fail, promptly: a hang past the limit fails the test.
+config.substitutions.append(
+    ("%fails-within", "sh " + os.path.join(config.mtc_src_root, "test", "lit", "fails-within.sh")))

@@ -6,6 +6,7 @@
 // deadlocking schedule, a program out of its place, and a gradient sent to another
 // stage's parameter.
 #include "CompileWithMtc.h"
+#include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
 #include "core/Executor.h"
@@ -41,16 +42,6 @@ void reseal(std::vector<uint8_t> &file) {
   plan::putLittleEndian(file.data() + n, plan::crc32Of(file.data(), n), 4);
 }
 
-/// A fresh seed per run, or MT_FUZZ_SEED's; written to stderr first, so that a run that
-/// crashes can still be replayed.
-uint64_t fuzzSeed() {
-  const char *fixed = std::getenv("MT_FUZZ_SEED");
-  const uint64_t seed = fixed ? std::strtoull(fixed, nullptr, 10) : std::random_device{}();
-  std::fprintf(stderr, "fuzz seed %llu (MT_FUZZ_SEED replays it)\n",
-               static_cast<unsigned long long>(seed));
-  return seed;
-}
-
 /// gpt-tiny, once for the whole suite.
 const std::vector<uint8_t> &compiledPlan() {
   static const std::vector<uint8_t> bytes =
@@ -70,7 +61,7 @@ protected:
     return LoadedPlan::parse(std::move(bytes), "test.mtp", loaded);
   }
 
-  const uint64_t seed = fuzzSeed();
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
   std::mt19937_64 rng{seed};
 };
 
@@ -224,7 +215,7 @@ TEST(PipelinedPlanTest, CompiledPlanLoads) {
 }
 
 TEST(PipelinedPlanTest, ResealedMutationsNeverCrashTheReader) {
-  const uint64_t seed = fuzzSeed();
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng{seed};
   const std::vector<uint8_t> &good = pipelinedPlan();
