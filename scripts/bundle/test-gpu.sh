@@ -67,6 +67,7 @@ done
 
 # 3. compute-sanitizer.
 if [ "${1:-}" = "--sanitize" ]; then
+  PATH=$PATH:/usr/local/cuda/bin
   for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-fp32-selective \
               gpt-tiny-bf16-selective gpt-tiny-fp32-full gpt-tiny-bf16-full; do
     for tool in memcheck racecheck initcheck; do
