@@ -25,7 +25,7 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[X:.*]] = mt.param "x"
 // CHECK: %[[W:.*]] = mt.param "w"
-// CHECK: %[[B:.*]] = mt.param "b"
+// CHECK: mt.param "b"
 // CHECK: %[[DY:.*]] = mt.cross_entropy_grad
 // CHECK-DAG: %[[DX:.*]] = mt.linear_grad_input %[[DY]], %[[W]] : (tensor<2x4x8xf32>, tensor<8x6xf32>) -> tensor<2x4x6xf32>
 // CHECK-DAG: %[[DW:.*]] = mt.linear_grad_weight %[[DY]], %[[X]] : (tensor<2x4x8xf32>, tensor<2x4x6xf32>) -> tensor<8x6xf32>
