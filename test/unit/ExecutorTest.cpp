@@ -120,18 +120,52 @@ TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
 }
 
 TEST(Rng, DropoutMasksFollowTheirCounters) {
-  const double rate = 0.25;
+  // Each counter (seed, step, micro-batch, stream) changes the whole mask: changed alone,
+  // it draws an independent one, whose agreement with the first is that of two coin flips
+  // (0.75² + 0.25² at rate 0.25); unchanged, the same mask (a pure function).
+  const double rate = 0.25, independent = 0.75 * 0.75 + 0.25 * 0.25;
   const uint64_t n = 1 << 16;
-  uint64_t kept = 0, sameAcrossSteps = 0;
+  struct Counters {
+    uint64_t seed;
+    uint32_t step, microBatch, stream;
+  };
+  const Counters base{5, 10, 2, 4};
+  const Counters others[] = {{6, 10, 2, 4}, {5, 11, 2, 4}, {5, 10, 3, 4}, {5, 10, 2, 5}};
+  const char *names[] = {"seed", "step", "micro-batch", "stream"};
+  auto keeps = [&](const Counters &c, uint64_t i) {
+    return rng::dropoutKeeps(c.seed, c.step, c.microBatch, c.stream, i, rate);
+  };
+  uint64_t kept = 0, same = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    bool k = rng::dropoutKeeps(5, 10, 2, 4, i, rate);
-    EXPECT_EQ(k, rng::dropoutKeeps(5, 10, 2, 4, i, rate)); // a pure function
-    kept += k;
-    sameAcrossSteps += k == rng::dropoutKeeps(5, 11, 2, 4, i, rate);
+    kept += keeps(base, i);
+    same += keeps(base, i) == keeps(Counters(base), i);
   }
   EXPECT_NEAR(static_cast<double>(kept) / n, 1 - rate, 0.01);
-  // Another step draws an independent mask: agreement is that of two coin flips.
-  EXPECT_NEAR(static_cast<double>(sameAcrossSteps) / n, 0.75 * 0.75 + 0.25 * 0.25, 0.01);
+  EXPECT_EQ(same, n);
+  for (int k = 0; k < 4; ++k) {
+    uint64_t agree = 0;
+    for (uint64_t i = 0; i < n; ++i)
+      agree += keeps(base, i) == keeps(others[k], i);
+    EXPECT_NEAR(static_cast<double>(agree) / n, independent, 0.01)
+        << "another " << names[k] << " must draw an independent mask";
+  }
+}
+
+TEST(Rng, ParameterNamesInitialiseIndependently) {
+  // Two parameters of the same shape, told apart only by their names, draw uncorrelated
+  // values; the same name, the same values.
+  const uint64_t n = 1 << 14;
+  const uint64_t a = rng::nameHash("h.0.attn.qkv.weight"), b = rng::nameHash("h.1.attn.qkv.weight");
+  double dot = 0, normA = 0, normB = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const double x = rng::standardNormal(9, a, i), y = rng::standardNormal(9, b, i);
+    EXPECT_EQ(x, rng::standardNormal(9, a, i));
+    dot += x * y;
+    normA += x * x;
+    normB += y * y;
+  }
+  EXPECT_NEAR(dot / std::sqrt(normA * normB), 0.0, 0.03);
+  EXPECT_NEAR(normA / n, 1.0, 0.05);
 }
 
 TEST(Rng, MasksOfHugeTensorsDoNotRepeat) {
