@@ -11,7 +11,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ ! -x "$here/../bin/mtrun" ]; then
   bash "$here/../scripts/build.sh" >/dev/null
-  bash "$here/../scripts/bundle.sh"
+  bash "$here/../scripts/bundle.sh" "$here/../build/mtc-runtime"
   exec bash "$here/../build/mtc-runtime/bench/gpu.sh" "$@"
 fi
 bundle=$(cd "$here/.." && pwd)

@@ -11,19 +11,22 @@
 #                                      benchmark's models, compiled; data/: random tokens
 #   test-gpu.sh, bench/gpu.sh          the GPU tests and the benchmark
 #
-# usage: bash scripts/bundle.sh [OUT]   (default build/mtc-runtime), after scripts/build.sh
+# usage: bash scripts/bundle.sh [OUT]   after scripts/build.sh; OUT defaults to
+#        build/mtc-runtime; MTC_BUILD_DIR names another build directory (default build)
 set -euo pipefail
-out=$(realpath -m "${1:-build/mtc-runtime}")
+out=${1:+$(realpath -m "$1")}
 cd "$(dirname "$0")/.."
+build=$(realpath -m "${MTC_BUILD_DIR:-build}")
+out=${out:-$build/mtc-runtime}
 limit=$((64 << 20))
-for built in build/tools/mtc build/tools/mtrun build/runtime/cuda_backend_test; do
+for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/runtime/cuda_backend_test"; do
   [ -x "$built" ] || { echo "bundle: no $built: run scripts/build.sh first" >&2; exit 1; }
 done
 
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
-cp build/tools/mtrun build/runtime/cuda_backend_test "$out/libexec/"
-cp build/tools/libmtc_mpi.so "$out/lib/"
+cp "$build/tools/mtrun" "$build/runtime/cuda_backend_test" "$out/libexec/"
+cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
 for tool in mtrun cuda_backend_test; do
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
@@ -37,6 +40,7 @@ cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py "$out/bench/"
 is_system() {
   case "$1" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|linux-vdso*) return 0 ;;
+    libresolv.so.*|libutil.so.*|libnsl.so.*|libanl.so.*|libmvec.so.*) return 0 ;;
     libstdc++.so.*|libgcc_s.so.*) return 0 ;;
   esac
   return 1
@@ -47,18 +51,27 @@ is_cuda() {
   esac
   return 1
 }
+# lib/SOURCES records where each copy came from.
 for binary in "$out"/libexec/*; do
+  if ldd "$binary" | grep -q 'not found'; then
+    ldd "$binary" | grep 'not found' >&2
+    echo "bundle: $binary needs a library this machine does not have" >&2
+    exit 1
+  fi
   ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
-  is_system "$name" || is_cuda "$name" || cp -L "$path" "$out/lib/$name"
+  if ! is_system "$name" && ! is_cuda "$name"; then
+    cp -L "$path" "$out/lib/$name"
+    echo "$name $path" >>"$out/lib/SOURCES"
+  fi
 done
 
 # Plans: every case of cuda_backend_test, gpt-tiny for the GPU training tests, and the
 # benchmark's models with what the benchmark needs to know of them.
-build/runtime/cuda_backend_test --write-plans "$out/plans/cuda_backend_test" >/dev/null
+"$build/runtime/cuda_backend_test" --write-plans "$out/plans/cuda_backend_test" >/dev/null
 for precision in fp32 bf16; do
   for recompute in none selective full; do
-    build/tools/mtc compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \
+    "$build/tools/mtc" compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \
       --precision "$precision" --recompute "$recompute" \
       -o "$out/plans/gpt-tiny-$precision-$recompute.mtp" >/dev/null
   done
@@ -67,12 +80,14 @@ python3 bench/random_tokens.py "$out/data/tiny" 512 100000
 # model, sequence, micro-batch
 for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
   read -r model seq batch <<<"$config"
-  build/tools/mtc compile "models/$model.mlir" --bf16 --seq-length "$seq" \
+  "$build/tools/mtc" compile "models/$model.mlir" --bf16 --seq-length "$seq" \
     --micro-batch-size "$batch" --global-batch-size "$batch" \
     -o "$out/plans/bench/$model.mtp" >"$out/plans/bench/$model.compile.txt"
   flops=$(sed -n 's/^ *model FLOPs\/step *\([0-9,]*\).*/\1/p' "$out/plans/bench/$model.compile.txt" | tr -d ,)
-  read -r layers hidden vocab < <(build/tools/mtc info "models/$model.mlir" |
+  shape=$("$build/tools/mtc" info "models/$model.mlir" |
     sed -n 's/^shape *\([0-9]*\) layers, hidden \([0-9]*\), vocab \([0-9]*\).*/\1 \2 \3/p')
+  [ -n "$shape" ] || { echo "bundle: mtc info printed no shape for $model" >&2; exit 1; }
+  read -r layers hidden vocab <<<"$shape"
   heads=$(grep -o 'heads = [0-9]*' "models/$model.mlir" | head -1 | grep -o '[0-9]*$')
   printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s\n' \
     "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" \

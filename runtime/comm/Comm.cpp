@@ -75,8 +75,11 @@ Status loadMpiPlugin() {
   candidates.push_back(dir + "/../lib/" + kMpiPluginName);
   std::string errors;
   for (const std::string &path : candidates) {
-    if (access(path.c_str(), F_OK) != 0)
+    if (access(path.c_str(), F_OK) != 0) {
+      if (path == candidates.front() && std::getenv("MTC_MPI_PLUGIN"))
+        errors += cat("\n  MTC_MPI_PLUGIN=", path, ": no such file");
       continue;
+    }
     void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!handle) {
       errors += cat("\n  ", dlerror());

@@ -262,7 +262,8 @@ Status makeWorld(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out)
                    "mtrun: the plan is for %d ranks (tp %d x dp %d x pp %d), but %d are running\n",
                    tpSize * dpSize * ppSize, tpSize, dpSize, ppSize, world);
     MPI_Finalize();
-    return Status::failure("world size does not match the plan");
+    return Status::failure(""); // said once, by rank 0
+
   }
   GridPosition p;
   p.tpSize = tpSize;

@@ -17,6 +17,7 @@ for root in nvidia.__path__:
 fi
 # Without a python3 that imports them: the usual places of virtual environments.
 add_dir /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib \
-  /usr/local/lib/python3*/dist-packages/nvidia/*/lib
+  /usr/local/lib/python3*/dist-packages/nvidia/*/lib \
+  "${HOME:-/nonexistent}"/.local/lib/python3*/site-packages/nvidia/*/lib
 add_dir /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib
 export LD_LIBRARY_PATH="${here:?the bundle folder}/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

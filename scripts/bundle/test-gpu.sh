@@ -68,6 +68,10 @@ done
 # 3. compute-sanitizer.
 if [ "${1:-}" = "--sanitize" ]; then
   PATH=$PATH:/usr/local/cuda/bin
+  if ! command -v compute-sanitizer >/dev/null; then
+    failed "--sanitize: no compute-sanitizer on PATH or in /usr/local/cuda/bin"
+    exit 1
+  fi
   for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-fp32-selective \
               gpt-tiny-bf16-selective gpt-tiny-fp32-full gpt-tiny-bf16-full; do
     for tool in memcheck racecheck initcheck; do

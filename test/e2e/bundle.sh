@@ -5,10 +5,11 @@
 # and none belongs to a -dev package; a one-process run needs no MPI, several ranks load
 # the MPI plugin from the bundle, and a launcher without the plugin gets a clear error;
 # its GPU test script runs the carried plans (here: reports the skip).
-# usage: bundle.sh WORK_DIR
+# usage: bundle.sh WORK_DIR [BUILD_DIR]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
 work=$(realpath -m "$1")
+cd "$(dirname "$0")/../.."
+export MTC_BUILD_DIR=$(realpath -m "${2:-build}")
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "bundle test: $*" >&2; exit 1; }
 
@@ -29,6 +30,19 @@ echo "bundle test: a scrubbed environment trains two CPU steps"
 env -i sh -c "here='$bundle'; . '$bundle/lib/paths.sh'; for f in '$bundle'/libexec/* \$(ls '$bundle'/lib/*.so* | grep -v libmtc_mpi); do echo \"# \$f\"; ldd \"\$f\"; done" \
   >"$work/ldd.log"
 ! grep -q 'not found' "$work/ldd.log" || { grep -B20 'not found' "$work/ldd.log"; fail "a library is not found"; }
+# Each library: the bundle's own copy (whose source, lib/SOURCES, must not belong to a
+# -dev package), the C/C++ runtime's, or CUDA's.
+owner_of() { # the Debian package that installed a path (/lib is /usr/lib), or ""
+  for path in "$1" "${1/#\/lib\//\/usr\/lib\/}" "$(readlink -f "$1")"; do
+    owner=$(dpkg -S "$path" 2>/dev/null | head -1 | cut -d: -f1 || true)
+    [ -z "$owner" ] || { echo "$owner"; return; }
+  done
+}
+while read -r name source; do
+  owner=$(owner_of "$source")
+  [ -n "$owner" ] || fail "lib/$name: no package owns its source $source"
+  case "$owner" in *-dev) fail "lib/$name comes from $source, of the -dev package $owner" ;; esac
+done <"$bundle/lib/SOURCES"
 awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' "$work/ldd.log" | sort -u |
 while read -r name path; do
   case "$path" in "$bundle"/lib/*) continue ;; esac
@@ -37,13 +51,13 @@ while read -r name path; do
     libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*) ;;
     *) fail "$name resolves outside the bundle, to $path" ;;
   esac
-  owner=$(dpkg -S "$(readlink -f "$path")" 2>/dev/null | cut -d: -f1 || true)
+  owner=$(owner_of "$path")
   case "$owner" in *-dev) fail "$name resolves to $path, of the -dev package $owner" ;; esac
 done
 echo "bundle test: every library is the bundle's, the C/C++ runtime's or CUDA's; none of a -dev package"
 
 # Several ranks: the launcher's MPI, the bundle's plugin.
-build/tools/mtc compile models/gpt-tiny.mlir --micro-batch-size 2 --global-batch-size 4 --tp 2 \
+"$MTC_BUILD_DIR/tools/mtc" compile models/gpt-tiny.mlir --micro-batch-size 2 --global-batch-size 4 --tp 2 \
   -o "$work/tp2.mtp" >/dev/null
 mpirun -n 2 --allow-run-as-root --oversubscribe --mca btl self,vader "$bundle/bin/mtrun" \
   "$work/tp2.mtp" --backend cpu --data "$bundle/data/tiny" --steps 2 >"$work/tp2.log" 2>&1 ||
@@ -51,9 +65,12 @@ mpirun -n 2 --allow-run-as-root --oversubscribe --mca btl self,vader "$bundle/bi
 grep -q '^step 2/2 | loss' "$work/tp2.log" || { cat "$work/tp2.log"; fail "two ranks: no second step"; }
 echo "bundle test: two MPI ranks load the bundle's plugin"
 
-# A launcher's environment without the plugin: a message, exit 1.
+# One rank under a launcher needs no MPI; several without the plugin: a message, exit 1.
 rm "$bundle/lib/libmtc_mpi.so"
-if env -i PMI_SIZE=1 "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \
+env -i PMI_SIZE=1 "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \
+  --data "$bundle/data/tiny" --steps 1 >"$work/onerank.log" 2>&1 ||
+  { cat "$work/onerank.log"; fail "one rank under a launcher needed the MPI plugin"; }
+if env -i PMI_SIZE=2 "$bundle/bin/mtrun" "$work/tp2.mtp" --backend cpu \
      --data "$bundle/data/tiny" --steps 1 >"$work/noplugin.log" 2>&1; then
   fail "a launched run without the MPI plugin succeeded"
 fi

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <unistd.h>
 
 namespace mt::test {
 
@@ -27,7 +28,8 @@ inline std::string compileModel(const std::string &model, const std::string &fla
 inline std::string compileSource(const std::string &mlir, const std::string &flags,
                                  const std::string &name,
                                  const std::string &dir = ::testing::TempDir()) {
-  std::string source = ::testing::TempDir() + name + ".mlir";
+  // One file per process: concurrent tests may compile the same case.
+  std::string source = ::testing::TempDir() + name + "." + std::to_string(getpid()) + ".mlir";
   std::ofstream(source) << mlir;
   return compileModel(source, flags, name, dir);
 }

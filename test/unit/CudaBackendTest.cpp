@@ -173,7 +173,9 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
   ASSERT_NO_FATAL_FAILURE(step(*cuda, again));
   EXPECT_EQ(std::memcmp(&gpu.loss, &again.loss, sizeof gpu.loss), 0) << "the loss differs";
   for (size_t i = 0; i < gpu.gradients.size(); ++i)
-    EXPECT_EQ(gpu.gradients[i], again.gradients[i])
+    EXPECT_EQ(std::memcmp(gpu.gradients[i].data(), again.gradients[i].data(),
+                          sizeof(float) * gpu.gradients[i].size()),
+              0)
         << "gradient of parameter " << i << " differs between two GPU runs";
   const double tolerance = c.precision.tolerance;
   EXPECT_NEAR(gpu.loss, reference.loss, tolerance * std::abs(reference.loss));
@@ -263,11 +265,23 @@ const plan::Instruction *findInstruction(const LoadedPlan &plan, plan::Opcode op
   return nullptr;
 }
 
+/// Sets an environment variable for one scope.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+
+private:
+  const char *name_;
+};
+
 /// A bf16 linear rounds its biased result once, as the CPU backend does, whether the
 /// bias is aligned (cuBLASLt's epilogue), misaligned (copied, then the epilogue) or the
 /// GEMM goes through cuBLAS (f32 product, then the bias). Each row of x·Wᵀ is exactly
 /// 16·8 + 16·8 + 1 = 257, which bf16 cannot hold: rounded alone it is 256 (a tie, to
-/// even), and 256 + 0.75 rounds to 256; rounded once, 257.75 is 258.
+/// even), and 256 + 0.75 rounds to 256; rounded once, 257.75 is 258. Every dimension is
+/// a multiple of 8, so cuBLASLt has algorithms (MT_CUDA_GEMM=cublaslt makes it an error
+/// if it does not).
 TEST(CudaLinear, RoundsTheBiasedResultOnce) {
   const std::string path = planOf({test::opCases()[1], {"bf16", 1e-2}});
   ASSERT_EQ(test::opCases()[1].name, "linear");
@@ -278,54 +292,50 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
   ASSERT_NE(linear, nullptr);
   ASSERT_EQ(linear->inputs()->size(), 3u) << "the linear case has a bias";
   REQUIRE_GPU();
-  const int64_t rows = 6, k = 4, n = 5;
+  const int64_t rows = 16, k = 8, n = 8;
+  const float row[k] = {16, 16, 1, 0, 0, 0, 0, 0}, weights[k] = {8, 8, 1, 0, 0, 0, 0, 0};
   std::vector<uint16_t> x, w, b(n, floatToBf16(0.75f));
   for (int64_t r = 0; r < rows; ++r)
-    for (float v : {16.f, 16.f, 1.f, 0.f})
+    for (float v : row)
       x.push_back(floatToBf16(v));
   for (int64_t r = 0; r < n; ++r)
-    for (float v : {8.f, 8.f, 1.f, 0.f})
+    for (float v : weights)
       w.push_back(floatToBf16(v));
 
   auto run = [&](Backend &backend, bool device, size_t biasOffset) {
-    std::vector<uint16_t> y(rows * n, 0);
     DeviceBuffers buffers{backend};
-    std::vector<std::vector<uint16_t>> host = {x, w, b, y};
+    std::vector<std::vector<uint16_t>> host = {x, w, b, std::vector<uint16_t>(rows * n, 0)};
     std::vector<void *> at;
     for (size_t i = 0; i < host.size(); ++i) {
-      const size_t bytes = 2 * host[i].size() + 16;
-      char *p = device ? static_cast<char *>(buffers.allocate(bytes))
-                       : reinterpret_cast<char *>(host[i].data());
+      char *p = reinterpret_cast<char *>(host[i].data());
       if (device) {
-        p += i == 2 ? biasOffset : 0;
+        p = static_cast<char *>(buffers.allocate(2 * host[i].size() + 16)) +
+            (i == 2 ? biasOffset : 0);
         backend.copyToDevice(p, host[i].data(), 2 * host[i].size());
       }
       at.push_back(p);
     }
-    const TensorView in[3] = {viewOf(at[0], plan::DType::BF16, {2, 3, k}),
+    const TensorView in[3] = {viewOf(at[0], plan::DType::BF16, {2, rows / 2, k}),
                               viewOf(at[1], plan::DType::BF16, {n, k}),
                               viewOf(at[2], plan::DType::BF16, {n})};
-    const TensorView out[1] = {viewOf(at[3], plan::DType::BF16, {2, 3, n})};
+    const TensorView out[1] = {viewOf(at[3], plan::DType::BF16, {2, rows / 2, n})};
     Status s = backend.run(*linear, in, out, StepContext{});
     EXPECT_TRUE(s.ok()) << s.message();
     if (device)
-      backend.copyToHost(y.data(), at[3], 2 * y.size());
-    else
-      y = host[3];
-    return y;
+      backend.copyToHost(host[3].data(), at[3], 2 * host[3].size());
+    return host[3];
   };
   std::unique_ptr<Backend> cpu = makeCpuBackend();
   const std::vector<uint16_t> expected(rows * n, floatToBf16(258.f));
   ASSERT_EQ(run(*cpu, false, 0), expected) << "the CPU reference rounds once";
   for (const char *gemm : {"cublaslt", "cublas"}) {
-    setenv("MT_CUDA_GEMM", gemm, 1);
+    ScopedEnv path("MT_CUDA_GEMM", gemm);
     std::unique_ptr<Backend> cuda;
     ASSERT_TRUE(makeCudaBackend(0, cuda).ok());
     for (size_t offset : {size_t{0}, size_t{2}})
       EXPECT_EQ(run(*cuda, true, offset), expected)
           << "GEMM through " << gemm << ", bias " << offset << " bytes past 16-byte alignment";
   }
-  unsetenv("MT_CUDA_GEMM");
 }
 
 /// Empty tensors launch nothing and fail nothing; MT_CUDA_SYNC=1 changes no bit.
@@ -362,25 +372,29 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
     tokens[i] = static_cast<int32_t>(i * 37 % 512);
     targets[i] = static_cast<int32_t>(i * 91 % 512);
   }
-  auto lossWith = [&](const char *sync) {
-    setenv("MT_CUDA_SYNC", sync, 1);
+  // The loss and the flat gradients, as bytes.
+  auto stepWith = [&](const char *sync, std::vector<char> &bytes) {
+    ScopedEnv mode("MT_CUDA_SYNC", sync);
     std::unique_ptr<Backend> backend;
-    EXPECT_TRUE(makeCudaBackend(0, backend).ok());
+    ASSERT_TRUE(makeCudaBackend(0, backend).ok());
     std::unique_ptr<Comm> comm = makeLocalComm();
     std::unique_ptr<Executor> executor;
-    EXPECT_TRUE(Executor::create(tinyPlan, *backend, *comm, {}, executor).ok());
-    EXPECT_TRUE(executor->initParameters(11).ok());
+    ASSERT_TRUE(Executor::create(tinyPlan, *backend, *comm, {}, executor).ok());
+    ASSERT_TRUE(executor->initParameters(11).ok());
     executor->zeroGradients();
     double loss = 0;
     Status run = executor->forwardBackward(tokens.data(), targets.data(), StepContext{11, 1, 0},
                                            loss);
-    EXPECT_TRUE(run.ok()) << run.message();
-    std::vector<float> grads(executor->flatGrads().numel());
-    backend->copyToHost(grads.data(), executor->flatGrads().data, sizeof(float) * grads.size());
-    unsetenv("MT_CUDA_SYNC");
-    return std::make_pair(loss, grads);
+    ASSERT_TRUE(run.ok()) << run.message();
+    const size_t gradBytes = sizeof(float) * executor->flatGrads().numel();
+    bytes.resize(sizeof loss + gradBytes);
+    std::memcpy(bytes.data(), &loss, sizeof loss);
+    backend->copyToHost(bytes.data() + sizeof loss, executor->flatGrads().data, gradBytes);
   };
-  EXPECT_EQ(lossWith("0"), lossWith("1"));
+  std::vector<char> asynchronous, synchronous;
+  ASSERT_NO_FATAL_FAILURE(stepWith("0", asynchronous));
+  ASSERT_NO_FATAL_FAILURE(stepWith("1", synchronous));
+  EXPECT_TRUE(asynchronous == synchronous) << "MT_CUDA_SYNC=1 changed the step's bits";
 }
 
 /// Says, before any case runs, where the plans come from and whether a GPU will run

@@ -233,7 +233,9 @@ int main(int argc, char **argv) {
   }
   const mt::plan::Grid &grid = *plan.plan().grid();
   const int planRanks = grid.tp() * grid.pp() * grid.dp();
-  const bool underMpi = mt::launchedByMpi();
+  // One rank needs no communicator, even under a launcher (srun -n 1 on a node without
+  // MPI); several load the MPI plugin.
+  const bool underMpi = mt::launchedByMpi() && worldSize() > 1;
   if (ranks > 0 && !underMpi) {
     if (ranks != planRanks) {
       std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), not %d\n",
@@ -266,7 +268,8 @@ int main(int argc, char **argv) {
   std::unique_ptr<mt::Comm> comm;
   if (underMpi) {
     if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok()) {
-      std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+      if (!s.message().empty())
+        std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
       return 1;
     }
     if (backendName == "cuda")

@@ -890,10 +890,16 @@ bool synchronousLaunches() {
 }
 
 /// MT_CUDA_GEMM=cublas: every GEMM through cuBLAS's general GEMM, the path taken where
-/// cuBLASLt has no algorithm or fails (to test it, or to rule cuBLASLt out).
-bool cublasOnly() {
+/// cuBLASLt has no algorithm or fails (to test it, or to rule cuBLASLt out);
+/// MT_CUDA_GEMM=cublaslt: cuBLASLt or an error, never the fallback (to test cuBLASLt).
+enum class GemmPath { Any, CublasOnly, CublasLtOnly };
+GemmPath gemmPath() {
   const char *gemm = std::getenv("MT_CUDA_GEMM");
-  return gemm && std::strcmp(gemm, "cublas") == 0;
+  if (gemm && std::strcmp(gemm, "cublas") == 0)
+    return GemmPath::CublasOnly;
+  if (gemm && std::strcmp(gemm, "cublaslt") == 0)
+    return GemmPath::CublasLtOnly;
+  return GemmPath::Any;
 }
 
 class CudaBackend final : public Backend {
@@ -954,7 +960,9 @@ public:
     if (t == DType::F64)
       return Status::failure(cat("cuda backend: ", plan::EnumNameOpcode(inst.opcode()), " in ",
                                  plan::EnumNameDType(t), " is not supported (f32, bf16, f16)"));
-    // Nothing to write: no kernel (a grid of zero blocks is a launch error).
+    // Nothing to write: no kernel (a grid of zero blocks is a launch error). Plans have
+    // no zero-sized dimension (the reader refuses them); per-row kernels whose outputs
+    // are not empty check their row count where it can be zero.
     bool empty = inst.outputs()->size() > 0;
     for (size_t i = 0; i < inst.outputs()->size(); ++i)
       empty = empty && out[i].numel() == 0;
@@ -1062,8 +1070,12 @@ private:
             "copying the bias");
       bias = aligned;
     }
-    if (!cublasOnly_ && gemmLt(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, dtype, bias))
+    if (gemmPath_ != GemmPath::CublasOnly &&
+        gemmLt(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, dtype, bias))
       return;
+    if (gemmPath_ == GemmPath::CublasLtOnly)
+      throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for this GEMM, and "
+                               "MT_CUDA_GEMM=cublaslt forbids the cuBLAS fallback");
     const cudaDataType_t type = cudaTypeOf(dtype);
     const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -1227,28 +1239,30 @@ private:
     }
     case Opcode::EmbeddingGrad: {
       const int64_t rows = out[0].dim(0), h = out[0].dim(1), tokens = in[1].numel();
+      check(cudaMemsetAsync(out[0].data, 0, dtypeBytes(type) * rows * h), "zeroing");
+      if (tokens == 0)
+        break;
+      // Keys need the bits of 0..rows (`rows` marks another shard's token).
+      int endBit = 1;
+      while (endBit < 32 && (uint64_t{1} << endBit) <= static_cast<uint64_t>(rows))
+        ++endBit;
       // Scratch: keys and token order, sorted copies of both, then CUB's temporaries.
       size_t sortBytes = 0;
       check(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, static_cast<uint32_t *>(nullptr),
                                             static_cast<uint32_t *>(nullptr),
                                             static_cast<uint32_t *>(nullptr),
-                                            static_cast<uint32_t *>(nullptr), tokens),
+                                            static_cast<uint32_t *>(nullptr), tokens, 0, endBit),
             "sizing the embedding gradient's sort");
       const size_t words = 4 * static_cast<size_t>(tokens);
-      uint32_t *keys = static_cast<uint32_t *>(
-          scratch(sizeof(uint32_t) * words + sortBytes + 256));
+      uint32_t *keys = static_cast<uint32_t *>(scratch(sizeof(uint32_t) * words + sortBytes));
       uint32_t *order = keys + tokens, *sortedKeys = order + tokens, *sortedOrder = sortedKeys + tokens;
       void *sortScratch = keys + words;
       embeddingGradKeysKernel<<<blocksFor(tokens), kThreads>>>(
           in[1].data, wide(in[1]), tokens, rows, vocabFirst(out[0], 0), keys, order);
       launched("embedding gradient (keys)");
-      int endBit = 1;
-      while (endBit < 32 && (uint64_t{1} << endBit) <= static_cast<uint64_t>(rows))
-        ++endBit;
       check(cub::DeviceRadixSort::SortPairs(sortScratch, sortBytes, keys, sortedKeys, order,
                                             sortedOrder, tokens, 0, endBit),
             "sorting tokens by embedding row");
-      check(cudaMemsetAsync(out[0].data, 0, dtypeBytes(type) * rows * h), "zeroing");
       embeddingGradRowsKernel<<<static_cast<unsigned>(tokens), kThreads>>>(
           p(in[0]), sortedKeys, sortedOrder, tokens, rows, h, p(out[0]));
       break;
@@ -1269,8 +1283,9 @@ private:
       break;
     case Opcode::LayerNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
-      float2 *moments = static_cast<float2 *>(scratch(sizeof(float2) * rows));
-      layerNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads>>>(
+      float2 *moments = static_cast<float2 *>(scratch(sizeof(float2) * std::max<int64_t>(rows, 1)));
+      if (rows > 0)
+        layerNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads>>>(
           p(in[0]), p(in[1]), p(in[2]), p(out[0]), moments, h, static_cast<float>(inst.epsilon()));
       launched("layer norm gradient");
       layerNormGradColumnsKernel<<<blocksFor(h), kThreads>>>(p(in[0]), p(in[1]), moments,
@@ -1453,7 +1468,7 @@ private:
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   bool warnedLtFailure_ = false;
   const bool synchronous_ = synchronousLaunches();
-  const bool cublasOnly_ = cublasOnly();
+  const GemmPath gemmPath_ = gemmPath();
   std::unique_ptr<Backend> cpu_ = makeCpuBackend();
 };
 
