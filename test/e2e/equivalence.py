@@ -10,6 +10,7 @@ serial loss curve. Standard library only.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import struct
@@ -48,8 +49,9 @@ def curve_error(path, reference_losses, reference_norms, steps):
     assert len(reference_losses) == len(reference_norms) == steps, "a short reference run"
     if len(loss) != steps or len(norm) != steps:
         return float("inf")
-    return max(max(abs(a - b) / abs(b) for a, b in zip(loss, reference_losses)),
-               max(abs(a - b) / abs(b) for a, b in zip(norm, reference_norms)))
+    # A value that is not finite is infinitely wrong (max() would skip a NaN).
+    return max(abs(a - b) / abs(b) if math.isfinite(a) and math.isfinite(b) and b else math.inf
+               for a, b in zip(loss + norm, reference_losses + reference_norms))
 
 
 def weights(checkpoint):

@@ -120,7 +120,8 @@ TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
 }
 
 TEST(Rng, DropoutMasksFollowTheirCounters) {
-  // Each counter (seed, step, micro-batch, stream) changes the whole mask: changed alone,
+  // Each counter (seed, both of its words, step, micro-batch, stream) changes the whole
+  // mask: changed alone,
   // it draws an independent one, whose agreement with the first is that of two coin flips
   // (0.75² + 0.25² at rate 0.25); unchanged, the same mask (a pure function).
   const double rate = 0.25, independent = 0.75 * 0.75 + 0.25 * 0.25;
@@ -130,8 +131,9 @@ TEST(Rng, DropoutMasksFollowTheirCounters) {
     uint32_t step, microBatch, stream;
   };
   const Counters base{5, 10, 2, 4};
-  const Counters others[] = {{6, 10, 2, 4}, {5, 11, 2, 4}, {5, 10, 3, 4}, {5, 10, 2, 5}};
-  const char *names[] = {"seed", "step", "micro-batch", "stream"};
+  const Counters others[] = {{6, 10, 2, 4}, {5 | (uint64_t{1} << 32), 10, 2, 4},
+                             {5, 11, 2, 4}, {5, 10, 3, 4}, {5, 10, 2, 5}};
+  const char *names[] = {"seed", "seed's high word", "step", "micro-batch", "stream"};
   auto keeps = [&](const Counters &c, uint64_t i) {
     return rng::dropoutKeeps(c.seed, c.step, c.microBatch, c.stream, i, rate);
   };
@@ -142,7 +144,7 @@ TEST(Rng, DropoutMasksFollowTheirCounters) {
   }
   EXPECT_NEAR(static_cast<double>(kept) / n, 1 - rate, 0.01);
   EXPECT_EQ(same, n);
-  for (int k = 0; k < 4; ++k) {
+  for (int k = 0; k < 5; ++k) {
     uint64_t agree = 0;
     for (uint64_t i = 0; i < n; ++i)
       agree += keeps(base, i) == keeps(others[k], i);

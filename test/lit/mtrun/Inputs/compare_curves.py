@@ -3,15 +3,20 @@ norms of two --metrics files agree within the tolerances (relative, worst step),
 as many steps in each. The norm sees what the loss does not at first: a gradient scaled
 or counted twice (Adam is blind to the scale), or another learning rate. Prints the
 largest differences, so tolerances can stay near what the runs reach."""
+import math
 import os
 import sys
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "e2e"))
 from equivalence import grad_norms, losses  # noqa: E402
 
 
 def worst(a, b):
-    return max(abs(x - y) / abs(y) for x, y in zip(a, b))
+    """The largest relative difference; infinite where a value is not finite or the
+    reference is zero."""
+    return max(abs(x - y) / abs(y) if math.isfinite(x) and math.isfinite(y) and y else math.inf
+               for x, y in zip(a, b))
 
 
 a, b = sys.argv[1], sys.argv[2]
