@@ -14,18 +14,16 @@
 namespace mt {
 namespace {
 
-size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
-
 class LocalComm final : public Comm {
 public:
   Status allReduceSum(Group, const TensorView &in, const TensorView &out) override {
     if (in.data != out.data)
-      std::memcpy(out.data, in.data, viewBytes(in));
+      std::memcpy(out.data, in.data, in.bytes());
     return Status::success();
   }
   Status allGather(Group, const TensorView &in, const TensorView &out, int) override {
     if (in.data != out.data)
-      std::memmove(out.data, in.data, viewBytes(in));
+      std::memmove(out.data, in.data, in.bytes());
     return Status::success();
   }
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int) override {

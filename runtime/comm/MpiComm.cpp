@@ -20,8 +20,6 @@
 namespace mt {
 namespace {
 
-size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
-
 /// Row by row on the host.
 void hostCopy2D(char *dst, size_t dstPitch, const char *src, size_t srcPitch, size_t width,
                 size_t height) {
@@ -193,13 +191,13 @@ public:
     const int count = static_cast<int>(in.numel());
     if (axis == 0) {
       // `in` may already sit at this rank's place in `out` (a shard of a flat store).
-      const char *mine = static_cast<const char *>(out.data) + rank(g) * viewBytes(in);
+      const char *mine = static_cast<const char *>(out.data) + rank(g) * in.bytes();
       const void *send = in.data == mine ? MPI_IN_PLACE : in.data;
       return check(MPI_Allgather(send, count, mpiType(in.dtype), out.data, count,
                                  mpiType(out.dtype), of(g)),
                    "all-gather");
     }
-    std::vector<char> blocks(viewBytes(out));
+    std::vector<char> blocks(out.bytes());
     if (Status s = check(MPI_Allgather(in.data, count, mpiType(in.dtype), blocks.data(), count,
                                        mpiType(out.dtype), of(g)),
                          "all-gather");
@@ -218,7 +216,7 @@ public:
     const void *send = in.data;
     std::vector<char> blocks;
     if (axis != 0) {
-      blocks.resize(viewBytes(in));
+      blocks.resize(in.bytes());
       AxisBlocks(in, axis).copy(static_cast<char *>(in.data), blocks.data(), parts, true,
                                 hostCopy2D);
       send = blocks.data();

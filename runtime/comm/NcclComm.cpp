@@ -3,6 +3,7 @@
 // ordered after the kernels that produce its input). Scalars, point-to-point messages
 // (pipeline activations travel through host memory) and subsets of a group (the tied
 // embedding's stages) go through the MPI communicator it wraps.
+#include "backends/cuda/DeviceBuffer.h"
 #include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
 #include "core/DType.h"
@@ -69,8 +70,6 @@ cudaError_t reorder(const TensorView &tensor, int axis, int parts, void *blocks,
   return copy.error;
 }
 
-size_t bytesOf(const TensorView &t) { return dtypeBytes(t.dtype) * t.numel(); }
-
 class NcclComm final : public Comm {
 public:
   explicit NcclComm(Comm &host) : host_(&host) { position_ = host.position(); }
@@ -79,7 +78,6 @@ public:
     for (ncclComm_t c : comms_)
       if (c)
         ncclCommDestroy(c);
-    cudaFree(staging_);
   }
 
   /// One NCCL communicator per group with more than one member.
@@ -119,7 +117,7 @@ public:
   Status copy(const TensorView &in, const TensorView &out) {
     if (in.data == out.data)
       return Status::success();
-    return cudaStatus(cudaMemcpy(out.data, in.data, bytesOf(in), cudaMemcpyDeviceToDevice),
+    return cudaStatus(cudaMemcpy(out.data, in.data, in.bytes(), cudaMemcpyDeviceToDevice),
                       "copying");
   }
 
@@ -131,7 +129,7 @@ public:
       return ncclStatus(ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
                         "all-gather");
     void *blocks = nullptr;
-    if (Status s = staging(bytesOf(out), blocks); !s.ok())
+    if (Status s = staging(out.bytes(), blocks); !s.ok())
       return s;
     if (Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
                               "all-gather");
@@ -149,7 +147,7 @@ public:
                                           ncclSum, of(g), 0),
                         "reduce-scatter");
     void *blocks = nullptr;
-    if (Status s = staging(bytesOf(in), blocks); !s.ok())
+    if (Status s = staging(in.bytes(), blocks); !s.ok())
       return s;
     if (Status s = cudaStatus(reorder(in, axis, parts, blocks, true), "ordering blocks"); !s.ok())
       return s;
@@ -162,7 +160,7 @@ public:
 
   Status allReduceSumAmong(Group g, const std::vector<int> &members,
                            const TensorView &inOut) override {
-    std::vector<char> host(bytesOf(inOut));
+    std::vector<char> host(inOut.bytes());
     if (Status s = cudaStatus(cudaMemcpy(host.data(), inOut.data, host.size(),
                                          cudaMemcpyDeviceToHost),
                               "copying to the host");
@@ -188,26 +186,15 @@ private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
 
   /// Rank-major blocks of a gather or scatter along a non-zero axis: one device buffer,
-  /// grown to the largest and reused (every use is ordered on the default stream).
+  /// reused (every use is ordered on the default stream).
   Status staging(size_t bytes, void *&out) {
-    if (bytes > stagingBytes_) {
-      cudaFree(staging_);
-      staging_ = nullptr;
-      stagingBytes_ = 0;
-      if (Status s = cudaStatus(cudaMalloc(&staging_, bytes), "allocating the staging buffer");
-          !s.ok())
-        return s;
-      stagingBytes_ = bytes;
-    }
-    out = staging_;
-    return Status::success();
+    return cudaStatus(staging_.get(bytes, out), "allocating the staging buffer");
   }
 
   Comm *host_;
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
   std::array<ncclComm_t, 3> comms_{};
-  void *staging_ = nullptr;
-  size_t stagingBytes_ = 0;
+  DeviceBuffer staging_;
 };
 
 } // namespace

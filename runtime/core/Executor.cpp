@@ -213,7 +213,7 @@ Status Executor::initParameters(uint64_t seed) {
 }
 
 void Executor::zeroGradients() {
-  backend_.setZero(flatGrads_.data, dtypeBytes(flatGrads_.dtype) * flatGrads_.numel());
+  backend_.setZero(flatGrads_.data, flatGrads_.bytes());
 }
 
 Status Executor::runCollective(const plan::Instruction &inst, const TensorView &in,
@@ -293,8 +293,6 @@ double readScalar(Backend &backend, const TensorView &view) {
   return value;
 }
 
-size_t viewBytes(const TensorView &v) { return dtypeBytes(v.dtype) * v.numel(); }
-
 } // namespace
 
 Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
@@ -307,7 +305,7 @@ Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
 
 size_t Executor::receiveBytes(uint32_t program) const {
   const plan::Program &prog = *plan_.programs()->Get(program);
-  return prog.recv() >= 0 ? viewBytes(views_[program][prog.recv()]) : 0;
+  return prog.recv() >= 0 ? views_[program][prog.recv()].bytes() : 0;
 }
 
 Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
@@ -318,10 +316,10 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
   const std::vector<TensorView> &views = views_[program];
   if (prog.recv() >= 0) {
     const TensorView &in = views[prog.recv()];
-    if (!received || received->size() != viewBytes(in))
+    if (!received || received->size() != in.bytes())
       return Status::failure(cat(prog.name()->str(), ": received ",
                                  received ? received->size() : 0, " bytes, expected ",
-                                 viewBytes(in)));
+                                 in.bytes()));
     backend_.copyToDevice(in.data, received->data(), received->size());
   }
   const auto &stashIds = *prog.stash();
@@ -331,9 +329,9 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
                                  " tensors, expected ", stashIds.size()));
     for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
       const TensorView &v = views[stashIds.Get(i)];
-      if (stash[i].size() != viewBytes(v))
+      if (stash[i].size() != v.bytes())
         return Status::failure(cat(prog.name()->str(), ": stashed tensor ", i, " has ",
-                                   stash[i].size(), " bytes, expected ", viewBytes(v)));
+                                   stash[i].size(), " bytes, expected ", v.bytes()));
       backend_.copyToDevice(v.data, stash[i].data(), stash[i].size());
     }
   }
@@ -343,13 +341,13 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
     stash.assign(stashIds.size(), {});
     for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
       const TensorView &v = views[stashIds.Get(i)];
-      stash[i].resize(viewBytes(v));
+      stash[i].resize(v.bytes());
       backend_.copyToHost(stash[i].data(), v.data, stash[i].size());
     }
   }
   if (prog.send() >= 0) {
     const TensorView &out = views[prog.send()];
-    sent.resize(viewBytes(out));
+    sent.resize(out.bytes());
     backend_.copyToHost(sent.data(), out.data, sent.size());
   }
   if (prog.loss() >= 0)

@@ -2,8 +2,8 @@
 #ifndef MT_RUNTIME_CORE_TENSOR_H
 #define MT_RUNTIME_CORE_TENSOR_H
 
+#include "core/DType.h"
 #include "core/HostDevice.h"
-#include "plan_generated.h"
 
 #include <array>
 #include <cstdint>
@@ -24,6 +24,8 @@ struct TensorView {
       n *= shape[i];
     return n;
   }
+  /// Bytes of the elements (element size × count).
+  size_t bytes() const { return dtypeBytes(dtype) * static_cast<size_t>(numel()); }
   int64_t dim(int i) const { return shape[i < 0 ? rank + i : i]; }
   /// The last dimension, and the product of all others (a row-major matrix view).
   int64_t cols() const { return rank ? shape[rank - 1] : 1; }

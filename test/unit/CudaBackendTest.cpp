@@ -257,12 +257,19 @@ TensorView viewOf(void *data, plan::DType dtype, std::initializer_list<int64_t> 
   return v;
 }
 
-/// The first instruction of `opcode` in the plan's first program.
-const plan::Instruction *findInstruction(const LoadedPlan &plan, plan::Opcode opcode) {
+/// The plan of op case `op` (its name checked) in `precision`, and its first
+/// instruction of `opcode` (in the plan's first program).
+void loadInstruction(size_t op, const char *name, Precision precision, plan::Opcode opcode,
+                     LoadedPlan &plan, const plan::Instruction *&found) {
+  ASSERT_EQ(test::opCases()[op].name, name);
+  const std::string path = planOf({test::opCases()[op], precision});
+  ASSERT_FALSE(path.empty());
+  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
+  found = nullptr;
   for (const plan::Instruction *inst : *plan.plan().programs()->Get(0)->instructions())
-    if (inst->opcode() == opcode)
-      return inst;
-  return nullptr;
+    if (!found && inst->opcode() == opcode)
+      found = inst;
+  ASSERT_NE(found, nullptr) << name << " has no " << plan::EnumNameOpcode(opcode);
 }
 
 /// Sets an environment variable for one scope.
@@ -283,13 +290,10 @@ private:
 /// a multiple of 8, so cuBLASLt has algorithms (MT_CUDA_GEMM=cublaslt makes it an error
 /// if it does not).
 TEST(CudaLinear, RoundsTheBiasedResultOnce) {
-  const std::string path = planOf({test::opCases()[1], {"bf16", 1e-2}});
-  ASSERT_EQ(test::opCases()[1].name, "linear");
-  ASSERT_FALSE(path.empty());
   LoadedPlan plan;
-  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
-  const plan::Instruction *linear = findInstruction(plan, plan::Opcode::Linear);
-  ASSERT_NE(linear, nullptr);
+  const plan::Instruction *linear = nullptr;
+  ASSERT_NO_FATAL_FAILURE(
+      loadInstruction(1, "linear", {"bf16", 1e-2}, plan::Opcode::Linear, plan, linear));
   ASSERT_EQ(linear->inputs()->size(), 3u) << "the linear case has a bias";
   REQUIRE_GPU();
   const int64_t rows = 16, k = 8, n = 8;
@@ -340,13 +344,10 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
 
 /// Empty tensors launch nothing and fail nothing; MT_CUDA_SYNC=1 changes no bit.
 TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
-  const std::string path = planOf({test::opCases()[0], {"fp32", 1e-5}});
-  ASSERT_EQ(test::opCases()[0].name, "gelu");
-  ASSERT_FALSE(path.empty());
   LoadedPlan plan;
-  ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
-  const plan::Instruction *gelu = findInstruction(plan, plan::Opcode::Gelu);
-  ASSERT_NE(gelu, nullptr);
+  const plan::Instruction *gelu = nullptr;
+  ASSERT_NO_FATAL_FAILURE(
+      loadInstruction(0, "gelu", {"fp32", 1e-5}, plan::Opcode::Gelu, plan, gelu));
   REQUIRE_GPU();
   std::unique_ptr<Backend> cuda;
   ASSERT_TRUE(makeCudaBackend(0, cuda).ok());

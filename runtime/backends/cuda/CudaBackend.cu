@@ -5,6 +5,7 @@
 // as the CPU backend, so both draw the same masks. The CPU backend is the reference
 // these kernels are tested against.
 #include "backends/Backend.h"
+#include "backends/cuda/DeviceBuffer.h"
 #include "core/Rng.h"
 #include "plan/PlanReader.h"
 
@@ -859,29 +860,6 @@ cudaDataType_t cudaTypeOf(DType dtype) {
   }
 }
 
-/// A device buffer that grows to the largest request and is reused (never shrunk).
-class DeviceBuffer {
-public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  ~DeviceBuffer() { cudaFree(data_); }
-  void *get(size_t bytes, const char *what) {
-    if (bytes > bytes_) {
-      cudaFree(data_);
-      data_ = nullptr;
-      bytes_ = 0;
-      check(cudaMalloc(&data_, bytes), what);
-      bytes_ = bytes;
-    }
-    return data_;
-  }
-
-private:
-  void *data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 /// MT_CUDA_SYNC=1: wait for every kernel, so a fault is reported at the instruction
 /// that caused it rather than at a later copy (slow; for debugging).
 bool synchronousLaunches() {
@@ -991,7 +969,7 @@ public:
     if (x.dtype != DType::F32)
       throw std::runtime_error("cuda backend: gradient norms are taken over f32 gradients");
     const unsigned blocks = std::min<unsigned>(blocksFor(x.numel()), 1024);
-    double *partial = static_cast<double *>(scratch_.get(sizeof(double) * blocks, "scratch"));
+    double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
     sumOfSquaresKernel<<<blocks, kThreads>>>(x.as<float>(), x.numel(), partial);
     launched("sum of squares");
     std::vector<double> host(blocks);
@@ -1014,8 +992,14 @@ public:
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
+  /// At least `bytes` of `buffer`, or an exception naming `what`.
+  static void *grow(DeviceBuffer &buffer, size_t bytes, const char *what) {
+    void *data = nullptr;
+    check(buffer.get(bytes, data), what);
+    return data;
+  }
   /// One instruction's temporaries.
-  void *scratch(size_t bytes) { return scratch_.get(bytes, "allocating scratch memory"); }
+  void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
 
   /// Checks the launch just made; in synchronous mode, also waits for it to finish.
   void launched(const char *what) {
@@ -1065,7 +1049,7 @@ private:
     // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a parameter at an odd
     // offset of the flat store is copied to an aligned buffer first.
     if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
-      void *aligned = biasCopy_.get(dtypeBytes(dtype) * m, "allocating the bias copy");
+      void *aligned = grow(biasCopy_, dtypeBytes(dtype) * m, "allocating the bias copy");
       check(cudaMemcpyAsync(aligned, bias, dtypeBytes(dtype) * m, cudaMemcpyDeviceToDevice),
             "copying the bias");
       bias = aligned;
@@ -1081,7 +1065,7 @@ private:
     const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
     const float one = 1.f, zero = 0.f;
     // With a bias: the product in f32, then bias added and rounded once.
-    void *product = bias ? gemmOut_.get(sizeof(float) * m * n, "allocating the GEMM output")
+    void *product = bias ? grow(gemmOut_, sizeof(float) * m * n, "allocating the GEMM output")
                          : c;
     check(cublasGemmEx(blas_, opA, opB, static_cast<int>(m), static_cast<int>(n),
                        static_cast<int>(k), &one, a, type, static_cast<int>(lda), b, type,
