@@ -124,7 +124,7 @@ FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
         return f.opcode = Opcode::PositionEmbedding, true;
       })
       .Case([&](mlir::mt::BiasAddOp) { return f.opcode = Opcode::BiasAdd, true; })
-      .Case([&](mlir::mt::TpCopyOp) { return f.opcode = Opcode::Identity, true; })
+      .Case([&](mlir::mt::TpCopyOp) { return f.opcode = Opcode::TpCopy, true; })
       .Case([&](shard::AllReduceOp) { return f.opcode = Opcode::AllReduce, true; })
       .Case([&](shard::AllGatherOp o) {
         f.axis = static_cast<int32_t>(o.getGatherAxis().getSExtValue());

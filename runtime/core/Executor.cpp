@@ -1,4 +1,5 @@
 #include "core/Executor.h"
+#include "plan/Opcodes.h"
 
 #include <algorithm>
 #include <new>
@@ -223,8 +224,10 @@ Status Executor::runCollective(const plan::Instruction &inst, const TensorView &
     return comm_.allReduceSum(Group::Tensor, in, out);
   case plan::Opcode::AllGather:
     return comm_.allGather(Group::Tensor, in, out, inst.axis());
-  default:
+  case plan::Opcode::ReduceScatter:
     return comm_.reduceScatter(Group::Tensor, in, out, inst.axis());
+  default:
+    return Status::failure("not a collective of the opcode table");
   }
 }
 
@@ -268,10 +271,8 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
       out[n++] = views[id];
     if (inst.opcode() == plan::Opcode::ParamGrad)
       out[0] = parameters_[localParam_[inst.param()]].grad;
-    const bool collective = inst.opcode() == plan::Opcode::AllReduce ||
-                            inst.opcode() == plan::Opcode::AllGather ||
-                            inst.opcode() == plan::Opcode::ReduceScatter;
-    if (Status s = collective ? runCollective(inst, in[0], out[0])
+    if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
+                       ? runCollective(inst, in[0], out[0])
                               : backend_.run(inst, in, out, context);
         !s.ok())
       return Status::failure(cat(prog.name()->str(), " instruction ", i, " (",

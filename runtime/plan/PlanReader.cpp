@@ -1,5 +1,6 @@
 #include "plan/PlanReader.h"
 #include "core/Tensor.h"
+#include "plan/Opcodes.h"
 #include "plan/PlanFormat.h"
 #include "plan/Schedule.h"
 
@@ -39,55 +40,6 @@ bool sameShape(const flatbuffers::Vector<int64_t> *a, const flatbuffers::Vector<
   return true;
 }
 
-/// Inputs and outputs each opcode takes; inputs -1 for "2 or 3" (a linear's optional
-/// bias) and -2 for "1 or 2" (a dropout gradient's optional mask), outputs -1 for "1 or
-/// 2" (a dropout's optional mask).
-struct Arity {
-  int inputs, outputs;
-};
-Arity arityOf(plan::Opcode op) {
-  using plan::Opcode;
-  switch (op) {
-  case Opcode::Fill:
-    return {0, 1};
-  case Opcode::Dropout:
-    return {1, -1};
-  case Opcode::Gelu:
-  case Opcode::PositionEmbeddingGrad:
-  case Opcode::BiasGrad:
-  case Opcode::Attention:
-  case Opcode::AttentionProbs:
-    return {1, 1};
-  case Opcode::AttentionProbsGrad:
-    return {3, 1};
-  case Opcode::DropoutGrad:
-    return {-2, 1};
-  case Opcode::AttentionContextGrad:
-    return {3, 2};
-  case Opcode::Linear:
-    return {-1, 1};
-  case Opcode::LayerNorm:
-  case Opcode::AttentionGrad:
-  case Opcode::CrossEntropyGrad:
-    return {3, 1};
-  case Opcode::LayerNormGrad:
-    return {3, 3};
-  case Opcode::ParamGrad:
-    return {1, 0};
-  case Opcode::Identity:
-  case Opcode::AllReduce:
-  case Opcode::AllGather:
-  case Opcode::ReduceScatter:
-    return {1, 1};
-  case Opcode::CrossEntropyMerge:
-    return {3, 1};
-  case Opcode::VocabParallelCrossEntropyGrad:
-    return {4, 1};
-  default:
-    return {2, 1};
-  }
-}
-
 /// A buffer's shape as the kernels will see it.
 struct Dims {
   std::vector<int64_t> d;
@@ -118,45 +70,16 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   auto isFloat = [&](const Dims &t) { return t.dtype == precision || t.dtype == accumulator; };
   auto isMask = [](const Dims &t) { return t.dtype == plan::DType::I8; };
   auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
-  // Operands the kernel reads or writes as floats: every one of them, so an index tensor
-  // can never stand in for one.
-  auto floats = [&](std::initializer_list<const Dims *> ts) {
-    for (const Dims *t : ts)
-      if (!isFloat(*t))
-        return false;
-    return true;
-  };
-  // The one index operand (ids, targets) or dropout mask of an opcode, if any; every
-  // other operand must be float.
-  int indexInput = -1, maskInput = -1, maskOutput = -1;
-  switch (inst.opcode()) {
-  case Opcode::Embedding:
-  case Opcode::EmbeddingGrad:
-  case Opcode::CrossEntropy:
-  case Opcode::CrossEntropyStats:
-    indexInput = 1;
-    break;
-  case Opcode::CrossEntropyGrad:
-  case Opcode::CrossEntropyMerge:
-  case Opcode::VocabParallelCrossEntropyGrad:
-    indexInput = 2;
-    break;
-  case Opcode::Dropout:
-    maskOutput = 1;
-    break;
-  case Opcode::DropoutGrad:
-    maskInput = 1;
-    break;
-  default:
-    break;
-  }
+  // The one index operand (ids, targets) or dropout mask of an opcode, if any (the
+  // opcode table says which); every other operand must be float.
+  const OpcodeInfo &info = opcodeInfo(inst.opcode());
   for (size_t i = 0; i < in.size(); ++i)
-    if (static_cast<int>(i) == indexInput  ? !in[i].isIndex()
-        : static_cast<int>(i) == maskInput ? !isMask(in[i])
-                                           : !isFloat(in[i]))
+    if (static_cast<int>(i) == info.indexInput  ? !in[i].isIndex()
+        : static_cast<int>(i) == info.maskInput ? !isMask(in[i])
+                                                : !isFloat(in[i]))
       return "an operand has the wrong element type";
   for (size_t i = 0; i < out.size(); ++i)
-    if (static_cast<int>(i) == maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
+    if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
   // Attention over a fused QKV [B, S, 3H] with `heads` heads of H/heads.
   auto attentionShapes = [&](const Dims &qkv, int64_t heads) {
@@ -174,15 +97,13 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   };
   switch (inst.opcode()) {
   case Opcode::Fill:
-    return floats({&out[0]}) ? "" : "fill of a non-float tensor";
+    return "";
   case Opcode::Embedding:
-    if (in[0].rank() != 2 || !in[1].isIndex() || !floats({&in[0], &out[0]}) ||
-        out[0].numel() != in[1].numel() * in[0].d[1])
+    if (in[0].rank() != 2 || out[0].numel() != in[1].numel() * in[0].d[1])
       return "embedding operands disagree";
     return "";
   case Opcode::EmbeddingGrad:
-    if (out[0].rank() != 2 || !in[1].isIndex() || !floats({&in[0], &out[0]}) ||
-        in[0].last() != out[0].d[1] || in[0].rows() != in[1].numel())
+    if (out[0].rank() != 2 || in[0].last() != out[0].d[1] || in[0].rows() != in[1].numel())
       return "embedding gradient operands disagree";
     return "";
   case Opcode::PositionEmbedding:
@@ -190,7 +111,6 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     const Dims &x = in[0], &table = inst.opcode() == Opcode::PositionEmbedding ? in[1] : out[0];
     int64_t sequence = x.rank() == 3 ? x.d[1] * (inst.sequence_parallel() ? tp : 1) : 0;
     if (x.rank() != 3 || table.rank() != 2 || table.d[1] != x.d[2] || sequence > table.d[0] ||
-        !floats({&x, &table}) ||
         (inst.opcode() == Opcode::PositionEmbedding && !same(out[0], x)))
       return "position embedding operands disagree";
     return "";
@@ -199,7 +119,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   case Opcode::LayerNormGrad: {
     const Dims &x = inst.opcode() == Opcode::LayerNorm ? in[0] : in[1];
     const Dims &w = inst.opcode() == Opcode::LayerNorm ? in[1] : in[2];
-    if (!(inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x) || !floats({&x, &w}))
+    if (!(inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
       return "layer norm operands disagree";
     if (inst.opcode() == Opcode::LayerNorm)
       return in[2].numel() == x.last() ? "" : "layer norm bias disagrees";
@@ -209,37 +129,33 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   }
   case Opcode::Linear:
     if (in[1].rank() != 2 || in[0].last() != in[1].d[1] || out[0].rows() != in[0].rows() ||
-        out[0].last() != in[1].d[0] || (in.size() == 3 && in[2].numel() != in[1].d[0]) ||
-        !floats({&in[0], &in[1], &out[0]}))
+        out[0].last() != in[1].d[0] || (in.size() == 3 && in[2].numel() != in[1].d[0]))
       return "linear operands disagree";
     return "";
   case Opcode::LinearGradInput:
     if (in[1].rank() != 2 || in[0].last() != in[1].d[0] || out[0].rows() != in[0].rows() ||
-        out[0].last() != in[1].d[1] || !floats({&in[0], &in[1], &out[0]}))
+        out[0].last() != in[1].d[1])
       return "linear input-gradient operands disagree";
     return "";
   case Opcode::LinearGradWeight:
     if (out[0].rank() != 2 || in[0].rows() != in[1].rows() || out[0].d[0] != in[0].last() ||
-        out[0].d[1] != in[1].last() || !floats({&in[0], &in[1], &out[0]}))
+        out[0].d[1] != in[1].last())
       return "linear weight-gradient operands disagree";
     return "";
   case Opcode::BiasGrad:
-    return out[0].numel() == in[0].last() && floats({&in[0], &out[0]}) ? ""
-                                                                        : "bias gradient disagrees";
+    return out[0].numel() == in[0].last() ? "" : "bias gradient disagrees";
   case Opcode::BiasAdd:
-    return in[1].numel() == in[0].last() && same(out[0], in[0]) && floats({&in[0], &in[1]})
-               ? ""
-               : "bias add operands disagree";
+    return in[1].numel() == in[0].last() && same(out[0], in[0]) ? ""
+                                                                : "bias add operands disagree";
   case Opcode::Add:
   case Opcode::GeluGrad:
-    return same(in[0], in[1]) && same(out[0], in[0]) && floats({&in[0]}) ? ""
-                                                                          : "operands disagree";
+    return same(in[0], in[1]) && same(out[0], in[0]) ? "" : "operands disagree";
   case Opcode::Gelu:
-  case Opcode::Identity:
-    return same(out[0], in[0]) && floats({&in[0]}) ? "" : "operands disagree";
+  case Opcode::TpCopy:
+    return same(out[0], in[0]) ? "" : "operands disagree";
   case Opcode::Dropout:
     if (!(inst.rate() >= 0 && inst.rate() < 1) || inst.stream() < 0 || !same(out[0], in[0]) ||
-        !floats({&in[0]}) || (inst.sequence_parallel() && in[0].rank() < 2) ||
+        (inst.sequence_parallel() && in[0].rank() < 2) ||
         (out.size() == 2 && out[1].numel() != in[0].numel()))
       return "dropout operands or rate disagree";
     return "";
@@ -273,7 +189,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     const Dims &o = inst.opcode() == Opcode::Attention ? out[0] : in[2];
     if (inst.heads() <= 0 || qkv.rank() != 3 || o.rank() != 3 || o.d[2] % inst.heads() != 0 ||
         qkv.d[2] != 3 * o.d[2] || qkv.d[0] != o.d[0] || qkv.d[1] != o.d[1] ||
-        !floats({&qkv, &o}) || !randomOk())
+        !randomOk())
       return "attention operands or heads disagree";
     if (inst.opcode() == Opcode::AttentionGrad && (!same(in[0], o) || !same(out[0], qkv)))
       return "attention gradient operands disagree";
@@ -283,8 +199,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   case Opcode::CrossEntropyGrad: {
     bool grad = inst.opcode() == Opcode::CrossEntropyGrad;
     const Dims &logits = grad ? in[1] : in[0], &targets = grad ? in[2] : in[1];
-    if (!targets.isIndex() || logits.rows() != targets.numel() || !floats({&logits}) ||
-        inst.num_classes() < 0 || inst.num_classes() > logits.last() ||
+    if (logits.rows() != targets.numel() || inst.num_classes() < 0 || inst.num_classes() > logits.last() ||
         (grad ? (in[0].numel() != 1 || !same(out[0], logits)) : out[0].numel() != 1))
       return "cross-entropy operands disagree";
     return "";
@@ -308,9 +223,8 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
       return "vocabulary-parallel cross-entropy gradient operands disagree";
     return "";
   case Opcode::ParamGrad:
-    return param && in[0].numel() == param->numel() && floats({&in[0]})
-               ? ""
-               : "gradient does not match its parameter";
+    return param && in[0].numel() == param->numel() ? ""
+                                                    : "gradient does not match its parameter";
   case Opcode::AllReduce:
     return same(out[0], in[0]) ? "" : "all-reduce operands disagree";
   case Opcode::AllGather:
@@ -373,14 +287,11 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       return Status::failure(cat(at, ": unknown opcode ", static_cast<int>(inst->opcode())));
     if (!inst->inputs() || !inst->outputs())
       return Status::failure(cat(at, ": missing operand lists"));
-    Arity arity = arityOf(inst->opcode());
-    int numInputs = static_cast<int>(inst->inputs()->size());
-    bool inputsOk = arity.inputs == -1   ? (numInputs == 2 || numInputs == 3)
-                    : arity.inputs == -2 ? (numInputs == 1 || numInputs == 2)
-                                         : numInputs == arity.inputs;
-    int numOutputs = static_cast<int>(inst->outputs()->size());
-    bool outputsOk = arity.outputs < 0 ? (numOutputs == 1 || numOutputs == 2)
-                                       : numOutputs == arity.outputs;
+    const OpcodeInfo &info = opcodeInfo(inst->opcode());
+    const int numInputs = static_cast<int>(inst->inputs()->size());
+    const int numOutputs = static_cast<int>(inst->outputs()->size());
+    const bool inputsOk = numInputs >= info.minInputs && numInputs <= info.maxInputs;
+    const bool outputsOk = numOutputs >= info.minOutputs && numOutputs <= info.maxOutputs;
     if (!inputsOk || !outputsOk)
       return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()),
                                  "): wrong number of operands"));

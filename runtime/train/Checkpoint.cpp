@@ -51,6 +51,8 @@ const char *safetensorsDType(plan::DType dtype) {
     return "I32";
   case plan::DType::I64:
     return "I64";
+  case plan::DType::I8:
+    return "I8";
   }
   return "?";
 }

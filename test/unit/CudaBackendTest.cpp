@@ -239,6 +239,7 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
 
 /// Device memory for a test, released at the end.
 struct DeviceBuffers {
+  explicit DeviceBuffers(Backend &backend) : backend(backend) {}
   Backend &backend;
   std::vector<void *> held;
   void *allocate(size_t bytes) { return held.emplace_back(backend.allocate(bytes)); }

@@ -726,7 +726,7 @@ template <typename T> struct Kernels {
     case Opcode::BiasAdd:
       biasAdd(in[0], in[1], out[0]);
       break;
-    case Opcode::Identity:
+    case Opcode::TpCopy:
       std::copy_n(ptr(in[0]), in[0].numel(), ptr(out[0]));
       break;
     case Opcode::CrossEntropyStats:

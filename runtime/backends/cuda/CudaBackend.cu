@@ -1313,7 +1313,7 @@ private:
     case Opcode::GeluGrad:
       geluGradKernel<<<blocksFor(n), kThreads>>>(p(in[0]), p(in[1]), p(out[0]), n);
       break;
-    case Opcode::Identity:
+    case Opcode::TpCopy:
       launchConvert(out[0].data, type, in[0].data, type, n);
       break;
     case Opcode::ParamGrad:

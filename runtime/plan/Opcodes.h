@@ -1,0 +1,50 @@
+// The opcode table (plan/Opcodes.def) as data: what the plan reader checks of every
+// instruction, and where the executor sends it.
+#ifndef MT_RUNTIME_PLAN_OPCODES_H
+#define MT_RUNTIME_PLAN_OPCODES_H
+
+#include "plan_generated.h"
+
+#include <cstddef>
+#include <iterator>
+
+namespace mt {
+
+/// Who executes an opcode.
+enum class RunsOn { Backend, Comm };
+
+struct OpcodeInfo {
+  plan::Opcode opcode;
+  int minInputs, maxInputs, minOutputs, maxOutputs;
+  /// The operand holding ids or targets, the input or output holding a dropout mask;
+  /// -1 where there is none.
+  int indexInput, maskInput, maskOutput;
+  RunsOn runsOn;
+};
+
+inline constexpr OpcodeInfo kOpcodes[] = {
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, runsOn)          \
+  {plan::Opcode::name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, RunsOn::runsOn},
+#include "plan/Opcodes.def"
+#undef MT_OPCODE
+};
+
+namespace detail {
+constexpr bool tableFollowsSchema() {
+  for (size_t i = 0; i < std::size(kOpcodes); ++i)
+    if (static_cast<size_t>(kOpcodes[i].opcode) != i)
+      return false;
+  return std::size(kOpcodes) == static_cast<size_t>(plan::Opcode::MAX) + 1;
+}
+} // namespace detail
+static_assert(detail::tableFollowsSchema(),
+              "plan/Opcodes.def must list every opcode of plan.fbs, in the schema's order");
+
+/// The table's row for `opcode`, which the caller has checked is at most Opcode::MAX.
+inline const OpcodeInfo &opcodeInfo(plan::Opcode opcode) {
+  return kOpcodes[static_cast<size_t>(opcode)];
+}
+
+} // namespace mt
+
+#endif
