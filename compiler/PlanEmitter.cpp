@@ -1,15 +1,14 @@
 #include "compiler/PlanEmitter.h"
 #include "plan/Schedule.h"
 #include "dialects/mt/MtDialect.h"
+#include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
+#include "core/DType.h"
 #include "plan/PlanFormat.h"
 #include "plan_generated.h"
 
-#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 namespace fb = flatbuffers;
@@ -46,16 +45,6 @@ plan::DType precisionType(const std::string &precision) {
   return plan::DType::F32;
 }
 
-/// The attributes an instruction may carry; unset ones keep the schema defaults.
-struct InstructionFields {
-  plan::Opcode opcode = plan::Opcode::Fill;
-  double epsilon = 0, rate = 0, value = 0;
-  int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
-  bool causal = false, vocabParallel = false, sequenceParallel = false, featureParallel = false,
-       headParallel = false, lossSeed = false;
-  int32_t param = -1, axis = 0;
-};
-
 /// Where a program sits in the pipeline, and how it talks to its neighbours.
 struct ProgramRole {
   int32_t stage = 0, chunk = 0;
@@ -69,7 +58,6 @@ public:
 
 private:
   LogicalResult addBuffer(Value v, plan::BufferKind kind, uint64_t offset, int32_t param);
-  FailureOr<InstructionFields> fieldsOf(Operation *op);
   FailureOr<fb::Offset<plan::Program>> emitProgram(func::FuncOp fn, const ProgramRole &role);
 
   fb::FlatBufferBuilder fbb;
@@ -91,135 +79,6 @@ LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset
   buffers.push_back(plan::CreateBuffer(fbb, fbb.CreateVector(type.getShape().vec()), *dtype,
                                        kind, offset, mlir::mt::tensorBytes(type), param));
   return success();
-}
-
-FailureOr<InstructionFields> Emitter::fieldsOf(Operation *op) {
-  using plan::Opcode;
-  InstructionFields f;
-  // The fused attention and its gradient carry the same attributes.
-  auto attention = [&](auto o, Opcode opcode) {
-    f.heads = o.getHeads();
-    f.causal = o.getCausal();
-    f.rate = o.getDropout() ? o.getDropout()->convertToDouble() : 0.0;
-    f.stream = o.getStream().value_or(-1);
-    f.headParallel = o.getHeadParallel();
-    return f.opcode = opcode, true;
-  };
-  bool known = llvm::TypeSwitch<Operation *, bool>(op)
-      .Case([&](arith::ConstantOp c) {
-        auto dense = dyn_cast<DenseFPElementsAttr>(c.getValue());
-        if (!dense || !dense.isSplat())
-          return false;
-        f.opcode = Opcode::Fill;
-        f.value = dense.getSplatValue<APFloat>().convertToDouble();
-        f.lossSeed = c->hasAttr(mlir::mt::kLossSeedAttr);
-        return true;
-      })
-      .Case([&](mlir::mt::EmbeddingOp o) {
-        f.vocabParallel = o.getVocabParallel();
-        return f.opcode = Opcode::Embedding, true;
-      })
-      .Case([&](mlir::mt::PositionEmbeddingOp o) {
-        f.sequenceParallel = o.getSequenceParallel();
-        return f.opcode = Opcode::PositionEmbedding, true;
-      })
-      .Case([&](mlir::mt::BiasAddOp) { return f.opcode = Opcode::BiasAdd, true; })
-      .Case([&](mlir::mt::TpCopyOp) { return f.opcode = Opcode::TpCopy, true; })
-      .Case([&](shard::AllReduceOp) { return f.opcode = Opcode::AllReduce, true; })
-      .Case([&](shard::AllGatherOp o) {
-        f.axis = static_cast<int32_t>(o.getGatherAxis().getSExtValue());
-        return f.opcode = Opcode::AllGather, true;
-      })
-      .Case([&](shard::ReduceScatterOp o) {
-        f.axis = static_cast<int32_t>(o.getScatterAxis().getSExtValue());
-        return f.opcode = Opcode::ReduceScatter, true;
-      })
-      .Case([&](mlir::mt::CrossEntropyStatsOp o) {
-        f.numClasses = o.getNumClasses().value_or(0);
-        f.vocabParallel = true;
-        return f.opcode = Opcode::CrossEntropyStats, true;
-      })
-      .Case([&](mlir::mt::CrossEntropyMergeOp o) {
-        f.numClasses = o.getNumClasses().value_or(0);
-        return f.opcode = Opcode::CrossEntropyMerge, true;
-      })
-      .Case([&](mlir::mt::VocabParallelCrossEntropyGradOp o) {
-        f.numClasses = o.getNumClasses().value_or(0);
-        f.vocabParallel = true;
-        return f.opcode = Opcode::VocabParallelCrossEntropyGrad, true;
-      })
-      .Case([&](mlir::mt::LayerNormOp o) {
-        f.epsilon = o.getEpsilon().convertToDouble();
-        return f.opcode = Opcode::LayerNorm, true;
-      })
-      .Case([&](mlir::mt::LinearOp) { return f.opcode = Opcode::Linear, true; })
-      .Case([&](mlir::mt::AddOp) { return f.opcode = Opcode::Add, true; })
-      .Case([&](mlir::mt::GeluOp) { return f.opcode = Opcode::Gelu, true; })
-      .Case([&](mlir::mt::AttentionOp o) { return attention(o, Opcode::Attention); })
-      .Case([&](mlir::mt::AttentionProbsOp o) {
-        f.heads = o.getHeads();
-        f.causal = o.getCausal();
-        return f.opcode = Opcode::AttentionProbs, true;
-      })
-      .Case([&](mlir::mt::AttentionContextOp) { return f.opcode = Opcode::AttentionContext, true; })
-      .Case([&](mlir::mt::AttentionProbsGradOp) {
-        return f.opcode = Opcode::AttentionProbsGrad, true;
-      })
-      .Case([&](mlir::mt::AttentionContextGradOp) {
-        return f.opcode = Opcode::AttentionContextGrad, true;
-      })
-      .Case([&](mlir::mt::DropoutGradOp o) {
-        f.rate = o.getRate().convertToDouble();
-        f.stream = o.getStream().value_or(-1);
-        f.sequenceParallel = o.getSequenceParallel();
-        f.featureParallel = o.getFeatureParallel();
-        return f.opcode = Opcode::DropoutGrad, true;
-      })
-      .Case([&](mlir::mt::DropoutOp o) {
-        f.rate = o.getRate().convertToDouble();
-        f.sequenceParallel = o.getSequenceParallel();
-        f.featureParallel = o.getFeatureParallel();
-        f.stream = o.getStream().value_or(-1);
-        return f.opcode = Opcode::Dropout, true;
-      })
-      .Case([&](mlir::mt::CrossEntropyOp o) {
-        f.numClasses = o.getNumClasses().value_or(0);
-        return f.opcode = Opcode::CrossEntropy, true;
-      })
-      .Case([&](mlir::mt::EmbeddingGradOp o) {
-        f.count = o.getNumEmbeddings();
-        f.vocabParallel = o.getVocabParallel();
-        return f.opcode = Opcode::EmbeddingGrad, true;
-      })
-      .Case([&](mlir::mt::PositionEmbeddingGradOp o) {
-        f.count = o.getNumPositions();
-        f.sequenceParallel = o.getSequenceParallel();
-        return f.opcode = Opcode::PositionEmbeddingGrad, true;
-      })
-      .Case([&](mlir::mt::LayerNormGradOp o) {
-        f.epsilon = o.getEpsilon().convertToDouble();
-        return f.opcode = Opcode::LayerNormGrad, true;
-      })
-      .Case([&](mlir::mt::LinearGradInputOp) { return f.opcode = Opcode::LinearGradInput, true; })
-      .Case([&](mlir::mt::LinearGradWeightOp) { return f.opcode = Opcode::LinearGradWeight, true; })
-      .Case([&](mlir::mt::BiasGradOp) { return f.opcode = Opcode::BiasGrad, true; })
-      .Case([&](mlir::mt::GeluGradOp) { return f.opcode = Opcode::GeluGrad, true; })
-      .Case([&](mlir::mt::AttentionGradOp o) { return attention(o, Opcode::AttentionGrad); })
-      .Case([&](mlir::mt::CrossEntropyGradOp o) {
-        f.numClasses = o.getNumClasses().value_or(0);
-        return f.opcode = Opcode::CrossEntropyGrad, true;
-      })
-      .Case([&](mlir::mt::ParamGradOp o) {
-        auto it = paramIndex.find(o.getName());
-        if (it == paramIndex.end())
-          return false;
-        f.param = it->second;
-        return f.opcode = Opcode::ParamGrad, true;
-      })
-      .Default([](Operation *) { return false; });
-  if (!known)
-    return op->emitOpError("cannot be written to a plan");
-  return f;
 }
 
 FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
@@ -253,7 +112,7 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
           global.assign(g->begin(), g->end());
         // A 16-bit parameter is the programs' compute copy; the parameter itself (master
         // weights, gradient, optimizer state) is in the accumulator type.
-        const plan::DType master = plan::accumulatorType(*dtypeOf(type.getElementType()));
+        const plan::DType master = ::mt::accumulatorType(*dtypeOf(type.getElementType()));
         params.push_back(plan::CreateParam(
             fbb, fbb.CreateString(param.getName().str()),
             fbb.CreateVector(type.getShape().vec()), master, init,
@@ -272,9 +131,19 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
       if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1)))
         return failure();
 
-    FailureOr<InstructionFields> f = fieldsOf(&op);
-    if (failed(f))
+    auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
+    if (!encodable)
+      return op.emitOpError("cannot be written to a plan");
+    mlir::mt::PlanInstruction f;
+    if (failed(encodable.encodeInstruction(f)))
       return failure();
+    int32_t param = -1;
+    if (f.opcode == plan::Opcode::ParamGrad) {
+      auto it = paramIndex.find(f.param);
+      if (it == paramIndex.end())
+        return op.emitOpError("plan: no parameter '") << f.param << "' in this program";
+      param = it->second;
+    }
     std::vector<uint32_t> inputs, outputs;
     for (Value v : op.getOperands())
       inputs.push_back(bufferOf.at(v));
@@ -282,10 +151,10 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
       outputs.push_back(bufferOf.at(v));
     auto cost = dyn_cast<mlir::mt::CostOpInterface>(&op);
     instructions.push_back(plan::CreateInstruction(
-        fbb, f->opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f->epsilon,
-        f->rate, f->value, f->heads, f->causal, f->stream, f->numClasses, f->count,
-        f->param, cost ? cost.getGemmFlops() : 0, f->axis, f->vocabParallel,
-        f->sequenceParallel, f->featureParallel, f->headParallel, f->lossSeed));
+        fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
+        f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, param,
+        cost ? cost.getGemmFlops() : 0, f.axis, f.vocabParallel, f.sequenceParallel,
+        f.featureParallel, f.headParallel, f.lossSeed));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

@@ -4,6 +4,7 @@
 
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/MtDialect.h"
+#include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -15,6 +16,7 @@ inline void registerAll(mlir::DialectRegistry &registry) {
   registry.insert<mlir::mt::MtDialect, mlir::func::FuncDialect, mlir::arith::ArithDialect,
                   mlir::shard::ShardDialect>();
   mlir::mt::registerCollectiveGradients(registry);
+  mlir::mt::registerPlanEncodings(registry);
   mlir::mt::registerMtPasses();
 }
 } // namespace mtc

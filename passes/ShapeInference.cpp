@@ -3,20 +3,6 @@
 
 namespace mlir::mt {
 
-LogicalResult reinferOp(Operation *op) {
-  auto infer = dyn_cast<InferTypeOpInterface>(op);
-  if (!infer)
-    return success();
-  SmallVector<Type> types;
-  if (failed(infer.inferReturnTypes(op->getContext(), op->getLoc(), op->getOperands(),
-                                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
-                                    op->getRegions(), types)))
-    return failure();
-  for (auto [result, type] : llvm::zip_equal(op->getResults(), types))
-    result.setType(type);
-  return success();
-}
-
 LogicalResult reinferTypes(FunctionOpInterface fn) {
   WalkResult walk = fn.walk([&](Operation *op) {
     return failed(reinferOp(op)) ? WalkResult::interrupt() : WalkResult::advance();

@@ -40,7 +40,7 @@ Value mlir::mt::createTpReduceScatter(OpBuilder &b, Location loc, Value input,
 
 FailureOr<SmallVector<Value>> TpCopyOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
   return SmallVector<Value>{
-      createTpAllReduce(b, getLoc(), resultGrads[0], getGridAttr(), getAxis())};
+      createTpAllReduce(b, getLoc(), resultGrads[0], getGridAttr(), getGridAxis())};
 }
 
 namespace {

@@ -17,6 +17,38 @@ int64_t defaultOtherFlops(Operation *op);
 int64_t defaultBytesMoved(Operation *op);
 /// Bytes of a statically shaped tensor type.
 int64_t tensorBytes(Type type);
+
+/// Discardable attributes the passes write, by name.
+/// mt-memory-plan:
+inline constexpr llvm::StringLiteral kOffsetsAttr = "mt.offsets";
+inline constexpr llvm::StringLiteral kArgOffsetsAttr = "mt.arg_offsets";
+inline constexpr llvm::StringLiteral kArenaBytesAttr = "mt.arena_bytes";
+/// Written by mt-expand on every op of an unrolled block: the block copy's ordinal.
+inline constexpr llvm::StringLiteral kLayerAttr = "mt.layer";
+/// Written by mt-pipeline-assign on every forward op (and copied by mt-autodiff onto
+/// the backward ops each one's gradient rule builds): its virtual pipeline stage.
+inline constexpr llvm::StringLiteral kStageAttr = "mt.stage";
+/// The constant mt-autodiff seeds backward with (d loss / d loss = 1): fp16 scales it.
+inline constexpr llvm::StringLiteral kLossSeedAttr = "mt.loss_seed";
+/// Written by mt-recompute on the training step: the FLOPs its copies add per
+/// micro-batch, GEMM and other.
+inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";
+inline constexpr llvm::StringLiteral kRecomputeOtherFlopsAttr = "mt.recompute_other_flops";
+
+/// Infers `op`'s result types again from its operands (ops without InferTypeOpInterface
+/// keep theirs). Fails, with the op's diagnostic, when the shapes do not agree.
+LogicalResult reinferOp(Operation *op);
+
+class TensorParallelRewriter;
+template <typename ConcreteType>
+class Pointwise : public OpTrait::TraitBase<ConcreteType, Pointwise> {};
+template <typename ConcreteType>
+class ColumnParallelConsumer : public OpTrait::TraitBase<ConcreteType, ColumnParallelConsumer> {};
+
+/// The fields of a plan instruction (dialects/mt/PlanEncoding.h).
+struct PlanInstruction;
+/// The plan encoding by name (PlanOpInterface's default).
+LogicalResult encodeInstructionByName(Operation *op, PlanInstruction &inst);
 } // namespace mlir::mt
 
 #include "dialects/mt/MtDialect.h.inc"

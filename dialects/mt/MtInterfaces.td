@@ -36,4 +36,51 @@ def Mt_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   ];
 }
 
+// How mt-tensor-parallel partitions an op, given the layouts of its operands across the
+// tensor-parallel group (mlir::mt::TensorParallelRewriter, in TensorParallel.h). An op
+// without this interface is partitioned pointwise if it is Mt_Pointwise (its operands
+// share one layout, which its results take), as upstream's sharding treats elementwise
+// ops; any other op is refused. So an elementwise op needs no rule at all.
+def Mt_TensorParallelOpInterface : OpInterface<"TensorParallelOpInterface"> {
+  let cppNamespace = "::mlir::mt";
+  let methods = [
+    InterfaceMethod<[{Rewrites the op for the group: shards its parameters, inserts the
+      collectives around it, sets its result layouts (TensorParallelRewriter::setResultLayout),
+      or replaces it.}],
+      "::mlir::LogicalResult", "partition",
+      (ins "::mlir::mt::TensorParallelRewriter &":$tp)>,
+  ];
+}
+
+// An op computed element by element on operands of one shape: tensor parallelism
+// partitions it pointwise (TensorParallelRewriter::partitionPointwise). Upstream's
+// `Elementwise` trait would also do, but its verifier's message runs first and names
+// no operand; ours (type inference) names both.
+def Mt_Pointwise : NativeOpTrait<"Pointwise"> {
+  let cppNamespace = "::mlir::mt";
+}
+
+// An op a column-parallel linear may feed: it computes on a tensor split along its last
+// dimension (per element, per head, or per vocabulary shard), so a linear whose result
+// it reads splits its output features (Megatron's ColumnParallelLinear), and the
+// region ends at the next linear, which is row-parallel.
+def Mt_ColumnParallelConsumer : NativeOpTrait<"ColumnParallelConsumer"> {
+  let cppNamespace = "::mlir::mt";
+}
+
+// How an op becomes an instruction of a plan (runtime/plan/plan.fbs). By default by
+// name: the opcode is the op's name in CamelCase (mt.layer_norm: LayerNorm), the
+// operands and results are its buffers in order, and each attribute goes to the
+// instruction field of the same name; an attribute with no field is an error, never
+// dropped. An op that needs more overrides the method beside its other rules.
+def Mt_PlanOpInterface : OpInterface<"PlanOpInterface"> {
+  let cppNamespace = "::mlir::mt";
+  let methods = [
+    InterfaceMethod<"Sets the instruction's opcode and attributes.",
+      "::mlir::LogicalResult", "encodeInstruction",
+      (ins "::mlir::mt::PlanInstruction &":$inst), "",
+      [{ return ::mlir::mt::encodeInstructionByName($_op.getOperation(), inst); }]>,
+  ];
+}
+
 #endif

@@ -1,6 +1,7 @@
 // The mt dialect: shape inference (which is also each op's verifier), costs, and the
 // vector-Jacobian rules mt-autodiff composes.
 #include "dialects/mt/MtDialect.h"
+#include "dialects/mt/PlanEncoding.h"
 
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -19,6 +20,20 @@ void MtDialect::initialize() {
 #define GET_OP_LIST
 #include "dialects/mt/MtOps.cpp.inc"
       >();
+}
+
+LogicalResult mlir::mt::reinferOp(Operation *op) {
+  auto infer = dyn_cast<InferTypeOpInterface>(op);
+  if (!infer)
+    return success();
+  SmallVector<Type> types;
+  if (failed(infer.inferReturnTypes(op->getContext(), op->getLoc(), op->getOperands(),
+                                    op->getRawDictionaryAttrs(), op->getPropertiesStorage(),
+                                    op->getRegions(), types)))
+    return failure();
+  for (auto [result, type] : llvm::zip_equal(op->getResults(), types))
+    result.setType(type);
+  return success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -293,10 +308,20 @@ LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc
   return success();
 }
 
+/// An activation's result: its input's type.
+static LogicalResult inferActivation(Value input, SmallVectorImpl<Type> &types) {
+  types.push_back(input.getType());
+  return success();
+}
+
 LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
                                        Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  types.push_back(adaptor.getInput().getType());
-  return success();
+  return inferActivation(adaptor.getInput(), types);
+}
+
+LogicalResult SiluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                       Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferActivation(adaptor.getInput(), types);
 }
 
 /// Checks a fused [B, S, 3H] QKV against the head count; returns H.
@@ -590,6 +615,18 @@ LogicalResult VocabParallelCrossEntropyGradOp::inferReturnTypes(
   return success();
 }
 
+// The statistics and the gradient of the vocabulary-parallel loss always read a shard
+// of the vocabulary: the runtime offsets the targets by this rank's block.
+LogicalResult CrossEntropyStatsOp::encodeInstruction(PlanInstruction &inst) {
+  inst.vocabParallel = true;
+  return encodeInstructionByName(*this, inst);
+}
+
+LogicalResult VocabParallelCrossEntropyGradOp::encodeInstruction(PlanInstruction &inst) {
+  inst.vocabParallel = true;
+  return encodeInstructionByName(*this, inst);
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops: inference
 //===----------------------------------------------------------------------===//
@@ -696,13 +733,23 @@ LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location
   return success();
 }
 
+/// An activation's gradient: dy and x of one shape, dx of it too.
+static LogicalResult inferActivationGrad(std::optional<Location> loc, StringRef op, Value grad,
+                                         Value input, SmallVectorImpl<Type> &types) {
+  if (failed(expectSameShape(loc, op, "grad", ranked(grad), "input", ranked(input))))
+    return failure();
+  types.push_back(meetTypes(ranked(grad), ranked(input)));
+  return success();
+}
+
 LogicalResult GeluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
-  if (failed(expectSameShape(loc, "mt.gelu_grad", "grad", grad, "input", input)))
-    return failure();
-  types.push_back(meetTypes(grad, input));
-  return success();
+  return inferActivationGrad(loc, "mt.gelu_grad", adaptor.getGrad(), adaptor.getInput(), types);
+}
+
+LogicalResult SiluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferActivationGrad(loc, "mt.silu_grad", adaptor.getGrad(), adaptor.getInput(), types);
 }
 
 LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -801,6 +848,11 @@ FailureOr<SmallVector<Value>> AddOp::buildGradients(OpBuilder &, ValueRange resu
 FailureOr<SmallVector<Value>> GeluOp::buildGradients(OpBuilder &b,
                                                     ValueRange resultGrads) {
   return SmallVector<Value>{GeluGradOp::create(b, getLoc(), resultGrads[0], getInput())};
+}
+
+FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b,
+                                                    ValueRange resultGrads) {
+  return SmallVector<Value>{SiluGradOp::create(b, getLoc(), resultGrads[0], getInput())};
 }
 
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,

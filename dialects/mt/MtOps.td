@@ -14,13 +14,19 @@ def Mt_MaskTensor : RankedTensorOf<[I8]>;
 // An op whose result types follow from its operands and attributes. The verifier
 // re-infers them, so a wrong declared type is reported with both shapes, and
 // mt-specialize can re-derive every type once batch and sequence are fixed.
-class Mt_ShapedOp<string mnemonic, list<Trait> traits = []>
-    : Mt_Op<mnemonic, !listconcat([InferTypeOpAdaptor], traits)> {
+// It is an instruction of the plan, encoded by name unless `plan` says otherwise.
+class Mt_ShapedOp<string mnemonic, list<Trait> traits = [],
+                  Trait plan = Mt_PlanOpInterface>
+    : Mt_Op<mnemonic, !listconcat([InferTypeOpAdaptor, plan], traits)> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
-class Mt_GradOp<string mnemonic, list<Trait> traits = []>
-    : Mt_ShapedOp<mnemonic, !listconcat([Pure], traits)>;
+class Mt_GradOp<string mnemonic, list<Trait> traits = [],
+                Trait plan = Mt_PlanOpInterface>
+    : Mt_ShapedOp<mnemonic, !listconcat([Pure], traits), plan>;
+
+// An op whose plan encoding adds to the one by name.
+def Mt_CustomPlanEncoding : DeclareOpInterfaceMethods<Mt_PlanOpInterface, ["encodeInstruction"]>;
 
 //===----------------------------------------------------------------------===//
 // Model structure
@@ -47,7 +53,7 @@ def Mt_ParamOp : Mt_Op<"param"> {
   }];
 }
 
-def Mt_ParamGradOp : Mt_Op<"param_grad"> {
+def Mt_ParamGradOp : Mt_Op<"param_grad", [Mt_PlanOpInterface]> {
   let summary = "accumulates the gradient of the named parameter";
   let description = [{
     Written by mt-autodiff once every use of the parameter has been differentiated;
@@ -77,7 +83,7 @@ def Mt_RepeatOp : Mt_Op<"repeat", [DeclareOpInterfaceMethods<SymbolUserOpInterfa
 //===----------------------------------------------------------------------===//
 
 def Mt_EmbeddingOp : Mt_ShapedOp<"embedding", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "rows of a [V, H] table gathered by token ids: [B, S] -> [B, S, H]";
   let arguments = (ins Mt_FloatTensor:$table, Mt_IndexTensor:$ids, UnitAttr:$vocab_parallel);
   let results = (outs Mt_FloatTensor:$result);
@@ -88,7 +94,7 @@ def Mt_EmbeddingOp : Mt_ShapedOp<"embedding", [Pure, Mt_CostOpInterface,
 }
 
 def Mt_PositionEmbeddingOp : Mt_ShapedOp<"position_embedding", [Pure,
-    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "adds learned positions: x[b, s, :] + table[s, :]";
   let description = [{
     With `sequence_parallel`, x is this tensor-parallel rank's block of the sequence,
@@ -100,7 +106,7 @@ def Mt_PositionEmbeddingOp : Mt_ShapedOp<"position_embedding", [Pure,
 }
 
 def Mt_LayerNormOp : Mt_ShapedOp<"layer_norm", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "layer normalisation over the last dimension, with weight and bias";
   let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
                        Mt_FloatTensor:$bias,
@@ -111,7 +117,7 @@ def Mt_LayerNormOp : Mt_ShapedOp<"layer_norm", [Pure, Mt_CostOpInterface,
 
 def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "y = x·Wᵀ (+ b), x: [..., K], W: [N, K], b: [N]";
   let description = [{
     Weights are stored [out, in], so a tied output embedding is the input embedding
@@ -122,23 +128,30 @@ def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_AddOp : Mt_ShapedOp<"add", [Pure, Mt_CostOpInterface,
+def Mt_AddOp : Mt_ShapedOp<"add", [Pure, Mt_Pointwise, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "elementwise sum of two tensors of one type (residual add)";
   let arguments = (ins Mt_FloatTensor:$lhs, Mt_FloatTensor:$rhs);
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_GeluOp : Mt_ShapedOp<"gelu", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+def Mt_GeluOp : Mt_ShapedOp<"gelu", [Pure, Mt_Pointwise, Mt_ColumnParallelConsumer,
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "GELU, tanh approximation (as GPT-2 and Megatron use)";
   let arguments = (ins Mt_FloatTensor:$input);
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure,
+def Mt_SiluOp : Mt_ShapedOp<"silu", [Pure, Mt_Pointwise, Mt_ColumnParallelConsumer,
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "SiLU (swish), x·σ(x): the gate of LLaMA's SwiGLU";
+  let arguments = (ins Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "scaled dot-product attention of a fused QKV: [B, S, 3H] -> [B, S, H]";
   let description = [{
     The last dimension of `qkv` is laid out (head, {q, k, v}, head_dim), as in
@@ -176,7 +189,7 @@ def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
 }
 
 def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "inverted dropout with a counter-based mask";
   let description = [{
     The keep mask is a function of (seed, step, micro-batch, `stream`, global element
@@ -195,8 +208,8 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
   let hasVerifier = 1;
 }
 
-def Mt_CrossEntropyOp : Mt_ShapedOp<"cross_entropy", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+def Mt_CrossEntropyOp : Mt_ShapedOp<"cross_entropy", [Pure, Mt_ColumnParallelConsumer,
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "mean softmax cross-entropy of logits [B, S, V] against targets [B, S]";
   let description = [{
     With `num_classes`, only the first `num_classes` logits take part (the rest are
@@ -224,13 +237,14 @@ def Mt_TpCopyOp : Mt_ShapedOp<"tp_copy", [Pure,
   let description = [{
     Megatron's f operator (Shoeybi et al. 2019): every rank of the group reads the same
     x; the gradients each computes are partial, so backward sums them over `grid`
-    axis `axis` (an upstream `shard.all_reduce`).
+    axis `grid_axis` (an upstream `shard.all_reduce`).
   }];
-  let arguments = (ins Mt_FloatTensor:$input, FlatSymbolRefAttr:$grid, I64Attr:$axis);
+  let arguments = (ins Mt_FloatTensor:$input, FlatSymbolRefAttr:$grid, I64Attr:$grid_axis);
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_CrossEntropyStatsOp : Mt_ShapedOp<"cross_entropy_stats", [Pure, Mt_CostOpInterface]> {
+def Mt_CrossEntropyStatsOp : Mt_ShapedOp<"cross_entropy_stats", [Pure, Mt_CostOpInterface],
+    Mt_CustomPlanEncoding> {
   let summary = "per row of a vocabulary shard: [max, Σexp(x − max), target logit]";
   let description = [{
     Vocabulary-parallel cross-entropy (Megatron), step 1 of 2: logits [..., V/t] hold
@@ -256,7 +270,7 @@ def Mt_CrossEntropyMergeOp : Mt_ShapedOp<"cross_entropy_merge", [Pure, Mt_CostOp
 }
 
 def Mt_VocabParallelCrossEntropyGradOp : Mt_GradOp<"vocab_parallel_cross_entropy_grad",
-    [Mt_CostOpInterface]> {
+    [Mt_CostOpInterface], Mt_CustomPlanEncoding> {
   let summary = "this rank's dlogits of the vocabulary-parallel cross-entropy";
   let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
                        Mt_IndexTensor:$targets, Mt_FloatTensor:$stats,
@@ -316,6 +330,12 @@ def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface]> {
 
 def Mt_GeluGradOp : Mt_GradOp<"gelu_grad", [Mt_CostOpInterface]> {
   let summary = "dx = dy·gelu'(x)";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_SiluGradOp : Mt_GradOp<"silu_grad", [Mt_CostOpInterface]> {
+  let summary = "dx = dy·silu'(x) = dy·σ(x)·(1 + x·(1 − σ(x)))";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
   let results = (outs Mt_FloatTensor:$result);
 }

@@ -1,5 +1,7 @@
-// Element types of plan buffers: their sizes. Header-only, so the communicators and
-// the plan reader share it without depending on each other.
+// Element types of plan buffers: their sizes, the accumulator type of a precision, and
+// the most dimensions a buffer has. Header-only, over the schema alone, so that the
+// plan library, the runtime core, the communicators and the compiler share it without
+// depending on each other.
 #ifndef MT_RUNTIME_CORE_DTYPE_H
 #define MT_RUNTIME_CORE_DTYPE_H
 
@@ -26,6 +28,16 @@ inline size_t dtypeBytes(plan::DType dtype) {
   }
   return 0;
 }
+
+/// What a plan of `precision` keeps parameters (master weights, gradients, optimizer
+/// state), losses and softmax statistics in: f32 under bf16 and f16, else `precision`.
+inline plan::DType accumulatorType(plan::DType precision) {
+  return precision == plan::DType::BF16 || precision == plan::DType::F16 ? plan::DType::F32
+                                                                         : precision;
+}
+
+/// The most dimensions a plan buffer (and so a TensorView) has.
+inline constexpr int kMaxRank = 8;
 
 } // namespace mt
 

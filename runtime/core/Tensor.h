@@ -11,7 +11,7 @@
 namespace mt {
 
 struct TensorView {
-  static constexpr int kMaxRank = 8;
+  static constexpr int kMaxRank = mt::kMaxRank;
 
   void *data = nullptr;
   plan::DType dtype = plan::DType::F32;

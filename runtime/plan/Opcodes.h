@@ -23,7 +23,7 @@ struct OpcodeInfo {
 };
 
 inline constexpr OpcodeInfo kOpcodes[] = {
-#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, runsOn)          \
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, runsOn, shapes)  \
   {plan::Opcode::name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, RunsOn::runsOn},
 #include "plan/Opcodes.def"
 #undef MT_OPCODE

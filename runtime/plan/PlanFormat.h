@@ -21,12 +21,6 @@
 
 namespace mt::plan {
 
-/// What a plan of `precision` keeps parameters (master weights, gradients, optimizer
-/// state), losses and softmax statistics in: f32 under bf16 and f16, else `precision`.
-inline DType accumulatorType(DType precision) {
-  return precision == DType::BF16 || precision == DType::F16 ? DType::F32 : precision;
-}
-
 inline constexpr char kMagic[4] = {'M', 'T', 'P', 'L'};
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr size_t kHeaderBytes = 16;

@@ -1,5 +1,4 @@
 #include "plan/PlanReader.h"
-#include "core/Tensor.h"
 #include "plan/Opcodes.h"
 #include "plan/PlanFormat.h"
 #include "plan/Schedule.h"
@@ -16,7 +15,6 @@ namespace mt {
 
 namespace {
 
-constexpr size_t kMaxRank = TensorView::kMaxRank;
 
 /// Elements × element size, or 0 when a dimension is not positive or it overflows.
 uint64_t shapeBytes(const flatbuffers::Vector<int64_t> *shape, plan::DType dtype) {
@@ -57,21 +55,254 @@ struct Dims {
   bool isIndex() const { return dtype == plan::DType::I32 || dtype == plan::DType::I64; }
 };
 
-/// Every opcode's operands, checked the way its kernel indexes them: a plan that passes
-/// can be executed without reading or writing outside a buffer.
+/// What an instruction's operand checks see.
+struct Operands {
+  const plan::Instruction &inst;
+  const std::vector<Dims> &in, &out;
+  int64_t tp;         // the tensor-parallel group's size
+  const Dims *param;  // ParamGrad: the parameter's own shape
+};
+
+bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; }
+
+/// Attention over a fused QKV [B, S, 3H] with `heads` heads of H/heads.
+bool attentionShapes(const Dims &qkv, int64_t heads) {
+  return heads > 0 && qkv.rank() == 3 && qkv.d[2] % (3 * heads) == 0;
+}
+bool probsOf(const Dims &probs, const Dims &qkv) {
+  return probs.rank() == 4 && attentionShapes(qkv, probs.d[1]) && probs.d[0] == qkv.d[0] &&
+         probs.d[2] == qkv.d[1] && probs.d[3] == qkv.d[1];
+}
+bool contextOf(const Dims &o, const Dims &qkv) {
+  return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] && 3 * o.d[2] == qkv.d[2];
+}
+bool rateOk(const plan::Instruction &inst) { return inst.rate() >= 0 && inst.rate() < 1; }
+
+// The shape rules of Opcodes.def, each checked the way its kernels index the operands:
+// a plan that passes can be executed without reading or writing outside a buffer. Each
+// returns why the operands disagree, or "".
+
+std::string checkNone(const Operands &) { return ""; }
+
+std::string checkPointwise(const Operands &o) {
+  for (const std::vector<Dims> *list : {&o.in, &o.out})
+    for (const Dims &t : *list)
+      if (!same(t, o.in[0]))
+        return "operands of a pointwise op differ in size or type";
+  return "";
+}
+
+std::string checkEmbedding(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[0].rank() == 2 && out[0].numel() == in[1].numel() * in[0].d[1]
+             ? ""
+             : "embedding operands disagree";
+}
+
+std::string checkEmbeddingGrad(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return out[0].rank() == 2 && in[0].last() == out[0].d[1] && in[0].rows() == in[1].numel()
+             ? ""
+             : "embedding gradient operands disagree";
+}
+
+// PositionEmbedding (x, table) -> out and PositionEmbeddingGrad (dy) -> dtable.
+std::string checkPositionEmbedding(const Operands &o) {
+  const bool forward = o.inst.opcode() == plan::Opcode::PositionEmbedding;
+  const Dims &x = o.in[0], &table = forward ? o.in[1] : o.out[0];
+  int64_t sequence = x.rank() == 3 ? x.d[1] * (o.inst.sequence_parallel() ? o.tp : 1) : 0;
+  return x.rank() == 3 && table.rank() == 2 && table.d[1] == x.d[2] && sequence <= table.d[0] &&
+                 (!forward || same(o.out[0], x))
+             ? ""
+             : "position embedding operands disagree";
+}
+
+// LayerNorm (x, w, b) -> y and LayerNormGrad (dy, x, w) -> (dx, dw, db).
+std::string checkLayerNorm(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  const bool forward = o.inst.opcode() == plan::Opcode::LayerNorm;
+  const Dims &x = forward ? in[0] : in[1], &w = forward ? in[1] : in[2];
+  if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
+    return "layer norm operands disagree";
+  if (forward)
+    return in[2].numel() == x.last() ? "" : "layer norm bias disagrees";
+  return same(in[0], x) && out[1].numel() == x.last() && out[2].numel() == x.last()
+             ? ""
+             : "layer norm gradient operands disagree";
+}
+
+std::string checkLinear(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[1].rank() == 2 && in[0].last() == in[1].d[1] && out[0].rows() == in[0].rows() &&
+                 out[0].last() == in[1].d[0] && (in.size() == 2 || in[2].numel() == in[1].d[0])
+             ? ""
+             : "linear operands disagree";
+}
+
+std::string checkLinearGradInput(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[1].rank() == 2 && in[0].last() == in[1].d[0] && out[0].rows() == in[0].rows() &&
+                 out[0].last() == in[1].d[1]
+             ? ""
+             : "linear input-gradient operands disagree";
+}
+
+std::string checkLinearGradWeight(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return out[0].rank() == 2 && in[0].rows() == in[1].rows() && out[0].d[0] == in[0].last() &&
+                 out[0].d[1] == in[1].last()
+             ? ""
+             : "linear weight-gradient operands disagree";
+}
+
+std::string checkBiasGrad(const Operands &o) {
+  return o.out[0].numel() == o.in[0].last() ? "" : "bias gradient disagrees";
+}
+
+std::string checkBiasAdd(const Operands &o) {
+  return o.in[1].numel() == o.in[0].last() && same(o.out[0], o.in[0])
+             ? ""
+             : "bias add operands disagree";
+}
+
+std::string checkDropout(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return rateOk(o.inst) && o.inst.stream() >= 0 && same(out[0], in[0]) &&
+                 !(o.inst.sequence_parallel() && in[0].rank() < 2) &&
+                 (out.size() == 1 || out[1].numel() == in[0].numel())
+             ? ""
+             : "dropout operands or rate disagree";
+}
+
+// With the mask, or drawing it again from `stream`.
+std::string checkDropoutGrad(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return rateOk(o.inst) && same(out[0], in[0]) &&
+                 (in.size() == 2 ? in[1].numel() == in[0].numel()
+                                 : o.inst.stream() >= 0 &&
+                                       !(o.inst.sequence_parallel() && in[0].rank() < 2))
+             ? ""
+             : "dropout gradient operands or rate disagree";
+}
+
+std::string checkAttentionProbs(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return attentionShapes(in[0], o.inst.heads()) && probsOf(out[0], in[0]) &&
+                 out[0].d[1] == o.inst.heads() && out[0].dtype == in[0].dtype
+             ? ""
+             : "attention probabilities operands or heads disagree";
+}
+
+std::string checkAttentionContext(const Operands &o) {
+  return probsOf(o.in[0], o.in[1]) && contextOf(o.out[0], o.in[1])
+             ? ""
+             : "attention context operands disagree";
+}
+
+std::string checkAttentionProbsGrad(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return probsOf(in[1], in[2]) && same(in[0], in[1]) && same(out[0], in[2])
+             ? ""
+             : "attention probabilities gradient operands disagree";
+}
+
+std::string checkAttentionContextGrad(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return probsOf(in[1], in[2]) && contextOf(in[0], in[2]) && same(out[0], in[1]) &&
+                 same(out[1], in[2])
+             ? ""
+             : "attention context gradient operands disagree";
+}
+
+// Attention (qkv) -> out and AttentionGrad (dy, qkv, out) -> dqkv.
+std::string checkAttention(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  const plan::Instruction &inst = o.inst;
+  const bool forward = inst.opcode() == plan::Opcode::Attention;
+  const Dims &qkv = forward ? in[0] : in[1], &y = forward ? out[0] : in[2];
+  if (inst.heads() <= 0 || qkv.rank() != 3 || y.rank() != 3 || y.d[2] % inst.heads() != 0 ||
+      qkv.d[2] != 3 * y.d[2] || qkv.d[0] != y.d[0] || qkv.d[1] != y.d[1] || !rateOk(inst) ||
+      (inst.rate() > 0 && inst.stream() < 0))
+    return "attention operands or heads disagree";
+  return forward || (same(in[0], y) && same(out[0], qkv)) ? ""
+                                                          : "attention gradient operands disagree";
+}
+
+// CrossEntropy (logits, targets) -> loss and CrossEntropyGrad (dloss, logits, targets).
+std::string checkCrossEntropy(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  const bool grad = o.inst.opcode() == plan::Opcode::CrossEntropyGrad;
+  const Dims &logits = grad ? in[1] : in[0], &targets = grad ? in[2] : in[1];
+  return logits.rows() == targets.numel() && o.inst.num_classes() >= 0 &&
+                 o.inst.num_classes() <= logits.last() &&
+                 (grad ? in[0].numel() == 1 && same(out[0], logits) : out[0].numel() == 1)
+             ? ""
+             : "cross-entropy operands disagree";
+}
+
+// The statistics are [3, rows] per rank and [3·tp, rows] gathered: the kernels index
+// them by that shape.
+std::string checkCrossEntropyStats(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[0].rows() == in[1].numel() && out[0].d == std::vector<int64_t>{3, in[0].rows()} &&
+                 o.inst.num_classes() >= 0 && o.inst.num_classes() <= in[0].last() * o.tp
+             ? ""
+             : "cross-entropy statistics operands disagree";
+}
+
+std::string checkCrossEntropyMerge(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[0].d == std::vector<int64_t>{3 * o.tp, in[1].rows()} &&
+                 in[1].rows() == in[2].numel() && out[0].numel() == 1
+             ? ""
+             : "cross-entropy merge operands disagree";
+}
+
+std::string checkVocabParallelCrossEntropyGrad(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  return in[0].numel() == 1 && in[1].rows() == in[2].numel() &&
+                 in[3].d == std::vector<int64_t>{3 * o.tp, in[1].rows()} &&
+                 same(out[0], in[1]) && o.inst.num_classes() >= 0 &&
+                 o.inst.num_classes() <= in[1].last() * o.tp
+             ? ""
+             : "vocabulary-parallel cross-entropy gradient operands disagree";
+}
+
+std::string checkParamGrad(const Operands &o) {
+  return o.param && o.in[0].numel() == o.param->numel() ? ""
+                                                        : "gradient does not match its parameter";
+}
+
+// AllGather (block) -> whole and ReduceScatter (whole) -> block, along `axis`.
+std::string checkBlocks(const Operands &o) {
+  const bool gather = o.inst.opcode() == plan::Opcode::AllGather;
+  const Dims &block = gather ? o.in[0] : o.out[0], &whole = gather ? o.out[0] : o.in[0];
+  const int64_t axis = o.inst.axis();
+  bool ok = axis >= 0 && axis < block.rank() && block.rank() == whole.rank() &&
+            block.dtype == whole.dtype;
+  for (int64_t i = 0; ok && i < block.rank(); ++i)
+    ok = whole.d[i] == block.d[i] * (i == axis ? o.tp : 1);
+  return ok ? "" : "collective operands disagree";
+}
+
+using OperandCheck = std::string (*)(const Operands &);
+constexpr OperandCheck kShapeChecks[] = {
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, runsOn, shapes)  \
+  &check##shapes,
+#include "plan/Opcodes.def"
+#undef MT_OPCODE
+};
+
+/// Every operand's element type as the opcode table says, then its shape rule.
 std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims> &in,
                           const std::vector<Dims> &out, const plan::Plan &p,
                           const Dims *param) {
-  using plan::Opcode;
-  const int64_t tp = p.grid()->tp();
+  // Every operand is an index tensor, a dropout mask, or a float in the plan's precision
+  // or (losses, softmax statistics) its accumulator type; the kernels read each operand
+  // by its type.
   const plan::DType precision = p.precision(), accumulator = accumulatorType(precision);
-  // Every operand is an index tensor, in the plan's precision, or (losses, softmax
-  // statistics) in its accumulator type; the kernels read each operand by its type.
   auto isFloat = [&](const Dims &t) { return t.dtype == precision || t.dtype == accumulator; };
   auto isMask = [](const Dims &t) { return t.dtype == plan::DType::I8; };
-  auto same = [](const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; };
-  // The one index operand (ids, targets) or dropout mask of an opcode, if any (the
-  // opcode table says which); every other operand must be float.
   const OpcodeInfo &info = opcodeInfo(inst.opcode());
   for (size_t i = 0; i < in.size(); ++i)
     if (static_cast<int>(i) == info.indexInput  ? !in[i].isIndex()
@@ -81,164 +312,8 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   for (size_t i = 0; i < out.size(); ++i)
     if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
-  // Attention over a fused QKV [B, S, 3H] with `heads` heads of H/heads.
-  auto attentionShapes = [&](const Dims &qkv, int64_t heads) {
-    return heads > 0 && qkv.rank() == 3 && qkv.d[2] % (3 * heads) == 0;
-  };
-  auto probsOf = [&](const Dims &probs, const Dims &qkv) {
-    return probs.rank() == 4 && attentionShapes(qkv, probs.d[1]) && probs.d[0] == qkv.d[0] &&
-           probs.d[2] == qkv.d[1] && probs.d[3] == qkv.d[1];
-  };
-  auto contextOf = [&](const Dims &o, const Dims &qkv) {
-    return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] && 3 * o.d[2] == qkv.d[2];
-  };
-  auto randomOk = [&] {
-    return inst.rate() >= 0 && inst.rate() < 1 && (inst.rate() == 0 || inst.stream() >= 0);
-  };
-  switch (inst.opcode()) {
-  case Opcode::Fill:
-    return "";
-  case Opcode::Embedding:
-    if (in[0].rank() != 2 || out[0].numel() != in[1].numel() * in[0].d[1])
-      return "embedding operands disagree";
-    return "";
-  case Opcode::EmbeddingGrad:
-    if (out[0].rank() != 2 || in[0].last() != out[0].d[1] || in[0].rows() != in[1].numel())
-      return "embedding gradient operands disagree";
-    return "";
-  case Opcode::PositionEmbedding:
-  case Opcode::PositionEmbeddingGrad: {
-    const Dims &x = in[0], &table = inst.opcode() == Opcode::PositionEmbedding ? in[1] : out[0];
-    int64_t sequence = x.rank() == 3 ? x.d[1] * (inst.sequence_parallel() ? tp : 1) : 0;
-    if (x.rank() != 3 || table.rank() != 2 || table.d[1] != x.d[2] || sequence > table.d[0] ||
-        (inst.opcode() == Opcode::PositionEmbedding && !same(out[0], x)))
-      return "position embedding operands disagree";
-    return "";
-  }
-  case Opcode::LayerNorm:
-  case Opcode::LayerNormGrad: {
-    const Dims &x = inst.opcode() == Opcode::LayerNorm ? in[0] : in[1];
-    const Dims &w = inst.opcode() == Opcode::LayerNorm ? in[1] : in[2];
-    if (!(inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
-      return "layer norm operands disagree";
-    if (inst.opcode() == Opcode::LayerNorm)
-      return in[2].numel() == x.last() ? "" : "layer norm bias disagrees";
-    return same(in[0], x) && out[1].numel() == x.last() && out[2].numel() == x.last()
-               ? ""
-               : "layer norm gradient operands disagree";
-  }
-  case Opcode::Linear:
-    if (in[1].rank() != 2 || in[0].last() != in[1].d[1] || out[0].rows() != in[0].rows() ||
-        out[0].last() != in[1].d[0] || (in.size() == 3 && in[2].numel() != in[1].d[0]))
-      return "linear operands disagree";
-    return "";
-  case Opcode::LinearGradInput:
-    if (in[1].rank() != 2 || in[0].last() != in[1].d[0] || out[0].rows() != in[0].rows() ||
-        out[0].last() != in[1].d[1])
-      return "linear input-gradient operands disagree";
-    return "";
-  case Opcode::LinearGradWeight:
-    if (out[0].rank() != 2 || in[0].rows() != in[1].rows() || out[0].d[0] != in[0].last() ||
-        out[0].d[1] != in[1].last())
-      return "linear weight-gradient operands disagree";
-    return "";
-  case Opcode::BiasGrad:
-    return out[0].numel() == in[0].last() ? "" : "bias gradient disagrees";
-  case Opcode::BiasAdd:
-    return in[1].numel() == in[0].last() && same(out[0], in[0]) ? ""
-                                                                : "bias add operands disagree";
-  case Opcode::Add:
-  case Opcode::GeluGrad:
-    return same(in[0], in[1]) && same(out[0], in[0]) ? "" : "operands disagree";
-  case Opcode::Gelu:
-  case Opcode::TpCopy:
-    return same(out[0], in[0]) ? "" : "operands disagree";
-  case Opcode::Dropout:
-    if (!(inst.rate() >= 0 && inst.rate() < 1) || inst.stream() < 0 || !same(out[0], in[0]) ||
-        (inst.sequence_parallel() && in[0].rank() < 2) ||
-        (out.size() == 2 && out[1].numel() != in[0].numel()))
-      return "dropout operands or rate disagree";
-    return "";
-  case Opcode::DropoutGrad:
-    return inst.rate() >= 0 && inst.rate() < 1 && same(out[0], in[0]) &&
-                   (in.size() == 2 ? in[1].numel() == in[0].numel()
-                                   : inst.stream() >= 0 &&
-                                         !(inst.sequence_parallel() && in[0].rank() < 2))
-               ? ""
-               : "dropout gradient operands or rate disagree";
-  case Opcode::AttentionProbs:
-    return attentionShapes(in[0], inst.heads()) && probsOf(out[0], in[0]) &&
-                   out[0].d[1] == inst.heads() && out[0].dtype == in[0].dtype
-               ? ""
-               : "attention probabilities operands or heads disagree";
-  case Opcode::AttentionContext:
-    return probsOf(in[0], in[1]) && contextOf(out[0], in[1]) ? ""
-                                                             : "attention context operands disagree";
-  case Opcode::AttentionProbsGrad:
-    return probsOf(in[1], in[2]) && same(in[0], in[1]) && same(out[0], in[2])
-               ? ""
-               : "attention probabilities gradient operands disagree";
-  case Opcode::AttentionContextGrad:
-    return probsOf(in[1], in[2]) && contextOf(in[0], in[2]) && same(out[0], in[1]) &&
-                   same(out[1], in[2])
-               ? ""
-               : "attention context gradient operands disagree";
-  case Opcode::Attention:
-  case Opcode::AttentionGrad: {
-    const Dims &qkv = inst.opcode() == Opcode::Attention ? in[0] : in[1];
-    const Dims &o = inst.opcode() == Opcode::Attention ? out[0] : in[2];
-    if (inst.heads() <= 0 || qkv.rank() != 3 || o.rank() != 3 || o.d[2] % inst.heads() != 0 ||
-        qkv.d[2] != 3 * o.d[2] || qkv.d[0] != o.d[0] || qkv.d[1] != o.d[1] ||
-        !randomOk())
-      return "attention operands or heads disagree";
-    if (inst.opcode() == Opcode::AttentionGrad && (!same(in[0], o) || !same(out[0], qkv)))
-      return "attention gradient operands disagree";
-    return "";
-  }
-  case Opcode::CrossEntropy:
-  case Opcode::CrossEntropyGrad: {
-    bool grad = inst.opcode() == Opcode::CrossEntropyGrad;
-    const Dims &logits = grad ? in[1] : in[0], &targets = grad ? in[2] : in[1];
-    if (logits.rows() != targets.numel() || inst.num_classes() < 0 || inst.num_classes() > logits.last() ||
-        (grad ? (in[0].numel() != 1 || !same(out[0], logits)) : out[0].numel() != 1))
-      return "cross-entropy operands disagree";
-    return "";
-  }
-  // The statistics are [3, rows] per rank and [3·tp, rows] gathered: the kernels index
-  // them by that shape.
-  case Opcode::CrossEntropyStats:
-    if (in[0].rows() != in[1].numel() || out[0].d != std::vector<int64_t>{3, in[0].rows()} ||
-        inst.num_classes() < 0 || inst.num_classes() > in[0].last() * tp)
-      return "cross-entropy statistics operands disagree";
-    return "";
-  case Opcode::CrossEntropyMerge:
-    if (in[0].d != std::vector<int64_t>{3 * tp, in[1].rows()} || in[1].rows() != in[2].numel() ||
-        out[0].numel() != 1)
-      return "cross-entropy merge operands disagree";
-    return "";
-  case Opcode::VocabParallelCrossEntropyGrad:
-    if (in[0].numel() != 1 || in[1].rows() != in[2].numel() ||
-        in[3].d != std::vector<int64_t>{3 * tp, in[1].rows()} || !same(out[0], in[1]) ||
-        inst.num_classes() < 0 || inst.num_classes() > in[1].last() * tp)
-      return "vocabulary-parallel cross-entropy gradient operands disagree";
-    return "";
-  case Opcode::ParamGrad:
-    return param && in[0].numel() == param->numel() ? ""
-                                                    : "gradient does not match its parameter";
-  case Opcode::AllReduce:
-    return same(out[0], in[0]) ? "" : "all-reduce operands disagree";
-  case Opcode::AllGather:
-  case Opcode::ReduceScatter: {
-    bool gather = inst.opcode() == Opcode::AllGather;
-    const Dims &small = gather ? in[0] : out[0], &large = gather ? out[0] : in[0];
-    bool ok = inst.axis() >= 0 && inst.axis() < small.rank() && small.rank() == large.rank() &&
-              small.dtype == large.dtype;
-    for (int64_t i = 0; ok && i < small.rank(); ++i)
-      ok = large.d[i] == small.d[i] * (i == inst.axis() ? tp : 1);
-    return ok ? "" : "collective operands disagree";
-  }
-  }
-  return "unknown opcode";
+  return kShapeChecks[static_cast<size_t>(inst.opcode())](
+      Operands{inst, in, out, p.grid()->tp(), param});
 }
 
 Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index) {
@@ -250,7 +325,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   uint64_t arenaEnd = 0;
   for (flatbuffers::uoffset_t i = 0; i < buffers.size(); ++i) {
     const plan::Buffer *b = buffers.Get(i);
-    if (!b->shape() || b->shape()->size() > kMaxRank)
+    if (!b->shape() || b->shape()->size() > static_cast<size_t>(kMaxRank))
       return Status::failure(cat(where, " buffer ", i, " has no shape or more than ", kMaxRank,
                                  " dimensions"));
     uint64_t bytes = shapeBytes(b->shape(), b->dtype());

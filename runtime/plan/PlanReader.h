@@ -26,8 +26,6 @@ private:
   const plan::Plan *root_ = nullptr;
 };
 
-using plan::accumulatorType;
-
 } // namespace mt
 
 #endif

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -258,12 +259,15 @@ TensorView viewOf(void *data, plan::DType dtype, std::initializer_list<int64_t> 
   return v;
 }
 
-/// The plan of op case `op` (its name checked) in `precision`, and its first
-/// instruction of `opcode` (in the plan's first program).
-void loadInstruction(size_t op, const char *name, Precision precision, plan::Opcode opcode,
+/// The plan of the op case named `name` in `precision`, and its first instruction of
+/// `opcode` (in the plan's first program).
+void loadInstruction(const char *name, Precision precision, plan::Opcode opcode,
                      LoadedPlan &plan, const plan::Instruction *&found) {
-  ASSERT_EQ(test::opCases()[op].name, name);
-  const std::string path = planOf({test::opCases()[op], precision});
+  const std::vector<test::OpCase> cases = test::opCases();
+  auto it = std::find_if(cases.begin(), cases.end(),
+                         [&](const test::OpCase &c) { return c.name == name; });
+  ASSERT_NE(it, cases.end()) << "no op case " << name;
+  const std::string path = planOf({*it, precision});
   ASSERT_FALSE(path.empty());
   ASSERT_TRUE(LoadedPlan::read(path, plan).ok());
   found = nullptr;
@@ -294,7 +298,7 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
   LoadedPlan plan;
   const plan::Instruction *linear = nullptr;
   ASSERT_NO_FATAL_FAILURE(
-      loadInstruction(1, "linear", {"bf16", 1e-2}, plan::Opcode::Linear, plan, linear));
+      loadInstruction("linear", {"bf16", 1e-2}, plan::Opcode::Linear, plan, linear));
   ASSERT_EQ(linear->inputs()->size(), 3u) << "the linear case has a bias";
   REQUIRE_GPU();
   const int64_t rows = 16, k = 8, n = 8;
@@ -348,7 +352,7 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
   LoadedPlan plan;
   const plan::Instruction *gelu = nullptr;
   ASSERT_NO_FATAL_FAILURE(
-      loadInstruction(0, "gelu", {"fp32", 1e-5}, plan::Opcode::Gelu, plan, gelu));
+      loadInstruction("gelu", {"fp32", 1e-5}, plan::Opcode::Gelu, plan, gelu));
   REQUIRE_GPU();
   std::unique_ptr<Backend> cuda;
   ASSERT_TRUE(makeCudaBackend(0, cuda).ok());

@@ -3,6 +3,7 @@
 // other backends and every parallel layout are checked against, so it favours clarity
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
+#include "core/HostDevice.h"
 #include "core/Half.h"
 #include "core/Rng.h"
 
@@ -249,26 +250,18 @@ template <typename T> struct Kernels {
       ptr(into)[i] += ptr(g)[i];
   }
 
-  // GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-  static constexpr double kGeluC = 0.79788456080286535588; // √(2/π)
-  // Elementwise math runs in T: the result is stored in T anyway.
-  static void gelu(const TensorView &x, const TensorView &out) {
-    const T c = static_cast<T>(kGeluC), a = static_cast<T>(0.044715);
+  // Activations (core/HostDevice.h): elementwise math runs in T, as the result is
+  // stored in T anyway.
+  template <typename F> static void activation(const TensorView &x, const TensorView &out) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      T v = ptr(x)[i];
-      ptr(out)[i] = T(0.5) * v * (T(1) + std::tanh(c * (v + a * v * v * v)));
-    }
+    for (int64_t i = 0; i < out.numel(); ++i)
+      ptr(out)[i] = F::value(ptr(x)[i]);
   }
-  static void geluGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
-    const T c = static_cast<T>(kGeluC), a = static_cast<T>(0.044715);
+  template <typename F>
+  static void activationGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < dx.numel(); ++i) {
-      T v = ptr(x)[i];
-      T t = std::tanh(c * (v + a * v * v * v));
-      T d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3) * a * v * v);
-      ptr(dx)[i] = ptr(dy)[i] * d;
-    }
+    for (int64_t i = 0; i < dx.numel(); ++i)
+      ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
   }
 
   /// The mask is drawn per global element: `shard` maps a block's elements to their
@@ -663,7 +656,10 @@ template <typename T> struct Kernels {
       add(in[0], in[1], out[0]);
       break;
     case Opcode::Gelu:
-      gelu(in[0], out[0]);
+      activation<Gelu>(in[0], out[0]);
+      break;
+    case Opcode::Silu:
+      activation<Silu>(in[0], out[0]);
       break;
     case Opcode::Attention:
       attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);
@@ -712,7 +708,10 @@ template <typename T> struct Kernels {
       biasGrad(in[0], out[0]);
       break;
     case Opcode::GeluGrad:
-      geluGrad(in[0], in[1], out[0]);
+      activationGrad<Gelu>(in[0], in[1], out[0]);
+      break;
+    case Opcode::SiluGrad:
+      activationGrad<Silu>(in[0], in[1], out[0]);
       break;
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(),

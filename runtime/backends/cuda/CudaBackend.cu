@@ -6,8 +6,9 @@
 // these kernels are tested against.
 #include "backends/Backend.h"
 #include "backends/cuda/DeviceBuffer.h"
+#include "core/HostDevice.h"
 #include "core/Rng.h"
-#include "plan/PlanReader.h"
+#include "core/DType.h"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cublasLt.h>
@@ -141,22 +142,15 @@ template <typename T> __global__ void accumulateKernel(const T *g, float *into, 
   GRID_STRIDE(i, n) into[i] += ld(g, i);
 }
 
-constexpr float kGeluC = 0.79788456080286535588f; // √(2/π)
-
-template <typename T> __global__ void geluKernel(const T *x, T *out, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const float v = ld(x, i);
-    st(out, i, 0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v))));
-  }
+/// An activation of core/HostDevice.h (Gelu, Silu), in f32.
+template <typename F, typename T> __global__ void activationKernel(const T *x, T *out, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, F::value(ld(x, i)));
 }
 
-template <typename T> __global__ void geluGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const float v = ld(x, i), t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
-    const float d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC *
-                                           (1.f + 3.f * 0.044715f * v * v);
-    st(dx, i, ld(dy, i) * d);
-  }
+/// dx = dy · the activation's derivative at x, in f32.
+template <typename F, typename T>
+__global__ void activationGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
+  GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * F::derivative(ld(x, i)));
 }
 
 struct Counters {
@@ -1308,10 +1302,16 @@ private:
       addKernel<<<blocksFor(n), kThreads>>>(p(in[0]), p(in[1]), p(out[0]), n);
       break;
     case Opcode::Gelu:
-      geluKernel<<<blocksFor(n), kThreads>>>(p(in[0]), p(out[0]), n);
+      activationKernel<Gelu><<<blocksFor(n), kThreads>>>(p(in[0]), p(out[0]), n);
       break;
     case Opcode::GeluGrad:
-      geluGradKernel<<<blocksFor(n), kThreads>>>(p(in[0]), p(in[1]), p(out[0]), n);
+      activationGradKernel<Gelu><<<blocksFor(n), kThreads>>>(p(in[0]), p(in[1]), p(out[0]), n);
+      break;
+    case Opcode::Silu:
+      activationKernel<Silu><<<blocksFor(n), kThreads>>>(p(in[0]), p(out[0]), n);
+      break;
+    case Opcode::SiluGrad:
+      activationGradKernel<Silu><<<blocksFor(n), kThreads>>>(p(in[0]), p(in[1]), p(out[0]), n);
       break;
     case Opcode::TpCopy:
       launchConvert(out[0].data, type, in[0].data, type, n);

@@ -21,6 +21,22 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 
 // -----
 
+// silu: dx = silu_grad(dy, x); x is the saved activation.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[Y:.*]] = mt.silu %[[X]]
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:.*]] = mt.silu_grad %[[DY]], %[[X]] : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+// CHECK: mt.param_grad "x", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.silu %x : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // linear: dx = dy·W, dW = dyᵀ·x, db = Σdy; x is the saved activation.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[X:.*]] = mt.param "x"

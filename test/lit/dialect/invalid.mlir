@@ -734,3 +734,29 @@ func.func @attention_context_probs(%p: tensor<2x3x4x4xf32>, %qkv: tensor<2x4x24x
   %o = mt.attention_context %p, %qkv : (tensor<2x3x4x4xf32>, tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
   return %o : tensor<2x4x8xf32>
 }
+
+// -----
+
+func.func @silu_declared_result(%x: tensor<2x16x64xf32>) {
+  // expected-error@+2 {{'mt.silu' op inferred type(s) 'tensor<2x16x64xf32>' are incompatible with return type(s) of operation 'tensor<2x16x64xbf16>'}}
+  // expected-error@+1 {{'mt.silu' op failed to infer returned types}}
+  %0 = mt.silu %x : (tensor<2x16x64xf32>) -> tensor<2x16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @silu_integer(%x: tensor<2x16x64xi32>) {
+  // expected-error@+1 {{'mt.silu' op operand #0 must be ranked tensor of 32-bit float or 64-bit float or bfloat16 type or 16-bit float values, but got 'tensor<2x16x64xi32>'}}
+  %0 = mt.silu %x : (tensor<2x16x64xi32>) -> tensor<2x16x64xi32>
+  return
+}
+
+// -----
+
+func.func @silu_grad_shapes(%g: tensor<2x16x64xf32>, %x: tensor<2x16x32xf32>) {
+  // expected-error@+2 {{mt.silu_grad: grad tensor<2x16x64xf32> and input tensor<2x16x32xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.silu_grad' op failed to infer returned types}}
+  %0 = mt.silu_grad %g, %x : (tensor<2x16x64xf32>, tensor<2x16x32xf32>) -> tensor<2x16x64xf32>
+  return
+}

@@ -255,3 +255,14 @@ func.func @cross_entropy_grad(%dl: tensor<f32>, %logits: tensor<?x?x256xf32>, %t
   %1 = mt.cross_entropy_grad %dl2, %logits2, %targets2 {num_classes = 50257 : i64} : (tensor<f32>, tensor<4x8x50304xbf16>, tensor<4x8xi64>) -> tensor<4x8x50304xbf16>
   return %0, %1 : tensor<?x?x256xf32>, tensor<4x8x50304xbf16>
 }
+
+// CHECK-LABEL: func.func @silu(
+// CHECK-SAME: %[[X:[^:]+]]: tensor<?x?x256xf32>, %[[G:[^:]+]]: tensor<4x?xbf16>, %[[Y:[^:]+]]: tensor<?x3072xbf16>)
+// CHECK: %[[S:.+]] = mt.silu %[[X]] : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+// CHECK: %[[D:.+]] = mt.silu_grad %[[G]], %[[Y]] : (tensor<4x?xbf16>, tensor<?x3072xbf16>) -> tensor<4x3072xbf16>
+// CHECK: return %[[S]], %[[D]]
+func.func @silu(%x: tensor<?x?x256xf32>, %g: tensor<4x?xbf16>, %y: tensor<?x3072xbf16>) -> (tensor<?x?x256xf32>, tensor<4x3072xbf16>) {
+  %0 = mt.silu %x : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+  %1 = mt.silu_grad %g, %y : (tensor<4x?xbf16>, tensor<?x3072xbf16>) -> tensor<4x3072xbf16>
+  return %0, %1 : tensor<?x?x256xf32>, tensor<4x3072xbf16>
+}

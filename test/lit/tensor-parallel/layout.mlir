@@ -12,7 +12,7 @@
 // CHECK: %[[H1:.*]] = mt.layer_norm
 // CHECK: %[[WQKV:.*]] = mt.param "h.0.attn.qkv.weight" normal(2.000000e-02) {global_shape = array<i64: 192, 64>, mt.layer = 0 : i64, shard_dim = 0 : i64} : tensor<96x64xf32>
 // CHECK: %[[BQKV:.*]] = mt.param "h.0.attn.qkv.bias" zeros {global_shape = array<i64: 192>, mt.layer = 0 : i64, shard_dim = 0 : i64} : tensor<96xf32>
-// CHECK: %[[IN:.*]] = mt.tp_copy %[[H1]] {axis = 1 : i64, grid = @grid, mt.layer = 0 : i64}
+// CHECK: %[[IN:.*]] = mt.tp_copy %[[H1]] {grid = @grid, grid_axis = 1 : i64, mt.layer = 0 : i64}
 // CHECK: %[[QKV:.*]] = mt.linear %[[IN]], %[[WQKV]], %[[BQKV]] {{.*}} -> tensor<2x32x96xf32>
 // CHECK: %[[ATT:.*]] = mt.attention %[[QKV]] {causal, dropout = 1.000000e-01 : f64, head_parallel, heads = 2 : i64, mt.layer = 0 : i64, stream = 1 : i64} : (tensor<2x32x96xf32>) -> tensor<2x32x32xf32>
 // Row-parallel projection: columns split, partial sums all-reduced, the bias added once.

@@ -1,0 +1,34 @@
+// What an op writes into its plan instruction (runtime/plan/plan.fbs), through
+// PlanOpInterface. The dialect meets the runtime only here, at the plan schema.
+#ifndef MT_DIALECTS_MT_PLANENCODING_H
+#define MT_DIALECTS_MT_PLANENCODING_H
+
+#include "dialects/mt/MtDialect.h"
+#include "plan_generated.h"
+
+#include "mlir/IR/DialectRegistry.h"
+
+namespace mlir::mt {
+
+/// The attributes an instruction may carry; unset ones keep the schema's defaults.
+struct PlanInstruction {
+  ::mt::plan::Opcode opcode = ::mt::plan::Opcode::Fill;
+  double epsilon = 0, rate = 0, value = 0;
+  int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
+  bool causal = false, vocabParallel = false, sequenceParallel = false,
+       featureParallel = false, headParallel = false, lossSeed = false;
+  int32_t axis = 0;
+  /// ParamGrad: the parameter's name, which the emitter turns into its index.
+  StringRef param;
+};
+
+/// The opcode named `name` (CamelCase, as in plan.fbs), or failure.
+FailureOr<::mt::plan::Opcode> planOpcodeNamed(StringRef name);
+
+/// Plan encodings of ops of other dialects: arith.constant (a Fill) and the shard
+/// collectives.
+void registerPlanEncodings(DialectRegistry &registry);
+
+} // namespace mlir::mt
+
+#endif
