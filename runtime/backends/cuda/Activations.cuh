@@ -1,0 +1,104 @@
+// Elementwise kernels: fill, type conversion, add, bias add and its gradient, the
+// activations of core/HostDevice.h (GELU, SiLU) and their gradients, and the f32
+// accumulation of parameter gradients.
+#ifndef MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
+#define MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
+
+#include "backends/cuda/Common.cuh"
+#include "core/HostDevice.h"
+
+namespace mt {
+namespace {
+
+/// Writes out[0, n) = value.
+template <typename O> __global__ void fillKernel(O *out, int64_t n, float value) {
+  GRID_STRIDE(i, n) st(out, i, value);
+}
+
+/// Reads in (type A), writes out (type B): one rounding to B.
+template <typename A, typename B> __global__ void convertKernel(B *out, const A *in, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, ld(in, i));
+}
+
+/// Reads a and b, writes out = a + b.
+template <typename T> __global__ void addKernel(const T *a, const T *b, T *out, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, ld(a, i) + ld(b, i));
+}
+
+/// out = x + bias per row of `cols`, rounded once to T (x may be an f32 GEMM result).
+template <typename X, typename T>
+__global__ void biasAddKernel(const X *x, const T *bias, T *out, int64_t n, int64_t cols) {
+  GRID_STRIDE(i, n) st(out, i, ld(x, i) + ld(bias, i % cols));
+}
+
+/// into (f32) += g: a parameter's gradient accumulates in f32.
+template <typename T> __global__ void accumulateKernel(const T *g, float *into, int64_t n) {
+  GRID_STRIDE(i, n) into[i] += ld(g, i);
+}
+
+/// An activation of core/HostDevice.h (Gelu, Silu), in f32.
+template <typename F, typename T> __global__ void activationKernel(const T *x, T *out, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, F::value(ld(x, i)));
+}
+
+/// dx = dy · the activation's derivative at x, in f32.
+template <typename F, typename T>
+__global__ void activationGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
+  GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * F::derivative(ld(x, i)));
+}
+
+/// db[j] = Σ_r dy[r, j], summed in row order. One thread per column.
+template <typename T>
+__global__ void biasGradKernel(const T *dy, T *db, int64_t rows, int64_t n) {
+  GRID_STRIDE(j, n) {
+    float acc = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      acc += ld(dy, r * n + j);
+    st(db, j, acc);
+  }
+}
+
+template <typename O> void launchFill(O *out, int64_t n, float value, cudaStream_t stream) {
+  fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(out, n, value);
+}
+
+template <typename A, typename B>
+void launchConvert(B *out, const A *in, int64_t n, cudaStream_t stream) {
+  convertKernel<<<blocksFor(n), kThreads, 0, stream>>>(out, in, n);
+}
+
+template <typename T>
+void launchAdd(const T *a, const T *b, T *out, int64_t n, cudaStream_t stream) {
+  addKernel<<<blocksFor(n), kThreads, 0, stream>>>(a, b, out, n);
+}
+
+template <typename X, typename T>
+void launchBiasAdd(const X *x, const T *bias, T *out, int64_t n, int64_t cols,
+                   cudaStream_t stream) {
+  biasAddKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, bias, out, n, cols);
+}
+
+template <typename T>
+void launchBiasGrad(const T *dy, T *db, int64_t rows, int64_t cols, cudaStream_t stream) {
+  biasGradKernel<<<blocksFor(cols), kThreads, 0, stream>>>(dy, db, rows, cols);
+}
+
+template <typename T>
+void launchAccumulate(const T *g, float *into, int64_t n, cudaStream_t stream) {
+  accumulateKernel<<<blocksFor(n), kThreads, 0, stream>>>(g, into, n);
+}
+
+template <typename F, typename T>
+void launchActivation(const T *x, T *out, int64_t n, cudaStream_t stream) {
+  activationKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(x, out, n);
+}
+
+template <typename F, typename T>
+void launchActivationGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
+  activationGradKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(dy, x, dx, n);
+}
+
+} // namespace
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH

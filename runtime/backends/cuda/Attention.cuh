@@ -1,0 +1,432 @@
+// Attention: one warp per (batch, head, row). qkv [B, S, 3H] holds, per token,
+// (head, {q, k, v}, head_dim); the warp's lanes split head_dim (at most 32·kMaxPerLane).
+// The fused kernels never materialise the S×S scores (online softmax; the backward
+// recomputes the probabilities); the unfused chain, for selective recomputation, keeps
+// the probabilities [B, heads, S, S]. Probability dropout draws from Dropout.cuh's
+// counters.
+#ifndef MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
+#define MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
+
+#include "backends/cuda/Common.cuh"
+#include "backends/cuda/Dropout.cuh"
+#include "core/Rng.h"
+
+#include <cmath>
+
+namespace mt {
+namespace {
+
+constexpr int kMaxPerLane = 8; // head_dim up to 256
+
+struct AttentionShape {
+  int64_t b, s, h, heads, d;
+  float scale;
+  bool causal;
+  // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j.
+  double rate;
+  uint32_t stream;
+  int64_t globalHeads, headOffset;
+  Counters counters;
+
+  __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * 3 * h; }
+  __device__ uint64_t maskIndex(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
+    return static_cast<uint64_t>(((bi * globalHeads + headOffset + hi) * s + i) * s + j);
+  }
+  /// mask/(1 − rate) of probability (i, j), or 1 without dropout.
+  __device__ float dropFactor(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
+    if (rate == 0)
+      return 1.f;
+    return rng::dropoutKeeps(counters.seed, counters.step, counters.microBatch, stream,
+                             maskIndex(bi, hi, i, j), rate)
+               ? static_cast<float>(1.0 / (1.0 - rate))
+               : 0.f;
+  }
+  __device__ int64_t lastKey(int64_t i) const { return causal ? i : s - 1; }
+  /// The row this warp works on: (batch, head, position); false past the last one.
+  __device__ bool warpRow(int64_t &row, int64_t &bi, int64_t &hi, int64_t &t) const {
+    row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    t = row % s;
+    hi = (row / s) % heads;
+    bi = row / (s * heads);
+    return row < b * heads * s;
+  }
+};
+
+/// Loads head_dim values of one row into registers, lane-strided.
+template <typename T>
+__device__ void loadRow(const T *p, int64_t d, float (&r)[kMaxPerLane]) {
+  const int lane = threadIdx.x & 31;
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    r[k] = c < d ? ld(p, c) : 0.f;
+  }
+}
+
+template <typename T>
+__device__ float rowDot(const float (&q)[kMaxPerLane], const T *k, int64_t d) {
+  const int lane = threadIdx.x & 31;
+  float acc = 0;
+  for (int c = 0; c < kMaxPerLane; ++c) {
+    const int64_t col = lane + 32 * c;
+    if (col < d)
+      acc += q[c] * ld(k, col);
+  }
+  return warpSum(acc);
+}
+
+/// The row's softmax statistics: max and Σ exp(score − max), over keys 0..lastKey(i).
+template <typename T>
+__device__ void rowStatistics(const T *qkv, const AttentionShape &a, int64_t bi, int64_t hi,
+                              int64_t i, const float (&q)[kMaxPerLane], float &max,
+                              float &sum) {
+  max = -INFINITY;
+  sum = 0;
+  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
+    const float score = a.scale * rowDot(q, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d);
+    const float next = fmaxf(max, score);
+    sum = sum * expf(max - next) + expf(score - next);
+    max = next;
+  }
+}
+
+/// Reads qkv, writes out: scores, softmax, dropout and the weighted sum of values in one
+/// pass over the keys (online softmax), so the scores never reach memory.
+template <typename T>
+__global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  float q[kMaxPerLane], acc[kMaxPerLane] = {};
+  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  float max = -INFINITY, sum = 0;
+  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
+    const T *k = qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, *v = k + a.d;
+    const float score = a.scale * rowDot(q, k, a.d);
+    const float next = fmaxf(max, score), correction = expf(max - next), p = expf(score - next);
+    sum = sum * correction + p;
+    const float kept = p * a.dropFactor(bi, hi, i, j);
+    float vr[kMaxPerLane];
+    loadRow(v, a.d, vr);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      acc[c] = acc[c] * correction + kept * vr[c];
+    max = next;
+  }
+  const int lane = threadIdx.x & 31;
+  T *o = out + (bi * a.s + i) * a.h + hi * a.d;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d)
+      st(o, lane + 32 * c, acc[c] / sum);
+}
+
+/// Backward, per query row i: logsumexp L_i and delta_i = dO_i·O_i (kept for the key
+/// pass), and dQ_i = scale·Σ_j dS_ij·K_j with dS_ij = P_ij·(dP_ij − delta_i).
+template <typename T>
+__global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T *dout, T *dqkv,
+                                             float2 *rowStats, AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  float q[kMaxPerLane], dO[kMaxPerLane], o[kMaxPerLane], dq[kMaxPerLane] = {};
+  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+  loadRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, o);
+  float delta = 0;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    delta += dO[c] * o[c];
+  delta = warpSum(delta);
+  float max, sum;
+  rowStatistics(qkv, a, bi, hi, i, q, max, sum);
+  const float logSumExp = max + logf(sum);
+  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
+    const T *k = qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, *v = k + a.d;
+    const float p = expf(a.scale * rowDot(q, k, a.d) - logSumExp);
+    float dP = 0;
+    {
+      float vr[kMaxPerLane];
+      loadRow(v, a.d, vr);
+      for (int c = 0; c < kMaxPerLane; ++c)
+        dP += dO[c] * vr[c];
+      dP = warpSum(dP) * a.dropFactor(bi, hi, i, j);
+    }
+    const float dS = p * (dP - delta);
+    float kr[kMaxPerLane];
+    loadRow(k, a.d, kr);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      dq[c] += a.scale * dS * kr[c];
+  }
+  const int lane = threadIdx.x & 31;
+  T *dqRow = dqkv + a.qkvRow(bi, i) + hi * 3 * a.d;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d)
+      st(dqRow, lane + 32 * c, dq[c]);
+  if (lane == 0)
+    rowStats[row] = make_float2(logSumExp, delta);
+}
+
+/// Backward, per key row j: dK_j = scale·Σ_i dS_ij·Q_i and dV_j = Σ_i P'_ij·dO_i.
+template <typename T>
+__global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
+                                           const float2 *rowStats, AttentionShape a) {
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
+    return;
+  float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
+  loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, k);
+  loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d, v);
+  for (int64_t i = a.causal ? j : 0; i < a.s; ++i) {
+    const float2 stats = rowStats[(bi * a.heads + hi) * a.s + i];
+    float q[kMaxPerLane], dO[kMaxPerLane];
+    loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+    loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+    float score = 0, dPv = 0;
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      score += q[c] * k[c];
+      dPv += dO[c] * v[c];
+    }
+    const float p = expf(a.scale * warpSum(score) - stats.x);
+    const float drop = a.dropFactor(bi, hi, i, j);
+    const float dS = p * (warpSum(dPv) * drop - stats.y);
+    for (int c = 0; c < kMaxPerLane; ++c) {
+      dk[c] += a.scale * dS * q[c];
+      dv[c] += p * drop * dO[c];
+    }
+  }
+  const int lane = threadIdx.x & 31;
+  T *kRow = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d) {
+      st(kRow, lane + 32 * c, dk[c]);
+      st(kRow + a.d, lane + 32 * c, dv[c]);
+    }
+}
+
+// The unfused chain (selective recomputation's path): probabilities [B, heads, S, S].
+
+/// Reads qkv, writes the row's probabilities (zero past the last key it sees).
+template <typename T>
+__global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  float q[kMaxPerLane];
+  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  float max, sum;
+  rowStatistics(qkv, a, bi, hi, i, q, max, sum);
+  T *p = probs + row * a.s;
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = 0; j < a.s; ++j) {
+    float value = 0;
+    if (j <= a.lastKey(i))
+      value = expf(a.scale * rowDot(q, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d) - max) / sum;
+    if (lane == 0)
+      st(p, j, value);
+  }
+}
+
+/// Reads the probabilities and V, writes out = Σ_j P_ij·V_j.
+template <typename T>
+__global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  float acc[kMaxPerLane] = {};
+  for (int64_t j = 0; j < a.s; ++j) {
+    const float p = ld(probs, row * a.s + j);
+    float v[kMaxPerLane];
+    loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d, v);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      acc[c] += p * v[c];
+  }
+  const int lane = threadIdx.x & 31;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d)
+      st(out + (bi * a.s + i) * a.h + hi * a.d, lane + 32 * c, acc[c]);
+}
+
+/// dS_ij = P_ij·(dP_ij − Σ_j dP_ij·P_ij) and dQ_i; delta kept for the key pass.
+template <typename T>
+__global__ void attentionProbsGradQueryKernel(const T *dprobs, const T *probs, const T *qkv,
+                                              T *dqkv, float *deltas, AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  const int lane = threadIdx.x & 31;
+  float delta = 0;
+  for (int64_t j = lane; j < a.s; j += 32)
+    delta += ld(dprobs, row * a.s + j) * ld(probs, row * a.s + j);
+  delta = warpSum(delta);
+  float dq[kMaxPerLane] = {};
+  for (int64_t j = 0; j < a.s; ++j) {
+    const float dS = ld(probs, row * a.s + j) * (ld(dprobs, row * a.s + j) - delta);
+    float k[kMaxPerLane];
+    loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, k);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      dq[c] += a.scale * dS * k[c];
+  }
+  T *dqRow = dqkv + a.qkvRow(bi, i) + hi * 3 * a.d;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d) {
+      st(dqRow, lane + 32 * c, dq[c]);
+      st(dqRow + 2 * a.d, lane + 32 * c, 0.f); // the V part: no gradient through P
+    }
+  if (lane == 0)
+    deltas[row] = delta;
+}
+
+/// Per key row j: reads dP, P, Q and the deltas, writes dK_j = scale·Σ_i dS_ij·Q_i.
+template <typename T>
+__global__ void attentionProbsGradKeyKernel(const T *dprobs, const T *probs, const T *qkv,
+                                            T *dqkv, const float *deltas, AttentionShape a) {
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
+    return;
+  const int64_t base = (bi * a.heads + hi) * a.s;
+  float dk[kMaxPerLane] = {};
+  for (int64_t i = 0; i < a.s; ++i) {
+    const int64_t at = (base + i) * a.s + j;
+    const float dS = ld(probs, at) * (ld(dprobs, at) - deltas[base + i]);
+    float q[kMaxPerLane];
+    loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      dk[c] += a.scale * dS * q[c];
+  }
+  const int lane = threadIdx.x & 31;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d)
+      st(dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, lane + 32 * c, dk[c]);
+}
+
+/// dP_ij = dO_i·V_j, per query row.
+template <typename T>
+__global__ void attentionContextGradProbsKernel(const T *dout, const T *qkv, T *dprobs,
+                                                AttentionShape a) {
+  int64_t row, bi, hi, i;
+  if (!a.warpRow(row, bi, hi, i))
+    return;
+  float dO[kMaxPerLane];
+  loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+  const int lane = threadIdx.x & 31;
+  for (int64_t j = 0; j < a.s; ++j) {
+    const float dP = rowDot(dO, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d);
+    if (lane == 0)
+      st(dprobs, row * a.s + j, dP);
+  }
+}
+
+/// dV_j = Σ_i P_ij·dO_i, per key row; the Q and K parts of dqkv are zero.
+template <typename T>
+__global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, T *dqkv,
+                                                 AttentionShape a) {
+  int64_t row, bi, hi, j;
+  if (!a.warpRow(row, bi, hi, j))
+    return;
+  const int64_t base = (bi * a.heads + hi) * a.s;
+  float dv[kMaxPerLane] = {};
+  for (int64_t i = 0; i < a.s; ++i) {
+    const float p = ld(probs, (base + i) * a.s + j);
+    float dO[kMaxPerLane];
+    loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      dv[c] += p * dO[c];
+  }
+  const int lane = threadIdx.x & 31;
+  T *r = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d;
+  for (int c = 0; c < kMaxPerLane; ++c)
+    if (lane + 32 * c < a.d) {
+      st(r, lane + 32 * c, 0.f);
+      st(r + a.d, lane + 32 * c, 0.f);
+      st(r + 2 * a.d, lane + 32 * c, dv[c]);
+    }
+}
+
+/// The shape of an attention instruction over qkv [B, S, 3H]; `dropout`: whether its
+/// probabilities are dropped (the fused kernels) or not (the unfused chain).
+inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
+                                     const plan::Instruction &inst, const StepContext &ctx,
+                                     bool dropout) {
+  AttentionShape a;
+  a.b = qkv.dim(0);
+  a.s = qkv.dim(1);
+  a.h = qkv.dim(2) / 3;
+  a.heads = heads;
+  a.d = a.h / heads;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
+  a.causal = causal;
+  a.rate = dropout ? inst.rate() : 0.0;
+  a.stream = static_cast<uint32_t>(inst.stream());
+  a.globalHeads = heads * (inst.head_parallel() ? ctx.tpSize : 1);
+  a.headOffset = inst.head_parallel() ? ctx.tpRank * heads : 0;
+  a.counters = {ctx.seed, ctx.step, ctx.microBatch};
+  if (a.d > 32 * kMaxPerLane)
+    throw std::runtime_error("cuda backend: attention head_dim " + std::to_string(a.d) +
+                             " exceeds " + std::to_string(32 * kMaxPerLane));
+  return a;
+}
+
+/// Blocks of kThreads for one warp per (batch, head, row).
+inline unsigned warpBlocks(const AttentionShape &a) {
+  return static_cast<unsigned>((a.b * a.heads * a.s * 32 + kThreads - 1) / kThreads);
+}
+
+template <typename T>
+void launchAttentionForward(const T *qkv, T *out, const AttentionShape &a, cudaStream_t stream) {
+  attentionForwardKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, a);
+}
+
+template <typename T>
+void launchAttentionBackwardQuery(const T *qkv, const T *out, const T *dout, T *dqkv,
+                                  float2 *rowStats, const AttentionShape &a,
+                                  cudaStream_t stream) {
+  attentionBackwardQueryKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, dout, dqkv,
+                                                                       rowStats, a);
+}
+
+template <typename T>
+void launchAttentionBackwardKey(const T *qkv, const T *dout, T *dqkv, const float2 *rowStats,
+                                const AttentionShape &a, cudaStream_t stream) {
+  attentionBackwardKeyKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, dout, dqkv, rowStats,
+                                                                     a);
+}
+
+template <typename T>
+void launchAttentionProbs(const T *qkv, T *probs, const AttentionShape &a, cudaStream_t stream) {
+  attentionProbsKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, probs, a);
+}
+
+template <typename T>
+void launchAttentionContext(const T *probs, const T *qkv, T *out, const AttentionShape &a,
+                            cudaStream_t stream) {
+  attentionContextKernel<<<warpBlocks(a), kThreads, 0, stream>>>(probs, qkv, out, a);
+}
+
+template <typename T>
+void launchAttentionProbsGradQuery(const T *dprobs, const T *probs, const T *qkv, T *dqkv,
+                                   float *deltas, const AttentionShape &a, cudaStream_t stream) {
+  attentionProbsGradQueryKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dprobs, probs, qkv,
+                                                                        dqkv, deltas, a);
+}
+
+template <typename T>
+void launchAttentionProbsGradKey(const T *dprobs, const T *probs, const T *qkv, T *dqkv,
+                                 const float *deltas, const AttentionShape &a,
+                                 cudaStream_t stream) {
+  attentionProbsGradKeyKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dprobs, probs, qkv, dqkv,
+                                                                      deltas, a);
+}
+
+template <typename T>
+void launchAttentionContextGradProbs(const T *dout, const T *qkv, T *dprobs,
+                                     const AttentionShape &a, cudaStream_t stream) {
+  attentionContextGradProbsKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dout, qkv, dprobs, a);
+}
+
+template <typename T>
+void launchAttentionContextGradValues(const T *dout, const T *probs, T *dqkv,
+                                      const AttentionShape &a, cudaStream_t stream) {
+  attentionContextGradValuesKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dout, probs, dqkv, a);
+}
+
+} // namespace
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH

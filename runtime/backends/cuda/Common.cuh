@@ -1,0 +1,125 @@
+// What every CUDA kernel family shares: the checked call, element access (storage in
+// T, arithmetic in float), the warp and block reductions, the launch shape of
+// grid-stride loops, and the dispatch on a storage type. Included only by
+// CudaBackend.cu, one translation unit.
+#ifndef MT_RUNTIME_BACKENDS_CUDA_COMMON_CUH
+#define MT_RUNTIME_BACKENDS_CUDA_COMMON_CUH
+
+#include "backends/Backend.h"
+#include "core/DType.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace mt {
+namespace {
+
+using plan::DType;
+using plan::Opcode;
+
+void check(cudaError_t code, const char *what) {
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string("cuda backend: ") + what + ": " +
+                             cudaGetErrorString(code));
+}
+
+void check(cublasStatus_t code, const char *what) {
+  if (code != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuda backend: ") + what + ": cuBLAS status " +
+                             std::to_string(static_cast<int>(code)));
+}
+
+//===----------------------------------------------------------------------===//
+// Element access: storage in T, arithmetic in float.
+//===----------------------------------------------------------------------===//
+
+template <typename T> __device__ __forceinline__ float ld(const T *p, int64_t i) {
+  return static_cast<float>(p[i]);
+}
+template <typename T> __device__ __forceinline__ void st(T *p, int64_t i, float v) {
+  p[i] = static_cast<T>(v);
+}
+
+__device__ __forceinline__ int64_t indexAt(const void *ids, bool wide, int64_t i) {
+  return wide ? static_cast<const int64_t *>(ids)[i] : static_cast<const int32_t *>(ids)[i];
+}
+
+/// Reduces v over the 32 lanes of a warp with `op`; every lane gets the result.
+template <typename Op> __device__ __forceinline__ float warpReduce(float v, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ __forceinline__ float warpSum(float v) { return warpReduce(v, SumOp{}); }
+
+/// Reduces v over a block of up to 1024 threads with `op`, through 32 floats of shared
+/// memory; `identity` stands in for the warps the block lacks. Every thread gets the
+/// result.
+template <typename Op>
+__device__ float blockReduce(float v, float *shared, float identity, Op op) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warpReduce(v, op);
+  __syncthreads();
+  if (lane == 0)
+    shared[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = threadIdx.x < warps ? shared[threadIdx.x] : identity;
+  if (warp == 0)
+    v = warpReduce(v, op);
+  if (threadIdx.x == 0)
+    shared[0] = v;
+  __syncthreads();
+  return shared[0];
+}
+
+/// Sum over a block of up to 1024 threads; every thread gets the result.
+__device__ float blockSum(float v, float *shared) { return blockReduce(v, shared, 0.f, SumOp{}); }
+
+/// Maximum over a block of up to 1024 threads; every thread gets the result.
+__device__ float blockMax(float v, float *shared) {
+  return blockReduce(v, shared, -INFINITY, MaxOp{});
+}
+
+constexpr int kThreads = 256;
+/// Blocks for a grid-stride loop over n elements: at least one, so an empty tensor
+/// launches a grid that does nothing rather than an invalid one.
+inline unsigned blocksFor(int64_t n) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
+}
+#define GRID_STRIDE(i, n)                                                                      \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);      \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+/// f(value of the storage type `dtype` names): bf16, f16, or f32 for anything else.
+template <typename F> decltype(auto) withStorage(DType dtype, F &&f) {
+  switch (dtype) {
+  case DType::BF16:
+    return f(__nv_bfloat16{});
+  case DType::F16:
+    return f(__half{});
+  default:
+    return f(float{});
+  }
+}
+
+} // namespace
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_COMMON_CUH

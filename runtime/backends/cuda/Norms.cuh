@@ -1,0 +1,104 @@
+// Layer normalisation, forward and backward: one block per row, the row's moments through
+// the block reduction of Common.cuh.
+#ifndef MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
+#define MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
+
+#include "backends/cuda/Common.cuh"
+
+namespace mt {
+namespace {
+
+/// The whole block's mean and 1/sqrt(variance + eps) of the row x[0, h), in two passes.
+template <typename T>
+__device__ void rowMoments(const T *x, int64_t h, float eps, float &mean, float &rstd,
+                           float *shared) {
+  float sum = 0;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    sum += ld(x, j);
+  mean = blockSum(sum, shared) / h;
+  float sq = 0;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+    const float d = ld(x, j) - mean;
+    sq += d * d;
+  }
+  rstd = rsqrtf(blockSum(sq, shared) / h + eps);
+}
+
+/// One block per row: reads x, w and b, writes out = (x − mean)·rstd·w + b.
+template <typename T>
+__global__ void layerNormKernel(const T *x, const T *w, const T *b, T *out, int64_t h,
+                                float eps) {
+  __shared__ float shared[32];
+  const T *xr = x + blockIdx.x * h;
+  float mean, rstd;
+  rowMoments(xr, h, eps, mean, rstd, shared);
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    st(out, blockIdx.x * h + j, (ld(xr, j) - mean) * rstd * ld(w, j) + ld(b, j));
+}
+
+/// One block per row: reads dy, x and w, writes dx (the row's moments recomputed rather
+/// than saved by the forward); the row's mean and rstd are kept for the column sums of dw and db.
+template <typename T>
+__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx,
+                                        float2 *moments, int64_t h, float eps) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const T *xr = x + r * h, *g = dy + r * h;
+  float mean, rstd;
+  rowMoments(xr, h, eps, mean, rstd, shared);
+  float sumG = 0, sumGX = 0;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+    const float gw = ld(g, j) * ld(w, j), xhat = (ld(xr, j) - mean) * rstd;
+    sumG += gw;
+    sumGX += gw * xhat;
+  }
+  const float meanG = blockSum(sumG, shared) / h, meanGX = blockSum(sumGX, shared) / h;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
+    const float xhat = (ld(xr, j) - mean) * rstd;
+    st(dx, r * h + j, rstd * (ld(g, j) * ld(w, j) - meanG - xhat * meanGX));
+  }
+  if (threadIdx.x == 0)
+    moments[r] = make_float2(mean, rstd);
+}
+
+/// One thread per column: reads dy, x and the rows' moments, writes dw and db (summed in
+/// row order).
+template <typename T>
+__global__ void layerNormGradColumnsKernel(const T *dy, const T *x, const float2 *moments,
+                                           T *dw, T *db, int64_t rows, int64_t h) {
+  GRID_STRIDE(j, h) {
+    float accW = 0, accB = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float g = ld(dy, r * h + j);
+      accW += g * (ld(x, r * h + j) - moments[r].x) * moments[r].y;
+      accB += g;
+    }
+    st(dw, j, accW);
+    st(db, j, accB);
+  }
+}
+
+template <typename T>
+void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, int64_t h,
+                     float eps, cudaStream_t stream) {
+  layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, b, out, h, eps);
+}
+
+template <typename T>
+void launchLayerNormGradRows(const T *dy, const T *x, const T *w, T *dx, float2 *moments,
+                             int64_t rows, int64_t h, float eps, cudaStream_t stream) {
+  layerNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      dy, x, w, dx, moments, h, eps);
+}
+
+template <typename T>
+void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, T *dw, T *db,
+                                int64_t rows, int64_t h, cudaStream_t stream) {
+  layerNormGradColumnsKernel<<<blocksFor(h), kThreads, 0, stream>>>(dy, x, moments, dw, db,
+                                                                    rows, h);
+}
+
+} // namespace
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
