@@ -4,6 +4,7 @@
 #include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
 #include "core/DType.h"
+#include "plan/Opcodes.h"
 #include "plan/PlanFormat.h"
 #include "plan_generated.h"
 
@@ -149,6 +150,18 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
       inputs.push_back(bufferOf.at(v));
     for (Value v : op.getResults())
       outputs.push_back(bufferOf.at(v));
+    // The runtime's opcode table is the contract: an op that disagrees with its row is
+    // named here, not by the plan reader on some GPU node.
+    const ::mt::OpcodeInfo &info = ::mt::opcodeInfo(f.opcode);
+    const int numInputs = static_cast<int>(inputs.size());
+    const int numOutputs = static_cast<int>(outputs.size());
+    if (numInputs < info.minInputs || numInputs > info.maxInputs ||
+        numOutputs < info.minOutputs || numOutputs > info.maxOutputs)
+      return op.emitOpError("plan: ")
+             << numInputs << " operands and " << numOutputs << " results, but opcode "
+             << plan::EnumNameOpcode(f.opcode) << " takes " << info.minInputs << "-"
+             << info.maxInputs << " and " << info.minOutputs << "-" << info.maxOutputs
+             << " (runtime/plan/Opcodes.def)";
     auto cost = dyn_cast<mlir::mt::CostOpInterface>(&op);
     instructions.push_back(plan::CreateInstruction(
         fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,

@@ -58,7 +58,9 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
   let description = [{
     Partitions the forward function over the tensor-parallel axis of the rank grid
     `shard.grid @grid(shape = dp x tp)`, as Megatron-LM lays out a GPT (Shoeybi et al.
-    2019): a linear whose result feeds attention or GELU is column-parallel (weight rows
+    2019), each op by its own rule (TensorParallelOpInterface; an Mt_Pointwise op takes
+    its operands' layout): a linear whose result feeds an Mt_ColumnParallelConsumer
+    (attention, GELU, SiLU, the loss) is column-parallel (weight rows
     split, whole heads per rank), a linear that reads a split tensor is row-parallel
     (weight columns split, its partial sums all-reduced, its bias added once after), the
     embedding table and the tied output layer are split over the vocabulary, and the

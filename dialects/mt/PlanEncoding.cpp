@@ -4,8 +4,8 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "llvm/ADT/StringSwitch.h"
-#include "llvm/Support/FormatVariadic.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 using namespace mlir;
 using namespace mlir::mt;
@@ -21,32 +21,42 @@ FailureOr<plan::Opcode> mlir::mt::planOpcodeNamed(StringRef name) {
 
 namespace {
 
-/// The instruction field an attribute of this name fills. Ops spell a few fields their
-/// own way (attention's `dropout` is a rate; an embedding gradient's table rows are a
-/// count). Attributes the IR alone needs have no field: `keep_mask` is the mask result's
-/// presence, `grid`/`grid_axis` name the group the plan's grid already gives.
-enum class Field { None, Epsilon, Rate, Heads, Stream, NumClasses, Count, Param, Causal,
-                   VocabParallel, SequenceParallel, FeatureParallel, HeadParallel, Unknown };
+// The instruction field each attribute name fills. Ops spell a few fields their own way
+// (attention's `dropout` is a rate; an embedding gradient's table rows are a count).
+// Attributes only the IR needs have no field: `keep_mask` is the mask result's
+// presence, `grid`/`grid_axis` name the group that the plan's grid already gives.
+template <typename T> using Field = std::pair<StringLiteral, T PlanInstruction::*>;
+const Field<double> kFloatFields[] = {{"epsilon", &PlanInstruction::epsilon},
+                                      {"rate", &PlanInstruction::rate},
+                                      {"dropout", &PlanInstruction::rate}};
+const Field<int64_t> kIntegerFields[] = {{"heads", &PlanInstruction::heads},
+                                         {"stream", &PlanInstruction::stream},
+                                         {"num_classes", &PlanInstruction::numClasses},
+                                         {"num_embeddings", &PlanInstruction::count},
+                                         {"num_positions", &PlanInstruction::count}};
+const Field<bool> kFlagFields[] = {{"causal", &PlanInstruction::causal},
+                                   {"vocab_parallel", &PlanInstruction::vocabParallel},
+                                   {"sequence_parallel", &PlanInstruction::sequenceParallel},
+                                   {"feature_parallel", &PlanInstruction::featureParallel},
+                                   {"head_parallel", &PlanInstruction::headParallel}};
+const StringLiteral kIrOnly[] = {"keep_mask", "grid", "grid_axis"};
 
-Field fieldNamed(StringRef name) {
-  return llvm::StringSwitch<Field>(name)
-      .Case("epsilon", Field::Epsilon)
-      .Cases({"rate", "dropout"}, Field::Rate)
-      .Case("heads", Field::Heads)
-      .Case("stream", Field::Stream)
-      .Case("num_classes", Field::NumClasses)
-      .Cases({"num_embeddings", "num_positions"}, Field::Count)
-      .Case("name", Field::Param)
-      .Case("causal", Field::Causal)
-      .Case("vocab_parallel", Field::VocabParallel)
-      .Case("sequence_parallel", Field::SequenceParallel)
-      .Case("feature_parallel", Field::FeatureParallel)
-      .Case("head_parallel", Field::HeadParallel)
-      .Cases({"keep_mask", "grid", "grid_axis"}, Field::None)
-      .Default(Field::Unknown);
+/// The field of `fields` named `name`, or null.
+template <typename T, size_t N>
+T PlanInstruction::*fieldNamed(const Field<T> (&fields)[N], StringRef name) {
+  for (const Field<T> &field : fields)
+    if (field.first == name)
+      return field.second;
+  return nullptr;
 }
 
 } // namespace
+
+bool mlir::mt::encodesAttribute(StringRef name, plan::Opcode opcode) {
+  return fieldNamed(kFloatFields, name) || fieldNamed(kIntegerFields, name) ||
+         fieldNamed(kFlagFields, name) || (name == "name" && opcode == plan::Opcode::ParamGrad) ||
+         llvm::is_contained(kIrOnly, name);
+}
 
 LogicalResult mlir::mt::encodeInstructionByName(Operation *op, PlanInstruction &inst) {
   std::string opcode =
@@ -56,54 +66,33 @@ LogicalResult mlir::mt::encodeInstructionByName(Operation *op, PlanInstruction &
     return op->emitOpError("has no plan opcode ")
            << opcode << " (add it to runtime/plan/plan.fbs and runtime/plan/Opcodes.def)";
   inst.opcode = *found;
-  for (StringAttr name : op->getName().getAttributeNames()) {
-    std::optional<Attribute> value = op->getInherentAttr(name);
+  for (StringAttr attrName : op->getName().getAttributeNames()) {
+    std::optional<Attribute> value = op->getInherentAttr(attrName);
     if (!value || !*value)
       continue; // an unset optional attribute keeps the schema's default
-    auto number = [&] { return cast<FloatAttr>(*value).getValueAsDouble(); };
-    auto integer = [&] { return cast<IntegerAttr>(*value).getInt(); };
-    switch (fieldNamed(name.getValue())) {
-    case Field::None:
-      break;
-    case Field::Epsilon:
-      inst.epsilon = number();
-      break;
-    case Field::Rate:
-      inst.rate = number();
-      break;
-    case Field::Heads:
-      inst.heads = integer();
-      break;
-    case Field::Stream:
-      inst.stream = integer();
-      break;
-    case Field::NumClasses:
-      inst.numClasses = integer();
-      break;
-    case Field::Count:
-      inst.count = integer();
-      break;
-    case Field::Param:
+    StringRef name = attrName.getValue();
+    auto mismatch = [&](StringRef kind) {
+      return op->emitOpError("attribute '") << name << "' must be " << kind
+                                            << " to be written to a plan";
+    };
+    if (auto field = fieldNamed(kFloatFields, name)) {
+      auto number = dyn_cast<FloatAttr>(*value);
+      if (!number)
+        return mismatch("a float");
+      inst.*field = number.getValueAsDouble();
+    } else if (auto field = fieldNamed(kIntegerFields, name)) {
+      auto integer = dyn_cast<IntegerAttr>(*value);
+      if (!integer)
+        return mismatch("an integer");
+      inst.*field = integer.getInt();
+    } else if (auto field = fieldNamed(kFlagFields, name)) {
+      if (!isa<UnitAttr>(*value))
+        return mismatch("a unit attribute");
+      inst.*field = true;
+    } else if (name == "name" && inst.opcode == plan::Opcode::ParamGrad) {
       inst.param = cast<StringAttr>(*value).getValue();
-      break;
-    case Field::Causal:
-      inst.causal = true;
-      break;
-    case Field::VocabParallel:
-      inst.vocabParallel = true;
-      break;
-    case Field::SequenceParallel:
-      inst.sequenceParallel = true;
-      break;
-    case Field::FeatureParallel:
-      inst.featureParallel = true;
-      break;
-    case Field::HeadParallel:
-      inst.headParallel = true;
-      break;
-    case Field::Unknown:
-      return op->emitOpError("attribute '")
-             << name.getValue() << "' has no field in a plan instruction";
+    } else if (!llvm::is_contained(kIrOnly, name)) {
+      return op->emitOpError("attribute '") << name << "' has no field in a plan instruction";
     }
   }
   return success();

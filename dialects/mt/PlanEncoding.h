@@ -25,6 +25,10 @@ struct PlanInstruction {
 /// The opcode named `name` (CamelCase, as in plan.fbs), or failure.
 FailureOr<::mt::plan::Opcode> planOpcodeNamed(StringRef name);
 
+/// Whether the encoding by name writes (or knowingly leaves out) an attribute of this
+/// name for an op of `opcode`.
+bool encodesAttribute(StringRef name, ::mt::plan::Opcode opcode);
+
 /// Plan encodings of ops of other dialects: arith.constant (a Fill) and the shard
 /// collectives.
 void registerPlanEncodings(DialectRegistry &registry);

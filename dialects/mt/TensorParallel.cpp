@@ -1,8 +1,9 @@
 // Tensor-parallel rules of the mt ops (TensorParallelOpInterface) and the rewriter they
-// use. Megatron's GPT layout follows from them: a linear feeding attention, GELU or the
-// loss is column-parallel, the next linear row-parallel; the embedding and the loss are
-// vocabulary-parallel; LayerNorm, dropout and residual adds stay in the stream, which
-// sequence parallelism splits along the sequence.
+// use. Megatron's GPT layout follows from them: a linear feeding attention, GELU, SiLU
+// or the loss (an Mt_ColumnParallelConsumer) is column-parallel, the next linear
+// row-parallel; the embedding and the loss are vocabulary-parallel; LayerNorm, dropout
+// and residual adds stay in the stream, which sequence parallelism splits along the
+// sequence.
 #include "dialects/mt/TensorParallel.h"
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/MtDialect.h"

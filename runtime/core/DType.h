@@ -1,7 +1,8 @@
 // Element types of plan buffers: their sizes, the accumulator type of a precision, and
 // the most dimensions a buffer has. Header-only, over the schema alone, so that the
-// plan library, the runtime core, the communicators and the compiler share it without
-// depending on each other.
+// plan library, the runtime core and the communicators share it without depending on
+// each other; the plan emitter takes the accumulator type from here too (the dialect
+// states the same rule over MLIR types, in MtOps.cpp's accumulatorType).
 #ifndef MT_RUNTIME_CORE_DTYPE_H
 #define MT_RUNTIME_CORE_DTYPE_H
 

@@ -35,8 +35,8 @@ struct Gelu {
 };
 
 /// SiLU (swish), x·σ(x) (Elfwing et al. 2018): the gate of LLaMA's SwiGLU. Its
-/// derivative is σ(x)·(1 + x·(1 − σ(x))). For x far below 0, exp(−x) overflows to
-/// infinity and both give 0, as they should.
+/// derivative is σ(x)·(1 + x·(1 − σ(x))). For finite x far below 0, exp(−x) overflows
+/// to infinity and both give 0, as they should.
 struct Silu {
   template <typename T> MT_HOST_DEVICE static T value(T x) { return x / (T(1) + expOf(-x)); }
   template <typename T> MT_HOST_DEVICE static T derivative(T x) {

@@ -36,9 +36,22 @@ constexpr bool tableFollowsSchema() {
       return false;
   return std::size(kOpcodes) == static_cast<size_t>(plan::Opcode::MAX) + 1;
 }
+constexpr bool runsOnComm(plan::Opcode opcode) {
+  return kOpcodes[static_cast<size_t>(opcode)].runsOn == RunsOn::Comm;
+}
+/// The communicator's opcodes are the three Executor::runCollective handles.
+constexpr bool commRowsAreTheCollectives() {
+  int comm = 0;
+  for (const OpcodeInfo &info : kOpcodes)
+    comm += info.runsOn == RunsOn::Comm;
+  return comm == 3 && runsOnComm(plan::Opcode::AllReduce) &&
+         runsOnComm(plan::Opcode::AllGather) && runsOnComm(plan::Opcode::ReduceScatter);
+}
 } // namespace detail
 static_assert(detail::tableFollowsSchema(),
               "plan/Opcodes.def must list every opcode of plan.fbs, in the schema's order");
+static_assert(detail::commRowsAreTheCollectives(),
+              "a new collective opcode needs a case in Executor::runCollective");
 
 /// The table's row for `opcode`, which the caller has checked is at most Opcode::MAX.
 inline const OpcodeInfo &opcodeInfo(plan::Opcode opcode) {

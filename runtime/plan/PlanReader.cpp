@@ -15,7 +15,6 @@ namespace mt {
 
 namespace {
 
-
 /// Elements × element size, or 0 when a dimension is not positive or it overflows.
 uint64_t shapeBytes(const flatbuffers::Vector<int64_t> *shape, plan::DType dtype) {
   if (!shape)

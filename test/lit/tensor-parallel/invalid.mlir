@@ -60,3 +60,12 @@ func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x32xf32> {
   // expected-error@+1 {{mt-tensor-parallel: returns a value that is split across the tensor-parallel group}}
   return %g : tensor<2x4x32xf32>
 }
+
+// -----
+
+// An op with neither a rule of its own nor Mt_Pointwise is refused.
+func.func @no_rule(%x: tensor<2x4x8xf32>) -> tensor<8xf32> {
+  // expected-error@+1 {{'mt.bias_grad' op mt-tensor-parallel: no tensor-parallel layout for this op}}
+  %g = mt.bias_grad %x : (tensor<2x4x8xf32>) -> tensor<8xf32>
+  return %g : tensor<8xf32>
+}

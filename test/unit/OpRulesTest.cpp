@@ -1,0 +1,99 @@
+// The rules every mt op carries, checked over the whole dialect: each op that is a plan
+// instruction has an opcode in the plan schema and each opcode an op, so a new op or
+// opcode cannot be half added; and the encoding by name fills the fields it should.
+#include "compiler/Registration.h"
+#include "dialects/mt/PlanEncoding.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+using namespace mlir;
+namespace plan = ::mt::plan;
+
+namespace {
+
+struct OpRulesTest : ::testing::Test {
+  OpRulesTest() : context(registry()) { context.loadAllAvailableDialects(); }
+  static DialectRegistry registry() {
+    DialectRegistry r;
+    mtc::registerAll(r);
+    return r;
+  }
+  MLIRContext context;
+};
+
+std::string opcodeNameOf(StringRef opName) {
+  return llvm::convertToCamelFromSnakeCase(opName.drop_front(3), /*capitalizeFirst=*/true);
+}
+
+TEST_F(OpRulesTest, EveryInstructionOpHasAnOpcodeAndEveryOpcodeAnOp) {
+  std::set<std::string> encoded;
+  for (RegisteredOperationName name : context.getRegisteredOperations()) {
+    if (name.getDialectNamespace() != "mt" || !name.hasInterface<mlir::mt::PlanOpInterface>())
+      continue;
+    std::string opcode = opcodeNameOf(name.getStringRef());
+    EXPECT_TRUE(succeeded(mlir::mt::planOpcodeNamed(opcode)))
+        << name.getStringRef().str() << " is a plan instruction without opcode " << opcode;
+    encoded.insert(opcode);
+    if (FailureOr<plan::Opcode> code = mlir::mt::planOpcodeNamed(opcode); succeeded(code))
+      for (StringAttr attr : name.getAttributeNames())
+        EXPECT_TRUE(mlir::mt::encodesAttribute(attr.getValue(), *code))
+            << name.getStringRef().str() << "'s attribute " << attr.getValue().str()
+            << " has no field in a plan instruction";
+  }
+  // Opcodes other dialects' ops encode (arith.constant, the shard collectives).
+  for (const char *external : {"Fill", "AllReduce", "AllGather", "ReduceScatter"})
+    encoded.insert(external);
+  for (size_t i = 0; i <= static_cast<size_t>(plan::Opcode::MAX); ++i)
+    EXPECT_TRUE(encoded.count(plan::EnumNamesOpcode()[i]))
+        << "opcode " << plan::EnumNamesOpcode()[i] << " has no op that writes it";
+}
+
+TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
+  OpBuilder b(&context);
+  Location loc = b.getUnknownLoc();
+  auto qkv = RankedTensorType::get({2, 4, 24}, b.getF32Type());
+  Block block;
+  Value input = block.addArgument(qkv, loc);
+  b.setInsertionPointToStart(&block);
+  auto attention = mlir::mt::AttentionOp::create(b, loc, input, b.getI64IntegerAttr(2),
+                                           b.getUnitAttr(), b.getF64FloatAttr(0.25),
+                                           b.getI64IntegerAttr(7), b.getUnitAttr());
+  mlir::mt::PlanInstruction inst;
+  ASSERT_TRUE(succeeded(
+      cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
+  EXPECT_EQ(inst.opcode, plan::Opcode::Attention);
+  EXPECT_EQ(inst.heads, 2);
+  EXPECT_TRUE(inst.causal);
+  EXPECT_EQ(inst.rate, 0.25); // attention's `dropout`
+  EXPECT_EQ(inst.stream, 7);
+  EXPECT_TRUE(inst.headParallel);
+  EXPECT_FALSE(inst.vocabParallel);
+}
+
+TEST_F(OpRulesTest, AnOpWithoutAnOpcodeIsRefusedByName) {
+  OpBuilder b(&context);
+  Location loc = b.getUnknownLoc();
+  Block block;
+  b.setInsertionPointToStart(&block);
+  auto param = mlir::mt::ParamOp::create(b, loc, RankedTensorType::get({4}, b.getF32Type()), "w",
+                                   mlir::mt::InitKind::zeros, /*std=*/nullptr,
+                                   /*global_shape=*/nullptr, /*shard_dim=*/nullptr,
+                                   /*tp_grad_reduce=*/false);
+  std::string message;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+    message = d.str();
+    return success();
+  });
+  mlir::mt::PlanInstruction inst;
+  EXPECT_TRUE(failed(mlir::mt::encodeInstructionByName(param, inst)));
+  EXPECT_NE(message.find("has no plan opcode Param"), std::string::npos) << message;
+}
+
+} // namespace
