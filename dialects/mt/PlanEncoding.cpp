@@ -52,6 +52,10 @@ T PlanInstruction::*fieldNamed(const Field<T> (&fields)[N], StringRef name) {
 
 } // namespace
 
+std::string mlir::mt::planOpcodeName(OperationName op) {
+  return llvm::convertToCamelFromSnakeCase(op.stripDialect(), /*capitalizeFirst=*/true);
+}
+
 bool mlir::mt::encodesAttribute(StringRef name, plan::Opcode opcode) {
   return fieldNamed(kFloatFields, name) || fieldNamed(kIntegerFields, name) ||
          fieldNamed(kFlagFields, name) || (name == "name" && opcode == plan::Opcode::ParamGrad) ||
@@ -59,8 +63,7 @@ bool mlir::mt::encodesAttribute(StringRef name, plan::Opcode opcode) {
 }
 
 LogicalResult mlir::mt::encodeInstructionByName(Operation *op, PlanInstruction &inst) {
-  std::string opcode =
-      llvm::convertToCamelFromSnakeCase(op->getName().stripDialect(), /*capitalizeFirst=*/true);
+  std::string opcode = planOpcodeName(op->getName());
   FailureOr<plan::Opcode> found = planOpcodeNamed(opcode);
   if (failed(found))
     return op->emitOpError("has no plan opcode ")

@@ -22,6 +22,9 @@ struct PlanInstruction {
   StringRef param;
 };
 
+/// The opcode name an op is encoded by: its name in CamelCase (mt.layer_norm: LayerNorm).
+std::string planOpcodeName(OperationName op);
+
 /// The opcode named `name` (CamelCase, as in plan.fbs), or failure.
 FailureOr<::mt::plan::Opcode> planOpcodeNamed(StringRef name);
 

@@ -6,7 +6,6 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "llvm/ADT/StringExtras.h"
 
 #include <gtest/gtest.h>
 
@@ -28,16 +27,12 @@ struct OpRulesTest : ::testing::Test {
   MLIRContext context;
 };
 
-std::string opcodeNameOf(StringRef opName) {
-  return llvm::convertToCamelFromSnakeCase(opName.drop_front(3), /*capitalizeFirst=*/true);
-}
-
 TEST_F(OpRulesTest, EveryInstructionOpHasAnOpcodeAndEveryOpcodeAnOp) {
   std::set<std::string> encoded;
   for (RegisteredOperationName name : context.getRegisteredOperations()) {
     if (name.getDialectNamespace() != "mt" || !name.hasInterface<mlir::mt::PlanOpInterface>())
       continue;
-    std::string opcode = opcodeNameOf(name.getStringRef());
+    std::string opcode = mlir::mt::planOpcodeName(name);
     EXPECT_TRUE(succeeded(mlir::mt::planOpcodeNamed(opcode)))
         << name.getStringRef().str() << " is a plan instruction without opcode " << opcode;
     encoded.insert(opcode);

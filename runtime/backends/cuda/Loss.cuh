@@ -10,6 +10,18 @@
 namespace mt {
 namespace {
 
+/// Row r's target, or -1 when it lies outside [0, classes): then the row is reported
+/// through *bad (the smallest such row wins) and the block leaves the row alone.
+__device__ int64_t rowTarget(const void *targets, bool wide, int64_t r, int64_t classes,
+                             unsigned long long *bad) {
+  const int64_t t = indexAt(targets, wide, r);
+  if (t >= 0 && t < classes)
+    return t;
+  if (threadIdx.x == 0)
+    atomicMin(bad, static_cast<unsigned long long>(r));
+  return -1;
+}
+
 /// max and Σ exp(x − max) of row[0, n), computed by the whole block.
 template <typename T>
 __device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max,
@@ -33,12 +45,9 @@ __global__ void crossEntropyRowsKernel(const T *logits, const void *targets, boo
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *row = logits + r * v;
-  const int64_t t = indexAt(targets, wide, r);
-  if (t < 0 || t >= classes) {
-    if (threadIdx.x == 0)
-      atomicMin(bad, static_cast<unsigned long long>(r));
+  const int64_t t = rowTarget(targets, wide, r, classes, bad);
+  if (t < 0)
     return;
-  }
   float max, sum;
   blockSoftmaxStats(row, classes, shared, max, sum);
   if (threadIdx.x == 0)
@@ -64,17 +73,14 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits, cons
                                        int64_t classes, unsigned long long *bad) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
-  if (const int64_t target = indexAt(targets, wide, r); target < 0 || target >= classes) {
-    if (threadIdx.x == 0)
-      atomicMin(bad, static_cast<unsigned long long>(r));
+  const int64_t t = rowTarget(targets, wide, r, classes, bad);
+  if (t < 0)
     return;
-  }
   const T *row = logits + r * v;
   T *g = dlogits + r * v;
   const float factor = dloss[0] / m;
   float max, sum;
   blockSoftmaxStats(row, classes, shared, max, sum);
-  const int64_t t = indexAt(targets, wide, r);
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
     st(g, j, j < classes ? factor * expf(ld(row, j) - max) / sum - (j == t ? factor : 0.f) : 0.f);
 }
@@ -88,12 +94,9 @@ __global__ void crossEntropyStatsKernel(const T *logits, const void *targets, bo
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *row = logits + r * v;
-  const int64_t target = indexAt(targets, wide, r);
-  if (target < 0 || target >= classes) {
-    if (threadIdx.x == 0)
-      atomicMin(bad, static_cast<unsigned long long>(r));
+  const int64_t target = rowTarget(targets, wide, r, classes, bad);
+  if (target < 0)
     return;
-  }
   float max, sum;
   blockSoftmaxStats(row, valid, shared, max, sum);
   if (threadIdx.x == 0) {
