@@ -2,7 +2,11 @@
 #include "dialects/mt/MtDialect.h"
 #include "passes/Passes.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <algorithm>
 
 using namespace mlir;
 
@@ -99,6 +103,89 @@ std::optional<int64_t> savedBytesOfLayer(ModuleOp module, int64_t layer) {
         bytes += mt::tensorBytes(v.getType());
   }
   return found ? std::optional<int64_t>(bytes) : std::nullopt;
+}
+
+BytesPerParameter BytesPerParameter::of(llvm::StringRef precision) {
+  BytesPerParameter b;
+  b.mixed = precision == "bf16" || precision == "f16";
+  b.weights = precision == "f64" ? 8 : b.mixed ? 2 : 4;
+  b.gradients = precision == "f64" ? 8 : 4;
+  b.optimizer = 2 * b.gradients + (b.mixed ? 4 : 0);
+  return b;
+}
+
+/// The chunk v of a pipeline program @forward_<v> or @backward_<v>.
+static std::optional<int64_t> chunkOf(func::FuncOp fn, bool forwardOnly) {
+  llvm::StringRef name = fn.getName();
+  int64_t v;
+  if (!name.consume_front("forward_") && (forwardOnly || !name.consume_front("backward_")))
+    return std::nullopt;
+  if (name.getAsInteger(10, v))
+    return std::nullopt;
+  return v;
+}
+
+StepAccount accountStep(ModuleOp module, llvm::StringRef precision, int64_t pp,
+                        int64_t virtualStages, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                        bool distributedOptimizer) {
+  StepAccount a;
+  a.bytesPerParameter = BytesPerParameter::of(precision);
+  if (pp == 1) {
+    a.localParameters = countParameters(module);
+  } else {
+    std::vector<llvm::StringMap<int64_t>> perStage(pp);
+    module.walk([&](func::FuncOp fn) {
+      if (std::optional<int64_t> v = chunkOf(fn, false))
+        fn.walk([&](mt::ParamOp p) {
+          perStage[*v % pp][p.getName()] = cast<RankedTensorType>(p.getType()).getNumElements();
+        });
+    });
+    for (const auto &stage : perStage) {
+      int64_t n = 0;
+      for (const auto &entry : stage)
+        n += entry.second;
+      a.localParameters = std::max(a.localParameters, n);
+    }
+  }
+  module.walk([&](func::FuncOp fn) {
+    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
+      a.memory.activations = std::max(a.memory.activations, arena.getInt());
+  });
+  // On the training step, or, once a pipeline split it, on the module.
+  module->walk([&](Operation *op) {
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
+      a.recompute.gemmFlops = extra.getInt();
+    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
+      a.recompute.otherFlops = extra.getInt();
+  });
+  // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
+  // per chunk, what its forward returns beyond the tensor it sends (or the loss).
+  if (pp > 1) {
+    std::vector<int64_t> stashBytes(pp * virtualStages, 0);
+    module.walk([&](func::FuncOp fn) {
+      if (std::optional<int64_t> v = chunkOf(fn, true))
+        for (Type t : fn.getResultTypes().drop_front())
+          stashBytes[*v] += mt::tensorBytes(t);
+    });
+    int64_t peak = 0;
+    for (int64_t s = 0; s < pp; ++s) {
+      int64_t stash = 0;
+      for (int64_t c = 0; c < virtualStages; ++c)
+        stash = std::max(stash, stashBytes[c * pp + s]);
+      a.stashBytes.push_back(inFlight[s] * stash);
+      peak = std::max(peak, a.memory.activations + inFlight[s] * stash);
+    }
+    a.memory.activations = peak;
+  }
+  // The op costs count recomputation; the model's work does not.
+  a.costs = sumOpCosts(module);
+  a.costs.gemmFlops -= a.recompute.gemmFlops;
+  a.costs.otherFlops -= a.recompute.otherFlops;
+  const BytesPerParameter &b = a.bytesPerParameter;
+  a.memory.weights = b.weights * a.localParameters;
+  a.memory.gradients = b.gradients * a.localParameters;
+  a.memory.optimizer = b.optimizer * a.localParameters / (distributedOptimizer ? dp : 1);
+  return a;
 }
 
 } // namespace mtc

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mtc {
 
@@ -38,6 +39,35 @@ struct MemoryReport {
   int64_t weights = 0, gradients = 0, optimizer = 0, activations = 0;
   int64_t total() const { return weights + gradients + optimizer + activations; }
 };
+
+/// Bytes per parameter as mtrun holds them, by the element type of the weights (f32,
+/// f64, bf16, f16): the weights the programs read, the gradients, and the optimizer's
+/// state — Adam's two moments, and under mixed precision the f32 master weights.
+struct BytesPerParameter {
+  int64_t weights = 4, gradients = 4, optimizer = 8;
+  bool mixed = false; // bf16 or f16 compute with f32 master weights (Megatron's)
+  static BytesPerParameter of(llvm::StringRef precision);
+};
+
+/// What one rank of a lowered training step costs: the model's work per micro-batch
+/// (recomputation apart) and the bytes each rank holds. Under a pipeline, the most any
+/// stage holds: its parameters (a tied one counts on each stage that holds it), and
+/// its arena plus the stashes of the micro-batches it has in flight.
+struct StepAccount {
+  OpCosts costs;            // the model's, per micro-batch and rank
+  OpCosts recompute;        // what recomputation adds to it
+  int64_t localParameters = 0;
+  BytesPerParameter bytesPerParameter;
+  MemoryReport memory;
+  std::vector<int64_t> stashBytes; // per pipeline stage: the most held at once
+};
+
+/// Accounts a module lowered with `pp` stages of `virtualStages` chunks;
+/// `inFlight[s]` is the most micro-batches stage s holds (its schedule's); the
+/// distributed optimizer shards the optimizer's state over `dp`.
+StepAccount accountStep(mlir::ModuleOp module, llvm::StringRef precision, int64_t pp,
+                        int64_t virtualStages, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                        bool distributedOptimizer);
 
 /// Bytes that forward ops of layer `layer` (mt.layer) produce and backward reads: what
 /// the layer keeps for backward per micro-batch, Korthikanti et al.'s "activation

@@ -4,11 +4,13 @@
 #ifndef MT_RUNTIME_BACKENDS_BACKEND_H
 #define MT_RUNTIME_BACKENDS_BACKEND_H
 
+#include "core/HostDevice.h"
 #include "core/Status.h"
 #include "core/Tensor.h"
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 
 namespace mt {
 
@@ -25,26 +27,47 @@ struct StepContext {
   double lossScale = 1;
 };
 
-/// One AdamW update (Loshchilov & Hutter 2019), with the gradient scaled first
-/// (1/micro-batches and the clipping factor folded into one number).
-struct AdamWStep {
-  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
-  double gradScale = 1;
-  int64_t step = 1; // 1-based, for the bias corrections
+/// Where a dropout's (block of a) tensor lies in the whole one, so that its mask is
+/// drawn per global element: its block of dimension 1 (sequence parallel), of the last
+/// dimension (feature parallel), or all of it.
+inline ShardMap dropoutShard(const plan::Instruction &inst, const TensorView &x,
+                             const StepContext &ctx) {
+  return inst.sequence_parallel()  ? ShardMap(x, 1, ctx.tpRank, ctx.tpSize)
+         : inst.feature_parallel() ? ShardMap(x, x.rank - 1, ctx.tpRank, ctx.tpSize)
+                                   : ShardMap();
+}
+
+/// Attention-probability dropout draws the mask of the global [B, heads, S, S]
+/// probabilities: a head-parallel rank holds heads [tpRank·heads, (tpRank + 1)·heads).
+struct ProbsMaskIndex {
+  int64_t globalHeads = 0, headOffset = 0;
+
+  ProbsMaskIndex() = default;
+  ProbsMaskIndex(int64_t heads, bool headParallel, const StepContext &ctx)
+      : globalHeads(headParallel ? heads * ctx.tpSize : heads),
+        headOffset(headParallel ? ctx.tpRank * heads : 0) {}
+  /// The global index of probability (i, j) of local head hi of batch bi.
+  MT_HOST_DEVICE uint64_t operator()(int64_t bi, int64_t hi, int64_t i, int64_t j,
+                                     int64_t s) const {
+    return static_cast<uint64_t>(((bi * globalHeads + headOffset + hi) * s + i) * s + j);
+  }
 };
 
+/// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a
+/// Status naming the cause; none throws. release() cannot fail: it runs in destructors.
 class Backend {
 public:
   virtual ~Backend() = default;
   virtual const char *name() const = 0;
 
-  virtual void *allocate(size_t bytes) = 0;
-  virtual void release(void *data) = 0;
-  virtual void copyToDevice(void *device, const void *host, size_t bytes) = 0;
-  virtual void copyToHost(void *host, const void *device, size_t bytes) = 0;
-  virtual void setZero(void *device, size_t bytes) = 0;
+  /// `bytes` of device memory into `out`.
+  virtual Status allocate(size_t bytes, void *&out) = 0;
+  virtual void release(void *data) noexcept = 0;
+  virtual Status copyToDevice(void *device, const void *host, size_t bytes) = 0;
+  virtual Status copyToHost(void *host, const void *device, size_t bytes) = 0;
+  virtual Status setZero(void *device, size_t bytes) = 0;
   /// dst = src element by element, between any float types (rounding to nearest even).
-  virtual void convert(const TensorView &dst, const TensorView &src) = 0;
+  virtual Status convert(const TensorView &dst, const TensorView &src) = 0;
 
   /// Runs one instruction. For ParamGrad, `outputs[0]` is the parameter's gradient,
   /// which the input is added into.
@@ -54,14 +77,44 @@ public:
   /// Writes the initial values of this rank's shard of `param` (block `tpRank` of
   /// `tpSize` along its shard dimension), as a function of (seed, name, global
   /// element index) only.
-  virtual void initParameter(const TensorView &weight, const plan::Param &param,
-                             uint64_t seed, int tpRank, int tpSize) = 0;
+  virtual Status initParameter(const TensorView &weight, const plan::Param &param,
+                               uint64_t seed, int tpRank, int tpSize) = 0;
 
-  /// Σ x², accumulated in double.
-  virtual double sumOfSquares(const TensorView &x) = 0;
-  virtual void adamw(const TensorView &weight, const TensorView &grad,
-                     const TensorView &expAvg, const TensorView &expAvgSq,
-                     const AdamWStep &step) = 0;
+  /// sum = Σ x², accumulated in double.
+  virtual Status sumOfSquares(const TensorView &x, double &sum) = 0;
+  virtual Status adamw(const TensorView &weight, const TensorView &grad,
+                       const TensorView &expAvg, const TensorView &expAvgSq,
+                       const AdamWStep &step) = 0;
+};
+
+/// Memory from a backend, released when this goes out of scope.
+class DeviceMemory {
+public:
+  DeviceMemory() = default;
+  DeviceMemory(DeviceMemory &&other) noexcept
+      : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)) {}
+  DeviceMemory &operator=(DeviceMemory &&other) noexcept {
+    std::swap(backend_, other.backend_);
+    std::swap(data_, other.data_);
+    return *this;
+  }
+  ~DeviceMemory() {
+    if (data_)
+      backend_->release(data_);
+  }
+  /// Replaces what this holds with `bytes` of `backend`'s memory.
+  Status allocate(Backend &backend, size_t bytes) {
+    DeviceMemory fresh;
+    fresh.backend_ = &backend;
+    MT_TRY(backend.allocate(bytes, fresh.data_));
+    *this = std::move(fresh);
+    return Status::success();
+  }
+  void *data() const { return data_; }
+
+private:
+  Backend *backend_ = nullptr;
+  void *data_ = nullptr;
 };
 
 std::unique_ptr<Backend> makeCpuBackend();

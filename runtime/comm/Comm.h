@@ -48,8 +48,8 @@ public:
   /// out is this member's block, along `axis`, of Σ over the group of in.
   virtual Status reduceScatter(Group group, const TensorView &in, const TensorView &out,
                                int axis) = 0;
-  /// Σ over the group of a host number (losses, norms).
-  virtual double allReduceSum(Group group, double value) = 0;
+  /// value = Σ over the group of value, a host number (losses, norms).
+  virtual Status allReduceSum(Group group, double &value) = 0;
   /// Σ over the listed members of the group (this rank among them): a parameter that
   /// several pipeline stages hold, such as the tied embedding.
   virtual Status allReduceSumAmong(Group group, const std::vector<int> &members,

@@ -226,10 +226,9 @@ public:
                  "reduce-scatter");
   }
 
-  double allReduceSum(Group g, double value) override {
-    double sum = 0;
-    MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, of(g));
-    return sum;
+  Status allReduceSum(Group g, double &value) override {
+    return check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, of(g)),
+                 "all-reduce of a number");
   }
 
 private:

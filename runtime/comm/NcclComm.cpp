@@ -156,7 +156,7 @@ public:
                       "reduce-scatter");
   }
 
-  double allReduceSum(Group g, double value) override { return host_->allReduceSum(g, value); }
+  Status allReduceSum(Group g, double &value) override { return host_->allReduceSum(g, value); }
 
   Status allReduceSumAmong(Group g, const std::vector<int> &members,
                            const TensorView &inOut) override {

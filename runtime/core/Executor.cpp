@@ -2,7 +2,6 @@
 #include "plan/Opcodes.h"
 
 #include <algorithm>
-#include <new>
 #include <sstream>
 
 namespace mt {
@@ -23,22 +22,23 @@ TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, 
 Executor::Executor(const plan::Plan &plan, Backend &backend, Comm &comm)
     : plan_(plan), backend_(backend), comm_(comm) {}
 
-Executor::~Executor() {
-  for (void *p : allocations_)
-    backend_.release(p);
-}
+Executor::~Executor() = default;
 
 Status Executor::create(const LoadedPlan &loaded, Backend &backend, Comm &comm,
                         ExecutorOptions options, std::unique_ptr<Executor> &out) {
   std::unique_ptr<Executor> executor(new Executor(loaded.plan(), backend, comm));
-  try {
-    if (Status s = executor->bind(options); !s.ok())
-      return s;
-  } catch (const std::bad_alloc &) {
-    return Status::failure(cat(backend.name(), ": out of memory binding plan '",
-                               loaded.plan().model()->str(), "'"));
-  }
+  if (Status s = executor->bind(options); !s.ok())
+    return Status::failure(cat("binding plan '", loaded.plan().model()->str(), "': ",
+                               s.message()));
   out = std::move(executor);
+  return Status::success();
+}
+
+Status Executor::allocate(size_t bytes, void *&data) {
+  DeviceMemory memory;
+  MT_TRY(memory.allocate(backend_, bytes));
+  data = memory.data();
+  allocations_.push_back(std::move(memory));
   return Status::success();
 }
 
@@ -99,9 +99,8 @@ Status Executor::bind(ExecutorOptions options) {
     flat->rank = 1;
     flat->shape[0] = flat == &flatWeights_ && shardMaster ? share : total;
     const size_t bytes = dtypeBytes(flat->dtype) * flat->shape[0];
-    flat->data = backend_.allocate(bytes);
-    allocations_.push_back(flat->data);
-    backend_.setZero(flat->data, bytes);
+    MT_TRY(allocate(bytes, flat->data));
+    MT_TRY(backend_.setZero(flat->data, bytes));
   }
   for (Parameter &p : parameters_) {
     const size_t at = dtypeBytes(master) * p.offset;
@@ -114,14 +113,11 @@ Status Executor::bind(ExecutorOptions options) {
   for (const plan::Program *prog : programs)
     if (!pipelined || prog->stage() == stage)
       arenaBytes_ = std::max<uint64_t>(arenaBytes_, prog->arena_bytes());
-  std::byte *arena = nullptr;
   if (!options.separateBuffers) {
     // The arena is followed by a guard region; both start out holding a sentinel, so
     // that the bytes the programs actually write can be measured (arenaBytesWritten).
-    arena = static_cast<std::byte *>(backend_.allocate(arenaBytes_ + kGuardBytes));
-    allocations_.push_back(arena);
-    arena_ = arena;
-    fillArena(kSentinel);
+    MT_TRY(allocate(arenaBytes_ + kGuardBytes, arena_));
+    MT_TRY(fillArena(kSentinel));
   }
   views_.resize(programs.size());
   for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i) {
@@ -136,10 +132,9 @@ Status Executor::bind(ExecutorOptions options) {
                                        dtypeBytes(flatCompute_.dtype) * p.offset
                                  : p.weight.data;
       } else if (options.separateBuffers) {
-        data = backend_.allocate(b->bytes());
-        allocations_.push_back(data);
+        MT_TRY(allocate(b->bytes(), data));
       } else {
-        data = arena + b->offset();
+        data = static_cast<std::byte *>(arena_) + b->offset();
       }
       views_[i].push_back(viewOf(*b->shape(), b->dtype(), data));
     }
@@ -147,22 +142,23 @@ Status Executor::bind(ExecutorOptions options) {
   return Status::success();
 }
 
-void Executor::fillArena(uint8_t sentinel) {
+Status Executor::fillArena(uint8_t sentinel) {
   if (!arena_)
-    return;
+    return Status::success();
   std::vector<uint8_t> fill(arenaBytes_ + kGuardBytes, sentinel);
-  backend_.copyToDevice(arena_, fill.data(), fill.size());
+  return backend_.copyToDevice(arena_, fill.data(), fill.size());
 }
 
-uint64_t Executor::arenaBytesWritten(uint8_t sentinel) {
+Status Executor::arenaBytesWritten(uint8_t sentinel, uint64_t &written) {
+  written = 0;
   if (!arena_)
-    return 0;
+    return Status::success();
   std::vector<uint8_t> bytes(arenaBytes_ + kGuardBytes);
-  backend_.copyToHost(bytes.data(), arena_, bytes.size());
-  uint64_t end = bytes.size();
-  while (end > 0 && bytes[end - 1] == sentinel)
-    --end;
-  return end;
+  MT_TRY(backend_.copyToHost(bytes.data(), arena_, bytes.size()));
+  written = bytes.size();
+  while (written > 0 && bytes[written - 1] == sentinel)
+    --written;
+  return Status::success();
 }
 
 int64_t Executor::tokensPerMicroBatch() const {
@@ -174,48 +170,48 @@ TensorView Executor::masterSlice(int64_t begin, int64_t end) const {
                  end - masterFirst_);
 }
 
-void Executor::refreshComputeWeights() {
-  if (flatCompute_.data && !masterSharded())
-    backend_.convert(flatCompute_, flatWeights_);
+Status Executor::refreshComputeWeights() {
+  if (!flatCompute_.data || masterSharded())
+    return Status::success();
+  return backend_.convert(flatCompute_, flatWeights_);
 }
 
-void Executor::refreshComputeWeights(int64_t begin, int64_t end) {
-  if (flatCompute_.data && begin < end)
-    backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), begin, end),
-                     masterSlice(begin, end));
+Status Executor::refreshComputeWeights(int64_t begin, int64_t end) {
+  if (!flatCompute_.data || begin >= end)
+    return Status::success();
+  return backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), begin, end),
+                          masterSlice(begin, end));
 }
 
 Status Executor::initParameters(uint64_t seed) {
   const int tpRank = comm_.rank(Group::Tensor), tpSize = comm_.size(Group::Tensor);
   if (!masterSharded()) {
     for (Parameter &p : parameters_)
-      backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize);
-    refreshComputeWeights();
-    return Status::success();
+      MT_TRY(backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize));
+    return refreshComputeWeights();
   }
   // Each parameter in full, once: this rank's share into the master weights, all of it
   // into the compute copy.
   const int64_t first = masterFirst_, last = masterFirst_ + flatWeights_.numel();
   const size_t element = dtypeBytes(flatWeights_.dtype);
   for (Parameter &p : parameters_) {
+    DeviceMemory memory;
+    MT_TRY(memory.allocate(backend_, element * p.numel));
     TensorView whole = p.weight;
-    whole.data = backend_.allocate(element * p.numel);
-    backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize);
+    whole.data = memory.data();
+    MT_TRY(backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize));
     const int64_t begin = std::max(first, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end)
-      backend_.convert(masterSlice(begin, end),
-                       sliceOf(whole, element, begin - p.offset, end - p.offset));
-    backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), p.offset,
-                             p.offset + p.numel),
-                     sliceOf(whole, element, 0, p.numel));
-    backend_.release(whole.data);
+      MT_TRY(backend_.convert(masterSlice(begin, end),
+                              sliceOf(whole, element, begin - p.offset, end - p.offset)));
+    MT_TRY(backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), p.offset,
+                                    p.offset + p.numel),
+                            sliceOf(whole, element, 0, p.numel)));
   }
   return Status::success();
 }
 
-void Executor::zeroGradients() {
-  backend_.setZero(flatGrads_.data, flatGrads_.bytes());
-}
+Status Executor::zeroGradients() { return backend_.setZero(flatGrads_.data, flatGrads_.bytes()); }
 
 Status Executor::runCollective(const plan::Instruction &inst, const TensorView &in,
                                const TensorView &out) {
@@ -232,14 +228,11 @@ Status Executor::runCollective(const plan::Instruction &inst, const TensorView &
 }
 
 Status Executor::setInput(const TensorView &view, const int32_t *ids) {
-  if (view.dtype == plan::DType::I32) {
-    backend_.copyToDevice(view.data, ids, sizeof(int32_t) * view.numel());
-    return Status::success();
-  }
+  if (view.dtype == plan::DType::I32)
+    return backend_.copyToDevice(view.data, ids, sizeof(int32_t) * view.numel());
   if (view.dtype == plan::DType::I64) {
     std::vector<int64_t> wide(ids, ids + view.numel());
-    backend_.copyToDevice(view.data, wide.data(), sizeof(int64_t) * wide.size());
-    return Status::success();
+    return backend_.copyToDevice(view.data, wide.data(), sizeof(int64_t) * wide.size());
   }
   return Status::failure("plan inputs must be i32 or i64 tensors");
 }
@@ -250,10 +243,8 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   const std::vector<TensorView> &views = views_[program];
   context.tpRank = comm_.rank(Group::Tensor);
   context.tpSize = comm_.size(Group::Tensor);
-  if (Status s = setInput(views[prog.tokens()], tokens); !s.ok())
-    return s;
-  if (Status s = setInput(views[prog.targets()], targets); !s.ok())
-    return s;
+  MT_TRY(setInput(views[prog.tokens()], tokens));
+  MT_TRY(setInput(views[prog.targets()], targets));
   TensorView in[8], out[8];
   const auto &instructions = *prog.instructions();
   bool backward = false;
@@ -283,25 +274,21 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
 
 namespace {
 
-double readScalar(Backend &backend, const TensorView &view) {
-  if (view.dtype == plan::DType::F64) {
-    double value;
-    backend.copyToHost(&value, view.data, sizeof(double));
-    return value;
-  }
-  float value;
-  backend.copyToHost(&value, view.data, sizeof(float));
-  return value;
+Status readScalar(Backend &backend, const TensorView &view, double &value) {
+  if (view.dtype == plan::DType::F64)
+    return backend.copyToHost(&value, view.data, sizeof(double));
+  float single;
+  MT_TRY(backend.copyToHost(&single, view.data, sizeof(float)));
+  value = single;
+  return Status::success();
 }
 
 } // namespace
 
 Status Executor::forwardBackward(const int32_t *tokens, const int32_t *targets,
                                  StepContext context, double &loss) {
-  if (Status s = run(0, tokens, targets, context); !s.ok())
-    return s;
-  loss = readScalar(backend_, views_[0][plan_.programs()->Get(0)->loss()]);
-  return Status::success();
+  MT_TRY(run(0, tokens, targets, context));
+  return readScalar(backend_, views_[0][plan_.programs()->Get(0)->loss()], loss);
 }
 
 size_t Executor::receiveBytes(uint32_t program) const {
@@ -321,7 +308,7 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
       return Status::failure(cat(prog.name()->str(), ": received ",
                                  received ? received->size() : 0, " bytes, expected ",
                                  in.bytes()));
-    backend_.copyToDevice(in.data, received->data(), received->size());
+    MT_TRY(backend_.copyToDevice(in.data, received->data(), received->size()));
   }
   const auto &stashIds = *prog.stash();
   if (prog.backward()) {
@@ -333,26 +320,25 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
       if (stash[i].size() != v.bytes())
         return Status::failure(cat(prog.name()->str(), ": stashed tensor ", i, " has ",
                                    stash[i].size(), " bytes, expected ", v.bytes()));
-      backend_.copyToDevice(v.data, stash[i].data(), stash[i].size());
+      MT_TRY(backend_.copyToDevice(v.data, stash[i].data(), stash[i].size()));
     }
   }
-  if (Status s = run(program, tokens, targets, context); !s.ok())
-    return s;
+  MT_TRY(run(program, tokens, targets, context));
   if (!prog.backward()) {
     stash.assign(stashIds.size(), {});
     for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
       const TensorView &v = views[stashIds.Get(i)];
       stash[i].resize(v.bytes());
-      backend_.copyToHost(stash[i].data(), v.data, stash[i].size());
+      MT_TRY(backend_.copyToHost(stash[i].data(), v.data, stash[i].size()));
     }
   }
   if (prog.send() >= 0) {
     const TensorView &out = views[prog.send()];
     sent.resize(out.bytes());
-    backend_.copyToHost(sent.data(), out.data, sent.size());
+    MT_TRY(backend_.copyToHost(sent.data(), out.data, sent.size()));
   }
   if (prog.loss() >= 0)
-    loss = readScalar(backend_, views[prog.loss()]);
+    return readScalar(backend_, views[prog.loss()], loss);
   return Status::success();
 }
 

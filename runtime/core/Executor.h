@@ -69,10 +69,10 @@ public:
   /// this rounds the master weights into it. Whatever changes the weights calls it (init,
   /// the optimizer, a checkpoint load); without a copy, or with sharded master weights
   /// (whose optimizer gathers the copy itself), it does nothing.
-  void refreshComputeWeights();
+  Status refreshComputeWeights();
   /// Rounds master weights [begin, end) (which this rank holds) into the compute copy.
-  void refreshComputeWeights(int64_t begin, int64_t end);
-  void zeroGradients();
+  Status refreshComputeWeights(int64_t begin, int64_t end);
+  Status zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
   /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
   Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
@@ -100,13 +100,15 @@ public:
   /// plannedArenaBytes() means an instruction wrote outside the arena.
   static constexpr uint8_t kSentinel = 0xA5;
   static constexpr size_t kGuardBytes = 4096;
-  void fillArena(uint8_t sentinel);
-  uint64_t arenaBytesWritten(uint8_t sentinel);
+  Status fillArena(uint8_t sentinel);
+  Status arenaBytesWritten(uint8_t sentinel, uint64_t &written);
   uint64_t plannedArenaBytes() const { return arenaBytes_; }
 
 private:
   Executor(const plan::Plan &plan, Backend &backend, Comm &comm);
   Status bind(ExecutorOptions options);
+  /// `bytes` of device memory, held until the executor goes.
+  Status allocate(size_t bytes, void *&data);
   Status setInput(const TensorView &view, const int32_t *ids);
   Status run(uint32_t program, const int32_t *tokens, const int32_t *targets,
              StepContext context);
@@ -116,7 +118,7 @@ private:
   const plan::Plan &plan_;
   Backend &backend_;
   Comm &comm_;
-  std::vector<void *> allocations_;
+  std::vector<DeviceMemory> allocations_;
   std::vector<std::vector<TensorView>> views_; // per program (this stage's), per buffer
   std::vector<int> localParam_;                // plan parameter -> parameters_ index
   uint64_t arenaBytes_ = 0;

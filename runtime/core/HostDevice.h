@@ -1,9 +1,10 @@
 // Math the CPU and the CUDA backends share, written once and compiled for both: the
-// CPU kernels call it in T (f32 or f64), the CUDA kernels in f32.
+// CPU kernels call it in T (f32 or f64), the CUDA kernels in f32 (AdamW in f64 on both).
 #ifndef MT_RUNTIME_CORE_HOSTDEVICE_H
 #define MT_RUNTIME_CORE_HOSTDEVICE_H
 
 #include <math.h>
+#include <stdint.h>
 
 #if defined(__CUDACC__)
 #define MT_HOST_DEVICE __host__ __device__
@@ -42,6 +43,51 @@ struct Silu {
   template <typename T> MT_HOST_DEVICE static T derivative(T x) {
     const T s = T(1) / (T(1) + expOf(-x));
     return s * (T(1) + x * (T(1) - s));
+  }
+};
+
+/// The softmax statistics of one row, merged over `parts` shards of its columns
+/// (vocabulary-parallel cross entropy). Shard p's (max, Σ exp(x − max), target logit)
+/// lie at stats[3p·stride], stats[(3p + 1)·stride], stats[(3p + 2)·stride]. Each
+/// shard's sum is rescaled by exp(its max − the global max) (Milakov & Gimelshein
+/// 2018); a shard without valid columns (max −∞) adds nothing. Accumulates in Acc.
+template <typename Acc, typename T>
+MT_HOST_DEVICE void mergeSoftmaxStats(const T *stats, int64_t stride, int64_t parts, Acc &max,
+                                      Acc &sum, Acc &target) {
+  max = -static_cast<Acc>(INFINITY);
+  for (int64_t p = 0; p < parts; ++p)
+    if (max < static_cast<Acc>(stats[3 * p * stride]))
+      max = static_cast<Acc>(stats[3 * p * stride]);
+  sum = 0;
+  target = 0;
+  for (int64_t p = 0; p < parts; ++p) {
+    const Acc localMax = static_cast<Acc>(stats[3 * p * stride]);
+    if (localMax > -static_cast<Acc>(INFINITY))
+      sum += static_cast<Acc>(stats[(3 * p + 1) * stride]) * expOf(localMax - max);
+    target += static_cast<Acc>(stats[(3 * p + 2) * stride]);
+  }
+}
+
+/// One AdamW update (Loshchilov & Hutter 2019), with the gradient scaled first
+/// (1/micro-batches and the clipping factor folded into one number).
+struct AdamWStep {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0;
+  double gradScale = 1;
+  int64_t step = 1; // 1-based, for the bias corrections
+
+  /// Adam's bias corrections, 1 − β₁ᵗ and 1 − β₂ᵗ (host only: computed once per update).
+  double correction1() const { return 1 - pow(beta1, static_cast<double>(step)); }
+  double correction2() const { return 1 - pow(beta2, static_cast<double>(step)); }
+
+  /// One element, in f64: updates the moments m and v from gradient g and returns the
+  /// new weight; c1 and c2 are the bias corrections. The decay is decoupled from the
+  /// gradient, applied to the weight before the update.
+  MT_HOST_DEVICE double update(double w, double g, double &m, double &v, double c1,
+                               double c2) const {
+    const double grad = g * gradScale;
+    m = beta1 * m + (1 - beta1) * grad;
+    v = beta2 * v + (1 - beta2) * grad * grad;
+    return w - lr * ((m / c1) / (sqrt(v / c2) + eps) + weightDecay * w);
   }
 };
 

@@ -35,4 +35,11 @@ private:
 
 } // namespace mt
 
+/// Returns from the calling function with `expr`'s Status if it failed.
+#define MT_TRY(expr)                                                                       \
+  do {                                                                                     \
+    if (::mt::Status mtTryStatus = (expr); !mtTryStatus.ok())                              \
+      return mtTryStatus;                                                                  \
+  } while (0)
+
 #endif

@@ -77,20 +77,6 @@ std::string describe(MegatronDType dtype) {
   return cat(dtypeName(dtype), " (code ", static_cast<int>(dtype), ")");
 }
 
-/// Flushes `file` to disk and closes it, so that the rename that follows publishes
-/// complete contents.
-Status syncAndClose(std::FILE *file, const std::string &path) {
-  bool ok = std::fflush(file) == 0 && ::fsync(::fileno(file)) == 0;
-  std::string error = ok ? "" : systemError();
-  if (std::fclose(file) != 0 && ok) {
-    ok = false;
-    error = systemError();
-  }
-  if (!ok)
-    return Status::failure(cat("cannot write ", path, ": ", error));
-  return Status::success();
-}
-
 Status mapReadOnly(const std::string &path, const uint8_t *&data, size_t &size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -172,39 +158,6 @@ MegatronDType tokenDTypeForVocabulary(int64_t vocabularySize) {
 
 // ---- writer -------------------------------------------------------------------------
 
-IndexedDatasetWriter::IndexedDatasetWriter(IndexedDatasetWriter &&other) noexcept {
-  *this = std::move(other);
-}
-
-IndexedDatasetWriter &IndexedDatasetWriter::operator=(IndexedDatasetWriter &&other) noexcept {
-  if (this != &other) {
-    discard();
-    prefix_ = std::move(other.prefix_);
-    dtype_ = other.dtype_;
-    bin_ = std::exchange(other.bin_, nullptr);
-    binTemporary_ = std::exchange(other.binTemporary_, std::string());
-    idxTemporary_ = std::exchange(other.idxTemporary_, std::string());
-    lengths_ = std::move(other.lengths_);
-    encoded_ = std::move(other.encoded_);
-    tokens_ = std::exchange(other.tokens_, 0);
-  }
-  return *this;
-}
-
-IndexedDatasetWriter::~IndexedDatasetWriter() { discard(); }
-
-void IndexedDatasetWriter::discard() {
-  if (bin_)
-    std::fclose(bin_);
-  bin_ = nullptr;
-  if (!binTemporary_.empty())
-    std::remove(binTemporary_.c_str());
-  if (!idxTemporary_.empty())
-    std::remove(idxTemporary_.c_str());
-  binTemporary_.clear();
-  idxTemporary_.clear();
-}
-
 Status IndexedDatasetWriter::open(const std::string &prefix, MegatronDType dtype,
                                   IndexedDatasetWriter &out) {
   if (!holdsTokenIds(dtype))
@@ -212,20 +165,13 @@ Status IndexedDatasetWriter::open(const std::string &prefix, MegatronDType dtype
   IndexedDatasetWriter writer;
   writer.prefix_ = prefix;
   writer.dtype_ = dtype;
-  // The process id keeps two writers of one prefix from sharing a temporary file.
-  std::string suffix = cat(".tmp.", ::getpid());
-  std::string binTemporary = prefix + ".bin" + suffix;
-  writer.bin_ = std::fopen(binTemporary.c_str(), "wb");
-  if (!writer.bin_)
-    return Status::failure(cat("cannot create ", prefix, ".bin: ", systemError()));
-  writer.binTemporary_ = binTemporary;
-  writer.idxTemporary_ = prefix + ".idx" + suffix;
+  MT_TRY(AtomicFile::create(prefix + ".bin", writer.bin_));
   out = std::move(writer);
   return Status::success();
 }
 
 Status IndexedDatasetWriter::addDocument(const std::vector<int32_t> &tokens) {
-  if (!bin_)
+  if (!bin_.isOpen())
     return Status::failure(cat(prefix_, ": the writer is not open"));
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
     return Status::failure(cat(prefix_, ": document ", lengths_.size(), " has ", tokens.size(),
@@ -239,21 +185,17 @@ Status IndexedDatasetWriter::addDocument(const std::vector<int32_t> &tokens) {
                                  " does not fit the dataset's dtype ", dtypeName(dtype_)));
     storeLittleEndian(encoded_.data() + i * width, static_cast<uint64_t>(tokens[i]), width);
   }
-  if (std::fwrite(encoded_.data(), 1, encoded_.size(), bin_) != encoded_.size())
-    return Status::failure(cat("cannot write ", binTemporary_, ": ", systemError()));
+  MT_TRY(bin_.write(encoded_.data(), encoded_.size()));
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
   tokens_ += tokens.size();
   return Status::success();
 }
 
 Status IndexedDatasetWriter::finish() {
-  if (!bin_)
+  if (!bin_.isOpen())
     return Status::failure(cat(prefix_, ": the writer is not open"));
   if (lengths_.empty())
     return Status::failure(cat(prefix_, ": no documents to write"));
-  Status closed = syncAndClose(std::exchange(bin_, nullptr), binTemporary_);
-  if (!closed.ok())
-    return closed;
 
   // _IndexWriter.__enter__ then write(): header, lengths, pointers, document indices.
   const uint64_t count = lengths_.size();
@@ -280,26 +222,12 @@ Status IndexedDatasetWriter::finish() {
     at += 8;
   }
 
-  std::FILE *idx = std::fopen(idxTemporary_.c_str(), "wb");
-  if (!idx)
-    return Status::failure(cat("cannot create ", idxTemporary_, ": ", systemError()));
-  if (std::fwrite(index.data(), 1, index.size(), idx) != index.size()) {
-    std::string error = systemError();
-    std::fclose(idx);
-    return Status::failure(cat("cannot write ", idxTemporary_, ": ", error));
-  }
-  closed = syncAndClose(idx, idxTemporary_);
-  if (!closed.ok())
-    return closed;
-
+  AtomicFile idx;
+  MT_TRY(AtomicFile::create(prefix_ + ".idx", idx));
+  MT_TRY(idx.write(index.data(), index.size()));
   // The index last: a reader that finds it finds the data it describes.
-  for (auto [from, to] :
-       {std::pair{&binTemporary_, prefix_ + ".bin"}, std::pair{&idxTemporary_, prefix_ + ".idx"}}) {
-    if (std::rename(from->c_str(), to.c_str()) != 0)
-      return Status::failure(cat("cannot rename ", *from, " to ", to, ": ", systemError()));
-    from->clear();
-  }
-  return Status::success();
+  MT_TRY(bin_.commit());
+  return idx.commit();
 }
 
 // ---- reader -------------------------------------------------------------------------

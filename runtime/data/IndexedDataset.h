@@ -21,6 +21,7 @@
 #ifndef MT_RUNTIME_DATA_INDEXEDDATASET_H
 #define MT_RUNTIME_DATA_INDEXEDDATASET_H
 
+#include "core/AtomicFile.h"
 #include "core/Status.h"
 
 #include <cstdint>
@@ -56,33 +57,23 @@ MegatronDType tokenDTypeForVocabulary(int64_t vocabularySize);
 /// the final name; a writer destroyed before finish() removes its temporary files.
 class IndexedDatasetWriter {
 public:
-  IndexedDatasetWriter() = default;
-  IndexedDatasetWriter(IndexedDatasetWriter &&other) noexcept;
-  IndexedDatasetWriter &operator=(IndexedDatasetWriter &&other) noexcept;
-  IndexedDatasetWriter(const IndexedDatasetWriter &) = delete;
-  IndexedDatasetWriter &operator=(const IndexedDatasetWriter &) = delete;
-  ~IndexedDatasetWriter();
-
-  /// Creates the temporary .bin; fails when it cannot be created or `dtype` cannot
-  /// hold token ids.
+  /// Starts PREFIX.bin (an AtomicFile: a writer dropped before finish() leaves no
+  /// file); fails when it cannot be created or `dtype` cannot hold token ids.
   static Status open(const std::string &prefix, MegatronDType dtype, IndexedDatasetWriter &out);
 
   /// Appends one document as one sequence; fails on a token `dtype` cannot represent.
   Status addDocument(const std::vector<int32_t> &tokens);
 
-  /// Writes the index, then renames both files to PREFIX.bin and PREFIX.idx.
+  /// Writes the index, then commits PREFIX.bin and then PREFIX.idx.
   Status finish();
 
   uint64_t numDocuments() const { return lengths_.size(); }
   uint64_t numTokens() const { return tokens_; }
 
 private:
-  void discard();
-
   std::string prefix_;
   MegatronDType dtype_ = MegatronDType::Int32;
-  std::FILE *bin_ = nullptr;
-  std::string binTemporary_, idxTemporary_;
+  AtomicFile bin_;
   std::vector<int32_t> lengths_;
   std::vector<uint8_t> encoded_;
   uint64_t tokens_ = 0;

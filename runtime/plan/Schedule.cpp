@@ -138,6 +138,32 @@ double idealBubble(const PipelineSchedule &schedule) {
          static_cast<double>(schedule.chunks * schedule.microBatches);
 }
 
+std::string parseScheduleKind(const std::string &name, int64_t chunks, ScheduleKind &kind) {
+  if (name.empty())
+    kind = chunks > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  else if (name == "gpipe")
+    kind = ScheduleKind::GPipe;
+  else if (name == "1f1b")
+    kind = ScheduleKind::OneFOneB;
+  else if (name == "interleaved")
+    kind = ScheduleKind::Interleaved;
+  else
+    return "--schedule must be gpipe, 1f1b or interleaved, got '" + name + "'";
+  return "";
+}
+
+const char *scheduleName(ScheduleKind kind) {
+  switch (kind) {
+  case ScheduleKind::GPipe:
+    return "gpipe";
+  case ScheduleKind::OneFOneB:
+    return "1f1b";
+  case ScheduleKind::Interleaved:
+    return "interleaved";
+  }
+  return "unknown";
+}
+
 std::string actionName(const PipelineAction &action, bool showChunk) {
   std::string name = (action.forward ? "F" : "B") + std::to_string(action.microBatch);
   if (showChunk)

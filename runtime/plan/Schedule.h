@@ -19,6 +19,13 @@ namespace mt {
 
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 
+/// The kind `--schedule` names: "gpipe", "1f1b" or "interleaved", or, for an empty
+/// name, the default: interleaved with several chunks per stage, else 1F1B. Returns an
+/// error naming the choices, or "".
+std::string parseScheduleKind(const std::string &name, int64_t chunks, ScheduleKind &kind);
+/// The kind's `--schedule` name.
+const char *scheduleName(ScheduleKind kind);
+
 struct PipelineAction {
   bool forward;
   int64_t chunk, microBatch;

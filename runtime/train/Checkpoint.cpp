@@ -1,4 +1,5 @@
 #include "train/Checkpoint.h"
+#include "core/AtomicFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,8 +11,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
-#include <fcntl.h>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -65,36 +64,25 @@ std::string shapeString(const std::vector<int64_t> &shape) {
 }
 
 
-/// Writes all of `data`; a test may ask the writer to die after a number of bytes
+/// Writes to `file`; a test may ask the writer to die after a number of bytes
 /// (MT_CHECKPOINT_KILL_AFTER_BYTES), as a crash mid-save would.
 class FileWriter {
 public:
-  explicit FileWriter(int fd) : fd_(fd) {
+  explicit FileWriter(AtomicFile &file) : file_(file) {
     if (const char *limit = std::getenv("MT_CHECKPOINT_KILL_AFTER_BYTES"))
       killAfter_ = std::strtoull(limit, nullptr, 10);
   }
-  bool write(const void *data, size_t n) {
-    const char *p = static_cast<const char *>(data);
-    while (n > 0) {
-      size_t chunk = n;
-      if (killAfter_ && written_ + chunk > killAfter_)
-        chunk = killAfter_ - written_;
-      ssize_t w = ::write(fd_, p, chunk);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w < 0)
-        return false;
-      written_ += static_cast<size_t>(w);
-      p += w;
-      n -= static_cast<size_t>(w);
-      if (killAfter_ && written_ >= killAfter_)
-        ::raise(SIGKILL);
+  Status write(const void *data, size_t n) {
+    if (killAfter_ && written_ + n >= killAfter_) {
+      (void)file_.write(data, killAfter_ - written_);
+      ::raise(SIGKILL);
     }
-    return true;
+    written_ += n;
+    return file_.write(data, n);
   }
 
 private:
-  int fd_;
+  AtomicFile &file_;
   size_t written_ = 0, killAfter_ = 0;
 };
 
@@ -106,18 +94,6 @@ Status ensureDirectory(const std::string &dir) {
   if (::mkdir(dir.c_str(), 0755) != 0)
     return Status::failure(cat(dir, ": cannot create save directory: ", std::strerror(errno)));
   return Status::success();
-}
-
-/// Temporary files of saves that never finished (a crash) are removed.
-void removeStaleTemporaries(const std::string &dir) {
-  DIR *d = ::opendir(dir.c_str());
-  if (!d)
-    return;
-  std::string prefix = std::string(".") + kFileName + ".tmp.";
-  while (dirent *e = ::readdir(d))
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
-      ::unlink((dir + "/" + e->d_name).c_str());
-  ::closedir(d);
 }
 
 /// One tensor of a checkpoint, global: its name, global shape, element type, and (on
@@ -137,28 +113,13 @@ std::vector<int64_t> globalShape(const plan::Param &p) {
 /// under the parameter's name, then optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>.
 const char *const kKinds[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 
-/// Device memory of the backend, released with its owner.
-class DeviceBuffer {
-public:
-  DeviceBuffer(Backend &backend, size_t bytes)
-      : backend_(backend), data_(backend.allocate(bytes)) {}
-  ~DeviceBuffer() { backend_.release(data_); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-  void *data() const { return data_; }
-
-private:
-  Backend &backend_;
-  void *data_;
-};
-
 /// This rank's local (tensor-parallel shard) values of parameter `p` for one kind, in
 /// the backend's memory. What the distributed optimizer keeps in shares (the moments,
 /// and the master weights under mixed precision) is first gathered over the
 /// data-parallel group.
 struct LocalStores {
   TensorView weights, expAvg, expAvgSq;
-  std::vector<std::unique_ptr<DeviceBuffer>> gathered;
+  std::vector<DeviceMemory> gathered;
 };
 
 Status localStores(Executor &executor, const AdamW &optimizer, LocalStores &out) {
@@ -171,11 +132,10 @@ Status localStores(Executor &executor, const AdamW &optimizer, LocalStores &out)
   for (TensorView *store : {&out.weights, &out.expAvg, &out.expAvgSq}) {
     if (store->numel() == whole.numel())
       continue;
-    out.gathered.push_back(std::make_unique<DeviceBuffer>(executor.backend(), bytes));
+    MT_TRY(out.gathered.emplace_back().allocate(executor.backend(), bytes));
     TensorView all = whole;
-    all.data = out.gathered.back()->data();
-    if (Status s = comm.allGather(Group::Data, *store, all, 0); !s.ok())
-      return s;
+    all.data = out.gathered.back().data();
+    MT_TRY(comm.allGather(Group::Data, *store, all, 0));
     *store = all;
   }
   return Status::success();
@@ -200,9 +160,9 @@ int firstHolder(const plan::Plan &plan, uint32_t index) {
 /// Every rank ends with the same verdict: a failure anywhere is a failure everywhere.
 Status agree(Executor &executor, Status status) {
   Comm &comm = executor.comm();
-  double failures = comm.allReduceSum(Group::Tensor, status.ok() ? 0.0 : 1.0);
-  failures = comm.allReduceSum(Group::Data, failures);
-  failures = comm.allReduceSum(Group::Pipeline, failures);
+  double failures = status.ok() ? 0.0 : 1.0;
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, failures));
   if (!status.ok() || failures == 0)
     return status;
   return Status::failure("another rank failed to save or load the checkpoint");
@@ -212,7 +172,8 @@ Status writeFile(const std::string &dir, const std::vector<GlobalTensor> &tensor
                  const json &metadata) {
   if (Status s = ensureDirectory(dir); !s.ok())
     return s;
-  removeStaleTemporaries(dir);
+  const std::string final = checkpointPath(dir);
+  AtomicFile::removeStale(final); // of saves that never finished (a crash)
   json header;
   size_t offset = 0;
   for (const GlobalTensor &t : tensors) {
@@ -228,29 +189,14 @@ Status writeFile(const std::string &dir, const std::vector<GlobalTensor> &tensor
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
 
-  const std::string final = checkpointPath(dir);
-  const std::string tmp = cat(dir, "/.", kFileName, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return Status::failure(cat(tmp, ": cannot write checkpoint: ", std::strerror(errno)));
-  FileWriter out(fd);
-  bool ok = out.write(length, 8) && out.write(text.data(), text.size());
+  AtomicFile file;
+  MT_TRY(AtomicFile::create(final, file));
+  FileWriter out(file);
+  MT_TRY(out.write(length, 8));
+  MT_TRY(out.write(text.data(), text.size()));
   for (const GlobalTensor &t : tensors)
-    ok = ok && out.write(t.bytes.data(), t.bytes.size());
-  ok = ok && ::fsync(fd) == 0;
-  int savedErrno = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(tmp.c_str(), final.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Status::failure(cat(final, ": cannot write checkpoint: ",
-                               std::strerror(ok ? errno : savedErrno)));
-  }
-  // The rename itself must reach the disk before the save counts as done.
-  if (int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::success();
+    MT_TRY(out.write(t.bytes.data(), t.bytes.size()));
+  return file.commit();
 }
 
 } // namespace
@@ -302,16 +248,18 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       for (size_t i = 0; i < t.shape.size(); ++i)
         global.shape[i] = t.shape[i];
       t.bytes.resize(bytes);
+      DeviceMemory gathered;
       if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
-        DeviceBuffer gathered(executor.backend(), bytes);
+        if (Status s = gathered.allocate(executor.backend(), bytes); !s.ok())
+          return agree(executor, s);
         global.data = gathered.data();
         if (Status s = comm.allGather(Group::Tensor, local, global, p.spec->shard_dim());
             !s.ok())
           return agree(executor, s);
-        executor.backend().copyToHost(t.bytes.data(), gathered.data(), bytes);
-      } else {
-        executor.backend().copyToHost(t.bytes.data(), local.data, bytes);
+        local = global;
       }
+      if (Status s = executor.backend().copyToHost(t.bytes.data(), local.data, bytes); !s.ok())
+        return agree(executor, s);
       if (writer) {
         tensors.push_back(std::move(t));
       } else if (sender && stage != 0) {
@@ -453,22 +401,23 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   if (executor.masterSharded()) {
     // This rank's share of the master weights, and the compute copy of all of them.
     const TensorView &master = executor.flatWeights();
-    backend.copyToDevice(master.data, host[0].data() + element * executor.masterFirst(),
-                         element * master.numel());
-    DeviceBuffer all(backend, host[0].size());
-    backend.copyToDevice(all.data(), host[0].data(), host[0].size());
+    MT_TRY(backend.copyToDevice(master.data, host[0].data() + element * executor.masterFirst(),
+                                element * master.numel()));
+    DeviceMemory all;
+    MT_TRY(all.allocate(backend, host[0].size()));
+    MT_TRY(backend.copyToDevice(all.data(), host[0].data(), host[0].size()));
     TensorView allView = executor.flatGrads();
     allView.data = all.data();
-    backend.convert(executor.flatCompute(), allView);
+    MT_TRY(backend.convert(executor.flatCompute(), allView));
   } else {
-    backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size());
-    executor.refreshComputeWeights();
+    MT_TRY(backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size()));
+    MT_TRY(executor.refreshComputeWeights());
   }
   const int64_t first = optimizer.first(), count = optimizer.expAvg().numel();
-  backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,
-                       element * count);
-  backend.copyToDevice(optimizer.expAvgSq().data, host[2].data() + element * first,
-                       element * count);
+  MT_TRY(backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,
+                              element * count));
+  MT_TRY(backend.copyToDevice(optimizer.expAvgSq().data, host[2].data() + element * first,
+                              element * count));
   state = loaded;
   return Status::success();
 }

@@ -34,13 +34,11 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
   if (comm.size(Group::Tensor) > 1)
     for (Executor::Parameter &p : executor.parameters())
       if (p.spec->tp_grad_reduce())
-        if (Status s = comm.allReduceSum(Group::Tensor, p.grad, p.grad); !s.ok())
-          return s;
+        MT_TRY(comm.allReduceSum(Group::Tensor, p.grad, p.grad));
   // A parameter several pipeline stages hold (the tied embedding) gets each stage's part.
   for (Executor::Parameter &p : executor.parameters())
     if (p.holders.size() > 1)
-      if (Status s = comm.allReduceSumAmong(Group::Pipeline, p.holders, p.grad); !s.ok())
-        return s;
+      MT_TRY(comm.allReduceSumAmong(Group::Pipeline, p.holders, p.grad));
   const int parts = comm.size(Group::Data);
   if (parts == 1)
     return Status::success();
@@ -51,46 +49,48 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
     TensorView mine = slice(grads, first, first + shard);
     // The sum lands beside the gradients (on the device), then replaces this rank's share.
     Backend &backend = executor.backend();
+    DeviceMemory sum;
+    MT_TRY(sum.allocate(backend, dtypeBytes(grads.dtype) * shard));
     TensorView out = mine;
-    out.data = backend.allocate(dtypeBytes(grads.dtype) * shard);
-    Status s = comm.reduceScatter(Group::Data, grads, out, 0);
-    if (s.ok())
-      backend.convert(mine, out);
-    backend.release(out.data);
-    return s;
+    out.data = sum.data();
+    MT_TRY(comm.reduceScatter(Group::Data, grads, out, 0));
+    return backend.convert(mine, out);
   }
   const int64_t bucket = std::max<int64_t>(
       1, static_cast<int64_t>(bucketBytes / dtypeBytes(grads.dtype)));
   for (int64_t begin = 0; begin < total; begin += bucket) {
     TensorView b = slice(grads, begin, std::min(total, begin + bucket));
-    if (Status s = comm.allReduceSum(Group::Data, b, b); !s.ok())
-      return s;
+    MT_TRY(comm.allReduceSum(Group::Data, b, b));
   }
   return Status::success();
 }
 
 AdamW::AdamW(Executor &executor, OptimizerConfig config, bool distributed)
-    : executor_(executor), config_(std::move(config)), distributed_(distributed) {
-  Backend &backend = executor_.backend();
-  const TensorView &flat = executor_.flatGrads();
+    : executor_(executor), config_(std::move(config)), distributed_(distributed) {}
+
+Status AdamW::create(Executor &executor, OptimizerConfig config, bool distributed,
+                     std::unique_ptr<AdamW> &out) {
+  std::unique_ptr<AdamW> adam(new AdamW(executor, std::move(config), distributed));
+  Backend &backend = executor.backend();
+  const TensorView &flat = executor.flatGrads();
   int64_t count = flat.numel();
-  if (distributed_) {
-    count /= executor_.comm().size(Group::Data);
-    first_ = executor_.comm().rank(Group::Data) * count;
+  if (distributed) {
+    count /= executor.comm().size(Group::Data);
+    adam->first_ = executor.comm().rank(Group::Data) * count;
   }
-  for (TensorView *moments : {&expAvg_, &expAvgSq_}) {
+  const size_t bytes = dtypeBytes(flat.dtype) * count;
+  for (auto [moments, memory] : {std::pair{&adam->expAvg_, &adam->expAvgMemory_},
+                                 std::pair{&adam->expAvgSq_, &adam->expAvgSqMemory_}}) {
+    MT_TRY(memory->allocate(backend, bytes));
     *moments = slice(flat, 0, count);
-    moments->data = backend.allocate(dtypeBytes(flat.dtype) * count);
-    backend.setZero(moments->data, dtypeBytes(flat.dtype) * count);
+    moments->data = memory->data();
+    MT_TRY(backend.setZero(moments->data, bytes));
   }
+  out = std::move(adam);
+  return Status::success();
 }
 
-AdamW::~AdamW() {
-  executor_.backend().release(expAvg_.data);
-  executor_.backend().release(expAvgSq_.data);
-}
-
-double AdamW::gradientNorm(double gradScale) {
+Status AdamW::gradientNorm(double gradScale, double &norm) {
   Backend &backend = executor_.backend();
   Comm &comm = executor_.comm();
   const int64_t last = first_ + expAvg_.numel();
@@ -104,14 +104,18 @@ double AdamW::gradientNorm(double gradScale) {
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader) &&
-        (p.holders.empty() || p.holders.front() == stage))
-      sumSquares += backend.sumOfSquares(slice(executor_.flatGrads(), begin, end));
+        (p.holders.empty() || p.holders.front() == stage)) {
+      double sum = 0;
+      MT_TRY(backend.sumOfSquares(slice(executor_.flatGrads(), begin, end), sum));
+      sumSquares += sum;
+    }
   }
-  sumSquares = comm.allReduceSum(Group::Tensor, sumSquares);
-  sumSquares = comm.allReduceSum(Group::Pipeline, sumSquares);
+  MT_TRY(comm.allReduceSum(Group::Tensor, sumSquares));
+  MT_TRY(comm.allReduceSum(Group::Pipeline, sumSquares));
   if (distributed_)
-    sumSquares = comm.allReduceSum(Group::Data, sumSquares);
-  return std::sqrt(sumSquares) * gradScale;
+    MT_TRY(comm.allReduceSum(Group::Data, sumSquares));
+  norm = std::sqrt(sumSquares) * gradScale;
+  return Status::success();
 }
 
 Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
@@ -137,27 +141,23 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
       continue;
     // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
     update.weightDecay = p.weight.rank >= 2 ? config_.weightDecay : 0.0;
-    backend.adamw(executor_.masterSlice(begin, end),
-                  slice(executor_.flatGrads(), begin, end),
-                  slice(expAvg_, begin - first_, end - first_),
-                  slice(expAvgSq_, begin - first_, end - first_), update);
+    MT_TRY(backend.adamw(executor_.masterSlice(begin, end),
+                         slice(executor_.flatGrads(), begin, end),
+                         slice(expAvg_, begin - first_, end - first_),
+                         slice(expAvgSq_, begin - first_, end - first_), update));
   }
   // The programs' 16-bit copy follows the master weights it was rounded from.
-  if (!distributed_) {
-    executor_.refreshComputeWeights();
-    return Status::success();
-  }
+  if (!distributed_)
+    return executor_.refreshComputeWeights();
   if (executor_.masterSharded()) {
     // Each rank rounds its share into the compute copy, and the copies are gathered.
-    executor_.refreshComputeWeights(first_, last);
+    MT_TRY(executor_.refreshComputeWeights(first_, last));
     const TensorView &copy = executor_.flatCompute();
     return comm.allGather(Group::Data, slice(copy, first_, last), copy, 0);
   }
   const TensorView &weights = executor_.flatWeights();
-  if (Status s = comm.allGather(Group::Data, slice(weights, first_, last), weights, 0); !s.ok())
-    return s;
-  executor_.refreshComputeWeights();
-  return Status::success();
+  MT_TRY(comm.allGather(Group::Data, slice(weights, first_, last), weights, 0));
+  return executor_.refreshComputeWeights();
 }
 
 } // namespace mt

@@ -7,6 +7,7 @@
 #include "core/Executor.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,14 +63,13 @@ struct LossScaler {
 class AdamW {
 public:
   /// With `distributed`, this rank keeps Adam's moments for, and updates, only its
-  /// 1/dp shard of the flat parameter store (Megatron's distributed optimizer).
-  AdamW(Executor &executor, OptimizerConfig config, bool distributed);
-  ~AdamW();
-  AdamW(const AdamW &) = delete;
-  AdamW &operator=(const AdamW &) = delete;
+  /// 1/dp shard of the flat parameter store (Megatron's distributed optimizer). The
+  /// moments start at zero.
+  static Status create(Executor &executor, OptimizerConfig config, bool distributed,
+                       std::unique_ptr<AdamW> &out);
 
-  /// Collective: the global norm of the synchronised gradients times `gradScale`.
-  double gradientNorm(double gradScale);
+  /// Collective: norm = the global norm of the synchronised gradients times `gradScale`.
+  Status gradientNorm(double gradScale, double &norm);
 
   /// Updates from the synchronised gradients times `gradScale` (1/micro-batches, and
   /// 1/loss scale), clipped to `clipGrad` in global norm (`gradNorm`, from
@@ -85,11 +85,14 @@ public:
   bool distributed() const { return distributed_; }
 
 private:
+  AdamW(Executor &executor, OptimizerConfig config, bool distributed);
+
   Executor &executor_;
   OptimizerConfig config_;
   bool distributed_;
   int64_t first_ = 0;
   TensorView expAvg_, expAvgSq_;
+  DeviceMemory expAvgMemory_, expAvgSqMemory_;
 };
 
 } // namespace mt

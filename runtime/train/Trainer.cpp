@@ -84,7 +84,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   if (Status s = stream.checkVocabulary(plan.vocab_size()); !s.ok())
     return s;
 
-  AdamW optimizer(executor, config.optimizer, plan.distributed_optimizer());
+  std::unique_ptr<AdamW> created;
+  if (Status s = AdamW::create(executor, config.optimizer, plan.distributed_optimizer(), created);
+      !s.ok())
+    return s;
+  AdamW &optimizer = *created;
   TrainingState state;
   state.seed = config.seed;
   state.lossScaler = config.lossScaler;
@@ -150,7 +154,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // The plan's schedule: this rank's micro-batches forward and backward (gradients
     // accumulate), the gradient synchronisation, the update. The loss, and so the
     // gradient, is the mean over all micro-batches of the global batch.
-    executor.zeroGradients();
+    if (Status s = executor.zeroGradients(); !s.ok())
+      return s;
     const double lossScale = scaleLoss ? state.lossScaler.scale : 1.0;
     bool skipped = false;
     double lossSum = 0, gradNorm = 0;
@@ -264,12 +269,14 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       }
       case plan::ActionKind::OptimizerStep: {
         auto begin = Timeline::Clock::now();
-        lossSum = comm.allReduceSum(Group::Pipeline, lossSum);
-        lossSum = comm.allReduceSum(Group::Data, lossSum);
+        for (Group group : {Group::Pipeline, Group::Data})
+          if (Status s = comm.allReduceSum(group, lossSum); !s.ok())
+            return failed(s);
         if (!std::isfinite(lossSum) && !scaleLoss)
           return failed(Status::failure("the loss is not finite"));
         const double gradScale = 1.0 / (microBatches * lossScale);
-        gradNorm = optimizer.gradientNorm(gradScale);
+        if (Status s = optimizer.gradientNorm(gradScale, gradNorm); !s.ok())
+          return failed(s);
         if (scaleLoss) { // an overflow anywhere skips the step
           skipped = !std::isfinite(gradNorm) || !std::isfinite(lossSum);
           state.lossScaler.update(skipped);

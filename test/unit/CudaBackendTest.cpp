@@ -11,6 +11,7 @@
 // A case whose plan is missing fails, GPU or not.
 #include "CompileWithMtc.h"
 #include "OpCases.h"
+#include "StatusAssertions.h"
 #include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
@@ -95,6 +96,18 @@ std::string planOf(const Case &c) {
 }
 
 /// Everything a step leaves behind, on the host: the loss and each gradient.
+/// Device memory for a test, released at the end.
+struct DeviceBuffers {
+  explicit DeviceBuffers(Backend &backend) : backend(backend) {}
+  Backend &backend;
+  std::vector<DeviceMemory> held;
+  void *allocate(size_t bytes) {
+    DeviceMemory memory;
+    EXPECT_OK(memory.allocate(backend, bytes));
+    return held.emplace_back(std::move(memory)).data();
+  }
+};
+
 struct Result {
   double loss = 0;
   std::vector<std::vector<float>> gradients;
@@ -150,17 +163,19 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
     std::unique_ptr<Executor> executor;
     ASSERT_TRUE(Executor::create(plan, backend, *comm, {}, executor).ok());
     ASSERT_TRUE(executor->initParameters(seed).ok());
-    executor->zeroGradients();
+    ASSERT_OK(executor->zeroGradients());
     Status s = executor->forwardBackward(tokens.data(), targets.data(), StepContext{seed, 5, 2},
                                          out.loss);
     ASSERT_TRUE(s.ok()) << s.message();
     for (Executor::Parameter &p : executor->parameters()) {
       std::vector<float> g(p.grad.numel());
-      backend.copyToHost(g.data(), p.grad.data, sizeof(float) * g.size());
+      ASSERT_OK(backend.copyToHost(g.data(), p.grad.data, sizeof(float) * g.size()));
       out.gradients.push_back(std::move(g));
     }
     // The measured arena stays inside the plan.
-    EXPECT_LE(executor->arenaBytesWritten(Executor::kSentinel), executor->plannedArenaBytes());
+    uint64_t written = 0;
+    ASSERT_OK(executor->arenaBytesWritten(Executor::kSentinel, written));
+    EXPECT_LE(written, executor->plannedArenaBytes());
   };
 
   std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
@@ -218,37 +233,27 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
     return v;
   };
   std::vector<std::vector<float>> expected = host;
-  cpu->adamw(view(expected[0].data()), view(expected[1].data()), view(expected[2].data()),
-             view(expected[3].data()), step);
+  ASSERT_OK(cpu->adamw(view(expected[0].data()), view(expected[1].data()),
+                       view(expected[2].data()), view(expected[3].data()), step));
+  DeviceBuffers buffers{*cuda};
   std::vector<void *> device;
   for (auto &v : host) {
-    device.push_back(cuda->allocate(sizeof(float) * n));
-    cuda->copyToDevice(device.back(), v.data(), sizeof(float) * n);
+    device.push_back(buffers.allocate(sizeof(float) * n));
+    ASSERT_OK(cuda->copyToDevice(device.back(), v.data(), sizeof(float) * n));
   }
-  cuda->adamw(view(device[0]), view(device[1]), view(device[2]), view(device[3]), step);
+  ASSERT_OK(cuda->adamw(view(device[0]), view(device[1]), view(device[2]), view(device[3]), step));
   // The weights and both moments.
   for (int i : {0, 2, 3}) {
     std::vector<float> got(n);
-    cuda->copyToHost(got.data(), device[i], sizeof(float) * n);
+    ASSERT_OK(cuda->copyToHost(got.data(), device[i], sizeof(float) * n));
     EXPECT_LE(relative(got, expected[i]), 1e-6) << "tensor " << i << " (0: weights, 2: m, 3: v)";
   }
-  EXPECT_NEAR(cuda->sumOfSquares(view(device[1])), cpu->sumOfSquares(view(host[1].data())),
-              1e-9 * cpu->sumOfSquares(view(host[1].data())));
-  for (void *p : device)
-    cuda->release(p);
+  double onDevice = 0, onHost = 0;
+  ASSERT_OK(cuda->sumOfSquares(view(device[1]), onDevice));
+  ASSERT_OK(cpu->sumOfSquares(view(host[1].data()), onHost));
+  EXPECT_NEAR(onDevice, onHost, 1e-9 * onHost);
 }
 
-/// Device memory for a test, released at the end.
-struct DeviceBuffers {
-  explicit DeviceBuffers(Backend &backend) : backend(backend) {}
-  Backend &backend;
-  std::vector<void *> held;
-  void *allocate(size_t bytes) { return held.emplace_back(backend.allocate(bytes)); }
-  ~DeviceBuffers() {
-    for (void *p : held)
-      backend.release(p);
-  }
-};
 
 TensorView viewOf(void *data, plan::DType dtype, std::initializer_list<int64_t> shape) {
   TensorView v;
@@ -320,7 +325,7 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
       if (device) {
         p = static_cast<char *>(buffers.allocate(2 * host[i].size() + 16)) +
             (i == 2 ? biasOffset : 0);
-        backend.copyToDevice(p, host[i].data(), 2 * host[i].size());
+        EXPECT_OK(backend.copyToDevice(p, host[i].data(), 2 * host[i].size()));
       }
       at.push_back(p);
     }
@@ -331,7 +336,7 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
     Status s = backend.run(*linear, in, out, StepContext{});
     EXPECT_TRUE(s.ok()) << s.message();
     if (device)
-      backend.copyToHost(host[3].data(), at[3], 2 * host[3].size());
+      EXPECT_OK(backend.copyToHost(host[3].data(), at[3], 2 * host[3].size()));
     return host[3];
   };
   std::unique_ptr<Backend> cpu = makeCpuBackend();
@@ -362,10 +367,12 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
   Status s = cuda->run(*gelu, &empty, &empty, StepContext{});
   EXPECT_TRUE(s.ok()) << s.message();
   const TensorView none = viewOf(p, plan::DType::F32, {0});
-  EXPECT_EQ(cuda->sumOfSquares(none), 0.0);
+  double sum = -1;
+  EXPECT_OK(cuda->sumOfSquares(none, sum));
+  EXPECT_EQ(sum, 0.0);
   AdamWStep step;
   step.step = 1;
-  cuda->adamw(none, none, none, none, step);
+  EXPECT_OK(cuda->adamw(none, none, none, none, step));
 
   // A whole gpt-tiny step, asynchronous and synchronous: the same bits.
   const std::string tiny = planOf({test::opCases().back(), {"bf16", 1e-2}});
@@ -387,7 +394,7 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
     std::unique_ptr<Executor> executor;
     ASSERT_TRUE(Executor::create(tinyPlan, *backend, *comm, {}, executor).ok());
     ASSERT_TRUE(executor->initParameters(11).ok());
-    executor->zeroGradients();
+    ASSERT_OK(executor->zeroGradients());
     double loss = 0;
     Status run = executor->forwardBackward(tokens.data(), targets.data(), StepContext{11, 1, 0},
                                            loss);
@@ -395,7 +402,8 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
     const size_t gradBytes = sizeof(float) * executor->flatGrads().numel();
     bytes.resize(sizeof loss + gradBytes);
     std::memcpy(bytes.data(), &loss, sizeof loss);
-    backend->copyToHost(bytes.data() + sizeof loss, executor->flatGrads().data, gradBytes);
+    ASSERT_OK(backend->copyToHost(bytes.data() + sizeof loss, executor->flatGrads().data,
+                                  gradBytes));
   };
   std::vector<char> asynchronous, synchronous;
   ASSERT_NO_FATAL_FAILURE(stepWith("0", asynchronous));

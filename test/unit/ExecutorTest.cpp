@@ -2,6 +2,7 @@
 // peak, the plan's buffer reuse changes no bit of the result, and random numbers
 // depend on global indices only.
 #include "CompileWithMtc.h"
+#include "StatusAssertions.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
 #include "core/Executor.h"
@@ -56,11 +57,13 @@ TEST_F(ExecutorTest, MeasuredArenaHighWaterEqualsPlannedPeak) {
   for (uint8_t sentinel : {uint8_t{0xA5}, uint8_t{0x5A}}) {
     StepRun run;
     ASSERT_TRUE(Executor::create(plan, *run.backend, *run.comm, {}, run.executor).ok());
-    run.executor->fillArena(sentinel);
+    ASSERT_OK(run.executor->fillArena(sentinel));
     ASSERT_TRUE(run.executor->initParameters(42).ok());
     std::vector<int32_t> ids(run.executor->tokensPerMicroBatch(), 3);
     ASSERT_TRUE(run.executor->forwardBackward(ids.data(), ids.data(), {7, 0, 0}, run.loss).ok());
-    measured = std::max(measured, run.executor->arenaBytesWritten(sentinel));
+    uint64_t written = 0;
+    ASSERT_OK(run.executor->arenaBytesWritten(sentinel, written));
+    measured = std::max(measured, written);
   }
   EXPECT_GT(measured, 0u);
   EXPECT_EQ(measured, plan.plan().accounting()->activation_bytes());
@@ -75,6 +78,21 @@ TEST_F(ExecutorTest, PlannedReuseEqualsSeparateBuffersBitForBit) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(std::memcmp(a[i].grad.data, b[i].grad.data, a[i].bytes), 0) << a[i].name;
+}
+
+/// Running out of memory is a Status naming the request, not an exception; memory that
+/// DeviceMemory holds goes back when it does.
+TEST(BackendErrors, OutOfMemoryIsAStatus) {
+  std::unique_ptr<Backend> backend = makeCpuBackend();
+  DeviceMemory memory;
+  const size_t huge = size_t{1} << 62;
+  Status s = memory.allocate(*backend, huge);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "cpu backend: out of memory allocating " + std::to_string(huge) +
+                             " bytes");
+  EXPECT_EQ(memory.data(), nullptr);
+  ASSERT_OK(memory.allocate(*backend, 64));
+  EXPECT_NE(memory.data(), nullptr);
 }
 
 TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
@@ -97,7 +115,7 @@ TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
     t.rank = 2;
     t.shape[0] = local[0];
     t.shape[1] = local[1];
-    backend->initParameter(t, param, 9, rank, parts);
+    EXPECT_OK(backend->initParameter(t, param, 9, rank, parts));
     return values;
   };
   std::vector<float> whole = init(-1, 0, 1);

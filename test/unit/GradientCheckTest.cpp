@@ -2,8 +2,9 @@
 // gpt-tiny loss, the gradient the compiled training step computes agrees with central
 // finite differences in f64 (relative error ≤ 1e-6), on fresh random inputs.
 #include "CompileWithMtc.h"
-#include "TestSeed.h"
 #include "OpCases.h"
+#include "StatusAssertions.h"
+#include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
 #include "core/Executor.h"
@@ -55,7 +56,7 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
   };
 
   // The analytic gradients, before the finite differences run more steps.
-  executor->zeroGradients();
+  ASSERT_OK(executor->zeroGradients());
   loss();
   std::vector<std::vector<double>> gradients;
   for (Executor::Parameter &p : executor->parameters())

@@ -143,8 +143,8 @@ void expectRoundTrip(MegatronDType dtype, int32_t vocabulary) {
   EXPECT_NE(beyond.message().find("past the end"), std::string::npos) << beyond.message();
 
   // Nothing is left under a temporary name.
-  EXPECT_FALSE(fileExists(prefix + ".bin.tmp." + std::to_string(::getpid())));
-  EXPECT_FALSE(fileExists(prefix + ".idx.tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(fileExists(AtomicFile::temporaryPath(prefix + ".bin")));
+  EXPECT_FALSE(fileExists(AtomicFile::temporaryPath(prefix + ".idx")));
 }
 
 TEST(IndexedDatasetTest, RoundTripsUInt16InMegatronBytes) {
@@ -199,9 +199,9 @@ TEST(IndexedDatasetTest, UnfinishedWriterLeavesNoFiles) {
     IndexedDatasetWriter writer;
     ASSERT_TRUE(IndexedDatasetWriter::open(prefix, MegatronDType::Int32, writer).ok());
     ASSERT_TRUE(writer.addDocument({1, 2, 3}).ok());
-    EXPECT_TRUE(fileExists(prefix + ".bin.tmp." + std::to_string(::getpid())));
+    EXPECT_TRUE(fileExists(AtomicFile::temporaryPath(prefix + ".bin")));
   }
-  EXPECT_FALSE(fileExists(prefix + ".bin.tmp." + std::to_string(::getpid())));
+  EXPECT_FALSE(fileExists(AtomicFile::temporaryPath(prefix + ".bin")));
   EXPECT_FALSE(fileExists(prefix + ".bin"));
   EXPECT_FALSE(fileExists(prefix + ".idx"));
 

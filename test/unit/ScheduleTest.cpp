@@ -82,5 +82,19 @@ TEST(ScheduleCheck, ARepeatedOrMissingActionIsFound) {
   EXPECT_NE(check.problem.find("misses"), std::string::npos) << check.problem;
 }
 
+TEST(ScheduleNames, MegatronsNamesAndTheDefaults) {
+  ScheduleKind kind;
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved}) {
+    EXPECT_EQ(parseScheduleKind(scheduleName(k), 1, kind), "");
+    EXPECT_EQ(kind, k) << scheduleName(k);
+  }
+  EXPECT_EQ(parseScheduleKind("", 1, kind), "");
+  EXPECT_EQ(kind, ScheduleKind::OneFOneB) << "one chunk per stage: 1F1B";
+  EXPECT_EQ(parseScheduleKind("", 2, kind), "");
+  EXPECT_EQ(kind, ScheduleKind::Interleaved) << "several chunks per stage: interleaved";
+  EXPECT_EQ(parseScheduleKind("zero-bubble", 1, kind),
+            "--schedule must be gpipe, 1f1b or interleaved, got 'zero-bubble'");
+}
+
 } // namespace
 } // namespace mt

@@ -9,6 +9,7 @@
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
 #include "compiler/Registration.h"
+#include "core/AtomicFile.h"
 #include "plan/Schedule.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -22,8 +23,6 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
-#include <fcntl.h>
-#include <unistd.h>
 
 using namespace mlir;
 using llvm::errs;
@@ -182,34 +181,6 @@ std::string gib(int64_t bytes) {
   return s;
 }
 
-/// Writes `bytes` to `path` atomically: temporary file, fsync, rename.
-bool writeAtomically(const std::string &path, const std::vector<uint8_t> &bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    errs() << "mtc: cannot write " << tmp << ": " << strerror(errno) << "\n";
-    return false;
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  bool ok = done == bytes.size() && ::fsync(fd) == 0;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    errs() << "mtc: cannot write " << path << ": " << strerror(errno) << "\n";
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
-}
-
 int runInfo(MLIRContext &context, const Args &args) {
   int64_t multiple;
   if (!positiveFlag(args, "make-vocab-size-divisible-by", 128, multiple))
@@ -245,17 +216,11 @@ int runSchedule(const Args &args) {
       !positiveFlag(args, "micro-batches", 1, microBatches))
     return 1;
   std::string name = args.values.lookup("schedule");
-  if (name.empty())
-    name = chunks > 1 ? "interleaved" : "1f1b";
   ::mt::ScheduleKind kind;
-  if (name == "gpipe")
-    kind = ::mt::ScheduleKind::GPipe;
-  else if (name == "1f1b")
-    kind = ::mt::ScheduleKind::OneFOneB;
-  else if (name == "interleaved")
-    kind = ::mt::ScheduleKind::Interleaved;
-  else
-    return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + name + "'");
+  if (std::string error = ::mt::parseScheduleKind(name, chunks, kind); !error.empty())
+    return usageError(error);
+  if (name.empty())
+    name = ::mt::scheduleName(kind);
   ::mt::PipelineSchedule schedule;
   if (std::string error = ::mt::buildSchedule(kind, stages, chunks, microBatches, schedule);
       !error.empty()) {
@@ -371,13 +336,6 @@ int runCompile(MLIRContext &context, const Args &args) {
   if (!elementTypes.count(precision))
     return usageError("--precision must be bf16, fp16, fp32 or fp64, got '" + precision + "'");
   options.precision = elementTypes.lookup(precision);
-  const bool mixed = precision == "bf16" || precision == "fp16";
-  // Bytes per parameter as mtrun holds them: the weights the programs read, the
-  // gradients, and the optimizer's state — Adam's two moments, and under mixed precision
-  // the f32 master weights — which the distributed optimizer shards over dp.
-  const int64_t weightBytes = precision == "fp64" ? 8 : mixed ? 2 : 4;
-  const int64_t gradientBytes = precision == "fp64" ? 8 : 4;
-  const int64_t optimizerBytes = 2 * gradientBytes + (mixed ? 4 : 0);
 
   ModelFile model;
   if (!loadModel(context, args.model, model))
@@ -399,19 +357,11 @@ int runCompile(MLIRContext &context, const Args &args) {
     }
     options.virtualStages = gpt->layers / (options.pp * perChunk);
   }
-  std::string scheduleName = args.values.lookup("schedule");
-  if (scheduleName.empty())
-    scheduleName = options.virtualStages > 1 ? "interleaved" : "1f1b";
   ::mt::ScheduleKind scheduleKind;
-  if (scheduleName == "gpipe")
-    scheduleKind = ::mt::ScheduleKind::GPipe;
-  else if (scheduleName == "1f1b")
-    scheduleKind = ::mt::ScheduleKind::OneFOneB;
-  else if (scheduleName == "interleaved")
-    scheduleKind = ::mt::ScheduleKind::Interleaved;
-  else
-    return usageError("--schedule must be gpipe, 1f1b or interleaved, got '" + scheduleName +
-                      "'");
+  if (std::string error = ::mt::parseScheduleKind(args.values.lookup("schedule"),
+                                                  options.virtualStages, scheduleKind);
+      !error.empty())
+    return usageError(error);
   std::vector<int64_t> inFlight; // per pipeline stage, in chunks
   if (options.pp > 1) {
     ::mt::PipelineSchedule probe;
@@ -454,83 +404,22 @@ int runCompile(MLIRContext &context, const Args &args) {
   header.sequenceParallel = options.sequenceParallel;
   header.distributedOptimizer = distributedOptimizer;
   header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
-  header.costs = mtc::sumOpCosts(module);
-  // Per rank: under pipeline parallelism, the most any stage holds (a tied parameter
-  // counts on each stage that holds it).
-  int64_t localParameters = 0;
-  if (options.pp == 1) {
-    localParameters = mtc::countParameters(module);
-  } else {
-    std::vector<llvm::StringMap<int64_t>> perStage(options.pp);
-    module.walk([&](func::FuncOp fn) {
-      llvm::StringRef name = fn.getName();
-      int64_t v = 0;
-      if (!name.consume_front("forward_") && !name.consume_front("backward_"))
-        return;
-      if (name.getAsInteger(10, v))
-        return;
-      fn.walk([&](mlir::mt::ParamOp p) {
-        perStage[v % options.pp][p.getName()] =
-            cast<RankedTensorType>(p.getType()).getNumElements();
-      });
-    });
-    for (const auto &stage : perStage) {
-      int64_t n = 0;
-      for (const auto &entry : stage)
-        n += entry.second;
-      localParameters = std::max(localParameters, n);
-    }
-  }
-  int64_t recomputeFlops = 0, recomputeOtherFlops = 0;
-  module.walk([&](func::FuncOp fn) {
-    if (auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr))
-      header.memory.activations = std::max(header.memory.activations, arena.getInt());
-  });
-  // On the training step, or, once a pipeline split it, on the module.
-  module->walk([&](Operation *op) {
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mlir::mt::kRecomputeFlopsAttr))
-      recomputeFlops = extra.getInt();
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mlir::mt::kRecomputeOtherFlopsAttr))
-      recomputeOtherFlops = extra.getInt();
-  });
-  // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
-  // per chunk, what its forward returns beyond the tensor it sends (or the loss).
-  if (options.pp > 1) {
-    std::vector<int64_t> stashBytes(options.pp * options.virtualStages, 0);
-    module.walk([&](func::FuncOp fn) {
-      llvm::StringRef name = fn.getName();
-      int64_t v;
-      if (!name.consume_front("forward_") || name.getAsInteger(10, v))
-        return;
-      for (Type t : fn.getResultTypes().drop_front())
-        stashBytes[v] += mlir::mt::tensorBytes(t);
-    });
-    int64_t peak = 0;
-    for (int64_t s = 0; s < options.pp; ++s) {
-      int64_t stash = 0;
-      for (int64_t c = 0; c < options.virtualStages; ++c)
-        stash = std::max(stash, stashBytes[c * options.pp + s]);
-      header.stashBytes.push_back(inFlight[s] * stash);
-      peak = std::max(peak, header.memory.activations + inFlight[s] * stash);
-    }
-    header.memory.activations = peak;
-  }
-
-  // The model's work, as the plan records it; recomputation is reported beside it.
-  header.costs.gemmFlops -= recomputeFlops;
-  header.costs.otherFlops -= recomputeOtherFlops;
-  header.memory.weights = weightBytes * localParameters;
-  header.memory.gradients = gradientBytes * localParameters;
-  header.memory.optimizer =
-      optimizerBytes * localParameters / (distributedOptimizer ? options.dp : 1);
+  const mtc::StepAccount account =
+      mtc::accountStep(module, options.precision, options.pp, options.virtualStages, inFlight,
+                       options.dp, distributedOptimizer);
+  header.costs = account.costs;
+  header.memory = account.memory;
+  header.stashBytes = account.stashBytes;
   header.precision = options.precision;
 
   std::vector<uint8_t> plan;
   if (failed(mtc::emitPlan(module, header, plan)))
     return 1;
   const std::string &output = args.values.lookup("o");
-  if (!writeAtomically(output, plan))
+  if (::mt::Status s = ::mt::AtomicFile::writeWhole(output, plan.data(), plan.size()); !s.ok()) {
+    errs() << "mtc: " << s.message() << "\n";
     return 1;
+  }
   if (args.values.count("emit-mlir")) {
     std::string error;
     auto out = openOutputFile(args.values.lookup("emit-mlir"), &error);
@@ -551,9 +440,9 @@ int runCompile(MLIRContext &context, const Args &args) {
   unsigned __int128 gemmPerStep =
       static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * replicas;
   const unsigned __int128 recomputePerStep =
-      static_cast<unsigned __int128>(recomputeFlops) * microBatches * replicas;
+      static_cast<unsigned __int128>(account.recompute.gemmFlops) * microBatches * replicas;
   const unsigned __int128 recomputeOtherPerStep =
-      static_cast<unsigned __int128>(recomputeOtherFlops) * microBatches * replicas;
+      static_cast<unsigned __int128>(account.recompute.otherFlops) * microBatches * replicas;
   unsigned __int128 otherPerStep =
       static_cast<unsigned __int128>(header.costs.otherFlops) * microBatches * replicas;
   const mtc::MemoryReport &m = header.memory;
@@ -566,7 +455,9 @@ int runCompile(MLIRContext &context, const Args &args) {
   const std::string master = precision == "fp64" ? "fp64" : "fp32";
   row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp
                 << ", pp " << options.pp << ", dp " << options.dp << ")"
-                << (options.pp > 1 ? ", " + scheduleName + " schedule" : std::string())
+                << (options.pp > 1
+                        ? ", " + std::string(::mt::scheduleName(scheduleKind)) + " schedule"
+                        : std::string())
                 << (options.sequenceParallel ? ", sequence parallel" : "")
                 << (distributedOptimizer ? ", distributed optimizer" : "") << ", " << fp
                 << "\n";
@@ -574,7 +465,7 @@ int runCompile(MLIRContext &context, const Args &args) {
                << " micro-batches x dp " << options.dp << " = global batch "
                << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
   row("parameters") << mtc::withCommas(header.parameters) << ", "
-                    << mtc::withCommas(localParameters) << " per rank\n";
+                    << mtc::withCommas(account.localParameters) << " per rank\n";
   row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
   if (gpt)
@@ -599,13 +490,14 @@ int runCompile(MLIRContext &context, const Args &args) {
                      << " other\n";
   }
   outs() << "  bytes per rank\n";
-  row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << weightBytes
+  const mtc::BytesPerParameter &bytes = account.bytesPerParameter;
+  row("  weights") << mtc::withCommas(m.weights) << "  (" << fp << ", " << bytes.weights
                    << " B/param)\n";
   row("  gradients") << mtc::withCommas(m.gradients) << "  (" << master << ", "
-                     << gradientBytes << " B/param)\n";
+                     << bytes.gradients << " B/param)\n";
   row("  optimizer state") << mtc::withCommas(m.optimizer) << "  ("
-                           << (mixed ? "fp32 master weights, " : "") << "Adam m and v, "
-                           << optimizerBytes << " B/param"
+                           << (bytes.mixed ? "fp32 master weights, " : "") << "Adam m and v, "
+                           << bytes.optimizer << " B/param"
                            << (distributedOptimizer ? " / dp" : "") << ")\n";
   row("  activations") << mtc::withCommas(m.activations)
                        << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"

@@ -22,16 +22,6 @@ namespace {
 
 using plan::Opcode;
 
-/// Where a dropout's (block of a) tensor lies in the whole one: its block of dimension 1
-/// (the sequence, or the heads of attention probabilities), of the last dimension, or
-/// all of it.
-ShardMap dropoutShard(const plan::Instruction &inst, const TensorView &x,
-                      const StepContext &ctx) {
-  return inst.sequence_parallel()  ? ShardMap(x, 1, ctx.tpRank, ctx.tpSize)
-         : inst.feature_parallel() ? ShardMap(x, x.rank - 1, ctx.tpRank, ctx.tpSize)
-                                   : ShardMap();
-}
-
 /// Token ids and targets are i32 or i64 tensors.
 int64_t indexAt(const TensorView &t, int64_t i) {
   return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
@@ -299,12 +289,10 @@ template <typename T> struct Kernels {
   struct ProbsDropout {
     double rate = 0;
     int64_t stream = -1;
-    int64_t globalHeads = 0, headOffset = 0;
+    ProbsMaskIndex index;
 
     bool active() const { return rate > 0; }
-    uint64_t first(int64_t bi, int64_t hi, int64_t s) const {
-      return static_cast<uint64_t>((bi * globalHeads + headOffset + hi) * s * s);
-    }
+    uint64_t first(int64_t bi, int64_t hi, int64_t s) const { return index(bi, hi, 0, 0, s); }
     /// The keep mask of an s×s block.
     void mask(std::vector<uint8_t> &keep, int64_t s, uint64_t first,
               const StepContext &ctx) const {
@@ -571,26 +559,12 @@ template <typename T> struct Kernels {
 
   /// Step 2, after the statistics of all P ranks are gathered into [3P, M]: the global
   /// max, Σ exp and target logit per row, and the mean loss.
-  static void mergeRow(const T *all, int64_t m, int64_t parts, int64_t r, double &max,
-                       double &sum, double &target) {
-    max = -std::numeric_limits<double>::infinity();
-    for (int64_t p = 0; p < parts; ++p)
-      max = std::max<double>(max, all[(3 * p) * m + r]);
-    sum = 0;
-    target = 0;
-    for (int64_t p = 0; p < parts; ++p) {
-      double localMax = all[(3 * p) * m + r];
-      if (localMax > -std::numeric_limits<double>::infinity())
-        sum += all[(3 * p + 1) * m + r] * std::exp(localMax - max);
-      target += all[(3 * p + 2) * m + r];
-    }
-  }
   static void crossEntropyMerge(const TensorView &all, const TensorView &loss) {
     const int64_t m = all.cols(), parts = all.dim(0) / 3;
     double total = 0;
     for (int64_t r = 0; r < m; ++r) {
       double max, sum, target;
-      mergeRow(ptr(all), m, parts, r, max, sum, target);
+      mergeSoftmaxStats(ptr(all) + r, m, parts, max, sum, target);
       total += std::log(sum) + max - target;
     }
     ptr(loss)[0] = static_cast<T>(total / m);
@@ -605,7 +579,7 @@ template <typename T> struct Kernels {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < m; ++r) {
       double max, sum, target;
-      mergeRow(ptr(all), m, parts, r, max, sum, target);
+      mergeSoftmaxStats(ptr(all) + r, m, parts, max, sum, target);
       const T *row = ptr(logits) + r * v;
       T *g = ptr(dlogits) + r * v;
       for (int64_t j = 0; j < valid; ++j)
@@ -632,9 +606,7 @@ template <typename T> struct Kernels {
       ProbsDropout drop;
       drop.rate = inst.rate();
       drop.stream = inst.stream();
-      const int64_t group = inst.head_parallel() ? ctx.tpSize : 1;
-      drop.globalHeads = inst.heads() * group;
-      drop.headOffset = inst.head_parallel() ? ctx.tpRank * inst.heads() : 0;
+      drop.index = ProbsMaskIndex(inst.heads(), inst.head_parallel(), ctx);
       return drop;
     };
     switch (inst.opcode()) {
@@ -778,16 +750,13 @@ template <typename T> struct Kernels {
 
   static void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
                     const TensorView &v, const AdamWStep &a) {
-    const double c1 = 1 - std::pow(a.beta1, static_cast<double>(a.step));
-    const double c2 = 1 - std::pow(a.beta2, static_cast<double>(a.step));
+    const double c1 = a.correction1(), c2 = a.correction2();
     for (int64_t i = 0; i < w.numel(); ++i) {
-      double grad = ptr(g)[i] * a.gradScale;
-      double mi = a.beta1 * ptr(m)[i] + (1 - a.beta1) * grad;
-      double vi = a.beta2 * ptr(v)[i] + (1 - a.beta2) * grad * grad;
+      double mi = ptr(m)[i], vi = ptr(v)[i];
+      const double wi = a.update(ptr(w)[i], ptr(g)[i], mi, vi, c1, c2);
       ptr(m)[i] = static_cast<T>(mi);
       ptr(v)[i] = static_cast<T>(vi);
-      double update = (mi / c1) / (std::sqrt(vi / c2) + a.eps) + a.weightDecay * ptr(w)[i];
-      ptr(w)[i] = static_cast<T>(ptr(w)[i] - a.lr * update);
+      ptr(w)[i] = static_cast<T>(wi);
     }
   }
 };
@@ -878,20 +847,25 @@ public:
   CpuBackend() { openblas_set_num_threads(1); }
   const char *name() const override { return "cpu"; }
 
-  void *allocate(size_t bytes) override {
-    void *p = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
-    if (!p)
-      throw std::bad_alloc();
-    return p;
+  Status allocate(size_t bytes, void *&out) override {
+    out = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+    if (!out)
+      return Status::failure(cat("cpu backend: out of memory allocating ", bytes, " bytes"));
+    return Status::success();
   }
-  void release(void *data) override { std::free(data); }
-  void copyToDevice(void *device, const void *host, size_t bytes) override {
+  void release(void *data) noexcept override { std::free(data); }
+  Status copyToDevice(void *device, const void *host, size_t bytes) override {
     std::memcpy(device, host, bytes);
+    return Status::success();
   }
-  void copyToHost(void *host, const void *device, size_t bytes) override {
+  Status copyToHost(void *host, const void *device, size_t bytes) override {
     std::memcpy(host, device, bytes);
+    return Status::success();
   }
-  void setZero(void *device, size_t bytes) override { std::memset(device, 0, bytes); }
+  Status setZero(void *device, size_t bytes) override {
+    std::memset(device, 0, bytes);
+    return Status::success();
+  }
 
   Status run(const plan::Instruction &inst, const TensorView *inputs,
              const TensorView *outputs, const StepContext &context) override {
@@ -913,30 +887,34 @@ public:
     }
   }
 
-  void convert(const TensorView &dst, const TensorView &src) override {
+  Status convert(const TensorView &dst, const TensorView &src) override {
     mt::convert(dst, src);
+    return Status::success();
   }
 
-  void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
-                     int tpSize) override {
+  Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed,
+                       int tpRank, int tpSize) override {
     ShardMap shard(w, param.shard_dim(), tpRank, tpSize);
     if (w.dtype == plan::DType::F64)
       Kernels<double>::init(w, param, seed, shard);
     else
       Kernels<float>::init(w, param, seed, shard);
+    return Status::success();
   }
 
-  double sumOfSquares(const TensorView &x) override {
-    return x.dtype == plan::DType::F64 ? Kernels<double>::sumOfSquares(x)
-                                       : Kernels<float>::sumOfSquares(x);
+  Status sumOfSquares(const TensorView &x, double &sum) override {
+    sum = x.dtype == plan::DType::F64 ? Kernels<double>::sumOfSquares(x)
+                                      : Kernels<float>::sumOfSquares(x);
+    return Status::success();
   }
 
-  void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
-             const TensorView &v, const AdamWStep &step) override {
+  Status adamw(const TensorView &w, const TensorView &g, const TensorView &m,
+               const TensorView &v, const AdamWStep &step) override {
     if (w.dtype == plan::DType::F64)
       Kernels<double>::adamw(w, g, m, v, step);
     else
       Kernels<float>::adamw(w, g, m, v, step);
+    return Status::success();
   }
 };
 

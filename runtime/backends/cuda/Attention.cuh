@@ -25,19 +25,16 @@ struct AttentionShape {
   // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j.
   double rate;
   uint32_t stream;
-  int64_t globalHeads, headOffset;
+  ProbsMaskIndex maskIndex;
   Counters counters;
 
   __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * 3 * h; }
-  __device__ uint64_t maskIndex(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
-    return static_cast<uint64_t>(((bi * globalHeads + headOffset + hi) * s + i) * s + j);
-  }
   /// mask/(1 − rate) of probability (i, j), or 1 without dropout.
   __device__ float dropFactor(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
     if (rate == 0)
       return 1.f;
     return rng::dropoutKeeps(counters.seed, counters.step, counters.microBatch, stream,
-                             maskIndex(bi, hi, i, j), rate)
+                             maskIndex(bi, hi, i, j, s), rate)
                ? static_cast<float>(1.0 / (1.0 - rate))
                : 0.f;
   }
@@ -354,8 +351,7 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool 
   a.causal = causal;
   a.rate = dropout ? inst.rate() : 0.0;
   a.stream = static_cast<uint32_t>(inst.stream());
-  a.globalHeads = heads * (inst.head_parallel() ? ctx.tpSize : 1);
-  a.headOffset = inst.head_parallel() ? ctx.tpRank * heads : 0;
+  a.maskIndex = ProbsMaskIndex(heads, inst.head_parallel(), ctx);
   a.counters = {ctx.seed, ctx.step, ctx.microBatch};
   if (a.d > 32 * kMaxPerLane)
     throw std::runtime_error("cuda backend: attention head_dim " + std::to_string(a.d) +

@@ -24,16 +24,32 @@ namespace {
 using plan::DType;
 using plan::Opcode;
 
-void check(cudaError_t code, const char *what) {
-  if (code != cudaSuccess)
-    throw std::runtime_error(std::string("cuda backend: ") + what + ": " +
-                             cudaGetErrorString(code));
+/// The checked call: a CUDA or cuBLAS failure throws, naming what was being done, the
+/// library's reason, and the file and line of the call (the caller's, through the
+/// default arguments). The Backend's methods turn it into a Status at the interface.
+struct CallSite {
+  const char *file;
+  int line;
+};
+#define MT_CALL_SITE CallSite{__builtin_FILE(), __builtin_LINE()}
+
+[[noreturn]] inline void fail(const std::string &reason, const char *what, CallSite at) {
+  const char *file = at.file;
+  for (const char *c = at.file; *c; ++c)
+    if (*c == '/')
+      file = c + 1;
+  throw std::runtime_error(cat("cuda backend: ", what, ": ", reason, " (", file, ":", at.line,
+                               ")"));
 }
 
-void check(cublasStatus_t code, const char *what) {
+inline void check(cudaError_t code, const char *what, CallSite at = MT_CALL_SITE) {
+  if (code != cudaSuccess)
+    fail(cudaGetErrorString(code), what, at);
+}
+
+inline void check(cublasStatus_t code, const char *what, CallSite at = MT_CALL_SITE) {
   if (code != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuda backend: ") + what + ": cuBLAS status " +
-                             std::to_string(static_cast<int>(code)));
+    fail(cat("cuBLAS status ", static_cast<int>(code)), what, at);
 }
 
 //===----------------------------------------------------------------------===//

@@ -67,29 +67,31 @@ public:
   // (scratch_, gemmOut_ and biasCopy_ free themselves.)
   const char *name() const override { return "cuda"; }
 
-  void *allocate(size_t bytes) override {
-    void *p = nullptr;
-    cudaError_t code = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  Status allocate(size_t bytes, void *&out) override {
+    cudaError_t code = cudaMalloc(&out, std::max<size_t>(bytes, 256));
     if (code == cudaErrorMemoryAllocation) {
       cudaGetLastError(); // not sticky: clear it
-      throw std::bad_alloc();
+      return Status::failure(cat("cuda backend: out of memory allocating ", bytes, " bytes"));
     }
-    check(code, "allocating device memory");
-    return p;
+    return guarded([&] { check(code, "allocating device memory"); });
   }
-  void release(void *data) override { cudaFree(data); }
-  void copyToDevice(void *device, const void *host, size_t bytes) override {
-    check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying to the device");
+  void release(void *data) noexcept override { cudaFree(data); }
+  Status copyToDevice(void *device, const void *host, size_t bytes) override {
+    return guarded([&] {
+      check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying to the device");
+    });
   }
-  void copyToHost(void *host, const void *device, size_t bytes) override {
-    check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copying to the host");
+  Status copyToHost(void *host, const void *device, size_t bytes) override {
+    return guarded([&] {
+      check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copying to the host");
+    });
   }
-  void setZero(void *device, size_t bytes) override {
-    check(cudaMemset(device, 0, bytes), "zeroing device memory");
+  Status setZero(void *device, size_t bytes) override {
+    return guarded([&] { check(cudaMemset(device, 0, bytes), "zeroing device memory"); });
   }
 
-  void convert(const TensorView &dst, const TensorView &src) override {
-    convertOn(dst.data, dst.dtype, src.data, src.dtype, src.numel());
+  Status convert(const TensorView &dst, const TensorView &src) override {
+    return guarded([&] { convertOn(dst.data, dst.dtype, src.data, src.dtype, src.numel()); });
   }
 
   Status run(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
@@ -115,47 +117,48 @@ public:
       empty = empty && out[i].numel() == 0;
     if (empty)
       return Status::success();
-    try {
-      return withStorage(t, [&](auto tag) {
-        return dispatch<decltype(tag)>(inst, in, out, ctx);
-      });
-    } catch (const std::exception &e) {
-      return Status::failure(e.what());
-    }
+    return guarded([&] {
+      return withStorage(t, [&](auto tag) { return dispatch<decltype(tag)>(inst, in, out, ctx); });
+    });
   }
 
-  void initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
-                     int tpSize) override {
+  Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
+                       int tpSize) override {
     // The CPU backend's rule, on the host, then copied: the same bits by construction.
     std::vector<char> host(dtypeBytes(w.dtype) * w.numel());
     TensorView h = w;
     h.data = host.data();
-    cpu_->initParameter(h, param, seed, tpRank, tpSize);
-    copyToDevice(w.data, host.data(), host.size());
+    MT_TRY(cpu_->initParameter(h, param, seed, tpRank, tpSize));
+    return copyToDevice(w.data, host.data(), host.size());
   }
 
-  double sumOfSquares(const TensorView &x) override {
+  Status sumOfSquares(const TensorView &x, double &sum) override {
     if (x.dtype != DType::F32)
-      throw std::runtime_error("cuda backend: gradient norms are taken over f32 gradients");
+      return Status::failure("cuda backend: gradient norms are taken over f32 gradients");
     const unsigned blocks = sumOfSquaresBlocks(x.numel());
-    double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
-    launchSumOfSquares(x.as<float>(), x.numel(), partial, stream_);
-    launched("sum of squares");
     std::vector<double> host(blocks);
-    copyToHost(host.data(), partial, sizeof(double) * blocks);
-    double sum = 0;
+    MT_TRY(guarded([&] {
+      double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
+      launchSumOfSquares(x.as<float>(), x.numel(), partial, stream_);
+      launched("sum of squares");
+      check(cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost),
+            "copying the partial sums of squares");
+    }));
+    sum = 0;
     for (double p : host)
       sum += p;
-    return sum;
+    return Status::success();
   }
 
-  void adamw(const TensorView &w, const TensorView &g, const TensorView &m, const TensorView &v,
-             const AdamWStep &step) override {
-    const double c1 = 1 - std::pow(step.beta1, static_cast<double>(step.step));
-    const double c2 = 1 - std::pow(step.beta2, static_cast<double>(step.step));
-    launchAdamw(w.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), w.numel(), step, c1,
-                c2, stream_);
-    launched("AdamW");
+  Status adamw(const TensorView &w, const TensorView &g, const TensorView &m, const TensorView &v,
+               const AdamWStep &step) override {
+    if (w.dtype != DType::F32)
+      return Status::failure("cuda backend: AdamW updates f32 master weights");
+    return guarded([&] {
+      launchAdamw(w.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), w.numel(), step,
+                  stream_);
+      launched("AdamW");
+    });
   }
 
 private:
@@ -170,11 +173,26 @@ private:
   /// One instruction's temporaries.
   void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
 
+  /// Runs `body` (returning nothing or a Status), whose checked calls throw; the
+  /// interface's methods return the failure as a Status instead.
+  template <typename Body> static Status guarded(Body &&body) {
+    try {
+      if constexpr (std::is_void_v<decltype(body())>) {
+        body();
+        return Status::success();
+      } else {
+        return body();
+      }
+    } catch (const std::exception &e) {
+      return Status::failure(e.what());
+    }
+  }
+
   /// Checks the launch just made; in synchronous mode, also waits for it to finish.
-  void launched(const char *what) {
-    check(cudaGetLastError(), what);
+  void launched(const char *what, CallSite at = MT_CALL_SITE) {
+    check(cudaGetLastError(), what, at);
     if (synchronous_)
-      check(cudaDeviceSynchronize(), what);
+      check(cudaDeviceSynchronize(), what, at);
   }
 
   /// dst (type `to`) = src (type `from`), n elements: a copy where the types agree.
@@ -199,11 +217,11 @@ private:
   /// position afterwards, or -1.
   void resetFlag() {
     const unsigned long long none = ~0ull;
-    copyToDevice(flag_, &none, sizeof none);
+    check(cudaMemcpy(flag_, &none, sizeof none, cudaMemcpyHostToDevice), "resetting the flag");
   }
   int64_t badPosition() {
     unsigned long long value;
-    copyToHost(&value, flag_, sizeof value);
+    check(cudaMemcpy(&value, flag_, sizeof value, cudaMemcpyDeviceToHost), "reading the flag");
     return value == ~0ull ? -1 : static_cast<int64_t>(value);
   }
 
@@ -389,11 +407,7 @@ private:
                           static_cast<float>(1.0 / (1.0 - inst.rate())), stream_);
         break;
       }
-      const ShardMap shard = inst.sequence_parallel()
-                                 ? ShardMap(in[0], 1, ctx.tpRank, ctx.tpSize)
-                             : inst.feature_parallel()
-                                 ? ShardMap(in[0], in[0].rank - 1, ctx.tpRank, ctx.tpSize)
-                                 : ShardMap();
+      const ShardMap shard = dropoutShard(inst, in[0], ctx);
       uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
                           ? static_cast<uint8_t *>(out[1].data)
                           : nullptr;

@@ -107,28 +107,12 @@ __global__ void crossEntropyStatsKernel(const T *logits, const void *targets, bo
   }
 }
 
-/// The loss statistics of row r merged over `parts` shards' [max, Σ exp, target] rows.
-__device__ void mergeRow(const float *all, int64_t m, int64_t parts, int64_t r, float &max,
-                         float &sum, float &target) {
-  max = -INFINITY;
-  for (int64_t p = 0; p < parts; ++p)
-    max = fmaxf(max, all[3 * p * m + r]);
-  sum = 0;
-  target = 0;
-  for (int64_t p = 0; p < parts; ++p) {
-    const float localMax = all[3 * p * m + r];
-    if (localMax > -INFINITY)
-      sum += all[(3 * p + 1) * m + r] * expf(localMax - max);
-    target += all[(3 * p + 2) * m + r];
-  }
-}
-
 /// Reads every shard's statistics, writes each row's loss.
 __global__ void crossEntropyMergeRowsKernel(const float *all, float *rowLoss, int64_t m,
                                             int64_t parts) {
   GRID_STRIDE(r, m) {
     float max, sum, target;
-    mergeRow(all, m, parts, r, max, sum, target);
+    mergeSoftmaxStats(all + r, m, parts, max, sum, target);
     rowLoss[r] = logf(sum) + max - target;
   }
 }
@@ -143,7 +127,7 @@ __global__ void vocabParallelCrossEntropyGradKernel(const float *dloss, const T 
                                                     int64_t valid) {
   const int64_t r = blockIdx.x;
   float max, sum, target;
-  mergeRow(all, m, parts, r, max, sum, target);
+  mergeSoftmaxStats(all + r, m, parts, max, sum, target);
   const float factor = dloss[0] / m;
   const int64_t t = indexAt(targets, wide, r) - first;
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x)

@@ -26,17 +26,15 @@ __global__ void sumOfSquaresKernel(const float *x, int64_t n, double *partial) {
 }
 
 /// Reads g, updates w, m and v in place: the moments and the decoupled weight decay in one
-/// pass.
+/// pass (AdamWStep::update, the CPU backend's arithmetic).
 __global__ void adamwKernel(float *w, const float *g, float *m, float *v, int64_t n,
                             AdamWStep a, double c1, double c2) {
   GRID_STRIDE(i, n) {
-    const double grad = g[i] * a.gradScale;
-    const double mi = a.beta1 * m[i] + (1 - a.beta1) * grad;
-    const double vi = a.beta2 * v[i] + (1 - a.beta2) * grad * grad;
+    double mi = m[i], vi = v[i];
+    const double wi = a.update(w[i], g[i], mi, vi, c1, c2);
     m[i] = static_cast<float>(mi);
     v[i] = static_cast<float>(vi);
-    const double update = (mi / c1) / (sqrt(vi / c2) + a.eps) + a.weightDecay * w[i];
-    w[i] = static_cast<float>(w[i] - a.lr * update);
+    w[i] = static_cast<float>(wi);
   }
 }
 
@@ -48,8 +46,9 @@ inline void launchSumOfSquares(const float *x, int64_t n, double *partial, cudaS
 }
 
 inline void launchAdamw(float *w, const float *g, float *m, float *v, int64_t n,
-                        const AdamWStep &a, double c1, double c2, cudaStream_t stream) {
-  adamwKernel<<<blocksFor(n), kThreads, 0, stream>>>(w, g, m, v, n, a, c1, c2);
+                        const AdamWStep &a, cudaStream_t stream) {
+  adamwKernel<<<blocksFor(n), kThreads, 0, stream>>>(w, g, m, v, n, a, a.correction1(),
+                                                     a.correction2());
 }
 
 } // namespace

@@ -1,0 +1,122 @@
+#include "core/AtomicFile.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace mt {
+namespace {
+
+/// `path` split at its last '/': the directory ("." when none) and the name.
+std::pair<std::string, std::string> splitPath(const std::string &path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos)
+    return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+std::string temporaryPrefix(const std::string &path) {
+  auto [dir, name] = splitPath(path);
+  return cat(dir, "/.", name, ".tmp.");
+}
+
+} // namespace
+
+AtomicFile::AtomicFile(AtomicFile &&other) noexcept { *this = std::move(other); }
+
+AtomicFile &AtomicFile::operator=(AtomicFile &&other) noexcept {
+  if (this != &other) {
+    discard();
+    path_ = std::move(other.path_);
+    temporary_ = std::move(other.temporary_);
+    file_ = std::exchange(other.file_, nullptr);
+    other.temporary_.clear();
+  }
+  return *this;
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+std::string AtomicFile::temporaryPath(const std::string &path) {
+  return cat(temporaryPrefix(path), ::getpid());
+}
+
+void AtomicFile::removeStale(const std::string &path) {
+  const auto [dir, name] = splitPath(path);
+  const std::string prefix = cat(".", name, ".tmp.");
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return;
+  while (dirent *e = ::readdir(d))
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
+      ::unlink((dir + "/" + e->d_name).c_str());
+  ::closedir(d);
+}
+
+Status AtomicFile::create(const std::string &path, AtomicFile &out) {
+  AtomicFile file;
+  file.path_ = path;
+  file.temporary_ = temporaryPath(path);
+  file.file_ = std::fopen(file.temporary_.c_str(), "wb");
+  if (!file.file_) {
+    Status failed = Status::failure(cat("cannot create ", path, ": ", std::strerror(errno)));
+    file.temporary_.clear(); // nothing to remove
+    return failed;
+  }
+  out = std::move(file);
+  return Status::success();
+}
+
+Status AtomicFile::writeWhole(const std::string &path, const void *data, size_t bytes) {
+  AtomicFile file;
+  MT_TRY(create(path, file));
+  MT_TRY(file.write(data, bytes));
+  return file.commit();
+}
+
+Status AtomicFile::failure(const char *doing) {
+  Status failed = Status::failure(cat("cannot ", doing, " ", path_, ": ", std::strerror(errno)));
+  discard();
+  return failed;
+}
+
+Status AtomicFile::write(const void *data, size_t bytes) {
+  if (!file_)
+    return Status::failure(cat(path_, ": not open for writing"));
+  if (bytes > 0 && std::fwrite(data, 1, bytes, file_) != bytes)
+    return failure("write");
+  return Status::success();
+}
+
+Status AtomicFile::commit() {
+  if (!file_)
+    return Status::failure(cat(path_, ": not open for writing"));
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0)
+    return failure("write");
+  const int closed = std::fclose(std::exchange(file_, nullptr));
+  if (closed != 0)
+    return failure("write");
+  if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
+    return failure("write");
+  temporary_.clear();
+  // The rename itself must reach the disk before the file counts as written.
+  if (int dir = ::open(splitPath(path_).first.c_str(), O_RDONLY | O_DIRECTORY); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  return Status::success();
+}
+
+void AtomicFile::discard() {
+  if (file_)
+    std::fclose(std::exchange(file_, nullptr));
+  if (!temporary_.empty())
+    ::unlink(temporary_.c_str());
+  temporary_.clear();
+}
+
+} // namespace mt

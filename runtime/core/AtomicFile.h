@@ -1,0 +1,52 @@
+// A file written whole or not at all: what mtc's plans, mtdata's datasets and
+// checkpoints are written through. The bytes go to a hidden temporary beside the file,
+// named by the writing process; commit() makes them durable (fsync), renames the
+// temporary over the file, and makes the rename durable (fsync of the directory). A
+// writer that fails or is dropped before commit() removes its temporary; one that dies
+// leaves it to removeStale().
+#ifndef MT_RUNTIME_CORE_ATOMICFILE_H
+#define MT_RUNTIME_CORE_ATOMICFILE_H
+
+#include "core/Status.h"
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+namespace mt {
+
+class AtomicFile {
+public:
+  AtomicFile() = default;
+  AtomicFile(AtomicFile &&other) noexcept;
+  AtomicFile &operator=(AtomicFile &&other) noexcept;
+  ~AtomicFile();
+
+  /// Starts writing `path`; fails, naming it, where its temporary cannot be created.
+  static Status create(const std::string &path, AtomicFile &out);
+  /// "<dir>/.<name>.tmp.<pid>": where this process writes `path` until commit().
+  static std::string temporaryPath(const std::string &path);
+  /// `path` holds exactly these bytes, or is as it was.
+  static Status writeWhole(const std::string &path, const void *data, size_t bytes);
+  /// Removes the temporaries of `path` that writers which died left behind.
+  static void removeStale(const std::string &path);
+
+  Status write(const void *data, size_t bytes);
+  /// Makes the bytes `path`'s. After a failure, `path` is as it was.
+  Status commit();
+  /// Drops what was written; `path` is as it was.
+  void discard();
+
+  const std::string &path() const { return path_; }
+  bool isOpen() const { return file_ != nullptr; }
+
+private:
+  Status failure(const char *doing);
+
+  std::string path_, temporary_;
+  std::FILE *file_ = nullptr;
+};
+
+} // namespace mt
+
+#endif
