@@ -59,6 +59,20 @@ __device__ void loadRow(const T *p, int64_t d, float (&r)[kMaxPerLane]) {
   }
 }
 
+/// Stores head_dim values of one row from registers, lane-strided: loadRow's inverse.
+template <typename T>
+__device__ void storeRow(T *p, int64_t d, const float (&r)[kMaxPerLane]) {
+  const int lane = threadIdx.x & 31;
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    if (c < d)
+      st(p, c, r[k]);
+  }
+}
+
+/// A row of zeros, for the parts of dqkv an operation gives no gradient.
+__device__ constexpr float kZeroRow[kMaxPerLane] = {};
+
 template <typename T>
 __device__ float rowDot(const float (&q)[kMaxPerLane], const T *k, int64_t d) {
   const int lane = threadIdx.x & 31;
@@ -108,11 +122,9 @@ __global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
       acc[c] = acc[c] * correction + kept * vr[c];
     max = next;
   }
-  const int lane = threadIdx.x & 31;
-  T *o = out + (bi * a.s + i) * a.h + hi * a.d;
   for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d)
-      st(o, lane + 32 * c, acc[c] / sum);
+    acc[c] /= sum;
+  storeRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, acc);
 }
 
 /// Backward, per query row i: logsumexp L_i and delta_i = dO_i·O_i (kept for the key
@@ -151,12 +163,8 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
     for (int c = 0; c < kMaxPerLane; ++c)
       dq[c] += a.scale * dS * kr[c];
   }
-  const int lane = threadIdx.x & 31;
-  T *dqRow = dqkv + a.qkvRow(bi, i) + hi * 3 * a.d;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d)
-      st(dqRow, lane + 32 * c, dq[c]);
-  if (lane == 0)
+  storeRow(dqkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, dq);
+  if ((threadIdx.x & 31) == 0)
     rowStats[row] = make_float2(logSumExp, delta);
 }
 
@@ -188,13 +196,9 @@ __global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
       dv[c] += p * drop * dO[c];
     }
   }
-  const int lane = threadIdx.x & 31;
   T *kRow = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d) {
-      st(kRow, lane + 32 * c, dk[c]);
-      st(kRow + a.d, lane + 32 * c, dv[c]);
-    }
+  storeRow(kRow, a.d, dk);
+  storeRow(kRow + a.d, a.d, dv);
 }
 
 // The unfused chain (selective recomputation's path): probabilities [B, heads, S, S].
@@ -234,10 +238,7 @@ __global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, Att
     for (int c = 0; c < kMaxPerLane; ++c)
       acc[c] += p * v[c];
   }
-  const int lane = threadIdx.x & 31;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d)
-      st(out + (bi * a.s + i) * a.h + hi * a.d, lane + 32 * c, acc[c]);
+  storeRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, acc);
 }
 
 /// dS_ij = P_ij·(dP_ij − Σ_j dP_ij·P_ij) and dQ_i; delta kept for the key pass.
@@ -261,11 +262,8 @@ __global__ void attentionProbsGradQueryKernel(const T *dprobs, const T *probs, c
       dq[c] += a.scale * dS * k[c];
   }
   T *dqRow = dqkv + a.qkvRow(bi, i) + hi * 3 * a.d;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d) {
-      st(dqRow, lane + 32 * c, dq[c]);
-      st(dqRow + 2 * a.d, lane + 32 * c, 0.f); // the V part: no gradient through P
-    }
+  storeRow(dqRow, a.d, dq);
+  storeRow(dqRow + 2 * a.d, a.d, kZeroRow); // the V part: no gradient through P
   if (lane == 0)
     deltas[row] = delta;
 }
@@ -287,10 +285,7 @@ __global__ void attentionProbsGradKeyKernel(const T *dprobs, const T *probs, con
     for (int c = 0; c < kMaxPerLane; ++c)
       dk[c] += a.scale * dS * q[c];
   }
-  const int lane = threadIdx.x & 31;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d)
-      st(dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, lane + 32 * c, dk[c]);
+  storeRow(dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, dk);
 }
 
 /// dP_ij = dO_i·V_j, per query row.
@@ -326,14 +321,10 @@ __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, 
     for (int c = 0; c < kMaxPerLane; ++c)
       dv[c] += p * dO[c];
   }
-  const int lane = threadIdx.x & 31;
   T *r = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d;
-  for (int c = 0; c < kMaxPerLane; ++c)
-    if (lane + 32 * c < a.d) {
-      st(r, lane + 32 * c, 0.f);
-      st(r + a.d, lane + 32 * c, 0.f);
-      st(r + 2 * a.d, lane + 32 * c, dv[c]);
-    }
+  storeRow(r, a.d, kZeroRow);
+  storeRow(r + a.d, a.d, kZeroRow);
+  storeRow(r + 2 * a.d, a.d, dv);
 }
 
 /// The shape of an attention instruction over qkv [B, S, 3H]; `dropout`: whether its
