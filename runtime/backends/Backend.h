@@ -28,8 +28,8 @@ struct StepContext {
 };
 
 /// Where a dropout's (block of a) tensor lies in the whole one, so that its mask is
-/// drawn per global element: its block of dimension 1 (sequence parallel), of the last
-/// dimension (feature parallel), or all of it.
+/// drawn per global element: its block of dimension 1 (the sequence, or the heads of
+/// attention probabilities), of the last dimension (feature parallel), or all of it.
 inline ShardMap dropoutShard(const plan::Instruction &inst, const TensorView &x,
                              const StepContext &ctx) {
   return inst.sequence_parallel()  ? ShardMap(x, 1, ctx.tpRank, ctx.tpSize)
@@ -54,7 +54,7 @@ struct ProbsMaskIndex {
 };
 
 /// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a
-/// Status naming the cause; none throws. release() cannot fail: it runs in destructors.
+/// Status naming the cause. release() cannot fail: it runs in destructors.
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -94,21 +94,27 @@ public:
   DeviceMemory(DeviceMemory &&other) noexcept
       : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)) {}
   DeviceMemory &operator=(DeviceMemory &&other) noexcept {
-    std::swap(backend_, other.backend_);
-    std::swap(data_, other.data_);
+    if (this != &other) {
+      reset();
+      backend_ = other.backend_;
+      data_ = std::exchange(other.data_, nullptr);
+    }
     return *this;
   }
-  ~DeviceMemory() {
-    if (data_)
-      backend_->release(data_);
-  }
-  /// Replaces what this holds with `bytes` of `backend`'s memory.
+  ~DeviceMemory() { reset(); }
+  /// Replaces what this holds with `bytes` of `backend`'s memory; on failure, holds
+  /// nothing.
   Status allocate(Backend &backend, size_t bytes) {
-    DeviceMemory fresh;
-    fresh.backend_ = &backend;
-    MT_TRY(backend.allocate(bytes, fresh.data_));
-    *this = std::move(fresh);
+    reset();
+    void *data = nullptr;
+    MT_TRY(backend.allocate(bytes, data));
+    backend_ = &backend;
+    data_ = data;
     return Status::success();
+  }
+  void reset() noexcept {
+    if (data_)
+      backend_->release(std::exchange(data_, nullptr));
   }
   void *data() const { return data_; }
 

@@ -93,13 +93,23 @@ Status AtomicFile::write(const void *data, size_t bytes) {
 }
 
 Status AtomicFile::commit() {
+  MT_TRY(sync());
+  return publish();
+}
+
+Status AtomicFile::sync() {
   if (!file_)
     return Status::failure(cat(path_, ": not open for writing"));
   if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0)
     return failure("write");
-  const int closed = std::fclose(std::exchange(file_, nullptr));
-  if (closed != 0)
+  if (std::fclose(std::exchange(file_, nullptr)) != 0)
     return failure("write");
+  return Status::success();
+}
+
+Status AtomicFile::publish() {
+  if (file_ || temporary_.empty())
+    return Status::failure(cat(path_, ": publish() needs a synced file"));
   if (std::rename(temporary_.c_str(), path_.c_str()) != 0)
     return failure("write");
   temporary_.clear();

@@ -32,8 +32,14 @@ public:
   static void removeStale(const std::string &path);
 
   Status write(const void *data, size_t bytes);
-  /// Makes the bytes `path`'s. After a failure, `path` is as it was.
+  /// Makes the bytes `path`'s: sync(), then publish(). After a failure, `path` is as it
+  /// was.
   Status commit();
+  /// The bytes reach the disk and the file is closed; `path` is not yet changed. For
+  /// files published together: sync each, then publish each.
+  Status sync();
+  /// Renames the synced temporary over `path`, and makes the rename durable.
+  Status publish();
   /// Drops what was written; `path` is as it was.
   void discard();
 

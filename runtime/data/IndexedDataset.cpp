@@ -225,9 +225,12 @@ Status IndexedDatasetWriter::finish() {
   AtomicFile idx;
   MT_TRY(AtomicFile::create(prefix_ + ".idx", idx));
   MT_TRY(idx.write(index.data(), index.size()));
-  // The index last: a reader that finds it finds the data it describes.
-  MT_TRY(bin_.commit());
-  return idx.commit();
+  // Both on disk before either is renamed, and the index last: a reader that finds it
+  // finds the data it describes.
+  MT_TRY(bin_.sync());
+  MT_TRY(idx.sync());
+  MT_TRY(bin_.publish());
+  return idx.publish();
 }
 
 // ---- reader -------------------------------------------------------------------------

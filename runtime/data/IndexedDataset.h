@@ -25,7 +25,6 @@
 #include "core/Status.h"
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -64,7 +63,7 @@ public:
   /// Appends one document as one sequence; fails on a token `dtype` cannot represent.
   Status addDocument(const std::vector<int32_t> &tokens);
 
-  /// Writes the index, then commits PREFIX.bin and then PREFIX.idx.
+  /// Writes the index; once both files are on disk, renames PREFIX.bin, then PREFIX.idx.
   Status finish();
 
   uint64_t numDocuments() const { return lengths_.size(); }

@@ -14,11 +14,9 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
-#include <unistd.h>
 
 namespace mt {
 namespace {
@@ -158,12 +156,21 @@ int firstHolder(const plan::Plan &plan, uint32_t index) {
 }
 
 /// Every rank ends with the same verdict: a failure anywhere is a failure everywhere.
-Status agree(Executor &executor, Status status) {
+/// Only where every rank arrives (after the gathers, around the one file): a rank that
+/// fails before returns its failure at once, and mtrun takes the job down with it
+/// rather than leave the others waiting in a collective.
+Status agree(Executor &executor, const Status &status) {
   Comm &comm = executor.comm();
   double failures = status.ok() ? 0.0 : 1.0;
+  Status reduced = Status::success();
   for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, failures));
-  if (!status.ok() || failures == 0)
+    if (reduced.ok())
+      reduced = comm.allReduceSum(group, failures);
+  if (!status.ok())
+    return status; // this rank's own failure first
+  if (!reduced.ok())
+    return reduced;
+  if (failures == 0)
     return status;
   return Status::failure("another rank failed to save or load the checkpoint");
 }
@@ -208,8 +215,7 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   Comm &comm = executor.comm();
   const bool writer = comm.position().worldRank() == 0;
   LocalStores stores;
-  if (Status s = localStores(executor, optimizer, stores); !s.ok())
-    return agree(executor, s);
+  MT_TRY(localStores(executor, optimizer, stores));
 
   // Gather every parameter's tensor-parallel shards into the global tensor, on the
   // first pipeline stage that holds it; the writer (world rank 0, on the first stage)
@@ -235,10 +241,8 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
         // Another stage's parameter: the writer receives it from that stage.
         if (writer) {
           t.bytes.resize(bytes);
-          if (Status s = comm.recv(Group::Pipeline, firstHolder(executor.plan(), index),
-                                   t.bytes.data(), bytes, 1000 + kind);
-              !s.ok())
-            return agree(executor, s);
+          MT_TRY(comm.recv(Group::Pipeline, firstHolder(executor.plan(), index), t.bytes.data(),
+                           bytes, 1000 + kind));
           tensors.push_back(std::move(t));
         }
         continue;
@@ -250,27 +254,20 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       t.bytes.resize(bytes);
       DeviceMemory gathered;
       if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
-        if (Status s = gathered.allocate(executor.backend(), bytes); !s.ok())
-          return agree(executor, s);
+        MT_TRY(gathered.allocate(executor.backend(), bytes));
         global.data = gathered.data();
-        if (Status s = comm.allGather(Group::Tensor, local, global, p.spec->shard_dim());
-            !s.ok())
-          return agree(executor, s);
+        MT_TRY(comm.allGather(Group::Tensor, local, global, p.spec->shard_dim()));
         local = global;
       }
-      if (Status s = executor.backend().copyToHost(t.bytes.data(), local.data, bytes); !s.ok())
-        return agree(executor, s);
+      MT_TRY(executor.backend().copyToHost(t.bytes.data(), local.data, bytes));
       if (writer) {
         tensors.push_back(std::move(t));
       } else if (sender && stage != 0) {
-        if (Status s = comm.send(Group::Pipeline, 0, t.bytes.data(), bytes, 1000 + kind);
-            !s.ok())
-          return agree(executor, s);
+        MT_TRY(comm.send(Group::Pipeline, 0, t.bytes.data(), bytes, 1000 + kind));
       }
     }
   }
-  if (Status s = comm.waitSends(); !s.ok())
-    return agree(executor, s);
+  MT_TRY(comm.waitSends());
   Status written = Status::success();
   std::map<std::string, std::string> meta = {
       {"format", kFormat},

@@ -24,7 +24,9 @@ struct TrainingState {
 /// The checkpoint file inside a save directory.
 std::string checkpointPath(const std::string &dir);
 
-/// Collective: every rank calls it; the result is the same on every rank.
+/// Collective: every rank calls it. Writing or reading the file, a failure on any rank
+/// is every rank's result; a rank that fails before that (out of memory gathering a
+/// tensor, a failed collective) returns at once, and its caller ends the job.
 Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       const TrainingState &state);
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,

@@ -67,6 +67,8 @@ public:
   /// moments start at zero.
   static Status create(Executor &executor, OptimizerConfig config, bool distributed,
                        std::unique_ptr<AdamW> &out);
+  AdamW(const AdamW &) = delete; // the moments' views point into memory it owns
+  AdamW &operator=(const AdamW &) = delete;
 
   /// Collective: norm = the global norm of the synchronised gradients times `gradScale`.
   Status gradientNorm(double gradScale, double &norm);

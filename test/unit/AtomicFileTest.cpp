@@ -53,6 +53,25 @@ TEST(AtomicFileTest, ADroppedWriterLeavesTheFileAsItWas) {
   EXPECT_FALSE(exists(AtomicFile::temporaryPath(path)));
 }
 
+TEST(AtomicFileTest, FilesSyncedTogetherChangeOnlyWhenPublished) {
+  const std::string dir = directory(), data = dir + "/pair.bin", index = dir + "/pair.idx";
+  ASSERT_TRUE(AtomicFile::writeWhole(data, "old", 3).ok());
+  AtomicFile first, second;
+  ASSERT_TRUE(AtomicFile::create(data, first).ok());
+  ASSERT_TRUE(AtomicFile::create(index, second).ok());
+  ASSERT_TRUE(first.write("new", 3).ok());
+  ASSERT_TRUE(second.write("index", 5).ok());
+  ASSERT_TRUE(first.sync().ok());
+  ASSERT_TRUE(second.sync().ok());
+  EXPECT_EQ(contents(data), "old") << "synced, not yet published";
+  EXPECT_FALSE(exists(index));
+  ASSERT_TRUE(first.publish().ok());
+  ASSERT_TRUE(second.publish().ok());
+  EXPECT_EQ(contents(data), "new");
+  EXPECT_EQ(contents(index), "index");
+  EXPECT_FALSE(second.publish().ok()) << "published once";
+}
+
 TEST(AtomicFileTest, AnUncreatableFileIsNamedInTheError) {
   AtomicFile file;
   Status s = AtomicFile::create("/nonexistent-directory/plan.mtp", file);

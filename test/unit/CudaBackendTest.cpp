@@ -95,7 +95,6 @@ std::string planOf(const Case &c) {
   return path;
 }
 
-/// Everything a step leaves behind, on the host: the loss and each gradient.
 /// Device memory for a test, released at the end.
 struct DeviceBuffers {
   explicit DeviceBuffers(Backend &backend) : backend(backend) {}
@@ -108,6 +107,7 @@ struct DeviceBuffers {
   }
 };
 
+/// Everything a step leaves behind, on the host: the loss and each gradient.
 struct Result {
   double loss = 0;
   std::vector<std::vector<float>> gradients;
@@ -367,6 +367,13 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
   Status s = cuda->run(*gelu, &empty, &empty, StepContext{});
   EXPECT_TRUE(s.ok()) << s.message();
   const TensorView none = viewOf(p, plan::DType::F32, {0});
+  // A failed CUDA call is a Status naming what was done, CUDA's reason, and the line.
+  const float value = 1;
+  Status bad = cuda->copyToDevice(reinterpret_cast<void *>(uintptr_t{8}), &value, sizeof value);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("cuda backend: copying to the device: "), std::string::npos)
+      << bad.message();
+  EXPECT_NE(bad.message().find("(CudaBackend.cu:"), std::string::npos) << bad.message();
   double sum = -1;
   EXPECT_OK(cuda->sumOfSquares(none, sum));
   EXPECT_EQ(sum, 0.0);

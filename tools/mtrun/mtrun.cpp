@@ -286,8 +286,9 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return 1;
   };
-  // The backend and the communicator report failures as a Status; only the host's own
-  // allocations can still throw.
+  // The backend and the communicator report failures as a Status; what can still throw
+  // is the host's own work (its allocations, a JSON dump), which ends the job the same
+  // way.
   try {
     std::unique_ptr<mt::Executor> executor;
     if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
@@ -313,6 +314,8 @@ int main(int argc, char **argv) {
                   static_cast<unsigned long long>(executor->plannedArenaBytes()));
   } catch (const std::bad_alloc &) {
     return fail(mt::Status::failure("out of host memory"));
+  } catch (const std::exception &e) {
+    return fail(mt::Status::failure(e.what()));
   }
   return 0;
 }

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <sstream>
 #include <vector>
 
@@ -869,21 +870,14 @@ public:
 
   Status run(const plan::Instruction &inst, const TensorView *inputs,
              const TensorView *outputs, const StepContext &context) override {
-    for (size_t i = 0; i < inst.inputs()->size() + outputCount(inst); ++i) {
-      const TensorView &t = i < inst.inputs()->size() ? inputs[i]
-                                                      : outputs[i - inst.inputs()->size()];
-      if (isHalf(t.dtype))
-        return runWidened(inst, inputs, outputs, context);
-    }
-    switch (computeType(inst, inputs, outputs)) {
-    case plan::DType::F32:
-      return Kernels<float>::run(inst, inputs, outputs, context);
-    case plan::DType::F64:
-      return Kernels<double>::run(inst, inputs, outputs, context);
-    default:
-      return Status::failure(cat("cpu backend: ", plan::EnumNameOpcode(inst.opcode()),
-                                 " in ", plan::EnumNameDType(outputs[0].dtype),
-                                 " is not supported"));
+    // Kernels take host temporaries (widened copies, attention's per-head rows): running
+    // out is a Status like any other failure. (Inside an OpenMP region it still ends the
+    // process: an exception cannot leave one.)
+    try {
+      return dispatch(inst, inputs, outputs, context);
+    } catch (const std::bad_alloc &) {
+      return Status::failure(cat("cpu backend: out of host memory running ",
+                                 plan::EnumNameOpcode(inst.opcode())));
     }
   }
 
@@ -915,6 +909,27 @@ public:
     else
       Kernels<float>::adamw(w, g, m, v, step);
     return Status::success();
+  }
+
+private:
+  Status dispatch(const plan::Instruction &inst, const TensorView *inputs,
+                  const TensorView *outputs, const StepContext &context) {
+    for (size_t i = 0; i < inst.inputs()->size() + outputCount(inst); ++i) {
+      const TensorView &t = i < inst.inputs()->size() ? inputs[i]
+                                                      : outputs[i - inst.inputs()->size()];
+      if (isHalf(t.dtype))
+        return runWidened(inst, inputs, outputs, context);
+    }
+    switch (computeType(inst, inputs, outputs)) {
+    case plan::DType::F32:
+      return Kernels<float>::run(inst, inputs, outputs, context);
+    case plan::DType::F64:
+      return Kernels<double>::run(inst, inputs, outputs, context);
+    default:
+      return Status::failure(cat("cpu backend: ", plan::EnumNameOpcode(inst.opcode()),
+                                 " in ", plan::EnumNameDType(outputs[0].dtype),
+                                 " is not supported"));
+    }
   }
 };
 

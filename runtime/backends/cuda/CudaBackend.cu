@@ -68,12 +68,16 @@ public:
   const char *name() const override { return "cuda"; }
 
   Status allocate(size_t bytes, void *&out) override {
-    cudaError_t code = cudaMalloc(&out, std::max<size_t>(bytes, 256));
+    out = nullptr;
+    void *data = nullptr;
+    cudaError_t code = cudaMalloc(&data, std::max<size_t>(bytes, 256));
     if (code == cudaErrorMemoryAllocation) {
       cudaGetLastError(); // not sticky: clear it
       return Status::failure(cat("cuda backend: out of memory allocating ", bytes, " bytes"));
     }
-    return guarded([&] { check(code, "allocating device memory"); });
+    MT_TRY(guarded([&] { check(code, "allocating device memory"); }));
+    out = data;
+    return Status::success();
   }
   void release(void *data) noexcept override { cudaFree(data); }
   Status copyToDevice(void *device, const void *host, size_t bytes) override {
@@ -125,7 +129,8 @@ public:
   Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
                        int tpSize) override {
     // The CPU backend's rule, on the host, then copied: the same bits by construction.
-    std::vector<char> host(dtypeBytes(w.dtype) * w.numel());
+    std::vector<char> host;
+    MT_TRY(guarded([&] { host.resize(dtypeBytes(w.dtype) * w.numel()); }));
     TensorView h = w;
     h.data = host.data();
     MT_TRY(cpu_->initParameter(h, param, seed, tpRank, tpSize));
@@ -167,7 +172,10 @@ private:
   /// At least `bytes` of `buffer`, or an exception naming `what`.
   static void *grow(DeviceBuffer &buffer, size_t bytes, const char *what) {
     void *data = nullptr;
-    check(buffer.get(bytes, data), what);
+    const cudaError_t code = buffer.get(bytes, data);
+    if (code == cudaErrorMemoryAllocation)
+      cudaGetLastError(); // not sticky: clear it, or the next launch would report it
+    check(code, what);
     return data;
   }
   /// One instruction's temporaries.
