@@ -421,6 +421,19 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 
 } // namespace
 
+Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
+  struct stat info;
+  double holders = ::stat(checkpointPath(dir).c_str(), &info) == 0 ? 1.0 : 0.0;
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, holders));
+  const int world = comm.position().worldSize();
+  if (holders != 0 && holders != world)
+    return Status::failure(cat(checkpointPath(dir), ": ", holders, " of ", world,
+                               " ranks see it; the save directory must be shared"));
+  found = holders == world;
+  return Status::success();
+}
+
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state) {
   Status read = Status::success();

@@ -24,6 +24,10 @@ struct TrainingState {
 /// The checkpoint file inside a save directory.
 std::string checkpointPath(const std::string &dir);
 
+/// Collective: whether `dir` holds a checkpoint, as every rank sees it; fails if the
+/// ranks disagree (a directory that is not shared).
+Status findCheckpoint(const std::string &dir, Comm &comm, bool &found);
+
 /// Collective: every rank calls it. Writing or reading the file, a failure on any rank
 /// is every rank's result; a rank that fails before that (out of memory gathering a
 /// tensor, a failed collective) returns at once, and its caller ends the job.

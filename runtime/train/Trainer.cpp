@@ -92,7 +92,17 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   TrainingState state;
   state.seed = config.seed;
   state.lossScaler = config.lossScaler;
-  if (!config.loadDir.empty()) {
+  // Megatron users' auto-resume: a job that saves to and loads from one directory starts
+  // fresh while the directory holds no checkpoint, so a job script restarted after a
+  // failure just continues. A --load of anything else must hold one.
+  bool resume = !config.loadDir.empty();
+  if (resume && config.loadDir == config.saveDir) {
+    if (Status s = findCheckpoint(config.loadDir, comm, resume); !s.ok())
+      return s;
+    if (!resume && log)
+      std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
+  }
+  if (resume) {
     if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state); !s.ok())
       return s;
     // The checkpoint has the scaler's state; its settings are this run's.

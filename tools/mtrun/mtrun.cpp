@@ -36,7 +36,8 @@ constexpr const char *kUsage = R"(usage:
   --clip-grad X             global gradient-norm clipping (0: off; default 1.0)
   --save DIR, --save-every K   checkpoint to DIR every K steps and at the end
                             (Megatron: --save-interval)
-  --load DIR                resume from DIR's checkpoint
+  --load DIR                resume from DIR's checkpoint; with --save DIR (the same
+                            DIR), start fresh while it holds none (auto-resume)
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
