@@ -152,13 +152,14 @@ void copyRegion(const Box &region, const Box &from, const void *source, const Bo
       into += (region.offsets[d] + index[d] - to.offsets[d]) * toStrides[d];
     }
     std::memcpy(dst + into * elementBytes, src + at * elementBytes, row * elementBytes);
-    size_t d = rank > 0 ? rank - 1 : 0;
-    while (d-- > 0) {
+    // The next row: advance the index over all but the last dimension, as an odometer.
+    int d = static_cast<int>(rank) - 2;
+    for (; d >= 0; --d) {
       if (++index[d] < region.sizes[d])
         break;
       index[d] = 0;
     }
-    if (d == static_cast<size_t>(-1))
+    if (d < 0)
       return;
   }
 }

@@ -20,8 +20,11 @@ std::vector<int64_t> randomShape(std::mt19937_64 &rng) {
   return shape;
 }
 
-int64_t numelOf(const std::vector<int64_t> &shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+/// A random range [begin, end) of elements [0, n].
+std::pair<int64_t, int64_t> randomRange(std::mt19937_64 &rng, int64_t n) {
+  std::uniform_int_distribution<int64_t> at(0, n);
+  int64_t begin = at(rng), end = at(rng);
+  return {std::min(begin, end), std::max(begin, end)};
 }
 
 /// The row-major index in `shape` of each element of `box`, in the box's own order.
@@ -48,11 +51,7 @@ TEST(Boxes, ARangeIsExactlyItsElementsInOrderInFewBoxes) {
   std::mt19937_64 rng(test::testSeed());
   for (int trial = 0; trial < 2000; ++trial) {
     const std::vector<int64_t> shape = randomShape(rng);
-    const int64_t n = numelOf(shape);
-    std::uniform_int_distribution<int64_t> at(0, n);
-    int64_t begin = at(rng), end = at(rng);
-    if (begin > end)
-      std::swap(begin, end);
+    const auto [begin, end] = randomRange(rng, wholeBox(shape).numel());
     const std::vector<Box> boxes = boxesOfRange(shape, begin, end);
     EXPECT_LE(boxes.size(), 2 * shape.size() - 1);
     std::vector<int64_t> seen;
@@ -72,11 +71,10 @@ TEST(Boxes, IntersectionsAndTilingsAgreeWithElementSets) {
   std::mt19937_64 rng(test::testSeed());
   for (int trial = 0; trial < 500; ++trial) {
     const std::vector<int64_t> shape = randomShape(rng);
-    const int64_t n = numelOf(shape);
+    const int64_t n = wholeBox(shape).numel();
     // A random split of the flat range into pieces tiles the tensor.
-    std::uniform_int_distribution<int64_t> at(0, n);
-    std::vector<int64_t> cuts = {0, n, at(rng), at(rng)};
-    std::sort(cuts.begin(), cuts.end());
+    const auto [first, second] = randomRange(rng, n);
+    const std::vector<int64_t> cuts = {0, first, second, n};
     std::vector<Box> tiling;
     for (size_t i = 0; i + 1 < cuts.size(); ++i)
       for (Box &b : boxesOfRange(shape, cuts[i], cuts[i + 1]))
