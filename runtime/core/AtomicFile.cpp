@@ -92,6 +92,25 @@ Status AtomicFile::write(const void *data, size_t bytes) {
   return Status::success();
 }
 
+Status AtomicFile::writeAt(uint64_t offset, const void *data, size_t bytes) {
+  if (!file_)
+    return Status::failure(cat(path_, ": not open for writing"));
+  if (std::fflush(file_) != 0)
+    return failure("write");
+  const char *from = static_cast<const char *>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(::fileno(file_), from, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return failure("write");
+    from += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::success();
+}
+
 Status AtomicFile::commit() {
   MT_TRY(sync());
   return publish();

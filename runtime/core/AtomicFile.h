@@ -10,6 +10,7 @@
 #include "core/Status.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -32,6 +33,8 @@ public:
   static void removeStale(const std::string &path);
 
   Status write(const void *data, size_t bytes);
+  /// Overwrites bytes already written, from byte `offset` (a header completed last).
+  Status writeAt(uint64_t offset, const void *data, size_t bytes);
   /// Makes the bytes `path`'s: sync(), then publish(). After a failure, `path` is as it
   /// was.
   Status commit();

@@ -42,46 +42,57 @@ Status Executor::allocate(size_t bytes, void *&data) {
   return Status::success();
 }
 
-Status Executor::bind(ExecutorOptions options) {
-  // This rank runs its pipeline stage's programs (all of them without a pipeline), and
-  // holds the parameters they name.
-  const auto &programs = *plan_.programs();
-  const int stage = comm_.rank(Group::Pipeline);
-  const bool pipelined = plan_.grid()->pp() > 1;
-  std::vector<std::vector<int>> holders(plan_.params()->size());
-  for (const plan::Program *prog : programs)
+FlatLayout flatLayout(const plan::Plan &plan, int stage) {
+  const bool pipelined = plan.grid()->pp() > 1;
+  std::vector<std::vector<int>> holders(plan.params()->size());
+  for (const plan::Program *prog : *plan.programs())
     for (const plan::Buffer *b : *prog->buffers())
       if (b->kind() == plan::BufferKind::Param) {
         std::vector<int> &h = holders[b->param()];
         if (std::find(h.begin(), h.end(), prog->stage()) == h.end())
           h.push_back(prog->stage());
       }
-  localParam_.assign(plan_.params()->size(), -1);
-  // Weights and gradients: two flat stores, each parameter a contiguous slice, so that
-  // gradient buckets and optimizer shards are plain ranges.
-  int64_t total = 0;
-  for (flatbuffers::uoffset_t i = 0; i < plan_.params()->size(); ++i) {
+  FlatLayout layout;
+  for (flatbuffers::uoffset_t i = 0; i < plan.params()->size(); ++i) {
     std::sort(holders[i].begin(), holders[i].end());
     if (pipelined &&
         std::find(holders[i].begin(), holders[i].end(), stage) == holders[i].end())
       continue;
-    const plan::Param *p = plan_.params()->Get(i);
+    int64_t numel = 1;
+    for (int64_t d : *plan.params()->Get(i)->shape())
+      numel *= d;
+    layout.slots.push_back({static_cast<int32_t>(i), layout.total, numel, holders[i]});
+    layout.total += numel;
+  }
+  const int64_t parts = plan.grid()->dp();
+  layout.total = std::max<int64_t>(parts, (layout.total + parts - 1) / parts * parts);
+  return layout;
+}
+
+Status Executor::bind(ExecutorOptions options) {
+  // This rank runs its pipeline stage's programs (all of them without a pipeline), and
+  // holds the parameters they name.
+  const auto &programs = *plan_.programs();
+  const int stage = comm_.rank(Group::Pipeline);
+  const bool pipelined = plan_.grid()->pp() > 1;
+  localParam_.assign(plan_.params()->size(), -1);
+  // Weights and gradients: two flat stores, each parameter a contiguous slice, so that
+  // gradient buckets and optimizer shards are plain ranges.
+  const FlatLayout layout = flatLayout(plan_, stage);
+  for (const FlatLayout::Slot &slot : layout.slots) {
+    const plan::Param *p = plan_.params()->Get(slot.index);
     Parameter param;
     param.spec = p;
-    param.index = static_cast<int32_t>(i);
+    param.index = slot.index;
     param.name = p->name()->str();
-    param.offset = total;
-    param.numel = 1;
-    for (int64_t d : *p->shape())
-      param.numel *= d;
+    param.offset = slot.offset;
+    param.numel = slot.numel;
     param.bytes = dtypeBytes(p->dtype()) * param.numel;
-    param.holders = holders[i];
-    total += param.numel;
-    localParam_[i] = static_cast<int>(parameters_.size());
+    param.holders = slot.holders;
+    localParam_[slot.index] = static_cast<int>(parameters_.size());
     parameters_.push_back(param);
   }
-  const int64_t parts = plan_.grid()->dp();
-  total = std::max<int64_t>(parts, (total + parts - 1) / parts * parts);
+  const int64_t total = layout.total, parts = plan_.grid()->dp();
   // Weights and gradients in the accumulator type (f32 under bf16 and f16: the master
   // weights); the programs read a compute copy in the plan's precision when it differs.
   // With the distributed optimizer, mixed precision keeps only this rank's share of the

@@ -21,6 +21,23 @@ struct ExecutorOptions {
   bool separateBuffers = false;
 };
 
+/// Where a pipeline stage keeps its parameters: the flat weight and gradient stores hold
+/// them in plan order, each a contiguous slice of `numel` elements (this rank's
+/// tensor-parallel shard), padded to `total`, a multiple of the data-parallel size. A
+/// pure function of the plan: a checkpoint computes any rank's layout with it.
+struct FlatLayout {
+  struct Slot {
+    int32_t index;            // in the plan's parameter table
+    int64_t offset, numel;    // in elements of the flat stores
+    std::vector<int> holders; // the pipeline stages that hold it (tied: several), sorted
+  };
+  std::vector<Slot> slots;
+  int64_t total = 0;
+  /// The data-parallel share of rank `dpRank`: elements [first, first + share).
+  int64_t share(int dpSize) const { return total / dpSize; }
+};
+FlatLayout flatLayout(const plan::Plan &plan, int stage);
+
 class Executor {
 public:
   /// One parameter's slice of the flat weight and gradient stores (f32 master weights

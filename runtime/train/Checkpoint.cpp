@@ -1,25 +1,31 @@
 #include "train/Checkpoint.h"
-#include "core/AtomicFile.h"
-
-#include <nlohmann/json.hpp>
+#include "train/CheckpointFiles.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+#include <filesystem>
+#include <fcntl.h>
 #include <map>
+#include <numeric>
+#include <random>
 #include <set>
-#include <sstream>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace mt {
 namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::CheckpointReader;
+using checkpoint::ShardWriter;
 
 /// A double as text that reads back to the same value.
 std::string roundTrip(double value) {
@@ -27,12 +33,6 @@ std::string roundTrip(double value) {
   std::snprintf(text, sizeof text, "%.17g", value);
   return text;
 }
-
-
-using json = nlohmann::json;
-
-constexpr const char *kFileName = "checkpoint.safetensors";
-constexpr const char *kFormat = "mtc-checkpoint-1";
 
 const char *safetensorsDType(plan::DType dtype) {
   switch (dtype) {
@@ -61,106 +61,92 @@ std::string shapeString(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-
-/// Writes to `file`; a test may ask the writer to die after a number of bytes
-/// (MT_CHECKPOINT_KILL_AFTER_BYTES), as a crash mid-save would.
-class FileWriter {
-public:
-  explicit FileWriter(AtomicFile &file) : file_(file) {
-    if (const char *limit = std::getenv("MT_CHECKPOINT_KILL_AFTER_BYTES"))
-      killAfter_ = std::strtoull(limit, nullptr, 10);
-  }
-  Status write(const void *data, size_t n) {
-    if (killAfter_ && written_ + n >= killAfter_) {
-      (void)file_.write(data, killAfter_ - written_);
-      ::raise(SIGKILL);
-    }
-    written_ += n;
-    return file_.write(data, n);
-  }
-
-private:
-  AtomicFile &file_;
-  size_t written_ = 0, killAfter_ = 0;
-};
-
-Status ensureDirectory(const std::string &dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0)
-    return S_ISDIR(st.st_mode) ? Status::success()
-                               : Status::failure(cat(dir, ": exists and is not a directory"));
-  if (::mkdir(dir.c_str(), 0755) != 0)
-    return Status::failure(cat(dir, ": cannot create save directory: ", std::strerror(errno)));
-  return Status::success();
-}
-
-/// One tensor of a checkpoint, global: its name, global shape, element type, and (on
-/// world rank 0, when saving) its bytes.
-struct GlobalTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  plan::DType dtype;
-  std::vector<char> bytes;
-};
-
 std::vector<int64_t> globalShape(const plan::Param &p) {
   return std::vector<int64_t>(p.global_shape()->begin(), p.global_shape()->end());
 }
 
-/// The three kinds of tensor a checkpoint holds per parameter, in file order: weights
-/// under the parameter's name, then optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>.
-const char *const kKinds[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+/// The weights, gradients and moments of a plan are kept in its accumulator type.
+plan::DType storeType(const plan::Plan &plan) { return accumulatorType(plan.precision()); }
 
-/// This rank's local (tensor-parallel shard) values of parameter `p` for one kind, in
-/// the backend's memory. What the distributed optimizer keeps in shares (the moments,
-/// and the master weights under mixed precision) is first gathered over the
-/// data-parallel group.
-struct LocalStores {
-  TensorView weights, expAvg, expAvgSq;
-  std::vector<DeviceMemory> gathered;
+/// Whether the plan keeps state `kind` in data-parallel shares (the distributed
+/// optimizer's moments, and its master weights under mixed precision).
+bool shardedKind(const plan::Plan &plan, int kind) {
+  if (!plan.distributed_optimizer() || plan.grid()->dp() == 1)
+    return false;
+  return kind != 0 || storeType(plan) != plan.precision();
+}
+
+/// The box of the global tensor that tensor-parallel rank `tpRank` holds.
+Box tensorParallelBox(const plan::Param &spec, int tpRank) {
+  Box box{std::vector<int64_t>(spec.shape()->size(), 0),
+          std::vector<int64_t>(spec.shape()->begin(), spec.shape()->end())};
+  if (spec.shard_dim() >= 0)
+    box.offsets[spec.shard_dim()] = tpRank * box.sizes[spec.shard_dim()];
+  return box;
+}
+
+/// The boxes of `slot`'s tensor of state `kind` that the rank at (tpRank, dpRank) of
+/// the stage with `layout` holds; each is a contiguous run of its local tensor.
+std::vector<Box> heldBoxes(const plan::Plan &plan, const FlatLayout &layout,
+                           const FlatLayout::Slot &slot, int kind, int tpRank, int dpRank) {
+  const plan::Param &spec = *plan.params()->Get(slot.index);
+  Box local = tensorParallelBox(spec, tpRank);
+  if (!shardedKind(plan, kind))
+    return {local};
+  const int64_t share = layout.share(plan.grid()->dp());
+  const int64_t begin = std::max(slot.offset, dpRank * share);
+  const int64_t end = std::min(slot.offset + slot.numel, (dpRank + 1) * share);
+  if (begin >= end)
+    return {};
+  std::vector<Box> boxes = boxesOfRange(local.sizes, begin - slot.offset, end - slot.offset);
+  for (Box &b : boxes)
+    for (size_t d = 0; d < b.offsets.size(); ++d)
+      b.offsets[d] += local.offsets[d];
+  return boxes;
+}
+
+/// The row-major index, in the local tensor held as box `local`, of `box`'s first element.
+int64_t localIndex(const Box &box, const Box &local) {
+  int64_t index = 0, stride = 1;
+  for (size_t d = box.offsets.size(); d-- > 0;) {
+    index += (box.offsets[d] - local.offsets[d]) * stride;
+    stride *= local.sizes[d];
+  }
+  return index;
+}
+
+struct BoxOrder {
+  bool operator()(const Box &a, const Box &b) const {
+    return std::tie(a.offsets, a.sizes) < std::tie(b.offsets, b.sizes);
+  }
 };
 
-Status localStores(Executor &executor, const AdamW &optimizer, LocalStores &out) {
-  TensorView whole = executor.flatGrads(); // the shape and type of every store
-  out.weights = executor.flatWeights();
-  out.expAvg = optimizer.expAvg();
-  out.expAvgSq = optimizer.expAvgSq();
-  Comm &comm = executor.comm();
-  const size_t bytes = dtypeBytes(whole.dtype) * whole.numel();
-  for (TensorView *store : {&out.weights, &out.expAvg, &out.expAvgSq}) {
-    if (store->numel() == whole.numel())
-      continue;
-    MT_TRY(out.gathered.emplace_back().allocate(executor.backend(), bytes));
-    TensorView all = whole;
-    all.data = out.gathered.back().data();
-    MT_TRY(comm.allGather(Group::Data, *store, all, 0));
-    *store = all;
-  }
-  return Status::success();
-}
+/// Replicated state smaller than this is not split between its holders.
+constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
 
-TensorView paramView(const Executor::Parameter &p, const TensorView &store) {
-  TensorView v = p.weight;
-  v.data = static_cast<char *>(store.data) + dtypeBytes(store.dtype) * p.offset;
-  return v;
+/// A test's crash at a chosen point of a save: MT_CHECKPOINT_KILL=RANK:POINT, POINT a
+/// phase's name or a number of bytes into the rank's file.
+bool killRequested(int worldRank, const std::string &point) {
+  const char *spec = std::getenv("MT_CHECKPOINT_KILL");
+  return spec && std::string(spec) == std::to_string(worldRank) + ":" + point;
 }
-
-/// The first pipeline stage whose programs name parameter `index`.
-int firstHolder(const plan::Plan &plan, uint32_t index) {
-  int first = plan.grid()->pp();
-  for (const plan::Program *prog : *plan.programs())
-    for (const plan::Buffer *b : *prog->buffers())
-      if (b->kind() == plan::BufferKind::Param && b->param() == static_cast<int32_t>(index))
-        first = std::min(first, prog->stage());
-  return first;
+void killPoint(int worldRank, const char *phase) {
+  if (killRequested(worldRank, phase))
+    std::raise(SIGKILL);
+}
+uint64_t killAfterBytes(int worldRank) {
+  const char *spec = std::getenv("MT_CHECKPOINT_KILL");
+  const std::string prefix = std::to_string(worldRank) + ":";
+  if (!spec || std::strncmp(spec, prefix.c_str(), prefix.size()) != 0 ||
+      !std::isdigit(static_cast<unsigned char>(spec[prefix.size()])))
+    return 0;
+  return std::strtoull(spec + prefix.size(), nullptr, 10);
 }
 
 /// Every rank ends with the same verdict: a failure anywhere is a failure everywhere.
-/// Only where every rank arrives (after the gathers, around the one file): a rank that
-/// fails before returns its failure at once, and mtrun takes the job down with it
-/// rather than leave the others waiting in a collective.
-Status agree(Executor &executor, const Status &status) {
-  Comm &comm = executor.comm();
+/// Only where every rank arrives: a rank that fails before returns its failure at
+/// once, and mtrun takes the job down with it rather than leave the others waiting.
+Status agree(Comm &comm, const Status &status, const char *what) {
   double failures = status.ok() ? 0.0 : 1.0;
   Status reduced = Status::success();
   for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
@@ -172,180 +158,49 @@ Status agree(Executor &executor, const Status &status) {
     return reduced;
   if (failures == 0)
     return status;
-  return Status::failure("another rank failed to save or load the checkpoint");
+  return Status::failure(cat("another rank failed to ", what, " the checkpoint"));
 }
 
-Status writeFile(const std::string &dir, const std::vector<GlobalTensor> &tensors,
-                 const json &metadata) {
-  if (Status s = ensureDirectory(dir); !s.ok())
-    return s;
-  const std::string final = checkpointPath(dir);
-  AtomicFile::removeStale(final); // of saves that never finished (a crash)
-  json header;
-  size_t offset = 0;
-  for (const GlobalTensor &t : tensors) {
-    header[t.name] = {{"dtype", safetensorsDType(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.bytes.size()}}};
-    offset += t.bytes.size();
-  }
-  header["__metadata__"] = metadata;
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' '); // data starts 8-byte aligned
-  uint8_t length[8];
-  for (int i = 0; i < 8; ++i)
-    length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-
-  AtomicFile file;
-  MT_TRY(AtomicFile::create(final, file));
-  FileWriter out(file);
-  MT_TRY(out.write(length, 8));
-  MT_TRY(out.write(text.data(), text.size()));
-  for (const GlobalTensor &t : tensors)
-    MT_TRY(out.write(t.bytes.data(), t.bytes.size()));
-  return file.commit();
+/// World rank 0's number, on every rank.
+Status shareFromRankZero(Comm &comm, double &value) {
+  if (comm.position().worldRank() != 0)
+    value = 0;
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, value));
+  return Status::success();
 }
 
-} // namespace
+Status ensureDirectory(const std::string &dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0)
+    return S_ISDIR(st.st_mode) ? Status::success()
+                               : Status::failure(cat(dir, ": exists and is not a directory"));
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    return Status::failure(cat(dir, ": cannot create save directory: ", std::strerror(errno)));
+  return Status::success();
+}
 
-std::string checkpointPath(const std::string &dir) { return dir + "/" + kFileName; }
-
-Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state) {
-  Comm &comm = executor.comm();
-  const bool writer = comm.position().worldRank() == 0;
-  LocalStores stores;
-  MT_TRY(localStores(executor, optimizer, stores));
-
-  // Gather every parameter's tensor-parallel shards into the global tensor, on the
-  // first pipeline stage that holds it; the writer (world rank 0, on the first stage)
-  // receives the others' from their first data- and tensor-parallel rank.
-  const int stage = comm.rank(Group::Pipeline);
-  const bool sender = comm.rank(Group::Tensor) == 0 && comm.rank(Group::Data) == 0;
-  std::vector<Executor::Parameter *> byIndex(executor.plan().params()->size(), nullptr);
-  for (Executor::Parameter &p : executor.parameters())
-    byIndex[p.index] = &p;
-  std::vector<GlobalTensor> tensors;
-  for (int kind = 0; kind < 3; ++kind) {
-    const TensorView &store = kind == 0 ? stores.weights : kind == 1 ? stores.expAvg
-                                                                     : stores.expAvgSq;
-    for (flatbuffers::uoffset_t index = 0; index < byIndex.size(); ++index) {
-      const plan::Param &spec = *executor.plan().params()->Get(index);
-      GlobalTensor t{kKinds[kind] + spec.name()->str(), globalShape(spec), spec.dtype(), {}};
-      size_t bytes = dtypeBytes(t.dtype);
-      for (int64_t d : t.shape)
-        bytes *= static_cast<size_t>(d);
-      Executor::Parameter *held = byIndex[index];
-      const int owner = held ? held->holders.front() : -1;
-      if (!held || owner != stage) {
-        // Another stage's parameter: the writer receives it from that stage.
-        if (writer) {
-          t.bytes.resize(bytes);
-          MT_TRY(comm.recv(Group::Pipeline, firstHolder(executor.plan(), index), t.bytes.data(),
-                           bytes, 1000 + kind));
-          tensors.push_back(std::move(t));
-        }
-        continue;
-      }
-      Executor::Parameter &p = *held;
-      TensorView local = paramView(p, store), global = local;
-      for (size_t i = 0; i < t.shape.size(); ++i)
-        global.shape[i] = t.shape[i];
-      t.bytes.resize(bytes);
-      DeviceMemory gathered;
-      if (p.spec->shard_dim() >= 0 && comm.size(Group::Tensor) > 1) {
-        MT_TRY(gathered.allocate(executor.backend(), bytes));
-        global.data = gathered.data();
-        MT_TRY(comm.allGather(Group::Tensor, local, global, p.spec->shard_dim()));
-        local = global;
-      }
-      MT_TRY(executor.backend().copyToHost(t.bytes.data(), local.data, bytes));
-      if (writer) {
-        tensors.push_back(std::move(t));
-      } else if (sender && stage != 0) {
-        MT_TRY(comm.send(Group::Pipeline, 0, t.bytes.data(), bytes, 1000 + kind));
-      }
-    }
-  }
-  MT_TRY(comm.waitSends());
-  Status written = Status::success();
-  std::map<std::string, std::string> meta = {
-      {"format", kFormat},
-      {"model", executor.plan().model()->str()},
-      {"step", std::to_string(state.step)},
-      {"data_position", std::to_string(state.dataPosition)},
-      {"seed", std::to_string(state.seed)}};
-  if (executor.plan().precision() == plan::DType::F16) { // the loss scaler's state
+std::map<std::string, std::string> stateText(const plan::Plan &plan, const TrainingState &state) {
+  std::map<std::string, std::string> meta = {{"step", std::to_string(state.step)},
+                                             {"data_position", std::to_string(state.dataPosition)},
+                                             {"seed", std::to_string(state.seed)}};
+  if (plan.precision() == plan::DType::F16) { // the loss scaler's state
     meta["loss_scale"] = roundTrip(state.lossScaler.scale);
     meta["loss_scale_good_steps"] = std::to_string(state.lossScaler.goodSteps);
     meta["loss_scale_hysteresis_left"] = std::to_string(state.lossScaler.hysteresisLeft);
     meta["skipped_steps"] = std::to_string(state.skippedSteps);
   }
-  if (writer)
-    written = writeFile(dir, tensors, meta);
-  return agree(executor, written);
+  return meta;
 }
 
-namespace {
-
-Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state) {
-  const std::string path = checkpointPath(dir);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::failure(cat(path, ": cannot open checkpoint"));
-  std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto fail = [&](const std::string &why) { return Status::failure(cat(path, ": ", why)); };
-  if (file.size() < 8)
-    return fail("corrupt checkpoint: shorter than its header length");
-  uint64_t headerBytes = 0;
-  for (int i = 0; i < 8; ++i)
-    headerBytes |= static_cast<uint64_t>(static_cast<uint8_t>(file[i])) << (8 * i);
-  if (headerBytes > file.size() - 8)
-    return fail(cat("corrupt checkpoint: header of ", headerBytes, " bytes in a file of ",
-                    file.size()));
-  json header = json::parse(file.begin() + 8, file.begin() + 8 + headerBytes, nullptr,
-                            /*allow_exceptions=*/false);
-  if (header.is_discarded() || !header.is_object() || !header.contains("__metadata__"))
-    return fail("corrupt checkpoint: its header is not safetensors JSON with metadata");
-  const json &meta = header["__metadata__"];
-  if (meta.value("format", "") != kFormat)
-    return fail(cat("not an mtc checkpoint (format '", meta.value("format", ""), "')"));
-  const char *data = file.data() + 8 + headerBytes;
-  const size_t dataBytes = file.size() - 8 - headerBytes;
-
-  // Check everything before changing anything: every tensor of the model, whichever
-  // stage holds it.
-  std::set<std::string> expected;
-  for (int kind = 0; kind < 3; ++kind)
-    for (const plan::Param *spec : *executor.plan().params()) {
-      std::string name = kKinds[kind] + spec->name()->str();
-      expected.insert(name);
-      if (!header.contains(name))
-        return fail(cat("tensor '", name, "' is missing"));
-      const json &entry = header[name];
-      std::vector<int64_t> shape = entry.value("shape", std::vector<int64_t>{});
-      if (shape != globalShape(*spec))
-        return fail(cat("tensor '", name, "' has shape ", shapeString(shape),
-                        ", the plan expects ", shapeString(globalShape(*spec))));
-      if (entry.value("dtype", "") != safetensorsDType(spec->dtype()))
-        return fail(cat("tensor '", name, "' is ", entry.value("dtype", ""),
-                        ", the plan expects ", safetensorsDType(spec->dtype())));
-      std::vector<uint64_t> range = entry.value("data_offsets", std::vector<uint64_t>{});
-      uint64_t bytes = dtypeBytes(spec->dtype());
-      for (int64_t d : shape)
-        bytes *= static_cast<uint64_t>(d);
-      if (range.size() != 2 || range[0] > range[1] || range[1] > dataBytes ||
-          range[1] - range[0] != bytes)
-        return fail(cat("corrupt checkpoint: tensor '", name, "' has bad data offsets"));
-    }
-  for (const auto &[name, entry] : header.items())
-    if (name != "__metadata__" && !expected.count(name))
-      return fail(cat("tensor '", name, "' is not a tensor of model '",
-                      executor.plan().model()->str(), "'"));
-  TrainingState loaded = state; // what the metadata does not say stays as it was
+Status parseState(const std::string &where, const std::map<std::string, std::string> &meta,
+                  TrainingState &loaded) {
+  auto fail = [&](const std::string &why) {
+    return Status::failure(cat(where, ": corrupt checkpoint: ", why));
+  };
   auto number = [&](const char *key, uint64_t &out) {
-    std::string text = meta.value(key, "");
+    auto it = meta.find(key);
+    const std::string text = it == meta.end() ? "" : it->second;
     size_t used = 0;
     try {
       out = std::stoull(text, &used);
@@ -358,42 +213,311 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   uint64_t step = 0;
   if (!number("step", step) || !number("data_position", loaded.dataPosition) ||
       !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
-    return fail("corrupt checkpoint: bad training state in its metadata");
+    return fail("bad training state in its index");
   loaded.step = static_cast<int64_t>(step);
   // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).
-  if (meta.contains("loss_scale")) {
+  if (auto it = meta.find("loss_scale"); it != meta.end()) {
     uint64_t good = 0, hysteresis = 0, skipped = 0;
     char *end = nullptr;
-    std::string scale = meta.value("loss_scale", "");
+    const std::string &scale = it->second;
     loaded.lossScaler.scale = std::strtod(scale.c_str(), &end);
     if (scale.empty() || *end || !(loaded.lossScaler.scale > 0) ||
         !std::isfinite(loaded.lossScaler.scale) || !number("loss_scale_good_steps", good) ||
         !number("loss_scale_hysteresis_left", hysteresis) ||
         !number("skipped_steps", skipped) || good > (uint64_t{1} << 40) ||
         hysteresis > (uint64_t{1} << 40) || skipped > step)
-      return fail("corrupt checkpoint: bad loss-scaler state in its metadata");
+      return fail("bad loss-scaler state in its index");
     loaded.lossScaler.goodSteps = static_cast<int64_t>(good);
     loaded.lossScaler.hysteresisLeft = static_cast<int64_t>(hysteresis);
     loaded.skippedSteps = static_cast<int64_t>(skipped);
   }
+  return Status::success();
+}
 
-  // This rank's tensor-parallel shard of every tensor, and, for the distributed
-  // optimizer's moments, its data-parallel range of the flat store.
-  Comm &comm = executor.comm();
-  const size_t element = dtypeBytes(executor.flatGrads().dtype);
-  const int64_t total = executor.flatGrads().numel();
-  std::vector<char> host[3];
-  for (int kind = 0; kind < 3; ++kind) {
-    host[kind].assign(element * total, 0);
-    for (Executor::Parameter &p : executor.parameters()) {
-      const char *global = data + header[kKinds[kind] + p.name]["data_offsets"][0].get<uint64_t>();
-      ShardMap shard(p.weight, p.spec->shard_dim(), comm.rank(Group::Tensor),
-                     comm.size(Group::Tensor));
-      char *local = host[kind].data() + element * p.offset;
-      for (int64_t i = 0; i < p.numel; ++i)
-        std::memcpy(local + element * i, global + element * shard.global(i), element);
+/// The store holding this rank's state of `kind` (device memory) and the flat index of
+/// its first element.
+void storeOf(Executor &executor, const AdamW &optimizer, int kind, TensorView &store,
+             int64_t &first) {
+  store = kind == 0 ? executor.flatWeights() : kind == 1 ? optimizer.expAvg() : optimizer.expAvgSq();
+  first = kind == 0 ? executor.masterFirst() : optimizer.first();
+}
+
+/// This rank's chunks into its file in `temporary`, through a host buffer of at most
+/// `stagingBytes`.
+Status writeShard(const std::string &temporary, const std::string &saveId,
+                  const std::vector<SaveChunk> &mine, Executor &executor,
+                  const AdamW &optimizer, size_t stagingBytes) {
+  const plan::Plan &plan = executor.plan();
+  const int worldRank = executor.comm().position().worldRank();
+  const char *dtype = safetensorsDType(storeType(plan));
+  std::vector<ShardWriter::Entry> entries;
+  for (const SaveChunk &c : mine)
+    entries.push_back(
+        {stateTensorName(c.kind, plan.params()->Get(c.param)->name()->str()), dtype, c.box});
+  ShardWriter writer;
+  MT_TRY(ShardWriter::create(temporary + "/" + checkpoint::rankFileName(worldRank), saveId,
+                             std::move(entries), writer));
+  writer.killAfter(killAfterBytes(worldRank));
+  std::vector<const Executor::Parameter *> byIndex(plan.params()->size(), nullptr);
+  for (const Executor::Parameter &p : executor.parameters())
+    byIndex[p.index] = &p;
+  const size_t element = dtypeBytes(storeType(plan));
+  const size_t piece = std::max<size_t>(stagingBytes / element, 1) * element;
+  std::vector<char> staging;
+  const int tpRank = executor.comm().rank(Group::Tensor);
+  for (const SaveChunk &c : mine) {
+    const Executor::Parameter &p = *byIndex[c.param];
+    TensorView store;
+    int64_t first = 0;
+    storeOf(executor, optimizer, c.kind, store, first);
+    const int64_t at = p.offset + localIndex(c.box, tensorParallelBox(*p.spec, tpRank)) - first;
+    const char *from = static_cast<const char *>(store.data) + element * at;
+    const size_t bytes = element * static_cast<size_t>(c.box.numel());
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(bytes - done, piece);
+      if (staging.size() < n)
+        staging.resize(n);
+      MT_TRY(executor.backend().copyToHost(staging.data(), from + done, n));
+      MT_TRY(writer.append(staging.data(), n));
+      done += n;
     }
   }
+  return writer.commit();
+}
+
+} // namespace
+
+std::string stateTensorName(int kind, const std::string &param) {
+  static const char *const prefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+  return prefixes[kind] + param;
+}
+
+std::vector<SaveChunk> assignChunks(const plan::Plan &plan) {
+  const int tp = plan.grid()->tp(), dp = plan.grid()->dp(), pp = plan.grid()->pp();
+  std::vector<FlatLayout> layouts;
+  for (int s = 0; s < pp; ++s)
+    layouts.push_back(flatLayout(plan, s));
+  const uint64_t element = dtypeBytes(storeType(plan));
+  struct Item {
+    SaveChunk chunk;
+    std::vector<int> holders; // world ranks, ascending
+    uint64_t bytes;
+  };
+  std::vector<Item> items;
+  for (flatbuffers::uoffset_t index = 0; index < plan.params()->size(); ++index)
+    for (int kind = 0; kind < kStateKinds; ++kind) {
+      // The distinct boxes of this tensor and the ranks that hold each. Every stage
+      // holding the parameter has the same copy; sharded state is cut where each
+      // stage's shares fall, so only its first holder's cuts are used.
+      std::map<Box, std::vector<int>, BoxOrder> holders;
+      std::vector<Box> order;
+      bool first = true;
+      for (int s = 0; s < pp; ++s) {
+        const FlatLayout &layout = layouts[s];
+        auto slot = std::find_if(layout.slots.begin(), layout.slots.end(),
+                                 [&](const FlatLayout::Slot &x) { return x.index == (int32_t)index; });
+        if (slot == layout.slots.end() || (!first && shardedKind(plan, kind)))
+          continue;
+        first = false;
+        for (int d = 0; d < dp; ++d)
+          for (int t = 0; t < tp; ++t)
+            for (Box &box : heldBoxes(plan, layout, *slot, kind, t, d)) {
+              auto [it, added] = holders.try_emplace(box);
+              if (added)
+                order.push_back(box);
+              it->second.push_back((s * dp + d) * tp + t);
+            }
+      }
+      for (const Box &box : order) {
+        const std::vector<int> &ranks = holders[box];
+        const uint64_t bytes = element * static_cast<uint64_t>(box.numel());
+        const int64_t rows = box.sizes.empty() ? 1 : box.sizes[0];
+        const int64_t parts = std::max<int64_t>(
+            1, std::min<int64_t>({static_cast<int64_t>(ranks.size()), rows,
+                                  static_cast<int64_t>((bytes + kSplitBytes - 1) / kSplitBytes)}));
+        for (int64_t j = 0; j < parts; ++j) {
+          Box part = box;
+          if (!part.sizes.empty()) {
+            part.offsets[0] += rows * j / parts;
+            part.sizes[0] = rows * (j + 1) / parts - rows * j / parts;
+          }
+          items.push_back({{kind, static_cast<int32_t>(index), part, -1}, ranks,
+                           element * static_cast<uint64_t>(part.numel())});
+        }
+      }
+    }
+  // Largest first, each to its least-loaded holder (the lowest rank on a tie).
+  std::vector<size_t> bySize(items.size());
+  std::iota(bySize.begin(), bySize.end(), 0);
+  std::stable_sort(bySize.begin(), bySize.end(),
+                   [&](size_t a, size_t b) { return items[a].bytes > items[b].bytes; });
+  std::vector<uint64_t> load(static_cast<size_t>(tp) * dp * pp, 0);
+  for (size_t i : bySize) {
+    int best = items[i].holders.front();
+    for (int r : items[i].holders)
+      if (load[r] < load[best])
+        best = r;
+    items[i].chunk.writer = best;
+    load[best] += items[i].bytes;
+  }
+  std::vector<SaveChunk> chunks;
+  for (Item &item : items)
+    chunks.push_back(std::move(item.chunk));
+  return chunks;
+}
+
+Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
+  double holders = checkpoint::holdsCheckpoint(dir) ? 1.0 : 0.0;
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, holders));
+  const int world = comm.position().worldSize();
+  if (holders != 0 && holders != world)
+    return Status::failure(cat(dir, ": ", holders, " of ", world,
+                               " ranks see a checkpoint there; the save directory must be shared"));
+  found = holders == world;
+  return Status::success();
+}
+
+Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      const TrainingState &state, const CheckpointOptions &options) {
+  Comm &comm = executor.comm();
+  const plan::Plan &plan = executor.plan();
+  const int worldRank = comm.position().worldRank();
+  // A name for this save, from world rank 0: every file carries it, so that files of
+  // two saves are never taken for one checkpoint.
+  double id = 0;
+  if (worldRank == 0) {
+    std::random_device device;
+    const uint64_t bits =
+        (static_cast<uint64_t>(device()) << 32 ^ device() ^
+         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) &
+        ((uint64_t{1} << 52) - 1); // exact in a double
+    id = static_cast<double>(bits);
+  }
+  MT_TRY(shareFromRankZero(comm, id));
+  char saveId[24];
+  std::snprintf(saveId, sizeof saveId, "%013llx", static_cast<unsigned long long>(id));
+  const std::string temporary =
+      cat(dir, "/", checkpoint::iterationName(state.step), ".saving-", saveId);
+
+  Status prepared = Status::success();
+  if (worldRank == 0) {
+    prepared = ensureDirectory(dir);
+    if (prepared.ok() && ::mkdir(temporary.c_str(), 0755) != 0)
+      prepared = Status::failure(cat(temporary, ": cannot create: ", std::strerror(errno)));
+  }
+  MT_TRY(agree(comm, prepared, "save"));
+
+  const std::vector<SaveChunk> chunks = assignChunks(plan);
+  std::vector<SaveChunk> mine;
+  for (const SaveChunk &c : chunks)
+    if (c.writer == worldRank)
+      mine.push_back(c);
+  killPoint(worldRank, "before-files");
+  Status written = Status::success();
+  if (!mine.empty())
+    written = writeShard(temporary, saveId, mine, executor, optimizer, options.stagingBytes);
+  Status allWritten = agree(comm, written, "save");
+  if (!allWritten.ok()) {
+    if (worldRank == 0) {
+      std::error_code ignored;
+      fs::remove_all(temporary, ignored);
+    }
+    return allWritten;
+  }
+
+  Status committed = Status::success();
+  if (worldRank == 0) {
+    checkpoint::Index index;
+    index.saveId = saveId;
+    index.iteration = state.step;
+    index.model = plan.model()->str();
+    index.layout = {{"tp", std::to_string(plan.grid()->tp())},
+                    {"pp", std::to_string(plan.grid()->pp())},
+                    {"dp", std::to_string(plan.grid()->dp())},
+                    {"distributed_optimizer", plan.distributed_optimizer() ? "true" : "false"},
+                    {"precision", safetensorsDType(plan.precision())}};
+    index.state = stateText(plan, state);
+    std::map<int, int> fileOf; // world rank -> its file in the index
+    for (const SaveChunk &c : chunks)
+      fileOf.emplace(c.writer, 0);
+    for (auto &[rank, file] : fileOf) {
+      file = static_cast<int>(index.files.size());
+      index.files.push_back(checkpoint::rankFileName(rank));
+    }
+    for (const SaveChunk &c : chunks) {
+      const plan::Param &spec = *plan.params()->Get(c.param);
+      checkpoint::TensorEntry &entry = index.tensors[stateTensorName(c.kind, spec.name()->str())];
+      entry.dtype = safetensorsDType(storeType(plan));
+      entry.shape = globalShape(spec);
+      entry.chunks.push_back({fileOf[c.writer], c.box});
+    }
+    committed = checkpoint::publish(dir, temporary, index, options.keep,
+                                    [&](const char *phase) { killPoint(worldRank, phase); });
+  }
+  return agree(comm, committed, "save");
+}
+
+namespace {
+
+Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
+                      TrainingState &state, size_t stagingBytes) {
+  CheckpointReader reader;
+  MT_TRY(CheckpointReader::open(dir, reader));
+  const std::string where = reader.directory();
+  auto fail = [&](const std::string &why) { return Status::failure(cat(where, ": ", why)); };
+  const plan::Plan &plan = executor.plan();
+  const checkpoint::Index &index = reader.index();
+
+  // Check everything before changing anything: every tensor of the model, whichever
+  // stage holds it, and nothing else.
+  const char *dtype = safetensorsDType(storeType(plan));
+  std::set<std::string> expected;
+  for (int kind = 0; kind < kStateKinds; ++kind)
+    for (const plan::Param *spec : *plan.params()) {
+      const std::string name = stateTensorName(kind, spec->name()->str());
+      expected.insert(name);
+      auto it = index.tensors.find(name);
+      if (it == index.tensors.end())
+        return fail(cat("tensor '", name, "' is missing"));
+      if (it->second.shape != globalShape(*spec))
+        return fail(cat("tensor '", name, "' has shape ", shapeString(it->second.shape),
+                        ", the plan expects ", shapeString(globalShape(*spec))));
+      if (it->second.dtype != dtype)
+        return fail(cat("tensor '", name, "' is ", it->second.dtype, ", the plan expects ",
+                        dtype));
+    }
+  for (const auto &[name, entry] : index.tensors)
+    if (!expected.count(name))
+      return fail(cat("tensor '", name, "' is not a tensor of model '", plan.model()->str(), "'"));
+  TrainingState loaded = state; // what the index does not say stays as it was
+  MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, loaded));
+
+  // This rank's state, read straight into host copies of its stores: all of its
+  // stage's weights (the compute copy needs them even where the master weights are
+  // shared out), and the moments it keeps.
+  Comm &comm = executor.comm();
+  const int tpRank = comm.rank(Group::Tensor), dpRank = comm.rank(Group::Data);
+  const FlatLayout layout = flatLayout(plan, comm.rank(Group::Pipeline));
+  const size_t element = dtypeBytes(storeType(plan));
+  const int64_t total = executor.flatGrads().numel(), count = optimizer.expAvg().numel();
+  std::vector<char> host[kStateKinds];
+  host[0].assign(element * total, 0);
+  host[1].assign(element * count, 0);
+  host[2].assign(element * count, 0);
+  for (const FlatLayout::Slot &slot : layout.slots) {
+    const plan::Param &spec = *plan.params()->Get(slot.index);
+    const Box local = tensorParallelBox(spec, tpRank);
+    MT_TRY(reader.read(stateTensorName(0, spec.name()->str()), local,
+                       host[0].data() + element * slot.offset, stagingBytes));
+    for (int kind = 1; kind < kStateKinds; ++kind)
+      for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dpRank))
+        MT_TRY(reader.read(stateTensorName(kind, spec.name()->str()), box,
+                           host[kind].data() +
+                               element * (slot.offset + localIndex(box, local) - optimizer.first()),
+                           stagingBytes));
+  }
+
   Backend &backend = executor.backend();
   if (executor.masterSharded()) {
     // This rank's share of the master weights, and the compute copy of all of them.
@@ -410,40 +534,18 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     MT_TRY(backend.copyToDevice(executor.flatWeights().data, host[0].data(), host[0].size()));
     MT_TRY(executor.refreshComputeWeights());
   }
-  const int64_t first = optimizer.first(), count = optimizer.expAvg().numel();
-  MT_TRY(backend.copyToDevice(optimizer.expAvg().data, host[1].data() + element * first,
-                              element * count));
-  MT_TRY(backend.copyToDevice(optimizer.expAvgSq().data, host[2].data() + element * first,
-                              element * count));
+  MT_TRY(backend.copyToDevice(optimizer.expAvg().data, host[1].data(), host[1].size()));
+  MT_TRY(backend.copyToDevice(optimizer.expAvgSq().data, host[2].data(), host[2].size()));
   state = loaded;
   return Status::success();
 }
 
 } // namespace
 
-Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
-  struct stat info;
-  double holders = ::stat(checkpointPath(dir).c_str(), &info) == 0 ? 1.0 : 0.0;
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, holders));
-  const int world = comm.position().worldSize();
-  if (holders != 0 && holders != world)
-    return Status::failure(cat(checkpointPath(dir), ": ", holders, " of ", world,
-                               " ranks see it; the save directory must be shared"));
-  found = holders == world;
-  return Status::success();
-}
-
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state) {
-  Status read = Status::success();
-  try {
-    read = readCheckpoint(dir, executor, optimizer, state);
-  } catch (const json::exception &e) {
-    // A header that is JSON but not what safetensors describes (a shape that is a string).
-    read = Status::failure(checkpointPath(dir) + ": corrupt checkpoint: " + e.what());
-  }
-  return agree(executor, read);
+                      TrainingState &state, const CheckpointOptions &options) {
+  return agree(executor.comm(),
+               readCheckpoint(dir, executor, optimizer, state, options.stagingBytes), "load");
 }
 
 } // namespace mt

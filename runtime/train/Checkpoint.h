@@ -1,15 +1,20 @@
-// Checkpoints as safetensors: the global (unsharded) weights, Adam's moments, and the
-// training state (step, data position, seed, fp16's loss scale) in the metadata — so a checkpoint saved
-// under one layout loads under any other. World rank 0 writes it atomically
-// (temporary file, fsync, rename, fsync of the directory), so a crash or kill mid-save
-// leaves the last good checkpoint as it was.
+// Sharded checkpoints (files: CheckpointFiles.h). Every rank writes, in parallel, the
+// chunks of state it alone is chosen to write: each tensor-parallel shard once, the
+// distributed optimizer's shares from their owners, and replicated state split across
+// the ranks holding it so that they write about equal bytes. A checkpoint becomes
+// visible only once every rank's file is durable: the ranks write into a temporary
+// directory, agree, and world rank 0 writes the index, renames the directory into place
+// and moves the latest marker. On load each rank reads only the boxes its own layout
+// holds, from whichever chunks hold them, so any layout loads any other's checkpoint.
 #ifndef MT_RUNTIME_TRAIN_CHECKPOINT_H
 #define MT_RUNTIME_TRAIN_CHECKPOINT_H
 
 #include "core/Executor.h"
+#include "train/Boxes.h"
 #include "train/Optimizer.h"
 
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -21,20 +26,45 @@ struct TrainingState {
   int64_t skippedSteps = 0;  // fp16: steps whose gradients overflowed
 };
 
-/// The checkpoint file inside a save directory.
-std::string checkpointPath(const std::string &dir);
+struct CheckpointOptions {
+  int keep = 0;                        // checkpoints kept after a save; 0: all
+  size_t stagingBytes = size_t{256} << 20; // host memory a rank stages its reads and writes in
+};
+
+/// The kinds of state a checkpoint holds per parameter: its (master) weights under the
+/// parameter's name, then Adam's moments as optimizer.exp_avg.<name> and
+/// optimizer.exp_avg_sq.<name>.
+constexpr int kStateKinds = 3;
+std::string stateTensorName(int kind, const std::string &param);
+
+/// One chunk of a save: a box of parameter `param`'s tensor of state `kind`, and the
+/// world rank that writes it.
+struct SaveChunk {
+  int kind;
+  int32_t param;
+  Box box;
+  int writer;
+};
+
+/// Who writes what: every element of every tensor exactly once, by a rank that holds
+/// it; replicated state is split along its first dimension and spread over its holders
+/// so that they write about equal bytes. A pure function of the plan: every rank
+/// computes the same.
+std::vector<SaveChunk> assignChunks(const plan::Plan &plan);
 
 /// Collective: whether `dir` holds a checkpoint, as every rank sees it; fails if the
 /// ranks disagree (a directory that is not shared).
 Status findCheckpoint(const std::string &dir, Comm &comm, bool &found);
 
-/// Collective: every rank calls it. Writing or reading the file, a failure on any rank
-/// is every rank's result; a rank that fails before that (out of memory gathering a
-/// tensor, a failed collective) returns at once, and its caller ends the job.
+/// Collective: every rank calls it. A failure on any rank once the files are being
+/// written is every rank's result; a rank that fails before (a failed collective)
+/// returns at once, and its caller ends the job.
 Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state);
+                      const TrainingState &state, const CheckpointOptions &options = {});
+/// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
+/// Nothing changes unless every rank read and checked all it needs.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state);
+                      TrainingState &state, const CheckpointOptions &options = {});
 
 } // namespace mt
 

@@ -103,7 +103,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
   }
   if (resume) {
-    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state); !s.ok())
+    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint); !s.ok())
       return s;
     // The checkpoint has the scaler's state; its settings are this run's.
     state.lossScaler.minScale = config.lossScaler.minScale;
@@ -125,6 +125,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       return s;
   }
 
+  const int64_t loadedStep = state.step;
   std::FILE *metrics = nullptr;
   if (leader && !config.metricsPath.empty() &&
       !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
@@ -340,9 +341,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     bool lastStep = state.step == config.steps;
     if (!config.saveDir.empty() &&
         (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0)))
-      if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state); !s.ok())
+      if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint); !s.ok())
         return s;
   }
+  // A run that resumed at its last step saves what it loaded, now in its own layout
+  // (as Megatron saves at the end whatever was not saved).
+  if (resume && loadedStep == config.steps && !config.saveDir.empty() &&
+      config.saveDir != config.loadDir)
+    if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint);
+        !s.ok())
+      return s;
   if (log && bubbleSteps > 0)
     std::fprintf(log,
                  "pipeline bubble: %.3f measured on rank 0 (idle over busy between its first "

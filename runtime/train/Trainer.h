@@ -4,6 +4,7 @@
 #define MT_RUNTIME_TRAIN_TRAINER_H
 
 #include "core/Executor.h"
+#include "train/Checkpoint.h"
 #include "train/Optimizer.h"
 
 #include <cstdio>
@@ -18,6 +19,7 @@ struct TrainerConfig {
   uint64_t seed = 1234;
   std::string saveDir, loadDir;
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
+  CheckpointOptions checkpoint;
   int64_t logEvery = 1;
   std::string metricsPath; // one line per step, full precision, when set
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank

@@ -54,9 +54,15 @@ def curve_error(path, reference_losses, reference_norms, steps):
                for a, b in zip(loss + norm, reference_losses + reference_norms))
 
 
+MTCKPT = "mtckpt"
+
+
 def weights(checkpoint):
-    """The weight tensors (not the optimizer's moments) of a safetensors file."""
-    with open(checkpoint, "rb") as f:
+    """The weight tensors (not the optimizer's moments) of a checkpoint directory, as
+    `mtckpt export` consolidates them."""
+    consolidated = checkpoint.rstrip("/") + ".safetensors"
+    run([MTCKPT, "export", checkpoint, "-o", consolidated])
+    with open(consolidated, "rb") as f:
         data = f.read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
@@ -116,6 +122,8 @@ def main():
     parser.add_argument("--steps", type=int, default=6)
     args = parser.parse_args()
     mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
+    global MTCKPT
+    MTCKPT = os.path.join(args.bin, "mtckpt")
     # The CPU backend on purpose: the same suite means the same on a machine with a GPU.
     mtrun = [mtrun, "--backend", "cpu"]
     shutil.rmtree(args.work, ignore_errors=True)
@@ -151,7 +159,7 @@ def main():
         run([*mtrun, "-n", str(second_ranks), work(b + ".mtp"), *train, "--load", work(b),
              "--save", work(b), "--metrics", work(b + ".txt")])
         loss_error = curve_error(work(b + ".txt"), serial_losses, serial_norms, args.steps)
-        error, _ = weight_error(weights(work(b, "checkpoint.safetensors")), serial_weights)
+        error, _ = weight_error(weights(work(b)), serial_weights)
         ok = loss_error <= LOSS_TOLERANCE and error <= WEIGHT_TOLERANCE
         print(f"resume {label}: loss/norm rel err {loss_error:.1e}  weights rel err "
               f"{error:.1e}  {'ok' if ok else 'MISMATCH'}")
@@ -160,7 +168,7 @@ def main():
 
     def check(name, layout, seconds, tolerances=(LOSS_TOLERANCE, WEIGHT_TOLERANCE)):
         loss_error = curve_error(work(name + ".txt"), serial_losses, serial_norms, args.steps)
-        error, worst = weight_error(weights(work(name, "checkpoint.safetensors")), serial_weights)
+        error, worst = weight_error(weights(work(name)), serial_weights)
         ok = loss_error <= tolerances[0] and error <= tolerances[1]
         print(f"{name:24s} ranks {layout[0] * layout[2]}  loss/norm rel err {loss_error:.1e}  "
               f"weights rel err {error:.1e} (worst tensor {worst[1]} {worst[0]:.1e})  "
@@ -171,7 +179,7 @@ def main():
     compile_and_train("serial_tiny", (1, False, 1, False))
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))
-    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_tiny"))
     started = time.time()
     for layout in layouts():
         name = "tp%d%s_dp%d%s" % (layout[0], "_sp" if layout[1] else "", layout[2],
@@ -186,28 +194,28 @@ def main():
     compile_and_train("serial", (1, False, 1, False))
     serial_losses = losses(work("serial.txt"))
     serial_norms = grad_norms(work("serial.txt"))
-    serial_weights = weights(work("serial", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial"))
     for layout in ((2, False, 1, False), (2, True, 1, False), (4, True, 2, True)):
         name = "regions_tp%d%s_dp%d" % (layout[0], "_sp" if layout[1] else "", layout[2])
         check(name, layout, compile_and_train(name, layout))
     model = os.path.join(args.models, "gpt-tiny.mlir")
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))
-    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_tiny"))
 
     # Mixed precision: bf16 layouts against the serial bf16 run.
     batch += ["--bf16"]
     compile_and_train("serial_bf16", (1, False, 1, False))
     serial_losses = losses(work("serial_bf16.txt"))
     serial_norms = grad_norms(work("serial_bf16.txt"))
-    serial_weights = weights(work("serial_bf16", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_bf16"))
     for layout in ((2, True, 1, False), (2, False, 2, True)):
         name = "bf16_tp%d%s_dp%d" % (layout[0], "_sp" if layout[1] else "", layout[2])
         check(name, layout, compile_and_train(name, layout), (BF16_TOLERANCE, BF16_TOLERANCE))
     batch = batch[:-1]
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))
-    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_tiny"))
 
     # Pipelines, on gpt-mini (4 layers): every schedule, with recomputation, combined
     # with tensor, sequence and data parallelism, up to 8 ranks.
@@ -216,7 +224,7 @@ def main():
     compile_and_train("serial_mini", (1, False, 1, False))
     serial_losses = losses(work("serial_mini.txt"))
     serial_norms = grad_norms(work("serial_mini.txt"))
-    serial_weights = weights(work("serial_mini", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_mini"))
     pipelines = [
         ((1, False, 1, False), ["--pp", "2", "--schedule", "gpipe"]),
         ((1, False, 1, False), ["--pp", "2", "--schedule", "1f1b", "--recompute", "selective"]),
@@ -254,7 +262,7 @@ def main():
     batch = ["--micro-batch-size", "1", "--global-batch-size", "4"]
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))
-    serial_weights = weights(work("serial_tiny", "checkpoint.safetensors"))
+    serial_weights = weights(work("serial_tiny"))
     for first, second in (((2, False, 2, False), (4, False, 1, False)),
                           ((4, True, 1, False), (1, False, 1, False)),
                           ((1, False, 2, True), (2, True, 2, False))):
@@ -262,6 +270,22 @@ def main():
         b = "to_" + "_".join(map(str, second))
         resume(a, flags(*first), first[0] * first[2], b, flags(*second),
                second[0] * second[2], f"{first} -> {second}")
+
+    # Resharding alone is exact: the serial run's checkpoint, loaded under another
+    # layout and saved again without a step, holds the same bits (weights, moments,
+    # training state), whoever wrote which chunk.
+    for layout, ranks in ((flags(2, True, 2, True), 4), (["--pp", "2", "--dp", "2",
+                           "--distributed-optimizer", "--bf16"], 4), (["--pp", "2", "--tp", "2", "--sp"], 4)):
+        name = "reshard_" + "".join(layout).replace("--", "")
+        run([mtc, "compile", model, *batch, *layout, "-o", work(name + ".mtp")])
+        run([*mtrun, "-n", str(ranks), work(name + ".mtp"), *train, "--load", work("serial_tiny"),
+             "--save", work(name)])
+        same = subprocess.run([MTCKPT, "diff", work("serial_tiny"), work(name)],
+                              capture_output=True, text=True)
+        print(f"reshard serial -> {' '.join(layout)}: "
+              f"{'identical' if same.returncode == 0 else 'MISMATCH: ' + same.stdout + same.stderr}")
+        if same.returncode != 0:
+            failures.append(name)
     if failures:
         sys.exit("layouts that differ from the serial run: " + ", ".join(failures))
 

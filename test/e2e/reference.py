@@ -297,8 +297,17 @@ def read_checkpoint(path):
     return header, tensors
 
 
-def write_checkpoint(directory, header, tensors, metadata):
-    os.makedirs(directory, exist_ok=True)
+def export_checkpoint(mtckpt, directory):
+    """A checkpoint directory as one safetensors file (mtckpt export), read."""
+    consolidated = directory.rstrip("/") + ".safetensors"
+    subprocess.run([mtckpt, "export", directory, "-o", consolidated, "--optimizer"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return read_checkpoint(consolidated)
+
+
+def write_checkpoint(mtckpt, directory, header, tensors, metadata):
+    """Our tensors as one safetensors file with the template's metadata, imported
+    (mtckpt import) as `directory`'s checkpoint."""
     header = {"__metadata__": {**header["__metadata__"], **metadata}}
     body, offset = [], 0
     for name, value in tensors.items():
@@ -309,8 +318,11 @@ def write_checkpoint(directory, header, tensors, metadata):
         offset += len(raw)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    with open(os.path.join(directory, "checkpoint.safetensors"), "wb") as f:
+    consolidated = directory.rstrip("/") + ".safetensors"
+    with open(consolidated, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(body))
+    subprocess.run([mtckpt, "import", consolidated, "-o", directory], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def relative(a, b):
@@ -336,6 +348,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     work = lambda *p: os.path.join(args.work, *p)
     mtc, mtrun = os.path.join(args.bin, "mtc"), os.path.join(args.bin, "mtrun")
+    mtckpt = os.path.join(args.bin, "mtckpt")
 
     def run(cmd):
         result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -400,7 +413,7 @@ def main():
         launcher = [mtrun, "-n", str(ranks), plan]
         run([*launcher, "--data", work("data"), "--steps", "1", "--save", work(name, "template"),
              *train_flags])
-        header, template = read_checkpoint(work(name, "template", "checkpoint.safetensors"))
+        header, template = export_checkpoint(mtckpt, work(name, "template"))
         weights = {t: x.shape for t, x in template.items() if not t.startswith("optimizer.")}
         assert weights == expected, f"the checkpoint holds {weights}"
         dtype = template["wte"].dtype
@@ -416,7 +429,7 @@ def main():
         tensors = {**w, **{"optimizer.exp_avg." + t: x for t, x in m.items()},
                    **{"optimizer.exp_avg_sq." + t: x for t, x in v.items()}}
         assert tensors.keys() == template.keys()
-        write_checkpoint(work(name, "start"), header, tensors,
+        write_checkpoint(mtckpt, work(name, "start"), header, tensors,
                          {"step": str(start), "data_position": str(start * global_batch),
                           "seed": str(seed)})
         metrics = work(name, "metrics.txt")
@@ -430,7 +443,7 @@ def main():
         assert len(lines) == 1 and lines[0].startswith(f"step {start + 1} "), lines
         fields = lines[0].split()
         got_loss, got_lr, got_norm = float(fields[3]), float(fields[5]), float(fields[7])
-        _, after = read_checkpoint(work(name, "after", "checkpoint.safetensors"))
+        _, after = export_checkpoint(mtckpt, work(name, "after"))
 
         # The reference, in float64 from the same (possibly fp32-rounded) state.
         model_ = Model(layers=2, h=64, heads=4, vocab=512, rate=rate)

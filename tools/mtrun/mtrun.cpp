@@ -36,8 +36,13 @@ constexpr const char *kUsage = R"(usage:
   --clip-grad X             global gradient-norm clipping (0: off; default 1.0)
   --save DIR, --save-every K   checkpoint to DIR every K steps and at the end
                             (Megatron: --save-interval)
-  --load DIR                resume from DIR's checkpoint; with --save DIR (the same
-                            DIR), start fresh while it holds none (auto-resume)
+  --load DIR                resume from DIR's latest checkpoint (or DIR/iter_N's); with
+                            --save DIR (the same DIR), start fresh while it holds none
+                            (auto-resume)
+  --keep-checkpoints K      keep the newest K checkpoints in the save directory (default
+                            0: all)
+  --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
+                            (default 256)
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
@@ -63,7 +68,7 @@ const std::map<std::string, std::string> kAliases = {
 const std::set<std::string> kFlags = {
     "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",       "save-every", "load",     "log-every",    "backend", "metrics", "trace",
+    "clip-grad",  "save",       "save-every", "load", "keep-checkpoints", "checkpoint-buffer-mib",     "log-every",    "backend", "metrics", "trace",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
@@ -193,6 +198,9 @@ int main(int argc, char **argv) {
     config.saveDir = flags.count("save") ? flags["save"] : "";
     config.loadDir = flags.count("load") ? flags["load"] : "";
     config.saveEvery = integer("save-every", 0);
+    config.checkpoint.keep = static_cast<int>(integer("keep-checkpoints", 0));
+    config.checkpoint.stagingBytes =
+        static_cast<size_t>(std::max<int64_t>(1, integer("checkpoint-buffer-mib", 256))) << 20;
     config.logEvery = integer("log-every", 1);
     config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
     config.tracePath = flags.count("trace") ? flags["trace"] : "";
