@@ -3,7 +3,8 @@
 # tests and the GPU benchmark on a machine with no LLVM, no MPI and no -dev packages —
 # a bare GPU node. Plans are compiled here, where mtc is built, and travel as files.
 #
-#   bin/mtrun, bin/cuda_backend_test   wrappers: set the library path, run libexec/*
+#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test
+#                                      wrappers: set the library path, run libexec/*
 #   lib/                               the shared libraries a bare node lacks (OpenBLAS,
 #                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
 #                                      libraries are found on the node (lib/paths.sh)
@@ -19,16 +20,17 @@ cd "$(dirname "$0")/.."
 build=$(realpath -m "${MTC_BUILD_DIR:-build}")
 out=${out:-$build/mtc-runtime}
 limit=$((64 << 20))
-for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/runtime/cuda_backend_test"; do
+for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/tools/mtckpt" \
+  "$build/runtime/cuda_backend_test"; do
   [ -x "$built" ] || { echo "bundle: no $built: run scripts/build.sh first" >&2; exit 1; }
 done
 
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
-cp "$build/tools/mtrun" "$build/runtime/cuda_backend_test" "$out/libexec/"
+cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/runtime/cuda_backend_test" "$out/libexec/"
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
-for tool in mtrun cuda_backend_test; do
+for tool in mtrun mtckpt cuda_backend_test; do
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done

@@ -21,10 +21,12 @@ bytes=$(du -sb "$bundle" | cut -f1)
 [ "$bytes" -le $((64 << 20)) ] || fail "$bytes bytes, over 64 MiB"
 
 # A CPU step from a scrubbed environment.
+rm -rf "$work/ckpt"
 env -i "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \
-  --data "$bundle/data/tiny" --steps 2 >"$work/step.log" 2>&1 || { cat "$work/step.log"; fail "the CPU step failed"; }
+  --data "$bundle/data/tiny" --steps 2 --save "$work/ckpt" >"$work/step.log" 2>&1 || { cat "$work/step.log"; fail "the CPU step failed"; }
 grep -q '^step 2/2 | loss' "$work/step.log" || { cat "$work/step.log"; fail "no second step"; }
-echo "bundle test: a scrubbed environment trains two CPU steps"
+env -i "$bundle/bin/mtckpt" verify "$work/ckpt" >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "its checkpoint does not verify"; }
+echo "bundle test: a scrubbed environment trains two CPU steps, and mtckpt verifies their checkpoint"
 
 # What the loader resolves, with the wrappers' library path.
 env -i sh -c "here='$bundle'; . '$bundle/lib/paths.sh'; for f in '$bundle'/libexec/* \$(ls '$bundle'/lib/*.so* | grep -v libmtc_mpi); do echo \"# \$f\"; ldd \"\$f\"; done" \

@@ -1,0 +1,94 @@
+// Who writes what in a sharded save, for real models and layouts: every tensor's
+// chunks tile it exactly, each chunk's writer holds the parameter, and with data
+// parallelism the ranks write about equal bytes (max/mean <= 1.25).
+#include "CompileWithMtc.h"
+#include "StatusAssertions.h"
+#include "train/Checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace mt {
+namespace {
+
+struct Layout {
+  const char *model;
+  const char *flags;
+};
+
+class AssignChunks : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(AssignChunks, TilesEveryTensorAndBalancesTheBytes) {
+  const Layout layout = GetParam();
+  std::string name = std::string(layout.model) + layout.flags;
+  for (char &c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)))
+      c = '_';
+  const std::string path = test::compileModel(
+      test::zooModel(layout.model),
+      std::string("--micro-batch-size 1 --global-batch-size 64 --make-vocab-size-divisible-by 128 ") +
+          layout.flags,
+      name);
+  ASSERT_FALSE(path.empty()) << "mtc failed on " << layout.flags;
+  LoadedPlan loaded;
+  ASSERT_OK(LoadedPlan::read(path, loaded));
+  const plan::Plan &plan = loaded.plan();
+  const int tp = plan.grid()->tp(), dp = plan.grid()->dp(), pp = plan.grid()->pp();
+
+  const std::vector<SaveChunk> chunks = assignChunks(plan);
+  std::map<std::pair<int, int32_t>, std::vector<Box>> byTensor;
+  std::vector<double> bytes(static_cast<size_t>(tp) * dp * pp, 0);
+  std::vector<FlatLayout> stages;
+  for (int s = 0; s < pp; ++s)
+    stages.push_back(flatLayout(plan, s));
+  for (const SaveChunk &c : chunks) {
+    byTensor[{c.kind, c.param}].push_back(c.box);
+    ASSERT_GE(c.writer, 0);
+    ASSERT_LT(c.writer, tp * dp * pp);
+    bytes[c.writer] += 4.0 * static_cast<double>(c.box.numel());
+    // The writer's stage holds the parameter, and a tensor-parallel shard's chunk lies
+    // in the writer's own shard.
+    const FlatLayout &stage = stages[c.writer / (tp * dp)];
+    EXPECT_TRUE(std::any_of(stage.slots.begin(), stage.slots.end(),
+                            [&](const FlatLayout::Slot &s) { return s.index == c.param; }));
+    const plan::Param &spec = *plan.params()->Get(c.param);
+    if (spec.shard_dim() >= 0) {
+      const int64_t width = spec.shape()->Get(spec.shard_dim());
+      const int64_t at = c.box.offsets[spec.shard_dim()];
+      EXPECT_EQ(at / width, c.writer % tp) << spec.name()->str();
+      EXPECT_LE(at + c.box.sizes[spec.shard_dim()], (at / width + 1) * width);
+    }
+  }
+  ASSERT_EQ(byTensor.size(), static_cast<size_t>(kStateKinds) * plan.params()->size());
+  for (const auto &[key, boxes] : byTensor) {
+    const plan::Param &spec = *plan.params()->Get(key.second);
+    std::vector<int64_t> shape(spec.global_shape()->begin(), spec.global_shape()->end());
+    std::string problem;
+    EXPECT_TRUE(tilesExactly(boxes, shape, problem))
+        << stateTensorName(key.first, spec.name()->str()) << ": " << problem;
+  }
+  const double mean = std::accumulate(bytes.begin(), bytes.end(), 0.0) / bytes.size();
+  const double most = *std::max_element(bytes.begin(), bytes.end());
+  std::printf("%s %s: %zu chunks, bytes written per rank max/mean %.3f\n", layout.model,
+              layout.flags, chunks.size(), most / mean);
+  if (dp > 1) {
+    EXPECT_LE(most / mean, 1.25) << "the ranks' writes are unbalanced";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, AssignChunks,
+    ::testing::Values(Layout{"gpt2-350m", "--dp 8"},
+                      Layout{"gpt2-350m", "--dp 8 --distributed-optimizer"},
+                      Layout{"gpt2-350m", "--tp 2 --dp 4 --distributed-optimizer --bf16"},
+                      Layout{"gpt2-350m", "--tp 2 --pp 2 --dp 2 --distributed-optimizer"},
+                      Layout{"gpt2-350m", "--pp 4 --dp 2"},
+                      Layout{"gpt2-350m", "--tp 8"},
+                      Layout{"gpt-tiny", "--tp 2 --sp --dp 2 --distributed-optimizer"},
+                      Layout{"gpt3-1.3b", "--tp 4 --pp 4 --vpp 2 --dp 4 --distributed-optimizer"}));
+
+} // namespace
+} // namespace mt
