@@ -242,11 +242,35 @@ void storeOf(Executor &executor, const AdamW &optimizer, int kind, TensorView &s
   first = kind == 0 ? executor.masterFirst() : optimizer.first();
 }
 
+/// A line of /proc/self/status ("VmRSS", "VmHWM") in bytes, or -1.
+int64_t processMemory(const char *key) {
+  std::FILE *f = std::fopen("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  int64_t kib = -1;
+  const size_t n = std::strlen(key);
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, key, n) == 0 && line[n] == ':')
+      kib = std::strtoll(line + n + 1, nullptr, 10);
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+/// Resets the peak resident memory (VmHWM) to the current; false where Linux will not.
+bool resetMemoryPeak() {
+  std::FILE *f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f)
+    return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
 /// This rank's chunks into its file in `temporary`, through a host buffer of at most
 /// `stagingBytes`.
 Status writeShard(const std::string &temporary, const std::string &saveId,
                   const std::vector<SaveChunk> &mine, Executor &executor,
-                  const AdamW &optimizer, size_t stagingBytes) {
+                  const AdamW &optimizer, size_t stagingBytes, uint64_t &fileBytes) {
   const plan::Plan &plan = executor.plan();
   const int worldRank = executor.comm().position().worldRank();
   const char *dtype = safetensorsDType(storeType(plan));
@@ -282,6 +306,7 @@ Status writeShard(const std::string &temporary, const std::string &saveId,
       done += n;
     }
   }
+  fileBytes = writer.bytes();
   return writer.commit();
 }
 
@@ -379,7 +404,12 @@ Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
 }
 
 Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state, const CheckpointOptions &options) {
+                      const TrainingState &state, const CheckpointOptions &options,
+                      SaveReport *report) {
+  const auto started = std::chrono::steady_clock::now();
+  SaveReport measured;
+  if (resetMemoryPeak())
+    measured.residentBefore = processMemory("VmRSS");
   Comm &comm = executor.comm();
   const plan::Plan &plan = executor.plan();
   const int worldRank = comm.position().worldRank();
@@ -416,7 +446,8 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   killPoint(worldRank, "before-files");
   Status written = Status::success();
   if (!mine.empty())
-    written = writeShard(temporary, saveId, mine, executor, optimizer, options.stagingBytes);
+    written = writeShard(temporary, saveId, mine, executor, optimizer, options.stagingBytes,
+                         measured.bytesThisRank);
   Status allWritten = agree(comm, written, "save");
   if (!allWritten.ok()) {
     if (worldRank == 0) {
@@ -455,7 +486,19 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     committed = checkpoint::publish(dir, temporary, index, options.keep,
                                     [&](const char *phase) { killPoint(worldRank, phase); });
   }
-  return agree(comm, committed, "save");
+  MT_TRY(agree(comm, committed, "save"));
+  if (report) {
+    if (measured.residentBefore >= 0)
+      measured.residentPeak = processMemory("VmHWM");
+    double bytes = static_cast<double>(measured.bytesThisRank);
+    for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+      MT_TRY(comm.allReduceSum(group, bytes));
+    measured.bytesAllRanks = static_cast<uint64_t>(bytes);
+    measured.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    *report = measured;
+  }
+  return Status::success();
 }
 
 namespace {

@@ -56,11 +56,21 @@ std::vector<SaveChunk> assignChunks(const plan::Plan &plan);
 /// ranks disagree (a directory that is not shared).
 Status findCheckpoint(const std::string &dir, Comm &comm, bool &found);
 
+/// What a save cost.
+struct SaveReport {
+  uint64_t bytesAllRanks = 0, bytesThisRank = 0; // the files' bytes
+  double seconds = 0;                            // on this rank, from start to commit
+  /// This process's resident memory before the save and its peak during it (Linux's
+  /// VmRSS and VmHWM, the mark reset first); -1 where they cannot be read.
+  int64_t residentBefore = -1, residentPeak = -1;
+};
+
 /// Collective: every rank calls it. A failure on any rank once the files are being
 /// written is every rank's result; a rank that fails before (a failed collective)
 /// returns at once, and its caller ends the job.
 Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state, const CheckpointOptions &options = {});
+                      const TrainingState &state, const CheckpointOptions &options = {},
+                      SaveReport *report = nullptr);
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
 /// Nothing changes unless every rank read and checked all it needs.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,

@@ -126,6 +126,25 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   }
 
   const int64_t loadedStep = state.step;
+  // A save, and on the first rank a line of what it cost.
+  auto save = [&]() -> Status {
+    SaveReport report;
+    MT_TRY(saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint, &report));
+    if (log) {
+      const double world = comm.position().worldSize(), seconds = std::max(report.seconds, 1e-9);
+      std::fprintf(log,
+                   "saved step %" PRId64 ": %" PRIu64 " bytes from %g ranks in %.2f s "
+                   "(%.3f GB/s in all, %.3f per rank)",
+                   state.step, report.bytesAllRanks, world, seconds,
+                   report.bytesAllRanks / seconds / 1e9, report.bytesAllRanks / world / seconds / 1e9);
+      if (report.residentPeak >= 0)
+        std::fprintf(log, "; rank 0's resident memory %" PRId64 " bytes, at most %" PRId64
+                          " during the save",
+                     report.residentBefore, report.residentPeak);
+      std::fprintf(log, "\n");
+    }
+    return Status::success();
+  };
   std::FILE *metrics = nullptr;
   if (leader && !config.metricsPath.empty() &&
       !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
@@ -341,15 +360,14 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     bool lastStep = state.step == config.steps;
     if (!config.saveDir.empty() &&
         (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0)))
-      if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint); !s.ok())
+      if (Status s = save(); !s.ok())
         return s;
   }
   // A run that resumed at its last step saves what it loaded, now in its own layout
   // (as Megatron saves at the end whatever was not saved).
   if (resume && loadedStep == config.steps && !config.saveDir.empty() &&
       config.saveDir != config.loadDir)
-    if (Status s = saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint);
-        !s.ok())
+    if (Status s = save(); !s.ok())
       return s;
   if (log && bubbleSteps > 0)
     std::fprintf(log,

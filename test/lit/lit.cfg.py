@@ -13,6 +13,7 @@ tools = os.path.join(config.mtc_obj_root, "tools")
 config.environment["PATH"] = os.pathsep.join(
     [tools, config.llvm_tools_dir, config.environment.get("PATH", os.environ["PATH"])])
 config.substitutions.append(("%models", os.path.join(config.mtc_src_root, "models")))
+config.substitutions.append(("%bench", os.path.join(config.mtc_src_root, "bench")))
 # A captured FileCheck variable never leaks across CHECK-LABELs.
 config.substitutions.append(("FileCheck", "FileCheck --enable-var-scope"))
 config.substitutions.append(("%python", sys.executable))
