@@ -504,7 +504,7 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 namespace {
 
 Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state, size_t stagingBytes) {
+                      TrainingState &state, size_t stagingBytes, uint64_t &bytesRead) {
   CheckpointReader reader;
   MT_TRY(CheckpointReader::open(dir, reader));
   const std::string where = reader.directory();
@@ -560,6 +560,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                                element * (slot.offset + localIndex(box, local) - optimizer.first()),
                            stagingBytes));
   }
+  bytesRead = reader.bytesRead();
 
   Backend &backend = executor.backend();
   if (executor.masterSharded()) {
@@ -586,9 +587,19 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 } // namespace
 
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state, const CheckpointOptions &options) {
-  return agree(executor.comm(),
-               readCheckpoint(dir, executor, optimizer, state, options.stagingBytes), "load");
+                      TrainingState &state, const CheckpointOptions &options,
+                      uint64_t *bytesRead) {
+  uint64_t read = 0;
+  MT_TRY(agree(executor.comm(),
+               readCheckpoint(dir, executor, optimizer, state, options.stagingBytes, read),
+               "load"));
+  if (bytesRead) {
+    double bytes = static_cast<double>(read);
+    for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+      MT_TRY(executor.comm().allReduceSum(group, bytes));
+    *bytesRead = static_cast<uint64_t>(bytes);
+  }
+  return Status::success();
 }
 
 } // namespace mt

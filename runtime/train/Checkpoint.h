@@ -72,9 +72,11 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                       const TrainingState &state, const CheckpointOptions &options = {},
                       SaveReport *report = nullptr);
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
-/// Nothing changes unless every rank read and checked all it needs.
+/// Nothing changes unless every rank read and checked all it needs. `bytesRead`, if
+/// given, is what all ranks read from the files.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state, const CheckpointOptions &options = {});
+                      TrainingState &state, const CheckpointOptions &options = {},
+                      uint64_t *bytesRead = nullptr);
 
 } // namespace mt
 

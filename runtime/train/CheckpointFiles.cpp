@@ -354,6 +354,7 @@ struct CheckpointReader::State {
   Index index;
   std::vector<OpenFile> files;
   std::vector<char> staging;
+  uint64_t bytesRead = 0;
 
   ~State() {
     for (OpenFile &f : files)
@@ -469,6 +470,7 @@ struct CheckpointReader::State {
                 staging.data(), readTo - readFrom))
       return Status::failure(cat(path, ": cannot read chunk ", name, " of tensor '", tensor,
                                  "': ", errno ? std::strerror(errno) : "end of file"));
+    bytesRead += readTo - readFrom;
     for (uint64_t at = readFrom; at < readTo; at += kBlockBytes) {
       const uint64_t n = std::min(kBlockBytes, readTo - at);
       if (crcOf(staging.data() + (at - readFrom), n) != stored.crcs[at / kBlockBytes])
@@ -517,6 +519,7 @@ Status CheckpointReader::open(const std::string &dir, CheckpointReader &out) {
 
 const Index &CheckpointReader::index() const { return state_->index; }
 const std::string &CheckpointReader::directory() const { return state_->dir; }
+uint64_t CheckpointReader::bytesRead() const { return state_->bytesRead; }
 
 Status CheckpointReader::read(const std::string &tensor, const Box &box, void *target,
                               size_t stagingBytes) {

@@ -119,6 +119,8 @@ public:
   /// at most about `stagingBytes` at a time.
   Status read(const std::string &tensor, const Box &box, void *target,
               size_t stagingBytes = size_t{256} << 20);
+  /// Bytes read from the files so far.
+  uint64_t bytesRead() const;
   /// Reads every chunk of every file whole: what `mtckpt verify` does.
   Status verifyAll(size_t stagingBytes = size_t{256} << 20);
 

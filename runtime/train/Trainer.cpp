@@ -96,6 +96,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   // fresh while the directory holds no checkpoint, so a job script restarted after a
   // failure just continues. A --load of anything else must hold one.
   bool resume = !config.loadDir.empty();
+  double loadSeconds = 0;
+  uint64_t loadBytes = 0;
   if (resume && config.loadDir == config.saveDir) {
     if (Status s = findCheckpoint(config.loadDir, comm, resume); !s.ok())
       return s;
@@ -103,8 +105,15 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
   }
   if (resume) {
-    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint); !s.ok())
+    const auto loadStarted = std::chrono::steady_clock::now();
+    uint64_t bytesRead = 0;
+    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint,
+                                  &bytesRead);
+        !s.ok())
       return s;
+    loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted)
+                      .count();
+    loadBytes = bytesRead;
     // The checkpoint has the scaler's state; its settings are this run's.
     state.lossScaler.minScale = config.lossScaler.minScale;
     state.lossScaler.window = config.lossScaler.window;
@@ -118,8 +127,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                              std::to_string(state.step) + ", past --steps " +
                              std::to_string(config.steps));
     if (log)
-      std::fprintf(log, "resumed from %s at step %" PRId64 "\n", config.loadDir.c_str(),
-                   state.step);
+      std::fprintf(log,
+                   "resumed from %s at step %" PRId64 ": %" PRIu64 " bytes read by %d ranks in "
+                   "%.2f s (%.3f GB/s in all)\n",
+                   config.loadDir.c_str(), state.step, loadBytes, comm.position().worldSize(),
+                   loadSeconds, loadBytes / std::max(loadSeconds, 1e-9) / 1e9);
   } else {
     if (Status s = executor.initParameters(config.seed); !s.ok())
       return s;
