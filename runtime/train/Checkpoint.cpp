@@ -2,6 +2,10 @@
 #include "train/CheckpointFiles.h"
 
 #include <algorithm>
+#include <utility>
+#include <thread>
+#include <functional>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -124,10 +128,11 @@ struct BoxOrder {
 /// Replicated state smaller than this is not split between its holders.
 constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
 
-/// A test's crash at a chosen point of a save: MT_CHECKPOINT_KILL=RANK:POINT, POINT a
-/// phase's name or a number of bytes into the rank's file.
+/// A test's fault at a chosen point of a save: MT_CHECKPOINT_FAULT=RANK:POINT kills the
+/// rank at a phase (POINT its name) or a number of bytes into its file, or, with POINT
+/// `fail`, makes its write fail.
 bool killRequested(int worldRank, const std::string &point) {
-  const char *spec = std::getenv("MT_CHECKPOINT_KILL");
+  const char *spec = std::getenv("MT_CHECKPOINT_FAULT");
   return spec && std::string(spec) == std::to_string(worldRank) + ":" + point;
 }
 void killPoint(int worldRank, const char *phase) {
@@ -135,7 +140,7 @@ void killPoint(int worldRank, const char *phase) {
     std::raise(SIGKILL);
 }
 uint64_t killAfterBytes(int worldRank) {
-  const char *spec = std::getenv("MT_CHECKPOINT_KILL");
+  const char *spec = std::getenv("MT_CHECKPOINT_FAULT");
   const std::string prefix = std::to_string(worldRank) + ":";
   if (!spec || std::strncmp(spec, prefix.c_str(), prefix.size()) != 0 ||
       !std::isdigit(static_cast<unsigned char>(spec[prefix.size()])))
@@ -266,13 +271,24 @@ bool resetMemoryPeak() {
   return std::fclose(f) == 0 && ok;
 }
 
-/// This rank's chunks into its file in `temporary`, through a host buffer of at most
-/// `stagingBytes`.
-Status writeShard(const std::string &temporary, const std::string &saveId,
-                  const std::vector<SaveChunk> &mine, Executor &executor,
-                  const AdamW &optimizer, size_t stagingBytes, uint64_t &fileBytes) {
-  const plan::Plan &plan = executor.plan();
-  const int worldRank = executor.comm().position().worldRank();
+/// Where chunk `c`'s bytes lie in this rank's (device) memory: a contiguous run.
+const char *chunkSource(Executor &executor, const AdamW &optimizer, const SaveChunk &c) {
+  const Executor::Parameter *p = nullptr;
+  for (const Executor::Parameter &q : executor.parameters())
+    if (q.index == c.param)
+      p = &q;
+  TensorView store;
+  int64_t first = 0;
+  storeOf(executor, optimizer, c.kind, store, first);
+  const Box local = tensorParallelBox(*p->spec, executor.comm().rank(Group::Tensor));
+  return static_cast<const char *>(store.data) +
+         dtypeBytes(store.dtype) * (p->offset + localIndex(c.box, local) - first);
+}
+
+/// This rank's file of chunks `mine` in `temporary`; `emit` appends each chunk's bytes.
+Status writeShard(const std::string &temporary, const std::string &saveId, const plan::Plan &plan,
+                  int worldRank, const std::vector<SaveChunk> &mine,
+                  const std::function<Status(size_t, ShardWriter &)> &emit, uint64_t &fileBytes) {
   const char *dtype = safetensorsDType(storeType(plan));
   std::vector<ShardWriter::Entry> entries;
   for (const SaveChunk &c : mine)
@@ -282,30 +298,10 @@ Status writeShard(const std::string &temporary, const std::string &saveId,
   MT_TRY(ShardWriter::create(temporary + "/" + checkpoint::rankFileName(worldRank), saveId,
                              std::move(entries), writer));
   writer.killAfter(killAfterBytes(worldRank));
-  std::vector<const Executor::Parameter *> byIndex(plan.params()->size(), nullptr);
-  for (const Executor::Parameter &p : executor.parameters())
-    byIndex[p.index] = &p;
-  const size_t element = dtypeBytes(storeType(plan));
-  const size_t piece = std::max<size_t>(stagingBytes / element, 1) * element;
-  std::vector<char> staging;
-  const int tpRank = executor.comm().rank(Group::Tensor);
-  for (const SaveChunk &c : mine) {
-    const Executor::Parameter &p = *byIndex[c.param];
-    TensorView store;
-    int64_t first = 0;
-    storeOf(executor, optimizer, c.kind, store, first);
-    const int64_t at = p.offset + localIndex(c.box, tensorParallelBox(*p.spec, tpRank)) - first;
-    const char *from = static_cast<const char *>(store.data) + element * at;
-    const size_t bytes = element * static_cast<size_t>(c.box.numel());
-    for (size_t done = 0; done < bytes;) {
-      const size_t n = std::min(bytes - done, piece);
-      if (staging.size() < n)
-        staging.resize(n);
-      MT_TRY(executor.backend().copyToHost(staging.data(), from + done, n));
-      MT_TRY(writer.append(staging.data(), n));
-      done += n;
-    }
-  }
+  if (killRequested(worldRank, "fail"))
+    return Status::failure(cat(temporary, ": a write failure a test asked for"));
+  for (size_t i = 0; i < mine.size(); ++i)
+    MT_TRY(emit(i, writer));
   fileBytes = writer.bytes();
   return writer.commit();
 }
@@ -403,15 +399,37 @@ Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
   return Status::success();
 }
 
-Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state, const CheckpointOptions &options,
-                      SaveReport *report) {
-  const auto started = std::chrono::steady_clock::now();
-  SaveReport measured;
+struct CheckpointSaver::Pending {
+  std::string dir, temporary, saveId;
+  TrainingState state;
+  std::vector<SaveChunk> chunks, mine;
+  std::vector<char> staged; // asynchronous: this rank's chunks, in order
+  std::thread writer;
+  std::atomic<bool> done{false};
+  Status written = Status::success();
+  SaveReport report;
+  std::chrono::steady_clock::time_point started, writeEnded;
+};
+
+CheckpointSaver::CheckpointSaver(Executor &executor, const AdamW &optimizer,
+                                 CheckpointOptions options)
+    : executor_(executor), optimizer_(optimizer), options_(options) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_ && pending_->writer.joinable())
+    pending_->writer.join(); // the job is ending on an error: the save is never committed
+}
+
+Status CheckpointSaver::save(const std::string &dir, const TrainingState &state) {
+  MT_TRY(finish());
+  auto pending = std::make_unique<Pending>();
+  Pending &p = *pending;
+  p.started = std::chrono::steady_clock::now();
   if (resetMemoryPeak())
-    measured.residentBefore = processMemory("VmRSS");
-  Comm &comm = executor.comm();
-  const plan::Plan &plan = executor.plan();
+    p.report.residentBefore = processMemory("VmRSS");
+  p.report.step = state.step;
+  Comm &comm = executor_.comm();
+  const plan::Plan &plan = executor_.plan();
   const int worldRank = comm.position().worldRank();
   // A name for this save, from world rank 0: every file carries it, so that files of
   // two saves are never taken for one checkpoint.
@@ -427,78 +445,176 @@ Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   MT_TRY(shareFromRankZero(comm, id));
   char saveId[24];
   std::snprintf(saveId, sizeof saveId, "%013llx", static_cast<unsigned long long>(id));
-  const std::string temporary =
-      cat(dir, "/", checkpoint::iterationName(state.step), ".saving-", saveId);
-
+  p.dir = dir;
+  p.saveId = saveId;
+  p.state = state;
+  p.temporary = cat(dir, "/", checkpoint::iterationName(state.step), ".saving-", saveId);
   Status prepared = Status::success();
   if (worldRank == 0) {
     prepared = ensureDirectory(dir);
-    if (prepared.ok() && ::mkdir(temporary.c_str(), 0755) != 0)
-      prepared = Status::failure(cat(temporary, ": cannot create: ", std::strerror(errno)));
+    if (prepared.ok() && ::mkdir(p.temporary.c_str(), 0755) != 0)
+      prepared = Status::failure(cat(p.temporary, ": cannot create: ", std::strerror(errno)));
   }
   MT_TRY(agree(comm, prepared, "save"));
 
-  const std::vector<SaveChunk> chunks = assignChunks(plan);
-  std::vector<SaveChunk> mine;
-  for (const SaveChunk &c : chunks)
+  p.chunks = assignChunks(plan);
+  for (const SaveChunk &c : p.chunks)
     if (c.writer == worldRank)
-      mine.push_back(c);
+      p.mine.push_back(c);
   killPoint(worldRank, "before-files");
-  Status written = Status::success();
-  if (!mine.empty())
-    written = writeShard(temporary, saveId, mine, executor, optimizer, options.stagingBytes,
-                         measured.bytesThisRank);
-  Status allWritten = agree(comm, written, "save");
+  const size_t element = dtypeBytes(storeType(plan));
+  if (!options_.async) {
+    // Through a staging buffer of at most stagingBytes, piece by piece.
+    const size_t piece = std::max<size_t>(options_.stagingBytes / element, 1) * element;
+    std::vector<char> staging;
+    auto emit = [&](size_t i, ShardWriter &writer) -> Status {
+      const char *from = chunkSource(executor_, optimizer_, p.mine[i]);
+      const size_t bytes = element * static_cast<size_t>(p.mine[i].box.numel());
+      for (size_t done = 0; done < bytes; done += piece) {
+        const size_t n = std::min(bytes - done, piece);
+        staging.resize(std::max(staging.size(), n));
+        MT_TRY(executor_.backend().copyToHost(staging.data(), from + done, n));
+        MT_TRY(writer.append(staging.data(), n));
+      }
+      return Status::success();
+    };
+    if (!p.mine.empty())
+      p.written = writeShard(p.temporary, p.saveId, plan, worldRank, p.mine, emit,
+                             p.report.bytesThisRank);
+    p.writeEnded = std::chrono::steady_clock::now();
+    p.done = true;
+    pending_ = std::move(pending);
+    return finish();
+  }
+
+  // Asynchronous: training waits only while this rank's chunks are copied to host
+  // memory; a thread writes them. A failure here is reported when the save completes,
+  // so that every rank takes the same path.
+  size_t total = 0;
+  for (const SaveChunk &c : p.mine)
+    total += element * static_cast<size_t>(c.box.numel());
+  try {
+    p.staged.resize(total);
+  } catch (const std::bad_alloc &) {
+    p.written = Status::failure(cat("out of host memory staging ", total, " bytes of checkpoint"));
+  }
+  for (size_t i = 0, at = 0; p.written.ok() && i < p.mine.size(); ++i) {
+    const size_t bytes = element * static_cast<size_t>(p.mine[i].box.numel());
+    p.written = executor_.backend().copyToHost(p.staged.data() + at,
+                                               chunkSource(executor_, optimizer_, p.mine[i]), bytes);
+    at += bytes;
+  }
+  p.report.blockedSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
+  if (!p.written.ok() || p.mine.empty()) {
+    p.writeEnded = std::chrono::steady_clock::now();
+    p.done = true;
+  } else {
+    p.writer = std::thread([&p, &plan, worldRank, element] {
+      std::vector<size_t> begins;
+      for (size_t i = 0, at = 0; i < p.mine.size(); ++i) {
+        begins.push_back(at);
+        at += element * static_cast<size_t>(p.mine[i].box.numel());
+      }
+      auto emit = [&](size_t i, ShardWriter &writer) {
+        return writer.append(p.staged.data() + begins[i],
+                             element * static_cast<size_t>(p.mine[i].box.numel()));
+      };
+      p.written =
+          writeShard(p.temporary, p.saveId, plan, worldRank, p.mine, emit, p.report.bytesThisRank);
+      std::vector<char>().swap(p.staged);
+      p.writeEnded = std::chrono::steady_clock::now();
+      p.done.store(true, std::memory_order_release);
+    });
+  }
+  pending_ = std::move(pending);
+  return Status::success();
+}
+
+Status CheckpointSaver::poll() {
+  if (!pending_)
+    return Status::success();
+  Comm &comm = executor_.comm();
+  double done = pending_->done.load(std::memory_order_acquire) ? 1.0 : 0.0;
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, done));
+  return done == comm.position().worldSize() ? finish() : Status::success();
+}
+
+Status CheckpointSaver::finish() {
+  if (!pending_)
+    return Status::success();
+  std::unique_ptr<Pending> pending = std::move(pending_);
+  Pending &p = *pending;
+  if (p.writer.joinable())
+    p.writer.join();
+  const auto committing = std::chrono::steady_clock::now();
+  Comm &comm = executor_.comm();
+  const plan::Plan &plan = executor_.plan();
+  const int worldRank = comm.position().worldRank();
+  Status allWritten = agree(comm, p.written, "save");
   if (!allWritten.ok()) {
     if (worldRank == 0) {
       std::error_code ignored;
-      fs::remove_all(temporary, ignored);
+      fs::remove_all(p.temporary, ignored);
     }
-    return allWritten;
+    if (!options_.async)
+      return allWritten;
+    return Status::failure(cat("the asynchronous save of step ", p.state.step,
+                               " failed: ", allWritten.message()));
   }
 
   Status committed = Status::success();
   if (worldRank == 0) {
     checkpoint::Index index;
-    index.saveId = saveId;
-    index.iteration = state.step;
+    index.saveId = p.saveId;
+    index.iteration = p.state.step;
     index.model = plan.model()->str();
     index.layout = {{"tp", std::to_string(plan.grid()->tp())},
                     {"pp", std::to_string(plan.grid()->pp())},
                     {"dp", std::to_string(plan.grid()->dp())},
                     {"distributed_optimizer", plan.distributed_optimizer() ? "true" : "false"},
                     {"precision", safetensorsDType(plan.precision())}};
-    index.state = stateText(plan, state);
+    index.state = stateText(plan, p.state);
     std::map<int, int> fileOf; // world rank -> its file in the index
-    for (const SaveChunk &c : chunks)
+    for (const SaveChunk &c : p.chunks)
       fileOf.emplace(c.writer, 0);
     for (auto &[rank, file] : fileOf) {
       file = static_cast<int>(index.files.size());
       index.files.push_back(checkpoint::rankFileName(rank));
     }
-    for (const SaveChunk &c : chunks) {
+    for (const SaveChunk &c : p.chunks) {
       const plan::Param &spec = *plan.params()->Get(c.param);
       checkpoint::TensorEntry &entry = index.tensors[stateTensorName(c.kind, spec.name()->str())];
       entry.dtype = safetensorsDType(storeType(plan));
       entry.shape = globalShape(spec);
       entry.chunks.push_back({fileOf[c.writer], c.box});
     }
-    committed = checkpoint::publish(dir, temporary, index, options.keep,
+    committed = checkpoint::publish(p.dir, p.temporary, index, options_.keep,
                                     [&](const char *phase) { killPoint(worldRank, phase); });
   }
   MT_TRY(agree(comm, committed, "save"));
-  if (report) {
-    if (measured.residentBefore >= 0)
-      measured.residentPeak = processMemory("VmHWM");
-    double bytes = static_cast<double>(measured.bytesThisRank);
-    for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-      MT_TRY(comm.allReduceSum(group, bytes));
-    measured.bytesAllRanks = static_cast<uint64_t>(bytes);
-    measured.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    *report = measured;
-  }
+  SaveReport &r = p.report;
+  if (r.residentBefore >= 0)
+    r.residentPeak = processMemory("VmHWM");
+  double bytes = static_cast<double>(r.bytesThisRank);
+  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+    MT_TRY(comm.allReduceSum(group, bytes));
+  r.bytesAllRanks = static_cast<uint64_t>(bytes);
+  const auto now = std::chrono::steady_clock::now();
+  r.seconds = std::chrono::duration<double>(p.writeEnded - p.started).count() +
+              std::chrono::duration<double>(now - committing).count();
+  if (!options_.async)
+    r.blockedSeconds = std::chrono::duration<double>(now - p.started).count();
+  report_ = r;
   return Status::success();
+}
+
+bool CheckpointSaver::takeReport(SaveReport &report) {
+  if (!report_)
+    return false;
+  report = *std::exchange(report_, std::nullopt);
+  return true;
 }
 
 namespace {

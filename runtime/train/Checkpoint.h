@@ -13,6 +13,8 @@
 #include "train/Boxes.h"
 #include "train/Optimizer.h"
 
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +29,9 @@ struct TrainingState {
 };
 
 struct CheckpointOptions {
-  int keep = 0;                        // checkpoints kept after a save; 0: all
+  int keep = 0;                            // checkpoints kept after a save; 0: all
   size_t stagingBytes = size_t{256} << 20; // host memory a rank stages its reads and writes in
+  bool async = false; // training goes on while the files are written (--async-save)
 };
 
 /// The kinds of state a checkpoint holds per parameter: its (master) weights under the
@@ -58,19 +61,47 @@ Status findCheckpoint(const std::string &dir, Comm &comm, bool &found);
 
 /// What a save cost.
 struct SaveReport {
+  int64_t step = 0;
   uint64_t bytesAllRanks = 0, bytesThisRank = 0; // the files' bytes
-  double seconds = 0;                            // on this rank, from start to commit
+  double seconds = 0;        // on this rank: its write, and the commit
+  double blockedSeconds = 0; // how long training waited for it
   /// This process's resident memory before the save and its peak during it (Linux's
   /// VmRSS and VmHWM, the mark reset first); -1 where they cannot be read.
   int64_t residentBefore = -1, residentPeak = -1;
 };
 
-/// Collective: every rank calls it. A failure on any rank once the files are being
-/// written is every rank's result; a rank that fails before (a failed collective)
-/// returns at once, and its caller ends the job.
-Status saveCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      const TrainingState &state, const CheckpointOptions &options = {},
-                      SaveReport *report = nullptr);
+/// Saves checkpoints; every call is collective (every rank makes it). A failure on any
+/// rank once the files are being written is every rank's result; a rank that fails
+/// before (a failed collective) returns at once, and its caller ends the job.
+class CheckpointSaver {
+public:
+  CheckpointSaver(Executor &executor, const AdamW &optimizer, CheckpointOptions options);
+  /// Waits for a write still in flight, which is then never committed (the job is
+  /// ending on an error).
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver &) = delete;
+  CheckpointSaver &operator=(const CheckpointSaver &) = delete;
+
+  /// Completes the save in flight, then saves `state` to `dir`: synchronously, the
+  /// checkpoint committed on return; asynchronously, this rank's chunks copied to host
+  /// memory on return and written by a thread, to be committed by poll() or finish().
+  Status save(const std::string &dir, const TrainingState &state);
+  /// Commits the save in flight if every rank's write has ended (after each step).
+  Status poll();
+  /// Waits for the save in flight and commits it; its failure on any rank is returned.
+  Status finish();
+  /// The figures of the save committed last, once: false if there are none new.
+  bool takeReport(SaveReport &report);
+
+private:
+  struct Pending;
+  Executor &executor_;
+  const AdamW &optimizer_;
+  CheckpointOptions options_;
+  std::unique_ptr<Pending> pending_;
+  std::optional<SaveReport> report_;
+};
+
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
 /// Nothing changes unless every rank read and checked all it needs. `bytesRead`, if
 /// given, is what all ranks read from the files.

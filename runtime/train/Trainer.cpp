@@ -17,6 +17,23 @@
 namespace mt {
 namespace {
 
+/// A committed save's line: bytes, time, throughput, how long training waited, and the
+/// first rank's memory.
+void logSave(std::FILE *log, const SaveReport &r, int ranks) {
+  const double world = ranks, seconds = std::max(r.seconds, 1e-9);
+  std::fprintf(log,
+               "saved step %" PRId64 ": %" PRIu64 " bytes from %d ranks in %.2f s "
+               "(%.3f GB/s in all, %.3f per rank); training blocked %.3f s",
+               r.step, r.bytesAllRanks, ranks, seconds, r.bytesAllRanks / seconds / 1e9,
+               r.bytesAllRanks / world / seconds / 1e9, r.blockedSeconds);
+  if (r.residentPeak >= 0)
+    std::fprintf(log,
+                 "; rank 0's resident memory %" PRId64 " bytes, at most %" PRId64
+                 " during the save",
+                 r.residentBefore, r.residentPeak);
+  std::fprintf(log, "\n");
+}
+
 /// The step's timeline in Chrome's trace-event format (chrome://tracing, Perfetto): one
 /// complete event per forward, backward, gradient synchronisation and update.
 class Timeline {
@@ -138,23 +155,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   }
 
   const int64_t loadedStep = state.step;
-  // A save, and on the first rank a line of what it cost.
+  // Saves, and on the first rank a line of what each cost once it is committed.
+  CheckpointSaver saver(executor, optimizer, config.checkpoint);
+  auto reportSave = [&]() {
+    SaveReport r;
+    if (saver.takeReport(r) && log)
+      logSave(log, r, comm.position().worldSize());
+  };
   auto save = [&]() -> Status {
-    SaveReport report;
-    MT_TRY(saveCheckpoint(config.saveDir, executor, optimizer, state, config.checkpoint, &report));
-    if (log) {
-      const double world = comm.position().worldSize(), seconds = std::max(report.seconds, 1e-9);
-      std::fprintf(log,
-                   "saved step %" PRId64 ": %" PRIu64 " bytes from %g ranks in %.2f s "
-                   "(%.3f GB/s in all, %.3f per rank)",
-                   state.step, report.bytesAllRanks, world, seconds,
-                   report.bytesAllRanks / seconds / 1e9, report.bytesAllRanks / world / seconds / 1e9);
-      if (report.residentPeak >= 0)
-        std::fprintf(log, "; rank 0's resident memory %" PRId64 " bytes, at most %" PRId64
-                          " during the save",
-                     report.residentBefore, report.residentPeak);
-      std::fprintf(log, "\n");
-    }
+    MT_TRY(saver.save(config.saveDir, state));
+    reportSave();
     return Status::success();
   };
   std::FILE *metrics = nullptr;
@@ -371,9 +381,15 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
 
     bool lastStep = state.step == config.steps;
     if (!config.saveDir.empty() &&
-        (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0)))
+        (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0))) {
       if (Status s = save(); !s.ok())
         return s;
+    } else {
+      // An asynchronous save is committed once every rank's write has ended.
+      if (Status s = saver.poll(); !s.ok())
+        return s;
+      reportSave();
+    }
   }
   // A run that resumed at its last step saves what it loaded, now in its own layout
   // (as Megatron saves at the end whatever was not saved).
@@ -381,6 +397,10 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       config.saveDir != config.loadDir)
     if (Status s = save(); !s.ok())
       return s;
+  // The end of training waits for a save still in flight.
+  if (Status s = saver.finish(); !s.ok())
+    return s;
+  reportSave();
   if (log && bubbleSteps > 0)
     std::fprintf(log,
                  "pipeline bubble: %.3f measured on rank 0 (idle over busy between its first "

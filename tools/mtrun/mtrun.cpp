@@ -43,6 +43,10 @@ constexpr const char *kUsage = R"(usage:
                             0: all)
   --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
                             (default 256)
+  --async-save              training goes on while a checkpoint is written (each rank
+                            first copies its part to host memory); committed once every
+                            rank's write has ended, at the latest by the next save or
+                            the end of training
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
@@ -66,10 +70,13 @@ const std::map<std::string, std::string> kAliases = {
     {"lr-decay-style", "lr-decay"},  {"lr-decay-iters", "lr-decay-steps"},
     {"save-interval", "save-every"}, {"log-interval", "log-every"}};
 const std::set<std::string> kFlags = {
-    "data",       "steps",      "seed",      "lr",        "min-lr",       "warmup-steps",
+    "data",       "steps",          "seed",       "lr",         "min-lr",   "warmup-steps",
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",       "save-every", "load", "keep-checkpoints", "checkpoint-buffer-mib",     "log-every",    "backend", "metrics", "trace",
+    "clip-grad",  "save",           "save-every", "load",       "log-every", "backend",
+    "metrics",    "trace",          "keep-checkpoints",         "checkpoint-buffer-mib",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
+/// Flags that take no value.
+const std::set<std::string> kSwitches = {"async-save"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
 int localRank() {
@@ -143,6 +150,10 @@ int main(int argc, char **argv) {
       continue;
     }
     std::string name = arg.substr(arg.find_first_not_of('-')), value;
+    if (kSwitches.count(name)) {
+      flags[name] = "1";
+      continue;
+    }
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
@@ -201,6 +212,7 @@ int main(int argc, char **argv) {
     config.checkpoint.keep = static_cast<int>(integer("keep-checkpoints", 0));
     config.checkpoint.stagingBytes =
         static_cast<size_t>(std::max<int64_t>(1, integer("checkpoint-buffer-mib", 256))) << 20;
+    config.checkpoint.async = flags.count("async-save") > 0;
     config.logEvery = integer("log-every", 1);
     config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
     config.tracePath = flags.count("trace") ? flags["trace"] : "";

@@ -3,8 +3,9 @@
 that the last complete checkpoint still loads and that training resumed from it ends in
 the same state, bit for bit, as a run never interrupted.
 
-kill_during_save.py MTRUN PLAN DATA WORK RANKS TRIALS SEED
-(MTRUN: the mtrun command line, such as "mtrun --backend cpu")."""
+kill_during_save.py MTRUN PLAN DATA WORK RANKS TRIALS SEED [FLAG...]
+(MTRUN: the mtrun command line, such as "mtrun --backend cpu"; FLAGs go to every run of
+it, such as --async-save)."""
 import os
 import random
 import shlex
@@ -13,10 +14,10 @@ import subprocess
 import sys
 
 mtrun, plan, data, work, ranks, trials, seed = sys.argv[1:8]
-mtrun, ranks, trials = shlex.split(mtrun), int(ranks), int(trials)
+mtrun, ranks, trials, extra = shlex.split(mtrun), int(ranks), int(trials), sys.argv[8:]
 rng = random.Random(int(seed))
 train = [*mtrun, "-n", str(ranks), plan, "--data", data, "--seed", "7", "--lr-decay-steps", "4",
-         "--log-every", "0"]
+         "--log-every", "0", *extra]
 
 
 def run(args, env=None, expect_ok=True):
@@ -48,7 +49,7 @@ for trial in range(trials):
     shutil.rmtree(dir, ignore_errors=True)
     shutil.copytree(path("good"), dir)
     killed = run([*train, "--steps", "4", "--load", dir, "--save", dir, "--save-every", "1"],
-                 env={"MT_CHECKPOINT_KILL": f"{rank}:{point}"}, expect_ok=False)
+                 env={"MT_CHECKPOINT_FAULT": f"{rank}:{point}"}, expect_ok=False)
     if killed.returncode == 0:
         sys.exit(f"trial {trial}: rank {rank} at {point} was not killed")
     run(["mtckpt", "verify", dir])
