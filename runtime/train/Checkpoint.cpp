@@ -619,8 +619,16 @@ bool CheckpointSaver::takeReport(SaveReport &report) {
 
 namespace {
 
+/// What a rank read of a checkpoint, in host memory, before anything changes.
+struct Loaded {
+  TrainingState state;
+  std::vector<char> host[kStateKinds]; // its weights and moments, as its stores hold them
+  std::string saveId;
+  uint64_t bytesRead = 0;
+};
+
 Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state, size_t stagingBytes, uint64_t &bytesRead) {
+                      size_t stagingBytes, Loaded &out) {
   CheckpointReader reader;
   MT_TRY(CheckpointReader::open(dir, reader));
   const std::string where = reader.directory();
@@ -649,8 +657,8 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   for (const auto &[name, entry] : index.tensors)
     if (!expected.count(name))
       return fail(cat("tensor '", name, "' is not a tensor of model '", plan.model()->str(), "'"));
-  TrainingState loaded = state; // what the index does not say stays as it was
-  MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, loaded));
+  MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, out.state));
+  out.saveId = index.saveId;
 
   // This rank's state, read straight into host copies of its stores: all of its
   // stage's weights (the compute copy needs them even where the master weights are
@@ -660,7 +668,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   const FlatLayout layout = flatLayout(plan, comm.rank(Group::Pipeline));
   const size_t element = dtypeBytes(storeType(plan));
   const int64_t total = executor.flatGrads().numel(), count = optimizer.expAvg().numel();
-  std::vector<char> host[kStateKinds];
+  std::vector<char> *host = out.host;
   host[0].assign(element * total, 0);
   host[1].assign(element * count, 0);
   host[2].assign(element * count, 0);
@@ -676,8 +684,14 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                                element * (slot.offset + localIndex(box, local) - optimizer.first()),
                            stagingBytes));
   }
-  bytesRead = reader.bytesRead();
+  out.bytesRead = reader.bytesRead();
+  return Status::success();
+}
 
+/// This rank's read state into its stores (device memory).
+Status install(Executor &executor, const AdamW &optimizer, const Loaded &loaded) {
+  const std::vector<char> *host = loaded.host;
+  const size_t element = dtypeBytes(storeType(executor.plan()));
   Backend &backend = executor.backend();
   if (executor.masterSharded()) {
     // This rank's share of the master weights, and the compute copy of all of them.
@@ -695,9 +709,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     MT_TRY(executor.refreshComputeWeights());
   }
   MT_TRY(backend.copyToDevice(optimizer.expAvg().data, host[1].data(), host[1].size()));
-  MT_TRY(backend.copyToDevice(optimizer.expAvgSq().data, host[2].data(), host[2].size()));
-  state = loaded;
-  return Status::success();
+  return backend.copyToDevice(optimizer.expAvgSq().data, host[2].data(), host[2].size());
 }
 
 } // namespace
@@ -705,14 +717,27 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options,
                       uint64_t *bytesRead) {
-  uint64_t read = 0;
-  MT_TRY(agree(executor.comm(),
-               readCheckpoint(dir, executor, optimizer, state, options.stagingBytes, read),
+  Comm &comm = executor.comm();
+  Loaded loaded;
+  loaded.state = state; // what the index does not say stays as it was
+  MT_TRY(agree(comm, readCheckpoint(dir, executor, optimizer, options.stagingBytes, loaded),
                "load"));
+  // Every rank read the same save (each resolved the latest marker on its own).
+  double id = static_cast<double>(std::strtoull(loaded.saveId.c_str(), nullptr, 16));
+  const double mine = id;
+  MT_TRY(shareFromRankZero(comm, id));
+  MT_TRY(agree(comm,
+               id == mine ? Status::success()
+                          : Status::failure(cat(dir, ": this rank read save ", loaded.saveId,
+                                                ", world rank 0 another: the checkpoint "
+                                                "changed while the ranks read it")),
+               "load"));
+  MT_TRY(agree(comm, install(executor, optimizer, loaded), "load"));
+  state = loaded.state;
   if (bytesRead) {
-    double bytes = static_cast<double>(read);
+    double bytes = static_cast<double>(loaded.bytesRead);
     for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-      MT_TRY(executor.comm().allReduceSum(group, bytes));
+      MT_TRY(comm.allReduceSum(group, bytes));
     *bytesRead = static_cast<uint64_t>(bytes);
   }
   return Status::success();

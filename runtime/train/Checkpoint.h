@@ -103,7 +103,7 @@ private:
 };
 
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
-/// Nothing changes unless every rank read and checked all it needs. `bytesRead`, if
+/// Nothing changes unless every rank read and checked all it needs, of one save. `bytesRead`, if
 /// given, is what all ranks read from the files.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options = {},

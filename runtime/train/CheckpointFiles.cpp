@@ -83,6 +83,18 @@ Box slab(const Box &box, int64_t first, int64_t end) {
   return s;
 }
 
+/// Dimensions that are positive, and a tensor of them whose bytes fit in 2^62.
+bool sane(const std::vector<int64_t> &shape, size_t element) {
+  int64_t bytes = static_cast<int64_t>(element);
+  for (int64_t d : shape)
+    if (d <= 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > (int64_t{1} << 62))
+      return false;
+  return true;
+}
+
+/// A safetensors header longer than this is taken for corruption (as safetensors does).
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+
 } // namespace
 
 std::string iterationName(int64_t step) {
@@ -150,13 +162,25 @@ Status publish(const std::string &dir, const std::string &temporary, const Index
   phase("before-rename");
   const std::string final = dir + "/" + iterationName(step);
   if (::rename(temporary.c_str(), final.c_str()) != 0) {
-    // A checkpoint of this step exists: swap the new one in, in one step, then drop it.
-    if ((errno != ENOTEMPTY && errno != EEXIST) ||
-        ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) != 0)
+    if (errno != ENOTEMPTY && errno != EEXIST)
       return Status::failure(
           cat("cannot rename ", temporary, " to ", final, ": ", std::strerror(errno)));
+    // A checkpoint of this step exists. The latest one is swapped out in a single
+    // exchange, so that a kill leaves one of the two in place; any other (a save killed
+    // before it moved the marker) is removed first.
+    std::string text;
+    const bool live = readWhole(dir + "/" + kLatest, text) && text == std::to_string(step) + "\n";
     std::error_code ignored;
-    fs::remove_all(temporary, ignored);
+    if (live &&
+        ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
+      fs::remove_all(temporary, ignored);
+    } else {
+      // Not the latest, or a file system without the exchange (NFS): remove, rename.
+      fs::remove_all(final, ignored);
+      if (::rename(temporary.c_str(), final.c_str()) != 0)
+        return Status::failure(
+            cat("cannot rename ", temporary, " to ", final, ": ", std::strerror(errno)));
+    }
   }
   if (int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY); fd >= 0) {
     ::fsync(fd); // the rename reaches the disk before the marker names it
@@ -166,19 +190,23 @@ Status publish(const std::string &dir, const std::string &temporary, const Index
   const std::string latest = std::to_string(step) + "\n";
   MT_TRY(AtomicFile::writeWhole(dir + "/" + kLatest, latest.data(), latest.size()));
   phase("after-latest");
-  std::vector<int64_t> steps;
+  // Older checkpoints beyond the newest `keep`, by step below this one (a run resumed
+  // from an older step leaves later ones alone), and the directories of saves that never
+  // finished.
+  std::vector<std::pair<int64_t, fs::path>> older;
   std::error_code error;
   for (const fs::directory_entry &e : fs::directory_iterator(dir, error)) {
     const std::string name = e.path().filename().string();
-    if (int64_t s = stepOfName(name); s >= 0)
-      steps.push_back(s);
-    else if (name.compare(0, 5, "iter_") == 0 && name.find(".saving-") != std::string::npos)
-      fs::remove_all(e.path(), error); // a save that never finished
+    if (int64_t s = stepOfName(name); s >= 0 && s < step)
+      older.emplace_back(s, e.path());
+    else if (s < 0 && name.compare(0, 5, "iter_") == 0 &&
+             name.find(".saving-") != std::string::npos)
+      fs::remove_all(e.path(), error);
   }
-  std::sort(steps.rbegin(), steps.rend());
-  for (size_t i = 0; keep > 0 && i < steps.size(); ++i)
-    if (steps[i] != step && i >= static_cast<size_t>(keep))
-      fs::remove_all(dir + "/" + iterationName(steps[i]), error);
+  std::sort(older.rbegin(), older.rend());
+  for (size_t i = 0; keep > 0 && i < older.size(); ++i)
+    if (i + 1 >= static_cast<size_t>(keep))
+      fs::remove_all(older[i].second, error);
   return Status::success();
 }
 
@@ -303,9 +331,11 @@ Status parseIndex(const std::string &path, const std::string &text, Index &index
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object())
     return fail("not JSON");
-  if (j.value("format", "") != kFormat)
-    return Status::failure(cat(path, ": not an mtc checkpoint index (format '",
-                               j.value("format", ""), "', this mtrun reads '", kFormat, "')"));
+  const std::string format =
+      j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
+  if (format != kFormat)
+    return Status::failure(cat(path, ": not an mtc checkpoint index (format '", format,
+                               "', this reads '", kFormat, "')"));
   try {
     index.saveId = j.at("save_id").get<std::string>();
     index.iteration = j.at("iteration").get<int64_t>();
@@ -324,6 +354,8 @@ Status parseIndex(const std::string &path, const std::string &text, Index &index
       entry.shape = t.at("shape").get<std::vector<int64_t>>();
       if (elementBytes(entry.dtype) == 0)
         return fail(cat("tensor '", name, "' has unknown dtype '", entry.dtype, "'"));
+      if (!sane(entry.shape, elementBytes(entry.dtype)))
+        return fail(cat("tensor '", name, "' has an impossible shape"));
       for (const json &c : t.at("chunks")) {
         Chunk chunk{c.at("file").get<int>(),
                     {c.at("offsets").get<std::vector<int64_t>>(),
@@ -331,6 +363,13 @@ Status parseIndex(const std::string &path, const std::string &text, Index &index
         if (chunk.file < 0 || chunk.file >= static_cast<int>(index.files.size()))
           return fail(cat("tensor '", name, "' names file ", chunk.file, " of ",
                           index.files.size()));
+        if (chunk.box.offsets.size() != entry.shape.size() ||
+            chunk.box.sizes.size() != entry.shape.size())
+          return fail(cat("tensor '", name, "' has a chunk of another rank than its shape's"));
+        for (size_t d = 0; d < entry.shape.size(); ++d)
+          if (chunk.box.offsets[d] < 0 || chunk.box.offsets[d] >= entry.shape[d] ||
+              chunk.box.sizes[d] < 1 || chunk.box.sizes[d] > entry.shape[d] - chunk.box.offsets[d])
+            return fail(cat("tensor '", name, "' has a chunk outside its shape"));
         entry.chunks.push_back(std::move(chunk));
       }
       std::vector<Box> boxes;
@@ -355,6 +394,8 @@ struct CheckpointReader::State {
   std::vector<OpenFile> files;
   std::vector<char> staging;
   uint64_t bytesRead = 0;
+  static constexpr int kOpenFiles = 64;
+  int openFiles = 0;
 
   ~State() {
     for (OpenFile &f : files)
@@ -364,13 +405,26 @@ struct CheckpointReader::State {
 
   std::string pathOf(int file) const { return dir + "/" + index.files[file]; }
 
-  /// Opens file `i` and reads its header, once.
+  /// Opens file `i` and reads its header, once; keeps at most kOpenFiles descriptors.
   Status open(int i) {
     OpenFile &f = files[i];
-    if (f.opened)
-      return f.status;
-    f.opened = true;
-    f.status = parseHeader(i);
+    if (!f.opened) {
+      f.opened = true;
+      f.status = parseHeader(i);
+      ++openFiles;
+    } else if (f.status.ok() && f.fd < 0) {
+      f.fd = ::open(pathOf(i).c_str(), O_RDONLY | O_CLOEXEC);
+      if (f.fd < 0)
+        return Status::failure(cat(pathOf(i), ": cannot open checkpoint file: ",
+                                   std::strerror(errno)));
+      ++openFiles;
+    }
+    if (openFiles > kOpenFiles) // many ranks' files: close the others
+      for (size_t j = 0; j < files.size(); ++j)
+        if (static_cast<int>(j) != i && files[j].fd >= 0) {
+          ::close(std::exchange(files[j].fd, -1));
+          --openFiles;
+        }
     return f.status;
   }
 
@@ -394,7 +448,7 @@ struct CheckpointReader::State {
     uint64_t headerBytes = 0;
     for (int b = 0; b < 8; ++b)
       headerBytes |= static_cast<uint64_t>(length[b]) << (8 * b);
-    if (headerBytes > size - 8)
+    if (headerBytes > size - 8 || headerBytes > kMaxHeaderBytes)
       return fail(cat("a header of ", headerBytes, " bytes in a file of ", size));
     std::string text(headerBytes, '\0');
     if (!readAt(f.fd, 8, text.data(), headerBytes))
@@ -506,6 +560,18 @@ Status CheckpointReader::open(const std::string &dir, CheckpointReader &out) {
         step < 0)
       return Status::failure(cat(marker, ": corrupt: not a step number"));
     state->dir = dir + "/" + iterationName(step);
+    if (!exists(state->dir + "/" + kIndex)) {
+      // The marker names a checkpoint that is gone: the newest complete one stands in.
+      int64_t newest = -1;
+      std::error_code error;
+      for (const fs::directory_entry &e : fs::directory_iterator(dir, error)) {
+        const int64_t s = stepOfName(e.path().filename().string());
+        if (s > newest && exists(e.path().string() + "/" + kIndex)) {
+          newest = s;
+          state->dir = e.path().string();
+        }
+      }
+    }
   }
   const std::string path = state->dir + "/" + kIndex;
   std::string text;

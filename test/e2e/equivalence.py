@@ -286,6 +286,17 @@ def main():
               f"{'identical' if same.returncode == 0 else 'MISMATCH: ' + same.stdout + same.stderr}")
         if same.returncode != 0:
             failures.append(name)
+    # And from one sharded layout to another: what tp 2 x sp x dp 2 with the distributed
+    # optimizer saved, loaded under pp 2 x tp 2 x sp and saved again.
+    source = "reshard_" + "".join(flags(2, True, 2, True)).replace("--", "")
+    run([*mtrun, "-n", "4", work("reshard_pp2tp2sp.mtp"), *train, "--load", work(source),
+         "--save", work("reshard_sharded")])
+    same = subprocess.run([MTCKPT, "diff", work("serial_tiny"), work("reshard_sharded")],
+                          capture_output=True, text=True)
+    print(f"reshard tp 2 sp dp 2 distributed -> pp 2 tp 2 sp: "
+          f"{'identical' if same.returncode == 0 else 'MISMATCH: ' + same.stdout + same.stderr}")
+    if same.returncode != 0:
+        failures.append("reshard_sharded")
     if failures:
         sys.exit("layouts that differ from the serial run: " + ", ".join(failures))
 

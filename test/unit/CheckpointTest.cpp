@@ -55,11 +55,27 @@ TEST_P(AssignChunks, TilesEveryTensorAndBalancesTheBytes) {
     EXPECT_TRUE(std::any_of(stage.slots.begin(), stage.slots.end(),
                             [&](const FlatLayout::Slot &s) { return s.index == c.param; }));
     const plan::Param &spec = *plan.params()->Get(c.param);
+    std::vector<int64_t> local(c.box.offsets); // the chunk's first element, locally
     if (spec.shard_dim() >= 0) {
       const int64_t width = spec.shape()->Get(spec.shard_dim());
       const int64_t at = c.box.offsets[spec.shard_dim()];
       EXPECT_EQ(at / width, c.writer % tp) << spec.name()->str();
       EXPECT_LE(at + c.box.sizes[spec.shard_dim()], (at / width + 1) * width);
+      local[spec.shard_dim()] -= (c.writer % tp) * width;
+    }
+    // State the distributed optimizer keeps in shares (the moments; the master weights
+    // under mixed precision) is written by the data-parallel rank that owns those
+    // elements of its stage's flat store.
+    const bool mixed = plan.precision() == plan::DType::BF16 || plan.precision() == plan::DType::F16;
+    if (plan.distributed_optimizer() && dp > 1 && (c.kind > 0 || mixed)) {
+      int64_t index = 0;
+      for (size_t d = 0; d < local.size(); ++d)
+        index = index * spec.shape()->Get(d) + local[d];
+      auto slot = std::find_if(stage.slots.begin(), stage.slots.end(),
+                               [&](const FlatLayout::Slot &s) { return s.index == c.param; });
+      const int64_t share = stage.share(dp), owner = (c.writer / tp) % dp;
+      EXPECT_GE(slot->offset + index, owner * share) << spec.name()->str();
+      EXPECT_LE(slot->offset + index + c.box.numel(), (owner + 1) * share) << spec.name()->str();
     }
   }
   ASSERT_EQ(byTensor.size(), static_cast<size_t>(kStateKinds) * plan.params()->size());

@@ -23,6 +23,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -113,7 +114,11 @@ int verify(const std::string &dir) {
 
 int exportFile(const std::string &dir, const std::string &out, bool withOptimizer) {
   CheckpointReader reader;
-  Status s = CheckpointReader::open(dir, reader);
+  if (Status s = CheckpointReader::open(dir, reader); !s.ok()) {
+    std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
+    return 1;
+  }
+  Status s = Status::success();
   const Index &index = reader.index();
   json header = json::object();
   json meta = {{"format", kConsolidated}, {"model", index.model}};
@@ -251,7 +256,7 @@ Status importFile(const std::string &in, const std::string &dir, std::string &wr
   uint64_t headerBytes = 0;
   for (int i = 0; i < 8; ++i)
     headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
-  if (headerBytes > size - 8)
+  if (headerBytes > size - 8 || headerBytes > (uint64_t{100} << 20))
     return fail("not a safetensors file (its header is longer than the file)");
   std::string text(headerBytes, '\0');
   if (!readAt(fd, 8, text.data(), headerBytes))
@@ -271,10 +276,10 @@ Status importFile(const std::string &in, const std::string &dir, std::string &wr
         index.state[key] = value.get<std::string>();
     index.model = meta.at("model").get<std::string>();
     const std::string step = index.state.count("step") ? index.state["step"] : "";
-    char *end = nullptr;
-    index.iteration = std::strtoll(step.c_str(), &end, 10);
-    if (step.empty() || *end || index.iteration < 0)
+    if (step.empty() || step.size() > 12 ||
+        step.find_first_not_of("0123456789") != std::string::npos)
       return fail("its metadata has no step");
+    index.iteration = std::stoll(step);
     for (const auto &[name, t] : header.items()) {
       if (name == "__metadata__")
         continue;
@@ -284,6 +289,10 @@ Status importFile(const std::string &in, const std::string &dir, std::string &wr
       std::vector<uint64_t> range = t.at("data_offsets").get<std::vector<uint64_t>>();
       if (elementBytes(entry.dtype) == 0)
         return fail(cat("tensor '", name, "' has dtype ", entry.dtype));
+      for (int64_t d : entry.shape)
+        if (d <= 0 || d > (int64_t{1} << 40))
+          return fail(cat("tensor '", name, "' has a dimension of ", d,
+                          " (a checkpoint holds no empty tensors)"));
       if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
           range[1] - range[0] != bytesOf(entry))
         return fail(cat("tensor '", name, "' has bad data offsets"));
@@ -316,6 +325,17 @@ Status importFile(const std::string &in, const std::string &dir, std::string &wr
     MT_TRY(writer.append(data.data(), bytes));
   }
   MT_TRY(writer.commit());
+  MT_TRY(writeIndex(temporary, index));
+  // Only a checkpoint that reads back whole becomes the latest.
+  CheckpointReader check;
+  Status readable = CheckpointReader::open(temporary, check);
+  if (readable.ok())
+    readable = check.verifyAll();
+  if (!readable.ok()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temporary, ignored);
+    return readable;
+  }
   MT_TRY(publish(dir, temporary, index, 0));
   written = cat(dir, "/", iterationName(index.iteration));
   return Status::success();
