@@ -32,6 +32,10 @@ mtrun --backend cpu -n "$ranks" "$work/plan.mtp" --data "$work/tokens" --steps 1
   --load "$work/ckpt" --save "$work/resaved" --log-every 0 | grep '^resumed' | tee "$work/load.log"
 bytes=$(du -sb "$work/ckpt" | cut -f1)
 rm -rf "$work/resaved"
+# Asynchronous: how long training waits (each rank copies its chunks to host memory).
+mtrun --backend cpu -n "$ranks" "$work/plan.mtp" --data "$work/tokens" --steps 1 \
+  --save "$work/async" --async-save --log-every 0 | grep '^saved' | tee "$work/async.log"
+rm -rf "$work/async"
 
 echo "== the disk alone, $bytes bytes (dd, one writer, fsync'd; then read back)"
 drop_caches
@@ -48,6 +52,10 @@ def ours(name):
 def dd(name):
     value, unit = re.search(r", ([0-9.]+) ([kMG]B)/s", open(f"{work}/{name}.log").read()).groups()
     return float(value) * {"kB": 1e-6, "MB": 1e-3, "GB": 1.0}[unit]
+def blocked(name):
+    return float(re.search(r"training blocked ([0-9.]+) s", open(f"{work}/{name}.log").read()).group(1))
 print(f"== ratios: save {ours('save'):.3f} GB/s = {ours('save') / dd('dd-write'):.2f} x dd's write; "
-      f"load {ours('load'):.3f} GB/s = {ours('load') / dd('dd-read'):.2f} x dd's read")
+      f"load {ours('load'):.3f} GB/s = {ours('load') / dd('dd-read'):.2f} x dd's read; "
+      f"training blocked {blocked('async'):.3f} s by an asynchronous save, "
+      f"{blocked('async') / blocked('save'):.3f} x the synchronous one")
 PY
