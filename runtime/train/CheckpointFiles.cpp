@@ -55,21 +55,6 @@ bool exists(const std::string &path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
-/// Positioned reads of a whole range; false at the end of the file or on an error.
-bool readAt(int fd, uint64_t offset, void *data, size_t bytes) {
-  char *to = static_cast<char *>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, to, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    to += n;
-    offset += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 int64_t rowsOf(const Box &box) { return box.sizes.empty() ? 1 : box.sizes[0]; }
 
@@ -96,6 +81,21 @@ bool sane(const std::vector<int64_t> &shape, size_t element) {
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
 } // namespace
+
+bool readAt(int fd, uint64_t offset, void *data, size_t bytes) {
+  char *to = static_cast<char *>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, to, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    to += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
 
 std::string iterationName(int64_t step) {
   char name[32];

@@ -35,6 +35,9 @@ constexpr uint64_t kBlockBytes = uint64_t{1} << 20;
 std::string iterationName(int64_t step);
 /// "rank_00017.safetensors".
 std::string rankFileName(int worldRank);
+/// Reads `bytes` at `offset` of file `fd` (positioned reads, retried); false at the
+/// end of the file or on an error.
+bool readAt(int fd, uint64_t offset, void *data, size_t bytes);
 /// Bytes per element of a safetensors dtype ("F32", "BF16", ...); 0 for one we do not know.
 size_t elementBytes(const std::string &dtype);
 

@@ -222,21 +222,6 @@ int diff(const std::string &a, const std::string &b) {
   return 0;
 }
 
-/// Reads `bytes` at `offset` of `fd`.
-bool readAt(int fd, uint64_t offset, void *data, size_t bytes) {
-  char *to = static_cast<char *>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::pread(fd, to, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    to += n;
-    offset += static_cast<uint64_t>(n);
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
 
 Status importFile(const std::string &in, const std::string &dir, std::string &written) {
   auto fail = [&](const std::string &why) { return Status::failure(cat(in, ": ", why)); };
