@@ -60,6 +60,16 @@ public:
   virtual Status recv(Group group, int peer, void *data, size_t bytes, int tag) = 0;
   virtual Status waitSends() = 0;
 
+  /// The watchdog: a wait for a collective or a message that lasts `seconds` (0: wait
+  /// forever) fails instead, after a roll call: every rank then waiting answers, and
+  /// the failure names the step (setActivity), what this rank waited in, and the ranks
+  /// that did not answer (stopped, or busy outside any collective). Under NCCL the same
+  /// wait polls the stream and the communicators' asynchronous errors, and aborts them
+  /// (ncclCommAbort) before the roll call.
+  virtual void setWatchdog(double seconds) { (void)seconds; }
+  /// What the caller is doing ("step 12"), for the watchdog's message.
+  virtual void setActivity(const std::string &activity) { (void)activity; }
+
 protected:
   GridPosition position_;
 };

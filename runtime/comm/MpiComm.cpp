@@ -8,13 +8,18 @@
 
 #include <mpi.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <list>
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace mt {
@@ -53,10 +58,22 @@ void sumHalves(void *in, void *inOut, int *count, MPI_Datatype *) {
     b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
 }
 
+const char *groupName(Group g) {
+  return g == Group::Tensor ? "tensor" : g == Group::Data ? "data" : "pipeline";
+}
+
+/// One rank's answer to a roll call: who it is and what it waits in.
+struct RollCallAnswer {
+  int32_t rank;
+  char waiting[244];
+};
+constexpr int kRollCallTag = 31000;
+
 class MpiComm final : public Comm {
 public:
-  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline)
-      : tensor_(tensor), data_(data), pipeline_(pipeline) {
+  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline,
+          MPI_Comm watch)
+      : tensor_(tensor), data_(data), pipeline_(pipeline), watch_(watch) {
     position_ = position;
     MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
     MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
@@ -73,6 +90,7 @@ public:
     MPI_Comm_free(&tensor_);
     MPI_Comm_free(&data_);
     MPI_Comm_free(&pipeline_);
+    MPI_Comm_free(&watch_);
     MPI_Op_free(&sumBf16_);
     MPI_Op_free(&sumF16_);
     MPI_Finalize();
@@ -99,9 +117,11 @@ public:
         return s;
       it = subgroups_.emplace(key, comm).first;
     }
-    return check(MPI_Allreduce(MPI_IN_PLACE, inOut.data, static_cast<int>(inOut.numel()),
-                               mpiType(inOut.dtype), sumOf(inOut.dtype), it->second),
-                 "all-reduce among stages");
+    MPI_Request request;
+    MT_TRY(check(MPI_Iallreduce(MPI_IN_PLACE, inOut.data, static_cast<int>(inOut.numel()),
+                                mpiType(inOut.dtype), sumOf(inOut.dtype), it->second, &request),
+                 "all-reduce among stages"));
+    return wait(request, "an all-reduce among the pipeline stages that share a parameter");
   }
 
   Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
@@ -127,11 +147,10 @@ public:
     if (bytes > static_cast<size_t>(kMaxCount))
       return fits(static_cast<int64_t>(bytes), "receive");
     MPI_Status status;
-    if (Status s = check(MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g),
-                                  &status),
-                         "receive");
-        !s.ok())
-      return s;
+    MPI_Request request;
+    MT_TRY(check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, of(g), &request),
+                 "receive"));
+    MT_TRY(wait(request, cat("a message from ", groupName(g), "-parallel rank ", peer), &status));
     int count = 0;
     MPI_Get_count(&status, MPI_BYTE, &count);
     if (static_cast<size_t>(count) != bytes)
@@ -143,7 +162,7 @@ public:
   Status waitSends() override {
     Status status = Status::success();
     for (Pending &p : pending_)
-      if (Status s = check(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "send"); !s.ok())
+      if (Status s = wait(p.request, "a send's delivery"); !s.ok())
         status = s;
     pending_.clear();
     return status;
@@ -176,10 +195,11 @@ public:
       const void *send = in.data == out.data
                              ? MPI_IN_PLACE
                              : static_cast<const char *>(in.data) + element * first;
-      if (Status s = check(MPI_Allreduce(send, recv, count, mpiType(out.dtype), sumOf(out.dtype), of(g)),
-                           "all-reduce");
-          !s.ok())
-        return s;
+      MPI_Request request;
+      MT_TRY(check(MPI_Iallreduce(send, recv, count, mpiType(out.dtype), sumOf(out.dtype), of(g),
+                                  &request),
+                   "all-reduce"));
+      MT_TRY(wait(request, cat("an all-reduce over the ", groupName(g), "-parallel group")));
     }
     return Status::success();
   }
@@ -193,16 +213,18 @@ public:
       // `in` may already sit at this rank's place in `out` (a shard of a flat store).
       const char *mine = static_cast<const char *>(out.data) + rank(g) * in.bytes();
       const void *send = in.data == mine ? MPI_IN_PLACE : in.data;
-      return check(MPI_Allgather(send, count, mpiType(in.dtype), out.data, count,
-                                 mpiType(out.dtype), of(g)),
-                   "all-gather");
+      MPI_Request request;
+      MT_TRY(check(MPI_Iallgather(send, count, mpiType(in.dtype), out.data, count,
+                                  mpiType(out.dtype), of(g), &request),
+                   "all-gather"));
+      return wait(request, cat("an all-gather over the ", groupName(g), "-parallel group"));
     }
     std::vector<char> blocks(out.bytes());
-    if (Status s = check(MPI_Allgather(in.data, count, mpiType(in.dtype), blocks.data(), count,
-                                       mpiType(out.dtype), of(g)),
-                         "all-gather");
-        !s.ok())
-      return s;
+    MPI_Request request;
+    MT_TRY(check(MPI_Iallgather(in.data, count, mpiType(in.dtype), blocks.data(), count,
+                                mpiType(out.dtype), of(g), &request),
+                 "all-gather"));
+    MT_TRY(wait(request, cat("an all-gather over the ", groupName(g), "-parallel group")));
     AxisBlocks(out, axis).copy(static_cast<char *>(out.data), blocks.data(), parts, false,
                                hostCopy2D);
     return Status::success();
@@ -221,14 +243,114 @@ public:
                                 hostCopy2D);
       send = blocks.data();
     }
-    return check(MPI_Reduce_scatter_block(send, out.data, count, mpiType(out.dtype),
-                                          sumOf(out.dtype), of(g)),
-                 "reduce-scatter");
+    MPI_Request request;
+    MT_TRY(check(MPI_Ireduce_scatter_block(send, out.data, count, mpiType(out.dtype),
+                                           sumOf(out.dtype), of(g), &request),
+                 "reduce-scatter"));
+    return wait(request, cat("a reduce-scatter over the ", groupName(g), "-parallel group"));
   }
 
   Status allReduceSum(Group g, double &value) override {
-    return check(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, of(g)),
-                 "all-reduce of a number");
+    MPI_Request request;
+    MT_TRY(check(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_SUM, of(g), &request),
+                 "all-reduce of a number"));
+    return wait(request, cat("an all-reduce of a number over the ", groupName(g),
+                             "-parallel group"));
+  }
+
+  void setWatchdog(double seconds) override { timeout_ = seconds; }
+  void setActivity(const std::string &activity) override { activity_ = activity; }
+
+  /// Completes `request`; with a watchdog, fails after timeout_ seconds without progress,
+  /// or as soon as another rank's watchdog calls the roll, joining it.
+  Status wait(MPI_Request &request, const std::string &what,
+              MPI_Status *status = MPI_STATUS_IGNORE) {
+    if (timeout_ <= 0)
+      return check(MPI_Wait(&request, status), what.c_str());
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t spins = 0;; ++spins) {
+      int done = 0;
+      MT_TRY(check(MPI_Test(&request, &done, status), what.c_str()));
+      if (done)
+        return Status::success();
+      if (spins % 256 != 255)
+        continue;
+      // Not done at once: look around less often, and let the other ranks of this
+      // machine run.
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      int called = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, watch_, &called, MPI_STATUS_IGNORE);
+      if (waited > timeout_ || called)
+        return rollCall(what, waited, called != 0);
+      if (waited > 0.01) {
+        timespec pause{0, 100000}; // 0.1 ms
+        nanosleep(&pause, nullptr);
+      }
+    }
+  }
+
+  /// Tells every rank what this one waits in, gathers the answers of the others that
+  /// are waiting too, and names the ones that never answer.
+  Status rollCall(const std::string &what, double waited, bool answering) {
+    int world = 0, me = 0;
+    MPI_Comm_size(watch_, &world);
+    MPI_Comm_rank(watch_, &me);
+    static RollCallAnswer mine; // still being sent when the job aborts
+    mine.rank = me;
+    std::snprintf(mine.waiting, sizeof mine.waiting, "%s: %s", activity_.c_str(), what.c_str());
+    static std::vector<MPI_Request> sends;
+    sends.assign(world, MPI_REQUEST_NULL);
+    for (int r = 0; r < world; ++r)
+      if (r != me)
+        MPI_Isend(&mine, sizeof mine, MPI_BYTE, r, kRollCallTag, watch_, &sends[r]);
+    std::map<int, std::string> answers;
+    const double grace = std::clamp(timeout_ / 2, 1.0, 10.0);
+    const auto start = std::chrono::steady_clock::now();
+    while (static_cast<int>(answers.size()) < world - 1 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+               grace) {
+      int found = 0;
+      MPI_Status probed;
+      MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, watch_, &found, &probed);
+      if (!found) {
+        timespec pause{0, 1000000}; // 1 ms
+        nanosleep(&pause, nullptr);
+        continue;
+      }
+      RollCallAnswer answer;
+      MPI_Recv(&answer, sizeof answer, MPI_BYTE, probed.MPI_SOURCE, kRollCallTag, watch_,
+               MPI_STATUS_IGNORE);
+      answer.waiting[sizeof answer.waiting - 1] = '\0';
+      answers[probed.MPI_SOURCE] = answer.waiting;
+    }
+    std::string silent;
+    for (int r = 0; r < world; ++r)
+      if (r != me && !answers.count(r))
+        silent += cat(silent.empty() ? "" : ", ", r);
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f s", waited);
+    if (answering) {
+      // The rank that called the roll names the stalled ones and ends the job; this one
+      // waits for that, rather than end it first with less to say.
+      timespec pause{static_cast<time_t>(2 * grace + 2), 0};
+      nanosleep(&pause, nullptr);
+      return Status::failure(cat("in ", activity_, ", another rank's watchdog called a roll call ",
+                                 "while this one waited ", seconds, " in ", what,
+                                 ", and did not end the job"));
+    }
+    std::string message = cat("no progress for ", seconds, " (--collective-timeout ", timeout_,
+                              ") in ", activity_, ", waiting in ", what);
+    message += silent.empty()
+                   ? cat("; every rank answered, each waiting: a collective mismatch or a "
+                         "deadlock")
+                   : cat("; rank(s) ", silent,
+                         " did not answer (stopped, or busy outside any collective)");
+    int listed = 0;
+    for (const auto &[rank, waiting] : answers)
+      if (listed++ < 4)
+        message += cat("; rank ", rank, " waits in ", waiting);
+    return Status::failure(message);
   }
 
 private:
@@ -237,6 +359,9 @@ private:
     MPI_Request request;
   };
   MPI_Comm tensor_, data_, pipeline_;
+  MPI_Comm watch_; // the watchdog's roll calls, apart from everything else
+  double timeout_ = 0;
+  std::string activity_ = "starting";
   MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
   std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;
@@ -274,7 +399,9 @@ Status makeWorld(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out)
   MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * dpSize + p.dpRank, p.tpRank, &tensor);
   MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * tpSize + p.tpRank, p.dpRank, &data);
   MPI_Comm_split(MPI_COMM_WORLD, p.dpRank * tpSize + p.tpRank, p.ppRank, &pipeline);
-  out = std::make_unique<MpiComm>(p, tensor, data, pipeline);
+  MPI_Comm watch;
+  MPI_Comm_dup(MPI_COMM_WORLD, &watch);
+  out = std::make_unique<MpiComm>(p, tensor, data, pipeline, watch);
   return Status::success();
 }
 

@@ -181,6 +181,15 @@ public:
     return host_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return host_->waitSends(); }
+  // The watchdog covers what goes through MPI (numbers, pipeline messages) as is. Its
+  // NCCL half, for collectives that hang inside a kernel: after each collective, record
+  // an event; where the backend would wait on the stream, poll cudaEventQuery and
+  // ncclCommGetAsyncError instead, up to the timeout; on a timeout or an error,
+  // ncclCommAbort every communicator (which frees the stuck kernels), then call the same
+  // MPI roll call to name the stalled ranks. Not built yet: one GPU cannot hang a
+  // multi-rank NCCL collective to test it.
+  void setWatchdog(double seconds) override { host_->setWatchdog(seconds); }
+  void setActivity(const std::string &activity) override { host_->setActivity(activity); }
 
 private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }

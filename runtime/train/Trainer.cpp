@@ -112,6 +112,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   // Megatron users' auto-resume: a job that saves to and loads from one directory starts
   // fresh while the directory holds no checkpoint, so a job script restarted after a
   // failure just continues. A --load of anything else must hold one.
+  comm.setWatchdog(config.collectiveTimeout);
   bool resume = !config.loadDir.empty();
   double loadSeconds = 0;
   uint64_t loadBytes = 0;
@@ -122,6 +123,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
   }
   if (resume) {
+    comm.setActivity("loading " + config.loadDir);
     const auto loadStarted = std::chrono::steady_clock::now();
     uint64_t bytesRead = 0;
     if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint,
@@ -163,6 +165,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       logSave(log, r, comm.position().worldSize());
   };
   auto save = [&]() -> Status {
+    comm.setActivity("saving step " + std::to_string(state.step));
     MT_TRY(saver.save(config.saveDir, state));
     reportSave();
     return Status::success();
@@ -193,13 +196,20 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
   const auto started = std::chrono::steady_clock::now();
   const int64_t firstStep = state.step;
-  // A test may ask one rank to die at a step, as a crashed process would.
+  // A test may ask one rank to die at a step, as a crashed process would, or to stop
+  // (SIGSTOP), as a hung one does.
   const char *killRank = std::getenv("MT_FAULT_KILL_RANK");
   const char *killStep = std::getenv("MT_FAULT_KILL_STEP");
+  const char *stopRank = std::getenv("MT_FAULT_STOP_RANK");
+  const char *stopStep = std::getenv("MT_FAULT_STOP_STEP");
   for (int64_t step = state.step; step < config.steps; ++step) {
+    comm.setActivity("step " + std::to_string(step + 1));
     if (killRank && killStep && std::atoi(killRank) == comm.position().worldRank() &&
         std::atoll(killStep) == step + 1)
       std::raise(SIGKILL);
+    if (stopRank && stopStep && std::atoi(stopRank) == comm.position().worldRank() &&
+        std::atoll(stopStep) == step + 1)
+      std::raise(SIGSTOP);
     // Forward and backward over every micro-batch; gradients accumulate.
     Timeline::Clock::time_point passStart, passEnd;
     double passBusy = 0;
@@ -398,6 +408,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     if (Status s = save(); !s.ok())
       return s;
   // The end of training waits for a save still in flight.
+  comm.setActivity("finishing the save of step " + std::to_string(state.step));
   if (Status s = saver.finish(); !s.ok())
     return s;
   reportSave();

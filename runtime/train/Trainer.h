@@ -20,6 +20,9 @@ struct TrainerConfig {
   std::string saveDir, loadDir;
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
   CheckpointOptions checkpoint;
+  /// A wait for another rank longer than this fails the job, naming who is stalled
+  /// (Comm::setWatchdog); 0: wait forever.
+  double collectiveTimeout = 300;
   int64_t logEvery = 1;
   std::string metricsPath; // one line per step, full precision, when set
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank

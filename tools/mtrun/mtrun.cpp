@@ -43,6 +43,9 @@ constexpr const char *kUsage = R"(usage:
                             0: all)
   --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
                             (default 256)
+  --collective-timeout S    a rank that waits S seconds for another (a collective, a
+                            pipeline message) ends the job, naming the step, what it
+                            waited in and the ranks that stopped (default 300; 0: off)
   --async-save              training goes on while a checkpoint is written (each rank
                             first copies its part to host memory); committed once every
                             rank's write has ended, at the latest by the next save or
@@ -74,6 +77,7 @@ const std::set<std::string> kFlags = {
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
     "clip-grad",  "save",           "save-every", "load",       "log-every", "backend",
     "metrics",    "trace",          "keep-checkpoints",         "checkpoint-buffer-mib",
+    "collective-timeout",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
 /// Flags that take no value.
 const std::set<std::string> kSwitches = {"async-save"};
@@ -213,6 +217,7 @@ int main(int argc, char **argv) {
     config.checkpoint.stagingBytes =
         static_cast<size_t>(std::max<int64_t>(1, integer("checkpoint-buffer-mib", 256))) << 20;
     config.checkpoint.async = flags.count("async-save") > 0;
+    config.collectiveTimeout = number("collective-timeout", config.collectiveTimeout);
     config.logEvery = integer("log-every", 1);
     config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
     config.tracePath = flags.count("trace") ? flags["trace"] : "";
