@@ -61,11 +61,10 @@ public:
   virtual Status waitSends() = 0;
 
   /// The watchdog: a wait for a collective or a message that lasts `seconds` (0: wait
-  /// forever) fails instead, after a roll call: every rank then waiting answers, and
-  /// the failure names the step (setActivity), what this rank waited in, and the ranks
-  /// that did not answer (stopped, or busy outside any collective). Under NCCL the same
-  /// wait polls the stream and the communicators' asynchronous errors, and aborts them
-  /// (ncclCommAbort) before the roll call.
+  /// forever) calls a roll instead: every rank then waiting answers, and the job ends
+  /// with a message naming the activity (setActivity), what this rank waited in, and the
+  /// ranks that did not answer (stopped, or busy outside any collective). MPI only, for
+  /// now: NCCL's collectives are not watched yet (the design is beside NcclComm).
   virtual void setWatchdog(double seconds) { (void)seconds; }
   /// What the caller is doing ("step 12"), for the watchdog's message.
   virtual void setActivity(const std::string &activity) { (void)activity; }

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -275,24 +276,25 @@ public:
         return Status::success();
       if (spins % 256 != 255)
         continue;
-      // Not done at once: look around less often, and let the other ranks of this
-      // machine run.
+      // Not done at once: look around every 256 tests.
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       int called = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, watch_, &called, MPI_STATUS_IGNORE);
       if (waited > timeout_ || called)
-        return rollCall(what, waited, called != 0);
-      if (waited > 0.01) {
+        rollCall(what, waited, called != 0);
+      if (waited > 1.0) { // a long wait: let the other ranks of this machine run
         timespec pause{0, 100000}; // 0.1 ms
         nanosleep(&pause, nullptr);
+      } else {
+        sched_yield();
       }
     }
   }
 
   /// Tells every rank what this one waits in, gathers the answers of the others that
   /// are waiting too, and names the ones that never answer.
-  Status rollCall(const std::string &what, double waited, bool answering) {
+  [[noreturn]] void rollCall(const std::string &what, double waited, bool answering) {
     int world = 0, me = 0;
     MPI_Comm_size(watch_, &world);
     MPI_Comm_rank(watch_, &me);
@@ -335,9 +337,8 @@ public:
       // waits for that, rather than end it first with less to say.
       timespec pause{static_cast<time_t>(2 * grace + 2), 0};
       nanosleep(&pause, nullptr);
-      return Status::failure(cat("in ", activity_, ", another rank's watchdog called a roll call ",
-                                 "while this one waited ", seconds, " in ", what,
-                                 ", and did not end the job"));
+      abortJob(me, cat("in ", activity_, ", another rank's watchdog called a roll while this ",
+                       "one waited ", seconds, " in ", what, ", and did not end the job"));
     }
     std::string message = cat("no progress for ", seconds, " (--collective-timeout ", timeout_,
                               ") in ", activity_, ", waiting in ", what);
@@ -350,7 +351,17 @@ public:
     for (const auto &[rank, waiting] : answers)
       if (listed++ < 4)
         message += cat("; rank ", rank, " waits in ", waiting);
-    return Status::failure(message);
+    abortJob(me, message);
+  }
+
+  /// Ends the job from inside a wait: returning would unwind past buffers MPI still
+  /// writes into (the requests the watchdog gave up on), and past a checkpoint thread
+  /// the caller would join first.
+  [[noreturn]] static void abortJob(int rank, const std::string &message) {
+    std::fprintf(stderr, "mtrun: rank %d: %s\n", rank, message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);
   }
 
 private:

@@ -17,6 +17,21 @@
 namespace mt {
 namespace {
 
+/// While checkpoint files are written or read, one rank's I/O may keep the others
+/// waiting far longer than any step: the watchdog waits at least 30 minutes then.
+class IoWatchdog {
+public:
+  IoWatchdog(Comm &comm, double timeout) : comm_(comm), timeout_(timeout) {
+    if (timeout > 0)
+      comm.setWatchdog(std::max(timeout, 1800.0));
+  }
+  ~IoWatchdog() { comm_.setWatchdog(timeout_); }
+
+private:
+  Comm &comm_;
+  double timeout_;
+};
+
 /// A committed save's line: bytes, time, throughput, how long training waited, and the
 /// first rank's memory.
 void logSave(std::FILE *log, const SaveReport &r, int ranks) {
@@ -124,6 +139,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   }
   if (resume) {
     comm.setActivity("loading " + config.loadDir);
+    IoWatchdog io(comm, config.collectiveTimeout);
     const auto loadStarted = std::chrono::steady_clock::now();
     uint64_t bytesRead = 0;
     if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint,
@@ -166,6 +182,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   };
   auto save = [&]() -> Status {
     comm.setActivity("saving step " + std::to_string(state.step));
+    IoWatchdog io(comm, config.collectiveTimeout);
     MT_TRY(saver.save(config.saveDir, state));
     reportSave();
     return Status::success();
@@ -409,8 +426,11 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       return s;
   // The end of training waits for a save still in flight.
   comm.setActivity("finishing the save of step " + std::to_string(state.step));
-  if (Status s = saver.finish(); !s.ok())
-    return s;
+  {
+    IoWatchdog io(comm, config.collectiveTimeout);
+    if (Status s = saver.finish(); !s.ok())
+      return s;
+  }
   reportSave();
   if (log && bubbleSteps > 0)
     std::fprintf(log,
