@@ -50,6 +50,12 @@ public:
                                int axis) = 0;
   /// value = Σ over the group of value, a host number (losses, norms).
   virtual Status allReduceSum(Group group, double &value) = 0;
+  /// value = Σ over every rank of the world: over each group in turn.
+  Status allReduceSumWorld(double &value) {
+    for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
+      MT_TRY(allReduceSum(group, value));
+    return Status::success();
+  }
   /// Σ over the listed members of the group (this rank among them): a parameter that
   /// several pipeline stages hold, such as the tied embedding.
   virtual Status allReduceSumAmong(Group group, const std::vector<int> &members,

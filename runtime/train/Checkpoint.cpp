@@ -15,14 +15,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fcntl.h>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
-#include <stdio.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 namespace mt {
 namespace {
@@ -153,10 +150,7 @@ uint64_t killAfterBytes(int worldRank) {
 /// once, and mtrun takes the job down with it rather than leave the others waiting.
 Status agree(Comm &comm, const Status &status, const char *what) {
   double failures = status.ok() ? 0.0 : 1.0;
-  Status reduced = Status::success();
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    if (reduced.ok())
-      reduced = comm.allReduceSum(group, failures);
+  const Status reduced = comm.allReduceSumWorld(failures);
   if (!status.ok())
     return status; // this rank's own failure first
   if (!reduced.ok())
@@ -170,8 +164,7 @@ Status agree(Comm &comm, const Status &status, const char *what) {
 Status shareFromRankZero(Comm &comm, double &value) {
   if (comm.position().worldRank() != 0)
     value = 0;
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, value));
+  MT_TRY(comm.allReduceSumWorld(value));
   return Status::success();
 }
 
@@ -272,17 +265,15 @@ bool resetMemoryPeak() {
 }
 
 /// Where chunk `c`'s bytes lie in this rank's (device) memory: a contiguous run.
-const char *chunkSource(Executor &executor, const AdamW &optimizer, const SaveChunk &c) {
-  const Executor::Parameter *p = nullptr;
-  for (const Executor::Parameter &q : executor.parameters())
-    if (q.index == c.param)
-      p = &q;
+const char *chunkSource(Executor &executor, const AdamW &optimizer, const SaveChunk &c,
+                        const std::vector<const Executor::Parameter *> &byIndex) {
+  const Executor::Parameter &p = *byIndex[c.param];
   TensorView store;
   int64_t first = 0;
   storeOf(executor, optimizer, c.kind, store, first);
-  const Box local = tensorParallelBox(*p->spec, executor.comm().rank(Group::Tensor));
+  const Box local = tensorParallelBox(*p.spec, executor.comm().rank(Group::Tensor));
   return static_cast<const char *>(store.data) +
-         dtypeBytes(store.dtype) * (p->offset + localIndex(c.box, local) - first);
+         dtypeBytes(store.dtype) * (p.offset + localIndex(c.box, local) - first);
 }
 
 /// This rank's file of chunks `mine` in `temporary`; `emit` appends each chunk's bytes.
@@ -389,8 +380,7 @@ std::vector<SaveChunk> assignChunks(const plan::Plan &plan) {
 
 Status findCheckpoint(const std::string &dir, Comm &comm, bool &found) {
   double holders = checkpoint::holdsCheckpoint(dir) ? 1.0 : 0.0;
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, holders));
+  MT_TRY(comm.allReduceSumWorld(holders));
   const int world = comm.position().worldSize();
   if (holders != 0 && holders != world)
     return Status::failure(cat(dir, ": ", holders, " of ", world,
@@ -463,12 +453,15 @@ Status CheckpointSaver::save(const std::string &dir, const TrainingState &state)
       p.mine.push_back(c);
   killPoint(worldRank, "before-files");
   const size_t element = dtypeBytes(storeType(plan));
+  std::vector<const Executor::Parameter *> byIndex(plan.params()->size(), nullptr);
+  for (const Executor::Parameter &q : executor_.parameters())
+    byIndex[q.index] = &q;
   if (!options_.async) {
     // Through a staging buffer of at most stagingBytes, piece by piece.
     const size_t piece = std::max<size_t>(options_.stagingBytes / element, 1) * element;
     std::vector<char> staging;
     auto emit = [&](size_t i, ShardWriter &writer) -> Status {
-      const char *from = chunkSource(executor_, optimizer_, p.mine[i]);
+      const char *from = chunkSource(executor_, optimizer_, p.mine[i], byIndex);
       const size_t bytes = element * static_cast<size_t>(p.mine[i].box.numel());
       for (size_t done = 0; done < bytes; done += piece) {
         const size_t n = std::min(bytes - done, piece);
@@ -501,7 +494,7 @@ Status CheckpointSaver::save(const std::string &dir, const TrainingState &state)
   for (size_t i = 0, at = 0; p.written.ok() && i < p.mine.size(); ++i) {
     const size_t bytes = element * static_cast<size_t>(p.mine[i].box.numel());
     p.written = executor_.backend().copyToHost(p.staged.data() + at,
-                                               chunkSource(executor_, optimizer_, p.mine[i]), bytes);
+                                               chunkSource(executor_, optimizer_, p.mine[i], byIndex), bytes);
     at += bytes;
   }
   p.report.blockedSeconds =
@@ -536,8 +529,7 @@ Status CheckpointSaver::poll() {
     return Status::success();
   Comm &comm = executor_.comm();
   double done = pending_->done.load(std::memory_order_acquire) ? 1.0 : 0.0;
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, done));
+  MT_TRY(comm.allReduceSumWorld(done));
   return done == comm.position().worldSize() ? finish() : Status::success();
 }
 
@@ -598,8 +590,7 @@ Status CheckpointSaver::finish() {
   if (r.residentBefore >= 0)
     r.residentPeak = processMemory("VmHWM");
   double bytes = static_cast<double>(r.bytesThisRank);
-  for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-    MT_TRY(comm.allReduceSum(group, bytes));
+  MT_TRY(comm.allReduceSumWorld(bytes));
   r.bytesAllRanks = static_cast<uint64_t>(bytes);
   const auto now = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(p.writeEnded - p.started).count() +
@@ -736,8 +727,7 @@ Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   state = loaded.state;
   if (bytesRead) {
     double bytes = static_cast<double>(loaded.bytesRead);
-    for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
-      MT_TRY(comm.allReduceSum(group, bytes));
+    MT_TRY(comm.allReduceSumWorld(bytes));
     *bytesRead = static_cast<uint64_t>(bytes);
   }
   return Status::success();

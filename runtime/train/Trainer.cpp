@@ -129,8 +129,6 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   // failure just continues. A --load of anything else must hold one.
   comm.setWatchdog(config.collectiveTimeout);
   bool resume = !config.loadDir.empty();
-  double loadSeconds = 0;
-  uint64_t loadBytes = 0;
   if (resume && config.loadDir == config.saveDir) {
     if (Status s = findCheckpoint(config.loadDir, comm, resume); !s.ok())
       return s;
@@ -146,9 +144,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                                   &bytesRead);
         !s.ok())
       return s;
-    loadSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted)
-                      .count();
-    loadBytes = bytesRead;
+    const double loadSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted).count();
     // The checkpoint has the scaler's state; its settings are this run's.
     state.lossScaler.minScale = config.lossScaler.minScale;
     state.lossScaler.window = config.lossScaler.window;
@@ -165,8 +162,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
       std::fprintf(log,
                    "resumed from %s at step %" PRId64 ": %" PRIu64 " bytes read by %d ranks in "
                    "%.2f s (%.3f GB/s in all)\n",
-                   config.loadDir.c_str(), state.step, loadBytes, comm.position().worldSize(),
-                   loadSeconds, loadBytes / std::max(loadSeconds, 1e-9) / 1e9);
+                   config.loadDir.c_str(), state.step, bytesRead, comm.position().worldSize(),
+                   loadSeconds, bytesRead / std::max(loadSeconds, 1e-9) / 1e9);
   } else {
     if (Status s = executor.initParameters(config.seed); !s.ok())
       return s;
