@@ -9,7 +9,9 @@
 #include "core/Tensor.h"
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 
 namespace mt {
@@ -85,6 +87,13 @@ public:
   virtual Status adamw(const TensorView &weight, const TensorView &grad,
                        const TensorView &expAvg, const TensorView &expAvgSq,
                        const AdamWStep &step) = 0;
+
+  /// Called every few milliseconds while the host waits for the device's queue (a copy
+  /// to the host waits for every kernel before it), with what it waits for and the
+  /// seconds so far: the communicator's watchdog (Comm::watch), which may end the job.
+  using WaitWatch = std::function<void(const std::string &what, double waited)>;
+  /// A backend whose work is queued (CUDA) watches its waits; the others have none.
+  virtual void setWaitWatch(WaitWatch watch) { (void)watch; }
 };
 
 /// Memory from a backend, released when this goes out of scope.

@@ -8,6 +8,8 @@
 #include "core/Status.h"
 #include "core/Tensor.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,14 +71,30 @@ public:
   /// The watchdog: a wait for a collective or a message that lasts `seconds` (0: wait
   /// forever) calls a roll instead: every rank then waiting answers, and the job ends
   /// with a message naming the activity (setActivity), what this rank waited in, and the
-  /// ranks that did not answer (stopped, or busy outside any collective). MPI only, for
-  /// now: NCCL's collectives are not watched yet (the design is beside NcclComm).
-  virtual void setWatchdog(double seconds) { (void)seconds; }
+  /// ranks that did not answer (stopped, or busy outside any collective).
+  virtual void setWatchdog(double seconds) { timeout_ = seconds; }
   /// What the caller is doing ("step 12"), for the watchdog's message.
-  virtual void setActivity(const std::string &activity) { (void)activity; }
+  virtual void setActivity(const std::string &activity) { activity_ = activity; }
+  /// The watchdog over a wait outside the communicator's own calls (the host waiting for
+  /// the device's queue, where NCCL's collectives run): called every few milliseconds of
+  /// it with the seconds waited so far. Past the timeout it calls a roll as above, and
+  /// it answers a roll another rank called; either ends the job. Otherwise it returns.
+  /// (Inline, as every method here: the MPI plugin needs this class's vtable too.)
+  virtual void watch(const std::string &what, double waited) {
+    // One process: nobody to call a roll over; past the timeout the job ends.
+    if (timeout_ <= 0 || waited <= timeout_)
+      return;
+    std::fprintf(stderr,
+                 "mtrun: no progress for %.1f s (--collective-timeout %g) in %s, waiting in %s\n",
+                 waited, timeout_, activity_.c_str(), what.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
 
 protected:
   GridPosition position_;
+  double timeout_ = 0;
+  std::string activity_ = "starting";
 };
 
 /// One process: every group has one member.

@@ -5,10 +5,10 @@
 #include "comm/Comm.h"
 #include "comm/MpiPlugin.h"
 #include "core/Half.h"
+#include "core/Poll.h"
 
 #include <mpi.h>
 
-#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -259,37 +259,25 @@ public:
                              "-parallel group"));
   }
 
-  void setWatchdog(double seconds) override { timeout_ = seconds; }
-  void setActivity(const std::string &activity) override { activity_ = activity; }
-
   /// Completes `request`; with a watchdog, fails after timeout_ seconds without progress,
   /// or as soon as another rank's watchdog calls the roll, joining it.
   Status wait(MPI_Request &request, const std::string &what,
               MPI_Status *status = MPI_STATUS_IGNORE) {
     if (timeout_ <= 0)
       return check(MPI_Wait(&request, status), what.c_str());
-    const auto start = std::chrono::steady_clock::now();
-    for (uint64_t spins = 0;; ++spins) {
-      int done = 0;
-      MT_TRY(check(MPI_Test(&request, &done, status), what.c_str()));
-      if (done)
-        return Status::success();
-      if (spins % 256 != 255)
-        continue;
-      // Not done at once: look around every 256 tests.
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      int called = 0;
-      MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, watch_, &called, MPI_STATUS_IGNORE);
-      if (waited > timeout_ || called)
-        rollCall(what, waited, called != 0);
-      if (waited > 1.0) { // a long wait: let the other ranks of this machine run
-        timespec pause{0, 100000}; // 0.1 ms
-        nanosleep(&pause, nullptr);
-      } else {
-        sched_yield();
-      }
-    }
+    int code = MPI_SUCCESS, done = 0;
+    pollUntil([&] { return (code = MPI_Test(&request, &done, status)) != MPI_SUCCESS || done; },
+              [&](double waited) { watch(what, waited); });
+    return check(code, what.c_str());
+  }
+
+  void watch(const std::string &what, double waited) override {
+    if (timeout_ <= 0)
+      return;
+    int called = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, watch_, &called, MPI_STATUS_IGNORE);
+    if (waited > timeout_ || called)
+      rollCall(what, waited, called != 0);
   }
 
   /// Tells every rank what this one waits in, gathers the answers of the others that
@@ -371,8 +359,6 @@ private:
   };
   MPI_Comm tensor_, data_, pipeline_;
   MPI_Comm watch_; // the watchdog's roll calls, apart from everything else
-  double timeout_ = 0;
-  std::string activity_ = "starting";
   MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
   std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;

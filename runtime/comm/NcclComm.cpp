@@ -3,16 +3,29 @@
 // ordered after the kernels that produce its input). Scalars, point-to-point messages
 // (pipeline activations travel through host memory) and subsets of a group (the tied
 // embedding's stages) go through the MPI communicator it wraps.
+//
+// The watchdog. NCCL's communicators are non-blocking: no call blocks the host, and a
+// call still in progress is waited on with the watchdog looking on. Each collective
+// leaves an event in the queue behind it. A collective whose peer has stopped hangs in
+// the device's queue, so the host meets it where it waits for that queue (the backend's
+// waits, watched through Comm::watch): there this communicator checks NCCL's
+// asynchronous errors (a peer that died ends the job at once, naming NCCL's error) and,
+// past the timeout, aborts its NCCL communicators (which ends their kernels) and calls
+// the MPI communicator's roll, naming the oldest collective still unfinished.
 #include "backends/cuda/DeviceBuffer.h"
 #include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
 #include "core/DType.h"
+#include "core/Poll.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <array>
+#include <deque>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace mt {
@@ -75,9 +88,24 @@ public:
   explicit NcclComm(Comm &host) : host_(&host) { position_ = host.position(); }
   void own(std::unique_ptr<Comm> host) { owned_ = std::move(host); }
   ~NcclComm() override {
-    for (ncclComm_t c : comms_)
-      if (c)
+    for (ncclComm_t &c : comms_) {
+      if (!c)
+        continue;
+      // Finalizing completes what is in flight; a communicator that cannot is aborted.
+      ncclResult_t state = ncclCommFinalize(c);
+      while (state == ncclInProgress)
+        ncclCommGetAsyncError(c, &state);
+      if (state == ncclSuccess)
         ncclCommDestroy(c);
+      else
+        ncclCommAbort(c);
+    }
+    for (const Pending &p : pending_)
+      cudaEventDestroy(p.done);
+    for (cudaEvent_t e : spare_)
+      cudaEventDestroy(e);
+    if (drained_)
+      cudaEventDestroy(drained_);
   }
 
   /// One NCCL communicator per group with more than one member.
@@ -97,10 +125,10 @@ public:
       } else if (Status s = host_->recv(g, 0, &id, sizeof id, kBootstrapTag); !s.ok()) {
         return s;
       }
-      if (Status s = ncclStatus(ncclCommInitRank(&of(g), size(g), id, rank(g)),
-                                "creating a communicator");
-          !s.ok())
-        return s;
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      MT_TRY(settle(g, ncclCommInitRankConfig(&of(g), size(g), id, rank(g), &config),
+                    cat("creating the ", groupName(g), "-parallel NCCL communicator")));
     }
     return Status::success();
   }
@@ -108,9 +136,9 @@ public:
   Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
     if (size(g) == 1)
       return copy(in, out);
-    return ncclStatus(ncclAllReduce(in.data, out.data, out.numel(), ncclType(out.dtype), ncclSum,
-                                    of(g), 0),
-                      "all-reduce");
+    return enqueued(g, ncclAllReduce(in.data, out.data, out.numel(), ncclType(out.dtype), ncclSum,
+                                     of(g), 0),
+                    "an all-reduce");
   }
 
   /// A group of one: the result is the input.
@@ -126,15 +154,12 @@ public:
     if (parts == 1)
       return copy(in, out);
     if (axis == 0)
-      return ncclStatus(ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
-                        "all-gather");
+      return enqueued(g, ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
+                      "an all-gather");
     void *blocks = nullptr;
-    if (Status s = staging(out.bytes(), blocks); !s.ok())
-      return s;
-    if (Status s = ncclStatus(ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
-                              "all-gather");
-        !s.ok())
-      return s;
+    MT_TRY(staging(out.bytes(), blocks));
+    MT_TRY(enqueued(g, ncclAllGather(in.data, blocks, in.numel(), ncclType(in.dtype), of(g), 0),
+                    "an all-gather"));
     return cudaStatus(reorder(out, axis, parts, blocks, false), "reordering gathered blocks");
   }
 
@@ -143,17 +168,17 @@ public:
     if (parts == 1)
       return copy(in, out);
     if (axis == 0)
-      return ncclStatus(ncclReduceScatter(in.data, out.data, out.numel(), ncclType(out.dtype),
-                                          ncclSum, of(g), 0),
-                        "reduce-scatter");
+      return enqueued(g, ncclReduceScatter(in.data, out.data, out.numel(), ncclType(out.dtype),
+                                           ncclSum, of(g), 0),
+                      "a reduce-scatter");
     void *blocks = nullptr;
     if (Status s = staging(in.bytes(), blocks); !s.ok())
       return s;
     if (Status s = cudaStatus(reorder(in, axis, parts, blocks, true), "ordering blocks"); !s.ok())
       return s;
-    return ncclStatus(ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype),
-                                        ncclSum, of(g), 0),
-                      "reduce-scatter");
+    return enqueued(g, ncclReduceScatter(blocks, out.data, out.numel(), ncclType(out.dtype),
+                                         ncclSum, of(g), 0),
+                    "a reduce-scatter");
   }
 
   Status allReduceSum(Group g, double &value) override { return host_->allReduceSum(g, value); }
@@ -161,6 +186,7 @@ public:
   Status allReduceSumAmong(Group g, const std::vector<int> &members,
                            const TensorView &inOut) override {
     std::vector<char> host(inOut.bytes());
+    MT_TRY(drain("before copying to the host"));
     if (Status s = cudaStatus(cudaMemcpy(host.data(), inOut.data, host.size(),
                                          cudaMemcpyDeviceToHost),
                               "copying to the host");
@@ -181,18 +207,105 @@ public:
     return host_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return host_->waitSends(); }
-  // The watchdog covers what goes through MPI (numbers, pipeline messages) as is. Its
-  // NCCL half, for collectives that hang inside a kernel: after each collective, record
-  // an event; where the backend would wait on the stream, poll cudaEventQuery and
-  // ncclCommGetAsyncError instead, up to the timeout; on a timeout or an error,
-  // ncclCommAbort every communicator (which frees the stuck kernels), then call the same
-  // MPI roll call to name the stalled ranks. Not built yet: one GPU cannot hang a
-  // multi-rank NCCL collective to test it.
-  void setWatchdog(double seconds) override { host_->setWatchdog(seconds); }
-  void setActivity(const std::string &activity) override { host_->setActivity(activity); }
+
+  void setWatchdog(double seconds) override {
+    Comm::setWatchdog(seconds);
+    host_->setWatchdog(seconds);
+  }
+  void setActivity(const std::string &activity) override {
+    Comm::setActivity(activity);
+    host_->setActivity(activity);
+  }
+
+  void watch(const std::string &what, double waited) override {
+    std::string waiting = what;
+    if (const std::string *oldest = oldestUnfinished())
+      waiting += cat(" (its oldest unfinished collective: ", *oldest, ")");
+    for (ncclComm_t c : comms_) {
+      ncclResult_t state = ncclSuccess;
+      if (c && ncclCommGetAsyncError(c, &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress) {
+        const std::string detail = ncclGetLastError(c);
+        abortComms();
+        abortAll(cat("NCCL failed in ", activity_, ": ", ncclGetErrorString(state),
+                     detail.empty() ? "" : cat(" (", detail, ")"), ", while waiting in ",
+                     waiting));
+      }
+    }
+    if (timeout_ > 0 && waited > timeout_)
+      abortComms(); // frees the kernels that wait for a stopped peer, before the roll
+    host_->watch(waiting, waited);
+  }
 
 private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
+
+  static const char *groupName(Group g) {
+    return g == Group::Tensor ? "tensor" : g == Group::Data ? "data" : "pipeline";
+  }
+
+  /// Waits, watched, for a call on a non-blocking communicator that returned before it
+  /// was done; the device's queue must not be touched until it is.
+  Status settle(Group g, ncclResult_t result, const std::string &what) {
+    pollUntil(
+        [&] {
+          return result != ncclInProgress ||
+                 ncclCommGetAsyncError(of(g), &result) != ncclSuccess ||
+                 result != ncclInProgress;
+        },
+        [&](double waited) { watch(what, waited); });
+    return ncclStatus(result, what.c_str());
+  }
+
+  /// Waits, watched, for everything queued so far: before a copy to or from pageable
+  /// host memory, which would block the host on the queue.
+  Status drain(const char *what) {
+    if (!drained_)
+      MT_TRY(cudaStatus(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming),
+                        "creating an event"));
+    MT_TRY(cudaStatus(cudaEventRecord(drained_, 0), "recording an event"));
+    cudaError_t code = cudaSuccess;
+    pollUntil([&] { return (code = cudaEventQuery(drained_)) != cudaErrorNotReady; },
+              [&](double waited) { watch(cat("the device's queue ", what), waited); });
+    return cudaStatus(code, what);
+  }
+
+  /// A collective just enqueued on group `g`: once NCCL has taken it, an event behind it
+  /// marks when it is done, for the watchdog's message.
+  Status enqueued(Group g, ncclResult_t result, const char *kind) {
+    const std::string what = cat(kind, " over the ", groupName(g), "-parallel group");
+    MT_TRY(settle(g, result, what));
+    retireFinished();
+    cudaEvent_t done = nullptr;
+    if (!spare_.empty()) {
+      done = spare_.back();
+      spare_.pop_back();
+    } else {
+      MT_TRY(cudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                        "creating an event"));
+    }
+    pending_.push_back({done, cat(what, " in ", activity_)});
+    return cudaStatus(cudaEventRecord(done, 0), "recording an event");
+  }
+
+  /// Events are reached in queue order: the finished ones are at the front.
+  void retireFinished() {
+    while (!pending_.empty() && cudaEventQuery(pending_.front().done) == cudaSuccess) {
+      spare_.push_back(pending_.front().done);
+      pending_.pop_front();
+    }
+  }
+  const std::string *oldestUnfinished() {
+    retireFinished();
+    return pending_.empty() ? nullptr : &pending_.front().what;
+  }
+
+  /// Ends every NCCL communicator at once, with whatever it has in flight.
+  void abortComms() {
+    for (ncclComm_t &c : comms_)
+      if (c)
+        ncclCommAbort(std::exchange(c, nullptr));
+  }
 
   /// Rank-major blocks of a gather or scatter along a non-zero axis: one device buffer,
   /// reused (every use is ordered on the default stream).
@@ -204,6 +317,13 @@ private:
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
   std::array<ncclComm_t, 3> comms_{};
   DeviceBuffer staging_;
+  struct Pending {
+    cudaEvent_t done; // recorded behind the collective
+    std::string what;
+  };
+  std::deque<Pending> pending_; // collectives enqueued and perhaps unfinished, oldest first
+  std::vector<cudaEvent_t> spare_;
+  cudaEvent_t drained_ = nullptr; // drain()'s mark in the queue
 };
 
 } // namespace

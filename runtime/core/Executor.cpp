@@ -19,10 +19,15 @@ TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, 
 
 } // namespace
 
+// The backend's waits for its queue are watched as the communicator's own are: under
+// NCCL, a collective that hangs does so inside the device's queue.
 Executor::Executor(const plan::Plan &plan, Backend &backend, Comm &comm)
-    : plan_(plan), backend_(backend), comm_(comm) {}
+    : plan_(plan), backend_(backend), comm_(comm) {
+  backend.setWaitWatch(
+      [&comm](const std::string &what, double waited) { comm.watch(what, waited); });
+}
 
-Executor::~Executor() = default;
+Executor::~Executor() { backend_.setWaitWatch({}); }
 
 Status Executor::create(const LoadedPlan &loaded, Backend &backend, Comm &comm,
                         ExecutorOptions options, std::unique_ptr<Executor> &out) {

@@ -20,6 +20,11 @@ config.substitutions.append(("%python", sys.executable))
 # The suite runs the CPU backend on purpose, so it means the same on a machine with a
 # GPU; the CUDA backend has its own tests (cuda_backend_test, the bundle's test-gpu.sh).
 config.substitutions.append(("%mtrun", "mtrun --backend cpu"))
+# Comm::watch's probe, under mpirun (test/unit/WatchProbe.cpp).
+config.substitutions.append(
+    ("%watch-probe", "mpirun --allow-run-as-root --oversubscribe -n 2 -x MTC_MPI_PLUGIN=%s %s" %
+     (os.path.join(tools, "libmtc_mpi.so"),
+      os.path.join(config.mtc_obj_root, "runtime", "watch_probe"))))
 # A command that must fail, promptly: a hang past the limit fails the test.
 config.substitutions.append(
     ("%fails-within", "sh " + os.path.join(config.mtc_src_root, "test", "lit", "fails-within.sh")))

@@ -20,7 +20,14 @@
 
 #include <gtest/gtest.h>
 
+#if MTC_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -447,6 +454,81 @@ int writePlans(const std::string &dir) {
               dir.c_str());
   return failed ? 1 : 0;
 }
+
+#if MTC_HAVE_CUDA
+/// Holds the legacy default stream up: a host function in the queue that returns once
+/// `released` is set, or after 20 s (so that a backend that does not watch its waits
+/// fails the test rather than hang it).
+void holdQueue(std::atomic<bool> &released) {
+  ASSERT_EQ(cudaLaunchHostFunc(
+                nullptr,
+                [](void *flag) {
+                  const auto start = std::chrono::steady_clock::now();
+                  while (!static_cast<std::atomic<bool> *>(flag)->load() &&
+                         std::chrono::steady_clock::now() - start < std::chrono::seconds(20))
+                    std::this_thread::yield();
+                },
+                &released),
+            cudaSuccess);
+}
+
+/// The host's waits for the device's queue are watched (a collective that hangs does so
+/// in the queue): the watch sees the seconds grow while the queue is held up, with what
+/// the host waits for; released, the copy completes.
+TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers{*cuda};
+  void *device = buffers.allocate(sizeof(float));
+  std::atomic<bool> released{false};
+  double longest = 0;
+  std::string what;
+  cuda->setWaitWatch([&](const std::string &waitingIn, double waited) {
+    what = waitingIn;
+    longest = std::max(longest, waited);
+    if (waited > 0.5)
+      released = true;
+  });
+  ASSERT_NO_FATAL_FAILURE(holdQueue(released));
+  float value = 0;
+  ASSERT_OK(cuda->copyToHost(&value, device, sizeof value));
+  EXPECT_GT(longest, 0.5);
+  EXPECT_LT(longest, 10.0);
+  EXPECT_EQ(what, "the device's queue before copying to the host");
+  cuda->setWaitWatch({});
+}
+
+/// An executor connects the backend's waits to its communicator's watchdog: one
+/// process whose queue stays held up past --collective-timeout ends, naming the
+/// activity and the wait.
+TEST(CudaWatchdog, AStalledQueueEndsTheRun) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe"); // re-executes: CUDA does not survive fork
+  const std::string tiny = planOf({test::opCases().back(), {"fp32", 1e-5}});
+  ASSERT_FALSE(tiny.empty());
+  LoadedPlan plan;
+  ASSERT_OK(LoadedPlan::read(tiny, plan));
+  auto stall = [&] {
+    std::unique_ptr<Backend> cuda;
+    std::unique_ptr<Comm> comm = makeLocalComm();
+    std::unique_ptr<Executor> executor;
+    if (!makeCudaBackend(0, cuda).ok() ||
+        !Executor::create(plan, *cuda, *comm, {}, executor).ok())
+      std::_Exit(3);
+    comm->setWatchdog(1);
+    comm->setActivity("step 7");
+    std::atomic<bool> released{false};
+    holdQueue(released);
+    float value = 0;
+    (void)cuda->copyToHost(&value, executor->flatGrads().data, sizeof value);
+    std::_Exit(0); // not reached: the watchdog ends the process
+  };
+  EXPECT_EXIT(stall(), ::testing::ExitedWithCode(1),
+              "mtrun: no progress for 1\\.. s \\(--collective-timeout 1\\) in step 7, waiting "
+              "in the device's queue before copying to the host");
+}
+#endif
 
 } // namespace
 } // namespace mt

@@ -298,9 +298,13 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
       return 1;
     }
-    if (backendName == "cuda")
+    if (backendName == "cuda") {
+      // NCCL's set-up waits for every rank: watched as training is.
+      comm->setWatchdog(config.collectiveTimeout);
+      comm->setActivity("setting up NCCL");
       if (mt::Status s = mt::makeNcclComm(comm); !s.ok())
         mt::abortAll(s.message());
+    }
   } else {
     comm = mt::makeLocalComm();
   }

@@ -21,6 +21,7 @@
 #include "backends/cuda/Optimizer.cuh"
 #include "core/DType.h"
 #include "core/HostDevice.h"
+#include "core/Poll.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -57,8 +58,10 @@ public:
     check(cublasSetStream(blas_, stream_), "setting the cuBLAS stream");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
     check(cudaMalloc(&flag_, sizeof(unsigned long long)), "allocating the error flag");
+    check(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming), "creating an event");
   }
   ~CudaBackend() override {
+    cudaEventDestroy(drained_);
     cudaFree(flag_);
     cudaFree(workspace_);
     cublasDestroy(blas_);
@@ -82,11 +85,13 @@ public:
   void release(void *data) noexcept override { cudaFree(data); }
   Status copyToDevice(void *device, const void *host, size_t bytes) override {
     return guarded([&] {
+      drain("before copying to the device");
       check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying to the device");
     });
   }
   Status copyToHost(void *host, const void *device, size_t bytes) override {
     return guarded([&] {
+      drain("before copying to the host");
       check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copying to the host");
     });
   }
@@ -146,6 +151,7 @@ public:
       double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
       launchSumOfSquares(x.as<float>(), x.numel(), partial, stream_);
       launched("sum of squares");
+      drain("for a sum of squares");
       check(cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost),
             "copying the partial sums of squares");
     }));
@@ -166,11 +172,29 @@ public:
     });
   }
 
+  void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
+
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
 
+  /// Waits for every kernel queued so far, calling the watch every few milliseconds:
+  /// before each call that blocks the host on the queue (a copy from or to pageable host
+  /// memory, a free), so that a collective that never ends meets the watchdog rather
+  /// than blocking the host for good.
+  void drain(const char *what) {
+    if (!watch_)
+      return;
+    check(cudaEventRecord(drained_, stream_), "recording an event");
+    cudaError_t code = cudaSuccess;
+    pollUntil([&] { return (code = cudaEventQuery(drained_)) != cudaErrorNotReady; },
+              [&](double waited) { watch_(cat("the device's queue ", what), waited); });
+    check(code, what);
+  }
+
   /// At least `bytes` of `buffer`, or an exception naming `what`.
-  static void *grow(DeviceBuffer &buffer, size_t bytes, const char *what) {
+  void *grow(DeviceBuffer &buffer, size_t bytes, const char *what) {
+    if (bytes > buffer.capacity())
+      drain("before freeing a buffer to grow it"); // cudaFree waits for the device
     void *data = nullptr;
     const cudaError_t code = buffer.get(bytes, data);
     if (code == cudaErrorMemoryAllocation)
@@ -224,11 +248,13 @@ private:
   /// Resets the error flag before a kernel that checks ids; returns the first bad
   /// position afterwards, or -1.
   void resetFlag() {
+    drain("before resetting the error flag");
     const unsigned long long none = ~0ull;
     check(cudaMemcpy(flag_, &none, sizeof none, cudaMemcpyHostToDevice), "resetting the flag");
   }
   int64_t badPosition() {
     unsigned long long value;
+    drain("before reading the error flag");
     check(cudaMemcpy(&value, flag_, sizeof value, cudaMemcpyDeviceToHost), "reading the flag");
     return value == ~0ull ? -1 : static_cast<int64_t>(value);
   }
@@ -531,6 +557,8 @@ private:
   // Every kernel, copy and library call of this backend runs on the legacy default stream.
   const cudaStream_t stream_ = nullptr;
   std::unique_ptr<Backend> cpu_ = makeCpuBackend();
+  WaitWatch watch_;               // the communicator's watchdog over drain()
+  cudaEvent_t drained_ = nullptr; // drain()'s mark in the queue
 };
 
 } // namespace

@@ -16,6 +16,8 @@ public:
   DeviceBuffer &operator=(const DeviceBuffer &) = delete;
   ~DeviceBuffer() { cudaFree(data_); }
 
+  size_t capacity() const { return bytes_; }
+
   /// At least `bytes` of device memory in `out`; on failure the buffer is empty.
   cudaError_t get(size_t bytes, void *&out) {
     if (bytes > bytes_) {
