@@ -8,8 +8,6 @@
 #include "core/Status.h"
 #include "core/Tensor.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,19 +75,15 @@ public:
   virtual void setActivity(const std::string &activity) { activity_ = activity; }
   /// The watchdog over a wait outside the communicator's own calls (the host waiting for
   /// the device's queue, where NCCL's collectives run): called every few milliseconds of
-  /// it with the seconds waited so far. Past the timeout it calls a roll as above, and
-  /// it answers a roll another rank called; either ends the job. Otherwise it returns.
-  /// (Inline, as every method here: the MPI plugin needs this class's vtable too.)
+  /// it with the seconds it has made no progress. Under several ranks, past the timeout
+  /// it calls a roll as above, and it answers a roll another rank called; either ends
+  /// the job. Otherwise it returns. One process has no collective to wait for: nothing.
   virtual void watch(const std::string &what, double waited) {
-    // One process: nobody to call a roll over; past the timeout the job ends.
-    if (timeout_ <= 0 || waited <= timeout_)
-      return;
-    std::fprintf(stderr,
-                 "mtrun: no progress for %.1f s (--collective-timeout %g) in %s, waiting in %s\n",
-                 waited, timeout_, activity_.c_str(), what.c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
+    (void)what;
+    (void)waited;
   }
+  double watchdogSeconds() const { return timeout_; }
+  const std::string &activity() const { return activity_; }
 
 protected:
   GridPosition position_;
@@ -108,8 +102,9 @@ Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &ou
 /// Wraps `comm` (MPI): collectives on device memory through NCCL, one communicator per
 /// group of the grid (its unique id sent from the group's first rank over `comm`);
 /// scalars, point-to-point messages and subsets of a group still go through `comm`. On
-/// failure `comm` is left as it was.
-Status makeNcclComm(std::unique_ptr<Comm> &comm);
+/// failure `comm` is left as it was. `singletons`: a communicator for groups of one too,
+/// so that one GPU exercises NCCL (tests).
+Status makeNcclComm(std::unique_ptr<Comm> &comm, bool singletons = false);
 
 /// Aborts every rank of the job (after a rank's own error), naming this one.
 [[noreturn]] void abortAll(const std::string &message);

@@ -66,7 +66,7 @@ const char *groupName(Group g) {
 /// One rank's answer to a roll call: who it is and what it waits in.
 struct RollCallAnswer {
   int32_t rank;
-  char waiting[244];
+  char waiting[1020];
 };
 constexpr int kRollCallTag = 31000;
 

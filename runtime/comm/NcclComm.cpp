@@ -9,9 +9,12 @@
 // leaves an event in the queue behind it. A collective whose peer has stopped hangs in
 // the device's queue, so the host meets it where it waits for that queue (the backend's
 // waits, watched through Comm::watch): there this communicator checks NCCL's
-// asynchronous errors (a peer that died ends the job at once, naming NCCL's error) and,
-// past the timeout, aborts its NCCL communicators (which ends their kernels) and calls
-// the MPI communicator's roll, naming the oldest collective still unfinished.
+// asynchronous errors (a peer that died ends the job at once, naming NCCL's error) and
+// times how long no collective has finished; past the timeout the MPI communicator's
+// roll ends the job, naming the oldest collective still unfinished. The communicators
+// are not aborted first: ncclCommAbort frees memory, which waits for the device, whose
+// queue may hold a collective of another communicator that never ends; the job's end
+// takes the kernels with it.
 #include "backends/cuda/DeviceBuffer.h"
 #include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
@@ -21,7 +24,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <string>
@@ -85,16 +90,26 @@ cudaError_t reorder(const TensorView &tensor, int axis, int parts, void *blocks,
 
 class NcclComm final : public Comm {
 public:
-  explicit NcclComm(Comm &host) : host_(&host) { position_ = host.position(); }
+  NcclComm(Comm &host, bool singletons) : host_(&host), singletons_(singletons) {
+    position_ = host.position();
+    timeout_ = host.watchdogSeconds();
+    activity_ = host.activity();
+  }
   void own(std::unique_ptr<Comm> host) { owned_ = std::move(host); }
   ~NcclComm() override {
     for (ncclComm_t &c : comms_) {
       if (!c)
         continue;
-      // Finalizing completes what is in flight; a communicator that cannot is aborted.
+      // Finalizing completes what is in flight, within 10 s; a communicator that cannot
+      // is aborted. (Only a run that ended well gets here: a failure ends the job.)
       ncclResult_t state = ncclCommFinalize(c);
-      while (state == ncclInProgress)
-        ncclCommGetAsyncError(c, &state);
+      bool late = false;
+      pollUntil(
+          [&] {
+            return state != ncclInProgress || late ||
+                   ncclCommGetAsyncError(c, &state) != ncclSuccess || state != ncclInProgress;
+          },
+          [&](double waited) { late = waited > 10; });
       if (state == ncclSuccess)
         ncclCommDestroy(c);
       else
@@ -108,10 +123,11 @@ public:
       cudaEventDestroy(drained_);
   }
 
-  /// One NCCL communicator per group with more than one member.
+  /// One NCCL communicator per group with more than one member (or with singletons_,
+  /// per group).
   Status init() {
     for (Group g : {Group::Tensor, Group::Data, Group::Pipeline}) {
-      if (size(g) == 1)
+      if (size(g) == 1 && !singletons_)
         continue;
       ncclUniqueId id;
       if (rank(g) == 0) {
@@ -134,7 +150,7 @@ public:
   }
 
   Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
-    if (size(g) == 1)
+    if (!of(g))
       return copy(in, out);
     return enqueued(g, ncclAllReduce(in.data, out.data, out.numel(), ncclType(out.dtype), ncclSum,
                                      of(g), 0),
@@ -151,7 +167,7 @@ public:
 
   Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
     const int parts = size(g);
-    if (parts == 1)
+    if (!of(g))
       return copy(in, out);
     if (axis == 0)
       return enqueued(g, ncclAllGather(in.data, out.data, in.numel(), ncclType(in.dtype), of(g), 0),
@@ -165,7 +181,7 @@ public:
 
   Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
     const int parts = size(g);
-    if (parts == 1)
+    if (!of(g))
       return copy(in, out);
     if (axis == 0)
       return enqueued(g, ncclReduceScatter(in.data, out.data, out.numel(), ncclType(out.dtype),
@@ -217,24 +233,19 @@ public:
     host_->setActivity(activity);
   }
 
+  /// A wait for the device's queue. What can hang there is a collective, so the time
+  /// counted is the time since one last finished; a queue with none unfinished holds
+  /// only this rank's own kernels, which are not timed (a roll another rank called is
+  /// still answered).
   void watch(const std::string &what, double waited) override {
-    std::string waiting = what;
-    if (const std::string *oldest = oldestUnfinished())
-      waiting += cat(" (its oldest unfinished collective: ", *oldest, ")");
-    for (ncclComm_t c : comms_) {
-      ncclResult_t state = ncclSuccess;
-      if (c && ncclCommGetAsyncError(c, &state) == ncclSuccess && state != ncclSuccess &&
-          state != ncclInProgress) {
-        const std::string detail = ncclGetLastError(c);
-        abortComms();
-        abortAll(cat("NCCL failed in ", activity_, ": ", ncclGetErrorString(state),
-                     detail.empty() ? "" : cat(" (", detail, ")"), ", while waiting in ",
-                     waiting));
-      }
-    }
-    if (timeout_ > 0 && waited > timeout_)
-      abortComms(); // frees the kernels that wait for a stopped peer, before the roll
-    host_->watch(waiting, waited);
+    retireFinished();
+    if (pending_.empty())
+      return watchHost(what, 0);
+    const double stalled = std::min(
+        waited, std::chrono::duration<double>(std::chrono::steady_clock::now() - lastRetired_)
+                    .count());
+    watchHost(cat(what, " (its oldest unfinished collective: ", pending_.front().what, ")"),
+              stalled);
   }
 
 private:
@@ -244,16 +255,34 @@ private:
     return g == Group::Tensor ? "tensor" : g == Group::Data ? "data" : "pipeline";
   }
 
+  /// NCCL's asynchronous errors (a peer that died, a network error) end the job at once,
+  /// naming the error; the MPI communicator's watchdog does the rest.
+  void watchHost(const std::string &waiting, double waited) {
+    for (ncclComm_t c : comms_) {
+      ncclResult_t state = ncclSuccess;
+      if (c && ncclCommGetAsyncError(c, &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress) {
+        const std::string detail = ncclGetLastError(c);
+        abortAll(cat("NCCL failed in ", activity_, ": ", ncclGetErrorString(state),
+                     detail.empty() ? "" : cat(" (", detail, ")"), ", while waiting in ",
+                     waiting));
+      }
+    }
+    host_->watch(waiting, waited);
+  }
+
   /// Waits, watched, for a call on a non-blocking communicator that returned before it
   /// was done; the device's queue must not be touched until it is.
   Status settle(Group g, ncclResult_t result, const std::string &what) {
     pollUntil(
         [&] {
-          return result != ncclInProgress ||
-                 ncclCommGetAsyncError(of(g), &result) != ncclSuccess ||
-                 result != ncclInProgress;
+          if (result != ncclInProgress)
+            return true;
+          if (ncclResult_t code = ncclCommGetAsyncError(of(g), &result); code != ncclSuccess)
+            result = code;
+          return result != ncclInProgress;
         },
-        [&](double waited) { watch(what, waited); });
+        [&](double waited) { watchHost(what, waited); });
     return ncclStatus(result, what.c_str());
   }
 
@@ -293,27 +322,20 @@ private:
     while (!pending_.empty() && cudaEventQuery(pending_.front().done) == cudaSuccess) {
       spare_.push_back(pending_.front().done);
       pending_.pop_front();
+      lastRetired_ = std::chrono::steady_clock::now();
     }
-  }
-  const std::string *oldestUnfinished() {
-    retireFinished();
-    return pending_.empty() ? nullptr : &pending_.front().what;
-  }
-
-  /// Ends every NCCL communicator at once, with whatever it has in flight.
-  void abortComms() {
-    for (ncclComm_t &c : comms_)
-      if (c)
-        ncclCommAbort(std::exchange(c, nullptr));
   }
 
   /// Rank-major blocks of a gather or scatter along a non-zero axis: one device buffer,
   /// reused (every use is ordered on the default stream).
   Status staging(size_t bytes, void *&out) {
+    if (bytes > staging_.capacity())
+      MT_TRY(drain("before freeing a buffer to grow it")); // cudaFree waits for the device
     return cudaStatus(staging_.get(bytes, out), "allocating the staging buffer");
   }
 
   Comm *host_;
+  const bool singletons_;
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
   std::array<ncclComm_t, 3> comms_{};
   DeviceBuffer staging_;
@@ -322,16 +344,21 @@ private:
     std::string what;
   };
   std::deque<Pending> pending_; // collectives enqueued and perhaps unfinished, oldest first
+  std::chrono::steady_clock::time_point lastRetired_ = std::chrono::steady_clock::now();
   std::vector<cudaEvent_t> spare_;
   cudaEvent_t drained_ = nullptr; // drain()'s mark in the queue
 };
 
 } // namespace
 
-Status makeNcclComm(std::unique_ptr<Comm> &comm) {
-  auto nccl = std::make_unique<NcclComm>(*comm);
-  if (Status s = nccl->init(); !s.ok())
+Status makeNcclComm(std::unique_ptr<Comm> &comm, bool singletons) {
+  auto nccl = std::make_unique<NcclComm>(*comm, singletons);
+  if (Status s = nccl->init(); !s.ok()) {
+    // The job ends: communicators half made are left to the process's end, rather than
+    // finalized against peers that may never come.
+    (void)nccl.release();
     return s;
+  }
   nccl->own(std::move(comm));
   comm = std::move(nccl);
   return Status::success();

@@ -11,9 +11,9 @@
 
 namespace mt {
 
-/// Calls `done()` until it returns true. When it does not at once, calls
-/// `waiting(seconds so far)` every 256 polls, and lets the other processes of the machine
-/// run between polls: a yield during the first second, then 0.1 ms sleeps.
+/// Calls `done()` until it returns true. Every 256 polls that were not done, calls
+/// `waiting(seconds so far)` and lets the other processes of the machine run: a yield
+/// during the first second, then a 0.1 ms sleep.
 template <typename Done, typename Waiting> void pollUntil(Done &&done, Waiting &&waiting) {
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t polls = 0; !done(); ++polls) {

@@ -474,13 +474,13 @@ void holdQueue(std::atomic<bool> &released) {
 
 /// The host's waits for the device's queue are watched (a collective that hangs does so
 /// in the queue): the watch sees the seconds grow while the queue is held up, with what
-/// the host waits for; released, the copy completes.
+/// the host waits for; released, the call completes. A copy to the host and a free.
 TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
   REQUIRE_GPU();
   std::unique_ptr<Backend> cuda;
   ASSERT_OK(makeCudaBackend(0, cuda));
-  DeviceBuffers buffers{*cuda};
-  void *device = buffers.allocate(sizeof(float));
+  void *device = nullptr;
+  ASSERT_OK(cuda->allocate(sizeof(float), device));
   std::atomic<bool> released{false};
   double longest = 0;
   std::string what;
@@ -496,37 +496,106 @@ TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
   EXPECT_GT(longest, 0.5);
   EXPECT_LT(longest, 10.0);
   EXPECT_EQ(what, "the device's queue before copying to the host");
+
+  released = false;
+  longest = 0;
+  ASSERT_NO_FATAL_FAILURE(holdQueue(released));
+  cuda->release(device);
+  EXPECT_GT(longest, 0.5);
+  EXPECT_LT(longest, 10.0);
+  EXPECT_EQ(what, "the device's queue before freeing device memory");
   cuda->setWaitWatch({});
 }
 
-/// An executor connects the backend's waits to its communicator's watchdog: one
-/// process whose queue stays held up past --collective-timeout ends, naming the
-/// activity and the wait.
-TEST(CudaWatchdog, AStalledQueueEndsTheRun) {
-  REQUIRE_GPU();
-  GTEST_FLAG_SET(death_test_style, "threadsafe"); // re-executes: CUDA does not survive fork
+/// One process's communicator that records what the watchdog is told, and releases a
+/// held-up queue after half a second.
+class RecordingComm final : public Comm {
+public:
+  RecordingComm() { position_ = local_->position(); }
+  Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
+    return local_->allReduceSum(g, in, out);
+  }
+  Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    return local_->allGather(g, in, out, axis);
+  }
+  Status reduceScatter(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    return local_->reduceScatter(g, in, out, axis);
+  }
+  Status allReduceSum(Group g, double &value) override { return local_->allReduceSum(g, value); }
+  Status allReduceSumAmong(Group g, const std::vector<int> &members,
+                           const TensorView &inOut) override {
+    return local_->allReduceSumAmong(g, members, inOut);
+  }
+  Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
+    return local_->send(g, peer, data, bytes, tag);
+  }
+  Status recv(Group g, int peer, void *data, size_t bytes, int tag) override {
+    return local_->recv(g, peer, data, bytes, tag);
+  }
+  Status waitSends() override { return local_->waitSends(); }
+  void watch(const std::string &what, double waited) override {
+    seen = what;
+    longest = std::max(longest, waited);
+    if (waited > 0.5)
+      released = true;
+  }
+
+  std::unique_ptr<Comm> local_ = makeLocalComm();
+  std::atomic<bool> released{false};
+  double longest = 0;
+  std::string seen;
+};
+
+/// NCCL on one GPU, through communicators of one rank: every collective gives its input
+/// back (along either axis), and an executor's wait for a queue held up before a
+/// collective reaches the watchdog of the MPI side, naming that collective.
+TEST(CudaWatchdog, NcclCollectivesAreWatched) {
   const std::string tiny = planOf({test::opCases().back(), {"fp32", 1e-5}});
   ASSERT_FALSE(tiny.empty());
   LoadedPlan plan;
   ASSERT_OK(LoadedPlan::read(tiny, plan));
-  auto stall = [&] {
-    std::unique_ptr<Backend> cuda;
-    std::unique_ptr<Comm> comm = makeLocalComm();
-    std::unique_ptr<Executor> executor;
-    if (!makeCudaBackend(0, cuda).ok() ||
-        !Executor::create(plan, *cuda, *comm, {}, executor).ok())
-      std::_Exit(3);
-    comm->setWatchdog(1);
-    comm->setActivity("step 7");
-    std::atomic<bool> released{false};
-    holdQueue(released);
-    float value = 0;
-    (void)cuda->copyToHost(&value, executor->flatGrads().data, sizeof value);
-    std::_Exit(0); // not reached: the watchdog ends the process
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  auto owned = std::make_unique<RecordingComm>();
+  RecordingComm &host = *owned;
+  std::unique_ptr<Comm> comm = std::move(owned);
+  ASSERT_OK(makeNcclComm(comm, /*singletons=*/true));
+  comm->setActivity("step 7");
+
+  DeviceBuffers buffers{*cuda};
+  std::vector<float> values(6 * 8);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<float>(i) - 7.5f;
+  const size_t bytes = sizeof(float) * values.size();
+  const TensorView in = viewOf(buffers.allocate(bytes), plan::DType::F32, {6, 8});
+  const TensorView out = viewOf(buffers.allocate(bytes), plan::DType::F32, {6, 8});
+  ASSERT_OK(cuda->copyToDevice(in.data, values.data(), bytes));
+  auto expectInputBack = [&](const char *what) {
+    std::vector<float> back(values.size());
+    ASSERT_OK(cuda->copyToHost(back.data(), out.data, bytes));
+    EXPECT_EQ(back, values) << what;
+    ASSERT_OK(cuda->setZero(out.data, bytes));
   };
-  EXPECT_EXIT(stall(), ::testing::ExitedWithCode(1),
-              "mtrun: no progress for 1\\.. s \\(--collective-timeout 1\\) in step 7, waiting "
-              "in the device's queue before copying to the host");
+  ASSERT_OK(comm->allReduceSum(Group::Tensor, in, out));
+  expectInputBack("all-reduce");
+  for (int axis : {0, 1}) {
+    ASSERT_OK(comm->allGather(Group::Data, in, out, axis));
+    expectInputBack("all-gather");
+    ASSERT_OK(comm->reduceScatter(Group::Data, in, out, axis));
+    expectInputBack("reduce-scatter");
+  }
+
+  std::unique_ptr<Executor> executor;
+  ASSERT_OK(Executor::create(plan, *cuda, *comm, {}, executor));
+  ASSERT_NO_FATAL_FAILURE(holdQueue(host.released));
+  ASSERT_OK(comm->allReduceSum(Group::Tensor, in, out));
+  std::vector<float> back(values.size());
+  ASSERT_OK(cuda->copyToHost(back.data(), out.data, bytes));
+  EXPECT_GT(host.longest, 0.5);
+  EXPECT_LT(host.longest, 10.0);
+  EXPECT_EQ(host.seen, "the device's queue before copying to the host (its oldest unfinished "
+                       "collective: an all-reduce over the tensor-parallel group in step 7)");
 }
 #endif
 

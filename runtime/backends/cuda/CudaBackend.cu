@@ -82,7 +82,14 @@ public:
     out = data;
     return Status::success();
   }
-  void release(void *data) noexcept override { cudaFree(data); }
+  void release(void *data) noexcept override {
+    try {
+      drain("before freeing device memory"); // cudaFree waits for the device
+    } catch (const std::exception &) {
+      // The free reports nothing either: a failed device fails the next call.
+    }
+    cudaFree(data);
+  }
   Status copyToDevice(void *device, const void *host, size_t bytes) override {
     return guarded([&] {
       drain("before copying to the device");
@@ -223,8 +230,10 @@ private:
   /// Checks the launch just made; in synchronous mode, also waits for it to finish.
   void launched(const char *what, CallSite at = MT_CALL_SITE) {
     check(cudaGetLastError(), what, at);
-    if (synchronous_)
+    if (synchronous_) {
+      drain(what);
       check(cudaDeviceSynchronize(), what, at);
+    }
   }
 
   /// dst (type `to`) = src (type `from`), n elements: a copy where the types agree.
@@ -248,9 +257,7 @@ private:
   /// Resets the error flag before a kernel that checks ids; returns the first bad
   /// position afterwards, or -1.
   void resetFlag() {
-    drain("before resetting the error flag");
-    const unsigned long long none = ~0ull;
-    check(cudaMemcpy(flag_, &none, sizeof none, cudaMemcpyHostToDevice), "resetting the flag");
+    check(cudaMemsetAsync(flag_, 0xff, sizeof *flag_, stream_), "resetting the flag"); // ~0
   }
   int64_t badPosition() {
     unsigned long long value;

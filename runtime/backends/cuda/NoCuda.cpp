@@ -10,7 +10,7 @@ Status makeCudaBackend(int, std::unique_ptr<Backend> &) {
   return Status::failure("this build has no CUDA backend (the CUDA toolkit was not found)");
 }
 
-Status makeNcclComm(std::unique_ptr<Comm> &) {
+Status makeNcclComm(std::unique_ptr<Comm> &, bool) {
   return Status::failure("this build has no NCCL communicator");
 }
 
