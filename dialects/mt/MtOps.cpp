@@ -270,6 +270,18 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
+LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput());
+  StringRef op = "mt.rms_norm";
+  if (failed(expectFeatures(loc, op, "input", input)) ||
+      failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), "input",
+                                 input)))
+    return failure();
+  types.push_back(input);
+  return success();
+}
+
 LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto input = ranked(adaptor.getInput()), weight = ranked(adaptor.getWeight());
@@ -322,6 +334,15 @@ LogicalResult GeluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
 LogicalResult SiluOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
                                        Adaptor adaptor, SmallVectorImpl<Type> &types) {
   return inferActivation(adaptor.getInput(), types);
+}
+
+LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto gate = ranked(adaptor.getGate()), up = ranked(adaptor.getUp());
+  if (failed(expectSameShape(loc, "mt.swiglu", "gate", gate, "up", up)))
+    return failure();
+  types.push_back(meetTypes(gate, up));
+  return success();
 }
 
 /// Checks a fused [B, S, 3H] QKV against the head count; returns H.
@@ -509,6 +530,8 @@ template <typename LayerNormLike> static LogicalResult verifyEpsilon(LayerNormLi
 }
 LogicalResult LayerNormOp::verify() { return verifyEpsilon(*this); }
 LogicalResult LayerNormGradOp::verify() { return verifyEpsilon(*this); }
+LogicalResult RmsNormOp::verify() { return verifyEpsilon(*this); }
+LogicalResult RmsNormGradOp::verify() { return verifyEpsilon(*this); }
 
 /// Logits [..., V] and targets [...] agree on every leading dimension.
 static LogicalResult checkLogitRows(std::optional<Location> loc, StringRef op,
@@ -677,6 +700,31 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  auto weight = ranked(adaptor.getWeight());
+  StringRef op = "mt.rms_norm_grad";
+  if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
+      failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
+    return failure();
+  types.append({meetTypes(grad, input), weight});
+  return success();
+}
+
+LogicalResult SwigluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), gate = ranked(adaptor.getGate());
+  auto up = ranked(adaptor.getUp());
+  StringRef op = "mt.swiglu_grad";
+  if (failed(expectSameShape(loc, op, "grad", grad, "gate", gate)) ||
+      failed(expectSameShape(loc, op, "gate", gate, "up", up)))
+    return failure();
+  types.append({meetTypes(grad, gate), meetTypes(grad, up)});
+  return success();
+}
+
 LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
                                                   std::optional<Location> loc,
                                                   Adaptor adaptor,
@@ -828,6 +876,18 @@ FailureOr<SmallVector<Value>> LayerNormOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   auto grad = LayerNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
                                       getEpsilonAttr());
+  return SmallVector<Value>(grad->getResults());
+}
+
+FailureOr<SmallVector<Value>> RmsNormOp::buildGradients(OpBuilder &b,
+                                                       ValueRange resultGrads) {
+  auto grad = RmsNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
+                                    getEpsilonAttr());
+  return SmallVector<Value>(grad->getResults());
+}
+
+FailureOr<SmallVector<Value>> SwigluOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  auto grad = SwigluGradOp::create(b, getLoc(), resultGrads[0], getGate(), getUp());
   return SmallVector<Value>(grad->getResults());
 }
 

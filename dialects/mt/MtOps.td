@@ -115,6 +115,19 @@ def Mt_LayerNormOp : Mt_ShapedOp<"layer_norm", [Pure, Mt_CostOpInterface,
   let hasVerifier = 1;
 }
 
+def Mt_RmsNormOp : Mt_ShapedOp<"rms_norm", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+  let summary = "RMS normalisation over the last dimension, with weight (LLaMA)";
+  let description = [{
+    y = x / sqrt(mean(x²) + epsilon) · w (Zhang & Sennrich 2019): layer_norm without
+    the mean's subtraction and without a bias.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
+}
+
 def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
@@ -146,6 +159,19 @@ def Mt_SiluOp : Mt_ShapedOp<"silu", [Pure, Mt_Pointwise, Mt_ColumnParallelConsum
     Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "SiLU (swish), x·σ(x): the gate of LLaMA's SwiGLU";
   let arguments = (ins Mt_FloatTensor:$input);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_SwigluOp : Mt_ShapedOp<"swiglu", [Pure, Mt_Pointwise, Mt_ColumnParallelConsumer,
+    Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "SwiGLU's gating, silu(gate)·up (Shazeer 2020), element by element";
+  let description = [{
+    The two halves of LLaMA's MLP input projection, each the result of its own linear
+    (Hugging Face's gate_proj and up_proj), so that tensor parallelism splits both
+    column-parallel and every rank holds matching blocks of the two. Backward keeps gate
+    and up, as Megatron's fused SwiGLU keeps its fc1 output.
+  }];
+  let arguments = (ins Mt_FloatTensor:$gate, Mt_FloatTensor:$up);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -308,6 +334,15 @@ def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface]> {
   let hasVerifier = 1;
 }
 
+def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [Mt_CostOpInterface]> {
+  let summary = "gradients of rms_norm: input and weight";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
+                       Mt_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad);
+  let hasVerifier = 1;
+}
+
 def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
   let summary = "dx = dy·W, dy: [..., N], W: [N, K]";
@@ -338,6 +373,12 @@ def Mt_SiluGradOp : Mt_GradOp<"silu_grad", [Mt_CostOpInterface]> {
   let summary = "dx = dy·silu'(x) = dy·σ(x)·(1 + x·(1 − σ(x)))";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
   let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_SwigluGradOp : Mt_GradOp<"swiglu_grad", [Mt_CostOpInterface]> {
+  let summary = "dgate = dy·up·silu'(gate), dup = dy·silu(gate)";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$gate, Mt_FloatTensor:$up);
+  let results = (outs Mt_FloatTensor:$gate_grad, Mt_FloatTensor:$up_grad);
 }
 
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",

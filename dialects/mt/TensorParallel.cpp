@@ -217,6 +217,14 @@ LogicalResult LayerNormOp::partition(TensorParallelRewriter &tp) {
   return tp.setResultLayout(*this, tp.layoutOf(getInput()));
 }
 
+// As layer_norm.
+LogicalResult RmsNormOp::partition(TensorParallelRewriter &tp) {
+  if (tp.layoutOf(getInput()) == TpLayout::Split)
+    return emitOpError("mt-tensor-parallel: rms_norm of a split tensor");
+  tp.markGradReduce(getWeight());
+  return tp.setResultLayout(*this, tp.layoutOf(getInput()));
+}
+
 // Pointwise, but the mask is drawn at global indices: the op says which block it holds.
 LogicalResult DropoutOp::partition(TensorParallelRewriter &tp) {
   TpLayout layout = tp.layoutOf(getInput());

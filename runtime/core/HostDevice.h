@@ -46,6 +46,20 @@ struct Silu {
   }
 };
 
+/// SwiGLU's gating (Shazeer 2020), silu(gate)·up, and its gradients: dgate =
+/// dy·up·silu'(gate), dup = dy·silu(gate).
+struct Swiglu {
+  template <typename T> MT_HOST_DEVICE static T value(T gate, T up) {
+    return Silu::value(gate) * up;
+  }
+  template <typename T> MT_HOST_DEVICE static T gateGrad(T dy, T gate, T up) {
+    return dy * up * Silu::derivative(gate);
+  }
+  template <typename T> MT_HOST_DEVICE static T upGrad(T dy, T gate) {
+    return dy * Silu::value(gate);
+  }
+};
+
 /// The softmax statistics of one row, merged over `parts` shards of its columns
 /// (vocabulary-parallel cross entropy). Shard p's (max, Σ exp(x − max), target logit)
 /// lie at stats[3p·stride], stats[(3p + 1)·stride], stats[(3p + 2)·stride]. Each

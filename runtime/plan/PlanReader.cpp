@@ -130,6 +130,18 @@ std::string checkLayerNorm(const Operands &o) {
              : "layer norm gradient operands disagree";
 }
 
+// RmsNorm (x, w) -> y and RmsNormGrad (dy, x, w) -> (dx, dw).
+std::string checkRmsNorm(const Operands &o) {
+  const std::vector<Dims> &in = o.in, &out = o.out;
+  const bool forward = o.inst.opcode() == plan::Opcode::RmsNorm;
+  const Dims &x = forward ? in[0] : in[1], &w = forward ? in[1] : in[2];
+  if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
+    return "rms norm operands disagree";
+  return forward || (same(in[0], x) && out[1].numel() == x.last())
+             ? ""
+             : "rms norm gradient operands disagree";
+}
+
 std::string checkLinear(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   return in[1].rank() == 2 && in[0].last() == in[1].d[1] && out[0].rows() == in[0].rows() &&

@@ -52,6 +52,14 @@ inline std::vector<OpCase> opCases() {
   %g = mt.param "g" normal(1.0) : tensor<5xf32>
   %b = mt.param "b" normal(1.0) : tensor<5xf32>
   %logits = mt.layer_norm %x, %g, %b : (tensor<2x3x5xf32>, tensor<5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  c.push_back({"rms_norm", oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
+  %g = mt.param "g" normal(1.0) : tensor<5xf32>
+  %logits = mt.rms_norm %x, %g {epsilon = 1.0e-06 : f64} : (tensor<2x3x5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  c.push_back({"swiglu", oneOpModel(R"(
+  %a = mt.param "gate" normal(2.0) : tensor<2x3x5xf32>
+  %u = mt.param "up" normal(1.0) : tensor<2x3x5xf32>
+  %logits = mt.swiglu %a, %u : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
   c.push_back({"add", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %y = mt.param "y" normal(1.0) : tensor<2x3x5xf32>

@@ -191,6 +191,51 @@ template <typename T> struct Kernels {
     }
   }
 
+  /// 1/sqrt(mean(x²) + eps) of one row, accumulated in double.
+  static double rowRms(const T *x, int64_t h, double eps) {
+    double sq = 0;
+    for (int64_t j = 0; j < h; ++j)
+      sq += static_cast<double>(x[j]) * x[j];
+    return 1.0 / std::sqrt(sq / h + eps);
+  }
+
+  static void rmsNorm(const TensorView &x, const TensorView &w, double eps,
+                      const TensorView &out) {
+    const int64_t h = x.cols();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < x.rows(); ++r) {
+      const T *xr = ptr(x) + r * h;
+      T *o = ptr(out) + r * h;
+      const double rstd = rowRms(xr, h, eps);
+      for (int64_t j = 0; j < h; ++j)
+        o[j] = static_cast<T>(xr[j] * rstd * ptr(w)[j]);
+    }
+  }
+
+  /// dx = rstd·(g − x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd; dw = Σ dy·x̂.
+  static void rmsNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
+                          double eps, const TensorView &dx, const TensorView &dw) {
+    const int64_t h = x.cols();
+    std::vector<double> dwAcc(h, 0.0);
+    for (int64_t r = 0; r < x.rows(); ++r) {
+      const T *xr = ptr(x) + r * h, *g = ptr(dy) + r * h;
+      const double rstd = rowRms(xr, h, eps);
+      double meanGX = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        const double xhat = xr[j] * rstd;
+        meanGX += static_cast<double>(g[j]) * ptr(w)[j] * xhat;
+        dwAcc[j] += static_cast<double>(g[j]) * xhat;
+      }
+      meanGX /= h;
+      T *d = ptr(dx) + r * h;
+      for (int64_t j = 0; j < h; ++j)
+        d[j] = static_cast<T>(rstd * (static_cast<double>(g[j]) * ptr(w)[j] -
+                                      xr[j] * rstd * meanGX));
+    }
+    for (int64_t j = 0; j < h; ++j)
+      ptr(dw)[j] = static_cast<T>(dwAcc[j]);
+  }
+
   /// out[M×N] = x[M×K]·W[N×K]ᵀ (+ b)
   static void linear(const TensorView &x, const TensorView &w, const TensorView *b,
                      const TensorView &out) {
@@ -253,6 +298,21 @@ template <typename T> struct Kernels {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < dx.numel(); ++i)
       ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
+  }
+
+  static void swiglu(const TensorView &gate, const TensorView &up, const TensorView &out) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < out.numel(); ++i)
+      ptr(out)[i] = Swiglu::value(ptr(gate)[i], ptr(up)[i]);
+  }
+  static void swigluGrad(const TensorView &dy, const TensorView &gate, const TensorView &up,
+                         const TensorView &dgate, const TensorView &dup) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < dy.numel(); ++i) {
+      const T g = ptr(dy)[i], a = ptr(gate)[i];
+      ptr(dgate)[i] = Swiglu::gateGrad(g, a, ptr(up)[i]);
+      ptr(dup)[i] = Swiglu::upGrad(g, a);
+    }
   }
 
   /// The mask is drawn per global element: `shard` maps a block's elements to their
@@ -622,6 +682,9 @@ template <typename T> struct Kernels {
     case Opcode::LayerNorm:
       layerNorm(in[0], in[1], in[2], inst.epsilon(), out[0]);
       break;
+    case Opcode::RmsNorm:
+      rmsNorm(in[0], in[1], inst.epsilon(), out[0]);
+      break;
     case Opcode::Linear:
       linear(in[0], in[1], inst.inputs()->size() == 3 ? &in[2] : nullptr, out[0]);
       break;
@@ -633,6 +696,9 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Silu:
       activation<Silu>(in[0], out[0]);
+      break;
+    case Opcode::Swiglu:
+      swiglu(in[0], in[1], out[0]);
       break;
     case Opcode::Attention:
       attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);
@@ -685,6 +751,12 @@ template <typename T> struct Kernels {
       break;
     case Opcode::SiluGrad:
       activationGrad<Silu>(in[0], in[1], out[0]);
+      break;
+    case Opcode::SwigluGrad:
+      swigluGrad(in[0], in[1], in[2], out[0], out[1]);
+      break;
+    case Opcode::RmsNormGrad:
+      rmsNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1]);
       break;
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(),

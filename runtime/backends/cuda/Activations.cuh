@@ -1,6 +1,6 @@
 // Elementwise kernels: fill, type conversion, add, bias add and its gradient, the
-// activations of core/HostDevice.h (GELU, SiLU) and their gradients, and the f32
-// accumulation of parameter gradients.
+// activations of core/HostDevice.h (GELU, SiLU, SwiGLU's gating) and their gradients, and
+// the f32 accumulation of parameter gradients.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 
@@ -47,6 +47,23 @@ __global__ void activationGradKernel(const T *dy, const T *x, T *dx, int64_t n) 
   GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * F::derivative(ld(x, i)));
 }
 
+/// out = silu(gate)·up, in f32.
+template <typename T>
+__global__ void swigluKernel(const T *gate, const T *up, T *out, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, Swiglu::value(ld(gate, i), ld(up, i)));
+}
+
+/// dgate = dy·up·silu'(gate), dup = dy·silu(gate), in f32.
+template <typename T>
+__global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dgate, T *dup,
+                                 int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float g = ld(dy, i), a = ld(gate, i);
+    st(dgate, i, Swiglu::gateGrad(g, a, ld(up, i)));
+    st(dup, i, Swiglu::upGrad(g, a));
+  }
+}
+
 /// db[j] = Σ_r dy[r, j], summed in row order. One thread per column.
 template <typename T>
 __global__ void biasGradKernel(const T *dy, T *db, int64_t rows, int64_t n) {
@@ -91,6 +108,17 @@ void launchAccumulate(const T *g, float *into, int64_t n, cudaStream_t stream) {
 template <typename F, typename T>
 void launchActivation(const T *x, T *out, int64_t n, cudaStream_t stream) {
   activationKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(x, out, n);
+}
+
+template <typename T>
+void launchSwiglu(const T *gate, const T *up, T *out, int64_t n, cudaStream_t stream) {
+  swigluKernel<<<blocksFor(n), kThreads, 0, stream>>>(gate, up, out, n);
+}
+
+template <typename T>
+void launchSwigluGrad(const T *dy, const T *gate, const T *up, T *dgate, T *dup, int64_t n,
+                      cudaStream_t stream) {
+  swigluGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(dy, gate, up, dgate, dup, n);
 }
 
 template <typename F, typename T>

@@ -381,6 +381,20 @@ private:
       launchLayerNorm(p(in[0]), p(in[1]), p(in[2]), p(out[0]), in[0].rows(), in[0].cols(),
                       static_cast<float>(inst.epsilon()), stream_);
       break;
+    case Opcode::RmsNorm:
+      launchRmsNorm(p(in[0]), p(in[1]), p(out[0]), in[0].rows(), in[0].cols(),
+                    static_cast<float>(inst.epsilon()), stream_);
+      break;
+    case Opcode::RmsNormGrad: {
+      const int64_t rows = in[1].rows(), h = in[1].cols();
+      float *rstds = static_cast<float *>(scratch(sizeof(float) * std::max<int64_t>(rows, 1)));
+      if (rows > 0)
+        launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), rstds, rows, h,
+                              static_cast<float>(inst.epsilon()), stream_);
+      launched("rms norm gradient");
+      launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h, stream_);
+      break;
+    }
     case Opcode::LayerNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
       float2 *moments = static_cast<float2 *>(scratch(sizeof(float2) * std::max<int64_t>(rows, 1)));
@@ -433,6 +447,12 @@ private:
       break;
     case Opcode::SiluGrad:
       launchActivationGrad<Silu>(p(in[0]), p(in[1]), p(out[0]), n, stream_);
+      break;
+    case Opcode::Swiglu:
+      launchSwiglu(p(in[0]), p(in[1]), p(out[0]), n, stream_);
+      break;
+    case Opcode::SwigluGrad:
+      launchSwigluGrad(p(in[0]), p(in[1]), p(in[2]), p(out[0]), p(out[1]), n, stream_);
       break;
     case Opcode::TpCopy:
       convertOn(out[0].data, type, in[0].data, type, n);

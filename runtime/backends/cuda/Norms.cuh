@@ -1,5 +1,5 @@
-// Layer normalisation, forward and backward: one block per row, the row's moments through
-// the block reduction of Common.cuh.
+// Layer and RMS normalisation, forward and backward: one block per row, the row's
+// moments through the block reduction of Common.cuh.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 
@@ -76,6 +76,75 @@ __global__ void layerNormGradColumnsKernel(const T *dy, const T *x, const float2
     st(dw, j, accW);
     st(db, j, accB);
   }
+}
+
+/// The whole block's 1/sqrt(mean(x²) + eps) of the row x[0, h).
+template <typename T>
+__device__ float rowRms(const T *x, int64_t h, float eps, float *shared) {
+  float sq = 0;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    sq += ld(x, j) * ld(x, j);
+  return rsqrtf(blockSum(sq, shared) / h + eps);
+}
+
+/// One block per row: reads x and w, writes out = x·rstd·w.
+template <typename T>
+__global__ void rmsNormKernel(const T *x, const T *w, T *out, int64_t h, float eps) {
+  __shared__ float shared[32];
+  const T *xr = x + blockIdx.x * h;
+  const float rstd = rowRms(xr, h, eps, shared);
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    st(out, blockIdx.x * h + j, ld(xr, j) * rstd * ld(w, j));
+}
+
+/// One block per row: reads dy, x and w, writes dx = rstd·(g − x̂·mean(g·x̂)) with
+/// g = dy·w; keeps the row's rstd for the column sums of dw.
+template <typename T>
+__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx, float *rstds,
+                                      int64_t h, float eps) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const T *xr = x + r * h, *g = dy + r * h;
+  const float rstd = rowRms(xr, h, eps, shared);
+  float sumGX = 0;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    sumGX += ld(g, j) * ld(w, j) * ld(xr, j) * rstd;
+  const float meanGX = blockSum(sumGX, shared) / h;
+  for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
+    st(dx, r * h + j, rstd * (ld(g, j) * ld(w, j) - ld(xr, j) * rstd * meanGX));
+  if (threadIdx.x == 0)
+    rstds[r] = rstd;
+}
+
+/// One thread per column: dw = Σ dy·x·rstd, summed in row order.
+template <typename T>
+__global__ void rmsNormGradColumnsKernel(const T *dy, const T *x, const float *rstds, T *dw,
+                                         int64_t rows, int64_t h) {
+  GRID_STRIDE(j, h) {
+    float acc = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      acc += ld(dy, r * h + j) * ld(x, r * h + j) * rstds[r];
+    st(dw, j, acc);
+  }
+}
+
+template <typename T>
+void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, float eps,
+                   cudaStream_t stream) {
+  rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, out, h, eps);
+}
+
+template <typename T>
+void launchRmsNormGradRows(const T *dy, const T *x, const T *w, T *dx, float *rstds,
+                           int64_t rows, int64_t h, float eps, cudaStream_t stream) {
+  rmsNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, dx,
+                                                                              rstds, h, eps);
+}
+
+template <typename T>
+void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, T *dw, int64_t rows,
+                              int64_t h, cudaStream_t stream) {
+  rmsNormGradColumnsKernel<<<blocksFor(h), kThreads, 0, stream>>>(dy, x, rstds, dw, rows, h);
 }
 
 template <typename T>

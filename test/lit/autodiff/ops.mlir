@@ -179,3 +179,41 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
   %l = mt.cross_entropy %o, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// rms_norm: (dx, dw) = rms_norm_grad(dy, x, w); x is the saved activation.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "x"
+// CHECK: %[[W:.*]] = mt.param "w"
+// CHECK: %[[Y:.*]] = mt.rms_norm %[[X]], %[[W]] {epsilon = 2.500000e-01 : f64}
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:[^,]*]], %[[DW:.*]] = mt.rms_norm_grad %[[DY]], %[[X]], %[[W]] {epsilon = 2.500000e-01 : f64} : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<8xf32>) -> (tensor<2x4x8xf32>, tensor<8xf32>)
+// CHECK-DAG: mt.param_grad "x", %[[DX]]
+// CHECK-DAG: mt.param_grad "w", %[[DW]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %w = mt.param "w" ones : tensor<8xf32>
+  %y = mt.rms_norm %x, %w {epsilon = 2.5e-01 : f64} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// swiglu: (dgate, dup) = swiglu_grad(dy, gate, up); gate and up are saved.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[A:.*]] = mt.param "gate"
+// CHECK: %[[U:.*]] = mt.param "up"
+// CHECK: %[[Y:.*]] = mt.swiglu %[[A]], %[[U]]
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DA:[^,]*]], %[[DU:.*]] = mt.swiglu_grad %[[DY]], %[[A]], %[[U]] : (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+// CHECK-DAG: mt.param_grad "gate", %[[DA]]
+// CHECK-DAG: mt.param_grad "up", %[[DU]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %a = mt.param "gate" normal(1.0) : tensor<2x4x8xf32>
+  %u = mt.param "up" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.swiglu %a, %u : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

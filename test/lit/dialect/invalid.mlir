@@ -760,3 +760,73 @@ func.func @silu_grad_shapes(%g: tensor<2x16x64xf32>, %x: tensor<2x16x32xf32>) {
   %0 = mt.silu_grad %g, %x : (tensor<2x16x64xf32>, tensor<2x16x32xf32>) -> tensor<2x16x64xf32>
   return
 }
+
+// -----
+
+func.func @rms_norm_weight_size(%x: tensor<2x16x64xf32>, %w: tensor<32xf32>) {
+  // expected-error@+2 {{mt.rms_norm: weight tensor<32xf32> must be [64] of the element type of input tensor<2x16x64xf32>}}
+  // expected-error@+1 {{'mt.rms_norm' op failed to infer returned types}}
+  %0 = mt.rms_norm %x, %w : (tensor<2x16x64xf32>, tensor<32xf32>) -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_scalar(%x: tensor<f32>, %w: tensor<64xf32>) {
+  // expected-error@+2 {{mt.rms_norm: input tensor<f32> must have a feature dimension}}
+  // expected-error@+1 {{'mt.rms_norm' op failed to infer returned types}}
+  %0 = mt.rms_norm %x, %w : (tensor<f32>, tensor<64xf32>) -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @rms_norm_epsilon(%x: tensor<2x16x64xf32>, %w: tensor<64xf32>) -> tensor<2x16x64xf32> {
+  // expected-error@+1 {{'mt.rms_norm' op epsilon 0.000000e+00 must be positive}}
+  %y = mt.rms_norm %x, %w {epsilon = 0.0 : f64} : (tensor<2x16x64xf32>, tensor<64xf32>) -> tensor<2x16x64xf32>
+  return %y : tensor<2x16x64xf32>
+}
+
+// -----
+
+func.func @rms_norm_grad_input(%g: tensor<2x16x64xf32>, %x: tensor<2x16x32xf32>, %w: tensor<64xf32>) {
+  // expected-error@+2 {{mt.rms_norm_grad: grad tensor<2x16x64xf32> and input tensor<2x16x32xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.rms_norm_grad' op failed to infer returned types}}
+  %0:2 = mt.rms_norm_grad %g, %x, %w : (tensor<2x16x64xf32>, tensor<2x16x32xf32>, tensor<64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>)
+  return
+}
+
+// -----
+
+func.func @rms_norm_grad_epsilon(%g: tensor<2x16x64xf32>, %x: tensor<2x16x64xf32>, %w: tensor<64xf32>) {
+  // expected-error@+1 {{'mt.rms_norm_grad' op epsilon -1.000000e+00 must be positive}}
+  %0:2 = mt.rms_norm_grad %g, %x, %w {epsilon = -1.0 : f64} : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<64xf32>) -> (tensor<2x16x64xf32>, tensor<64xf32>)
+  return
+}
+
+// -----
+
+func.func @swiglu_shapes(%a: tensor<2x16x64xf32>, %u: tensor<2x16x32xf32>) {
+  // expected-error@+2 {{mt.swiglu: gate tensor<2x16x64xf32> and up tensor<2x16x32xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.swiglu' op failed to infer returned types}}
+  %0 = mt.swiglu %a, %u : (tensor<2x16x64xf32>, tensor<2x16x32xf32>) -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_types(%a: tensor<2x16x64xf32>, %u: tensor<2x16x64xbf16>) {
+  // expected-error@+2 {{mt.swiglu: gate tensor<2x16x64xf32> and up tensor<2x16x64xbf16> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.swiglu' op failed to infer returned types}}
+  %0 = mt.swiglu %a, %u : (tensor<2x16x64xf32>, tensor<2x16x64xbf16>) -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_grad_shapes(%g: tensor<2x16x64xf32>, %a: tensor<2x16x64xf32>, %u: tensor<2x16x32xf32>) {
+  // expected-error@+2 {{mt.swiglu_grad: gate tensor<2x16x64xf32> and up tensor<2x16x32xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.swiglu_grad' op failed to infer returned types}}
+  %0:2 = mt.swiglu_grad %g, %a, %u : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>)
+  return
+}

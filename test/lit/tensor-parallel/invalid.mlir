@@ -69,3 +69,15 @@ func.func @no_rule(%x: tensor<2x4x8xf32>) -> tensor<8xf32> {
   %g = mt.bias_grad %x : (tensor<2x4x8xf32>) -> tensor<8xf32>
   return %g : tensor<8xf32>
 }
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %w = mt.param "w" normal(2.0e-02) : tensor<8x8xf32>
+  %g1 = mt.param "g" ones : tensor<8xf32>
+  %h = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+  %s = mt.silu %h : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  // expected-error@+1 {{mt-tensor-parallel: rms_norm of a split tensor}}
+  %n = mt.rms_norm %s, %g1 : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+  return %n : tensor<2x4x8xf32>
+}
