@@ -167,7 +167,8 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
         fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
         f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, param,
         cost ? cost.getGemmFlops() : 0, f.axis, f.vocabParallel, f.sequenceParallel,
-        f.featureParallel, f.headParallel, f.lossSeed));
+        f.featureParallel, f.headParallel, f.lossSeed, f.theta, f.kvHeads, f.scalingFactor,
+        f.lowFreqFactor, f.highFreqFactor, f.originalPositions, f.inverse));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

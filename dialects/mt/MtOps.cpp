@@ -345,6 +345,37 @@ LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
+LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto qkv = ranked(adaptor.getQkv());
+  StringRef op = "mt.rotary";
+  if (failed(expectRank(loc, op, "qkv", qkv, 3, "[B, S, (heads + 2·kv_heads)·d]")))
+    return failure();
+  const int64_t heads = adaptor.getHeads();
+  const int64_t kv = adaptor.getKvHeads() ? static_cast<int64_t>(*adaptor.getKvHeads()) : heads;
+  if (kv <= 0 || heads % kv != 0)
+    return emitOptionalError(loc, op, ": kv_heads ", kv, " must divide heads ", heads);
+  const int64_t width = qkv.getShape().back();
+  if (!ShapedType::isDynamic(width) &&
+      (width % (heads + 2 * kv) != 0 || width / (heads + 2 * kv) % 2 != 0))
+    return emitOptionalError(loc, op, ": qkv ", str(qkv), " is not ", heads, " query and ", kv,
+                             " key and value heads of an even head dimension");
+  types.push_back(qkv);
+  return success();
+}
+
+LogicalResult RotaryOp::verify() {
+  if (!(getTheta().convertToDouble() > 0))
+    return emitOpError("theta ") << getTheta().convertToDouble() << " must be positive";
+  if (getScalingFactor() &&
+      (!(getScalingFactor()->convertToDouble() > 0) || !(getLowFreqFactor().convertToDouble() > 0) ||
+       !(getLowFreqFactor().convertToDouble() < getHighFreqFactor().convertToDouble()) ||
+       getOriginalPositions() <= 0))
+    return emitOpError("frequency scaling needs scaling_factor > 0, 0 < low_freq_factor < "
+                       "high_freq_factor and original_positions > 0");
+  return success();
+}
+
 /// Checks a fused [B, S, 3H] QKV against the head count; returns H.
 static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef op,
                                           RankedTensorType qkv, int64_t heads) {
@@ -889,6 +920,15 @@ FailureOr<SmallVector<Value>> RmsNormOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> SwigluOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
   auto grad = SwigluGradOp::create(b, getLoc(), resultGrads[0], getGate(), getUp());
   return SmallVector<Value>(grad->getResults());
+}
+
+// A rotation's inverse is its transpose: the gradient turns back.
+FailureOr<SmallVector<Value>> RotaryOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  auto grad = RotaryOp::create(b, getLoc(), resultGrads[0], getHeadsAttr(), getKvHeadsAttr(),
+                               getThetaAttr(), getScalingFactorAttr(), getLowFreqFactorAttr(),
+                               getHighFreqFactorAttr(), getOriginalPositionsAttr(),
+                               getInverse() ? UnitAttr() : b.getUnitAttr());
+  return SmallVector<Value>{grad.getResult()};
 }
 
 FailureOr<SmallVector<Value>> LinearOp::buildGradients(OpBuilder &b,

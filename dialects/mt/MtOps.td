@@ -214,6 +214,36 @@ def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
   let results = (outs Mt_FloatTensor:$result);
 }
 
+def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+  let summary = "rotary position embedding of the queries and keys of a fused QKV";
+  let description = [{
+    The last dimension of `qkv` [B, S, (heads + 2·kv_heads)·d] is laid out by key/value
+    group: (group, {the group's heads/kv_heads query heads, its key, its value}, d), as
+    Megatron's grouped-query attention lays it out; with kv_heads = heads (the default)
+    that is attention's (head, {q, k, v}, d). Every query and key head is rotated at its
+    position p (0 ≤ p < S) as Hugging Face's LLaMA and Megatron do (Su et al. 2021):
+    dims i and i + d/2 form pair i, turned by the angle p·theta^(−2i/d); values pass
+    through. `scaling_factor` adds LLaMA 3.1's frequency scaling (with
+    `low_freq_factor`, `high_freq_factor` and `original_positions`). `inverse` turns the
+    other way: the op's gradient, as a rotation's inverse is its transpose.
+  }];
+  let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       OptionalAttr<I64Attr>:$kv_heads,
+                       DefaultValuedAttr<F64Attr, "10000.0">:$theta,
+                       OptionalAttr<F64Attr>:$scaling_factor,
+                       DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
+                       DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
+                       DefaultValuedAttr<I64Attr, "8192">:$original_positions,
+                       UnitAttr:$inverse);
+  let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The key/value heads: kv_heads, or heads without it.
+    int64_t getKeyValueHeads() { return getKvHeads() ? *getKvHeads() : getHeads(); }
+  }];
+}
+
 def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "inverted dropout with a counter-based mask";

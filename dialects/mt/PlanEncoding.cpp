@@ -28,17 +28,25 @@ namespace {
 template <typename T> using Field = std::pair<StringLiteral, T PlanInstruction::*>;
 const Field<double> kFloatFields[] = {{"epsilon", &PlanInstruction::epsilon},
                                       {"rate", &PlanInstruction::rate},
-                                      {"dropout", &PlanInstruction::rate}};
+                                      {"dropout", &PlanInstruction::rate},
+                                      {"theta", &PlanInstruction::theta},
+                                      {"scaling_factor", &PlanInstruction::scalingFactor},
+                                      {"low_freq_factor", &PlanInstruction::lowFreqFactor},
+                                      {"high_freq_factor", &PlanInstruction::highFreqFactor}};
 const Field<int64_t> kIntegerFields[] = {{"heads", &PlanInstruction::heads},
                                          {"stream", &PlanInstruction::stream},
                                          {"num_classes", &PlanInstruction::numClasses},
                                          {"num_embeddings", &PlanInstruction::count},
-                                         {"num_positions", &PlanInstruction::count}};
+                                         {"num_positions", &PlanInstruction::count},
+                                         {"kv_heads", &PlanInstruction::kvHeads},
+                                         {"original_positions",
+                                          &PlanInstruction::originalPositions}};
 const Field<bool> kFlagFields[] = {{"causal", &PlanInstruction::causal},
                                    {"vocab_parallel", &PlanInstruction::vocabParallel},
                                    {"sequence_parallel", &PlanInstruction::sequenceParallel},
                                    {"feature_parallel", &PlanInstruction::featureParallel},
-                                   {"head_parallel", &PlanInstruction::headParallel}};
+                                   {"head_parallel", &PlanInstruction::headParallel},
+                                   {"inverse", &PlanInstruction::inverse}};
 const StringLiteral kIrOnly[] = {"keep_mask", "grid", "grid_axis"};
 
 /// The field of `fields` named `name`, or null.

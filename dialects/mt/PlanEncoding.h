@@ -18,6 +18,10 @@ struct PlanInstruction {
   bool causal = false, vocabParallel = false, sequenceParallel = false,
        featureParallel = false, headParallel = false, lossSeed = false;
   int32_t axis = 0;
+  // Rotary embeddings.
+  double theta = 0, scalingFactor = 0, lowFreqFactor = 0, highFreqFactor = 0;
+  int64_t kvHeads = 0, originalPositions = 0;
+  bool inverse = false;
   /// ParamGrad: the parameter's name, which the emitter turns into its index.
   StringRef param;
 };

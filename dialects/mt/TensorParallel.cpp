@@ -199,6 +199,22 @@ LogicalResult AttentionOp::partition(TensorParallelRewriter &tp) {
   return tp.setResultLayout(*this, TpLayout::Split);
 }
 
+// Whole key/value groups per rank, as attention splits them.
+LogicalResult RotaryOp::partition(TensorParallelRewriter &tp) {
+  if (tp.layoutOf(getQkv()) != TpLayout::Split)
+    return emitOpError("mt-tensor-parallel: qkv must come from a column-parallel linear");
+  const int64_t kv = getKeyValueHeads();
+  if (kv % tp.size() != 0)
+    return emitOpError("mt-tensor-parallel: ")
+           << kv << " key/value heads are not divisible by tp " << tp.size()
+           << " (tensor parallelism splits whole groups of query heads; use a tp that divides "
+           << kv << ")";
+  setHeads(getHeads() / tp.size());
+  if (getKvHeads())
+    setKvHeads(kv / tp.size());
+  return tp.setResultLayout(*this, TpLayout::Split);
+}
+
 // In the stream: under SP, this rank's block of the sequence takes its positions.
 LogicalResult PositionEmbeddingOp::partition(TensorParallelRewriter &tp) {
   if (tp.layoutOf(getInput()) == TpLayout::Sequence) {

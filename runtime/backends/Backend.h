@@ -55,6 +55,22 @@ struct ProbsMaskIndex {
   }
 };
 
+/// A Rotary instruction's rotation (core/HostDevice.h).
+inline Rope ropeOf(const plan::Instruction &inst) {
+  Rope rope;
+  rope.theta = inst.theta();
+  rope.scalingFactor = inst.scaling_factor();
+  rope.lowFreqFactor = inst.low_freq_factor();
+  rope.highFreqFactor = inst.high_freq_factor();
+  rope.originalPositions = static_cast<double>(inst.original_positions());
+  rope.sign = inst.inverse() ? -1 : 1;
+  return rope;
+}
+/// A Rotary instruction's key/value heads: kv_heads, or heads without it.
+inline int64_t kvHeadsOf(const plan::Instruction &inst) {
+  return inst.kv_heads() > 0 ? inst.kv_heads() : inst.heads();
+}
+
 /// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a
 /// Status naming the cause. release() cannot fail: it runs in destructors.
 class Backend {

@@ -60,6 +60,48 @@ struct Swiglu {
   }
 };
 
+/// Rotary position embeddings (Su et al. 2021) as LLaMA applies them: dims i and i + d/2
+/// of a head of d form pair i, turned at position p by the angle p·frequency(i, d), in
+/// double on both backends. The layout of a fused QKV by key/value group is attention's
+/// (plan.fbs: Rotary).
+struct Rope {
+  double theta = 10000;
+  double scalingFactor = 0; // > 0: LLaMA 3.1's frequency scaling, with the three below
+  double lowFreqFactor = 1, highFreqFactor = 4, originalPositions = 8192;
+  double sign = 1;          // −1: the inverse rotation (the gradient)
+
+  /// theta^(−2i/d); scaled, wavelengths above originalPositions/lowFreqFactor are
+  /// stretched by scalingFactor, those below originalPositions/highFreqFactor kept, and
+  /// those between blended (Hugging Face's `llama3` rope type).
+  MT_HOST_DEVICE double frequency(int64_t i, int64_t d) const {
+    const double f = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d));
+    if (scalingFactor <= 0)
+      return f;
+    const double wavelength = 2 * 3.14159265358979323846 / f;
+    if (wavelength < originalPositions / highFreqFactor)
+      return f;
+    if (wavelength > originalPositions / lowFreqFactor)
+      return f / scalingFactor;
+    const double smooth =
+        (originalPositions / wavelength - lowFreqFactor) / (highFreqFactor - lowFreqFactor);
+    return (1 - smooth) * f / scalingFactor + smooth * f;
+  }
+  /// The angle of pair i at position p, given its frequency.
+  MT_HOST_DEVICE double angle(int64_t p, double frequency) const {
+    return sign * static_cast<double>(p) * frequency;
+  }
+  /// Pair (a, b) = (x[i], x[i + d/2]) of a head, turned by `angle`.
+  template <typename T, typename O>
+  MT_HOST_DEVICE static void turn(T a, T b, double angle, O &outA, O &outB) {
+    const double c = cos(angle), s = sin(angle);
+    outA = static_cast<O>(a * c - b * s);
+    outB = static_cast<O>(b * c + a * s);
+  }
+  /// Whether head j of a key/value group of `perGroup` query heads is turned: the query
+  /// heads and the key are, the value (the last) is not.
+  MT_HOST_DEVICE static bool turns(int64_t j, int64_t perGroup) { return j <= perGroup; }
+};
+
 /// The softmax statistics of one row, merged over `parts` shards of its columns
 /// (vocabulary-parallel cross entropy). Shard p's (max, Σ exp(x − max), target logit)
 /// lie at stats[3p·stride], stats[(3p + 1)·stride], stats[(3p + 2)·stride]. Each

@@ -142,6 +142,17 @@ std::string checkRmsNorm(const Operands &o) {
              : "rms norm gradient operands disagree";
 }
 
+// Rotary qkv [B, S, (heads + 2·kv_heads)·d] -> the same, d even.
+std::string checkRotary(const Operands &o) {
+  const Dims &qkv = o.in[0];
+  const int64_t heads = o.inst.heads(), kv = o.inst.kv_heads() > 0 ? o.inst.kv_heads() : heads;
+  const int64_t parts = heads + 2 * kv;
+  return qkv.rank() == 3 && heads > 0 && heads % kv == 0 && qkv.d[2] % parts == 0 &&
+                 qkv.d[2] / parts % 2 == 0 && o.inst.theta() > 0 && same(o.out[0], qkv)
+             ? ""
+             : "rotary operands disagree";
+}
+
 std::string checkLinear(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   return in[1].rank() == 2 && in[0].last() == in[1].d[1] && out[0].rows() == in[0].rows() &&

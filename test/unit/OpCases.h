@@ -60,6 +60,15 @@ inline std::vector<OpCase> opCases() {
   %a = mt.param "gate" normal(2.0) : tensor<2x3x5xf32>
   %u = mt.param "up" normal(1.0) : tensor<2x3x5xf32>
   %logits = mt.swiglu %a, %u : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  // Rotary embeddings: every head its own key and value (theta 100, so that three
+  // positions turn far), and one key/value head for two query heads with LLaMA 3.1's
+  // scaling, whose blended band pair 1 falls in.
+  c.push_back({"rotary", oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x24xf32>
+  %logits = mt.rotary %qkv {heads = 2 : i64, theta = 1.0e+02 : f64} : (tensor<2x3x24xf32>) -> tensor<2x3x24xf32>)", 24), "", 3, 24});
+  c.push_back({"rotary_grouped_scaled", oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x16xf32>
+  %logits = mt.rotary %qkv {heads = 2 : i64, kv_heads = 1 : i64, original_positions = 1000 : i64, scaling_factor = 8.0 : f64} : (tensor<2x3x16xf32>) -> tensor<2x3x16xf32>)", 16), "", 3, 16});
   c.push_back({"add", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %y = mt.param "y" normal(1.0) : tensor<2x3x5xf32>

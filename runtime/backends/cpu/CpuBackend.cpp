@@ -300,6 +300,35 @@ template <typename T> struct Kernels {
       ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
   }
 
+  /// The fused QKV's query and key heads turned by position (core/HostDevice.h: Rope).
+  static void rotary(const TensorView &qkv, int64_t heads, int64_t kv, const Rope &rope,
+                     const TensorView &out) {
+    const int64_t s = qkv.dim(1), width = qkv.dim(2), perGroup = heads / kv;
+    const int64_t d = width / (heads + 2 * kv), half = d / 2;
+    std::vector<double> frequency(half);
+    for (int64_t i = 0; i < half; ++i)
+      frequency[i] = rope.frequency(i, d);
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < qkv.rows(); ++row) {
+      const int64_t p = row % s;
+      const T *x = ptr(qkv) + row * width;
+      T *y = ptr(out) + row * width;
+      for (int64_t g = 0; g < kv; ++g)
+        for (int64_t j = 0; j < perGroup + 2; ++j) {
+          const int64_t head = (g * (perGroup + 2) + j) * d;
+          for (int64_t i = 0; i < half; ++i) {
+            const T a = x[head + i], b = x[head + i + half];
+            if (Rope::turns(j, perGroup)) {
+              Rope::turn(a, b, rope.angle(p, frequency[i]), y[head + i], y[head + i + half]);
+            } else {
+              y[head + i] = a;
+              y[head + i + half] = b;
+            }
+          }
+        }
+    }
+  }
+
   static void swiglu(const TensorView &gate, const TensorView &up, const TensorView &out) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < out.numel(); ++i)
@@ -699,6 +728,9 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Swiglu:
       swiglu(in[0], in[1], out[0]);
+      break;
+    case Opcode::Rotary:
+      rotary(in[0], inst.heads(), kvHeadsOf(inst), ropeOf(inst), out[0]);
       break;
     case Opcode::Attention:
       attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);

@@ -64,6 +64,28 @@ __global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dga
   }
 }
 
+/// The fused QKV [rows of S positions, kv groups of (perGroup + 2) heads of d]: one
+/// thread per pair of a head; query and key pairs turned by position, value pairs copied.
+template <typename T>
+__global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, int64_t kv,
+                             int64_t perGroup, int64_t d, Rope rope) {
+  GRID_STRIDE(t, pairs) {
+    const int64_t half = d / 2, i = t % half, head = t / half; // head of all rows' heads
+    const int64_t j = head % (perGroup + 2), row = head / ((perGroup + 2) * kv);
+    const int64_t at = head * d + i;
+    const float a = ld(qkv, at), b = ld(qkv, at + half);
+    if (Rope::turns(j, perGroup)) {
+      float outA, outB;
+      Rope::turn(a, b, rope.angle(row % s, rope.frequency(i, d)), outA, outB);
+      st(out, at, outA);
+      st(out, at + half, outB);
+    } else {
+      st(out, at, a);
+      st(out, at + half, b);
+    }
+  }
+}
+
 /// db[j] = Σ_r dy[r, j], summed in row order. One thread per column.
 template <typename T>
 __global__ void biasGradKernel(const T *dy, T *db, int64_t rows, int64_t n) {
@@ -108,6 +130,14 @@ void launchAccumulate(const T *g, float *into, int64_t n, cudaStream_t stream) {
 template <typename F, typename T>
 void launchActivation(const T *x, T *out, int64_t n, cudaStream_t stream) {
   activationKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(x, out, n);
+}
+
+template <typename T>
+void launchRotary(const T *qkv, T *out, int64_t rows, int64_t s, int64_t width, int64_t heads,
+                  int64_t kv, const Rope &rope, cudaStream_t stream) {
+  const int64_t d = width / (heads + 2 * kv), pairs = rows * width / 2;
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, kv, heads / kv, d,
+                                                          rope);
 }
 
 template <typename T>

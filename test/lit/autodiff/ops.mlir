@@ -217,3 +217,19 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
   %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// rotary: a rotation, so its gradient is the inverse rotation of dy; nothing is saved.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "qkv"
+// CHECK: %[[Y:.*]] = mt.rotary %[[X]] {heads = 2 : i64, kv_heads = 1 : i64, theta = 5.000000e+05 : f64}
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:.*]] = mt.rotary %[[DY]] {heads = 2 : i64, inverse, kv_heads = 1 : i64, theta = 5.000000e+05 : f64} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+// CHECK: mt.param_grad "qkv", %[[DX]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "qkv" normal(1.0) : tensor<2x4x16xf32>
+  %y = mt.rotary %x {heads = 2 : i64, kv_heads = 1 : i64, theta = 5.0e+05 : f64} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}

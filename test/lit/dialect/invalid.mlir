@@ -830,3 +830,37 @@ func.func @swiglu_grad_shapes(%g: tensor<2x16x64xf32>, %a: tensor<2x16x64xf32>, 
   %0:2 = mt.swiglu_grad %g, %a, %u : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<2x16x32xf32>) -> (tensor<2x16x64xf32>, tensor<2x16x64xf32>)
   return
 }
+
+// -----
+
+func.func @rotary_kv_heads(%x: tensor<2x16x40xf32>) {
+  // expected-error@+2 {{mt.rotary: kv_heads 3 must divide heads 4}}
+  // expected-error@+1 {{'mt.rotary' op failed to infer returned types}}
+  %0 = mt.rotary %x {heads = 4 : i64, kv_heads = 3 : i64} : (tensor<2x16x40xf32>) -> tensor<2x16x40xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_odd_head_dim(%x: tensor<2x16x30xf32>) {
+  // expected-error@+2 {{mt.rotary: qkv tensor<2x16x30xf32> is not 2 query and 2 key and value heads of an even head dimension}}
+  // expected-error@+1 {{'mt.rotary' op failed to infer returned types}}
+  %0 = mt.rotary %x {heads = 2 : i64} : (tensor<2x16x30xf32>) -> tensor<2x16x30xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_theta(%x: tensor<2x16x24xf32>) {
+  // expected-error@+1 {{'mt.rotary' op theta 0.000000e+00 must be positive}}
+  %0 = mt.rotary %x {heads = 2 : i64, theta = 0.0 : f64} : (tensor<2x16x24xf32>) -> tensor<2x16x24xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_scaling(%x: tensor<2x16x24xf32>) {
+  // expected-error@+1 {{'mt.rotary' op frequency scaling needs scaling_factor > 0, 0 < low_freq_factor < high_freq_factor and original_positions > 0}}
+  %0 = mt.rotary %x {heads = 2 : i64, scaling_factor = 8.0 : f64, low_freq_factor = 4.0 : f64, high_freq_factor = 1.0 : f64} : (tensor<2x16x24xf32>) -> tensor<2x16x24xf32>
+  return
+}
