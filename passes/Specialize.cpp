@@ -11,14 +11,20 @@ struct MtSpecialize : impl::MtSpecializeBase<MtSpecialize> {
   using Base::Base;
 
   LogicalResult specialize(FunctionOpInterface fn) {
+    // The sequence: seq-length, else the position table's length, else the model's own
+    // `mt.seq_length` (a model with rotary embeddings has no table).
     int64_t seq = seqLength;
     if (seq == 0) {
       fn.walk([&](PositionEmbeddingOp op) {
         seq = cast<RankedTensorType>(op.getTable().getType()).getDimSize(0);
       });
+      auto module = fn->getParentOfType<ModuleOp>();
+      if (auto length = module ? module->getAttrOfType<IntegerAttr>("mt.seq_length") : nullptr;
+          seq == 0 && length)
+        seq = length.getInt();
       if (seq == 0)
-        return fn.emitError("mt-specialize: the model has no position table; "
-                            "give seq-length");
+        return fn.emitError("mt-specialize: the model has no position table and no "
+                            "mt.seq_length; give seq-length");
     }
     if (microBatchSize <= 0 || seq < 0)
       return fn.emitError("mt-specialize: micro-batch-size ")

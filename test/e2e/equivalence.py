@@ -3,7 +3,8 @@
 
 gpt-tiny (dropout on) trains K steps from the same seed and data under every layout of
 tp in {1,2,4} x sp in {off,on} x dp in {1,2} x distributed optimizer in {off,on} (at most
-8 ranks), and gpt-mini under pipelines (pp in {2,4}, every schedule, recomputation,
+8 ranks), llama-tiny under five layouts with recomputation and pipelines, and gpt-mini
+under pipelines (pp in {2,4}, every schedule, recomputation,
 combined with tp/sp/dp up to 8 ranks); each must match its serial run: losses and gradient norms within 1e-5 relative, final weights
 within 1e-4 relative (norm-wise, all weights as one vector); bf16 layouts match the serial bf16 run within 1e-2. Checkpoints saved under one layout resume under another on the
 serial loss curve. Standard library only.
@@ -198,6 +199,30 @@ def main():
     for layout in ((2, False, 1, False), (2, True, 1, False), (4, True, 2, True)):
         name = "regions_tp%d%s_dp%d" % (layout[0], "_sp" if layout[1] else "", layout[2])
         check(name, layout, compile_and_train(name, layout))
+
+    # llama-tiny (RMSNorm, SwiGLU, rotary embeddings, untied output): tensor, sequence
+    # and data parallelism with the distributed optimizer and recomputation, and
+    # pipelines.
+    model = os.path.join(args.models, "llama-tiny.mlir")
+    compile_and_train("serial_llama", (1, False, 1, False))
+    serial_losses = losses(work("serial_llama.txt"))
+    serial_norms = grad_norms(work("serial_llama.txt"))
+    serial_weights = weights(work("serial_llama"))
+    for layout, extra in (((2, True, 1, False), []), ((4, True, 2, True), []),
+                          ((2, False, 2, False), ["--recompute", "selective"]),
+                          ((1, False, 2, True), ["--pp", "2", "--recompute", "full"]),
+                          ((2, True, 1, False), ["--pp", "2", "--schedule", "gpipe",
+                                                 "--recompute", "selective"])):
+        pp = int(extra[extra.index("--pp") + 1]) if "--pp" in extra else 1
+        name = "llama_tp%d%s_dp%d%s%s" % (layout[0], "_sp" if layout[1] else "", layout[2],
+                                          "_distopt" if layout[3] else "",
+                                          "".join(extra).replace("--", "_"))
+        run([mtc, "compile", model, *batch, *flags(*layout), *extra, "-o", work(name + ".mtp")])
+        begin = time.time()
+        run([*mtrun, "-n", str(layout[0] * layout[2] * pp), work(name + ".mtp"), *train,
+             "--save", work(name), "--metrics", work(name + ".txt")])
+        check(name, (layout[0], layout[1], layout[2] * pp, layout[3]), time.time() - begin)
+
     model = os.path.join(args.models, "gpt-tiny.mlir")
     serial_losses = losses(work("serial_tiny.txt"))
     serial_norms = grad_norms(work("serial_tiny.txt"))

@@ -101,6 +101,8 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.param "logits" normal(1.0) : tensor<2x3x6xf32>)", 6,
       "  %loss = mt.cross_entropy %logits, %targets {num_classes = 4 : i64} : "
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
+  c.push_back({"llama_tiny", "", "llama-tiny", 8, 512});
+  c.push_back({"llama_tiny_full", "", "llama-tiny", 8, 512, "--recompute full"});
   c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 512});
   c.push_back({"gpt_tiny_selective", "", "gpt-tiny", 8, 512, "--recompute selective"});
   c.push_back({"gpt_tiny_full", "", "gpt-tiny", 8, 512, "--recompute full"});

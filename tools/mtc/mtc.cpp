@@ -389,11 +389,15 @@ int runCompile(MLIRContext &context, const Args &args) {
     if (fn.getNumArguments() > 0)
       header.seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
   });
-  // The real vocabulary: what the loss counts, padding excluded.
+  // The real vocabulary: what the loss counts, padding excluded (every logit where the
+  // loss says no more).
   module.walk([&](Operation *op) {
-    if (auto classes = op->getAttrOfType<IntegerAttr>("num_classes");
-        classes && isa<mlir::mt::CrossEntropyOp, mlir::mt::CrossEntropyMergeOp>(op))
+    if (!isa<mlir::mt::CrossEntropyOp, mlir::mt::CrossEntropyMergeOp>(op))
+      return;
+    if (auto classes = op->getAttrOfType<IntegerAttr>("num_classes"))
       vocab = classes.getInt();
+    else if (auto loss = dyn_cast<mlir::mt::CrossEntropyOp>(op))
+      vocab = cast<RankedTensorType>(loss.getLogits().getType()).getShape().back();
   });
   header.vocabSize = vocab;
   header.tp = options.tp;

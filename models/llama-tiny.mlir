@@ -1,0 +1,42 @@
+// A CI-sized LLaMA: 2 layers, hidden 64, 4 heads of 16, SwiGLU MLP of 176, vocabulary
+// 512, 32 positions. Pre-RMSNorm decoder blocks without biases, rotary embeddings
+// (theta 10000) instead of learned positions, an untied output layer, no dropout;
+// output projections initialised with std 0.02/sqrt(2·layers), as Megatron does.
+// Parameter names follow Hugging Face's LlamaForCausalLM, the fused QKV aside.
+// No batch size and no layout: those are compiler options.
+module attributes {mt.model = "llama-tiny", mt.seq_length = 32 : i64} {
+  func.func private @block(%x: tensor<?x?x64xf32>) -> tensor<?x?x64xf32> {
+    %n1_w = mt.param "input_layernorm.weight" ones : tensor<64xf32>
+    %n1 = mt.rms_norm %x, %n1_w : (tensor<?x?x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %qkv_w = mt.param "self_attn.qkv.weight" normal(2.0e-02) : tensor<192x64xf32>
+    %qkv = mt.linear %n1, %qkv_w : (tensor<?x?x64xf32>, tensor<192x64xf32>) -> tensor<?x?x192xf32>
+    %rqkv = mt.rotary %qkv {heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x192xf32>
+    %att = mt.attention %rqkv {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+    %o_w = mt.param "self_attn.o_proj.weight" normal(1.0e-02) : tensor<64x64xf32>
+    %o = mt.linear %att, %o_w : (tensor<?x?x64xf32>, tensor<64x64xf32>) -> tensor<?x?x64xf32>
+    %r1 = mt.add %x, %o : (tensor<?x?x64xf32>, tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %n2_w = mt.param "post_attention_layernorm.weight" ones : tensor<64xf32>
+    %n2 = mt.rms_norm %r1, %n2_w : (tensor<?x?x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %gate_w = mt.param "mlp.gate_proj.weight" normal(2.0e-02) : tensor<176x64xf32>
+    %gate = mt.linear %n2, %gate_w : (tensor<?x?x64xf32>, tensor<176x64xf32>) -> tensor<?x?x176xf32>
+    %up_w = mt.param "mlp.up_proj.weight" normal(2.0e-02) : tensor<176x64xf32>
+    %up = mt.linear %n2, %up_w : (tensor<?x?x64xf32>, tensor<176x64xf32>) -> tensor<?x?x176xf32>
+    %act = mt.swiglu %gate, %up : (tensor<?x?x176xf32>, tensor<?x?x176xf32>) -> tensor<?x?x176xf32>
+    %down_w = mt.param "mlp.down_proj.weight" normal(1.0e-02) : tensor<64x176xf32>
+    %down = mt.linear %act, %down_w : (tensor<?x?x176xf32>, tensor<64x176xf32>) -> tensor<?x?x64xf32>
+    %r2 = mt.add %r1, %down : (tensor<?x?x64xf32>, tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    return %r2 : tensor<?x?x64xf32>
+  }
+
+  func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<f32> {
+    %emb_w = mt.param "embed_tokens.weight" normal(2.0e-02) : tensor<512x64xf32>
+    %x = mt.embedding %emb_w, %tokens : (tensor<512x64xf32>, tensor<?x?xi32>) -> tensor<?x?x64xf32>
+    %y = mt.repeat 2 @block(%x) {prefix = "layers"} : (tensor<?x?x64xf32>) -> tensor<?x?x64xf32>
+    %norm_w = mt.param "norm.weight" ones : tensor<64xf32>
+    %yn = mt.rms_norm %y, %norm_w : (tensor<?x?x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
+    %head_w = mt.param "lm_head.weight" normal(2.0e-02) : tensor<512x64xf32>
+    %logits = mt.linear %yn, %head_w : (tensor<?x?x64xf32>, tensor<512x64xf32>) -> tensor<?x?x512xf32>
+    %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x512xf32>, tensor<?x?xi32>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
