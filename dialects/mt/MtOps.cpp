@@ -422,8 +422,25 @@ static LogicalResult verifyRandom(Operation *op, FloatAttr rate, IntegerAttr str
   return success();
 }
 
+/// A rotary embedding feeding attention lays the QKV out as attention reads it: the same
+/// heads, each its own key and value.
+static LogicalResult verifyRotaryInput(Operation *op, Value qkv, int64_t heads) {
+  auto rotary = qkv.getDefiningOp<RotaryOp>();
+  if (!rotary || (rotary.getHeads() == static_cast<uint64_t>(heads) &&
+                  rotary.getKeyValueHeads() == heads))
+    return success();
+  return op->emitOpError("reads a qkv that mt.rotary turned as ")
+         << rotary.getHeads() << " query and " << rotary.getKeyValueHeads()
+         << " key/value heads, but attends with " << heads << " heads, each its own key and value";
+}
+
 LogicalResult AttentionOp::verify() {
+  if (failed(verifyRotaryInput(*this, getQkv(), getHeads())))
+    return failure();
   return verifyRandom(*this, getDropoutAttr(), getStreamAttr());
+}
+LogicalResult AttentionProbsOp::verify() {
+  return verifyRotaryInput(*this, getQkv(), getHeads());
 }
 
 /// Checks probabilities [B, heads, S, S] against a fused QKV [B, S, 3H].

@@ -204,6 +204,7 @@ def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        UnitAttr:$causal);
   let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
@@ -229,12 +230,12 @@ def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_Cos
     other way: the op's gradient, as a rotation's inverse is its transpose.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
-                       OptionalAttr<I64Attr>:$kv_heads,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        DefaultValuedAttr<F64Attr, "10000.0">:$theta,
                        OptionalAttr<F64Attr>:$scaling_factor,
                        DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
                        DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
-                       DefaultValuedAttr<I64Attr, "8192">:$original_positions,
+                       ConfinedAttr<DefaultValuedAttr<I64Attr, "8192">, [IntPositive]>:$original_positions,
                        UnitAttr:$inverse);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;

@@ -65,9 +65,16 @@ Value TensorParallelRewriter::allGather(OpBuilder &b, Location loc, Value x, int
 }
 
 Value TensorParallelRewriter::enterRegion(OpBuilder &b, Location loc, Value x) {
-  if (layoutOf(x) == TpLayout::Sequence)
-    return allGather(b, loc, x, 1);
-  return TpCopyOp::create(b, loc, x, grid_, b.getI64IntegerAttr(kTpAxis));
+  // Once per value: linears that read one input (LLaMA's gate and up projections) share
+  // one copy or gather, and so backward one all-reduce or reduce-scatter, as Megatron's
+  // fused projection does.
+  if (Value done = entered_.lookup(x))
+    return done;
+  Value entered = layoutOf(x) == TpLayout::Sequence
+                      ? allGather(b, loc, x, 1)
+                      : TpCopyOp::create(b, loc, x, grid_, b.getI64IntegerAttr(kTpAxis));
+  entered_[x] = entered;
+  return entered;
 }
 
 Value TensorParallelRewriter::leaveRegion(OpBuilder &b, Location loc, Value partial) {

@@ -45,7 +45,8 @@ public:
   /// parameter whose gradient each rank computes only in part.
   void markGradReduce(Value v);
 
-  /// Megatron's f: every rank needs the whole input (all-gathered under SP).
+  /// Megatron's f: every rank needs the whole input (all-gathered under SP); once per
+  /// value, placed where it is first needed.
   Value enterRegion(OpBuilder &b, Location loc, Value x);
   /// Megatron's g: partial sums become the stream (reduce-scattered under SP).
   Value leaveRegion(OpBuilder &b, Location loc, Value partial);
@@ -61,6 +62,7 @@ private:
   bool sp_;
   FlatSymbolRefAttr grid_;
   llvm::DenseMap<Value, TpLayout> layouts_;
+  llvm::DenseMap<Value, Value> entered_; // enterRegion's result for each value entered
 };
 
 } // namespace mlir::mt

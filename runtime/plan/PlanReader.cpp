@@ -142,15 +142,22 @@ std::string checkRmsNorm(const Operands &o) {
              : "rms norm gradient operands disagree";
 }
 
-// Rotary qkv [B, S, (heads + 2·kv_heads)·d] -> the same, d even.
+// Rotary qkv [B, S, (heads + 2·kv_heads)·d] -> the same, d even; frequencies that are
+// finite.
 std::string checkRotary(const Operands &o) {
+  const plan::Instruction &inst = o.inst;
   const Dims &qkv = o.in[0];
-  const int64_t heads = o.inst.heads(), kv = o.inst.kv_heads() > 0 ? o.inst.kv_heads() : heads;
+  const int64_t heads = inst.heads(), kv = inst.kv_heads() > 0 ? inst.kv_heads() : heads;
   const int64_t parts = heads + 2 * kv;
-  return qkv.rank() == 3 && heads > 0 && heads % kv == 0 && qkv.d[2] % parts == 0 &&
-                 qkv.d[2] / parts % 2 == 0 && o.inst.theta() > 0 && same(o.out[0], qkv)
-             ? ""
-             : "rotary operands disagree";
+  if (!(qkv.rank() == 3 && heads > 0 && inst.kv_heads() >= 0 && heads % kv == 0 &&
+        qkv.d[2] % parts == 0 && qkv.d[2] / parts % 2 == 0 && same(o.out[0], qkv)))
+    return "rotary operands disagree";
+  if (!(inst.theta() > 0) ||
+      (inst.scaling_factor() > 0 &&
+       !(inst.low_freq_factor() > 0 && inst.high_freq_factor() > inst.low_freq_factor() &&
+         inst.original_positions() > 0)))
+    return "rotary frequencies are not well defined";
+  return "";
 }
 
 std::string checkLinear(const Operands &o) {

@@ -67,11 +67,19 @@ TEST_P(GradientCheck, MatchesCentralDifferences) {
     SCOPED_TRACE("parameter " + p.name);
     auto *w = p.weight.as<double>();
     const std::vector<double> &analytic = gradients[n];
-    // Every element of small tensors; a random sample of large ones.
-    std::vector<int64_t> elements;
+    // Every element of small tensors; of large ones, a random sample, half of it among
+    // the elements backward gave a gradient (an untied embedding's rows of tokens not in
+    // the batch have none, rightly, and a uniform sample may hold only those).
+    std::vector<int64_t> elements, touched;
+    for (int64_t i = 0; i < p.weight.numel(); ++i)
+      if (analytic[i] != 0)
+        touched.push_back(i);
     std::uniform_int_distribution<int64_t> pick(0, p.weight.numel() - 1);
+    std::uniform_int_distribution<size_t> pickTouched(0, touched.empty() ? 0 : touched.size() - 1);
     for (int64_t i = 0; i < std::min<int64_t>(p.weight.numel(), 48); ++i)
-      elements.push_back(p.weight.numel() <= 48 ? i : pick(rng));
+      elements.push_back(p.weight.numel() <= 48           ? i
+                         : i % 2 == 0 || touched.empty() ? pick(rng)
+                                                          : touched[pickTouched(rng)]);
     double diff = 0, norm = 0;
     for (int64_t i : elements) {
       // The step balances the difference's truncation error, h^2·|L'''|/6, against its

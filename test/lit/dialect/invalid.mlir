@@ -864,3 +864,29 @@ func.func @rotary_scaling(%x: tensor<2x16x24xf32>) {
   %0 = mt.rotary %x {heads = 2 : i64, scaling_factor = 8.0 : f64, low_freq_factor = 4.0 : f64, high_freq_factor = 1.0 : f64} : (tensor<2x16x24xf32>) -> tensor<2x16x24xf32>
   return
 }
+
+// -----
+
+func.func @rotary_heads_unlike_attention(%x: tensor<2x16x48xf32>) {
+  %r = mt.rotary %x {heads = 2 : i64} : (tensor<2x16x48xf32>) -> tensor<2x16x48xf32>
+  // expected-error@+1 {{'mt.attention' op reads a qkv that mt.rotary turned as 2 query and 2 key/value heads, but attends with 4 heads, each its own key and value}}
+  %a = mt.attention %r {causal, heads = 4 : i64} : (tensor<2x16x48xf32>) -> tensor<2x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_grouped_into_attention(%x: tensor<2x16x32xf32>) {
+  %r = mt.rotary %x {heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  // expected-error@+1 {{'mt.attention_probs' op reads a qkv that mt.rotary turned as 2 query and 1 key/value heads, but attends with 2 heads, each its own key and value}}
+  %p = mt.attention_probs %r {causal, heads = 2 : i64} : (tensor<2x16x32xf32>) -> tensor<2x2x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @rotary_original_positions(%x: tensor<2x16x24xf32>) {
+  // expected-error@+1 {{'mt.rotary' op attribute 'original_positions' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %0 = mt.rotary %x {heads = 2 : i64, original_positions = -8 : i64, scaling_factor = 8.0 : f64} : (tensor<2x16x24xf32>) -> tensor<2x16x24xf32>
+  return
+}

@@ -6,10 +6,14 @@
 // CHECK-LABEL: func.func @mlp
 // CHECK: %[[NW:.*]] = mt.param "norm.weight" ones : tensor<8xf32>
 // CHECK: %[[N:.*]] = mt.rms_norm %{{.*}}, %[[NW]] : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// Both projections read one copy of the normed input (so backward all-reduces its
+// gradient once, as for Megatron's fused projection).
 // CHECK: %[[WG:.*]] = mt.param "gate_proj.weight" normal(2.000000e-02) {global_shape = array<i64: 32, 8>, shard_dim = 0 : i64} : tensor<16x8xf32>
-// CHECK: %[[G:.*]] = mt.linear %{{.*}}, %[[WG]] : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+// CHECK: %[[IN:.*]] = mt.tp_copy %[[N]]
+// CHECK: %[[G:.*]] = mt.linear %[[IN]], %[[WG]] : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+// CHECK-NOT: mt.tp_copy
 // CHECK: %[[WU:.*]] = mt.param "up_proj.weight" normal(2.000000e-02) {global_shape = array<i64: 32, 8>, shard_dim = 0 : i64} : tensor<16x8xf32>
-// CHECK: %[[U:.*]] = mt.linear %{{.*}}, %[[WU]] : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+// CHECK: %[[U:.*]] = mt.linear %[[IN]], %[[WU]] : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
 // CHECK: %[[S:.*]] = mt.swiglu %[[G]], %[[U]] : (tensor<2x4x16xf32>, tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
 // CHECK: %[[WD:.*]] = mt.param "down_proj.weight" normal(2.000000e-02) {global_shape = array<i64: 8, 32>, shard_dim = 1 : i64} : tensor<8x16xf32>
 // CHECK: %[[D:.*]] = mt.linear %[[S]], %[[WD]] : (tensor<2x4x16xf32>, tensor<8x16xf32>) -> tensor<2x4x8xf32>
