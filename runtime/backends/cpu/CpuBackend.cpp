@@ -23,6 +23,12 @@ namespace {
 
 using plan::Opcode;
 
+/// Row-wise and elementwise kernels share their rows among OpenMP threads from this many
+/// elements up: below it a parallel region costs more than it saves, and far more when
+/// the machine is oversubscribed (ranks, or tests, sharing its cores). Each element is
+/// computed alike either way.
+constexpr int64_t kParallelElements = int64_t{1} << 15;
+
 /// Token ids and targets are i32 or i64 tensors.
 int64_t indexAt(const TensorView &t, int64_t i) {
   return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
@@ -149,7 +155,7 @@ template <typename T> struct Kernels {
   static void layerNorm(const TensorView &x, const TensorView &w, const TensorView &b,
                         double eps, const TensorView &out) {
     const int64_t h = x.cols();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
     for (int64_t r = 0; r < x.rows(); ++r) {
       const T *xr = ptr(x) + r * h;
       T *o = ptr(out) + r * h;
@@ -202,7 +208,7 @@ template <typename T> struct Kernels {
   static void rmsNorm(const TensorView &x, const TensorView &w, double eps,
                       const TensorView &out) {
     const int64_t h = x.cols();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
     for (int64_t r = 0; r < x.rows(); ++r) {
       const T *xr = ptr(x) + r * h;
       T *o = ptr(out) + r * h;
@@ -289,13 +295,13 @@ template <typename T> struct Kernels {
   // Activations (core/HostDevice.h): elementwise math runs in T, as the result is
   // stored in T anyway.
   template <typename F> static void activation(const TensorView &x, const TensorView &out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
     for (int64_t i = 0; i < out.numel(); ++i)
       ptr(out)[i] = F::value(ptr(x)[i]);
   }
   template <typename F>
   static void activationGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dx.numel() >= kParallelElements)
     for (int64_t i = 0; i < dx.numel(); ++i)
       ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
   }
@@ -308,7 +314,7 @@ template <typename T> struct Kernels {
     std::vector<double> frequency(half);
     for (int64_t i = 0; i < half; ++i)
       frequency[i] = rope.frequency(i, d);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (qkv.numel() >= kParallelElements)
     for (int64_t row = 0; row < qkv.rows(); ++row) {
       const int64_t p = row % s;
       const T *x = ptr(qkv) + row * width;
@@ -330,13 +336,13 @@ template <typename T> struct Kernels {
   }
 
   static void swiglu(const TensorView &gate, const TensorView &up, const TensorView &out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
     for (int64_t i = 0; i < out.numel(); ++i)
       ptr(out)[i] = Swiglu::value(ptr(gate)[i], ptr(up)[i]);
   }
   static void swigluGrad(const TensorView &dy, const TensorView &gate, const TensorView &up,
                          const TensorView &dgate, const TensorView &dup) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (dy.numel() >= kParallelElements)
     for (int64_t i = 0; i < dy.numel(); ++i) {
       const T g = ptr(dy)[i], a = ptr(gate)[i];
       ptr(dgate)[i] = Swiglu::gateGrad(g, a, ptr(up)[i]);
@@ -368,7 +374,7 @@ template <typename T> struct Kernels {
                           const TensorView &dx) {
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
     const int64_t n = dx.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
     for (int64_t i = 0; i < n; ++i)
       ptr(dx)[i] = mask.as<uint8_t>()[i] ? ptr(dy)[i] * scale : T(0);
   }
