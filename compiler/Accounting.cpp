@@ -34,8 +34,8 @@ int64_t countParameters(ModuleOp module) {
   return n;
 }
 
-std::optional<GptShape> recogniseGpt(ModuleOp module) {
-  GptShape g;
+std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
+  DecoderShape g;
   int repeats = 0, embeddings = 0;
   module.walk([&](Operation *op) {
     if (auto r = dyn_cast<mt::RepeatOp>(op)) {
@@ -48,14 +48,17 @@ std::optional<GptShape> recogniseGpt(ModuleOp module) {
       g.hidden = table.getDimSize(1);
     } else if (auto p = dyn_cast<mt::PositionEmbeddingOp>(op)) {
       g.positions = cast<RankedTensorType>(p.getTable().getType()).getDimSize(0);
+      g.positionTable = true;
     }
   });
+  if (auto length = module->getAttrOfType<IntegerAttr>("mt.seq_length"); length && !g.positions)
+    g.positions = length.getInt();
   if (repeats != 1 || embeddings != 1 || g.positions == 0)
     return std::nullopt;
   return g;
 }
 
-unsigned __int128 gptModelFlops(const GptShape &g, int64_t batch, int64_t seq) {
+unsigned __int128 gptModelFlops(const DecoderShape &g, int64_t batch, int64_t seq) {
   using U = unsigned __int128;
   U b = batch, s = seq, l = g.layers, h = g.hidden, v = g.vocab;
   return 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v;

@@ -15,17 +15,19 @@ namespace mtc {
 /// per repetition.
 int64_t countParameters(mlir::ModuleOp module);
 
-/// The shape of a GPT-3-style model as the accounting formulas see it.
-struct GptShape {
+/// The shape of a decoder of the zoo as the accounting formulas see it.
+struct DecoderShape {
   int64_t layers = 0, hidden = 0, vocab = 0, positions = 0;
+  /// Learned positions (a position table): GPT-3's form, which the formula below fits.
+  bool positionTable = false;
 };
-/// Recognised from an unexpanded model: one mt.repeat over the blocks, one
-/// embedding table [V, h], one position table [s_max, h].
-std::optional<GptShape> recogniseGpt(mlir::ModuleOp module);
+/// Recognised from an unexpanded model: one mt.repeat over the blocks, one embedding
+/// table [V, h], and a position table [s_max, h] or the module's `mt.seq_length`.
+std::optional<DecoderShape> recogniseDecoder(mlir::ModuleOp module);
 
-/// Narayanan et al. (2021), eq. 3: F = 72·B·s·l·h²·(1 + s/(6h) + V/(12lh)),
-/// i.e. exactly 72Bslh² + 12Bs²lh + 6BshV.
-unsigned __int128 gptModelFlops(const GptShape &g, int64_t batch, int64_t seq);
+/// Narayanan et al. (2021), eq. 3, for a GPT-3-style model (positionTable): F =
+/// 72·B·s·l·h²·(1 + s/(6h) + V/(12lh)), i.e. exactly 72Bslh² + 12Bs²lh + 6BshV.
+unsigned __int128 gptModelFlops(const DecoderShape &g, int64_t batch, int64_t seq);
 
 /// Sums of the op cost interface over one function (one micro-batch).
 struct OpCosts {

@@ -189,19 +189,19 @@ int runInfo(MLIRContext &context, const Args &args) {
   if (!loadModel(context, args.model, model))
     return 1;
   ModuleOp module = *model.module;
-  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
+  std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
   outs() << "model       " << modelName(module, args.model) << "\n";
-  if (gpt)
-    outs() << "shape       " << gpt->layers << " layers, hidden " << gpt->hidden
-           << ", vocab " << gpt->vocab << ", positions " << gpt->positions << "\n";
+  if (decoder)
+    outs() << "shape       " << decoder->layers << " layers, hidden " << decoder->hidden
+           << ", vocab " << decoder->vocab << ", positions " << decoder->positions << "\n";
   outs() << "parameters  " << mtc::withCommas(mtc::countParameters(module)) << "\n";
 
   mtc::CompileOptions options;
   options.vocabMultiple = multiple;
   if (failed(mtc::padVocabulary(module, options)))
     return 1;
-  std::optional<mtc::GptShape> padded = mtc::recogniseGpt(module);
-  if (gpt && padded && padded->vocab != gpt->vocab)
+  std::optional<mtc::DecoderShape> padded = mtc::recogniseDecoder(module);
+  if (decoder && padded && padded->vocab != decoder->vocab)
     outs() << "padded      " << mtc::withCommas(mtc::countParameters(module))
            << " with the vocab padded to " << padded->vocab
            << " (--make-vocab-size-divisible-by " << multiple << ")\n";
@@ -343,19 +343,19 @@ int runCompile(MLIRContext &context, const Args &args) {
   ModuleOp module = *model.module;
   if (failed(mtc::padVocabulary(module, options)))
     return 1;
-  std::optional<mtc::GptShape> gpt = mtc::recogniseGpt(module);
-  int64_t vocab = gpt ? gpt->vocab : 0;
+  std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
+  int64_t vocab = decoder ? decoder->vocab : 0;
   // Megatron's --num-layers-per-virtual-pipeline-stage N: v = layers / (pp x N).
   if (args.values.count("layers-per-virtual-stage")) {
     int64_t perChunk;
     if (!positiveFlag(args, "layers-per-virtual-stage", 1, perChunk))
       return 1;
-    if (!gpt || gpt->layers % (options.pp * perChunk) != 0) {
-      errs() << "mtc: " << (gpt ? gpt->layers : 0) << " layers do not split into " << options.pp
-             << " pipeline stages of chunks of " << perChunk << " layers\n";
+    if (!decoder || decoder->layers % (options.pp * perChunk) != 0) {
+      errs() << "mtc: " << (decoder ? decoder->layers : 0) << " layers do not split into "
+             << options.pp << " pipeline stages of chunks of " << perChunk << " layers\n";
       return 1;
     }
-    options.virtualStages = gpt->layers / (options.pp * perChunk);
+    options.virtualStages = decoder->layers / (options.pp * perChunk);
   }
   ::mt::ScheduleKind scheduleKind;
   if (std::string error = ::mt::parseScheduleKind(args.values.lookup("schedule"),
@@ -472,11 +472,11 @@ int runCompile(MLIRContext &context, const Args &args) {
                     << mtc::withCommas(account.localParameters) << " per rank\n";
   row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
-  if (gpt)
-    row("  formula") << mtc::withCommas(mtc::gptModelFlops(*gpt, options.globalBatchSize,
+  if (decoder && decoder->positionTable)
+    row("  formula") << mtc::withCommas(mtc::gptModelFlops(*decoder, options.globalBatchSize,
                                                             header.seqLength))
-                     << "  72Bslh^2(1 + s/6h + V/12lh), l=" << gpt->layers
-                     << " h=" << gpt->hidden << " V=" << gpt->vocab << "\n";
+                     << "  72Bslh^2(1 + s/6h + V/12lh), l=" << decoder->layers
+                     << " h=" << decoder->hidden << " V=" << decoder->vocab << "\n";
   row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
   if (options.recompute != "none") {
     const unsigned __int128 extra = recomputePerStep, model = gemmPerStep;
