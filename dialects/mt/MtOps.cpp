@@ -256,30 +256,29 @@ LogicalResult PositionEmbeddingOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                            Adaptor adaptor,
-                                            SmallVectorImpl<Type> &types) {
-  auto input = ranked(adaptor.getInput());
-  StringRef op = "mt.layer_norm";
+/// A normalisation over the last dimension: its result is its input; the weight (and
+/// the bias, if it has one) are feature vectors.
+static LogicalResult inferNorm(std::optional<Location> loc, StringRef op, Value x, Value w,
+                               Value b, SmallVectorImpl<Type> &types) {
+  auto input = ranked(x);
   if (failed(expectFeatures(loc, op, "input", input)) ||
-      failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), "input",
-                                 input)) ||
-      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), "input", input)))
+      failed(expectFeatureVector(loc, op, "weight", ranked(w), "input", input)) ||
+      (b && failed(expectFeatureVector(loc, op, "bias", ranked(b), "input", input))))
     return failure();
   types.push_back(input);
   return success();
 }
 
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferNorm(loc, "mt.layer_norm", adaptor.getInput(), adaptor.getWeight(),
+                   adaptor.getBias(), types);
+}
+
 LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  auto input = ranked(adaptor.getInput());
-  StringRef op = "mt.rms_norm";
-  if (failed(expectFeatures(loc, op, "input", input)) ||
-      failed(expectFeatureVector(loc, op, "weight", ranked(adaptor.getWeight()), "input",
-                                 input)))
-    return failure();
-  types.push_back(input);
-  return success();
+  return inferNorm(loc, "mt.rms_norm", adaptor.getInput(), adaptor.getWeight(), Value(), types);
 }
 
 LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -735,30 +734,31 @@ LogicalResult PositionEmbeddingGradOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                                Adaptor adaptor,
-                                                SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
-  auto weight = ranked(adaptor.getWeight());
-  StringRef op = "mt.layer_norm_grad";
+/// A normalisation's gradients: dx like the input, then `vectors` feature vectors like
+/// the weight (its gradient, and the bias's).
+static LogicalResult inferNormGrad(std::optional<Location> loc, StringRef op, Value dy, Value x,
+                                   Value w, int vectors, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(dy), input = ranked(x), weight = ranked(w);
   if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
       failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
     return failure();
-  types.append({meetTypes(grad, input), weight, weight});
+  types.push_back(meetTypes(grad, input));
+  types.append(vectors, weight);
   return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor,
+                                                SmallVectorImpl<Type> &types) {
+  return inferNormGrad(loc, "mt.layer_norm_grad", adaptor.getGrad(), adaptor.getInput(),
+                       adaptor.getWeight(), 2, types);
 }
 
 LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
-  auto weight = ranked(adaptor.getWeight());
-  StringRef op = "mt.rms_norm_grad";
-  if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
-      failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
-    return failure();
-  types.append({meetTypes(grad, input), weight});
-  return success();
+  return inferNormGrad(loc, "mt.rms_norm_grad", adaptor.getGrad(), adaptor.getInput(),
+                       adaptor.getWeight(), 1, types);
 }
 
 LogicalResult SwigluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,

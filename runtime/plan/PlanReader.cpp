@@ -116,30 +116,22 @@ std::string checkPositionEmbedding(const Operands &o) {
              : "position embedding operands disagree";
 }
 
-// LayerNorm (x, w, b) -> y and LayerNormGrad (dy, x, w) -> (dx, dw, db).
-std::string checkLayerNorm(const Operands &o) {
+// LayerNorm (x, w, b) -> y and RmsNorm (x, w) -> y, and their gradients (dy, x, w) ->
+// (dx, dw[, db]).
+std::string checkNorm(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
-  const bool forward = o.inst.opcode() == plan::Opcode::LayerNorm;
+  const plan::Opcode opcode = o.inst.opcode();
+  const bool forward = opcode == plan::Opcode::LayerNorm || opcode == plan::Opcode::RmsNorm;
+  const std::string name = plan::EnumNameOpcode(opcode);
   const Dims &x = forward ? in[0] : in[1], &w = forward ? in[1] : in[2];
   if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
-    return "layer norm operands disagree";
+    return name + " operands disagree";
   if (forward)
-    return in[2].numel() == x.last() ? "" : "layer norm bias disagrees";
-  return same(in[0], x) && out[1].numel() == x.last() && out[2].numel() == x.last()
-             ? ""
-             : "layer norm gradient operands disagree";
-}
-
-// RmsNorm (x, w) -> y and RmsNormGrad (dy, x, w) -> (dx, dw).
-std::string checkRmsNorm(const Operands &o) {
-  const std::vector<Dims> &in = o.in, &out = o.out;
-  const bool forward = o.inst.opcode() == plan::Opcode::RmsNorm;
-  const Dims &x = forward ? in[0] : in[1], &w = forward ? in[1] : in[2];
-  if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
-    return "rms norm operands disagree";
-  return forward || (same(in[0], x) && out[1].numel() == x.last())
-             ? ""
-             : "rms norm gradient operands disagree";
+    return in.size() < 3 || in[2].numel() == x.last() ? "" : name + " bias disagrees";
+  bool ok = same(in[0], x);
+  for (size_t i = 1; i < out.size(); ++i)
+    ok = ok && out[i].numel() == x.last();
+  return ok ? "" : name + " operands disagree";
 }
 
 // Rotary qkv [B, S, (heads + 2·kv_heads)·d] -> the same, d even; frequencies that are
