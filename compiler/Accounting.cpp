@@ -36,7 +36,7 @@ int64_t countParameters(ModuleOp module) {
 
 std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
   DecoderShape g;
-  int repeats = 0, embeddings = 0;
+  int repeats = 0, embeddings = 0, attentions = 0, activations = 0;
   module.walk([&](Operation *op) {
     if (auto r = dyn_cast<mt::RepeatOp>(op)) {
       ++repeats;
@@ -49,19 +49,31 @@ std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
     } else if (auto p = dyn_cast<mt::PositionEmbeddingOp>(op)) {
       g.positions = cast<RankedTensorType>(p.getTable().getType()).getDimSize(0);
       g.positionTable = true;
+    } else if (auto a = dyn_cast<mt::AttentionOp>(op)) {
+      ++attentions;
+      g.heads = a.getHeads();
+      g.kvHeads = a.getKeyValueHeads();
+      g.headDim = cast<RankedTensorType>(a.getType()).getDimSize(2) / g.heads;
+    } else if (isa<mt::GeluOp, mt::SwigluOp>(op)) {
+      ++activations;
+      g.ffn = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(2);
+      g.gated = isa<mt::SwigluOp>(op);
     }
   });
   if (auto length = module->getAttrOfType<IntegerAttr>("mt.seq_length"); length && !g.positions)
     g.positions = length.getInt();
-  if (repeats != 1 || embeddings != 1 || g.positions == 0)
+  if (repeats != 1 || embeddings != 1 || attentions != 1 || activations != 1 ||
+      g.positions == 0 || ShapedType::isDynamic(g.ffn))
     return std::nullopt;
   return g;
 }
 
-unsigned __int128 gptModelFlops(const DecoderShape &g, int64_t batch, int64_t seq) {
+unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_t seq) {
   using U = unsigned __int128;
-  U b = batch, s = seq, l = g.layers, h = g.hidden, v = g.vocab;
-  return 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v;
+  U b = batch, s = seq, l = g.layers, h = g.hidden, v = g.vocab, f = g.ffn;
+  U q = static_cast<U>(g.heads) * g.headDim, kv = static_cast<U>(g.kvHeads) * g.headDim;
+  U matrices = g.gated ? 3 : 2;
+  return 6 * b * s * (l * (2 * h * q + 2 * h * kv + matrices * h * f + 2 * s * q) + h * v);
 }
 
 OpCosts sumOpCosts(ModuleOp module) {

@@ -18,16 +18,25 @@ int64_t countParameters(mlir::ModuleOp module);
 /// The shape of a decoder of the zoo as the accounting formulas see it.
 struct DecoderShape {
   int64_t layers = 0, hidden = 0, vocab = 0, positions = 0;
-  /// Learned positions (a position table): GPT-3's form, which the formula below fits.
+  int64_t heads = 0, kvHeads = 0, headDim = 0; // attention's query and key/value heads
+  int64_t ffn = 0;                             // the MLP's inner width
+  bool gated = false;                          // SwiGLU: three MLP matrices, not two
+  /// Learned positions (a position table): GPT-3's form, whose formula is Narayanan's.
   bool positionTable = false;
 };
-/// Recognised from an unexpanded model: one mt.repeat over the blocks, one embedding
-/// table [V, h], and a position table [s_max, h] or the module's `mt.seq_length`.
+/// Recognised from an unexpanded model: one mt.repeat over the blocks, one attention and
+/// one MLP activation (gelu, or swiglu) in the block, one embedding table [V, h], and a
+/// position table [s_max, h] or the module's `mt.seq_length`.
 std::optional<DecoderShape> recogniseDecoder(mlir::ModuleOp module);
 
-/// Narayanan et al. (2021), eq. 3, for a GPT-3-style model (positionTable): F =
-/// 72·B·s·l·h²·(1 + s/(6h) + V/(12lh)), i.e. exactly 72Bslh² + 12Bs²lh + 6BshV.
-unsigned __int128 gptModelFlops(const DecoderShape &g, int64_t batch, int64_t seq);
+/// The GEMM FLOPs of one training step (forward, and backward's two GEMMs per forward
+/// one) of B sequences of s tokens, as Megatron-LM counts them
+/// (megatron/training/training.py, num_floating_point_operations): with n query heads
+/// and g key/value heads of d, q = n·d, kv = g·d and m MLP matrices (2, or 3 gated),
+///   F = 6·B·s·(l·(2hq + 2h·kv + m·h·f + 2sq) + hV),
+/// i.e. 12Bslh²((1 + g/n + s/h)·q/h + (m/2)·f/h + V/(2lh)). For GPT-3's shape (q = kv = h,
+/// f = 4h, m = 2) that is Narayanan et al. (2021), eq. 3: 72Bslh² + 12Bs²lh + 6BshV.
+unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_t seq);
 
 /// Sums of the op cost interface over one function (one micro-batch).
 struct OpCosts {

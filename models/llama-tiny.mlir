@@ -1,5 +1,5 @@
-// A CI-sized LLaMA: 2 layers, hidden 64, 4 heads of 16, SwiGLU MLP of 176, vocabulary
-// 512, 32 positions. Pre-RMSNorm decoder blocks without biases, rotary embeddings
+// A CI-sized LLaMA: 2 layers, hidden 64, 8 query heads of 8 sharing 4 key/value heads
+// (grouped-query attention), SwiGLU MLP of 176, vocabulary 512, 32 positions. Pre-RMSNorm decoder blocks without biases, rotary embeddings
 // (theta 10000) instead of learned positions, an untied output layer, no dropout;
 // output projections initialised with std 0.02/sqrt(2·layers), as Megatron does.
 // Parameter names follow Hugging Face's LlamaForCausalLM, the fused QKV aside.
@@ -8,10 +8,10 @@ module attributes {mt.model = "llama-tiny", mt.seq_length = 32 : i64} {
   func.func private @block(%x: tensor<?x?x64xf32>) -> tensor<?x?x64xf32> {
     %n1_w = mt.param "input_layernorm.weight" ones : tensor<64xf32>
     %n1 = mt.rms_norm %x, %n1_w : (tensor<?x?x64xf32>, tensor<64xf32>) -> tensor<?x?x64xf32>
-    %qkv_w = mt.param "self_attn.qkv.weight" normal(2.0e-02) : tensor<192x64xf32>
-    %qkv = mt.linear %n1, %qkv_w : (tensor<?x?x64xf32>, tensor<192x64xf32>) -> tensor<?x?x192xf32>
-    %rqkv = mt.rotary %qkv {heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x192xf32>
-    %att = mt.attention %rqkv {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+    %qkv_w = mt.param "self_attn.qkv.weight" normal(2.0e-02) : tensor<128x64xf32>
+    %qkv = mt.linear %n1, %qkv_w : (tensor<?x?x64xf32>, tensor<128x64xf32>) -> tensor<?x?x128xf32>
+    %rqkv = mt.rotary %qkv {heads = 8 : i64, kv_heads = 4 : i64} : (tensor<?x?x128xf32>) -> tensor<?x?x128xf32>
+    %att = mt.attention %rqkv {causal, heads = 8 : i64, kv_heads = 4 : i64} : (tensor<?x?x128xf32>) -> tensor<?x?x64xf32>
     %o_w = mt.param "self_attn.o_proj.weight" normal(1.0e-02) : tensor<64x64xf32>
     %o = mt.linear %att, %o_w : (tensor<?x?x64xf32>, tensor<64x64xf32>) -> tensor<?x?x64xf32>
     %r1 = mt.add %x, %o : (tensor<?x?x64xf32>, tensor<?x?x64xf32>) -> tensor<?x?x64xf32>

@@ -23,7 +23,7 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
       OpBuilder b(op);
       DictionaryAttr placement = op->getDiscardableAttrDictionary(); // mt.layer, mt.stage
       Value probs = AttentionProbsOp::create(b, op.getLoc(), op.getQkv(), op.getHeadsAttr(),
-                                             op.getCausalAttr());
+                                             op.getKvHeadsAttr(), op.getCausalAttr());
       probs.getDefiningOp()->setDiscardableAttrs(placement);
       if (rate > 0) {
         // Head-parallel probabilities hold this rank's block of dimension 1.
@@ -33,7 +33,8 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
         dropout->setDiscardableAttrs(placement);
         probs = dropout.getResult();
       }
-      auto context = AttentionContextOp::create(b, op.getLoc(), probs, op.getQkv());
+      auto context =
+          AttentionContextOp::create(b, op.getLoc(), probs, op.getQkv(), op.getKvHeadsAttr());
       context->setDiscardableAttrs(placement);
       op.getResult().replaceAllUsesWith(context.getResult());
       op.erase();

@@ -344,21 +344,35 @@ LogicalResult SwigluOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
+/// Checks a fused QKV [B, S, (heads + 2·kv_heads)·d], laid out by key/value group,
+/// against its head counts; returns d, dynamic where the width is.
+static FailureOr<int64_t> qkvHeadDim(std::optional<Location> loc, StringRef op,
+                                     RankedTensorType qkv, int64_t heads,
+                                     std::optional<uint64_t> kvHeads) {
+  if (failed(expectRank(loc, op, "qkv", qkv, 3, "[B, S, (heads + 2·kv_heads)·d]")))
+    return failure();
+  const int64_t kv = kvHeads ? static_cast<int64_t>(*kvHeads) : heads;
+  if (heads <= 0 || kv <= 0 || heads % kv != 0)
+    return emitOptionalError(loc, op, ": kv_heads ", kv, " must divide heads ", heads);
+  const int64_t width = qkv.getDimSize(2);
+  if (ShapedType::isDynamic(width))
+    return width;
+  if (width % (heads + 2 * kv) != 0)
+    return emitOptionalError(loc, op, ": qkv ", str(qkv), " is not ", heads, " query and ", kv,
+                             " key and value heads of one head dimension");
+  return width / (heads + 2 * kv);
+}
+
 LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto qkv = ranked(adaptor.getQkv());
-  StringRef op = "mt.rotary";
-  if (failed(expectRank(loc, op, "qkv", qkv, 3, "[B, S, (heads + 2·kv_heads)·d]")))
+  FailureOr<int64_t> d = qkvHeadDim(loc, "mt.rotary", qkv, adaptor.getHeads(),
+                                    adaptor.getKvHeads());
+  if (failed(d))
     return failure();
-  const int64_t heads = adaptor.getHeads();
-  const int64_t kv = adaptor.getKvHeads() ? static_cast<int64_t>(*adaptor.getKvHeads()) : heads;
-  if (kv <= 0 || heads % kv != 0)
-    return emitOptionalError(loc, op, ": kv_heads ", kv, " must divide heads ", heads);
-  const int64_t width = qkv.getShape().back();
-  if (!ShapedType::isDynamic(width) &&
-      (width % (heads + 2 * kv) != 0 || width / (heads + 2 * kv) % 2 != 0))
-    return emitOptionalError(loc, op, ": qkv ", str(qkv), " is not ", heads, " query and ", kv,
-                             " key and value heads of an even head dimension");
+  if (!ShapedType::isDynamic(*d) && *d % 2 != 0)
+    return emitOptionalError(loc, "mt.rotary: qkv ", str(qkv), " has heads of odd dimension ",
+                             *d, " (rotary turns pairs of dimensions)");
   types.push_back(qkv);
   return success();
 }
@@ -375,18 +389,17 @@ LogicalResult RotaryOp::verify() {
   return success();
 }
 
-/// Checks a fused [B, S, 3H] QKV against the head count; returns H.
+/// Checks attention's fused QKV against its head counts; returns the width of its output,
+/// heads·d.
 static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef op,
-                                          RankedTensorType qkv, int64_t heads) {
-  if (failed(expectRank(loc, op, "qkv", qkv, 3, "[B, S, 3H]")))
+                                          RankedTensorType qkv, int64_t heads,
+                                          std::optional<uint64_t> kvHeads) {
+  FailureOr<int64_t> d = qkvHeadDim(loc, op, qkv, heads, kvHeads);
+  if (failed(d))
     return failure();
-  int64_t width = qkv.getDimSize(2);
-  if (ShapedType::isDynamic(width))
+  if (ShapedType::isDynamic(*d))
     return emitOptionalError(loc, op, ": qkv ", str(qkv), " needs a static last dimension");
-  if (width % (3 * heads) != 0)
-    return emitOptionalError(loc, op, ": qkv width ", width, " of ", str(qkv),
-                             " is not 3 x heads (", heads, ") x head_dim");
-  return width / 3;
+  return heads * *d;
 }
 
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -394,7 +407,7 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                             SmallVectorImpl<Type> &types) {
   auto qkv = ranked(adaptor.getQkv());
   FailureOr<int64_t> hidden =
-      attentionHidden(loc, "mt.attention", qkv, adaptor.getHeads());
+      attentionHidden(loc, "mt.attention", qkv, adaptor.getHeads(), adaptor.getKvHeads());
   if (failed(hidden))
     return failure();
   types.push_back(withLastDim(qkv, *hidden));
@@ -422,35 +435,38 @@ static LogicalResult verifyRandom(Operation *op, FloatAttr rate, IntegerAttr str
 }
 
 /// A rotary embedding feeding attention lays the QKV out as attention reads it: the same
-/// heads, each its own key and value.
-static LogicalResult verifyRotaryInput(Operation *op, Value qkv, int64_t heads) {
+/// query and key/value heads.
+static LogicalResult verifyRotaryInput(Operation *op, Value qkv, int64_t heads, int64_t kv) {
   auto rotary = qkv.getDefiningOp<RotaryOp>();
-  if (!rotary || (rotary.getHeads() == static_cast<uint64_t>(heads) &&
-                  rotary.getKeyValueHeads() == heads))
+  if (!rotary ||
+      (rotary.getHeads() == static_cast<uint64_t>(heads) && rotary.getKeyValueHeads() == kv))
     return success();
   return op->emitOpError("reads a qkv that mt.rotary turned as ")
          << rotary.getHeads() << " query and " << rotary.getKeyValueHeads()
-         << " key/value heads, but attends with " << heads << " heads, each its own key and value";
+         << " key/value heads, but attends with " << heads << " query and " << kv
+         << " key/value heads";
 }
 
 LogicalResult AttentionOp::verify() {
-  if (failed(verifyRotaryInput(*this, getQkv(), getHeads())))
+  if (failed(verifyRotaryInput(*this, getQkv(), getHeads(), getKeyValueHeads())))
     return failure();
   return verifyRandom(*this, getDropoutAttr(), getStreamAttr());
 }
 LogicalResult AttentionProbsOp::verify() {
-  return verifyRotaryInput(*this, getQkv(), getHeads());
+  return verifyRotaryInput(*this, getQkv(), getHeads(), getKeyValueHeads());
 }
 
-/// Checks probabilities [B, heads, S, S] against a fused QKV [B, S, 3H].
-static LogicalResult checkProbs(std::optional<Location> loc, StringRef op,
-                                RankedTensorType probs, RankedTensorType qkv) {
+/// Checks probabilities [B, heads, S, S] against a fused QKV; returns attention's output
+/// width, heads·d.
+static FailureOr<int64_t> checkProbs(std::optional<Location> loc, StringRef op,
+                                     RankedTensorType probs, RankedTensorType qkv,
+                                     std::optional<uint64_t> kvHeads) {
   if (failed(expectRank(loc, op, "probs", probs, 4, "[B, heads, S, S]")))
     return failure();
   int64_t heads = probs.getDimSize(1);
   if (ShapedType::isDynamic(heads))
     return emitOptionalError(loc, op, ": probs ", str(probs), " needs static heads");
-  FailureOr<int64_t> hidden = attentionHidden(loc, op, qkv, heads);
+  FailureOr<int64_t> hidden = attentionHidden(loc, op, qkv, heads, kvHeads);
   if (failed(hidden))
     return failure();
   if (!compatible(probs.getDimSize(0), qkv.getDimSize(0)) ||
@@ -459,14 +475,15 @@ static LogicalResult checkProbs(std::optional<Location> loc, StringRef op,
       probs.getElementType() != qkv.getElementType())
     return emitOptionalError(loc, op, ": probs ", str(probs), " are not [B, heads, S, S] of qkv ",
                              str(qkv));
-  return success();
+  return hidden;
 }
 
 LogicalResult AttentionProbsOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                                  Adaptor adaptor,
                                                  SmallVectorImpl<Type> &types) {
   auto qkv = ranked(adaptor.getQkv());
-  if (failed(attentionHidden(loc, "mt.attention_probs", qkv, adaptor.getHeads())))
+  if (failed(attentionHidden(loc, "mt.attention_probs", qkv, adaptor.getHeads(),
+                             adaptor.getKvHeads())))
     return failure();
   int64_t b = qkv.getDimSize(0), seq = qkv.getDimSize(1);
   types.push_back(RankedTensorType::get({b, static_cast<int64_t>(adaptor.getHeads()), seq, seq},
@@ -474,18 +491,26 @@ LogicalResult AttentionProbsOp::inferReturnTypes(MLIRContext *, std::optional<Lo
   return success();
 }
 
-/// One of the two GEMMs of attention: 2·B·S·S·H.
+/// Attention's output [B, S, heads·d] for the FLOPs of the ops that do not make it.
+static RankedTensorType attentionOutput(Value qkv, int64_t heads, int64_t kv) {
+  auto type = ranked(qkv);
+  return withLastDim(type, heads * (type.getDimSize(2) / (heads + 2 * kv)));
+}
+
+/// One of the two GEMMs of attention: 2·B·S·S·heads·d.
 int64_t AttentionProbsOp::getGemmFlops() {
-  return attentionForwardFlops(withLastDim(ranked(getQkv()), ranked(getQkv()).getDimSize(2) / 3)) / 2;
+  return attentionForwardFlops(attentionOutput(getQkv(), getHeads(), getKeyValueHeads())) / 2;
 }
 
 LogicalResult AttentionContextOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                                    Adaptor adaptor,
                                                    SmallVectorImpl<Type> &types) {
   auto probs = ranked(adaptor.getProbs()), qkv = ranked(adaptor.getQkv());
-  if (failed(checkProbs(loc, "mt.attention_context", probs, qkv)))
+  FailureOr<int64_t> hidden =
+      checkProbs(loc, "mt.attention_context", probs, qkv, adaptor.getKvHeads());
+  if (failed(hidden))
     return failure();
-  types.push_back(withLastDim(qkv, qkv.getDimSize(2) / 3));
+  types.push_back(withLastDim(qkv, *hidden));
   return success();
 }
 
@@ -498,7 +523,7 @@ LogicalResult AttentionProbsGradOp::inferReturnTypes(MLIRContext *,
   auto grad = ranked(adaptor.getGrad()), probs = ranked(adaptor.getProbs());
   auto qkv = ranked(adaptor.getQkv());
   StringRef op = "mt.attention_probs_grad";
-  if (failed(checkProbs(loc, op, probs, qkv)) ||
+  if (failed(checkProbs(loc, op, probs, qkv, adaptor.getKvHeads())) ||
       failed(expectSameShape(loc, op, "grad", grad, "probs", probs)))
     return failure();
   types.push_back(qkv);
@@ -507,8 +532,8 @@ LogicalResult AttentionProbsGradOp::inferReturnTypes(MLIRContext *,
 
 /// dQ and dK.
 int64_t AttentionProbsGradOp::getGemmFlops() {
-  auto qkv = ranked(getQkv());
-  return attentionForwardFlops(withLastDim(qkv, qkv.getDimSize(2) / 3));
+  const int64_t heads = ranked(getProbs()).getDimSize(1);
+  return attentionForwardFlops(attentionOutput(getQkv(), heads, getKeyValueHeads()));
 }
 
 LogicalResult AttentionContextGradOp::inferReturnTypes(MLIRContext *,
@@ -518,9 +543,9 @@ LogicalResult AttentionContextGradOp::inferReturnTypes(MLIRContext *,
   auto grad = ranked(adaptor.getGrad()), probs = ranked(adaptor.getProbs());
   auto qkv = ranked(adaptor.getQkv());
   StringRef op = "mt.attention_context_grad";
-  if (failed(checkProbs(loc, op, probs, qkv)) ||
-      failed(expectSameShape(loc, op, "grad", grad, "attention of qkv",
-                             withLastDim(qkv, qkv.getDimSize(2) / 3))))
+  FailureOr<int64_t> hidden = checkProbs(loc, op, probs, qkv, adaptor.getKvHeads());
+  if (failed(hidden) || failed(expectSameShape(loc, op, "grad", grad, "attention of qkv",
+                                               withLastDim(qkv, *hidden))))
     return failure();
   types.push_back(probs);
   types.push_back(qkv);
@@ -854,7 +879,8 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   auto grad = ranked(adaptor.getGrad()), qkv = ranked(adaptor.getQkv());
   auto output = ranked(adaptor.getOutput());
   StringRef op = "mt.attention_grad";
-  FailureOr<int64_t> hidden = attentionHidden(loc, op, qkv, adaptor.getHeads());
+  FailureOr<int64_t> hidden =
+      attentionHidden(loc, op, qkv, adaptor.getHeads(), adaptor.getKvHeads());
   if (failed(hidden) || failed(expectSameShape(loc, op, "grad", grad, "output", output)) ||
       failed(expectSameShape(loc, op, "output", output, "attention of qkv",
                              withLastDim(qkv, *hidden))))
@@ -975,19 +1001,21 @@ FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   return SmallVector<Value>{AttentionGradOp::create(
-      b, getLoc(), resultGrads[0], getQkv(), getResult(), getHeadsAttr(), getCausalAttr(),
-      getDropoutAttr(), getStreamAttr(), getHeadParallelAttr())};
+      b, getLoc(), resultGrads[0], getQkv(), getResult(), getHeadsAttr(), getKvHeadsAttr(),
+      getCausalAttr(), getDropoutAttr(), getStreamAttr(), getHeadParallelAttr())};
 }
 
 FailureOr<SmallVector<Value>> AttentionProbsOp::buildGradients(OpBuilder &b,
                                                               ValueRange resultGrads) {
   return SmallVector<Value>{
-      AttentionProbsGradOp::create(b, getLoc(), resultGrads[0], getResult(), getQkv())};
+      AttentionProbsGradOp::create(b, getLoc(), resultGrads[0], getResult(), getQkv(),
+                                   getKvHeadsAttr())};
 }
 
 FailureOr<SmallVector<Value>> AttentionContextOp::buildGradients(OpBuilder &b,
                                                                 ValueRange resultGrads) {
-  auto grads = AttentionContextGradOp::create(b, getLoc(), resultGrads[0], getProbs(), getQkv());
+  auto grads = AttentionContextGradOp::create(b, getLoc(), resultGrads[0], getProbs(), getQkv(),
+                                              getKvHeadsAttr());
   return SmallVector<Value>{grads.getProbsGrad(), grads.getQkvGrad()};
 }
 

@@ -28,6 +28,22 @@ class Mt_GradOp<string mnemonic, list<Trait> traits = [],
 // An op whose plan encoding adds to the one by name.
 def Mt_CustomPlanEncoding : DeclareOpInterfaceMethods<Mt_PlanOpInterface, ["encodeInstruction"]>;
 
+// The key/value heads of an op over a fused QKV: kv_heads, or, without it, one per head
+// (the head count, or dimension 1 of the attention probabilities).
+def Mt_KeyValueHeads {
+  code methods = [{
+    int64_t getKeyValueHeads() { return getKvHeads() ? *getKvHeads() : getHeads(); }
+  }];
+}
+def Mt_ProbsKeyValueHeads {
+  code methods = [{
+    int64_t getKeyValueHeads() {
+      return getKvHeads() ? *getKvHeads()
+                          : ::llvm::cast<::mlir::ShapedType>(getProbs().getType()).getDimSize(1);
+    }
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Model structure
 //===----------------------------------------------------------------------===//
@@ -178,11 +194,15 @@ def Mt_SwigluOp : Mt_ShapedOp<"swiglu", [Pure, Mt_Pointwise, Mt_ColumnParallelCo
 def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
-  let summary = "scaled dot-product attention of a fused QKV: [B, S, 3H] -> [B, S, H]";
+  let summary = "scaled dot-product attention of a fused QKV: [B, S, (heads + 2·kv_heads)·d] -> [B, S, heads·d]";
   let description = [{
-    The last dimension of `qkv` is laid out (head, {q, k, v}, head_dim), as in
-    Megatron, so splitting it across tensor-parallel ranks splits whole heads.
-    Scores are scaled by 1/sqrt(head_dim); `causal` masks future positions. With
+    The last dimension of `qkv` is laid out by key/value group: (group, {the group's
+    heads/kv_heads queries, its key, its value}, d), as Megatron lays out grouped-query
+    attention, so splitting it across tensor-parallel ranks splits whole groups. Without
+    `kv_heads` every head has its own key and value: (head, {q, k, v}, d).
+    `kv_heads = 1` is multi-query attention (Shazeer 2019), 1 < kv_heads < heads
+    grouped-query attention (Ainslie et al. 2023).
+    Scores are scaled by 1/sqrt(d); `causal` masks future positions. With
     `dropout`, the attention probabilities are dropped at that rate with the keep mask
     of `stream` (numbered by mt-expand), drawn per element of the global [B, heads, S,
     S] probabilities; `head_parallel` (set by mt-tensor-parallel) says the heads are
@@ -191,28 +211,32 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     rewrites it into the chain attention_probs → dropout → attention_context.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
 def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
-  let summary = "softmax(QKᵀ/sqrt(head_dim)) of a fused QKV: [B, S, 3H] -> [B, heads, S, S]";
+  let summary = "softmax(QKᵀ/sqrt(d)) of a fused QKV (mt.attention's layout): [B, heads, S, S]";
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
-                       UnitAttr:$causal);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads, UnitAttr:$causal);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
 def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
-  let summary = "probabilities times V: [B, heads, S, S] x [B, S, 3H] -> [B, S, H]";
-  let arguments = (ins Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
+  let summary = "probabilities times V: [B, heads, S, S] x [B, S, (heads + 2·kv_heads)·d] -> [B, S, heads·d]";
+  let arguments = (ins Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);
   let results = (outs Mt_FloatTensor:$result);
+  let extraClassDeclaration = Mt_ProbsKeyValueHeads.methods;
 }
 
 def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_CostOpInterface,
@@ -239,10 +263,7 @@ def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_Cos
                        UnitAttr:$inverse);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
-  let extraClassDeclaration = [{
-    /// The key/value heads: kv_heads, or heads without it.
-    int64_t getKeyValueHeads() { return getKvHeads() ? *getKvHeads() : getHeads(); }
-  }];
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
 def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
@@ -417,24 +438,30 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
                        Mt_FloatTensor:$output,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$heads, UnitAttr:$causal,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$heads, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
+                       UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,
                        UnitAttr:$head_parallel);
   let results = (outs Mt_FloatTensor:$result);
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
 def Mt_AttentionProbsGradOp : Mt_GradOp<"attention_probs_grad",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
   let summary = "dqkv (q and k parts; v zero) from dprobs, the saved probs and qkv";
-  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);
   let results = (outs Mt_FloatTensor:$result);
+  let extraClassDeclaration = Mt_ProbsKeyValueHeads.methods;
 }
 
 def Mt_AttentionContextGradOp : Mt_GradOp<"attention_context_grad",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
   let summary = "dprobs = dy·Vᵀ and dqkv (v part; q and k zero) = probsᵀ·dy";
-  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv);
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);
   let results = (outs Mt_FloatTensor:$probs_grad, Mt_FloatTensor:$qkv_grad);
+  let extraClassDeclaration = Mt_ProbsKeyValueHeads.methods;
 }
 
 def Mt_DropoutGradOp : Mt_GradOp<"dropout_grad", [Mt_CostOpInterface]> {

@@ -194,33 +194,32 @@ LogicalResult CrossEntropyOp::partition(TensorParallelRewriter &tp) {
   return success();
 }
 
-// Whole heads per rank: the fused QKV is split by heads.
-LogicalResult AttentionOp::partition(TensorParallelRewriter &tp) {
-  if (tp.layoutOf(getQkv()) != TpLayout::Split)
-    return emitOpError("mt-tensor-parallel: qkv must come from a column-parallel linear");
-  if (getHeads() % tp.size() != 0)
-    return emitOpError("mt-tensor-parallel: ")
-           << getHeads() << " attention heads are not divisible by tp " << tp.size();
-  setHeads(getHeads() / tp.size());
-  setHeadParallel(true);
-  return tp.setResultLayout(*this, TpLayout::Split);
+/// Whole key/value groups per rank: the column-parallel linear before an op over a fused
+/// QKV split its last dimension, laid out by group, into tp blocks.
+template <typename Op> static LogicalResult splitGroups(Op op, TensorParallelRewriter &tp) {
+  if (tp.layoutOf(op.getQkv()) != TpLayout::Split)
+    return op.emitOpError("mt-tensor-parallel: qkv must come from a column-parallel linear");
+  const int64_t kv = op.getKeyValueHeads();
+  if (kv % tp.size() != 0) {
+    const bool grouped = kv != static_cast<int64_t>(op.getHeads());
+    return op.emitOpError("mt-tensor-parallel: ")
+           << kv << (grouped ? " key/value" : " attention") << " heads are not divisible by tp "
+           << tp.size() << " (tensor parallelism splits whole "
+           << (grouped ? "groups of query heads" : "heads") << "; use a tp that divides " << kv
+           << ")";
+  }
+  op.setHeads(op.getHeads() / tp.size());
+  if (op.getKvHeads())
+    op.setKvHeads(kv / tp.size());
+  return tp.setResultLayout(op, TpLayout::Split);
 }
 
-// Whole key/value groups per rank, as attention splits them.
-LogicalResult RotaryOp::partition(TensorParallelRewriter &tp) {
-  if (tp.layoutOf(getQkv()) != TpLayout::Split)
-    return emitOpError("mt-tensor-parallel: qkv must come from a column-parallel linear");
-  const int64_t kv = getKeyValueHeads();
-  if (kv % tp.size() != 0)
-    return emitOpError("mt-tensor-parallel: ")
-           << kv << " key/value heads are not divisible by tp " << tp.size()
-           << " (tensor parallelism splits whole groups of query heads; use a tp that divides "
-           << kv << ")";
-  setHeads(getHeads() / tp.size());
-  if (getKvHeads())
-    setKvHeads(kv / tp.size());
-  return tp.setResultLayout(*this, TpLayout::Split);
+LogicalResult AttentionOp::partition(TensorParallelRewriter &tp) {
+  setHeadParallel(true);
+  return splitGroups(*this, tp);
 }
+
+LogicalResult RotaryOp::partition(TensorParallelRewriter &tp) { return splitGroups(*this, tp); }
 
 // In the stream: under SP, this rank's block of the sequence takes its positions.
 LogicalResult PositionEmbeddingOp::partition(TensorParallelRewriter &tp) {

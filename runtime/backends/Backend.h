@@ -66,9 +66,15 @@ inline Rope ropeOf(const plan::Instruction &inst) {
   rope.sign = inst.inverse() ? -1 : 1;
   return rope;
 }
-/// A Rotary instruction's key/value heads: kv_heads, or heads without it.
-inline int64_t kvHeadsOf(const plan::Instruction &inst) {
-  return inst.kv_heads() > 0 ? inst.kv_heads() : inst.heads();
+/// The layout of the fused QKV of `width` that an attention or rotary instruction reads,
+/// with `heads` query heads (its own, or dimension 1 of the probabilities it reads) and
+/// kv_heads key/value heads, one per head without it.
+inline QkvLayout qkvLayoutOf(const plan::Instruction &inst, int64_t heads, int64_t width) {
+  QkvLayout layout;
+  layout.heads = heads;
+  layout.kv = inst.kv_heads() > 0 ? inst.kv_heads() : heads;
+  layout.d = width / (heads + 2 * layout.kv);
+  return layout;
 }
 
 /// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a

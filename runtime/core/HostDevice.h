@@ -102,6 +102,25 @@ struct Rope {
   MT_HOST_DEVICE static bool turns(int64_t j, int64_t perGroup) { return j <= perGroup; }
 };
 
+/// Where the heads lie in one token's row of a fused QKV [(heads + 2·kv)·d], laid out by
+/// key/value group: (group, {its heads/kv query heads, its key, its value}, d), as
+/// Megatron lays out grouped-query attention (plan.fbs: Attention). With kv = heads that
+/// is (head, {q, k, v}, d); kv = 1 is multi-query attention.
+struct QkvLayout {
+  int64_t heads = 1, kv = 1, d = 0;
+
+  MT_HOST_DEVICE int64_t perGroup() const { return heads / kv; }
+  MT_HOST_DEVICE int64_t width() const { return (heads + 2 * kv) * d; }
+  /// The key/value group of query head h.
+  MT_HOST_DEVICE int64_t group(int64_t h) const { return h / perGroup(); }
+  /// The offsets of query head h, and of group g's key and value.
+  MT_HOST_DEVICE int64_t query(int64_t h) const {
+    return (group(h) * (perGroup() + 2) + h % perGroup()) * d;
+  }
+  MT_HOST_DEVICE int64_t key(int64_t g) const { return (g * (perGroup() + 2) + perGroup()) * d; }
+  MT_HOST_DEVICE int64_t value(int64_t g) const { return key(g) + d; }
+};
+
 /// The softmax statistics of one row, merged over `parts` shards of its columns
 /// (vocabulary-parallel cross entropy). Shard p's (max, Σ exp(x − max), target logit)
 /// lie at stats[3p·stride], stats[(3p + 1)·stride], stats[(3p + 2)·stride]. Each

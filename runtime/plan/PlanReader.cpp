@@ -64,16 +64,22 @@ struct Operands {
 
 bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; }
 
-/// Attention over a fused QKV [B, S, 3H] with `heads` heads of H/heads.
-bool attentionShapes(const Dims &qkv, int64_t heads) {
-  return heads > 0 && qkv.rank() == 3 && qkv.d[2] % (3 * heads) == 0;
+/// A fused QKV [B, S, (heads + 2·kv)·d] of `heads` query heads and the instruction's
+/// kv_heads key/value heads (one per head without it), laid out by key/value group.
+bool qkvOf(const Dims &qkv, int64_t heads, const plan::Instruction &inst) {
+  const int64_t kv = inst.kv_heads() != 0 ? inst.kv_heads() : heads;
+  return heads > 0 && kv > 0 && heads % kv == 0 && qkv.rank() == 3 &&
+         qkv.d[2] % (heads + 2 * kv) == 0;
 }
-bool probsOf(const Dims &probs, const Dims &qkv) {
-  return probs.rank() == 4 && attentionShapes(qkv, probs.d[1]) && probs.d[0] == qkv.d[0] &&
+/// Probabilities [B, heads, S, S] of a fused QKV.
+bool probsOf(const Dims &probs, const Dims &qkv, const plan::Instruction &inst) {
+  return probs.rank() == 4 && qkvOf(qkv, probs.d[1], inst) && probs.d[0] == qkv.d[0] &&
          probs.d[2] == qkv.d[1] && probs.d[3] == qkv.d[1];
 }
-bool contextOf(const Dims &o, const Dims &qkv) {
-  return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] && 3 * o.d[2] == qkv.d[2];
+/// Attention's output [B, S, heads·d] of a fused QKV (qkvOf holds).
+bool contextOf(const Dims &o, const Dims &qkv, int64_t heads, const plan::Instruction &inst) {
+  return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] &&
+         o.d[2] == heads * qkv.d[2] / (heads + 2 * (inst.kv_heads() ? inst.kv_heads() : heads));
 }
 bool rateOk(const plan::Instruction &inst) { return inst.rate() >= 0 && inst.rate() < 1; }
 
@@ -139,10 +145,8 @@ std::string checkNorm(const Operands &o) {
 std::string checkRotary(const Operands &o) {
   const plan::Instruction &inst = o.inst;
   const Dims &qkv = o.in[0];
-  const int64_t heads = inst.heads(), kv = inst.kv_heads() > 0 ? inst.kv_heads() : heads;
-  const int64_t parts = heads + 2 * kv;
-  if (!(qkv.rank() == 3 && heads > 0 && inst.kv_heads() >= 0 && heads % kv == 0 &&
-        qkv.d[2] % parts == 0 && qkv.d[2] / parts % 2 == 0 && same(o.out[0], qkv)))
+  const int64_t heads = inst.heads(), kv = inst.kv_heads() ? inst.kv_heads() : heads;
+  if (!(qkvOf(qkv, heads, inst) && qkv.d[2] / (heads + 2 * kv) % 2 == 0 && same(o.out[0], qkv)))
     return "rotary operands disagree";
   if (!(inst.theta() > 0) ||
       (inst.scaling_factor() > 0 &&
@@ -208,28 +212,30 @@ std::string checkDropoutGrad(const Operands &o) {
 
 std::string checkAttentionProbs(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
-  return attentionShapes(in[0], o.inst.heads()) && probsOf(out[0], in[0]) &&
-                 out[0].d[1] == o.inst.heads() && out[0].dtype == in[0].dtype
+  return probsOf(out[0], in[0], o.inst) && out[0].d[1] == o.inst.heads() &&
+                 out[0].dtype == in[0].dtype
              ? ""
              : "attention probabilities operands or heads disagree";
 }
 
 std::string checkAttentionContext(const Operands &o) {
-  return probsOf(o.in[0], o.in[1]) && contextOf(o.out[0], o.in[1])
+  const std::vector<Dims> &in = o.in;
+  return probsOf(in[0], in[1], o.inst) && contextOf(o.out[0], in[1], in[0].d[1], o.inst)
              ? ""
              : "attention context operands disagree";
 }
 
 std::string checkAttentionProbsGrad(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
-  return probsOf(in[1], in[2]) && same(in[0], in[1]) && same(out[0], in[2])
+  return probsOf(in[1], in[2], o.inst) && same(in[0], in[1]) && same(out[0], in[2])
              ? ""
              : "attention probabilities gradient operands disagree";
 }
 
 std::string checkAttentionContextGrad(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
-  return probsOf(in[1], in[2]) && contextOf(in[0], in[2]) && same(out[0], in[1]) &&
+  return probsOf(in[1], in[2], o.inst) && contextOf(in[0], in[2], in[1].d[1], o.inst) &&
+                 same(out[0], in[1]) &&
                  same(out[1], in[2])
              ? ""
              : "attention context gradient operands disagree";
@@ -241,9 +247,8 @@ std::string checkAttention(const Operands &o) {
   const plan::Instruction &inst = o.inst;
   const bool forward = inst.opcode() == plan::Opcode::Attention;
   const Dims &qkv = forward ? in[0] : in[1], &y = forward ? out[0] : in[2];
-  if (inst.heads() <= 0 || qkv.rank() != 3 || y.rank() != 3 || y.d[2] % inst.heads() != 0 ||
-      qkv.d[2] != 3 * y.d[2] || qkv.d[0] != y.d[0] || qkv.d[1] != y.d[1] || !rateOk(inst) ||
-      (inst.rate() > 0 && inst.stream() < 0))
+  if (!qkvOf(qkv, inst.heads(), inst) || !contextOf(y, qkv, inst.heads(), inst) ||
+      !rateOk(inst) || (inst.rate() > 0 && inst.stream() < 0))
     return "attention operands or heads disagree";
   return forward || (same(in[0], y) && same(out[0], qkv)) ? ""
                                                           : "attention gradient operands disagree";

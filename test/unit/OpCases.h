@@ -86,6 +86,17 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.attention %qkv {causal, dropout = 3.0e-01 : f64, heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x24xf32>) -> tensor<2x3x8xf32>)", 8);
   c.push_back({"attention_dropout", dropped, "", 3, 8});
   c.push_back({"attention_dropout_unfused", dropped, "", 3, 8, "--attention unfused"});
+  // Grouped-query attention (4 query heads sharing 2 keys and values of 4 dims) with
+  // dropped probabilities, fused and unfused, and multi-query attention (3 query heads,
+  // one key and value): the key and value gradients sum over their group.
+  const std::string grouped = oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x32xf32>
+  %logits = mt.attention %qkv {causal, dropout = 3.0e-01 : f64, heads = 4 : i64, kv_heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x32xf32>) -> tensor<2x3x16xf32>)", 16);
+  c.push_back({"attention_grouped", grouped, "", 3, 16});
+  c.push_back({"attention_grouped_unfused", grouped, "", 3, 16, "--attention unfused"});
+  c.push_back({"attention_multi_query", oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x20xf32>
+  %logits = mt.attention %qkv {causal, heads = 3 : i64, kv_heads = 1 : i64} : (tensor<2x3x20xf32>) -> tensor<2x3x12xf32>)", 12), "", 3, 12});
   c.push_back({"dropout", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %logits = mt.dropout %x {rate = 3.0e-01 : f64, stream = 0 : i64} : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
@@ -102,6 +113,7 @@ inline std::vector<OpCase> opCases() {
       "  %loss = mt.cross_entropy %logits, %targets {num_classes = 4 : i64} : "
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
   c.push_back({"llama_tiny", "", "llama-tiny", 8, 512});
+  c.push_back({"llama_tiny_selective", "", "llama-tiny", 8, 512, "--recompute selective"});
   c.push_back({"llama_tiny_full", "", "llama-tiny", 8, 512, "--recompute full"});
   c.push_back({"gpt_tiny", "", "gpt-tiny", 8, 512});
   c.push_back({"gpt_tiny_selective", "", "gpt-tiny", 8, 512, "--recompute selective"});

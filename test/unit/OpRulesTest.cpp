@@ -57,14 +57,15 @@ TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
   Block block;
   Value input = block.addArgument(qkv, loc);
   b.setInsertionPointToStart(&block);
-  auto attention = mlir::mt::AttentionOp::create(b, loc, input, b.getI64IntegerAttr(2),
-                                           b.getUnitAttr(), b.getF64FloatAttr(0.25),
-                                           b.getI64IntegerAttr(7), b.getUnitAttr());
+  auto attention = mlir::mt::AttentionOp::create(
+      b, loc, input, b.getI64IntegerAttr(2), b.getI64IntegerAttr(1), b.getUnitAttr(),
+      b.getF64FloatAttr(0.25), b.getI64IntegerAttr(7), b.getUnitAttr());
   mlir::mt::PlanInstruction inst;
   ASSERT_TRUE(succeeded(
       cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
   EXPECT_EQ(inst.opcode, plan::Opcode::Attention);
   EXPECT_EQ(inst.heads, 2);
+  EXPECT_EQ(inst.kvHeads, 1);
   EXPECT_TRUE(inst.causal);
   EXPECT_EQ(inst.rate, 0.25); // attention's `dropout`
   EXPECT_EQ(inst.stream, 7);

@@ -472,11 +472,19 @@ int runCompile(MLIRContext &context, const Args &args) {
                     << mtc::withCommas(account.localParameters) << " per rank\n";
   row("model FLOPs/step") << mtc::withCommas(gemmPerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
-  if (decoder && decoder->positionTable)
-    row("  formula") << mtc::withCommas(mtc::gptModelFlops(*decoder, options.globalBatchSize,
-                                                            header.seqLength))
-                     << "  72Bslh^2(1 + s/6h + V/12lh), l=" << decoder->layers
-                     << " h=" << decoder->hidden << " V=" << decoder->vocab << "\n";
+  if (decoder) {
+    row("  formula") << mtc::withCommas(mtc::decoderModelFlops(
+        *decoder, options.globalBatchSize, header.seqLength));
+    if (decoder->positionTable && !decoder->gated && decoder->ffn == 4 * decoder->hidden &&
+        decoder->kvHeads == decoder->heads && decoder->heads * decoder->headDim == decoder->hidden)
+      outs() << "  72Bslh^2(1 + s/6h + V/12lh), l=" << decoder->layers
+             << " h=" << decoder->hidden << " V=" << decoder->vocab << "\n";
+    else
+      outs() << "  12Bslh^2((1 + g/n + s/h)nd/h + " << (decoder->gated ? "3" : "2")
+             << "f/2h + V/2lh), l=" << decoder->layers << " h=" << decoder->hidden
+             << " n=" << decoder->heads << " g=" << decoder->kvHeads << " d=" << decoder->headDim
+             << " f=" << decoder->ffn << " V=" << decoder->vocab << "\n";
+  }
   row("other FLOPs/step") << mtc::withCommas(otherPerStep) << "  (elementwise, reductions)\n";
   if (options.recompute != "none") {
     const unsigned __int128 extra = recomputePerStep, model = gemmPerStep;

@@ -61,7 +61,7 @@ template <typename T>
 void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a,
                   int64_t lda, const T *b, int64_t ldb, T *c, int64_t ldc) {
   const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t row = blk * kRowBlock, rows = std::min(kRowBlock, m - row);
     // Row `row` of op(A) starts at a + row·lda untransposed, at a + row transposed.
@@ -307,10 +307,10 @@ template <typename T> struct Kernels {
   }
 
   /// The fused QKV's query and key heads turned by position (core/HostDevice.h: Rope).
-  static void rotary(const TensorView &qkv, int64_t heads, int64_t kv, const Rope &rope,
+  static void rotary(const TensorView &qkv, const QkvLayout &layout, const Rope &rope,
                      const TensorView &out) {
-    const int64_t s = qkv.dim(1), width = qkv.dim(2), perGroup = heads / kv;
-    const int64_t d = width / (heads + 2 * kv), half = d / 2;
+    const int64_t s = qkv.dim(1), width = layout.width(), perGroup = layout.perGroup();
+    const int64_t kv = layout.kv, d = layout.d, half = d / 2;
     std::vector<double> frequency(half);
     for (int64_t i = 0; i < half; ++i)
       frequency[i] = rope.frequency(i, d);
@@ -356,7 +356,7 @@ template <typename T> struct Kernels {
                       const StepContext &ctx, const TensorView &out, const TensorView *mask) {
     const int64_t n = out.numel();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
-#pragma omp parallel
+#pragma omp parallel if (n >= kParallelElements)
     {
       rng::DropoutMask draw(ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream),
                             rate);
@@ -427,141 +427,159 @@ template <typename T> struct Kernels {
     }
   }
 
-  // qkv [B, S, 3H] holds, per token, (head, {q, k, v}, head_dim); out is [B, S, H].
-  static void attention(const TensorView &qkv, int64_t heads, bool causal,
+  /// The multiply-adds of one attention GEMM over a fused QKV: B·heads·S·S·d. Below
+  /// kParallelElements of them a parallel region costs more than it saves.
+  static int64_t attentionWork(const TensorView &qkv, const QkvLayout &l) {
+    return qkv.dim(0) * l.heads * qkv.dim(1) * qkv.dim(1) * l.d;
+  }
+
+  // qkv [B, S, (heads + 2·kv)·d] holds, per token, its heads by key/value group
+  // (core/HostDevice.h: QkvLayout); out is [B, S, heads·d]. Forward runs per (batch, head);
+  // backward per (batch, group), so that a group's key and value gradients are summed
+  // over its query heads in head order, whatever the threads do.
+  static void attention(const TensorView &qkv, const QkvLayout &l, bool causal,
                         const ProbsDropout &drop, const StepContext &ctx,
                         const TensorView &out) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bh = 0; bh < b * l.heads; ++bh) {
+      const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
       std::vector<T> p(s * s);
-      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
-      attentionScores(q, q + d, s, d, 3 * h, scale, causal, p.data());
+      const T *row = ptr(qkv) + bi * s * w;
+      attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data());
       if (drop.active()) {
         std::vector<uint8_t> keep;
         drop.mask(keep, s, drop.first(bi, hi, s), ctx);
         drop.apply(p.data(), keep);
       }
-      gemm(false, false, s, d, s, T(1), p.data(), s, q + 2 * d, 3 * h, T(0),
+      gemm(false, false, s, d, s, T(1), p.data(), s, row + l.value(g), w, T(0),
            ptr(out) + bi * s * h + hi * d, h);
     }
   }
 
   /// Recomputes P (and its dropout P'), then dV = P'ᵀ·dO, dP' = dO·Vᵀ, dP = dP'·mask/(1−p),
   /// dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O
-  /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)).
+  /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)); dK and dV summed over the group.
   static void attentionGrad(const TensorView &dout, const TensorView &qkv,
-                            const TensorView &out, int64_t heads, bool causal,
+                            const TensorView &out, const QkvLayout &l, bool causal,
                             const ProbsDropout &drop, const StepContext &ctx,
                             const TensorView &dqkv) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), d = h / heads;
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bg = 0; bg < b * l.kv; ++bg) {
+      const int64_t bi = bg / l.kv, g = bg % l.kv;
       std::vector<T> p(s * s), dropped, dp(s * s);
-      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d, *v = q + 2 * d;
-      const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
-      T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d, *dv = dq + 2 * d;
-      attentionScores(q, k, s, d, 3 * h, scale, causal, p.data());
-      const T *pv = p.data(); // what multiplied V
       std::vector<uint8_t> keep;
-      if (drop.active()) {
-        drop.mask(keep, s, drop.first(bi, hi, s), ctx);
-        dropped = p;
-        drop.apply(dropped.data(), keep);
-        pv = dropped.data();
+      const T *row = ptr(qkv) + bi * s * w, *k = row + l.key(g), *v = row + l.value(g);
+      T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
+      for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
+        const T *q = row + l.query(hi);
+        const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
+        const T sum = hi == g * l.perGroup() ? T(0) : T(1); // the group's first head sets
+        attentionScores(q, k, s, d, w, scale, causal, p.data());
+        const T *pv = p.data(); // what multiplied V
+        if (drop.active()) {
+          drop.mask(keep, s, drop.first(bi, hi, s), ctx);
+          dropped = p;
+          drop.apply(dropped.data(), keep);
+          pv = dropped.data();
+        }
+        gemm(true, false, s, d, s, T(1), pv, s, dO, h, sum, dv, w);
+        gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), dp.data(), s);
+        if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
+          drop.apply(dp.data(), keep);
+        for (int64_t i = 0; i < s; ++i) {
+          double delta = 0;
+          for (int64_t j = 0; j < d; ++j)
+            delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+          for (int64_t j = 0; j < s; ++j)
+            dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+        }
+        gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, w, T(0),
+             drow + l.query(hi), w);
+        gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, w, sum, dk, w);
       }
-      gemm(true, false, s, d, s, T(1), pv, s, dO, h, T(0), dv, 3 * h);
-      gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), dp.data(), s);
-      if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
-        drop.apply(dp.data(), keep);
-      for (int64_t i = 0; i < s; ++i) {
-        double delta = 0;
-        for (int64_t j = 0; j < d; ++j)
-          delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-        for (int64_t j = 0; j < s; ++j)
-          dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
-      }
-      gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, 3 * h, T(0), dq,
-           3 * h);
-      gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, 3 * h, T(0), dk,
-           3 * h);
     }
   }
 
   /// The unfused chain: P [B, heads, S, S] of a fused QKV.
-  static void attentionProbs(const TensorView &qkv, int64_t heads, bool causal,
+  static void attentionProbs(const TensorView &qkv, const QkvLayout &l, bool causal,
                              const TensorView &probs) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = qkv.dim(2) / 3, d = h / heads;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
-      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d;
-      attentionScores(q, q + d, s, d, 3 * h, scale, causal, ptr(probs) + bh * s * s);
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(l.d));
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bh = 0; bh < b * l.heads; ++bh) {
+      const int64_t bi = bh / l.heads, hi = bh % l.heads;
+      const T *row = ptr(qkv) + bi * s * w;
+      attentionScores(row + l.query(hi), row + l.key(l.group(hi)), s, l.d, w, scale, causal,
+                      ptr(probs) + bh * s * s);
     }
   }
 
   /// O = P·V per (batch, head).
   static void attentionContext(const TensorView &probs, const TensorView &qkv,
-                               const TensorView &out) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = out.dim(2), heads = probs.dim(1),
-                  d = h / heads;
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
+                               const QkvLayout &l, const TensorView &out) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bh = 0; bh < b * l.heads; ++bh) {
+      const int64_t bi = bh / l.heads, hi = bh % l.heads;
       gemm(false, false, s, d, s, T(1), ptr(probs) + bh * s * s, s,
-           ptr(qkv) + bi * s * 3 * h + hi * 3 * d + 2 * d, 3 * h, T(0),
-           ptr(out) + bi * s * h + hi * d, h);
+           ptr(qkv) + bi * s * w + l.value(l.group(hi)), w, T(0), ptr(out) + bi * s * h + hi * d,
+           h);
     }
   }
 
-  /// dS = P∘(dP − rowsum(dP∘P)); dQ = scale·dS·K, dK = scale·dSᵀ·Q; dV = 0.
+  /// dS = P∘(dP − rowsum(dP∘P)); dQ = scale·dS·K, dK = scale·dSᵀ·Q summed over the
+  /// group; dV = 0.
   static void attentionProbsGrad(const TensorView &dprobs, const TensorView &probs,
-                                 const TensorView &qkv, const TensorView &dqkv) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = qkv.dim(2) / 3, heads = probs.dim(1),
-                  d = h / heads;
+                                 const TensorView &qkv, const QkvLayout &l,
+                                 const TensorView &dqkv) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
-      const T *p = ptr(probs) + bh * s * s, *dp = ptr(dprobs) + bh * s * s;
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bg = 0; bg < b * l.kv; ++bg) {
+      const int64_t bi = bg / l.kv, g = bg % l.kv;
       std::vector<T> ds(s * s);
-      for (int64_t i = 0; i < s; ++i) {
-        double delta = 0;
-        for (int64_t j = 0; j < s; ++j)
-          delta += static_cast<double>(dp[i * s + j]) * p[i * s + j];
-        for (int64_t j = 0; j < s; ++j)
-          ds[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+      const T *row = ptr(qkv) + bi * s * w;
+      T *drow = ptr(dqkv) + bi * s * w;
+      for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
+        const int64_t bh = bi * l.heads + hi;
+        const T *p = ptr(probs) + bh * s * s, *dp = ptr(dprobs) + bh * s * s;
+        for (int64_t i = 0; i < s; ++i) {
+          double delta = 0;
+          for (int64_t j = 0; j < s; ++j)
+            delta += static_cast<double>(dp[i * s + j]) * p[i * s + j];
+          for (int64_t j = 0; j < s; ++j)
+            ds[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+        }
+        gemm(false, false, s, d, s, static_cast<T>(scale), ds.data(), s, row + l.key(g), w, T(0),
+             drow + l.query(hi), w);
+        gemm(true, false, s, d, s, static_cast<T>(scale), ds.data(), s, row + l.query(hi), w,
+             T(1), drow + l.key(g), w);
       }
-      const T *q = ptr(qkv) + bi * s * 3 * h + hi * 3 * d, *k = q + d;
-      T *dq = ptr(dqkv) + bi * s * 3 * h + hi * 3 * d, *dk = dq + d;
-      gemm(false, false, s, d, s, static_cast<T>(scale), ds.data(), s, k, 3 * h, T(0), dq,
-           3 * h);
-      gemm(true, false, s, d, s, static_cast<T>(scale), ds.data(), s, q, 3 * h, T(0), dk,
-           3 * h);
     }
   }
 
-  /// dP = dO·Vᵀ and dV = Pᵀ·dO; dQ = dK = 0.
+  /// dP = dO·Vᵀ and dV = Pᵀ·dO summed over the group; dQ = dK = 0.
   static void attentionContextGrad(const TensorView &dout, const TensorView &probs,
-                                   const TensorView &qkv, const TensorView &dprobs,
-                                   const TensorView &dqkv) {
-    const int64_t b = qkv.dim(0), s = qkv.dim(1), h = dout.dim(2), heads = probs.dim(1),
-                  d = h / heads;
+                                   const TensorView &qkv, const QkvLayout &l,
+                                   const TensorView &dprobs, const TensorView &dqkv) {
+    const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = dout.dim(2), d = l.d;
     std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < b * heads; ++bh) {
-      const int64_t bi = bh / heads, hi = bh % heads;
-      const T *dO = ptr(dout) + bi * s * h + hi * d;
-      const T *v = ptr(qkv) + bi * s * 3 * h + hi * 3 * d + 2 * d;
-      gemm(false, true, s, s, d, T(1), dO, h, v, 3 * h, T(0), ptr(dprobs) + bh * s * s, s);
-      gemm(true, false, s, d, s, T(1), ptr(probs) + bh * s * s, s, dO, h, T(0),
-           ptr(dqkv) + bi * s * 3 * h + hi * 3 * d + 2 * d, 3 * h);
+#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
+    for (int64_t bg = 0; bg < b * l.kv; ++bg) {
+      const int64_t bi = bg / l.kv, g = bg % l.kv;
+      const T *v = ptr(qkv) + bi * s * w + l.value(g);
+      for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
+        const int64_t bh = bi * l.heads + hi;
+        const T *dO = ptr(dout) + bi * s * h + hi * d;
+        gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), ptr(dprobs) + bh * s * s, s);
+        gemm(true, false, s, d, s, T(1), ptr(probs) + bh * s * s, s, dO, h, T(1),
+             ptr(dqkv) + bi * s * w + l.value(g), w);
+      }
     }
   }
 
@@ -583,7 +601,7 @@ template <typename T> struct Kernels {
     if (Status st = checkTargets(targets, c); !st.ok())
       return st;
     std::vector<double> rowLoss(m);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
       const T max = *std::max_element(row, row + c);
@@ -606,7 +624,7 @@ template <typename T> struct Kernels {
     if (Status st = checkTargets(targets, c); !st.ok())
       return st;
     const double factor = static_cast<double>(ptr(dloss)[0]) / m;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
       T *g = ptr(dlogits) + r * v;
@@ -636,7 +654,7 @@ template <typename T> struct Kernels {
     if (Status st = checkTargets(targets, classes); !st.ok())
       return st;
     T *maxOut = ptr(stats), *sumOut = maxOut + m, *targetOut = sumOut + m;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
       T max = -std::numeric_limits<T>::infinity();
@@ -672,7 +690,7 @@ template <typename T> struct Kernels {
     const int64_t m = logits.rows(), v = logits.cols(), parts = all.dim(0) / 3;
     const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
     const double factor = static_cast<double>(ptr(dloss)[0]) / m;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
     for (int64_t r = 0; r < m; ++r) {
       double max, sum, target;
       mergeSoftmaxStats(ptr(all) + r, m, parts, max, sum, target);
@@ -736,10 +754,11 @@ template <typename T> struct Kernels {
       swiglu(in[0], in[1], out[0]);
       break;
     case Opcode::Rotary:
-      rotary(in[0], inst.heads(), kvHeadsOf(inst), ropeOf(inst), out[0]);
+      rotary(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), out[0]);
       break;
     case Opcode::Attention:
-      attention(in[0], inst.heads(), inst.causal(), probsDropout(), ctx, out[0]);
+      attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
+                probsDropout(), ctx, out[0]);
       break;
     case Opcode::Dropout:
       dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
@@ -753,16 +772,19 @@ template <typename T> struct Kernels {
                 nullptr);
       break;
     case Opcode::AttentionProbs:
-      attentionProbs(in[0], inst.heads(), inst.causal(), out[0]);
+      attentionProbs(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
+                     out[0]);
       break;
     case Opcode::AttentionContext:
-      attentionContext(in[0], in[1], out[0]);
+      attentionContext(in[0], in[1], qkvLayoutOf(inst, in[0].dim(1), in[1].dim(2)), out[0]);
       break;
     case Opcode::AttentionProbsGrad:
-      attentionProbsGrad(in[0], in[1], in[2], out[0]);
+      attentionProbsGrad(in[0], in[1], in[2], qkvLayoutOf(inst, in[1].dim(1), in[2].dim(2)),
+                         out[0]);
       break;
     case Opcode::AttentionContextGrad:
-      attentionContextGrad(in[0], in[1], in[2], out[0], out[1]);
+      attentionContextGrad(in[0], in[1], in[2], qkvLayoutOf(inst, in[1].dim(1), in[2].dim(2)),
+                           out[0], out[1]);
       break;
     case Opcode::CrossEntropy:
       return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
@@ -797,8 +819,8 @@ template <typename T> struct Kernels {
       rmsNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1]);
       break;
     case Opcode::AttentionGrad:
-      attentionGrad(in[0], in[1], in[2], inst.heads(), inst.causal(),
-                    probsDropout(), ctx, out[0]);
+      attentionGrad(in[0], in[1], in[2], qkvLayoutOf(inst, inst.heads(), in[1].dim(2)),
+                    inst.causal(), probsDropout(), ctx, out[0]);
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
@@ -906,7 +928,7 @@ void store(const TensorView &t, int64_t i, double value) {
 
 void convert(const TensorView &dst, const TensorView &src) {
   const int64_t n = src.numel();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i)
     store(dst, i, load(src, i));
 }

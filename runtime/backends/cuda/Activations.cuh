@@ -133,11 +133,11 @@ void launchActivation(const T *x, T *out, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
-void launchRotary(const T *qkv, T *out, int64_t rows, int64_t s, int64_t width, int64_t heads,
-                  int64_t kv, const Rope &rope, cudaStream_t stream) {
-  const int64_t d = width / (heads + 2 * kv), pairs = rows * width / 2;
-  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, kv, heads / kv, d,
-                                                          rope);
+void launchRotary(const T *qkv, T *out, int64_t rows, int64_t s, const QkvLayout &layout,
+                  const Rope &rope, cudaStream_t stream) {
+  const int64_t pairs = rows * layout.width() / 2;
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, layout.kv,
+                                                          layout.perGroup(), layout.d, rope);
 }
 
 template <typename T>

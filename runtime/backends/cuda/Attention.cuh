@@ -1,5 +1,7 @@
-// Attention: one warp per (batch, head, row). qkv [B, S, 3H] holds, per token,
-// (head, {q, k, v}, head_dim); the warp's lanes split head_dim (at most 32·kMaxPerLane).
+// Attention: one warp per (batch, head, row). qkv [B, S, (heads + 2·kv)·d] holds, per
+// token, its heads by key/value group (core/HostDevice.h: QkvLayout); the warp's lanes
+// split d (at most 32·kMaxPerLane). The kernels that write key and value gradients run
+// one warp per (batch, group, key row) and sum the group's query heads in head order.
 // The fused kernels never materialise the S×S scores (online softmax; the backward
 // recomputes the probabilities); the unfused chain, for selective recomputation, keeps
 // the probabilities [B, heads, S, S]. Probability dropout draws from Dropout.cuh's
@@ -19,7 +21,8 @@ namespace {
 constexpr int kMaxPerLane = 8; // head_dim up to 256
 
 struct AttentionShape {
-  int64_t b, s, h, heads, d;
+  int64_t b, s, h, heads, d; // h = heads·d, the output's width
+  QkvLayout layout;
   float scale;
   bool causal;
   // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j.
@@ -28,7 +31,17 @@ struct AttentionShape {
   ProbsMaskIndex maskIndex;
   Counters counters;
 
-  __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * 3 * h; }
+  __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * layout.width(); }
+  /// Query head hi, and the key and value it reads, at position t.
+  template <typename T> __device__ T *query(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
+    return qkv + qkvRow(bi, t) + layout.query(hi);
+  }
+  template <typename T> __device__ T *key(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
+    return qkv + qkvRow(bi, t) + layout.key(layout.group(hi));
+  }
+  template <typename T> __device__ T *value(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
+    return qkv + qkvRow(bi, t) + layout.value(layout.group(hi));
+  }
   /// mask/(1 − rate) of probability (i, j), or 1 without dropout.
   __device__ float dropFactor(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
     if (rate == 0)
@@ -47,6 +60,17 @@ struct AttentionShape {
     bi = row / (s * heads);
     return row < b * heads * s;
   }
+  /// The key row this warp works on: (batch, key/value group, position).
+  __device__ bool warpKeyRow(int64_t &bi, int64_t &g, int64_t &t) const {
+    const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    t = row % s;
+    g = (row / s) % layout.kv;
+    bi = row / (s * layout.kv);
+    return row < b * layout.kv * s;
+  }
+  /// The query heads of group g: [first, end).
+  __device__ int64_t firstHead(int64_t g) const { return g * layout.perGroup(); }
+  __device__ int64_t endHead(int64_t g) const { return (g + 1) * layout.perGroup(); }
 };
 
 /// Loads head_dim values of one row into registers, lane-strided.
@@ -93,7 +117,7 @@ __device__ void rowStatistics(const T *qkv, const AttentionShape &a, int64_t bi,
   max = -INFINITY;
   sum = 0;
   for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const float score = a.scale * rowDot(q, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d);
+    const float score = a.scale * rowDot(q, a.key(qkv, bi, hi, j), a.d);
     const float next = fmaxf(max, score);
     sum = sum * expf(max - next) + expf(score - next);
     max = next;
@@ -108,10 +132,10 @@ __global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
   if (!a.warpRow(row, bi, hi, i))
     return;
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
-  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  loadRow(a.query(qkv, bi, hi, i), a.d, q);
   float max = -INFINITY, sum = 0;
   for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const T *k = qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, *v = k + a.d;
+    const T *k = a.key(qkv, bi, hi, j), *v = k + a.d;
     const float score = a.scale * rowDot(q, k, a.d);
     const float next = fmaxf(max, score), correction = expf(max - next), p = expf(score - next);
     sum = sum * correction + p;
@@ -136,7 +160,7 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
   if (!a.warpRow(row, bi, hi, i))
     return;
   float q[kMaxPerLane], dO[kMaxPerLane], o[kMaxPerLane], dq[kMaxPerLane] = {};
-  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  loadRow(a.query(qkv, bi, hi, i), a.d, q);
   loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
   loadRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, o);
   float delta = 0;
@@ -147,7 +171,7 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
   rowStatistics(qkv, a, bi, hi, i, q, max, sum);
   const float logSumExp = max + logf(sum);
   for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const T *k = qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, *v = k + a.d;
+    const T *k = a.key(qkv, bi, hi, j), *v = k + a.d;
     const float p = expf(a.scale * rowDot(q, k, a.d) - logSumExp);
     float dP = 0;
     {
@@ -163,42 +187,44 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
     for (int c = 0; c < kMaxPerLane; ++c)
       dq[c] += a.scale * dS * kr[c];
   }
-  storeRow(dqkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, dq);
+  storeRow(a.query(dqkv, bi, hi, i), a.d, dq);
   if ((threadIdx.x & 31) == 0)
     rowStats[row] = make_float2(logSumExp, delta);
 }
 
-/// Backward, per key row j: dK_j = scale·Σ_i dS_ij·Q_i and dV_j = Σ_i P'_ij·dO_i.
+/// Backward, per key row j of a group: dK_j = scale·Σ_h Σ_i dS_ij·Q_i and
+/// dV_j = Σ_h Σ_i P'_ij·dO_i over the group's query heads h.
 template <typename T>
 __global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
                                            const float2 *rowStats, AttentionShape a) {
-  int64_t row, bi, hi, j;
-  if (!a.warpRow(row, bi, hi, j))
+  int64_t bi, g, j;
+  if (!a.warpKeyRow(bi, g, j))
     return;
   float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
-  loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, k);
-  loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d, v);
-  for (int64_t i = a.causal ? j : 0; i < a.s; ++i) {
-    const float2 stats = rowStats[(bi * a.heads + hi) * a.s + i];
-    float q[kMaxPerLane], dO[kMaxPerLane];
-    loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
-    loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
-    float score = 0, dPv = 0;
-    for (int c = 0; c < kMaxPerLane; ++c) {
-      score += q[c] * k[c];
-      dPv += dO[c] * v[c];
+  const int64_t first = a.firstHead(g);
+  loadRow(a.key(qkv, bi, first, j), a.d, k);
+  loadRow(a.value(qkv, bi, first, j), a.d, v);
+  for (int64_t hi = first; hi < a.endHead(g); ++hi)
+    for (int64_t i = a.causal ? j : 0; i < a.s; ++i) {
+      const float2 stats = rowStats[(bi * a.heads + hi) * a.s + i];
+      float q[kMaxPerLane], dO[kMaxPerLane];
+      loadRow(a.query(qkv, bi, hi, i), a.d, q);
+      loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+      float score = 0, dPv = 0;
+      for (int c = 0; c < kMaxPerLane; ++c) {
+        score += q[c] * k[c];
+        dPv += dO[c] * v[c];
+      }
+      const float p = expf(a.scale * warpSum(score) - stats.x);
+      const float drop = a.dropFactor(bi, hi, i, j);
+      const float dS = p * (warpSum(dPv) * drop - stats.y);
+      for (int c = 0; c < kMaxPerLane; ++c) {
+        dk[c] += a.scale * dS * q[c];
+        dv[c] += p * drop * dO[c];
+      }
     }
-    const float p = expf(a.scale * warpSum(score) - stats.x);
-    const float drop = a.dropFactor(bi, hi, i, j);
-    const float dS = p * (warpSum(dPv) * drop - stats.y);
-    for (int c = 0; c < kMaxPerLane; ++c) {
-      dk[c] += a.scale * dS * q[c];
-      dv[c] += p * drop * dO[c];
-    }
-  }
-  T *kRow = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d;
-  storeRow(kRow, a.d, dk);
-  storeRow(kRow + a.d, a.d, dv);
+  storeRow(a.key(dqkv, bi, first, j), a.d, dk);
+  storeRow(a.value(dqkv, bi, first, j), a.d, dv);
 }
 
 // The unfused chain (selective recomputation's path): probabilities [B, heads, S, S].
@@ -210,7 +236,7 @@ __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
   if (!a.warpRow(row, bi, hi, i))
     return;
   float q[kMaxPerLane];
-  loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
+  loadRow(a.query(qkv, bi, hi, i), a.d, q);
   float max, sum;
   rowStatistics(qkv, a, bi, hi, i, q, max, sum);
   T *p = probs + row * a.s;
@@ -218,7 +244,7 @@ __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
   for (int64_t j = 0; j < a.s; ++j) {
     float value = 0;
     if (j <= a.lastKey(i))
-      value = expf(a.scale * rowDot(q, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d) - max) / sum;
+      value = expf(a.scale * rowDot(q, a.key(qkv, bi, hi, j), a.d) - max) / sum;
     if (lane == 0)
       st(p, j, value);
   }
@@ -234,7 +260,7 @@ __global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, Att
   for (int64_t j = 0; j < a.s; ++j) {
     const float p = ld(probs, row * a.s + j);
     float v[kMaxPerLane];
-    loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d, v);
+    loadRow(a.value(qkv, bi, hi, j), a.d, v);
     for (int c = 0; c < kMaxPerLane; ++c)
       acc[c] += p * v[c];
   }
@@ -257,35 +283,38 @@ __global__ void attentionProbsGradQueryKernel(const T *dprobs, const T *probs, c
   for (int64_t j = 0; j < a.s; ++j) {
     const float dS = ld(probs, row * a.s + j) * (ld(dprobs, row * a.s + j) - delta);
     float k[kMaxPerLane];
-    loadRow(qkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, k);
+    loadRow(a.key(qkv, bi, hi, j), a.d, k);
     for (int c = 0; c < kMaxPerLane; ++c)
       dq[c] += a.scale * dS * k[c];
   }
-  T *dqRow = dqkv + a.qkvRow(bi, i) + hi * 3 * a.d;
-  storeRow(dqRow, a.d, dq);
-  storeRow(dqRow + 2 * a.d, a.d, kZeroRow); // the V part: no gradient through P
+  storeRow(a.query(dqkv, bi, hi, i), a.d, dq);
   if (lane == 0)
     deltas[row] = delta;
 }
 
-/// Per key row j: reads dP, P, Q and the deltas, writes dK_j = scale·Σ_i dS_ij·Q_i.
+/// Per key row j of a group: reads dP, P, Q and the deltas, writes
+/// dK_j = scale·Σ_h Σ_i dS_ij·Q_i over the group's query heads h, and a zero V part (no
+/// gradient through P).
 template <typename T>
 __global__ void attentionProbsGradKeyKernel(const T *dprobs, const T *probs, const T *qkv,
                                             T *dqkv, const float *deltas, AttentionShape a) {
-  int64_t row, bi, hi, j;
-  if (!a.warpRow(row, bi, hi, j))
+  int64_t bi, g, j;
+  if (!a.warpKeyRow(bi, g, j))
     return;
-  const int64_t base = (bi * a.heads + hi) * a.s;
   float dk[kMaxPerLane] = {};
-  for (int64_t i = 0; i < a.s; ++i) {
-    const int64_t at = (base + i) * a.s + j;
-    const float dS = ld(probs, at) * (ld(dprobs, at) - deltas[base + i]);
-    float q[kMaxPerLane];
-    loadRow(qkv + a.qkvRow(bi, i) + hi * 3 * a.d, a.d, q);
-    for (int c = 0; c < kMaxPerLane; ++c)
-      dk[c] += a.scale * dS * q[c];
+  for (int64_t hi = a.firstHead(g); hi < a.endHead(g); ++hi) {
+    const int64_t base = (bi * a.heads + hi) * a.s;
+    for (int64_t i = 0; i < a.s; ++i) {
+      const int64_t at = (base + i) * a.s + j;
+      const float dS = ld(probs, at) * (ld(dprobs, at) - deltas[base + i]);
+      float q[kMaxPerLane];
+      loadRow(a.query(qkv, bi, hi, i), a.d, q);
+      for (int c = 0; c < kMaxPerLane; ++c)
+        dk[c] += a.scale * dS * q[c];
+    }
   }
-  storeRow(dqkv + a.qkvRow(bi, j) + hi * 3 * a.d + a.d, a.d, dk);
+  storeRow(a.key(dqkv, bi, a.firstHead(g), j), a.d, dk);
+  storeRow(a.value(dqkv, bi, a.firstHead(g), j), a.d, kZeroRow);
 }
 
 /// dP_ij = dO_i·V_j, per query row.
@@ -299,45 +328,49 @@ __global__ void attentionContextGradProbsKernel(const T *dout, const T *qkv, T *
   loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
   const int lane = threadIdx.x & 31;
   for (int64_t j = 0; j < a.s; ++j) {
-    const float dP = rowDot(dO, qkv + a.qkvRow(bi, j) + hi * 3 * a.d + 2 * a.d, a.d);
+    const float dP = rowDot(dO, a.value(qkv, bi, hi, j), a.d);
     if (lane == 0)
       st(dprobs, row * a.s + j, dP);
   }
 }
 
-/// dV_j = Σ_i P_ij·dO_i, per key row; the Q and K parts of dqkv are zero.
+/// dV_j = Σ_h Σ_i P_ij·dO_i over the group's query heads h, per key row of a group; the
+/// Q and K parts of dqkv are zero.
 template <typename T>
 __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, T *dqkv,
                                                  AttentionShape a) {
-  int64_t row, bi, hi, j;
-  if (!a.warpRow(row, bi, hi, j))
+  int64_t bi, g, j;
+  if (!a.warpKeyRow(bi, g, j))
     return;
-  const int64_t base = (bi * a.heads + hi) * a.s;
   float dv[kMaxPerLane] = {};
-  for (int64_t i = 0; i < a.s; ++i) {
-    const float p = ld(probs, (base + i) * a.s + j);
-    float dO[kMaxPerLane];
-    loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
-    for (int c = 0; c < kMaxPerLane; ++c)
-      dv[c] += p * dO[c];
+  for (int64_t hi = a.firstHead(g); hi < a.endHead(g); ++hi) {
+    const int64_t base = (bi * a.heads + hi) * a.s;
+    for (int64_t i = 0; i < a.s; ++i) {
+      const float p = ld(probs, (base + i) * a.s + j);
+      float dO[kMaxPerLane];
+      loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+      for (int c = 0; c < kMaxPerLane; ++c)
+        dv[c] += p * dO[c];
+    }
+    storeRow(a.query(dqkv, bi, hi, j), a.d, kZeroRow);
   }
-  T *r = dqkv + a.qkvRow(bi, j) + hi * 3 * a.d;
-  storeRow(r, a.d, kZeroRow);
-  storeRow(r + a.d, a.d, kZeroRow);
-  storeRow(r + 2 * a.d, a.d, dv);
+  storeRow(a.key(dqkv, bi, a.firstHead(g), j), a.d, kZeroRow);
+  storeRow(a.value(dqkv, bi, a.firstHead(g), j), a.d, dv);
 }
 
-/// The shape of an attention instruction over qkv [B, S, 3H]; `dropout`: whether its
-/// probabilities are dropped (the fused kernels) or not (the unfused chain).
+/// The shape of an attention instruction over a fused QKV with `heads` query heads;
+/// `dropout`: whether its probabilities are dropped (the fused kernels) or not (the
+/// unfused chain).
 inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
                                      const plan::Instruction &inst, const StepContext &ctx,
                                      bool dropout) {
   AttentionShape a;
   a.b = qkv.dim(0);
   a.s = qkv.dim(1);
-  a.h = qkv.dim(2) / 3;
+  a.layout = qkvLayoutOf(inst, heads, qkv.dim(2));
   a.heads = heads;
-  a.d = a.h / heads;
+  a.d = a.layout.d;
+  a.h = heads * a.d;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
   a.causal = causal;
   a.rate = dropout ? inst.rate() : 0.0;
@@ -350,9 +383,12 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool 
   return a;
 }
 
-/// Blocks of kThreads for one warp per (batch, head, row).
+/// Blocks of kThreads for one warp per (batch, head, row), or per (batch, group, row).
 inline unsigned warpBlocks(const AttentionShape &a) {
   return static_cast<unsigned>((a.b * a.heads * a.s * 32 + kThreads - 1) / kThreads);
+}
+inline unsigned keyWarpBlocks(const AttentionShape &a) {
+  return static_cast<unsigned>((a.b * a.layout.kv * a.s * 32 + kThreads - 1) / kThreads);
 }
 
 template <typename T>
@@ -371,7 +407,7 @@ void launchAttentionBackwardQuery(const T *qkv, const T *out, const T *dout, T *
 template <typename T>
 void launchAttentionBackwardKey(const T *qkv, const T *dout, T *dqkv, const float2 *rowStats,
                                 const AttentionShape &a, cudaStream_t stream) {
-  attentionBackwardKeyKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, dout, dqkv, rowStats,
+  attentionBackwardKeyKernel<<<keyWarpBlocks(a), kThreads, 0, stream>>>(qkv, dout, dqkv, rowStats,
                                                                      a);
 }
 
@@ -397,7 +433,7 @@ template <typename T>
 void launchAttentionProbsGradKey(const T *dprobs, const T *probs, const T *qkv, T *dqkv,
                                  const float *deltas, const AttentionShape &a,
                                  cudaStream_t stream) {
-  attentionProbsGradKeyKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dprobs, probs, qkv, dqkv,
+  attentionProbsGradKeyKernel<<<keyWarpBlocks(a), kThreads, 0, stream>>>(dprobs, probs, qkv, dqkv,
                                                                       deltas, a);
 }
 
@@ -410,7 +446,7 @@ void launchAttentionContextGradProbs(const T *dout, const T *qkv, T *dprobs,
 template <typename T>
 void launchAttentionContextGradValues(const T *dout, const T *probs, T *dqkv,
                                       const AttentionShape &a, cudaStream_t stream) {
-  attentionContextGradValuesKernel<<<warpBlocks(a), kThreads, 0, stream>>>(dout, probs, dqkv, a);
+  attentionContextGradValuesKernel<<<keyWarpBlocks(a), kThreads, 0, stream>>>(dout, probs, dqkv, a);
 }
 
 } // namespace

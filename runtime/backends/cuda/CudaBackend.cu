@@ -452,8 +452,8 @@ private:
       launchSwiglu(p(in[0]), p(in[1]), p(out[0]), n, stream_);
       break;
     case Opcode::Rotary:
-      launchRotary(p(in[0]), p(out[0]), in[0].rows(), in[0].dim(1), in[0].dim(2), inst.heads(),
-                   kvHeadsOf(inst), ropeOf(inst), stream_);
+      launchRotary(p(in[0]), p(out[0]), in[0].rows(), in[0].dim(1),
+                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), stream_);
       break;
     case Opcode::SwigluGrad:
       launchSwigluGrad(p(in[0]), p(in[1]), p(in[2]), p(out[0]), p(out[1]), n, stream_);

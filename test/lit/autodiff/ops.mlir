@@ -117,6 +117,36 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 
 // -----
 
+// Grouped-query attention (4 query heads sharing 2 keys and values of 2 dims): its
+// gradient reads the QKV with the same groups.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[O:.*]] = mt.attention %[[QKV:[^ ]+]] {causal, heads = 4 : i64, kv_heads = 2 : i64}
+// CHECK: mt.attention_grad %{{.*}}, %[[QKV]], %[[O]] {causal, heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x16xf32>, tensor<2x4x8xf32>) -> tensor<2x4x16xf32>
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x4x16xf32>
+  %o = mt.attention %qkv {causal, heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x4x16xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %o, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// The unfused chain of multi-query attention (2 query heads, one key and value).
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[P:.*]] = mt.attention_probs %[[QKV:[^ ]+]] {causal, heads = 2 : i64, kv_heads = 1 : i64}
+// CHECK: mt.attention_context %[[P]], %[[QKV]] {kv_heads = 1 : i64} : (tensor<2x2x4x4xf32>, tensor<2x4x16xf32>) -> tensor<2x4x8xf32>
+// CHECK: %[[DP:.*]], %{{.*}} = mt.attention_context_grad %{{.*}}, %[[P]], %[[QKV]] {kv_heads = 1 : i64}
+// CHECK: mt.attention_probs_grad %[[DP]], %[[P]], %[[QKV]] {kv_heads = 1 : i64}
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x4x16xf32>
+  %p = mt.attention_probs %qkv {causal, heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x4x16xf32>) -> tensor<2x2x4x4xf32>
+  %o = mt.attention_context %p, %qkv {kv_heads = 1 : i64} : (tensor<2x2x4x4xf32>, tensor<2x4x16xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %o, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // A dropout keeps its mask (one byte per element) for its gradient.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[Y:.*]], %[[MASK:.*]] = mt.dropout %{{.*}} {keep_mask, rate = 2.500000e-01 : f64, stream = 7 : i64} : (tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xi8>)

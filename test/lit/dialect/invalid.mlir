@@ -326,7 +326,7 @@ func.func @gelu_unranked(%x: tensor<*xf32>) {
 // -----
 
 func.func @attention_width(%qkv: tensor<2x16x200xf32>) {
-  // expected-error@+2 {{mt.attention: qkv width 200 of tensor<2x16x200xf32> is not 3 x heads (4) x head_dim}}
+  // expected-error@+2 {{mt.attention: qkv tensor<2x16x200xf32> is not 4 query and 4 key and value heads of one head dimension}}
   // expected-error@+1 {{'mt.attention' op failed to infer returned types}}
   %0 = mt.attention %qkv {heads = 4 : i64} : (tensor<2x16x200xf32>) -> tensor<2x16x64xf32>
   return
@@ -335,7 +335,7 @@ func.func @attention_width(%qkv: tensor<2x16x200xf32>) {
 // -----
 
 func.func @attention_width_heads(%qkv: tensor<2x16x192xf32>) {
-  // expected-error@+2 {{mt.attention: qkv width 192 of tensor<2x16x192xf32> is not 3 x heads (5) x head_dim}}
+  // expected-error@+2 {{mt.attention: qkv tensor<2x16x192xf32> is not 5 query and 5 key and value heads of one head dimension}}
   // expected-error@+1 {{'mt.attention' op failed to infer returned types}}
   %0 = mt.attention %qkv {causal, heads = 5 : i64} : (tensor<2x16x192xf32>) -> tensor<2x16x64xf32>
   return
@@ -344,7 +344,7 @@ func.func @attention_width_heads(%qkv: tensor<2x16x192xf32>) {
 // -----
 
 func.func @attention_rank(%qkv: tensor<16x192xf32>) {
-  // expected-error@+2 {{mt.attention: qkv must be [B, S, 3H], got tensor<16x192xf32>}}
+  // expected-error@+2 {{mt.attention: qkv must be [B, S, (heads + 2·kv_heads)·d], got tensor<16x192xf32>}}
   // expected-error@+1 {{'mt.attention' op failed to infer returned types}}
   %0 = mt.attention %qkv {heads = 4 : i64} : (tensor<16x192xf32>) -> tensor<16x64xf32>
   return
@@ -583,7 +583,7 @@ func.func @attention_grad_output(%g: tensor<2x16x32xf32>, %qkv: tensor<2x16x192x
 // -----
 
 func.func @attention_grad_width(%g: tensor<2x16x64xf32>, %qkv: tensor<2x16x200xf32>, %out: tensor<2x16x64xf32>) {
-  // expected-error@+2 {{mt.attention_grad: qkv width 200 of tensor<2x16x200xf32> is not 3 x heads (4) x head_dim}}
+  // expected-error@+2 {{mt.attention_grad: qkv tensor<2x16x200xf32> is not 4 query and 4 key and value heads of one head dimension}}
   // expected-error@+1 {{'mt.attention_grad' op failed to infer returned types}}
   %0 = mt.attention_grad %g, %qkv, %out {heads = 4 : i64} : (tensor<2x16x64xf32>, tensor<2x16x200xf32>, tensor<2x16x64xf32>) -> tensor<2x16x200xf32>
   return
@@ -729,7 +729,7 @@ func.func @attention_dropout_rate(%qkv: tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
 // -----
 
 func.func @attention_context_probs(%p: tensor<2x3x4x4xf32>, %qkv: tensor<2x4x24xf32>) -> tensor<2x4x8xf32> {
-  // expected-error@+2 {{mt.attention_context: qkv width 24 of tensor<2x4x24xf32> is not 3 x heads (3) x head_dim}}
+  // expected-error@+2 {{mt.attention_context: qkv tensor<2x4x24xf32> is not 3 query and 3 key and value heads of one head dimension}}
   // expected-error@+1 {{'mt.attention_context' op failed to infer returned types}}
   %o = mt.attention_context %p, %qkv : (tensor<2x3x4x4xf32>, tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
   return %o : tensor<2x4x8xf32>
@@ -843,7 +843,7 @@ func.func @rotary_kv_heads(%x: tensor<2x16x40xf32>) {
 // -----
 
 func.func @rotary_odd_head_dim(%x: tensor<2x16x30xf32>) {
-  // expected-error@+2 {{mt.rotary: qkv tensor<2x16x30xf32> is not 2 query and 2 key and value heads of an even head dimension}}
+  // expected-error@+2 {{mt.rotary: qkv tensor<2x16x30xf32> has heads of odd dimension 5 (rotary turns pairs of dimensions)}}
   // expected-error@+1 {{'mt.rotary' op failed to infer returned types}}
   %0 = mt.rotary %x {heads = 2 : i64} : (tensor<2x16x30xf32>) -> tensor<2x16x30xf32>
   return
@@ -869,7 +869,7 @@ func.func @rotary_scaling(%x: tensor<2x16x24xf32>) {
 
 func.func @rotary_heads_unlike_attention(%x: tensor<2x16x48xf32>) {
   %r = mt.rotary %x {heads = 2 : i64} : (tensor<2x16x48xf32>) -> tensor<2x16x48xf32>
-  // expected-error@+1 {{'mt.attention' op reads a qkv that mt.rotary turned as 2 query and 2 key/value heads, but attends with 4 heads, each its own key and value}}
+  // expected-error@+1 {{'mt.attention' op reads a qkv that mt.rotary turned as 2 query and 2 key/value heads, but attends with 4 query and 4 key/value heads}}
   %a = mt.attention %r {causal, heads = 4 : i64} : (tensor<2x16x48xf32>) -> tensor<2x16x16xf32>
   return
 }
@@ -878,7 +878,7 @@ func.func @rotary_heads_unlike_attention(%x: tensor<2x16x48xf32>) {
 
 func.func @rotary_grouped_into_attention(%x: tensor<2x16x32xf32>) {
   %r = mt.rotary %x {heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
-  // expected-error@+1 {{'mt.attention_probs' op reads a qkv that mt.rotary turned as 2 query and 1 key/value heads, but attends with 2 heads, each its own key and value}}
+  // expected-error@+1 {{'mt.attention_probs' op reads a qkv that mt.rotary turned as 2 query and 1 key/value heads, but attends with 2 query and 2 key/value heads}}
   %p = mt.attention_probs %r {causal, heads = 2 : i64} : (tensor<2x16x32xf32>) -> tensor<2x2x16x16xf32>
   return
 }
@@ -888,5 +888,23 @@ func.func @rotary_grouped_into_attention(%x: tensor<2x16x32xf32>) {
 func.func @rotary_original_positions(%x: tensor<2x16x24xf32>) {
   // expected-error@+1 {{'mt.rotary' op attribute 'original_positions' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
   %0 = mt.rotary %x {heads = 2 : i64, original_positions = -8 : i64, scaling_factor = 8.0 : f64} : (tensor<2x16x24xf32>) -> tensor<2x16x24xf32>
+  return
+}
+
+// -----
+
+func.func @grouped_attention_kv_heads(%x: tensor<2x16x40xf32>) {
+  // expected-error@+2 {{mt.attention: kv_heads 3 must divide heads 4}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mt.attention %x {heads = 4 : i64, kv_heads = 3 : i64} : (tensor<2x16x40xf32>) -> tensor<2x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @grouped_context_width(%p: tensor<2x4x16x16xf32>, %qkv: tensor<2x16x50xf32>) {
+  // expected-error@+2 {{mt.attention_context: qkv tensor<2x16x50xf32> is not 4 query and 2 key and value heads of one head dimension}}
+  // expected-error@+1 {{failed to infer returned types}}
+  %0 = mt.attention_context %p, %qkv {kv_heads = 2 : i64} : (tensor<2x4x16x16xf32>, tensor<2x16x50xf32>) -> tensor<2x16x32xf32>
   return
 }

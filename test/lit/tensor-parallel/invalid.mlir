@@ -91,3 +91,13 @@ func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
   %r = mt.rotary %qkv {heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
   return %r : tensor<2x4x16xf32>
 }
+
+// -----
+
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
+  %w = mt.param "qkv.weight" normal(2.0e-02) : tensor<24x8xf32>
+  %qkv = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<24x8xf32>) -> tensor<2x4x24xf32>
+  // expected-error@+1 {{mt-tensor-parallel: 1 key/value heads are not divisible by tp 2 (tensor parallelism splits whole groups of query heads; use a tp that divides 1)}}
+  %a = mt.attention %qkv {causal, heads = 4 : i64, kv_heads = 1 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x16xf32>
+  return %a : tensor<2x4x16xf32>
+}
