@@ -3,7 +3,8 @@
 
 gpt-tiny (dropout on) trains K steps from the same seed and data under every layout of
 tp in {1,2,4} x sp in {off,on} x dp in {1,2} x distributed optimizer in {off,on} (at most
-8 ranks), llama-tiny under five layouts with recomputation and pipelines, and gpt-mini
+8 ranks), llama-tiny under eight layouts with recomputation, pipelines (one interleaved),
+bf16 and fp16, and gpt-mini
 under pipelines (pp in {2,4}, every schedule, recomputation,
 combined with tp/sp/dp up to 8 ranks); each must match its serial run: losses and gradient norms within 1e-5 relative, final weights
 within 1e-4 relative (norm-wise, all weights as one vector); bf16 layouts match the serial bf16 run within 1e-2. Checkpoints saved under one layout resume under another on the
@@ -200,28 +201,53 @@ def main():
         name = "regions_tp%d%s_dp%d" % (layout[0], "_sp" if layout[1] else "", layout[2])
         check(name, layout, compile_and_train(name, layout))
 
-    # llama-tiny (RMSNorm, SwiGLU, rotary embeddings, untied output): tensor, sequence
-    # and data parallelism with the distributed optimizer and recomputation, and
-    # pipelines.
+    # llama-tiny (RMSNorm, SwiGLU, rotary embeddings, grouped-query attention, untied
+    # output): tensor, sequence and data parallelism with the distributed optimizer and
+    # recomputation, pipelines, and bf16 and fp16 (against their serial runs); four of its layers under an interleaved
+    # pipeline.
+    def serial_reference(name):
+        nonlocal serial_losses, serial_norms, serial_weights
+        compile_and_train(name, (1, False, 1, False))
+        serial_losses = losses(work(name + ".txt"))
+        serial_norms = grad_norms(work(name + ".txt"))
+        serial_weights = weights(work(name))
+
+    def check_layout(prefix, layout, extra, tolerances=(LOSS_TOLERANCE, WEIGHT_TOLERANCE)):
+        pp = int(extra[extra.index("--pp") + 1]) if "--pp" in extra else 1
+        name = "%s_tp%d%s_dp%d%s%s" % (prefix, layout[0], "_sp" if layout[1] else "", layout[2],
+                                       "_distopt" if layout[3] else "",
+                                       "".join(extra).replace("--", "_"))
+        run([mtc, "compile", model, *batch, *flags(*layout), *extra, "-o", work(name + ".mtp")])
+        begin = time.time()
+        run([*mtrun, "-n", str(layout[0] * layout[2] * pp), work(name + ".mtp"), *train,
+             "--save", work(name), "--metrics", work(name + ".txt")])
+        check(name, (layout[0], layout[1], layout[2] * pp, layout[3]), time.time() - begin,
+              tolerances)
+
     model = os.path.join(args.models, "llama-tiny.mlir")
-    compile_and_train("serial_llama", (1, False, 1, False))
-    serial_losses = losses(work("serial_llama.txt"))
-    serial_norms = grad_norms(work("serial_llama.txt"))
-    serial_weights = weights(work("serial_llama"))
+    serial_reference("serial_llama")
     for layout, extra in (((2, True, 1, False), []), ((4, True, 2, True), []),
                           ((2, False, 2, False), ["--recompute", "selective"]),
                           ((1, False, 2, True), ["--pp", "2", "--recompute", "full"]),
                           ((2, True, 1, False), ["--pp", "2", "--schedule", "gpipe",
                                                  "--recompute", "selective"])):
-        pp = int(extra[extra.index("--pp") + 1]) if "--pp" in extra else 1
-        name = "llama_tp%d%s_dp%d%s%s" % (layout[0], "_sp" if layout[1] else "", layout[2],
-                                          "_distopt" if layout[3] else "",
-                                          "".join(extra).replace("--", "_"))
-        run([mtc, "compile", model, *batch, *flags(*layout), *extra, "-o", work(name + ".mtp")])
-        begin = time.time()
-        run([*mtrun, "-n", str(layout[0] * layout[2] * pp), work(name + ".mtp"), *train,
-             "--save", work(name), "--metrics", work(name + ".txt")])
-        check(name, (layout[0], layout[1], layout[2] * pp, layout[3]), time.time() - begin)
+        check_layout("llama", layout, extra)
+    # fp16 starts from a loss scale its gradients do not overflow, so that every step
+    # updates the weights.
+    for half, scale in (("bf16", []), ("fp16", ["--initial-loss-scale", "16384"])):
+        batch.append("--" + half)
+        train.extend(scale)
+        serial_reference("serial_llama_" + half)
+        check_layout("llama_" + half, (2, True, 2, True), [], (BF16_TOLERANCE, BF16_TOLERANCE))
+        del batch[-1], train[len(train) - len(scale):]
+    with open(model) as f:
+        four = f.read().replace("mt.repeat 2 @block", "mt.repeat 4 @block")
+    model = work("llama-tiny-4.mlir")
+    with open(model, "w") as f:
+        f.write(four)
+    serial_reference("serial_llama4")
+    check_layout("llama4", (2, False, 1, False),
+                 ["--pp", "2", "--vpp", "2", "--schedule", "interleaved"])
 
     model = os.path.join(args.models, "gpt-tiny.mlir")
     serial_losses = losses(work("serial_tiny.txt"))
