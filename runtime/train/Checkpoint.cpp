@@ -628,10 +628,14 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   const checkpoint::Index &index = reader.index();
 
   // Check everything before changing anything: every tensor of the model, whichever
-  // stage holds it, and nothing else.
+  // stage holds it, and nothing else. A checkpoint without a training state holds
+  // weights alone (a Hugging Face import): training starts from them at step 0 with
+  // zero moments, as Megatron's --finetune does.
+  const bool weightsOnly = !index.state.count("step");
+  const int kinds = weightsOnly ? 1 : kStateKinds;
   const char *dtype = safetensorsDType(storeType(plan));
   std::set<std::string> expected;
-  for (int kind = 0; kind < kStateKinds; ++kind)
+  for (int kind = 0; kind < kinds; ++kind)
     for (const plan::Param *spec : *plan.params()) {
       const std::string name = stateTensorName(kind, spec->name()->str());
       expected.insert(name);
@@ -648,7 +652,8 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   for (const auto &[name, entry] : index.tensors)
     if (!expected.count(name))
       return fail(cat("tensor '", name, "' is not a tensor of model '", plan.model()->str(), "'"));
-  MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, out.state));
+  if (!weightsOnly)
+    MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, out.state));
   out.saveId = index.saveId;
 
   // This rank's state, read straight into host copies of its stores: all of its
@@ -668,7 +673,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     const Box local = tensorParallelBox(spec, tpRank);
     MT_TRY(reader.read(stateTensorName(0, spec.name()->str()), local,
                        host[0].data() + element * slot.offset, stagingBytes));
-    for (int kind = 1; kind < kStateKinds; ++kind)
+    for (int kind = 1; kind < kinds; ++kind)
       for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dpRank))
         MT_TRY(reader.read(stateTensorName(kind, spec.name()->str()), box,
                            host[kind].data() +

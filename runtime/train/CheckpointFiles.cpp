@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <sstream>
 
 namespace mt::checkpoint {
@@ -627,6 +628,62 @@ Status CheckpointReader::verifyAll(size_t stagingBytes) {
         MT_TRY(state_->readRows(tensor, entry, c, a, std::min(rowsOf(c.box), a + step), data));
       }
     }
+  return Status::success();
+}
+
+Status writeWholeCheckpoint(const std::string &dir, Index index, const Produce &produce,
+                            std::string &written) {
+  std::random_device device;
+  char id[24];
+  std::snprintf(id, sizeof id, "%08x%05x", device(), device() & 0xfffff);
+  index.saveId = id;
+  index.files = {rankFileName(0)};
+  std::vector<ShardWriter::Entry> entries;
+  for (auto &[name, entry] : index.tensors) {
+    entry.chunks = {{0, wholeBox(entry.shape)}};
+    entries.push_back({name, entry.dtype, wholeBox(entry.shape)});
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return Status::failure(cat(dir, ": cannot create: ", std::strerror(errno)));
+  const std::string temporary = cat(dir, "/", iterationName(index.iteration), ".saving-", id);
+  if (::mkdir(temporary.c_str(), 0755) != 0)
+    return Status::failure(cat(temporary, ": cannot create: ", std::strerror(errno)));
+  auto abandon = [&](Status s) {
+    std::error_code ignored;
+    std::filesystem::remove_all(temporary, ignored);
+    return s;
+  };
+  ShardWriter writer;
+  Status s = ShardWriter::create(temporary + "/" + rankFileName(0), index.saveId, entries, writer);
+  std::vector<char> data;
+  for (const auto &[name, entry] : index.tensors) {
+    if (!s.ok())
+      break;
+    uint64_t bytes = elementBytes(entry.dtype);
+    for (int64_t d : entry.shape)
+      bytes *= static_cast<uint64_t>(d);
+    data.clear();
+    s = produce(name, data);
+    if (s.ok() && data.size() != bytes)
+      s = Status::failure(cat("tensor '", name, "': ", data.size(), " bytes made, ", bytes,
+                              " expected"));
+    if (s.ok())
+      s = writer.append(data.data(), data.size());
+  }
+  if (s.ok())
+    s = writer.commit();
+  if (s.ok())
+    s = writeIndex(temporary, index);
+  // Only a checkpoint that reads back whole becomes the latest.
+  CheckpointReader check;
+  if (s.ok())
+    s = CheckpointReader::open(temporary, check);
+  if (s.ok())
+    s = check.verifyAll();
+  if (!s.ok())
+    return abandon(s);
+  MT_TRY(publish(dir, temporary, index, 0));
+  written = cat(dir, "/", iterationName(index.iteration));
   return Status::success();
 }
 

@@ -132,6 +132,14 @@ private:
   std::unique_ptr<State> state_;
 };
 
+/// Fills `bytes` with the whole of tensor `name`.
+using Produce = std::function<Status(const std::string &name, std::vector<char> &bytes)>;
+/// Writes a checkpoint of one file into save directory `dir`: `index`'s tensors whole,
+/// one chunk each, their bytes made by `produce` in the index's order. It becomes the
+/// latest only once it reads back whole; `written` names its directory.
+Status writeWholeCheckpoint(const std::string &dir, Index index, const Produce &produce,
+                            std::string &written);
+
 /// Whether `dir` holds a complete checkpoint: a save directory whose latest marker
 /// exists, or a checkpoint directory with its index.
 bool holdsCheckpoint(const std::string &dir);

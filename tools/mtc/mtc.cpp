@@ -1,11 +1,13 @@
 // mtc: compiles a single-device model into an execution plan and accounts for it.
 //
 //   mtc info MODEL [--make-vocab-size-divisible-by N]
+//   mtc import-config config.json -o MODEL [--name NAME]
 //   mtc compile MODEL --micro-batch-size B --global-batch-size G [--seq-length S]
 //               [--make-vocab-size-divisible-by N] [--precision bf16|fp16|fp32|fp64] -o PLAN
 //               [--tp T] [--sp] [--dp D] [--distributed-optimizer] [--ddp-bucket-size B]
 //               [--emit-mlir FILE] [--print-ir-after-all]
 #include "compiler/Accounting.h"
+#include "compiler/ImportConfig.h"
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
 #include "compiler/Registration.h"
@@ -46,7 +48,12 @@ constexpr const char *kUsage = R"(usage:
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
+  mtc import-config config.json -o MODEL [--name NAME]
+
   info     prints the model's exact parameter count
+  import-config
+           writes the model file of a Hugging Face transformers config.json
+           (GPT2LMHeadModel, LlamaForCausalLM); a key it does not support is refused
   schedule prints each pipeline stage's order of forwards and backwards, proves that
            every receive meets its send, and gives the bubble
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
@@ -70,6 +77,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
+      {"import-config", {"o", "name"}},
       {"compile",
        {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
         "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
@@ -79,6 +87,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"info", {}},
       {"schedule", {}},
+      {"import-config", {}},
       {"compile",
        {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations", "bf16",
         "fp16"}}};
@@ -205,6 +214,40 @@ int runInfo(MLIRContext &context, const Args &args) {
     outs() << "padded      " << mtc::withCommas(mtc::countParameters(module))
            << " with the vocab padded to " << padded->vocab
            << " (--make-vocab-size-divisible-by " << multiple << ")\n";
+  return 0;
+}
+
+int runImportConfig(MLIRContext &context, const Args &args) {
+  auto fail = [&](const std::string &why) {
+    errs() << "mtc: " << args.model << ": " << why << "\n";
+    return 1;
+  };
+  if (!args.values.count("o"))
+    return usageError("import-config needs -o MODEL");
+  auto buffer = llvm::MemoryBuffer::getFile(args.model);
+  if (!buffer)
+    return fail(buffer.getError().message());
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse((*buffer)->getBuffer());
+  if (!json)
+    return fail("not JSON: " + llvm::toString(json.takeError()));
+  const llvm::json::Object *config = json->getAsObject();
+  if (!config)
+    return fail("not a JSON object");
+  std::string name = args.values.lookup("name");
+  if (name.empty())
+    name = config->getString("model_type").value_or("model").str();
+  std::string text, error;
+  if (!mtc::modelFromConfig(*config, name, text, error))
+    return fail(error);
+  // What is written must be a model mtc reads.
+  OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);
+  if (!module)
+    return fail("the model written from it does not verify");
+  const std::string out = args.values.lookup("o");
+  if (::mt::Status s = ::mt::AtomicFile::writeWhole(out, text.data(), text.size()); !s.ok())
+    return fail(s.message());
+  outs() << "mtc: wrote " << out << ": " << name << ", "
+         << mtc::withCommas(mtc::countParameters(*module)) << " parameters\n";
   return 0;
 }
 
@@ -540,5 +583,7 @@ int main(int argc, char **argv) {
   MLIRContext context(registry);
   context.loadAllAvailableDialects();
   context.printOpOnDiagnostic(false); // the file:line:col says where; the op dump is noise
+  if (args.command == "import-config")
+    return runImportConfig(context, args);
   return args.command == "info" ? runInfo(context, args) : runCompile(context, args);
 }

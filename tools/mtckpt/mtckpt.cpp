@@ -9,8 +9,15 @@
 //                                         checkpoint, which mtrun --load reads
 //   mtckpt diff DIR DIR                   whether two checkpoints hold the same state
 //                                         bit for bit, whatever layouts saved them
+//   mtckpt import-hf HF_DIR -o DIR        a Hugging Face GPT-2 or LLaMA directory becomes
+//                                         DIR's latest checkpoint, of weights alone
+//   mtckpt export-hf DIR --config config.json -o HF_DIR [--dtype bf16|fp16|fp32]
+//                    [--max-shard-size BYTES]
+//                                         the reverse: a directory transformers loads
 //
 // DIR is a save directory (its latest checkpoint) or one checkpoint's iter_N directory.
+#include "HuggingFace.h"
+#include "Safetensors.h"
 #include "train/CheckpointFiles.h"
 
 #include <nlohmann/json.hpp>
@@ -40,6 +47,9 @@ constexpr const char *kUsage = R"(usage:
   mtckpt export DIR -o FILE.safetensors [--optimizer]
   mtckpt import FILE.safetensors -o DIR
   mtckpt diff DIR DIR
+  mtckpt import-hf HF_DIR -o DIR
+  mtckpt export-hf DIR --config config.json -o HF_DIR [--dtype bf16|fp16|fp32]
+                   [--max-shard-size BYTES]
 DIR is a save directory (its latest checkpoint) or one checkpoint's iter_N directory.
 )";
 
@@ -118,53 +128,25 @@ int exportFile(const std::string &dir, const std::string &out, bool withOptimize
     std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
     return 1;
   }
-  Status s = Status::success();
   const Index &index = reader.index();
-  json header = json::object();
-  json meta = {{"format", kConsolidated}, {"model", index.model}};
-  std::vector<std::string> names; // in the file's order: the header's (sorted)
-  if (s.ok()) {
-    for (const auto &[key, value] : index.state)
-      meta[key] = value;
-    uint64_t offset = 0;
-    for (const auto &[name, t] : index.tensors) {
-      if (isOptimizerState(name) && !withOptimizer)
-        continue;
-      header[name] = {{"dtype", t.dtype}, {"shape", t.shape},
-                      {"data_offsets", {offset, offset + bytesOf(t)}}};
-      offset += bytesOf(t);
-      names.push_back(name);
-    }
-    header["__metadata__"] = meta;
-  }
-  AtomicFile file;
-  if (s.ok())
-    s = AtomicFile::create(out, file);
-  if (s.ok()) {
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    uint8_t length[8];
-    for (int i = 0; i < 8; ++i)
-      length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    s = file.write(length, 8);
-    if (s.ok())
-      s = file.write(text.data(), text.size());
-  }
-  std::vector<char> data;
-  for (size_t i = 0; s.ok() && i < names.size(); ++i) {
-    const TensorEntry &t = index.tensors.at(names[i]);
-    data.resize(bytesOf(t));
-    s = reader.read(names[i], wholeBox(t.shape), data.data());
-    if (s.ok())
-      s = file.write(data.data(), data.size());
-  }
-  if (s.ok())
-    s = file.commit();
-  if (!s.ok()) {
+  std::map<std::string, std::string> meta = {{"format", kConsolidated}, {"model", index.model}};
+  for (const auto &[key, value] : index.state)
+    meta[key] = value;
+  std::vector<safetensors::Entry> entries;
+  for (const auto &[name, t] : index.tensors)
+    if (withOptimizer || !isOptimizerState(name))
+      entries.push_back({name, t.dtype, t.shape});
+  if (Status s = safetensors::write(out, entries, meta,
+                                    [&](size_t i, std::vector<char> &data) {
+                                      data.resize(bytesOf(index.tensors.at(entries[i].name)));
+                                      return reader.read(entries[i].name,
+                                                         wholeBox(entries[i].shape), data.data());
+                                    });
+      !s.ok()) {
     std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
     return 1;
   }
-  std::printf("wrote %s: %zu tensors of %s at step %" PRId64 "\n", out.c_str(), names.size(),
+  std::printf("wrote %s: %zu tensors of %s at step %" PRId64 "\n", out.c_str(), entries.size(),
               index.model.c_str(), index.iteration);
   return 0;
 }
@@ -225,105 +207,27 @@ int diff(const std::string &a, const std::string &b) {
 
 Status importFile(const std::string &in, const std::string &dir, std::string &written) {
   auto fail = [&](const std::string &why) { return Status::failure(cat(in, ": ", why)); };
-  int fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return fail(cat("cannot open: ", std::strerror(errno)));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat info;
-  ::fstat(fd, &info);
-  const uint64_t size = static_cast<uint64_t>(info.st_size);
-  uint8_t length[8];
-  if (size < 8 || !readAt(fd, 0, length, 8))
-    return fail("not a safetensors file (shorter than its header length)");
-  uint64_t headerBytes = 0;
-  for (int i = 0; i < 8; ++i)
-    headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
-  if (headerBytes > size - 8 || headerBytes > (uint64_t{100} << 20))
-    return fail("not a safetensors file (its header is longer than the file)");
-  std::string text(headerBytes, '\0');
-  if (!readAt(fd, 8, text.data(), headerBytes))
-    return fail("cannot read its header");
-  json header = json::parse(text, nullptr, false);
-  if (header.is_discarded() || !header.is_object() || !header.contains("__metadata__"))
-    return fail("its header is not safetensors JSON with metadata");
+  safetensors::File file;
+  MT_TRY(safetensors::File::open(in, file));
+  const json &meta = file.metadata();
+  if (meta.value("format", "") != kConsolidated)
+    return fail(cat("format '", meta.value("format", ""), "', not ", kConsolidated));
   Index index;
-  std::vector<ShardWriter::Entry> entries;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  try {
-    const json &meta = header.at("__metadata__");
-    if (meta.value("format", "") != kConsolidated)
-      return fail(cat("format '", meta.value("format", ""), "', not ", kConsolidated));
-    for (const auto &[key, value] : meta.items())
-      if (key != "format" && key != "model")
-        index.state[key] = value.get<std::string>();
-    index.model = meta.at("model").get<std::string>();
-    const std::string step = index.state.count("step") ? index.state["step"] : "";
-    if (step.empty() || step.size() > 12 ||
-        step.find_first_not_of("0123456789") != std::string::npos)
-      return fail("its metadata has no step");
-    index.iteration = std::stoll(step);
-    for (const auto &[name, t] : header.items()) {
-      if (name == "__metadata__")
-        continue;
-      TensorEntry entry;
-      entry.dtype = t.at("dtype").get<std::string>();
-      entry.shape = t.at("shape").get<std::vector<int64_t>>();
-      std::vector<uint64_t> range = t.at("data_offsets").get<std::vector<uint64_t>>();
-      if (elementBytes(entry.dtype) == 0)
-        return fail(cat("tensor '", name, "' has dtype ", entry.dtype));
-      for (int64_t d : entry.shape)
-        if (d <= 0 || d > (int64_t{1} << 40))
-          return fail(cat("tensor '", name, "' has a dimension of ", d,
-                          " (a checkpoint holds no empty tensors)"));
-      if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
-          range[1] - range[0] != bytesOf(entry))
-        return fail(cat("tensor '", name, "' has bad data offsets"));
-      entry.chunks.push_back({0, wholeBox(entry.shape)});
-      entries.push_back({name, entry.dtype, wholeBox(entry.shape)});
-      ranges.push_back({8 + headerBytes + range[0], range[1] - range[0]});
-      index.tensors[name] = std::move(entry);
-    }
-  } catch (const json::exception &e) {
-    return fail(cat("its header is not what safetensors describes: ", e.what()));
-  }
-  std::random_device device;
-  char id[24];
-  std::snprintf(id, sizeof id, "%08x%05x", device(), device() & 0xfffff);
-  index.saveId = id;
+  for (const auto &[key, value] : meta.items())
+    if (key != "format" && key != "model")
+      index.state[key] = value.get<std::string>();
+  index.model = meta.value("model", "");
+  const std::string step = index.state.count("step") ? index.state["step"] : "";
+  if (step.empty() || step.size() > 12 || step.find_first_not_of("0123456789") != std::string::npos)
+    return fail("its metadata has no step");
+  index.iteration = std::stoll(step);
+  for (const auto &[name, t] : file.tensors())
+    index.tensors[name] = {t.dtype, t.shape, {}};
   index.layout = {{"imported_from", in}};
-  index.files = {rankFileName(0)};
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return Status::failure(cat(dir, ": cannot create: ", std::strerror(errno)));
-  const std::string temporary = cat(dir, "/", iterationName(index.iteration), ".saving-", id);
-  if (::mkdir(temporary.c_str(), 0755) != 0)
-    return Status::failure(cat(temporary, ": cannot create: ", std::strerror(errno)));
-  ShardWriter writer;
-  MT_TRY(ShardWriter::create(temporary + "/" + rankFileName(0), index.saveId, entries, writer));
-  std::vector<char> data;
-  for (const auto &[offset, bytes] : ranges) {
-    data.resize(bytes);
-    if (!readAt(fd, offset, data.data(), bytes))
-      return fail("cannot read its data");
-    MT_TRY(writer.append(data.data(), bytes));
-  }
-  MT_TRY(writer.commit());
-  MT_TRY(writeIndex(temporary, index));
-  // Only a checkpoint that reads back whole becomes the latest.
-  CheckpointReader check;
-  Status readable = CheckpointReader::open(temporary, check);
-  if (readable.ok())
-    readable = check.verifyAll();
-  if (!readable.ok()) {
-    std::error_code ignored;
-    std::filesystem::remove_all(temporary, ignored);
-    return readable;
-  }
-  MT_TRY(publish(dir, temporary, index, 0));
-  written = cat(dir, "/", iterationName(index.iteration));
-  return Status::success();
+  return writeWholeCheckpoint(
+      dir, index,
+      [&](const std::string &name, std::vector<char> &data) { return file.read(name, data); },
+      written);
 }
 
 } // namespace
@@ -357,7 +261,28 @@ int main(int argc, char **argv) {
   std::string out;
   const bool tensors = command == "inspect" && flag("--tensors");
   const bool optimizer = command == "export" && flag("--optimizer");
-  const bool hasOut = (command == "export" || command == "import") && option("-o", out);
+  const bool writes = command == "export" || command == "import" || command == "import-hf" ||
+                      command == "export-hf";
+  const bool hasOut = writes && option("-o", out);
+  hf::ExportOptions hfOptions;
+  std::string dtype, shardBytes;
+  const bool hasConfig = command == "export-hf" && option("--config", hfOptions.config);
+  if (command == "export-hf" && option("--dtype", dtype)) {
+    hfOptions.dtype = dtype == "bf16" ? "BF16" : dtype == "fp16" ? "F16" : dtype == "fp32" ? "F32" : "";
+    if (hfOptions.dtype.empty()) {
+      std::fprintf(stderr, "mtckpt: --dtype must be bf16, fp16 or fp32, got '%s'\n", dtype.c_str());
+      return 2;
+    }
+  }
+  if (command == "export-hf" && option("--max-shard-size", shardBytes)) {
+    char *end = nullptr;
+    hfOptions.maxShardBytes = std::strtoull(shardBytes.c_str(), &end, 10);
+    if (shardBytes.empty() || *end || hfOptions.maxShardBytes == 0) {
+      std::fprintf(stderr, "mtckpt: --max-shard-size must be a positive number of bytes, got "
+                           "'%s'\n", shardBytes.c_str());
+      return 2;
+    }
+  }
   if (command == "diff") {
     if (args.size() != 2) {
       std::fprintf(stderr, "mtckpt: diff takes two checkpoints\n%s", kUsage);
@@ -366,7 +291,7 @@ int main(int argc, char **argv) {
     return diff(args[0], args[1]);
   }
   if (args.size() != 1 || args[0].empty() || args[0][0] == '-' ||
-      ((command == "export" || command == "import") && !hasOut)) {
+      (writes && !hasOut) || (command == "export-hf" && !hasConfig)) {
     std::fprintf(stderr, "mtckpt: bad arguments for '%s'\n%s", command.c_str(), kUsage);
     return 2;
   }
@@ -383,6 +308,17 @@ int main(int argc, char **argv) {
       return 1;
     }
     std::printf("wrote %s\n", written.c_str());
+    return 0;
+  }
+  if (command == "import-hf" || command == "export-hf") {
+    std::string report;
+    Status s = command == "import-hf" ? hf::importDirectory(args[0], out, report)
+                                      : hf::exportDirectory(args[0], out, hfOptions, report);
+    if (!s.ok()) {
+      std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
+      return 1;
+    }
+    std::printf("%s\n", report.c_str());
     return 0;
   }
   std::fprintf(stderr, "mtckpt: unknown command '%s'\n%s", command.c_str(), kUsage);

@@ -1,0 +1,514 @@
+#include "HuggingFace.h"
+#include "Safetensors.h"
+
+#include "core/Half.h"
+#include "core/AtomicFile.h"
+#include "train/CheckpointFiles.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+namespace mt::hf {
+namespace {
+
+using json = nlohmann::json;
+
+/// What the conversion needs of a config.json.
+struct Architecture {
+  bool llama = false; // LlamaForCausalLM; else GPT2LMHeadModel
+  int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0, ffn = 0,
+          positions = 0;
+  bool tied = false;
+  std::string dtype; // torch_dtype, as safetensors spells it
+  json config;
+};
+
+/// safetensors' name of a torch dtype ("bfloat16" -> "BF16"), or empty.
+std::string dtypeNamed(const std::string &torch) {
+  if (torch == "bfloat16")
+    return "BF16";
+  if (torch == "float16")
+    return "F16";
+  if (torch == "float32")
+    return "F32";
+  return "";
+}
+std::string torchName(const std::string &dtype) {
+  return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
+}
+
+Status readConfig(const std::string &path, Architecture &a) {
+  auto fail = [&](const std::string &why) { return Status::failure(cat(path, ": ", why)); };
+  std::ifstream in(path);
+  if (!in)
+    return fail(cat("cannot open: ", std::strerror(errno)));
+  a.config = json::parse(in, nullptr, false);
+  if (a.config.is_discarded() || !a.config.is_object())
+    return fail("not JSON");
+  try {
+    const json &c = a.config;
+    const std::string arch =
+        c.contains("architectures") && c["architectures"].size() == 1 ? c["architectures"][0].get<std::string>() : "";
+    auto integer = [&](const char *key) -> int64_t {
+      if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
+        throw std::runtime_error(cat("'", key, "' is not a positive integer"));
+      return c[key].get<int64_t>();
+    };
+    if (arch == "LlamaForCausalLM") {
+      a.llama = true;
+      a.layers = integer("num_hidden_layers");
+      a.hidden = integer("hidden_size");
+      a.heads = integer("num_attention_heads");
+      a.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
+                      ? integer("num_key_value_heads")
+                      : a.heads;
+      a.headDim = c.contains("head_dim") && !c["head_dim"].is_null() ? integer("head_dim")
+                                                                      : a.hidden / a.heads;
+      a.ffn = integer("intermediate_size");
+      a.tied = c.value("tie_word_embeddings", false);
+      for (const char *bias : {"attention_bias", "mlp_bias"})
+        if (c.value(bias, false))
+          return fail(cat("'", bias, "' is true: mtc's LLaMA has no biases"));
+      if (a.heads % a.kvHeads != 0)
+        return fail("num_key_value_heads does not divide num_attention_heads");
+    } else if (arch == "GPT2LMHeadModel") {
+      a.layers = integer("n_layer");
+      a.hidden = integer("n_embd");
+      a.heads = a.kvHeads = integer("n_head");
+      a.headDim = a.hidden / a.heads;
+      a.ffn = c.contains("n_inner") && !c["n_inner"].is_null() ? integer("n_inner") : 4 * a.hidden;
+      a.positions = integer("n_positions");
+      a.tied = true;
+      if (a.hidden % a.heads != 0)
+        return fail("n_head does not divide n_embd");
+    } else {
+      return fail(cat("architectures ", c.value("architectures", json::array()).dump(),
+                      " is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]"));
+    }
+    a.vocab = integer("vocab_size");
+    a.dtype = dtypeNamed(c.value("torch_dtype", "float32"));
+    if (a.dtype.empty())
+      return fail(cat("torch_dtype '", c.value("torch_dtype", ""), "' is not bfloat16, float16 or float32"));
+  } catch (const std::exception &e) {
+    return fail(e.what());
+  }
+  return Status::success();
+}
+
+/// One mtc tensor and the Hugging Face tensors it is made of. `fuse`: the Hugging Face
+/// tensors are the query, key and value projections (one tensor of the three stacked by
+/// rows, or three), which mtc fuses by key/value group: (group, {its heads/kv query
+/// heads, its key, its value}, d) rows. `transpose`: GPT-2's Conv1D weights are [in, out].
+struct Mapping {
+  std::string mtc;
+  std::vector<int64_t> shape;
+  std::vector<std::string> hf;
+  std::vector<std::vector<int64_t>> hfShapes;
+  bool transpose = false, fuse = false;
+};
+
+std::vector<Mapping> mappings(const Architecture &a, const std::string &prefix) {
+  std::vector<Mapping> m;
+  const int64_t h = a.hidden, q = a.heads * a.headDim, kv = a.kvHeads * a.headDim;
+  auto copy = [&](std::string mtc, std::string hf, std::vector<int64_t> shape) {
+    m.push_back({std::move(mtc), shape, {prefix + hf}, {shape}});
+  };
+  auto conv1d = [&](std::string mtc, std::string hf, int64_t out, int64_t in) {
+    m.push_back({std::move(mtc), {out, in}, {prefix + hf}, {{in, out}}, true});
+  };
+  if (a.llama) {
+    copy("embed_tokens.weight", "embed_tokens.weight", {a.vocab, h});
+    for (int64_t l = 0; l < a.layers; ++l) {
+      const std::string mt = cat("layers.", l, "."), hf = cat("layers.", l, ".");
+      copy(mt + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
+      m.push_back({mt + "self_attn.qkv.weight",
+                   {q + 2 * kv, h},
+                   {prefix + hf + "self_attn.q_proj.weight", prefix + hf + "self_attn.k_proj.weight",
+                    prefix + hf + "self_attn.v_proj.weight"},
+                   {{q, h}, {kv, h}, {kv, h}},
+                   false,
+                   true});
+      copy(mt + "self_attn.o_proj.weight", hf + "self_attn.o_proj.weight", {h, q});
+      copy(mt + "post_attention_layernorm.weight", hf + "post_attention_layernorm.weight", {h});
+      copy(mt + "mlp.gate_proj.weight", hf + "mlp.gate_proj.weight", {a.ffn, h});
+      copy(mt + "mlp.up_proj.weight", hf + "mlp.up_proj.weight", {a.ffn, h});
+      copy(mt + "mlp.down_proj.weight", hf + "mlp.down_proj.weight", {h, a.ffn});
+    }
+    copy("norm.weight", "norm.weight", {h});
+    if (!a.tied)
+      m.push_back({"lm_head.weight", {a.vocab, h}, {"lm_head.weight"}, {{a.vocab, h}}});
+    return m;
+  }
+  copy("wte", "wte.weight", {a.vocab, h});
+  copy("wpe", "wpe.weight", {a.positions, h});
+  for (int64_t l = 0; l < a.layers; ++l) {
+    const std::string p = cat("h.", l, ".");
+    for (const char *norm : {"ln_1", "ln_2"})
+      for (const char *part : {".weight", ".bias"})
+        copy(p + norm + part, p + norm + part, {h});
+    m.push_back({p + "attn.qkv.weight", {3 * h, h}, {prefix + p + "attn.c_attn.weight"},
+                 {{h, 3 * h}}, true, true});
+    m.push_back({p + "attn.qkv.bias", {3 * h}, {prefix + p + "attn.c_attn.bias"}, {{3 * h}},
+                 false, true});
+    conv1d(p + "attn.proj.weight", p + "attn.c_proj.weight", h, h);
+    copy(p + "attn.proj.bias", p + "attn.c_proj.bias", {h});
+    conv1d(p + "mlp.fc.weight", p + "mlp.c_fc.weight", a.ffn, h);
+    copy(p + "mlp.fc.bias", p + "mlp.c_fc.bias", {a.ffn});
+    conv1d(p + "mlp.proj.weight", p + "mlp.c_proj.weight", h, a.ffn);
+    copy(p + "mlp.proj.bias", p + "mlp.c_proj.bias", {h});
+  }
+  copy("ln_f.weight", "ln_f.weight", {h});
+  copy("ln_f.bias", "ln_f.bias", {h});
+  return m;
+}
+
+/// Tensors a Hugging Face checkpoint may hold that the model recomputes.
+bool derivedBuffer(const std::string &name) {
+  auto ends = [&](const std::string &tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".attn.bias") || ends(".attn.masked_bias") || ends(".rotary_emb.inv_freq");
+}
+
+// Element conversions: the checkpoint holds f32; Hugging Face files bf16, f16 or f32.
+// Widening is exact, narrowing rounds to nearest even: a round trip is bit-exact.
+std::vector<char> toF32(const std::vector<char> &in, const std::string &dtype) {
+  if (dtype == "F32")
+    return in;
+  const size_t n = in.size() / 2;
+  std::vector<char> out(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in.data() + 2 * i, 2);
+    const float f = dtype == "BF16" ? bf16ToFloat(h) : f16ToFloat(h);
+    std::memcpy(out.data() + 4 * i, &f, 4);
+  }
+  return out;
+}
+std::vector<char> fromF32(const std::vector<char> &in, const std::string &dtype) {
+  if (dtype == "F32")
+    return in;
+  const size_t n = in.size() / 4;
+  std::vector<char> out(n * 2);
+  for (size_t i = 0; i < n; ++i) {
+    float f;
+    std::memcpy(&f, in.data() + 4 * i, 4);
+    const uint16_t h = dtype == "BF16" ? floatToBf16(f) : floatToF16(f);
+    std::memcpy(out.data() + 2 * i, &h, 2);
+  }
+  return out;
+}
+
+/// [rows, cols] of 4-byte elements -> [cols, rows].
+std::vector<char> transposed(const std::vector<char> &in, int64_t rows, int64_t cols) {
+  std::vector<char> out(in.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      std::memcpy(out.data() + 4 * (c * rows + r), in.data() + 4 * (r * cols + c), 4);
+  return out;
+}
+
+/// Query rows [heads·d], key and value rows [kv·d] each of `rowBytes`, fused by group;
+/// and the inverse.
+std::vector<char> fused(const std::vector<char> &qkv, const Architecture &a, size_t rowBytes) {
+  const int64_t r = a.heads / a.kvHeads, d = a.headDim;
+  const size_t block = d * rowBytes, qBytes = a.heads * block, kvBytes = a.kvHeads * block;
+  std::vector<char> out;
+  out.reserve(qkv.size());
+  for (int64_t g = 0; g < a.kvHeads; ++g) {
+    const char *q = qkv.data() + g * r * block, *k = qkv.data() + qBytes + g * block,
+               *v = qkv.data() + qBytes + kvBytes + g * block;
+    out.insert(out.end(), q, q + r * block);
+    out.insert(out.end(), k, k + block);
+    out.insert(out.end(), v, v + block);
+  }
+  return out;
+}
+std::vector<char> unfused(const std::vector<char> &grouped, const Architecture &a,
+                          size_t rowBytes) {
+  const int64_t r = a.heads / a.kvHeads, d = a.headDim;
+  const size_t block = d * rowBytes, qBytes = a.heads * block, kvBytes = a.kvHeads * block;
+  std::vector<char> out(grouped.size());
+  for (int64_t g = 0; g < a.kvHeads; ++g) {
+    const char *in = grouped.data() + g * (r + 2) * block;
+    std::memcpy(out.data() + g * r * block, in, r * block);
+    std::memcpy(out.data() + qBytes + g * block, in + r * block, block);
+    std::memcpy(out.data() + qBytes + kvBytes + g * block, in + (r + 1) * block, block);
+  }
+  return out;
+}
+
+/// The bytes of a row of a mapping's mtc tensor (all of it for a vector).
+size_t rowBytesOf(const Mapping &m) { return 4 * (m.shape.size() == 2 ? m.shape[1] : 1); }
+
+/// A Hugging Face directory's tensors: model.safetensors, or the shards its
+/// model.safetensors.index.json names.
+struct Source {
+  std::vector<safetensors::File> files;
+  std::map<std::string, size_t> fileOf;
+
+  Status open(const std::string &dir) {
+    const std::string index = dir + "/model.safetensors.index.json";
+    std::vector<std::string> names;
+    struct stat info;
+    if (::stat(index.c_str(), &info) == 0) {
+      std::ifstream in(index);
+      json j = json::parse(in, nullptr, false);
+      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
+        return Status::failure(cat(index, ": not JSON with a weight_map"));
+      std::map<std::string, std::string> map;
+      for (const auto &[tensor, file] : j["weight_map"].items()) {
+        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+          return Status::failure(cat(index, ": tensor '", tensor, "' has a bad file"));
+        map[tensor] = file.get<std::string>();
+        if (std::find(names.begin(), names.end(), map[tensor]) == names.end())
+          names.push_back(map[tensor]);
+      }
+      MT_TRY(openFiles(dir, names));
+      for (const auto &[tensor, file] : map) {
+        auto it = fileOf.find(tensor);
+        if (it == fileOf.end() || names[it->second] != file)
+          return Status::failure(cat(index, ": tensor '", tensor, "' is not in ", file));
+      }
+      if (fileOf.size() != map.size())
+        return Status::failure(cat(index, ": the shards hold tensors its weight_map does not name"));
+      return Status::success();
+    }
+    if (::stat((dir + "/model.safetensors").c_str(), &info) != 0)
+      return Status::failure(cat(dir, ": holds neither model.safetensors nor "
+                                      "model.safetensors.index.json"));
+    return openFiles(dir, {"model.safetensors"});
+  }
+  Status openFiles(const std::string &dir, const std::vector<std::string> &names) {
+    for (const std::string &name : names) {
+      safetensors::File file;
+      MT_TRY(safetensors::File::open(dir + "/" + name, file));
+      for (const auto &[tensor, t] : file.tensors())
+        if (!fileOf.emplace(tensor, files.size()).second)
+          return Status::failure(cat(dir, ": tensor '", tensor, "' is in two files"));
+      files.push_back(std::move(file));
+    }
+    return Status::success();
+  }
+  const safetensors::Tensor *find(const std::string &name) const {
+    auto it = fileOf.find(name);
+    return it == fileOf.end() ? nullptr : &files[it->second].tensors().at(name);
+  }
+  /// The tensor as f32 bytes.
+  Status readF32(const std::string &name, std::vector<char> &out) const {
+    std::vector<char> raw;
+    MT_TRY(files[fileOf.at(name)].read(name, raw));
+    out = toF32(raw, find(name)->dtype);
+    return Status::success();
+  }
+};
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+} // namespace
+
+Status importDirectory(const std::string &hfDir, const std::string &saveDir,
+                       std::string &report) {
+  Architecture a;
+  MT_TRY(readConfig(hfDir + "/config.json", a));
+  Source source;
+  MT_TRY(source.open(hfDir));
+  // GPT-2's tensors are named with or without GPT2LMHeadModel's "transformer." prefix;
+  // LLaMA's carry LlamaForCausalLM's "model.".
+  const std::string prefix = a.llama ? "model."
+                             : source.find("transformer.wte.weight") ? "transformer."
+                                                                    : "";
+  const std::vector<Mapping> maps = mappings(a, prefix);
+  std::set<std::string> used;
+  checkpoint::Index index;
+  index.model = a.config.value("model_type", a.llama ? "llama" : "gpt2");
+  index.layout = {{"imported_from", hfDir}};
+  std::map<std::string, const Mapping *> byName;
+  for (const Mapping &m : maps) {
+    for (size_t i = 0; i < m.hf.size(); ++i) {
+      const safetensors::Tensor *t = source.find(m.hf[i]);
+      if (!t)
+        return Status::failure(cat(hfDir, ": tensor '", m.hf[i], "' is missing"));
+      if (t->shape != m.hfShapes[i])
+        return Status::failure(cat(hfDir, ": tensor '", m.hf[i], "' is ", shapeText(t->shape),
+                                   ", config.json makes it ", shapeText(m.hfShapes[i])));
+      if (t->dtype != "BF16" && t->dtype != "F16" && t->dtype != "F32")
+        return Status::failure(cat(hfDir, ": tensor '", m.hf[i], "' is ", t->dtype,
+                                   ", not BF16, F16 or F32"));
+      used.insert(m.hf[i]);
+    }
+    index.tensors[m.mtc] = {"F32", m.shape, {}};
+    byName[m.mtc] = &m;
+  }
+  // A tied output layer stored anyway must be the embedding, bit for bit.
+  const std::string embedding = prefix + (a.llama ? "embed_tokens.weight" : "wte.weight");
+  int64_t buffers = 0;
+  for (const auto &[name, file] : source.fileOf) {
+    if (used.count(name))
+      continue;
+    if (derivedBuffer(name)) {
+      ++buffers;
+      continue;
+    }
+    if (a.tied && name == "lm_head.weight") {
+      std::vector<char> head, embed;
+      MT_TRY(source.files[file].read(name, head));
+      MT_TRY(source.files[source.fileOf.at(embedding)].read(embedding, embed));
+      if (head != embed)
+        return Status::failure(cat(hfDir, ": lm_head.weight differs from ", embedding,
+                                   ", but config.json ties them"));
+      continue;
+    }
+    return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ",
+                               a.llama ? "LLaMA" : "GPT-2", " (nothing is dropped silently)"));
+  }
+  std::string written;
+  MT_TRY(checkpoint::writeWholeCheckpoint(
+      saveDir, index,
+      [&](const std::string &name, std::vector<char> &out) {
+        const Mapping &m = *byName.at(name);
+        std::vector<char> joined;
+        for (const std::string &hf : m.hf) {
+          std::vector<char> part;
+          MT_TRY(source.readF32(hf, part));
+          if (m.transpose)
+            part = transposed(part, m.hfShapes[0][0], m.hfShapes[0][1]);
+          joined.insert(joined.end(), part.begin(), part.end());
+        }
+        out = m.fuse ? fused(joined, a, rowBytesOf(m)) : std::move(joined);
+        return Status::success();
+      },
+      written));
+  report = cat("wrote ", written, ": ", maps.size(), " tensors of ",
+               a.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", " from ", used.size(),
+               " Hugging Face tensors", buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
+               "; weights only: mtrun --load starts training from them at step 0");
+  return Status::success();
+}
+
+Status exportDirectory(const std::string &checkpointDir, const std::string &hfDir,
+                       const ExportOptions &options, std::string &report) {
+  Architecture a;
+  MT_TRY(readConfig(options.config, a));
+  const std::string dtype = options.dtype.empty() ? a.dtype : options.dtype;
+  if (dtype != "BF16" && dtype != "F16" && dtype != "F32")
+    return Status::failure(cat("--dtype ", dtype, " is not bf16, fp16 or fp32"));
+  checkpoint::CheckpointReader reader;
+  MT_TRY(checkpoint::CheckpointReader::open(checkpointDir, reader));
+  const checkpoint::Index &index = reader.index();
+  const std::vector<Mapping> maps = mappings(a, a.llama ? "model." : "transformer.");
+  std::set<std::string> expected;
+  for (const Mapping &m : maps) {
+    auto it = index.tensors.find(m.mtc);
+    if (it == index.tensors.end())
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is missing"));
+    if (it->second.shape != m.shape || it->second.dtype != "F32")
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
+                                 it->second.dtype, " ", shapeText(it->second.shape),
+                                 ", config.json makes it F32 ", shapeText(m.shape)));
+    expected.insert(m.mtc);
+  }
+  int64_t optimizerState = 0;
+  for (const auto &[name, t] : index.tensors)
+    if (!expected.count(name)) {
+      if (name.rfind("optimizer.", 0) != 0)
+        return Status::failure(cat(reader.directory(), ": tensor '", name,
+                                   "' is not a tensor of the model config.json describes"));
+      ++optimizerState;
+    }
+
+  // The Hugging Face tensors in mapping order, cut into shards of at most maxShardBytes.
+  struct Out {
+    safetensors::Entry entry;
+    size_t mapping, part;
+  };
+  std::vector<std::vector<Out>> shards(1);
+  uint64_t shardBytes = 0, total = 0;
+  for (size_t i = 0; i < maps.size(); ++i)
+    for (size_t p = 0; p < maps[i].hf.size(); ++p) {
+      safetensors::Entry e{maps[i].hf[p], dtype, maps[i].hfShapes[p]};
+      const uint64_t bytes = safetensors::bytesOf(dtype, e.shape);
+      if (!shards.back().empty() && shardBytes + bytes > options.maxShardBytes) {
+        shards.emplace_back();
+        shardBytes = 0;
+      }
+      shards.back().push_back({e, i, p});
+      shardBytes += bytes;
+      total += bytes;
+    }
+  if (::mkdir(hfDir.c_str(), 0755) != 0 && errno != EEXIST)
+    return Status::failure(cat(hfDir, ": cannot create: ", std::strerror(errno)));
+  // One mapping's Hugging Face tensors at a time (a fused QKV gives three).
+  size_t cached = maps.size();
+  std::vector<std::vector<char>> parts;
+  auto produce = [&](const Out &o, std::vector<char> &bytes) -> Status {
+    if (cached != o.mapping) {
+      const Mapping &m = maps[o.mapping];
+      std::vector<char> data(safetensors::bytesOf("F32", m.shape));
+      MT_TRY(reader.read(m.mtc, wholeBox(m.shape), data.data()));
+      if (m.fuse)
+        data = unfused(data, a, rowBytesOf(m));
+      parts.clear();
+      size_t at = 0;
+      for (const std::vector<int64_t> &shape : m.hfShapes) {
+        const size_t n = safetensors::bytesOf("F32", shape);
+        std::vector<char> part(data.begin() + at, data.begin() + at + n);
+        at += n;
+        if (m.transpose) // back to Conv1D's [in, out]
+          part = transposed(part, shape[1], shape[0]);
+        parts.push_back(std::move(part));
+      }
+      cached = o.mapping;
+    }
+    bytes = fromF32(parts[o.part], dtype);
+    return Status::success();
+  };
+  json weightMap = json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char shardName[64];
+    std::snprintf(shardName, sizeof shardName, "model-%05zu-of-%05zu.safetensors", s + 1,
+                  shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : shardName;
+    std::vector<safetensors::Entry> entries;
+    for (const Out &o : shards[s]) {
+      entries.push_back(o.entry);
+      weightMap[o.entry.name] = file;
+    }
+    MT_TRY(safetensors::write(hfDir + "/" + file, entries, {{"format", "pt"}},
+                              [&](size_t i, std::vector<char> &bytes) {
+                                return produce(shards[s][i], bytes);
+                              }));
+  }
+  if (shards.size() > 1) {
+    const std::string text =
+        json{{"metadata", {{"total_size", total}}}, {"weight_map", weightMap}}.dump(2) + "\n";
+    MT_TRY(AtomicFile::writeWhole(hfDir + "/model.safetensors.index.json", text.data(),
+                                  text.size()));
+  }
+  json config = a.config;
+  config["torch_dtype"] = torchName(dtype);
+  const std::string text = config.dump(2) + "\n";
+  MT_TRY(AtomicFile::writeWhole(hfDir + "/config.json", text.data(), text.size()));
+  report = cat("wrote ", hfDir, ": ", weightMap.size(), " tensors (", torchName(dtype), ") in ",
+               shards.size(), " file", shards.size() > 1 ? "s" : "", " from ",
+               reader.directory(),
+               optimizerState ? cat(" (weights only: its ", optimizerState,
+                                    " optimizer tensors and training state stay behind)")
+                              : "");
+  return Status::success();
+}
+
+} // namespace mt::hf

@@ -1,0 +1,137 @@
+#include "Safetensors.h"
+
+#include "core/AtomicFile.h"
+#include "train/CheckpointFiles.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace mt::safetensors {
+
+using json = nlohmann::json;
+
+uint64_t bytesOf(const std::string &dtype, const std::vector<int64_t> &shape) {
+  uint64_t n = checkpoint::elementBytes(dtype);
+  for (int64_t d : shape)
+    n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+File::File(File &&other) noexcept { *this = std::move(other); }
+File &File::operator=(File &&other) noexcept {
+  std::swap(path_, other.path_);
+  std::swap(fd_, other.fd_);
+  std::swap(tensors_, other.tensors_);
+  std::swap(metadata_, other.metadata_);
+  return *this;
+}
+File::~File() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+Status File::open(const std::string &path, File &out) {
+  auto fail = [&](const std::string &why) { return Status::failure(cat(path, ": ", why)); };
+  File file;
+  file.path_ = path;
+  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file.fd_ < 0)
+    return fail(cat("cannot open: ", std::strerror(errno)));
+  struct stat info;
+  if (::fstat(file.fd_, &info) != 0)
+    return fail(cat("cannot stat: ", std::strerror(errno)));
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  uint8_t length[8];
+  if (size < 8 || !checkpoint::readAt(file.fd_, 0, length, 8))
+    return fail("not a safetensors file (shorter than its header length)");
+  uint64_t headerBytes = 0;
+  for (int i = 0; i < 8; ++i)
+    headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
+  if (headerBytes > size - 8 || headerBytes > (uint64_t{100} << 20))
+    return fail("not a safetensors file (its header is longer than the file)");
+  std::string text(headerBytes, '\0');
+  if (!checkpoint::readAt(file.fd_, 8, text.data(), headerBytes))
+    return fail("cannot read its header");
+  json header = json::parse(text, nullptr, false);
+  if (header.is_discarded() || !header.is_object())
+    return fail("its header is not safetensors JSON");
+  try {
+    for (const auto &[name, t] : header.items()) {
+      if (name == "__metadata__") {
+        for (const auto &[key, value] : t.items())
+          if (!value.is_string())
+            return fail(cat("its metadata '", key, "' is not a string"));
+        file.metadata_ = t;
+        continue;
+      }
+      Tensor tensor;
+      tensor.dtype = t.at("dtype").get<std::string>();
+      tensor.shape = t.at("shape").get<std::vector<int64_t>>();
+      const std::vector<uint64_t> range = t.at("data_offsets").get<std::vector<uint64_t>>();
+      if (checkpoint::elementBytes(tensor.dtype) == 0)
+        return fail(cat("tensor '", name, "' has dtype ", tensor.dtype));
+      for (int64_t d : tensor.shape)
+        if (d <= 0 || d > (int64_t{1} << 40))
+          return fail(cat("tensor '", name, "' has a dimension of ", d));
+      tensor.bytes = bytesOf(tensor.dtype, tensor.shape);
+      if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
+          range[1] - range[0] != tensor.bytes)
+        return fail(cat("tensor '", name, "' has bad data offsets"));
+      tensor.offset = 8 + headerBytes + range[0];
+      file.tensors_[name] = std::move(tensor);
+    }
+  } catch (const json::exception &e) {
+    return fail(cat("its header is not what safetensors describes: ", e.what()));
+  }
+  out = std::move(file);
+  return Status::success();
+}
+
+Status File::read(const std::string &name, std::vector<char> &bytes) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    return Status::failure(cat(path_, ": holds no tensor '", name, "'"));
+  bytes.resize(it->second.bytes);
+  return checkpoint::readAt(fd_, it->second.offset, bytes.data(), bytes.size())
+             ? Status::success()
+             : Status::failure(cat(path_, ": cannot read tensor '", name, "'"));
+}
+
+Status write(const std::string &path, const std::vector<Entry> &entries,
+             const std::map<std::string, std::string> &metadata, const Produce &produce) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const Entry &e : entries) {
+    const uint64_t bytes = bytesOf(e.dtype, e.shape);
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  if (!metadata.empty())
+    header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t length[8];
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  AtomicFile file;
+  MT_TRY(AtomicFile::create(path, file));
+  MT_TRY(file.write(length, 8));
+  MT_TRY(file.write(text.data(), text.size()));
+  std::vector<char> data;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    data.clear();
+    MT_TRY(produce(i, data));
+    if (data.size() != bytesOf(entries[i].dtype, entries[i].shape))
+      return Status::failure(cat(path, ": tensor '", entries[i].name, "' came out at ",
+                                 data.size(), " bytes"));
+    MT_TRY(file.write(data.data(), data.size()));
+  }
+  return file.commit();
+}
+
+} // namespace mt::safetensors

@@ -1,0 +1,64 @@
+// safetensors files (Hugging Face's format: an 8-byte little-endian header length, a
+// JSON header naming each tensor's dtype, shape and byte range, then the bytes), read
+// and written whole tensor by whole tensor: what mtckpt's consolidated files and
+// Hugging Face checkpoints are.
+#ifndef MT_TOOLS_MTCKPT_SAFETENSORS_H
+#define MT_TOOLS_MTCKPT_SAFETENSORS_H
+
+#include "core/Status.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mt::safetensors {
+
+struct Tensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0, bytes = 0; // in the file
+};
+
+/// A file opened by its header: every tensor's dtype is one we know, its shape has no
+/// empty dimension and its byte range lies in the file and fits its shape.
+class File {
+public:
+  File() = default;
+  File(File &&other) noexcept;
+  File &operator=(File &&other) noexcept;
+  ~File();
+
+  static Status open(const std::string &path, File &out);
+  const std::string &path() const { return path_; }
+  const std::map<std::string, Tensor> &tensors() const { return tensors_; }
+  /// The header's __metadata__ (an object of strings), or an empty object.
+  const nlohmann::json &metadata() const { return metadata_; }
+  Status read(const std::string &name, std::vector<char> &bytes) const;
+
+private:
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::string, Tensor> tensors_;
+  nlohmann::json metadata_ = nlohmann::json::object();
+};
+
+/// A tensor to write: its name, dtype and shape; its bytes come from `produce`.
+struct Entry {
+  std::string name, dtype;
+  std::vector<int64_t> shape;
+};
+using Produce = std::function<Status(size_t entry, std::vector<char> &bytes)>;
+/// Writes `entries` in their order, atomically, with `metadata` (strings) in the header.
+Status write(const std::string &path, const std::vector<Entry> &entries,
+             const std::map<std::string, std::string> &metadata, const Produce &produce);
+
+/// The bytes of a tensor of `dtype` and `shape` (0 for a dtype we do not know).
+uint64_t bytesOf(const std::string &dtype, const std::vector<int64_t> &shape);
+
+} // namespace mt::safetensors
+
+#endif
