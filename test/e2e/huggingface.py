@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Hugging Face checkpoints in and out, against independent code.
+
+Builds small Hugging Face directories here (config.json and safetensors written by this
+script, with random weights in Hugging Face's own layouts: LLaMA's separate q/k/v
+projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
+
+- `mtc import-config` makes the model file and `mtckpt import-hf` the checkpoint;
+  `mtrun --load` (serially, and under tensor + sequence parallelism) computes the loss of
+  the first batch. It must equal a NumPy forward pass written as transformers computes
+  LlamaForCausalLM (RMSNorm, rotary embeddings by rotate_half with LLaMA 3.1's frequency
+  scaling, grouped-query attention by repeat_kv, SwiGLU, an untied output layer) and, for
+  GPT-2, test/e2e/reference.py's model fed through this script's own conversion: 1e-5
+  relative (mtrun in fp32, the references in f64).
+- `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
+  single file and from shards; a second export of the re-imported checkpoint gives
+  byte-identical files.
+
+usage: huggingface.py --bin BUILD/tools --work DIR
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference import Model, batch_at, write_dataset  # noqa: E402
+
+SEED, MICRO, GLOBAL, SEQ = 11, 2, 4, 16
+
+
+def bf16_bits(x):
+    """float32 -> bf16 bits, rounding to nearest even."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def encode(x, dtype):
+    if dtype == "BF16":
+        return bf16_bits(x).tobytes()
+    return np.asarray(x, {"F16": "<f2", "F32": "<f4"}[dtype]).tobytes()
+
+
+def decode(raw, dtype, shape):
+    if dtype == "BF16":
+        bits = np.frombuffer(raw, "<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(shape)
+    return np.frombuffer(raw, {"F16": "<f2", "F32": "<f4"}[dtype]).astype(np.float32).reshape(shape)
+
+
+def write_safetensors(path, tensors, dtype):
+    header, body, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, value in tensors.items():
+        raw = encode(value, dtype)
+        header[name] = {"dtype": dtype, "shape": list(value.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        body.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(body))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    return {name: (e["dtype"], e["shape"], data[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
+            for name, e in header.items() if name != "__metadata__"}
+
+
+def read_directory(directory):
+    """Every tensor of a Hugging Face directory: (dtype, shape, bytes) by name."""
+    index = os.path.join(directory, "model.safetensors.index.json")
+    files = ["model.safetensors"]
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    tensors = {}
+    for name in files:
+        tensors.update(read_safetensors(os.path.join(directory, name)))
+    return tensors
+
+
+def write_directory(directory, config, tensors, dtype, shards=1):
+    os.makedirs(directory)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({**config, "torch_dtype": {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}[dtype]}, f)
+    if shards == 1:
+        write_safetensors(os.path.join(directory, "model.safetensors"), tensors, dtype)
+        return
+    names = list(tensors)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[i::shards]}
+        write_safetensors(os.path.join(directory, file), part, dtype)
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+# --------------------------------------------------------------------------------------
+# LlamaForCausalLM's forward, as transformers computes it, in float64.
+# --------------------------------------------------------------------------------------
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def inverse_frequencies(c):
+    d = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
+    inv = 1.0 / c["rope_theta"] ** (np.arange(0, d, 2) / d)
+    r = c.get("rope_scaling")
+    if r:  # transformers' _compute_llama3_parameters
+        low_wl = r["original_max_position_embeddings"] / r["low_freq_factor"]
+        high_wl = r["original_max_position_embeddings"] / r["high_freq_factor"]
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wl, inv / r["factor"], inv)
+        smooth = (r["original_max_position_embeddings"] / wavelen - r["low_freq_factor"]) / (
+            r["high_freq_factor"] - r["low_freq_factor"])
+        smoothed = (1 - smooth) * scaled / r["factor"] + smooth * scaled
+        medium = ~(wavelen < high_wl) & ~(wavelen > low_wl)
+        inv = np.where(medium, smoothed, scaled)
+    return inv
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], -1)
+
+
+def llama_loss(c, w, tokens, targets):
+    b, s = tokens.shape
+    nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c["hidden_size"] // nh
+    angles = np.arange(s)[:, None] * inverse_frequencies(c)[None, :]
+    emb = np.concatenate([angles, angles], -1)
+    cos, sin = np.cos(emb), np.sin(emb)
+    causal = np.triu(np.ones((s, s), dtype=bool), 1)
+    x = w["model.embed_tokens.weight"][tokens]
+    for layer in range(c["num_hidden_layers"]):
+        p = lambda name: w[f"model.layers.{layer}.{name}"]
+        h = rms_norm(x, p("input_layernorm.weight"), c["rms_norm_eps"])
+        q = (h @ p("self_attn.q_proj.weight").T).reshape(b, s, nh, d).transpose(0, 2, 1, 3)
+        k = (h @ p("self_attn.k_proj.weight").T).reshape(b, s, ng, d).transpose(0, 2, 1, 3)
+        v = (h @ p("self_attn.v_proj.weight").T).reshape(b, s, ng, d).transpose(0, 2, 1, 3)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = np.repeat(k, nh // ng, axis=1), np.repeat(v, nh // ng, axis=1)  # repeat_kv
+        scores = np.where(causal, -np.inf, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d))
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, nh * d)
+        x = x + context @ p("self_attn.o_proj.weight").T
+        h = rms_norm(x, p("post_attention_layernorm.weight"), c["rms_norm_eps"])
+        gate = h @ p("mlp.gate_proj.weight").T
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ p("mlp.up_proj.weight").T)) @ p(
+            "mlp.down_proj.weight").T
+    logits = rms_norm(x, w["model.norm.weight"], c["rms_norm_eps"]) @ w["lm_head.weight"].T
+    top = logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+    return float((lse - np.take_along_axis(logits, targets[..., None], -1)[..., 0]).mean())
+
+
+LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
+    "attention_bias": False, "mlp_bias": False, "vocab_size": 256,
+    # LLaMA 3.1's scaling over 16 original positions: d = 8 gives one frequency kept,
+    # one blended and two stretched.
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
+}
+GPT2 = {
+    "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+    "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
+    "vocab_size": 256, "layer_norm_epsilon": 1e-5, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+}
+
+
+def llama_weights(c, rng):
+    h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
+    d = h // nh
+    w = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    for l in range(c["num_hidden_layers"]):
+        for name, shape in (("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
+                            ("self_attn.k_proj.weight", (ng * d, h)), ("self_attn.v_proj.weight", (ng * d, h)),
+                            ("self_attn.o_proj.weight", (h, nh * d)),
+                            ("post_attention_layernorm.weight", (h,)),
+                            ("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)),
+                            ("mlp.down_proj.weight", (h, f))):
+            w[f"model.layers.{l}.{name}"] = shape
+    return {n: ((1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
+            for n, s in w.items()}
+
+
+def gpt2_weights(c, rng):
+    h, v, f = c["n_embd"], c["vocab_size"], 4 * c["n_embd"]
+    w = {"transformer.wte.weight": (v, h), "transformer.wpe.weight": (c["n_positions"], h),
+         "transformer.ln_f.weight": (h,), "transformer.ln_f.bias": (h,)}
+    for l in range(c["n_layer"]):
+        for name, shape in (("ln_1.weight", (h,)), ("ln_1.bias", (h,)), ("attn.c_attn.weight", (h, 3 * h)),
+                            ("attn.c_attn.bias", (3 * h,)), ("attn.c_proj.weight", (h, h)),
+                            ("attn.c_proj.bias", (h,)), ("ln_2.weight", (h,)), ("ln_2.bias", (h,)),
+                            ("mlp.c_fc.weight", (h, f)), ("mlp.c_fc.bias", (f,)),
+                            ("mlp.c_proj.weight", (f, h)), ("mlp.c_proj.bias", (h,))):
+            w[f"transformer.h.{l}.{name}"] = shape
+    w = {n: ((1.0 if n.endswith("ln_1.weight") or n.endswith("ln_2.weight") or n.endswith("ln_f.weight") else 0.0)
+             + rng.normal(0, 0.1, s)).astype(np.float32) for n, s in w.items()}
+    # GPT2LMHeadModel's causal-mask buffer, which the model recomputes.
+    w["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, SEQ, SEQ), np.float32))
+    return w
+
+
+def gpt2_in_mtc_layout(c, w):
+    """This script's own conversion: Conv1D transposed, c_attn's Q|K|V columns
+    interleaved per head as [heads, 3, head_dim] rows."""
+    h, heads = c["n_embd"], c["n_head"]
+    d = h // heads
+    out = {"wte": w["transformer.wte.weight"], "wpe": w["transformer.wpe.weight"],
+           "ln_f.weight": w["transformer.ln_f.weight"], "ln_f.bias": w["transformer.ln_f.bias"]}
+    for l in range(c["n_layer"]):
+        p = lambda name: w[f"transformer.h.{l}.{name}"]
+        for norm in ("ln_1", "ln_2"):
+            for part in ("weight", "bias"):
+                out[f"h.{l}.{norm}.{part}"] = p(f"{norm}.{part}")
+        qkv = p("attn.c_attn.weight").T.reshape(3, heads, d, h)
+        out[f"h.{l}.attn.qkv.weight"] = qkv.transpose(1, 0, 2, 3).reshape(3 * h, h)
+        out[f"h.{l}.attn.qkv.bias"] = p("attn.c_attn.bias").reshape(3, heads, d).transpose(1, 0, 2).reshape(-1)
+        out[f"h.{l}.attn.proj.weight"] = p("attn.c_proj.weight").T
+        out[f"h.{l}.attn.proj.bias"] = p("attn.c_proj.bias")
+        out[f"h.{l}.mlp.fc.weight"] = p("mlp.c_fc.weight").T
+        out[f"h.{l}.mlp.fc.bias"] = p("mlp.c_fc.bias")
+        out[f"h.{l}.mlp.proj.weight"] = p("mlp.c_proj.weight").T
+        out[f"h.{l}.mlp.proj.bias"] = p("mlp.c_proj.bias")
+    return {n: x.astype(np.float64) for n, x in out.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--work", required=True)
+    args = parser.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    work = lambda *p: os.path.join(args.work, *p)
+    mtc, mtrun, mtckpt = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtckpt"))
+
+    def run(cmd):
+        result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if result.returncode != 0:
+            sys.exit(f"FAILED: {' '.join(cmd)}\n{result.stdout}")
+        return result.stdout
+
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 256, size=41 * SEQ).tolist()
+    write_dataset(work("data"), tokens, SEQ)
+    failures = []
+
+    def first_loss(name, model, ckpt, layout, ranks):
+        plan = work(f"{name}.mtp")
+        run([mtc, "compile", model, "--micro-batch-size", str(MICRO), "--global-batch-size",
+             str(GLOBAL), "--make-vocab-size-divisible-by", "1", *layout, "-o", plan])
+        metrics = work(f"{name}.txt")
+        run([mtrun, "--backend", "cpu", "-n", str(ranks), plan, "--data", work("data"),
+             "--steps", "1", "--seed", str(SEED), "--load", ckpt, "--metrics", metrics])
+        with open(metrics) as f:
+            fields = f.read().split()
+        return float(fields[3]), float(fields[7])
+
+    def check(label, got, want, bound=1e-5):
+        error = abs(got - want) / abs(want)
+        ok = error <= bound
+        print(f"{label:44s} mtrun {got:.8f}  reference {want:.8f}  rel err {error:.1e}  "
+              f"{'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            failures.append(label)
+
+    for arch, config, make in (("llama", LLAMA, llama_weights), ("gpt2", GPT2, gpt2_weights)):
+        weights = make(config, rng)
+        for dtype, shards in (("F32", 1), ("BF16", 3), ("F16", 1)):
+            source = work(f"{arch}_{dtype}_hf")
+            write_directory(source, config, weights, dtype, shards)
+            run([mtc, "import-config", os.path.join(source, "config.json"), "-o", work(f"{arch}.mlir")])
+            ckpt = work(f"{arch}_{dtype}_ckpt")
+            run([mtckpt, "import-hf", source, "-o", ckpt])
+            # Out and in and out again: every tensor as it came, and the same files twice.
+            first, second = work(f"{arch}_{dtype}_out1"), work(f"{arch}_{dtype}_out2")
+            size = ["--max-shard-size", "40000"] if shards > 1 else []
+            run([mtckpt, "export-hf", ckpt, "--config", os.path.join(source, "config.json"), "-o", first, *size])
+            run([mtckpt, "import-hf", first, "-o", work(f"{arch}_{dtype}_ckpt2")])
+            run([mtckpt, "export-hf", work(f"{arch}_{dtype}_ckpt2"), "--config",
+                 os.path.join(first, "config.json"), "-o", second, *size])
+            given, back = read_directory(source), read_directory(first)
+            kept = {n: t for n, t in given.items() if not n.endswith(".attn.bias")}
+            same_tensors = back == kept
+            same_files = sorted(os.listdir(first)) == sorted(os.listdir(second)) and all(
+                open(os.path.join(first, f), "rb").read() == open(os.path.join(second, f), "rb").read()
+                for f in os.listdir(first))
+            print(f"{arch} {dtype} in {shards} file(s): {len(back)} tensors back bit for bit: "
+                  f"{same_tensors}; second export identical: {same_files}; "
+                  f"{len(os.listdir(first)) - 1} file(s) out")
+            if not (same_tensors and same_files):
+                failures.append(f"{arch} {dtype} round trip")
+
+        # The loss of the first batch from the bf16 weights, against the references.
+        w = {n: decode(raw, dtype, shape).astype(np.float64)
+             for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
+        ckpt = work(f"{arch}_BF16_ckpt")
+        loss, norm = 0.0, 0.0
+        if arch == "llama":
+            for mb in range(GLOBAL // MICRO):
+                inputs, targets = batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO)
+                loss += llama_loss(config, w, inputs, targets) / (GLOBAL // MICRO)
+        else:
+            model = Model(layers=2, h=64, heads=4, vocab=256, rate=0.0)
+            mw = gpt2_in_mtc_layout(config, w)
+            grads = {n: np.zeros_like(x) for n, x in mw.items()}
+            for mb in range(GLOBAL // MICRO):
+                inputs, targets = batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO)
+                l, g = model.loss_and_gradients(mw, inputs, targets, (SEED, 0, mb))
+                loss += l / (GLOBAL // MICRO)
+                for n in grads:
+                    grads[n] += g[n] / (GLOBAL // MICRO)
+            norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
+            got_loss, got_norm = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"), ckpt, layout, ranks)
+            check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
+            if norm:
+                check(f"{arch} first gradient norm, {ranks} rank(s)", got_norm, norm)
+    if failures:
+        sys.exit("Hugging Face interop differs: " + ", ".join(failures))
+    print("all passed")
+
+
+if __name__ == "__main__":
+    main()
