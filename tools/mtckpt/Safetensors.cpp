@@ -77,7 +77,8 @@ Status File::open(const std::string &path, File &out) {
         return fail(cat("tensor '", name, "' has dtype ", tensor.dtype));
       for (int64_t d : tensor.shape)
         if (d <= 0 || d > (int64_t{1} << 40))
-          return fail(cat("tensor '", name, "' has a dimension of ", d));
+          return fail(cat("tensor '", name, "' has a dimension of ", d,
+                          " (mtc holds no empty tensors)"));
       tensor.bytes = bytesOf(tensor.dtype, tensor.shape);
       if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
           range[1] - range[0] != tensor.bytes)
