@@ -1,5 +1,7 @@
 #include "compiler/ImportConfig.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -27,9 +29,10 @@ public:
         fail("'" + key.str() + "' is missing");
       return fallback;
     }
+    // Up to 2^31, so that no product of a few dimensions overflows.
     std::optional<int64_t> i = v->getAsInteger();
-    if (!i || *i <= 0) {
-      fail("'" + key.str() + "' is not a positive integer");
+    if (!i || *i <= 0 || *i > (int64_t{1} << 31)) {
+      fail("'" + key.str() + "' is not a positive integer up to 2^31");
       return std::nullopt;
     }
     return i;
@@ -100,7 +103,7 @@ private:
 // Keys every transformers config may carry that change nothing mtc trains.
 void ignoreCommon(Config &c) {
   c.ignore({"architectures", "model_type", "_name_or_path", "transformers_version",
-            "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
+            "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
             "pretraining_tp"});
 }
 
@@ -365,6 +368,12 @@ bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
 
 bool modelFromConfig(const Object &config, llvm::StringRef name, std::string &text,
                      std::string &error) {
+  if (name.empty() || !llvm::all_of(name, [](char ch) {
+        return llvm::isAlnum(ch) || ch == '-' || ch == '_' || ch == '.';
+      })) {
+    error = "the model's name '" + name.str() + "' is not letters, digits, '-', '_' and '.'";
+    return false;
+  }
   Config c(config);
   std::string arch;
   if (const llvm::json::Array *list = config.getArray("architectures"); list && list->size() == 1)

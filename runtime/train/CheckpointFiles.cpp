@@ -122,6 +122,15 @@ size_t elementBytes(const std::string &dtype) {
   return 0;
 }
 
+bool tensorBytes(const std::string &dtype, const std::vector<int64_t> &shape, uint64_t &bytes) {
+  bytes = elementBytes(dtype);
+  for (int64_t d : shape)
+    if (d < 1 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > (uint64_t{1} << 62))
+      return false;
+  return bytes > 0;
+}
+
 Status writeIndex(const std::string &dir, const Index &index) {
   json tensors = json::object();
   for (const auto &[name, entry] : index.tensors) {
@@ -643,6 +652,9 @@ Status writeWholeCheckpoint(const std::string &dir, Index index, const Produce &
     entry.chunks = {{0, wholeBox(entry.shape)}};
     entries.push_back({name, entry.dtype, wholeBox(entry.shape)});
   }
+  if (holdsCheckpoint(dir))
+    return Status::failure(cat(dir, ": already holds a checkpoint (its latest would become "
+                                    "this one); write to a new directory"));
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     return Status::failure(cat(dir, ": cannot create: ", std::strerror(errno)));
   const std::string temporary = cat(dir, "/", iterationName(index.iteration), ".saving-", id);
@@ -659,9 +671,11 @@ Status writeWholeCheckpoint(const std::string &dir, Index index, const Produce &
   for (const auto &[name, entry] : index.tensors) {
     if (!s.ok())
       break;
-    uint64_t bytes = elementBytes(entry.dtype);
-    for (int64_t d : entry.shape)
-      bytes *= static_cast<uint64_t>(d);
+    uint64_t bytes = 0;
+    if (!tensorBytes(entry.dtype, entry.shape, bytes)) {
+      s = Status::failure(cat("tensor '", name, "' has no size mtc can hold"));
+      break;
+    }
     data.clear();
     s = produce(name, data);
     if (s.ok() && data.size() != bytes)

@@ -40,6 +40,9 @@ std::string rankFileName(int worldRank);
 bool readAt(int fd, uint64_t offset, void *data, size_t bytes);
 /// Bytes per element of a safetensors dtype ("F32", "BF16", ...); 0 for one we do not know.
 size_t elementBytes(const std::string &dtype);
+/// The bytes of a tensor of `dtype` and `shape`; false for a dtype we do not know, a
+/// dimension below 1, or a size past 2^62 (a product that would wrap).
+bool tensorBytes(const std::string &dtype, const std::vector<int64_t> &shape, uint64_t &bytes);
 
 struct Chunk {
   int file; // in Index::files

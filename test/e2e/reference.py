@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -321,6 +322,7 @@ def write_checkpoint(mtckpt, directory, header, tensors, metadata):
     consolidated = directory.rstrip("/") + ".safetensors"
     with open(consolidated, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(body))
+    shutil.rmtree(directory, ignore_errors=True)  # import refuses to overwrite a checkpoint
     subprocess.run([mtckpt, "import", consolidated, "-o", directory], check=True,
                    stdout=subprocess.DEVNULL)
 

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -27,7 +28,8 @@ struct Architecture {
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0, ffn = 0,
           positions = 0;
   bool tied = false;
-  std::string dtype; // torch_dtype, as safetensors spells it
+  std::string dtype; // torch_dtype (newer transformers: dtype), as safetensors spells it
+  std::string modelType;
   json config;
 };
 
@@ -57,10 +59,26 @@ Status readConfig(const std::string &path, Architecture &a) {
     const json &c = a.config;
     const std::string arch =
         c.contains("architectures") && c["architectures"].size() == 1 ? c["architectures"][0].get<std::string>() : "";
+    // Dimensions up to 2^31, so that no product of a few of them overflows.
     auto integer = [&](const char *key) -> int64_t {
-      if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0)
-        throw std::runtime_error(cat("'", key, "' is not a positive integer"));
+      if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0 ||
+          c[key].get<int64_t>() > (int64_t{1} << 31))
+        throw std::runtime_error(cat("'", key, "' is not a positive integer up to 2^31"));
       return c[key].get<int64_t>();
+    };
+    auto flag = [&](const char *key, bool fallback) {
+      if (!c.contains(key) || c[key].is_null())
+        return fallback;
+      if (!c[key].is_boolean())
+        throw std::runtime_error(cat("'", key, "' is not true or false"));
+      return c[key].get<bool>();
+    };
+    auto text = [&](const char *key, const char *fallback) -> std::string {
+      if (!c.contains(key) || c[key].is_null())
+        return fallback;
+      if (!c[key].is_string())
+        throw std::runtime_error(cat("'", key, "' is not a string"));
+      return c[key].get<std::string>();
     };
     if (arch == "LlamaForCausalLM") {
       a.llama = true;
@@ -73,9 +91,9 @@ Status readConfig(const std::string &path, Architecture &a) {
       a.headDim = c.contains("head_dim") && !c["head_dim"].is_null() ? integer("head_dim")
                                                                       : a.hidden / a.heads;
       a.ffn = integer("intermediate_size");
-      a.tied = c.value("tie_word_embeddings", false);
+      a.tied = flag("tie_word_embeddings", false);
       for (const char *bias : {"attention_bias", "mlp_bias"})
-        if (c.value(bias, false))
+        if (flag(bias, false))
           return fail(cat("'", bias, "' is true: mtc's LLaMA has no biases"));
       if (a.heads % a.kvHeads != 0)
         return fail("num_key_value_heads does not divide num_attention_heads");
@@ -90,13 +108,15 @@ Status readConfig(const std::string &path, Architecture &a) {
       if (a.hidden % a.heads != 0)
         return fail("n_head does not divide n_embd");
     } else {
-      return fail(cat("architectures ", c.value("architectures", json::array()).dump(),
+      return fail(cat("architectures ", c.contains("architectures") ? c["architectures"].dump() : "(none)",
                       " is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]"));
     }
     a.vocab = integer("vocab_size");
-    a.dtype = dtypeNamed(c.value("torch_dtype", "float32"));
+    a.modelType = text("model_type", a.llama ? "llama" : "gpt2");
+    const std::string torch = text(c.contains("dtype") ? "dtype" : "torch_dtype", "float32");
+    a.dtype = dtypeNamed(torch);
     if (a.dtype.empty())
-      return fail(cat("torch_dtype '", c.value("torch_dtype", ""), "' is not bfloat16, float16 or float32"));
+      return fail(cat("dtype '", torch, "' is not bfloat16, float16 or float32"));
   } catch (const std::exception &e) {
     return fail(e.what());
   }
@@ -259,7 +279,11 @@ struct Source {
     const std::string index = dir + "/model.safetensors.index.json";
     std::vector<std::string> names;
     struct stat info;
+    const bool single = ::stat((dir + "/model.safetensors").c_str(), &info) == 0;
     if (::stat(index.c_str(), &info) == 0) {
+      if (single)
+        return Status::failure(cat(dir, ": holds both model.safetensors and "
+                                        "model.safetensors.index.json; remove the stale one"));
       std::ifstream in(index);
       json j = json::parse(in, nullptr, false);
       if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -334,8 +358,11 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
   const std::vector<Mapping> maps = mappings(a, prefix);
   std::set<std::string> used;
   checkpoint::Index index;
-  index.model = a.config.value("model_type", a.llama ? "llama" : "gpt2");
-  index.layout = {{"imported_from", hfDir}};
+  index.model = a.modelType;
+  index.layout = {{"imported_from", hfDir},
+                  {"heads", std::to_string(a.heads)},
+                  {"kv_heads", std::to_string(a.kvHeads)},
+                  {"head_dim", std::to_string(a.headDim)}};
   std::map<std::string, const Mapping *> byName;
   for (const Mapping &m : maps) {
     for (size_t i = 0; i < m.hf.size(); ++i) {
@@ -409,6 +436,14 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
   checkpoint::CheckpointReader reader;
   MT_TRY(checkpoint::CheckpointReader::open(checkpointDir, reader));
   const checkpoint::Index &index = reader.index();
+  // An imported checkpoint says how its QKV was fused; shapes alone cannot tell
+  // 8 heads of 64 sharing 2 from 16 heads of 32 sharing 4.
+  for (const auto &[key, value] : {std::pair<const char *, int64_t>{"heads", a.heads},
+                                   {"kv_heads", a.kvHeads},
+                                   {"head_dim", a.headDim}})
+    if (index.layout.count(key) && index.layout.at(key) != std::to_string(value))
+      return Status::failure(cat(reader.directory(), ": its QKV was fused with ", key, " ",
+                                 index.layout.at(key), ", ", options.config, " says ", value));
   const std::vector<Mapping> maps = mappings(a, a.llama ? "model." : "transformer.");
   std::set<std::string> expected;
   for (const Mapping &m : maps) {
@@ -449,6 +484,11 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
       shardBytes += bytes;
       total += bytes;
     }
+  // A directory of its own: files of an earlier export (a single file beside new shards,
+  // or the reverse) would be loaded in place of these.
+  std::error_code error;
+  if (std::filesystem::exists(hfDir, error) && !std::filesystem::is_empty(hfDir, error))
+    return Status::failure(cat(hfDir, ": exists and is not empty; write to a new directory"));
   if (::mkdir(hfDir.c_str(), 0755) != 0 && errno != EEXIST)
     return Status::failure(cat(hfDir, ": cannot create: ", std::strerror(errno)));
   // One mapping's Hugging Face tensors at a time (a fused QKV gives three).
@@ -499,7 +539,7 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
                                   text.size()));
   }
   json config = a.config;
-  config["torch_dtype"] = torchName(dtype);
+  config[config.contains("dtype") ? "dtype" : "torch_dtype"] = torchName(dtype);
   const std::string text = config.dump(2) + "\n";
   MT_TRY(AtomicFile::writeWhole(hfDir + "/config.json", text.data(), text.size()));
   report = cat("wrote ", hfDir, ": ", weightMap.size(), " tensors (", torchName(dtype), ") in ",

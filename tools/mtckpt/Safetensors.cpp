@@ -16,10 +16,8 @@ namespace mt::safetensors {
 using json = nlohmann::json;
 
 uint64_t bytesOf(const std::string &dtype, const std::vector<int64_t> &shape) {
-  uint64_t n = checkpoint::elementBytes(dtype);
-  for (int64_t d : shape)
-    n *= static_cast<uint64_t>(d);
-  return n;
+  uint64_t n = 0;
+  return checkpoint::tensorBytes(dtype, shape, n) ? n : 0;
 }
 
 File::File(File &&other) noexcept { *this = std::move(other); }
@@ -63,6 +61,8 @@ Status File::open(const std::string &path, File &out) {
   try {
     for (const auto &[name, t] : header.items()) {
       if (name == "__metadata__") {
+        if (!t.is_object())
+          return fail("its __metadata__ is not an object");
         for (const auto &[key, value] : t.items())
           if (!value.is_string())
             return fail(cat("its metadata '", key, "' is not a string"));
@@ -79,7 +79,8 @@ Status File::open(const std::string &path, File &out) {
         if (d <= 0 || d > (int64_t{1} << 40))
           return fail(cat("tensor '", name, "' has a dimension of ", d,
                           " (mtc holds no empty tensors)"));
-      tensor.bytes = bytesOf(tensor.dtype, tensor.shape);
+      if (!checkpoint::tensorBytes(tensor.dtype, tensor.shape, tensor.bytes))
+        return fail(cat("tensor '", name, "' is larger than mtc can hold"));
       if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
           range[1] - range[0] != tensor.bytes)
         return fail(cat("tensor '", name, "' has bad data offsets"));

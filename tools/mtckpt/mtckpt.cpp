@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -232,7 +233,7 @@ Status importFile(const std::string &in, const std::string &dir, std::string &wr
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   auto flag = [&](const std::string &name) {
     for (size_t i = 0; i < args.size(); ++i)
@@ -277,7 +278,8 @@ int main(int argc, char **argv) {
   if (command == "export-hf" && option("--max-shard-size", shardBytes)) {
     char *end = nullptr;
     hfOptions.maxShardBytes = std::strtoull(shardBytes.c_str(), &end, 10);
-    if (shardBytes.empty() || *end || hfOptions.maxShardBytes == 0) {
+    if (shardBytes.empty() || !std::isdigit(static_cast<unsigned char>(shardBytes[0])) || *end ||
+        hfOptions.maxShardBytes == 0) {
       std::fprintf(stderr, "mtckpt: --max-shard-size must be a positive number of bytes, got "
                            "'%s'\n", shardBytes.c_str());
       return 2;
@@ -323,4 +325,13 @@ int main(int argc, char **argv) {
   }
   std::fprintf(stderr, "mtckpt: unknown command '%s'\n%s", command.c_str(), kUsage);
   return 2;
+}
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) { // a reader's check missed a malformed input
+    std::fprintf(stderr, "mtckpt: %s\n", e.what());
+    return 1;
+  }
 }
