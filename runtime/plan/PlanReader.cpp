@@ -66,8 +66,12 @@ bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dty
 
 /// A fused QKV [B, S, (heads + 2·kv)·d] of `heads` query heads and the instruction's
 /// kv_heads key/value heads (one per head without it), laid out by key/value group.
+/// The instruction's key/value heads: kv_heads, or one per query head without it.
+int64_t kvHeads(const plan::Instruction &inst, int64_t heads) {
+  return inst.kv_heads() != 0 ? inst.kv_heads() : heads;
+}
 bool qkvOf(const Dims &qkv, int64_t heads, const plan::Instruction &inst) {
-  const int64_t kv = inst.kv_heads() != 0 ? inst.kv_heads() : heads;
+  const int64_t kv = kvHeads(inst, heads);
   return heads > 0 && kv > 0 && heads % kv == 0 && qkv.rank() == 3 &&
          qkv.d[2] % (heads + 2 * kv) == 0;
 }
@@ -79,7 +83,7 @@ bool probsOf(const Dims &probs, const Dims &qkv, const plan::Instruction &inst) 
 /// Attention's output [B, S, heads·d] of a fused QKV (qkvOf holds).
 bool contextOf(const Dims &o, const Dims &qkv, int64_t heads, const plan::Instruction &inst) {
   return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] &&
-         o.d[2] == heads * qkv.d[2] / (heads + 2 * (inst.kv_heads() ? inst.kv_heads() : heads));
+         o.d[2] == heads * qkv.d[2] / (heads + 2 * kvHeads(inst, heads));
 }
 bool rateOk(const plan::Instruction &inst) { return inst.rate() >= 0 && inst.rate() < 1; }
 
@@ -145,7 +149,7 @@ std::string checkNorm(const Operands &o) {
 std::string checkRotary(const Operands &o) {
   const plan::Instruction &inst = o.inst;
   const Dims &qkv = o.in[0];
-  const int64_t heads = inst.heads(), kv = inst.kv_heads() ? inst.kv_heads() : heads;
+  const int64_t heads = inst.heads(), kv = kvHeads(inst, heads);
   if (!(qkvOf(qkv, heads, inst) && qkv.d[2] / (heads + 2 * kv) % 2 == 0 && same(o.out[0], qkv)))
     return "rotary operands disagree";
   if (!(inst.theta() > 0) ||

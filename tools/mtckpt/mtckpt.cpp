@@ -59,12 +59,7 @@ constexpr const char *kConsolidated = "mtc-consolidated-1";
 
 bool isOptimizerState(const std::string &name) { return name.rfind("optimizer.", 0) == 0; }
 
-uint64_t bytesOf(const TensorEntry &t) {
-  uint64_t n = elementBytes(t.dtype);
-  for (int64_t d : t.shape)
-    n *= static_cast<uint64_t>(d);
-  return n;
-}
+uint64_t bytesOf(const TensorEntry &t) { return safetensors::bytesOf(t.dtype, t.shape); }
 
 int inspect(const std::string &dir, bool tensors) {
   CheckpointReader reader;

@@ -67,11 +67,12 @@ __global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dga
 /// The fused QKV [rows of S positions, kv groups of (perGroup + 2) heads of d]: one
 /// thread per pair of a head; query and key pairs turned by position, value pairs copied.
 template <typename T>
-__global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, int64_t kv,
-                             int64_t perGroup, int64_t d, Rope rope) {
+__global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, QkvLayout l,
+                             Rope rope) {
   GRID_STRIDE(t, pairs) {
-    const int64_t half = d / 2, i = t % half, head = t / half; // head of all rows' heads
-    const int64_t j = head % (perGroup + 2), row = head / ((perGroup + 2) * kv);
+    const int64_t d = l.d, perGroup = l.perGroup(), half = d / 2;
+    const int64_t i = t % half, head = t / half; // head of all rows' heads
+    const int64_t j = head % (perGroup + 2), row = head / ((perGroup + 2) * l.kv);
     const int64_t at = head * d + i;
     const float a = ld(qkv, at), b = ld(qkv, at + half);
     if (Rope::turns(j, perGroup)) {
@@ -136,8 +137,7 @@ template <typename T>
 void launchRotary(const T *qkv, T *out, int64_t rows, int64_t s, const QkvLayout &layout,
                   const Rope &rope, cudaStream_t stream) {
   const int64_t pairs = rows * layout.width() / 2;
-  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, layout.kv,
-                                                          layout.perGroup(), layout.d, rope);
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, layout, rope);
 }
 
 template <typename T>
