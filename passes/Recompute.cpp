@@ -78,6 +78,7 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
         clone->erase();
         continue;
       }
+      clone->setAttr(kRecomputedAttr, UnitAttr::get(clone->getContext()));
       if (auto op = dyn_cast<CostOpInterface>(clone)) {
         cost.gemm += op.getGemmFlops();
         cost.other += op.getOtherFlops();

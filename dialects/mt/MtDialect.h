@@ -11,6 +11,14 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace mlir::mt {
+/// `batch` matrix products of an m x k and a k x n matrix: 2·batch·m·n·k FLOPs.
+struct GemmShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  int64_t flops() const { return 2 * batch * m * n * k; }
+  bool operator==(const GemmShape &o) const {
+    return batch == o.batch && m == o.m && n == o.n && k == o.k;
+  }
+};
 /// Sum of the elements of every result: one FLOP per element produced.
 int64_t defaultOtherFlops(Operation *op);
 /// Bytes of every operand and result, each read or written once.
@@ -34,6 +42,8 @@ inline constexpr llvm::StringLiteral kLossSeedAttr = "mt.loss_seed";
 /// micro-batch, GEMM and other.
 inline constexpr llvm::StringLiteral kRecomputeFlopsAttr = "mt.recompute_gemm_flops";
 inline constexpr llvm::StringLiteral kRecomputeOtherFlopsAttr = "mt.recompute_other_flops";
+/// Written by mt-recompute on each op it copied into backward.
+inline constexpr llvm::StringLiteral kRecomputedAttr = "mt.recomputed";
 
 /// Infers `op`'s result types again from its operands (ops without InferTypeOpInterface
 /// keep theirs). Fails, with the op's diagnostic, when the shapes do not agree.

@@ -11,8 +11,19 @@ def Mt_CostOpInterface : OpInterface<"CostOpInterface"> {
   let cppNamespace = "::mlir::mt";
   let description = "FLOPs and bytes moved by one execution of the op.";
   let methods = [
-    InterfaceMethod<"GEMM-class FLOPs (2 per multiply-add).",
-      "int64_t", "getGemmFlops", (ins), "", [{ return 0; }]>,
+    InterfaceMethod<[{The matrix products the op performs: each `batch` products of an
+      m x k and a k x n matrix (the two of attention per head, the three of a linear's
+      forward and backward). An estimator costs them by shape; their FLOPs are
+      getGemmFlops.}],
+      "::llvm::SmallVector<::mlir::mt::GemmShape>", "getGemms", (ins), "",
+      [{ return {}; }]>,
+    InterfaceMethod<"GEMM-class FLOPs (2 per multiply-add): those of getGemms.",
+      "int64_t", "getGemmFlops", (ins), [{
+        int64_t flops = 0;
+        for (const ::mlir::mt::GemmShape &g : $_op.getGemms())
+          flops += g.flops();
+        return flops;
+      }]>,
     InterfaceMethod<"Elementwise and reduction FLOPs.",
       "int64_t", "getOtherFlops", (ins), "",
       [{ return ::mlir::mt::defaultOtherFlops($_op.getOperation()); }]>,

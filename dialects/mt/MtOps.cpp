@@ -305,9 +305,9 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   return success();
 }
 
-int64_t LinearOp::getGemmFlops() {
+SmallVector<GemmShape> LinearOp::getGemms() {
   auto input = ranked(getInput()), weight = ranked(getWeight());
-  return 2 * leadingElements(input) * weight.getDimSize(0) * weight.getDimSize(1);
+  return {{1, leadingElements(input), weight.getDimSize(0), weight.getDimSize(1)}};
 }
 
 LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -414,16 +414,24 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
-/// QKᵀ and P·V: 2·(2·B·S·S·H). Counted in full for causal attention, as the
-/// model-FLOPs formula does.
-static int64_t attentionForwardFlops(RankedTensorType out) {
-  if (!out.hasStaticShape())
-    return 0;
-  int64_t b = out.getDimSize(0), s = out.getDimSize(1), h = out.getDimSize(2);
-  return 4 * b * s * s * h;
+/// The products of attention over `out` ([B, S, heads·d]) per (sequence, head): QKᵀ
+/// (S x d by d x S), and those of the same shape as P·V (S x S by S x d). Counted in full
+/// for causal attention, as the model-FLOPs formula does.
+static GemmShape attentionScores(RankedTensorType out, int64_t heads) {
+  if (!out.hasStaticShape() || heads <= 0)
+    return {0, 0, 0, 0};
+  int64_t s = out.getDimSize(1);
+  return {out.getDimSize(0) * heads, s, s, out.getDimSize(2) / heads};
+}
+static GemmShape attentionValues(RankedTensorType out, int64_t heads) {
+  GemmShape g = attentionScores(out, heads);
+  return {g.batch, g.m, g.k, g.n};
 }
 
-int64_t AttentionOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())); }
+SmallVector<GemmShape> AttentionOp::getGemms() {
+  auto out = ranked(getResult());
+  return {attentionScores(out, getHeads()), attentionValues(out, getHeads())};
+}
 
 /// A dropout rate in [0, 1) and a non-negative stream, where given.
 static LogicalResult verifyRandom(Operation *op, FloatAttr rate, IntegerAttr stream) {
@@ -497,9 +505,10 @@ static RankedTensorType attentionOutput(Value qkv, int64_t heads, int64_t kv) {
   return withLastDim(type, heads * (type.getDimSize(2) / (heads + 2 * kv)));
 }
 
-/// One of the two GEMMs of attention: 2·B·S·S·heads·d.
-int64_t AttentionProbsOp::getGemmFlops() {
-  return attentionForwardFlops(attentionOutput(getQkv(), getHeads(), getKeyValueHeads())) / 2;
+/// QKᵀ.
+SmallVector<GemmShape> AttentionProbsOp::getGemms() {
+  return {attentionScores(attentionOutput(getQkv(), getHeads(), getKeyValueHeads()),
+                          getHeads())};
 }
 
 LogicalResult AttentionContextOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -514,7 +523,10 @@ LogicalResult AttentionContextOp::inferReturnTypes(MLIRContext *, std::optional<
   return success();
 }
 
-int64_t AttentionContextOp::getGemmFlops() { return attentionForwardFlops(ranked(getResult())) / 2; }
+/// P·V.
+SmallVector<GemmShape> AttentionContextOp::getGemms() {
+  return {attentionValues(ranked(getResult()), ranked(getProbs()).getDimSize(1))};
+}
 
 LogicalResult AttentionProbsGradOp::inferReturnTypes(MLIRContext *,
                                                      std::optional<Location> loc,
@@ -530,10 +542,11 @@ LogicalResult AttentionProbsGradOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-/// dQ and dK.
-int64_t AttentionProbsGradOp::getGemmFlops() {
+/// dQ = dS·K and dK = dSᵀ·Q.
+SmallVector<GemmShape> AttentionProbsGradOp::getGemms() {
   const int64_t heads = ranked(getProbs()).getDimSize(1);
-  return attentionForwardFlops(attentionOutput(getQkv(), heads, getKeyValueHeads()));
+  GemmShape g = attentionValues(attentionOutput(getQkv(), heads, getKeyValueHeads()), heads);
+  return {g, g};
 }
 
 LogicalResult AttentionContextGradOp::inferReturnTypes(MLIRContext *,
@@ -552,8 +565,12 @@ LogicalResult AttentionContextGradOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-/// dP and dV.
-int64_t AttentionContextGradOp::getGemmFlops() { return attentionForwardFlops(ranked(getGrad())); }
+/// dP = dO·Vᵀ and dV = Pᵀ·dO.
+SmallVector<GemmShape> AttentionContextGradOp::getGemms() {
+  const int64_t heads = ranked(getProbs()).getDimSize(1);
+  auto out = ranked(getGrad());
+  return {attentionScores(out, heads), attentionValues(out, heads)};
+}
 
 LogicalResult DropoutOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
@@ -816,9 +833,10 @@ LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-int64_t LinearGradInputOp::getGemmFlops() {
+/// dX = dY·W: rows by the input features, over the output features.
+SmallVector<GemmShape> LinearGradInputOp::getGemms() {
   auto grad = ranked(getGrad()), weight = ranked(getWeight());
-  return 2 * leadingElements(grad) * weight.getDimSize(0) * weight.getDimSize(1);
+  return {{1, leadingElements(grad), weight.getDimSize(1), weight.getDimSize(0)}};
 }
 
 LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
@@ -840,9 +858,10 @@ LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
-int64_t LinearGradWeightOp::getGemmFlops() {
+/// dW = dYᵀ·X: output by input features, over the rows.
+SmallVector<GemmShape> LinearGradWeightOp::getGemms() {
   auto grad = ranked(getGrad()), input = ranked(getInput());
-  return 2 * leadingElements(grad) * grad.getShape().back() * input.getShape().back();
+  return {{1, grad.getShape().back(), input.getShape().back(), leadingElements(grad)}};
 }
 
 LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -890,8 +909,10 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 }
 
 /// dV, dP, dQ and dK: twice the forward's GEMM work.
-int64_t AttentionGradOp::getGemmFlops() {
-  return 2 * attentionForwardFlops(ranked(getOutput()));
+SmallVector<GemmShape> AttentionGradOp::getGemms() {
+  auto out = ranked(getOutput());
+  GemmShape scores = attentionScores(out, getHeads()), values = attentionValues(out, getHeads());
+  return {scores, values, values, values};
 }
 
 LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,

@@ -145,7 +145,7 @@ def Mt_RmsNormOp : Mt_ShapedOp<"rms_norm", [Pure, Mt_CostOpInterface,
 }
 
 def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
-    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "y = x·Wᵀ (+ b), x: [..., K], W: [N, K], b: [N]";
   let description = [{
@@ -192,7 +192,7 @@ def Mt_SwigluOp : Mt_ShapedOp<"swiglu", [Pure, Mt_Pointwise, Mt_ColumnParallelCo
 }
 
 def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
-    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "scaled dot-product attention of a fused QKV: [B, S, (heads + 2·kv_heads)·d] -> [B, S, heads·d]";
   let description = [{
@@ -220,7 +220,7 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
 }
 
 def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
-    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "softmax(QKᵀ/sqrt(d)) of a fused QKV (mt.attention's layout): [B, heads, S, S]";
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
@@ -231,7 +231,7 @@ def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
 }
 
 def Mt_AttentionContextOp : Mt_ShapedOp<"attention_context", [Pure,
-    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "probabilities times V: [B, heads, S, S] x [B, S, (heads + 2·kv_heads)·d] -> [B, S, heads·d]";
   let arguments = (ins Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);
@@ -396,14 +396,14 @@ def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [Mt_CostOpInterface]> {
 }
 
 def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dx = dy·W, dy: [..., N], W: [N, K]";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$weight);
   let results = (outs Mt_FloatTensor:$result);
 }
 
 def Mt_LinearGradWeightOp : Mt_GradOp<"linear_grad_weight",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dW = dyᵀ·x summed over leading dims, dy: [..., N], x: [..., K]";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
   let results = (outs Mt_FloatTensor:$result);
@@ -434,7 +434,7 @@ def Mt_SwigluGradOp : Mt_GradOp<"swiglu_grad", [Mt_CostOpInterface]> {
 }
 
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
                        Mt_FloatTensor:$output,
@@ -447,7 +447,7 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
 }
 
 def Mt_AttentionProbsGradOp : Mt_GradOp<"attention_probs_grad",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dqkv (q and k parts; v zero) from dprobs, the saved probs and qkv";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);
@@ -456,7 +456,7 @@ def Mt_AttentionProbsGradOp : Mt_GradOp<"attention_probs_grad",
 }
 
 def Mt_AttentionContextGradOp : Mt_GradOp<"attention_context_grad",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemmFlops"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dprobs = dy·Vᵀ and dqkv (v part; q and k zero) = probsᵀ·dy";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$probs, Mt_FloatTensor:$qkv,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads);

@@ -1,7 +1,6 @@
 #include "plan/Schedule.h"
 
 #include <algorithm>
-#include <map>
 
 namespace mt {
 
@@ -57,54 +56,68 @@ std::string buildSchedule(ScheduleKind kind, int64_t stages, int64_t chunks,
   return "";
 }
 
-ScheduleCheck checkSchedule(const PipelineSchedule &schedule) {
-  const int64_t p = schedule.stages, v = schedule.chunks;
-  const int64_t lastVirtual = p * v - 1;
-  // Finish times of executed actions, by (forward?, virtual stage, micro-batch).
-  std::map<std::tuple<bool, int64_t, int64_t>, double> done;
-  const double forwardTime = 1.0 / v, backwardTime = 2.0 / v;
+namespace {
 
-  ScheduleCheck check;
+/// Runs the schedule with non-blocking sends and blocking receives, each action of
+/// virtual stage `c·p + s` taking `seconds(c·p + s, forward)` and each tensor passed between
+/// virtual stages arriving `messageSeconds` after it was made. Fills `check` (in-flight
+/// counts, and the problem when the schedule is not deadlock free) and `timing`.
+void run(const PipelineSchedule &schedule,
+         const std::function<double(int64_t, bool)> &seconds, double messageSeconds,
+         ScheduleCheck &check, ScheduleTiming &timing) {
+  const int64_t p = schedule.stages, v = schedule.chunks, m = schedule.microBatches;
+  const int64_t lastVirtual = p * v - 1;
+  // Finish times of executed actions, by (forward?, virtual stage, micro-batch); < 0: not run.
+  std::vector<double> done(static_cast<size_t>(2 * p * v * m), -1.0);
+  auto slot = [&](bool forward, int64_t stage, int64_t mb) -> double & {
+    return done[static_cast<size_t>(((forward ? 1 : 0) * p * v + stage) * m + mb)];
+  };
   check.maxInFlight.assign(p, 0);
+  timing.busy.assign(p, 0);
   std::vector<size_t> next(p, 0);
-  std::vector<double> clock(p, 0), busy(p, 0);
+  std::vector<double> clock(p, 0);
   std::vector<int64_t> inFlight(p, 0);
+  int64_t executed = 0;
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t s = 0; s < p; ++s) {
       while (next[s] < schedule.perStage[s].size()) {
         const PipelineAction &a = schedule.perStage[s][next[s]];
         const int64_t stage = a.chunk * p + s;
+        if (a.microBatch < 0 || a.microBatch >= m || stage > lastVirtual) {
+          check.problem = "stage " + std::to_string(s) + " runs " + actionName(a, v > 1) +
+                          ", which does not exist";
+          return;
+        }
         // What the action waits for: the activation from the previous virtual stage,
         // or the gradient from the next one and this stage's own forward.
-        std::vector<std::tuple<bool, int64_t, int64_t>> needs;
-        if (a.forward && stage > 0)
-          needs.emplace_back(true, stage - 1, a.microBatch);
-        if (!a.forward) {
-          needs.emplace_back(true, stage, a.microBatch);
-          if (stage < lastVirtual)
-            needs.emplace_back(false, stage + 1, a.microBatch);
-        }
         double start = clock[s];
         bool ready = true;
-        for (const auto &need : needs) {
-          auto it = done.find(need);
-          if (it == done.end()) {
-            ready = false;
-            break;
-          }
-          start = std::max(start, it->second);
+        auto need = [&](bool forward, int64_t from, double delay) {
+          const double finished = slot(forward, from, a.microBatch);
+          ready = ready && finished >= 0;
+          start = std::max(start, finished + delay);
+        };
+        if (a.forward && stage > 0)
+          need(true, stage - 1, messageSeconds);
+        if (!a.forward) {
+          need(true, stage, 0);
+          if (stage < lastVirtual)
+            need(false, stage + 1, messageSeconds);
         }
         if (!ready)
           break;
-        double duration = a.forward ? forwardTime : backwardTime;
-        clock[s] = start + duration;
-        busy[s] += duration;
-        if (!done.emplace(std::make_tuple(a.forward, stage, a.microBatch), clock[s]).second) {
+        double &finish = slot(a.forward, stage, a.microBatch);
+        if (finish >= 0) {
           check.problem = "stage " + std::to_string(s) + " runs " + actionName(a, v > 1) +
                           " twice";
-          return check;
+          return;
         }
+        const double duration = seconds(stage, a.forward);
+        clock[s] = start + duration;
+        timing.busy[s] += duration;
+        finish = clock[s];
+        ++executed;
         inFlight[s] += a.forward ? 1 : -1;
         check.maxInFlight[s] = std::max(check.maxInFlight[s], inFlight[s]);
         ++next[s];
@@ -119,18 +132,37 @@ ScheduleCheck checkSchedule(const PipelineSchedule &schedule) {
         if (next[t] < schedule.perStage[t].size())
           check.problem += "stage " + std::to_string(t) + " waits at " +
                            actionName(schedule.perStage[t][next[t]], v > 1) + "; ";
-      return check;
+      return;
     }
   // Every micro-batch passed forward and backward through every virtual stage once.
-  if (static_cast<int64_t>(done.size()) != 2 * p * v * schedule.microBatches) {
+  if (executed != 2 * p * v * m) {
     check.problem = "some micro-batch misses a forward or a backward on some stage";
-    return check;
+    return;
   }
-  double makespan = *std::max_element(clock.begin(), clock.end());
-  for (int64_t s = 0; s < p; ++s)
-    check.bubble = std::max(check.bubble, (makespan - busy[s]) / busy[s]);
+  timing.makespan = *std::max_element(clock.begin(), clock.end());
   check.deadlockFree = true;
+}
+
+} // namespace
+
+ScheduleCheck checkSchedule(const PipelineSchedule &schedule) {
+  ScheduleCheck check;
+  ScheduleTiming timing;
+  const double v = static_cast<double>(schedule.chunks);
+  run(schedule, [&](int64_t, bool forward) { return (forward ? 1.0 : 2.0) / v; }, 0.0, check,
+      timing);
+  if (check.deadlockFree)
+    for (double busy : timing.busy)
+      check.bubble = std::max(check.bubble, (timing.makespan - busy) / busy);
   return check;
+}
+
+std::string timeSchedule(const PipelineSchedule &schedule,
+                         const std::function<double(int64_t, bool)> &seconds,
+                         double messageSeconds, ScheduleTiming &timing) {
+  ScheduleCheck check;
+  run(schedule, seconds, messageSeconds, check, timing);
+  return check.problem;
 }
 
 double idealBubble(const PipelineSchedule &schedule) {

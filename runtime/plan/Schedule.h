@@ -12,6 +12,7 @@
 #define MT_RUNTIME_PLAN_SCHEDULE_H
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,20 @@ struct ScheduleCheck {
   double bubble = 0;                // idle fraction of the busiest timeline
 };
 ScheduleCheck checkSchedule(const PipelineSchedule &schedule);
+
+/// The schedule on a clock: how long it takes from its first action to its last, and
+/// how long each stage computes in that time.
+struct ScheduleTiming {
+  double makespan = 0;
+  std::vector<double> busy; // per stage
+};
+/// Runs a schedule whose actions of virtual stage c·p + s take `seconds(c·p + s,
+/// forward)`, and whose activations and gradients reach the next virtual stage
+/// `messageSeconds` after they were made (sends do not block; receives wait). Returns ""
+/// or, for a schedule `checkSchedule` refuses, its problem.
+std::string timeSchedule(const PipelineSchedule &schedule,
+                         const std::function<double(int64_t, bool)> &seconds,
+                         double messageSeconds, ScheduleTiming &timing);
 
 /// The ideal bubble: (p − 1)/m, or (p − 1)/(v·m) interleaved.
 double idealBubble(const PipelineSchedule &schedule);
