@@ -130,77 +130,123 @@ BytesPerParameter BytesPerParameter::of(llvm::StringRef precision) {
 }
 
 /// The chunk v of a pipeline program @forward_<v> or @backward_<v>.
-static std::optional<int64_t> chunkOf(func::FuncOp fn, bool forwardOnly) {
+static std::optional<int64_t> chunkOf(func::FuncOp fn, bool &forward) {
   llvm::StringRef name = fn.getName();
   int64_t v;
-  if (!name.consume_front("forward_") && (forwardOnly || !name.consume_front("backward_")))
+  forward = name.consume_front("forward_");
+  if (!forward && !name.consume_front("backward_"))
     return std::nullopt;
   if (name.getAsInteger(10, v))
     return std::nullopt;
   return v;
 }
 
-StepAccount accountStep(ModuleOp module, llvm::StringRef precision, int64_t pp,
-                        int64_t virtualStages, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
-                        bool distributedOptimizer) {
+std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
+  std::vector<ChunkFootprint> chunks;
+  std::vector<llvm::StringMap<int64_t>> layerParams;
+  auto chunk = [&](int64_t v) -> ChunkFootprint & {
+    if (static_cast<int64_t>(chunks.size()) <= v) {
+      chunks.resize(v + 1);
+      layerParams.resize(v + 1);
+    }
+    return chunks[v];
+  };
+  module.walk([&](func::FuncOp fn) {
+    bool forward = false;
+    int64_t v = 0;
+    if (fn.getName() != "train_step") {
+      std::optional<int64_t> c = chunkOf(fn, forward);
+      if (!c)
+        return;
+      v = *c;
+    }
+    ChunkFootprint &f = chunk(v);
+    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
+      f.arenaBytes = std::max(f.arenaBytes, arena.getInt());
+    if (forward) {
+      // What it returns beyond the tensor it sends (or the loss) waits for backward.
+      ArrayRef<Type> results = fn.getResultTypes();
+      for (Type t : results.drop_front())
+        f.stashBytes += mt::tensorBytes(t);
+      if (!results.empty() && cast<RankedTensorType>(results.front()).getRank() > 0)
+        f.messageBytes = mt::tensorBytes(results.front());
+    }
+    fn.walk([&](Operation *op) {
+      if (auto p = dyn_cast<mt::ParamOp>(op)) {
+        const int64_t n = cast<RankedTensorType>(p.getType()).getNumElements();
+        const bool tpReduced = p->hasAttr("tp_grad_reduce");
+        if (p->hasAttr(mt::kLayerAttr)) {
+          if (layerParams[v].insert({p.getName(), n}).second) {
+            f.layerParameters += n;
+            f.layerTpReduced += tpReduced ? n : 0;
+          }
+        } else {
+          f.sharedParameters[p.getName().str()] = {n, tpReduced};
+        }
+      } else if (auto cost = dyn_cast<mt::CostOpInterface>(op)) {
+        OpCosts &into = op->hasAttr(mt::kRecomputedAttr) ? f.recompute : f.costs;
+        into.gemmFlops += cost.getGemmFlops();
+        into.otherFlops += cost.getOtherFlops();
+      }
+    });
+  });
+  return chunks;
+}
+
+StageParameters stageParameters(ArrayRef<ChunkFootprint> chunks, int64_t pp, int64_t stage) {
+  StageParameters p;
+  std::map<std::string, std::pair<int64_t, bool>> shared;
+  for (size_t c = stage; c < chunks.size(); c += pp) {
+    p.all += chunks[c].layerParameters;
+    p.tpReduced += chunks[c].layerTpReduced;
+    shared.insert(chunks[c].sharedParameters.begin(), chunks[c].sharedParameters.end());
+  }
+  for (const auto &[name, param] : shared) {
+    p.all += param.first;
+    p.tpReduced += param.second ? param.first : 0;
+    p.shared.push_back({name, param.first});
+  }
+  return p;
+}
+
+StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef precision,
+                          int64_t pp, ArrayRef<int64_t> inFlight, int64_t dp,
+                          bool distributedOptimizer) {
   StepAccount a;
   a.bytesPerParameter = BytesPerParameter::of(precision);
-  if (pp == 1) {
-    a.localParameters = countParameters(module);
-  } else {
-    std::vector<llvm::StringMap<int64_t>> perStage(pp);
-    module.walk([&](func::FuncOp fn) {
-      if (std::optional<int64_t> v = chunkOf(fn, false))
-        fn.walk([&](mt::ParamOp p) {
-          perStage[*v % pp][p.getName()] = cast<RankedTensorType>(p.getType()).getNumElements();
-        });
-    });
-    for (const auto &stage : perStage) {
-      int64_t n = 0;
-      for (const auto &entry : stage)
-        n += entry.second;
-      a.localParameters = std::max(a.localParameters, n);
-    }
+  for (int64_t s = 0; s < pp; ++s)
+    a.localParameters = std::max(a.localParameters, stageParameters(chunks, pp, s).all);
+  for (const ChunkFootprint &c : chunks) {
+    a.memory.activations = std::max(a.memory.activations, c.arenaBytes);
+    a.costs.gemmFlops += c.costs.gemmFlops;
+    a.costs.otherFlops += c.costs.otherFlops;
+    a.recompute.gemmFlops += c.recompute.gemmFlops;
+    a.recompute.otherFlops += c.recompute.otherFlops;
   }
-  module.walk([&](func::FuncOp fn) {
-    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
-      a.memory.activations = std::max(a.memory.activations, arena.getInt());
-  });
-  // On the training step, or, once a pipeline split it, on the module.
-  module->walk([&](Operation *op) {
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeFlopsAttr))
-      a.recompute.gemmFlops = extra.getInt();
-    if (auto extra = op->getAttrOfType<IntegerAttr>(mt::kRecomputeOtherFlopsAttr))
-      a.recompute.otherFlops = extra.getInt();
-  });
   // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
-  // per chunk, what its forward returns beyond the tensor it sends (or the loss).
+  // the largest of its chunks', as a bound.
   if (pp > 1) {
-    std::vector<int64_t> stashBytes(pp * virtualStages, 0);
-    module.walk([&](func::FuncOp fn) {
-      if (std::optional<int64_t> v = chunkOf(fn, true))
-        for (Type t : fn.getResultTypes().drop_front())
-          stashBytes[*v] += mt::tensorBytes(t);
-    });
     int64_t peak = 0;
     for (int64_t s = 0; s < pp; ++s) {
       int64_t stash = 0;
-      for (int64_t c = 0; c < virtualStages; ++c)
-        stash = std::max(stash, stashBytes[c * pp + s]);
+      for (size_t c = s; c < chunks.size(); c += pp)
+        stash = std::max(stash, chunks[c].stashBytes);
       a.stashBytes.push_back(inFlight[s] * stash);
       peak = std::max(peak, a.memory.activations + inFlight[s] * stash);
     }
     a.memory.activations = peak;
   }
-  // The op costs count recomputation; the model's work does not.
-  a.costs = sumOpCosts(module);
-  a.costs.gemmFlops -= a.recompute.gemmFlops;
-  a.costs.otherFlops -= a.recompute.otherFlops;
   const BytesPerParameter &b = a.bytesPerParameter;
   a.memory.weights = b.weights * a.localParameters;
   a.memory.gradients = b.gradients * a.localParameters;
   a.memory.optimizer = b.optimizer * a.localParameters / (distributedOptimizer ? dp : 1);
   return a;
+}
+
+StepAccount accountStep(ModuleOp module, llvm::StringRef precision, int64_t pp,
+                        ArrayRef<int64_t> inFlight, int64_t dp, bool distributedOptimizer) {
+  return accountChunks(chunkFootprints(module), precision, pp, inFlight, dp,
+                       distributedOptimizer);
 }
 
 } // namespace mtc

@@ -5,6 +5,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,11 +74,44 @@ struct StepAccount {
   std::vector<int64_t> stashBytes; // per pipeline stage: the most held at once
 };
 
-/// Accounts a module lowered with `pp` stages of `virtualStages` chunks;
-/// `inFlight[s]` is the most micro-batches stage s holds (its schedule's); the
-/// distributed optimizer shards the optimizer's state over `dp`.
+/// What one chunk (virtual pipeline stage) of a lowered step holds and computes on one
+/// rank: all a step's accounting needs, so that chunks of one shape, profiled once, can
+/// account for any number of them.
+struct ChunkFootprint {
+  OpCosts costs, recompute;    // FLOPs per micro-batch: the model's, and recomputation's
+  int64_t arenaBytes = 0;      // the larger arena of its programs
+  int64_t stashBytes = 0;      // what its forward keeps for backward, per micro-batch
+  int64_t messageBytes = 0;    // the activation it sends on (0 for the last chunk)
+  int64_t layerParameters = 0; // elements of the parameters of its layers
+  int64_t layerTpReduced = 0;  // of which the gradient is summed over the tp group
+  /// Parameters outside the layers (embeddings, final norm), by name: a stage holding
+  /// several chunks (or a tied embedding on two stages) counts each once.
+  std::map<std::string, std::pair<int64_t, bool>> sharedParameters; // elements, tp-reduced
+};
+
+/// The footprints of a module lowered by `lowerToTrainStep`: one (@train_step) without a
+/// pipeline, else one per virtual stage (@forward_v and @backward_v), in order.
+std::vector<ChunkFootprint> chunkFootprints(mlir::ModuleOp module);
+
+/// The elements of the parameters pipeline stage `stage` of `pp` holds, chunks
+/// stage, stage + pp, ...; and those of them whose gradient is summed over the tensor-
+/// parallel group, and over several stages (a tied embedding).
+struct StageParameters {
+  int64_t all = 0, tpReduced = 0;
+  std::vector<std::pair<std::string, int64_t>> shared;
+};
+StageParameters stageParameters(llvm::ArrayRef<ChunkFootprint> chunks, int64_t pp,
+                                int64_t stage);
+
+/// Accounts a step of `pp` stages of `chunks.size() / pp` chunks; `inFlight[s]` is the
+/// most micro-batches stage s holds (its schedule's); the distributed optimizer shards
+/// the optimizer's state over `dp`.
+StepAccount accountChunks(llvm::ArrayRef<ChunkFootprint> chunks, llvm::StringRef precision,
+                          int64_t pp, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                          bool distributedOptimizer);
+/// The same for a lowered module.
 StepAccount accountStep(mlir::ModuleOp module, llvm::StringRef precision, int64_t pp,
-                        int64_t virtualStages, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                        llvm::ArrayRef<int64_t> inFlight, int64_t dp,
                         bool distributedOptimizer);
 
 /// Bytes that forward ops of layer `layer` (mt.layer) produce and backward reads: what

@@ -139,6 +139,7 @@ void run(const PipelineSchedule &schedule,
     check.problem = "some micro-batch misses a forward or a backward on some stage";
     return;
   }
+  timing.finish = clock;
   timing.makespan = *std::max_element(clock.begin(), clock.end());
   check.deadlockFree = true;
 }
@@ -157,12 +158,12 @@ ScheduleCheck checkSchedule(const PipelineSchedule &schedule) {
   return check;
 }
 
-std::string timeSchedule(const PipelineSchedule &schedule,
-                         const std::function<double(int64_t, bool)> &seconds,
-                         double messageSeconds, ScheduleTiming &timing) {
+ScheduleCheck timeSchedule(const PipelineSchedule &schedule,
+                           const std::function<double(int64_t, bool)> &seconds,
+                           double messageSeconds, ScheduleTiming &timing) {
   ScheduleCheck check;
   run(schedule, seconds, messageSeconds, check, timing);
-  return check.problem;
+  return check;
 }
 
 double idealBubble(const PipelineSchedule &schedule) {

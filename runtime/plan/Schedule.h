@@ -58,15 +58,15 @@ ScheduleCheck checkSchedule(const PipelineSchedule &schedule);
 /// how long each stage computes in that time.
 struct ScheduleTiming {
   double makespan = 0;
-  std::vector<double> busy; // per stage
+  std::vector<double> busy, finish; // per stage: time in its actions, end of its last
 };
 /// Runs a schedule whose actions of virtual stage c·p + s take `seconds(c·p + s,
 /// forward)`, and whose activations and gradients reach the next virtual stage
-/// `messageSeconds` after they were made (sends do not block; receives wait). Returns ""
-/// or, for a schedule `checkSchedule` refuses, its problem.
-std::string timeSchedule(const PipelineSchedule &schedule,
-                         const std::function<double(int64_t, bool)> &seconds,
-                         double messageSeconds, ScheduleTiming &timing);
+/// `messageSeconds` after they were made (sends do not block; receives wait). The check
+/// is checkSchedule's, but for its bubble.
+ScheduleCheck timeSchedule(const PipelineSchedule &schedule,
+                           const std::function<double(int64_t, bool)> &seconds,
+                           double messageSeconds, ScheduleTiming &timing);
 
 /// The ideal bubble: (p − 1)/m, or (p − 1)/(v·m) interleaved.
 double idealBubble(const PipelineSchedule &schedule);

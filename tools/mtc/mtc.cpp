@@ -452,8 +452,8 @@ int runCompile(MLIRContext &context, const Args &args) {
   header.distributedOptimizer = distributedOptimizer;
   header.ddpBucketBytes = static_cast<uint64_t>(bucketBytes);
   const mtc::StepAccount account =
-      mtc::accountStep(module, options.precision, options.pp, options.virtualStages, inFlight,
-                       options.dp, distributedOptimizer);
+      mtc::accountStep(module, options.precision, options.pp, inFlight, options.dp,
+                       distributedOptimizer);
   header.costs = account.costs;
   header.memory = account.memory;
   header.stashBytes = account.stashBytes;

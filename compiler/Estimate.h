@@ -1,0 +1,100 @@
+// `mtc estimate`: the iteration time of a lowered training step on a described system,
+// by part, from the step's own ops, collectives, pipeline messages and schedule.
+//
+// Two steps. `profileChunks` reads a lowered module once: per virtual pipeline stage
+// (chunk), the seconds its forward and backward take per micro-batch on one rank (each
+// op costed by the system's model), its collectives, the bytes it sends on, its arena,
+// its stash and its parameters. `estimateStep` then runs the schedule with those times,
+// adds the gradient reduction and the optimizer, and accounts memory exactly as
+// `mtc compile` does. `mtc tune` profiles a few chunk shapes and estimates many layouts
+// from them.
+#ifndef MT_COMPILER_ESTIMATE_H
+#define MT_COMPILER_ESTIMATE_H
+
+#include "compiler/Accounting.h"
+#include "compiler/Pipeline.h"
+#include "compiler/System.h"
+#include "plan/Schedule.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mtc {
+
+/// What one pass (forward or backward) of one chunk costs one rank per micro-batch.
+struct PassCost {
+  double compute = 0;          // kernels, recomputation apart
+  double recompute = 0;        // kernels mt-recompute copied into backward
+  double tensorParallel = 0;   // all-reduces over the tensor-parallel group
+  double sequenceParallel = 0; // all-gathers and reduce-scatters over it
+  int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
+  int64_t collectives = 0;
+  double total() const { return compute + recompute + tensorParallel + sequenceParallel; }
+};
+
+/// One chunk (virtual pipeline stage) as one rank runs it.
+struct ChunkProfile {
+  PassCost forward, backward;
+  OpCosts costs, recompute;    // FLOPs per micro-batch: the model's, and recomputation's
+  int64_t arenaBytes = 0;      // the larger arena of its programs
+  int64_t stashBytes = 0;      // what its forward keeps for backward, per micro-batch
+  int64_t messageBytes = 0;    // the activation it sends on (0 for the last chunk)
+  int64_t layerParameters = 0; // elements of the parameters of its layers
+  int64_t layerTpReduced = 0;  // of which the gradient is summed over the tp group
+  /// Parameters outside the layers (embeddings, final norm), by name: a stage holding
+  /// several chunks (or a tied embedding on two stages) counts each once.
+  std::map<std::string, std::pair<int64_t, bool>> sharedParameters; // elements, tp-reduced
+};
+
+/// Profiles every chunk of a module lowered by `lowerToTrainStep`: one (@train_step)
+/// without a pipeline, else one per virtual stage (@forward_v, @backward_v).
+std::vector<ChunkProfile> profileChunks(mlir::ModuleOp module, const SystemSpec &system,
+                                        const CompileOptions &options);
+
+/// A layout as `mtc compile` takes it, beyond what lowering needs.
+struct StepLayout {
+  CompileOptions options;
+  bool distributedOptimizer = false;
+  int64_t bucketBytes = 40000000;
+  ::mt::ScheduleKind schedule = ::mt::ScheduleKind::OneFOneB;
+  int64_t microBatches() const {
+    return options.globalBatchSize / (options.microBatchSize * options.dp);
+  }
+  int64_t gpus() const { return options.tp * options.pp * options.dp; }
+};
+
+/// The links the groups of a layout cross, with Megatron's rank order (tp fastest, then
+/// dp, then pp): a group stays on NVLink while it fits in one node.
+struct Placement {
+  Link tensor, data, pipeline;
+};
+Placement placeGroups(const SystemSpec &system, const StepLayout &layout);
+
+struct StepEstimate {
+  double iteration = 0;
+  /// The parts of the slowest stage's iteration; they add up to `iteration`.
+  struct Parts {
+    double forward = 0, backward = 0, recompute = 0; // kernels
+    double tensorParallel = 0, sequenceParallel = 0; // collectives inside the passes
+    double pipeline = 0;  // waiting: the bubble and the messages on its critical path
+    double gradients = 0; // reduction after the last backward (none of it overlapped)
+    double optimizer = 0; // Adam over the parameters this rank updates
+  } parts;
+  int64_t criticalStage = 0;
+  double bubble = 0; // the critical stage's waiting over its busy time
+  unsigned __int128 modelFlops = 0, hardwareFlops = 0; // per step, every rank
+  int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // per micro-batch, one rank
+  int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
+  StepAccount account; // memory, exactly as `mtc compile` accounts it
+  std::vector<int64_t> inFlight;
+};
+
+/// Estimates a step from its chunks' profiles (`chunks[c]` for virtual stage c, as
+/// profileChunks returns them for the layout's lowering). Returns an error or "".
+std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSpec &system,
+                         const StepLayout &layout, StepEstimate &out);
+
+} // namespace mtc
+
+#endif

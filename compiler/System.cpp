@@ -1,0 +1,246 @@
+#include "compiler/System.h"
+
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mtc {
+namespace {
+
+/// Reads one JSON object's fields by name, remembering which it read so that a field
+/// nobody reads (a misspelling) is refused by its path.
+class Fields {
+public:
+  Fields(const llvm::json::Object &object, std::string path, std::string &error)
+      : object_(object), path_(std::move(path)), error_(error) {}
+
+  std::string where(llvm::StringRef key) const {
+    return path_.empty() ? key.str() : path_ + "." + key.str();
+  }
+  bool fail(llvm::StringRef key, const std::string &why) {
+    if (error_.empty())
+      error_ = "'" + where(key) + "' " + why;
+    return false;
+  }
+  const llvm::json::Value *get(llvm::StringRef key) {
+    read_.insert(key);
+    const llvm::json::Value *v = object_.get(key);
+    if (!v)
+      fail(key, "is missing");
+    return v;
+  }
+  /// A number > 0 (or >= 0 with `zeroAllowed`), scaled by `unit`.
+  bool number(llvm::StringRef key, double unit, double &out, bool zeroAllowed = false) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    std::optional<double> d = v->getAsNumber();
+    if (!d || !std::isfinite(*d) || *d < 0 || (*d == 0 && !zeroAllowed))
+      return fail(key, zeroAllowed ? "must be a number >= 0" : "must be a number > 0");
+    out = *d * unit;
+    return true;
+  }
+  bool fraction(llvm::StringRef key, double &out) {
+    if (!number(key, 1.0, out))
+      return false;
+    return out <= 1.0 || fail(key, "must lie in (0, 1]");
+  }
+  bool integer(llvm::StringRef key, int64_t &out) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    std::optional<int64_t> i = v->getAsInteger();
+    if (!i || *i <= 0)
+      return fail(key, "must be a positive integer");
+    out = *i;
+    return true;
+  }
+  bool string(llvm::StringRef key, std::string &out) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    std::optional<llvm::StringRef> s = v->getAsString();
+    if (!s || s->empty())
+      return fail(key, "must be a non-empty string");
+    out = s->str();
+    return true;
+  }
+  /// A nested object, read by `body`.
+  template <typename F> bool object(llvm::StringRef key, F body) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    const llvm::json::Object *o = v->getAsObject();
+    if (!o)
+      return fail(key, "must be an object");
+    Fields inner(*o, where(key), error_);
+    return body(inner) && inner.done();
+  }
+  /// Every field was read.
+  bool done() {
+    for (const auto &entry : object_)
+      if (!read_.contains(entry.first))
+        return fail(entry.first, "is not a field of a system description");
+    return true;
+  }
+
+private:
+  const llvm::json::Object &object_;
+  std::string path_;
+  std::string &error_;
+  llvm::StringSet<> read_;
+};
+
+bool readLink(Fields &f, Link &link) {
+  return f.number("bandwidth_gbs", 1e9, link.bandwidth) &&
+         f.number("latency_us", 1e-6, link.latency, /*zeroAllowed=*/true);
+}
+
+} // namespace
+
+double SystemSpec::peak(llvm::StringRef elementType) const {
+  if (elementType == "bf16")
+    return peakBf16;
+  if (elementType == "f16")
+    return peakFp16;
+  if (elementType == "f64")
+    return peakFp64;
+  return peakFp32;
+}
+
+bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json) {
+    error = "not JSON: " + llvm::toString(json.takeError());
+    return false;
+  }
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root) {
+    error = "not a JSON object";
+    return false;
+  }
+  SystemSpec s;
+  Fields f(*root, "", error);
+  bool ok =
+      f.string("name", s.name) && f.integer("gpus_per_node", s.gpusPerNode) &&
+      f.object("gpu",
+               [&](Fields &g) {
+                 double memory = 0;
+                 const llvm::json::Value *tile = nullptr;
+                 bool ok =
+                     g.string("name", s.gpu) &&
+                     g.object("peak_tflops",
+                              [&](Fields &p) {
+                                return p.number("bf16", 1e12, s.peakBf16) &&
+                                       p.number("fp16", 1e12, s.peakFp16) &&
+                                       p.number("fp32", 1e12, s.peakFp32) &&
+                                       p.number("fp64", 1e12, s.peakFp64);
+                              }) &&
+                     g.number("memory_gib", 1073741824.0, memory) &&
+                     g.number("memory_bandwidth_gbs", 1e9, s.memoryBandwidth) &&
+                     g.integer("multiprocessors", s.multiprocessors) &&
+                     (tile = g.get("gemm_tile")) && g.fraction("gemm_efficiency", s.gemmEfficiency) &&
+                     g.fraction("memory_efficiency", s.memoryEfficiency) &&
+                     g.number("kernel_overhead_us", 1e-6, s.kernelOverhead, true);
+                 if (!ok)
+                   return false;
+                 s.memoryBytes = static_cast<int64_t>(memory);
+                 const llvm::json::Array *mn = tile->getAsArray();
+                 std::optional<int64_t> m, n;
+                 if (mn && mn->size() == 2) {
+                   m = (*mn)[0].getAsInteger();
+                   n = (*mn)[1].getAsInteger();
+                 }
+                 if (!m || !n || *m <= 0 || *n <= 0)
+                   return g.fail("gemm_tile", "must be [rows, columns], two positive integers");
+                 s.tileM = *m;
+                 s.tileN = *n;
+                 return true;
+               }) &&
+      f.object("intra_node", [&](Fields &l) { return readLink(l, s.intraNode); }) &&
+      f.object("inter_node", [&](Fields &l) { return readLink(l, s.interNode); });
+  // Where each constant comes from: free text by field, required for none of them.
+  if (ok && root->get("sources")) {
+    const llvm::json::Value *sources = f.get("sources");
+    if (!sources->getAsObject())
+      ok = f.fail("sources", "must be an object of strings");
+    else
+      for (const auto &entry : *sources->getAsObject())
+        if (!entry.second.getAsString()) {
+          ok = f.fail("sources", "must be an object of strings ('" + entry.first.str() +
+                                     "' is not a string)");
+          break;
+        }
+  }
+  if (!ok || !f.done())
+    return false;
+  out = s;
+  return true;
+}
+
+bool SystemSpec::load(const std::string &path, SystemSpec &out, std::string &error) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer) {
+    error = path + ": " + buffer.getError().message();
+    return false;
+  }
+  if (!parse((*buffer)->getBuffer(), out, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+std::string systemPath(const std::string &nameOrPath) {
+  if (llvm::sys::fs::exists(nameOrPath))
+    return nameOrPath;
+  llvm::SmallString<256> path(MTC_SYSTEMS_DIR);
+  llvm::sys::path::append(path, nameOrPath + ".json");
+  return std::string(path);
+}
+
+double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
+                   llvm::StringRef elementType, int64_t elementBytes) {
+  if (g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0)
+    return 0;
+  const double tiles = static_cast<double>(g.batch) *
+                       static_cast<double>((g.m + system.tileM - 1) / system.tileM) *
+                       static_cast<double>((g.n + system.tileN - 1) / system.tileN);
+  const double waves = std::ceil(tiles / static_cast<double>(system.multiprocessors));
+  const double perMultiprocessor =
+      system.peak(elementType) * system.gemmEfficiency / static_cast<double>(system.multiprocessors);
+  const double compute = waves * 2.0 * static_cast<double>(system.tileM * system.tileN) *
+                         static_cast<double>(g.k) / perMultiprocessor;
+  const double bytes = static_cast<double>(g.batch) * static_cast<double>(elementBytes) *
+                       (static_cast<double>(g.m) * static_cast<double>(g.k) +
+                        static_cast<double>(g.k) * static_cast<double>(g.n) +
+                        static_cast<double>(g.m) * static_cast<double>(g.n));
+  const double memory = bytes / (system.memoryBandwidth * system.memoryEfficiency);
+  return std::max(compute, memory);
+}
+
+double memorySeconds(const SystemSpec &system, int64_t bytes) {
+  return static_cast<double>(bytes) / (system.memoryBandwidth * system.memoryEfficiency);
+}
+
+int64_t ringBytesSent(Collective kind, int64_t bytes, int64_t ranks) {
+  if (ranks <= 1)
+    return 0;
+  const __int128 steps = kind == Collective::AllReduce ? 2 * (ranks - 1) : ranks - 1;
+  return static_cast<int64_t>(steps * bytes / ranks);
+}
+
+double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks, const Link &link) {
+  if (ranks <= 1)
+    return 0;
+  const int64_t steps = kind == Collective::AllReduce ? 2 * (ranks - 1) : ranks - 1;
+  return static_cast<double>(ringBytesSent(kind, bytes, ranks)) / link.bandwidth +
+         static_cast<double>(steps) * link.latency;
+}
+
+} // namespace mtc

@@ -1,0 +1,67 @@
+// A described system for `mtc estimate` and `mtc tune` (systems/*.json): the GPU's
+// peak rates and memory, and the links between GPUs, with the cost model that turns a
+// matrix product, a memory-bound kernel or a collective into seconds.
+#ifndef MT_COMPILER_SYSTEM_H
+#define MT_COMPILER_SYSTEM_H
+
+#include "dialects/mt/MtDialect.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <string>
+
+namespace mtc {
+
+/// A link GPUs talk over: NVLink within a node, the network between nodes.
+struct Link {
+  double bandwidth = 0; // bytes per second, per GPU and direction
+  double latency = 0;   // seconds per step of a ring
+};
+
+struct SystemSpec {
+  std::string name;
+  int64_t gpusPerNode = 0;
+  std::string gpu;
+  double peakBf16 = 0, peakFp16 = 0, peakFp32 = 0, peakFp64 = 0; // FLOP/s, dense
+  int64_t memoryBytes = 0;      // HBM capacity
+  double memoryBandwidth = 0;   // HBM bytes per second
+  int64_t multiprocessors = 0;  // SMs: one GEMM tile each per wave
+  int64_t tileM = 0, tileN = 0; // a GEMM's output tile
+  double gemmEfficiency = 1;    // of the peak, reached by a full wave of tiles
+  double memoryEfficiency = 1;  // of the bandwidth, reached by a streaming kernel
+  double kernelOverhead = 0;    // seconds each kernel adds (launch, tail)
+  Link intraNode, interNode;
+
+  /// The dense peak for a compute element type (bf16, f16, f32, f64).
+  double peak(llvm::StringRef elementType) const;
+
+  /// Reads a system file; a missing, mistyped or unknown field is refused by its path
+  /// (e.g. "gpu.memory_bandwidth_gbs").
+  static bool load(const std::string &path, SystemSpec &out, std::string &error);
+  static bool parse(llvm::StringRef text, SystemSpec &out, std::string &error);
+};
+
+/// The file `--system` names: a path, or the name of one of systems/*.json.
+std::string systemPath(const std::string &nameOrPath);
+
+/// The cost model (README, "Estimating"): seconds for one kernel or collective.
+/// `batch` products of m x k by k x n in `elementType`: whole waves of tiles over the
+/// multiprocessors at the peak times gemm_efficiency, or the bytes of its operands over
+/// the memory bandwidth where that is longer.
+double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
+                   llvm::StringRef elementType, int64_t elementBytes);
+/// A memory-bound kernel moving `bytes`.
+double memorySeconds(const SystemSpec &system, int64_t bytes);
+
+enum class Collective { AllReduce, AllGather, ReduceScatter };
+/// Bytes each rank sends in a ring collective over `ranks` on a tensor of `bytes` (the
+/// whole tensor: an all-gather's result, a reduce-scatter's input):
+/// 2(n−1)/n·bytes for an all-reduce, (n−1)/n·bytes otherwise.
+int64_t ringBytesSent(Collective kind, int64_t bytes, int64_t ranks);
+/// Its seconds: those bytes over the link, plus the link's latency per ring step.
+double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks, const Link &link);
+
+} // namespace mtc
+
+#endif
