@@ -35,16 +35,8 @@ struct PassCost {
 
 /// One chunk (virtual pipeline stage) as one rank runs it.
 struct ChunkProfile {
+  ChunkFootprint footprint;
   PassCost forward, backward;
-  OpCosts costs, recompute;    // FLOPs per micro-batch: the model's, and recomputation's
-  int64_t arenaBytes = 0;      // the larger arena of its programs
-  int64_t stashBytes = 0;      // what its forward keeps for backward, per micro-batch
-  int64_t messageBytes = 0;    // the activation it sends on (0 for the last chunk)
-  int64_t layerParameters = 0; // elements of the parameters of its layers
-  int64_t layerTpReduced = 0;  // of which the gradient is summed over the tp group
-  /// Parameters outside the layers (embeddings, final norm), by name: a stage holding
-  /// several chunks (or a tied embedding on two stages) counts each once.
-  std::map<std::string, std::pair<int64_t, bool>> sharedParameters; // elements, tp-reduced
 };
 
 /// Profiles every chunk of a module lowered by `lowerToTrainStep`: one (@train_step)

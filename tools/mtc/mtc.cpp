@@ -7,10 +7,12 @@
 //               [--tp T] [--sp] [--dp D] [--distributed-optimizer] [--ddp-bucket-size B]
 //               [--emit-mlir FILE] [--print-ir-after-all]
 #include "compiler/Accounting.h"
+#include "compiler/Estimate.h"
 #include "compiler/ImportConfig.h"
 #include "compiler/Pipeline.h"
 #include "compiler/PlanEmitter.h"
 #include "compiler/Registration.h"
+#include "compiler/Tune.h"
 #include "core/AtomicFile.h"
 #include "plan/Schedule.h"
 
@@ -19,6 +21,7 @@
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -46,6 +49,13 @@ constexpr const char *kUsage = R"(usage:
                [--recompute-num-layers N]] [--attention fused|unfused]
               [--emit-mlir FILE] [--print-ir-after-all]
 
+  mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
+              [--json]
+  mtc tune MODEL --system S --gpus N --global-batch-size B [--top K] [--json]
+              [--seq-length S] [--precision P | --bf16 | --fp16]
+              [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
+              [--max-tp T] [--max-micro-batch-size B]
+
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
   mtc import-config config.json -o MODEL [--name NAME]
@@ -58,6 +68,9 @@ constexpr const char *kUsage = R"(usage:
            every receive meets its send, and gives the bubble
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
            FLOPs per step and bytes per rank before anything runs
+  estimate the iteration time of the compiled step on a described system (systems/*.json,
+           or a file), by part, with TFLOP/s, MFU, memory per rank and days to train
+  tune     every layout of N GPUs that divides and fits, estimated, the fastest first
 )";
 
 int usageError(const std::string &message) {
@@ -74,17 +87,29 @@ struct Args {
 
 /// Parses argv against the flags `command` accepts; returns an error message or "".
 std::string parseArgs(int argc, char **argv, Args &args) {
+  static const std::vector<std::string> layoutValues = {
+      "micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
+      "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
+      "first-stage-layers", "last-stage-layers", "ddp-bucket-size", "recompute",
+      "recompute-method", "recompute-num-layers", "attention"};
+  auto with = [](std::vector<std::string> flags, std::vector<std::string> more) {
+    flags.insert(flags.end(), more.begin(), more.end());
+    return flags;
+  };
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
+      {"estimate", with(layoutValues, {"system", "gpus", "train-tokens"})},
+      {"tune",
+       {"system", "gpus", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
+        "precision", "tp", "pp", "vpp", "micro-batch-size", "recompute", "max-tp",
+        "max-micro-batch-size", "ddp-bucket-size", "top"}},
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
-      {"compile",
-       {"micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
-        "first-stage-layers",
-        "last-stage-layers", "ddp-bucket-size", "recompute",
-        "recompute-method", "recompute-num-layers", "attention", "o", "emit-mlir"}}};
+      {"compile", with(layoutValues, {"o", "emit-mlir"})}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
+      {"estimate",
+       {"sp", "distributed-optimizer", "recompute-activations", "bf16", "fp16", "json"}},
+      {"tune", {"bf16", "fp16", "json"}},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
@@ -302,25 +327,71 @@ int runSchedule(const Args &args) {
   return 0;
 }
 
-int runCompile(MLIRContext &context, const Args &args) {
-  auto started = std::chrono::steady_clock::now();
-  mtc::CompileOptions options;
+/// --precision, --bf16 or --fp16: the name (fp32 by default) and the element type.
+int readPrecision(const Args &args, std::string &precision, std::string &elementType) {
+  // bf16 and fp16 compute with f32 master weights, gradients and Adam state (Megatron's
+  // mixed precision); fp64 exists for gradient checks against finite differences.
+  precision = args.values.lookup("precision");
+  for (const char *flag : {"bf16", "fp16"})
+    if (args.switches.lookup(flag)) {
+      if (!precision.empty() && precision != flag)
+        return usageError(std::string("--") + flag + " contradicts --precision " + precision);
+      precision = flag;
+    }
+  if (precision.empty())
+    precision = "fp32";
+  const llvm::StringMap<std::string> elementTypes = {
+      {"fp32", "f32"}, {"fp64", "f64"}, {"bf16", "bf16"}, {"fp16", "f16"}};
+  if (!elementTypes.count(precision))
+    return usageError("--precision must be bf16, fp16, fp32 or fp64, got '" + precision + "'");
+  elementType = elementTypes.lookup(precision);
+  return 0;
+}
+
+/// The layout flags compile and estimate share, up to what needs the model. With
+/// `--gpus N` (estimate), dp defaults to N / (tp x pp). Returns 0, or an exit code.
+int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision) {
+  mtc::CompileOptions &options = layout.options;
   if (!args.values.count("micro-batch-size") || !args.values.count("global-batch-size"))
-    return usageError("compile needs --micro-batch-size and --global-batch-size");
-  if (!args.values.count("o"))
-    return usageError("compile needs -o PLAN");
-  int64_t bucketBytes;
+    return usageError(args.command + " needs --micro-batch-size and --global-batch-size");
   if (!positiveFlag(args, "micro-batch-size", 0, options.microBatchSize) ||
       !positiveFlag(args, "global-batch-size", 0, options.globalBatchSize) ||
       !positiveFlag(args, "seq-length", 1, options.seqLength) ||
       !positiveFlag(args, "make-vocab-size-divisible-by", 1, options.vocabMultiple) ||
       !positiveFlag(args, "tp", 1, options.tp) || !positiveFlag(args, "dp", 1, options.dp) ||
-      !positiveFlag(args, "ddp-bucket-size", 40000000, bucketBytes))
+      !positiveFlag(args, "ddp-bucket-size", 40000000, layout.bucketBytes) ||
+      !positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
+      !positiveFlag(args, "pp", 1, options.pp) ||
+      !positiveFlag(args, "vpp", 1, options.virtualStages) ||
+      !positiveFlag(args, "first-stage-layers", 1, options.firstStageLayers) ||
+      !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers))
     return 1;
   if (!args.values.count("seq-length"))
     options.seqLength = 0;
+  if (!args.values.count("first-stage-layers"))
+    options.firstStageLayers = 0;
+  if (!args.values.count("last-stage-layers"))
+    options.lastStageLayers = 0;
+  if (args.values.count("gpus")) {
+    int64_t gpus;
+    if (!positiveFlag(args, "gpus", 1, gpus))
+      return 1;
+    const int64_t modelParallel = options.tp * options.pp;
+    if (!args.values.count("dp")) {
+      if (gpus % modelParallel != 0) {
+        errs() << "mtc: " << gpus << " GPUs are not a multiple of tp x pp = " << modelParallel
+               << "\n";
+        return 1;
+      }
+      options.dp = gpus / modelParallel;
+    } else if (gpus != modelParallel * options.dp) {
+      errs() << "mtc: --gpus " << gpus << " is not tp x pp x dp = " << modelParallel * options.dp
+             << "\n";
+      return 1;
+    }
+  }
   options.sequenceParallel = args.switches.lookup("sp");
-  const bool distributedOptimizer = args.switches.lookup("distributed-optimizer");
+  layout.distributedOptimizer = args.switches.lookup("distributed-optimizer");
   if (options.globalBatchSize % (options.microBatchSize * options.dp) != 0) {
     errs() << "mtc: global batch size " << options.globalBatchSize
            << " is not a multiple of micro-batch size " << options.microBatchSize << " x dp "
@@ -349,45 +420,18 @@ int runCompile(MLIRContext &context, const Args &args) {
   if (options.recomputeMethod != "uniform" && options.recomputeMethod != "block")
     return usageError("--recompute-method must be uniform or block, got '" +
                       options.recomputeMethod + "'");
-  if (!positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
-      !positiveFlag(args, "pp", 1, options.pp) ||
-      !positiveFlag(args, "vpp", 1, options.virtualStages) ||
-      !positiveFlag(args, "first-stage-layers", 1, options.firstStageLayers) ||
-      !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers))
-    return 1;
-  if (!args.values.count("first-stage-layers"))
-    options.firstStageLayers = 0;
-  if (!args.values.count("last-stage-layers"))
-    options.lastStageLayers = 0;
   if (options.sequenceParallel && options.tp == 1)
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
-  // bf16 and fp16 compute with f32 master weights, gradients and Adam state (Megatron's
-  // mixed precision); fp64 exists for gradient checks against finite differences.
-  std::string precision = args.values.lookup("precision");
-  for (const char *flag : {"bf16", "fp16"})
-    if (args.switches.lookup(flag)) {
-      if (!precision.empty() && precision != flag)
-        return usageError(std::string("--") + flag + " contradicts --precision " + precision);
-      precision = flag;
-    }
-  if (precision.empty())
-    precision = "fp32";
-  const llvm::StringMap<std::string> elementTypes = {
-      {"fp32", "f32"}, {"fp64", "f64"}, {"bf16", "bf16"}, {"fp16", "f16"}};
-  if (!elementTypes.count(precision))
-    return usageError("--precision must be bf16, fp16, fp32 or fp64, got '" + precision + "'");
-  options.precision = elementTypes.lookup(precision);
+  return readPrecision(args, precision, options.precision);
+}
 
-  ModelFile model;
-  if (!loadModel(context, args.model, model))
-    return 1;
-  ModuleOp module = *model.module;
-  if (failed(mtc::padVocabulary(module, options)))
-    return 1;
-  std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
-  int64_t vocab = decoder ? decoder->vocab : 0;
+/// What of the layout needs the model: virtual stages given as layers per chunk, and
+/// the schedule, with the most micro-batches each stage holds in flight.
+int finishLayout(const Args &args, const std::optional<mtc::DecoderShape> &decoder,
+                 mtc::StepLayout &layout, std::vector<int64_t> &inFlight) {
+  mtc::CompileOptions &options = layout.options;
   // Megatron's --num-layers-per-virtual-pipeline-stage N: v = layers / (pp x N).
   if (args.values.count("layers-per-virtual-stage")) {
     int64_t perChunk;
@@ -400,17 +444,15 @@ int runCompile(MLIRContext &context, const Args &args) {
     }
     options.virtualStages = decoder->layers / (options.pp * perChunk);
   }
-  ::mt::ScheduleKind scheduleKind;
   if (std::string error = ::mt::parseScheduleKind(args.values.lookup("schedule"),
-                                                  options.virtualStages, scheduleKind);
+                                                  options.virtualStages, layout.schedule);
       !error.empty())
     return usageError(error);
-  std::vector<int64_t> inFlight; // per pipeline stage, in chunks
   if (options.pp > 1) {
     ::mt::PipelineSchedule probe;
-    if (std::string error = ::mt::buildSchedule(
-            scheduleKind, options.pp, options.virtualStages,
-            options.globalBatchSize / (options.microBatchSize * options.dp), probe);
+    if (std::string error = ::mt::buildSchedule(layout.schedule, options.pp,
+                                                options.virtualStages, layout.microBatches(),
+                                                probe);
         !error.empty()) {
       errs() << "mtc: " << error << "\n";
       return 1;
@@ -419,6 +461,33 @@ int runCompile(MLIRContext &context, const Args &args) {
   } else if (options.virtualStages > 1) {
     return usageError("--vpp needs --pp > 1");
   }
+  return 0;
+}
+
+int runCompile(MLIRContext &context, const Args &args) {
+  auto started = std::chrono::steady_clock::now();
+  if (!args.values.count("o"))
+    return usageError("compile needs -o PLAN");
+  mtc::StepLayout layout;
+  std::string precision;
+  if (int status = readLayout(args, layout, precision))
+    return status;
+  mtc::CompileOptions &options = layout.options;
+  const bool distributedOptimizer = layout.distributedOptimizer;
+  const int64_t bucketBytes = layout.bucketBytes;
+
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  if (failed(mtc::padVocabulary(module, options)))
+    return 1;
+  std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
+  int64_t vocab = decoder ? decoder->vocab : 0;
+  std::vector<int64_t> inFlight; // per pipeline stage, in chunks
+  if (int status = finishLayout(args, decoder, layout, inFlight))
+    return status;
+  const ::mt::ScheduleKind scheduleKind = layout.schedule;
   mtc::PlanHeader header;
   header.model = modelName(module, args.model);
   header.parameters = mtc::countParameters(module);
@@ -565,6 +634,288 @@ int runCompile(MLIRContext &context, const Args &args) {
   return 0;
 }
 
+
+/// The system `--system` names, read; false (and why, on stderr) when it is not one.
+bool readSystem(const Args &args, mtc::SystemSpec &system) {
+  if (!args.values.count("system") || !args.values.count("gpus")) {
+    usageError(args.command + " needs --system and --gpus");
+    return false;
+  }
+  std::string error;
+  if (!mtc::SystemSpec::load(mtc::systemPath(args.values.lookup("system")), system, error)) {
+    errs() << "mtc: " << error << "\n";
+    return false;
+  }
+  return true;
+}
+
+/// The figures of one estimate, for text and JSON alike.
+struct Figures {
+  double modelTflops, hardwareTflops, mfu, tokensPerSecond;
+  bool fits;
+};
+Figures figuresOf(const mtc::StepEstimate &e, const mtc::SystemSpec &system,
+                  const mtc::StepLayout &layout, int64_t seqLength) {
+  const double gpus = static_cast<double>(layout.gpus());
+  Figures f;
+  f.modelTflops = static_cast<double>(e.modelFlops) / e.iteration / gpus / 1e12;
+  f.hardwareTflops = static_cast<double>(e.hardwareFlops) / e.iteration / gpus / 1e12;
+  f.mfu = f.modelTflops * 1e12 / system.peak(layout.options.precision);
+  f.tokensPerSecond =
+      static_cast<double>(layout.options.globalBatchSize * seqLength) / e.iteration;
+  f.fits = e.account.memory.total() <= system.memoryBytes;
+  return f;
+}
+
+/// The estimate as a JSON object (`mtc estimate --json`, and each of tune's candidates).
+llvm::json::Object estimateJson(const mtc::StepEstimate &e, const mtc::SystemSpec &system,
+                                const mtc::StepLayout &layout, int64_t seqLength) {
+  const Figures f = figuresOf(e, system, layout, seqLength);
+  const mtc::StepEstimate::Parts &p = e.parts;
+  return llvm::json::Object{
+      {"layout", mtc::layoutFlags(layout)},
+      {"iteration_seconds", e.iteration},
+      {"model_tflops_per_gpu", f.modelTflops},
+      {"hardware_tflops_per_gpu", f.hardwareTflops},
+      {"mfu", f.mfu},
+      {"tokens_per_second", f.tokensPerSecond},
+      {"memory_bytes_per_rank", e.account.memory.total()},
+      {"fits", f.fits},
+      {"model_flops_per_step", static_cast<double>(e.modelFlops)},
+      {"bubble", e.bubble},
+      {"critical_stage", e.criticalStage},
+      {"parts",
+       llvm::json::Object{{"forward", p.forward},
+                          {"backward", p.backward},
+                          {"recompute", p.recompute},
+                          {"tensor_parallel", p.tensorParallel},
+                          {"sequence_parallel", p.sequenceParallel},
+                          {"pipeline_bubble", p.pipeline},
+                          {"gradient_reduction", p.gradients},
+                          {"optimizer", p.optimizer}}},
+      {"bytes_sent_per_rank",
+       llvm::json::Object{{"tensor_parallel_per_micro_batch", e.tensorParallelBytes},
+                          {"sequence_parallel_per_micro_batch", e.sequenceParallelBytes},
+                          {"pipeline_message", e.pipelineMessageBytes},
+                          {"gradient_reduction", e.gradientBytes}}}};
+}
+
+int runEstimate(MLIRContext &context, const Args &args) {
+  mtc::SystemSpec system;
+  if (!readSystem(args, system))
+    return 1;
+  mtc::StepLayout layout;
+  std::string precision;
+  if (int status = readLayout(args, layout, precision))
+    return status;
+  double trainTokens = 0;
+  if (args.values.count("train-tokens") &&
+      (llvm::StringRef(args.values.lookup("train-tokens")).getAsDouble(trainTokens) ||
+       !(trainTokens > 0)))
+    return usageError("--train-tokens must be a positive number, got '" +
+                      args.values.lookup("train-tokens") + "'");
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  if (failed(mtc::padVocabulary(module, layout.options)))
+    return 1;
+  std::vector<int64_t> inFlight;
+  if (int status = finishLayout(args, mtc::recogniseDecoder(module), layout, inFlight))
+    return status;
+  if (failed(mtc::lowerToTrainStep(module, layout.options)))
+    return 1;
+  int64_t seqLength = 0;
+  module.walk([&](func::FuncOp fn) {
+    if (fn.getNumArguments() > 0)
+      seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
+  });
+  mtc::StepEstimate e;
+  if (std::string error = mtc::estimateStep(mtc::profileChunks(module, system, layout.options),
+                                            system, layout, e);
+      !error.empty()) {
+    errs() << "mtc: " << error << "\n";
+    return 1;
+  }
+  const Figures f = figuresOf(e, system, layout, seqLength);
+  const double days = trainTokens / f.tokensPerSecond / 86400.0;
+  const double gpuHours = days * 24.0 * static_cast<double>(layout.gpus());
+  if (args.switches.lookup("json")) {
+    llvm::json::Object o = estimateJson(e, system, layout, seqLength);
+    o["model"] = modelName(module, args.model);
+    o["system"] = system.name;
+    o["gpus"] = layout.gpus();
+    if (trainTokens > 0) {
+      o["train_days"] = days;
+      o["gpu_hours"] = gpuHours;
+    }
+    outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
+    return 0;
+  }
+  const mtc::StepEstimate::Parts &p = e.parts;
+  auto row = [](llvm::StringRef label) -> llvm::raw_ostream & {
+    return outs() << "  " << llvm::left_justify(label, 22);
+  };
+  auto part = [&](llvm::StringRef label, double seconds) -> llvm::raw_ostream & {
+    return row(label) << llvm::format("%10.4f s %5.1f%%", seconds,
+                                      100.0 * seconds / e.iteration);
+  };
+  const mtc::CompileOptions &o = layout.options;
+  outs() << "mtc estimate: " << modelName(module, args.model) << " on " << layout.gpus()
+         << " x " << system.gpu << " (" << system.name << ")\n";
+  row("layout") << mtc::layoutFlags(layout) << ", " << precision << "\n";
+  row("iteration") << llvm::format("%10.4f s", e.iteration) << "  (stage " << e.criticalStage
+                   << " finishes last)\n";
+  part("  forward", p.forward) << "  (kernels)\n";
+  part("  backward", p.backward) << "\n";
+  if (o.recompute != "none")
+    part("  recompute", p.recompute) << "  (" << o.recompute << ")\n";
+  if (o.tp > 1)
+    part("  tp collectives", p.tensorParallel)
+        << "  (" << mtc::withCommas(e.tensorParallelBytes)
+        << " bytes sent per micro-batch; all-reduce)\n";
+  if (o.sequenceParallel || e.sequenceParallelBytes > 0)
+    part("  sp collectives", p.sequenceParallel)
+        << "  (" << mtc::withCommas(e.sequenceParallelBytes)
+        << " bytes sent per micro-batch; all-gather, reduce-scatter)\n";
+  if (o.pp > 1)
+    part("  pipeline bubble", p.pipeline)
+        << llvm::format("  (%s, %lld micro-batches: %.4f of busy time; (p-1)/(vm) = %.4f; "
+                        "messages of %s bytes)\n",
+                        ::mt::scheduleName(layout.schedule),
+                        static_cast<long long>(layout.microBatches()), e.bubble,
+                        (o.pp - 1.0) / (static_cast<double>(o.virtualStages) *
+                                        static_cast<double>(layout.microBatches())),
+                        mtc::withCommas(e.pipelineMessageBytes).c_str());
+  part("  gradient reduction", p.gradients)
+      << "  (" << mtc::withCommas(e.gradientBytes) << " bytes sent; not overlapped)\n";
+  part("  optimizer", p.optimizer) << "  (Adam, memory-bound)\n";
+  row("model FLOPs/step") << mtc::withCommas(e.modelFlops) << "\n";
+  row("throughput") << llvm::format(
+      "%.1f TFLOP/s per GPU (model), %.1f (hardware), MFU %.1f%% of %.0f TFLOP/s; "
+      "%.0f tokens/s\n",
+      f.modelTflops, f.hardwareTflops, 100.0 * f.mfu, system.peak(o.precision) / 1e12,
+      f.tokensPerSecond);
+  row("memory per rank") << mtc::withCommas(e.account.memory.total()) << " bytes ("
+                         << gib(e.account.memory.total()) << " of " << gib(system.memoryBytes)
+                         << "): " << (f.fits ? "fits" : "does not fit") << "\n";
+  if (trainTokens > 0)
+    row("training") << llvm::format("%.4g tokens: %.1f days, %.3g GPU-hours\n", trainTokens,
+                                    days, gpuHours);
+  return 0;
+}
+
+int runTune(MLIRContext &context, const Args &args) {
+  auto started = std::chrono::steady_clock::now();
+  mtc::SystemSpec system;
+  if (!readSystem(args, system))
+    return 1;
+  if (!args.values.count("global-batch-size"))
+    return usageError("tune needs --global-batch-size");
+  mtc::TuneRequest request;
+  std::string precision;
+  int64_t top;
+  auto optional = [&](llvm::StringRef name, std::optional<int64_t> &out) {
+    if (!args.values.count(name))
+      return true;
+    int64_t value;
+    if (!positiveFlag(args, name, 1, value))
+      return false;
+    out = value;
+    return true;
+  };
+  if (!positiveFlag(args, "gpus", 1, request.gpus) ||
+      !positiveFlag(args, "global-batch-size", 1, request.globalBatchSize) ||
+      !positiveFlag(args, "seq-length", 1, request.seqLength) ||
+      !positiveFlag(args, "make-vocab-size-divisible-by", 1, request.vocabMultiple) ||
+      !positiveFlag(args, "ddp-bucket-size", 40000000, request.bucketBytes) ||
+      !positiveFlag(args, "max-tp", system.gpusPerNode, request.maxTp) ||
+      !positiveFlag(args, "max-micro-batch-size", 8, request.maxMicroBatch) ||
+      !positiveFlag(args, "top", 5, top) || !optional("tp", request.tp) ||
+      !optional("pp", request.pp) || !optional("vpp", request.vpp) ||
+      !optional("micro-batch-size", request.microBatchSize))
+    return 1;
+  if (!args.values.count("seq-length"))
+    request.seqLength = 0;
+  if (args.values.count("recompute")) {
+    request.recompute = args.values.lookup("recompute");
+    if (*request.recompute != "none" && *request.recompute != "selective" &&
+        *request.recompute != "full")
+      return usageError("--recompute must be none, selective or full, got '" +
+                        *request.recompute + "'");
+  }
+  if (int status = readPrecision(args, precision, request.precision))
+    return status;
+  ModelFile model;
+  if (!loadModel(context, args.model, model))
+    return 1;
+  ModuleOp module = *model.module;
+  mtc::CompileOptions padding;
+  padding.vocabMultiple = request.vocabMultiple;
+  if (failed(mtc::padVocabulary(module, padding)))
+    return 1;
+  std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
+  const int64_t seqLength =
+      request.seqLength ? request.seqLength : decoder ? decoder->positions : 0;
+  mtc::TuneResult result = mtc::tune(module, system, request);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const size_t shown = std::min<size_t>(result.fitting.size(), static_cast<size_t>(top));
+  if (args.switches.lookup("json")) {
+    llvm::json::Array candidates, rejected;
+    for (size_t i = 0; i < shown; ++i)
+      candidates.push_back(estimateJson(result.fitting[i].estimate, system,
+                                        result.fitting[i].layout, seqLength));
+    for (const mtc::TuneCandidate &c : result.rejected)
+      rejected.push_back(llvm::json::Object{{"layout", mtc::layoutFlags(c.layout)},
+                                            {"reason", c.rejected}});
+    llvm::json::Object o{{"model", modelName(module, args.model)},
+                         {"system", system.name},
+                         {"gpus", request.gpus},
+                         {"searched", static_cast<int64_t>(result.fitting.size() +
+                                                           result.rejected.size())},
+                         {"fitting", static_cast<int64_t>(result.fitting.size())},
+                         {"lowerings", result.lowerings},
+                         {"seconds", seconds},
+                         {"candidates", std::move(candidates)},
+                         {"rejected", std::move(rejected)}};
+    outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
+    return result.fitting.empty() ? 1 : 0;
+  }
+  outs() << "mtc tune: " << modelName(module, args.model) << " on " << request.gpus << " x "
+         << system.gpu << " (" << system.name << "), global batch "
+         << request.globalBatchSize << ", " << precision << "\n";
+  outs() << "  searched " << result.fitting.size() + result.rejected.size() << " layouts ("
+         << result.lowerings << " lowerings) in " << llvm::format("%.2f", seconds) << " s: "
+         << result.fitting.size() << " fit, " << result.rejected.size() << " rejected\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const mtc::TuneCandidate &c = result.fitting[i];
+    const Figures f = figuresOf(c.estimate, system, c.layout, seqLength);
+    outs() << llvm::format("  %2zu. %8.3f s/iter  MFU %5.1f%%  %6.1f TFLOP/s  %6.2f GiB  ",
+                           i + 1, c.estimate.iteration, 100.0 * f.mfu, f.modelTflops,
+                           c.estimate.account.memory.total() / 1073741824.0)
+           << mtc::layoutFlags(c.layout) << "\n";
+  }
+  // Why the rest were dropped: how many for each reason, with the first of each.
+  std::map<std::string, std::pair<int64_t, const mtc::TuneCandidate *>> reasons;
+  for (const mtc::TuneCandidate &c : result.rejected) {
+    std::string reason = c.rejected.substr(0, c.rejected.find_first_of("0123456789"));
+    auto &entry = reasons[reason];
+    if (!entry.first++)
+      entry.second = &c;
+  }
+  if (!reasons.empty())
+    outs() << "  rejected, by reason (the first of each):\n";
+  for (const auto &[reason, entry] : reasons)
+    outs() << "    " << entry.first << " x " << entry.second->rejected << "  ("
+           << mtc::layoutFlags(entry.second->layout) << ")\n";
+  if (result.fitting.empty()) {
+    errs() << "mtc: no layout of " << request.gpus << " GPUs fits\n";
+    return 1;
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -585,5 +936,9 @@ int main(int argc, char **argv) {
   context.printOpOnDiagnostic(false); // the file:line:col says where; the op dump is noise
   if (args.command == "import-config")
     return runImportConfig(context, args);
+  if (args.command == "estimate")
+    return runEstimate(context, args);
+  if (args.command == "tune")
+    return runTune(context, args);
   return args.command == "info" ? runInfo(context, args) : runCompile(context, args);
 }

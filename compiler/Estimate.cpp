@@ -1,0 +1,242 @@
+#include "compiler/Estimate.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+
+#include <algorithm>
+#include <set>
+
+using namespace mlir;
+
+namespace mtc {
+namespace {
+
+/// "bf16", "f16", "f64" or "f32": the peak a kernel on `type` runs at.
+llvm::StringRef computeType(Type type) {
+  Type element = getElementTypeOrSelf(type);
+  if (element.isBF16())
+    return "bf16";
+  if (element.isF16())
+    return "f16";
+  if (element.isF64())
+    return "f64";
+  return "f32";
+}
+
+/// A group of `n` ranks whose block of `span` consecutive ranks starts on a node
+/// boundary stays in the node when the node holds whole blocks.
+Link linkFor(const SystemSpec &system, int64_t span) {
+  return system.gpusPerNode % span == 0 ? system.intraNode : system.interNode;
+}
+
+/// Costs one op of a pass on one rank.
+void costOp(Operation *op, const SystemSpec &system, const Placement &placement, int64_t tp,
+            PassCost &pass) {
+  if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
+    double gemm = 0;
+    if (op->getNumOperands() > 0) {
+      Type type = op->getOperand(0).getType();
+      const int64_t bytes = (getElementTypeOrSelf(type).getIntOrFloatBitWidth() + 7) / 8;
+      for (const mlir::mt::GemmShape &g : cost.getGemms())
+        gemm += gemmSeconds(system, g, computeType(type), bytes);
+    }
+    const double seconds =
+        system.kernelOverhead + std::max(gemm, memorySeconds(system, cost.getBytesMoved()));
+    (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
+    return;
+  }
+  Collective kind;
+  int64_t bytes;
+  if (isa<shard::AllReduceOp>(op)) {
+    kind = Collective::AllReduce;
+    bytes = mlir::mt::tensorBytes(op->getResult(0).getType());
+  } else if (isa<shard::AllGatherOp>(op)) {
+    kind = Collective::AllGather;
+    bytes = mlir::mt::tensorBytes(op->getResult(0).getType());
+  } else if (isa<shard::ReduceScatterOp>(op)) {
+    kind = Collective::ReduceScatter;
+    bytes = mlir::mt::tensorBytes(op->getOperand(0).getType());
+  } else {
+    return; // parameters, gradients' homes, returns: no kernel
+  }
+  const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
+  const int64_t sent = ringBytesSent(kind, bytes, tp);
+  ++pass.collectives;
+  if (kind == Collective::AllReduce) {
+    pass.tensorParallel += seconds;
+    pass.tensorParallelBytes += sent;
+  } else {
+    pass.sequenceParallel += seconds;
+    pass.sequenceParallelBytes += sent;
+  }
+}
+
+} // namespace
+
+Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {
+  const CompileOptions &o = layout.options;
+  return {linkFor(system, o.tp), linkFor(system, o.tp * o.dp),
+          linkFor(system, o.tp * o.dp * o.pp)};
+}
+
+std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &system,
+                                        const CompileOptions &options) {
+  std::vector<ChunkProfile> chunks;
+  for (ChunkFootprint &f : chunkFootprints(module))
+    chunks.push_back({std::move(f), {}, {}});
+  StepLayout layout;
+  layout.options = options;
+  const Placement placement = placeGroups(system, layout);
+  module.walk([&](func::FuncOp fn) {
+    llvm::StringRef name = fn.getName();
+    int64_t v = 0;
+    if (name == "train_step") {
+      Block &body = fn.getFunctionBody().front();
+      DenseMap<Operation *, int64_t> position;
+      const int64_t backwardStart = mlir::mt::numberOps(body, position);
+      for (Operation &op : body)
+        costOp(&op, system, placement, options.tp,
+               position[&op] < backwardStart ? chunks[0].forward : chunks[0].backward);
+      return;
+    }
+    const bool forward = name.consume_front("forward_");
+    if ((!forward && !name.consume_front("backward_")) || name.getAsInteger(10, v) ||
+        v >= static_cast<int64_t>(chunks.size()))
+      return;
+    fn.walk([&](Operation *op) {
+      costOp(op, system, placement, options.tp,
+             forward ? chunks[v].forward : chunks[v].backward);
+    });
+  });
+  return chunks;
+}
+
+std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSpec &system,
+                         const StepLayout &layout, StepEstimate &out) {
+  const CompileOptions &o = layout.options;
+  const int64_t p = o.pp, v = o.virtualStages, m = layout.microBatches();
+  if (static_cast<int64_t>(chunks.size()) != p * v)
+    return "the step has " + std::to_string(chunks.size()) + " chunks, not pp x vpp = " +
+           std::to_string(p * v);
+  const Placement placement = placeGroups(system, layout);
+  StepEstimate e;
+
+  // The passes, on the schedule's clock.
+  ::mt::ScheduleTiming timing;
+  if (p > 1) {
+    ::mt::PipelineSchedule schedule;
+    if (std::string error = ::mt::buildSchedule(layout.schedule, p, v, m, schedule);
+        !error.empty())
+      return error;
+    e.pipelineMessageBytes = chunks[0].footprint.messageBytes;
+    const double message = static_cast<double>(e.pipelineMessageBytes) /
+                               placement.pipeline.bandwidth +
+                           placement.pipeline.latency;
+    ::mt::ScheduleCheck check = ::mt::timeSchedule(
+        schedule,
+        [&](int64_t stage, bool forward) {
+          return forward ? chunks[stage].forward.total() : chunks[stage].backward.total();
+        },
+        message, timing);
+    if (!check.deadlockFree)
+      return check.problem;
+    e.inFlight = check.maxInFlight;
+  } else {
+    const double busy = static_cast<double>(m) *
+                        (chunks[0].forward.total() + chunks[0].backward.total());
+    timing.busy = timing.finish = {busy};
+  }
+
+  std::vector<ChunkFootprint> footprints;
+  for (const ChunkProfile &c : chunks)
+    footprints.push_back(c.footprint);
+  e.account = accountChunks(footprints, o.precision, p, e.inFlight, o.dp,
+                            layout.distributedOptimizer);
+  const BytesPerParameter &b = e.account.bytesPerParameter;
+
+  // Parameters several stages hold (a tied embedding): their gradients are summed.
+  std::vector<StageParameters> stages;
+  std::map<std::string, int64_t> holders;
+  for (int64_t s = 0; s < p; ++s) {
+    stages.push_back(stageParameters(footprints, p, s));
+    for (const auto &shared : stages.back().shared)
+      ++holders[shared.first];
+  }
+
+  // After its last backward, each stage reduces its gradients and steps its optimizer
+  // (mtrun's GradSync and OptimizerStep); none of it overlaps the passes.
+  double iteration = -1;
+  for (int64_t s = 0; s < p; ++s) {
+    const StageParameters &params = stages[s];
+    double gradients = 0;
+    int64_t sent = 0;
+    auto reduce = [&](Collective kind, int64_t bytes, int64_t ranks, const Link &link) {
+      gradients += collectiveSeconds(kind, bytes, ranks, link);
+      sent += ringBytesSent(kind, bytes, ranks);
+    };
+    if (o.tp > 1 && params.tpReduced > 0)
+      reduce(Collective::AllReduce, params.tpReduced * b.gradients, o.tp, placement.tensor);
+    for (const auto &[name, elements] : params.shared)
+      if (holders[name] > 1)
+        reduce(Collective::AllReduce, elements * b.gradients, holders[name],
+               placement.pipeline);
+    const int64_t gradientBytes = params.all * b.gradients;
+    if (o.dp > 1 && layout.distributedOptimizer) {
+      reduce(Collective::ReduceScatter, gradientBytes, o.dp, placement.data);
+      reduce(Collective::AllGather, params.all * b.weights, o.dp, placement.data);
+    } else if (o.dp > 1) {
+      const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
+      for (int64_t begin = 0; begin < gradientBytes; begin += bucket)
+        reduce(Collective::AllReduce, std::min(bucket, gradientBytes - begin), o.dp,
+               placement.data);
+    }
+    // The loss, and the gradient norm's sum of squares: one number each.
+    reduce(Collective::AllReduce, 8, p, placement.pipeline);
+    reduce(Collective::AllReduce, 8, o.dp, placement.data);
+    reduce(Collective::AllReduce, 8, o.tp, placement.tensor);
+    reduce(Collective::AllReduce, 8, p, placement.pipeline);
+    if (layout.distributedOptimizer)
+      reduce(Collective::AllReduce, 8, o.dp, placement.data);
+
+    // Adam over this rank's share: the norm reads the gradients, the update reads them
+    // again, reads and writes the moments and the master weights (or the weights), and
+    // mixed precision rounds the master weights into the compute copy.
+    const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
+    const int64_t perElement = 2 * b.gradients + 2 * b.optimizer + (b.mixed ? 1 : 2) * b.weights;
+    const double optimizer = 2 * system.kernelOverhead + memorySeconds(system, updated * perElement);
+
+    const double end = timing.finish[s] + gradients + optimizer;
+    if (end > iteration) {
+      iteration = end;
+      e.criticalStage = s;
+      e.parts.gradients = gradients;
+      e.parts.optimizer = optimizer;
+      e.gradientBytes = sent;
+    }
+  }
+  e.iteration = iteration;
+  const int64_t crit = e.criticalStage;
+  const double mb = static_cast<double>(m);
+  for (int64_t c = crit; c < p * v; c += p) {
+    const PassCost &f = chunks[c].forward, &bw = chunks[c].backward;
+    e.parts.forward += mb * f.compute;
+    e.parts.backward += mb * bw.compute;
+    e.parts.recompute += mb * (f.recompute + bw.recompute);
+    e.parts.tensorParallel += mb * (f.tensorParallel + bw.tensorParallel);
+    e.parts.sequenceParallel += mb * (f.sequenceParallel + bw.sequenceParallel);
+    e.tensorParallelBytes += f.tensorParallelBytes + bw.tensorParallelBytes;
+    e.sequenceParallelBytes += f.sequenceParallelBytes + bw.sequenceParallelBytes;
+  }
+  e.parts.pipeline = timing.finish[crit] - timing.busy[crit];
+  e.bubble = timing.busy[crit] > 0 ? e.parts.pipeline / timing.busy[crit] : 0;
+  using U = unsigned __int128;
+  const U replicas = static_cast<U>(m) * static_cast<U>(o.tp) * static_cast<U>(o.dp);
+  e.modelFlops = static_cast<U>(e.account.costs.gemmFlops) * replicas;
+  e.hardwareFlops =
+      static_cast<U>(e.account.costs.gemmFlops + e.account.recompute.gemmFlops) * replicas;
+  out = std::move(e);
+  return "";
+}
+
+} // namespace mtc

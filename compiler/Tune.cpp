@@ -1,0 +1,242 @@
+#include "compiler/Tune.h"
+#include "dialects/mt/MtDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+using namespace mlir;
+
+namespace mtc {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0)
+      d.push_back(i);
+  return d;
+}
+
+/// The chunks of a lowering cut to `parts` chunks of one shape, or why it failed.
+struct Profiled {
+  std::vector<ChunkProfile> chunks;
+  std::string error;
+};
+
+std::string gib(int64_t bytes) {
+  char text[32];
+  snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / 1073741824.0);
+  return text;
+}
+
+/// The bytes of weights, gradients and optimizer state the fullest stage of `layout`
+/// holds, from chunks of one layer (first, middle, last): a chunk of k layers holds k
+/// times a layer's parameters beside the same shared ones.
+int64_t parameterState(const std::vector<ChunkProfile> &one, const StepLayout &layout,
+                       int64_t layers) {
+  const CompileOptions &o = layout.options;
+  const int64_t chunks = o.pp * o.virtualStages, perChunk = layers / chunks;
+  std::vector<ChunkFootprint> footprints;
+  for (int64_t c = 0; c < chunks; ++c) {
+    ChunkFootprint f = (c == 0 ? one.front() : c + 1 == chunks ? one.back() : one[1]).footprint;
+    if (chunks == 1) // the first chunk is the last
+      f.sharedParameters.insert(one.back().footprint.sharedParameters.begin(),
+                                one.back().footprint.sharedParameters.end());
+    f.layerParameters *= perChunk;
+    f.layerTpReduced *= perChunk;
+    footprints.push_back(std::move(f));
+  }
+  const StepAccount a =
+      accountChunks(footprints, o.precision, o.pp, std::vector<int64_t>(o.pp, 0), o.dp,
+                    layout.distributedOptimizer);
+  return a.memory.weights + a.memory.gradients + a.memory.optimizer;
+}
+
+} // namespace
+
+std::string layoutFlags(const StepLayout &layout) {
+  const CompileOptions &o = layout.options;
+  std::string f = "--tp " + std::to_string(o.tp) + " --pp " + std::to_string(o.pp);
+  if (o.virtualStages > 1)
+    f += " --vpp " + std::to_string(o.virtualStages);
+  f += " --dp " + std::to_string(o.dp) + " --micro-batch-size " +
+       std::to_string(o.microBatchSize) + " --global-batch-size " +
+       std::to_string(o.globalBatchSize);
+  if (o.sequenceParallel)
+    f += " --sp";
+  if (o.recompute != "none")
+    f += " --recompute " + o.recompute;
+  if (layout.distributedOptimizer)
+    f += " --distributed-optimizer";
+  return f;
+}
+
+TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) {
+  TuneResult result;
+  mlir::mt::RepeatOp repeat;
+  model.walk([&](mlir::mt::RepeatOp op) { repeat = op; });
+  const int64_t layers = repeat ? static_cast<int64_t>(repeat.getCount()) : 1;
+  const int64_t maxTp = r.maxTp > 0 ? r.maxTp : system.gpusPerNode;
+
+  // Lowerings by (tp, sp, micro-batch size, recomputation, layers per chunk, chunks).
+  std::map<std::tuple<int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled> cache;
+  auto profile = [&](const CompileOptions &o, int64_t perChunk, int64_t parts) -> Profiled & {
+    auto key = std::make_tuple(o.tp, o.sequenceParallel, o.microBatchSize, o.recompute,
+                               perChunk, parts);
+    auto found = cache.find(key);
+    if (found != cache.end())
+      return found->second;
+    Profiled &p = cache[key];
+    OwningOpRef<ModuleOp> copy(model.clone());
+    if (repeat)
+      copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
+    CompileOptions lowering = o;
+    lowering.dp = 1;
+    lowering.pp = parts;
+    lowering.virtualStages = 1;
+    std::string diagnostic;
+    ScopedDiagnosticHandler capture(model.getContext(), [&](Diagnostic &d) {
+      if (diagnostic.empty())
+        diagnostic = d.str();
+      return success();
+    });
+    ++result.lowerings;
+    if (failed(lowerToTrainStep(*copy, lowering)))
+      p.error = diagnostic.empty() ? "the layout does not lower" : diagnostic;
+    else
+      p.chunks = profileChunks(*copy, system, lowering);
+    return p;
+  };
+
+  auto reject = [&](const StepLayout &layout, std::string why) {
+    result.rejected.push_back({layout, {}, std::move(why)});
+  };
+  auto fixedOr = [](const std::optional<int64_t> &fixed, std::vector<int64_t> all) {
+    return fixed ? std::vector<int64_t>{*fixed} : all;
+  };
+  std::vector<int64_t> microBatchSizes;
+  for (int64_t b = 1; b <= r.maxMicroBatch; b *= 2)
+    microBatchSizes.push_back(b);
+  const std::vector<std::string> recomputes =
+      r.recompute ? std::vector<std::string>{*r.recompute}
+                  : std::vector<std::string>{"none", "selective", "full"};
+
+  for (int64_t tp : fixedOr(r.tp, divisors(r.gpus))) {
+    if (r.gpus % tp != 0 || (!r.tp && tp > maxTp))
+      continue;
+    for (int64_t pp : fixedOr(r.pp, divisors(r.gpus / tp))) {
+      if ((r.gpus / tp) % pp != 0)
+        continue;
+      StepLayout base;
+      base.options.tp = tp;
+      base.options.pp = pp;
+      base.options.dp = r.gpus / (tp * pp);
+      base.options.globalBatchSize = r.globalBatchSize;
+      base.options.seqLength = r.seqLength;
+      base.options.vocabMultiple = r.vocabMultiple;
+      base.options.precision = r.precision;
+      base.bucketBytes = r.bucketBytes;
+      base.options.microBatchSize = 1;
+      if (layers % pp != 0) {
+        reject(base, std::to_string(layers) + " layers do not split into " + std::to_string(pp) +
+                         " pipeline stages");
+        continue;
+      }
+      for (int64_t mbs : fixedOr(r.microBatchSize, microBatchSizes)) {
+        StepLayout withBatch = base;
+        withBatch.options.microBatchSize = mbs;
+        const int64_t dp = base.options.dp;
+        if (r.globalBatchSize % (mbs * dp) != 0) {
+          reject(withBatch, "global batch " + std::to_string(r.globalBatchSize) +
+                                " is not a multiple of micro-batch " + std::to_string(mbs) +
+                                " x dp " + std::to_string(dp));
+          continue;
+        }
+        for (int64_t vpp : fixedOr(r.vpp, divisors(layers / pp))) {
+          if ((layers / pp) % vpp != 0 || (vpp > 1 && pp == 1))
+            continue;
+          StepLayout layout = withBatch;
+          layout.options.virtualStages = vpp;
+          layout.schedule = vpp > 1 ? ::mt::ScheduleKind::Interleaved : ::mt::ScheduleKind::OneFOneB;
+          if (vpp > 1 && layout.microBatches() % pp != 0) {
+            reject(layout, "the interleaved schedule needs the micro-batches (" +
+                               std::to_string(layout.microBatches()) +
+                               ") to be a multiple of the pipeline stages");
+            continue;
+          }
+          const int64_t chunks = pp * vpp, perChunk = layers / chunks;
+          for (bool sp : {false, true}) {
+            if ((sp && tp == 1) || (r.sequenceParallel && *r.sequenceParallel != sp))
+              continue;
+            for (const std::string &recompute : recomputes) {
+              layout.options.sequenceParallel = sp;
+              layout.options.recompute = recompute;
+              layout.options.attention = recompute == "selective" ? "unfused" : "fused";
+              // One layer per chunk, lowered once per (tp, sp), says whether the layout
+              // lowers at all and, exactly, what its parameters' state needs: a layout
+              // that cannot hold its parameters is dropped before its own lowering.
+              CompileOptions plain = layout.options;
+              plain.microBatchSize = 1;
+              plain.recompute = "none";
+              plain.attention = "fused";
+              const Profiled &one = profile(plain, 1, 3);
+              for (bool distributed : {false, true}) {
+                if ((distributed && dp == 1) ||
+                    (r.distributedOptimizer && *r.distributedOptimizer != distributed))
+                  continue;
+                layout.distributedOptimizer = distributed;
+                if (!one.error.empty()) {
+                  reject(layout, one.error);
+                  continue;
+                }
+                const int64_t state = parameterState(one.chunks, layout, layers);
+                if (state > system.memoryBytes) {
+                  reject(layout, "its parameters' state alone needs " + gib(state) +
+                                     " per rank (weights, gradients, optimizer), the GPU has " +
+                                     gib(system.memoryBytes));
+                  continue;
+                }
+                Profiled &p = profile(layout.options, chunks == 1 ? layers : perChunk,
+                                      std::min<int64_t>(chunks, 3));
+                if (!p.error.empty()) {
+                  reject(layout, p.error);
+                  continue;
+                }
+                // First, middle and last chunk shapes, as the layout has them.
+                std::vector<ChunkProfile> all;
+                for (int64_t c = 0; c < chunks; ++c)
+                  all.push_back(c == 0 ? p.chunks.front()
+                                : c + 1 == chunks ? p.chunks.back()
+                                                  : p.chunks[1]);
+                TuneCandidate candidate{layout, {}, ""};
+                if (std::string error = estimateStep(all, system, layout, candidate.estimate);
+                    !error.empty()) {
+                  reject(layout, error);
+                  continue;
+                }
+                const int64_t bytes = candidate.estimate.account.memory.total();
+                if (bytes > system.memoryBytes) {
+                  candidate.rejected = "needs " + gib(bytes) + " per rank, the GPU has " +
+                                       gib(system.memoryBytes);
+                  result.rejected.push_back(std::move(candidate));
+                  continue;
+                }
+                result.fitting.push_back(std::move(candidate));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(result.fitting.begin(), result.fitting.end(),
+                   [](const TuneCandidate &a, const TuneCandidate &b) {
+                     return a.estimate.iteration < b.estimate.iteration;
+                   });
+  return result;
+}
+
+} // namespace mtc
