@@ -1,0 +1,163 @@
+// The estimator's cost model: its exact parts (bytes a ring sends, the placement of
+// groups on links, matrix-product waves) and its sanity (bigger products are no less
+// efficient; more GPUs for the same batch are never slower), on systems/*.json and on a
+// lowered gpt-tiny.
+#include "compiler/Estimate.h"
+#include "compiler/Registration.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+using namespace mtc;
+
+namespace {
+
+SystemSpec a100() {
+  SystemSpec s;
+  std::string error;
+  EXPECT_TRUE(SystemSpec::load(systemPath("dgx-a100-80gb"), s, error)) << error;
+  return s;
+}
+
+TEST(CostModel, ARingSendsWhatTheTextbookSays) {
+  // All-reduce: reduce-scatter then all-gather, 2(n−1) steps of bytes/n each.
+  EXPECT_EQ(ringBytesSent(Collective::AllReduce, 800, 8), 1400);
+  EXPECT_EQ(ringBytesSent(Collective::AllGather, 800, 8), 700);
+  EXPECT_EQ(ringBytesSent(Collective::ReduceScatter, 800, 8), 700);
+  EXPECT_EQ(ringBytesSent(Collective::AllReduce, 800, 1), 0);
+  Link link{100e9, 2e-6};
+  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::AllReduce, 800e6, 8, link),
+                   1400e6 / 100e9 + 14 * 2e-6);
+  EXPECT_DOUBLE_EQ(collectiveSeconds(Collective::AllGather, 800e6, 4, link),
+                   600e6 / 100e9 + 3 * 2e-6);
+  EXPECT_EQ(collectiveSeconds(Collective::AllReduce, 800e6, 1, link), 0.0);
+}
+
+TEST(CostModel, WholeWavesOfTilesRunAtThePeakAndOneTileMoreTakesAWave) {
+  SystemSpec s = a100();
+  const int64_t k = 8192;
+  // 108 SMs: 12 x 9 tiles of 256 x 128 fill one wave.
+  mlir::mt::GemmShape full{1, 12 * s.tileM, 9 * s.tileN, k};
+  EXPECT_NEAR(static_cast<double>(full.flops()) / gemmSeconds(s, full, "bf16", 2),
+              s.peakBf16 * s.gemmEfficiency, 1e3);
+  mlir::mt::GemmShape oneMore{1, 12 * s.tileM + 1, 9 * s.tileN, k};
+  EXPECT_DOUBLE_EQ(gemmSeconds(s, oneMore, "bf16", 2), 2 * gemmSeconds(s, full, "bf16", 2));
+  // A product over a short k is bound by its bytes, not its FLOPs.
+  mlir::mt::GemmShape shallow{1, 8192, 8192, 16};
+  EXPECT_DOUBLE_EQ(gemmSeconds(s, shallow, "bf16", 2),
+                   2.0 * (8192 * 16 * 2 + 8192.0 * 8192) / s.memoryBandwidth);
+  // A thin one computes a whole tile per row of tiles: one wave here.
+  mlir::mt::GemmShape thin{1, 1, 4096, 4096};
+  EXPECT_DOUBLE_EQ(gemmSeconds(s, thin, "bf16", 2),
+                   2.0 * s.tileM * s.tileN * 4096 / (s.peakBf16 / s.multiprocessors));
+}
+
+TEST(CostModel, BiggerSquareProductsAreNoLessEfficient) {
+  SystemSpec s = a100();
+  double previous = 0;
+  for (int64_t n = 128; n <= 32768; n *= 2) {
+    mlir::mt::GemmShape g{1, n, n, n};
+    const double efficiency =
+        static_cast<double>(g.flops()) / gemmSeconds(s, g, "bf16", 2) / s.peakBf16;
+    EXPECT_GE(efficiency, previous) << n;
+    EXPECT_LE(efficiency, 1.0);
+    previous = efficiency;
+  }
+  EXPECT_GT(previous, 0.9);
+}
+
+TEST(CostModel, GroupsStayOnNvlinkWhileTheyFitInANode) {
+  SystemSpec s = a100();
+  StepLayout l;
+  l.options.tp = 8;
+  l.options.dp = 4;
+  l.options.pp = 2;
+  Placement p = placeGroups(s, l);
+  EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
+  EXPECT_EQ(p.data.bandwidth, s.interNode.bandwidth);
+  EXPECT_EQ(p.pipeline.bandwidth, s.interNode.bandwidth);
+  l.options.tp = 2;
+  l.options.dp = 2;
+  l.options.pp = 2;
+  p = placeGroups(s, l);
+  EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
+  EXPECT_EQ(p.data.bandwidth, s.intraNode.bandwidth);
+  EXPECT_EQ(p.pipeline.bandwidth, s.intraNode.bandwidth);
+  l.options.tp = 16;
+  EXPECT_EQ(placeGroups(s, l).tensor.bandwidth, s.interNode.bandwidth);
+}
+
+struct LoweredTest : ::testing::Test {
+  LoweredTest() : context(registry()) { context.loadAllAvailableDialects(); }
+  static mlir::DialectRegistry registry() {
+    mlir::DialectRegistry r;
+    registerAll(r);
+    return r;
+  }
+  /// gpt-tiny's step under `layout`, estimated on `system`.
+  StepEstimate estimate(const StepLayout &layout, const SystemSpec &system) {
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceFile<mlir::ModuleOp>(MTC_MODELS_DIR "/gpt-tiny.mlir", &context);
+    EXPECT_TRUE(module);
+    EXPECT_TRUE(mlir::succeeded(lowerToTrainStep(*module, layout.options)));
+    StepEstimate e;
+    EXPECT_EQ(estimateStep(profileChunks(*module, system, layout.options), system, layout, e),
+              "");
+    return e;
+  }
+  mlir::MLIRContext context;
+};
+
+// Within a node; across nodes, gpt-tiny's step is so short that the network's latency
+// outweighs the halved work, as it should.
+TEST_F(LoweredTest, MoreDataParallelGpusForTheSameBatchAreNeverSlower) {
+  SystemSpec s = a100();
+  for (bool distributed : {false, true}) {
+    double previous = 1e30;
+    for (int64_t dp : {1, 2, 4}) {
+      StepLayout l;
+      l.options.microBatchSize = 1;
+      l.options.globalBatchSize = 64;
+      l.options.tp = 2;
+      l.options.dp = dp;
+      l.options.precision = "bf16";
+      l.distributedOptimizer = distributed && dp > 1;
+      const double iteration = estimate(l, s).iteration;
+      EXPECT_LE(iteration, previous) << "dp " << dp;
+      previous = iteration;
+    }
+  }
+}
+
+TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
+  SystemSpec s = a100();
+  StepLayout l;
+  l.options.microBatchSize = 2;
+  l.options.globalBatchSize = 16;
+  l.options.tp = 2;
+  l.options.pp = 2;
+  l.options.dp = 2;
+  l.options.sequenceParallel = true;
+  l.options.precision = "bf16";
+  StepEstimate e = estimate(l, s);
+  // Megatron's formula for gpt-tiny (l 2, h 64, V 512, s 32) at B = 16.
+  DecoderShape g;
+  g.layers = 2;
+  g.hidden = 64;
+  g.vocab = 512;
+  g.heads = 4;
+  g.kvHeads = 4;
+  g.headDim = 16;
+  g.ffn = 256;
+  EXPECT_TRUE(e.modelFlops == decoderModelFlops(g, 16, 32));
+  const StepEstimate::Parts &p = e.parts;
+  EXPECT_NEAR(p.forward + p.backward + p.recompute + p.tensorParallel + p.sequenceParallel +
+                  p.pipeline + p.gradients + p.optimizer,
+              e.iteration, 1e-12);
+  EXPECT_GT(p.pipeline, 0.0);
+  EXPECT_GT(p.sequenceParallel, 0.0);
+}
+
+} // namespace
