@@ -46,24 +46,29 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
     return;
   }
+  // Sequence parallelism gathers and scatters [b, s, h] activations along s; every
+  // other collective of the group is tensor parallelism's.
   Collective kind;
   int64_t bytes;
+  bool sequence = false;
   if (isa<shard::AllReduceOp>(op)) {
     kind = Collective::AllReduce;
     bytes = mlir::mt::tensorBytes(op->getResult(0).getType());
-  } else if (isa<shard::AllGatherOp>(op)) {
+  } else if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
     kind = Collective::AllGather;
-    bytes = mlir::mt::tensorBytes(op->getResult(0).getType());
-  } else if (isa<shard::ReduceScatterOp>(op)) {
+    bytes = mlir::mt::tensorBytes(gather.getResult().getType());
+    sequence = gather.getGatherAxis() == 1;
+  } else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
     kind = Collective::ReduceScatter;
-    bytes = mlir::mt::tensorBytes(op->getOperand(0).getType());
+    bytes = mlir::mt::tensorBytes(scatter.getInput().getType());
+    sequence = scatter.getScatterAxis() == 1;
   } else {
     return; // parameters, gradients' homes, returns: no kernel
   }
   const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
   const int64_t sent = ringBytesSent(kind, bytes, tp);
   ++pass.collectives;
-  if (kind == Collective::AllReduce) {
+  if (!sequence) {
     pass.tensorParallel += seconds;
     pass.tensorParallelBytes += sent;
   } else {

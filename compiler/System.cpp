@@ -204,6 +204,20 @@ std::string systemPath(const std::string &nameOrPath) {
   return std::string(path);
 }
 
+std::string systemNames() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (llvm::sys::fs::directory_iterator it(MTC_SYSTEMS_DIR, ec), end; it != end && !ec;
+       it.increment(ec))
+    if (llvm::sys::path::extension(it->path()) == ".json")
+      names.push_back(llvm::sys::path::stem(it->path()).str());
+  std::sort(names.begin(), names.end());
+  std::string list;
+  for (const std::string &n : names)
+    list += (list.empty() ? "" : ", ") + n;
+  return list;
+}
+
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
                    llvm::StringRef elementType, int64_t elementBytes) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0)

@@ -44,6 +44,8 @@ struct SystemSpec {
 
 /// The file `--system` names: a path, or the name of one of systems/*.json.
 std::string systemPath(const std::string &nameOrPath);
+/// The names of systems/*.json, comma-separated.
+std::string systemNames();
 
 /// The cost model (README, "Estimating"): seconds for one kernel or collective.
 /// `batch` products of m x k by k x n in `elementType`: whole waves of tiles over the

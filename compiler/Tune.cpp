@@ -26,9 +26,14 @@ struct Profiled {
   std::string error;
 };
 
+/// "61.25 GiB", or "1.50 MiB" below a GiB.
 std::string gib(int64_t bytes) {
   char text[32];
-  snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / 1073741824.0);
+  const double b = static_cast<double>(bytes);
+  if (b >= 1073741824.0)
+    snprintf(text, sizeof text, "%.2f GiB", b / 1073741824.0);
+  else
+    snprintf(text, sizeof text, "%.2f MiB", b / 1048576.0);
   return text;
 }
 

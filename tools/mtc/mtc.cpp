@@ -641,8 +641,15 @@ bool readSystem(const Args &args, mtc::SystemSpec &system) {
     usageError(args.command + " needs --system and --gpus");
     return false;
   }
+  const std::string name = args.values.lookup("system");
+  const std::string path = mtc::systemPath(name);
+  if (!llvm::sys::fs::exists(path)) {
+    errs() << "mtc: no system '" << name << "': give a file, or one of " << mtc::systemNames()
+           << "\n";
+    return false;
+  }
   std::string error;
-  if (!mtc::SystemSpec::load(mtc::systemPath(args.values.lookup("system")), system, error)) {
+  if (!mtc::SystemSpec::load(path, system, error)) {
     errs() << "mtc: " << error << "\n";
     return false;
   }
@@ -773,11 +780,11 @@ int runEstimate(MLIRContext &context, const Args &args) {
   if (o.tp > 1)
     part("  tp collectives", p.tensorParallel)
         << "  (" << mtc::withCommas(e.tensorParallelBytes)
-        << " bytes sent per micro-batch; all-reduce)\n";
-  if (o.sequenceParallel || e.sequenceParallelBytes > 0)
+        << " bytes sent per micro-batch)\n";
+  if (o.sequenceParallel)
     part("  sp collectives", p.sequenceParallel)
         << "  (" << mtc::withCommas(e.sequenceParallelBytes)
-        << " bytes sent per micro-batch; all-gather, reduce-scatter)\n";
+        << " bytes sent per micro-batch; along the sequence)\n";
   if (o.pp > 1)
     part("  pipeline bubble", p.pipeline)
         << llvm::format("  (%s, %lld micro-batches: %.4f of busy time; (p-1)/(vm) = %.4f; "
