@@ -2,6 +2,7 @@
 # One H100/H200: mtc against PyTorch (torch.compile, SDPA, bf16) on GPT-2 124M and a
 # 1.3B model, measured in the same run. Prints a table:
 #   model | mtc tok/s | PyTorch tok/s | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
+#   | measured step s | `mtc estimate --system dgx-h100`'s step s | the estimate's error
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
 # is built: the GPU node needs no compiler.
 #   on the build machine:  bash scripts/bundle.sh          (writes build/mtc-runtime)
@@ -23,7 +24,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 echo "commit $(cat "$bundle/COMMIT")"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 
-printf '%-12s %14s %14s %7s %12s %6s\n' model "mtc tok/s" "PyTorch tok/s" ratio "mtc TFLOP/s" MFU
+printf '%-12s %14s %14s %7s %12s %6s %10s %10s %7s\n' model "mtc tok/s" "PyTorch tok/s" \
+  ratio "mtc TFLOP/s" MFU "step s" "estimate s" error
 for env in "$bundle"/plans/bench/*.env; do
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
@@ -33,11 +35,12 @@ for env in "$bundle"/plans/bench/*.env; do
   theirs=$(python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_second"]))')
-  python3 - "$model" "$ours" "$theirs" "$flops" "$((seq * batch))" "$peak" <<'PY'
+  python3 - "$model" "$ours" "$theirs" "$flops" "$((seq * batch))" "$peak" "$estimated" <<'PY'
 import sys
-model, ours, theirs, flops, tokens, peak = sys.argv[1], *map(float, sys.argv[2:])
+model, ours, theirs, flops, tokens, peak, estimated = sys.argv[1], *map(float, sys.argv[2:])
 tflops = flops / tokens * ours / 1e12
+step = tokens / ours  # one micro-batch per step
 print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
-      f"{tflops * 1e12 / peak:6.1%}")
+      f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%}")
 PY
 done

@@ -1,4 +1,5 @@
 #include "compiler/System.h"
+#include "core/GemmModel.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -222,19 +223,12 @@ double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
                    llvm::StringRef elementType, int64_t elementBytes) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0)
     return 0;
-  const double tiles = static_cast<double>(g.batch) *
-                       static_cast<double>((g.m + system.tileM - 1) / system.tileM) *
-                       static_cast<double>((g.n + system.tileN - 1) / system.tileN);
-  const double waves = std::ceil(tiles / static_cast<double>(system.multiprocessors));
-  const double perMultiprocessor =
-      system.peak(elementType) * system.gemmEfficiency / static_cast<double>(system.multiprocessors);
-  const double compute = waves * 2.0 * static_cast<double>(system.tileM * system.tileN) *
-                         static_cast<double>(g.k) / perMultiprocessor;
-  const double bytes = static_cast<double>(g.batch) * static_cast<double>(elementBytes) *
-                       (static_cast<double>(g.m) * static_cast<double>(g.k) +
-                        static_cast<double>(g.k) * static_cast<double>(g.n) +
-                        static_cast<double>(g.m) * static_cast<double>(g.n));
-  const double memory = bytes / (system.memoryBandwidth * system.memoryEfficiency);
+  const double compute =
+      ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
+                            system.multiprocessors,
+                            system.peak(elementType) * system.gemmEfficiency);
+  const double memory = ::mt::gemmBytes(g.batch, g.m, g.n, g.k, elementBytes) /
+                        (system.memoryBandwidth * system.memoryEfficiency);
   return std::max(compute, memory);
 }
 

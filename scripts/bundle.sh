@@ -3,14 +3,17 @@
 # tests and the GPU benchmark on a machine with no LLVM, no MPI and no -dev packages —
 # a bare GPU node. Plans are compiled here, where mtc is built, and travel as files.
 #
-#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test
+#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test, bin/gpu_calibrate (CUDA builds)
 #                                      wrappers: set the library path, run libexec/*
 #   lib/                               the shared libraries a bare node lacks (OpenBLAS,
 #                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
 #                                      libraries are found on the node (lib/paths.sh)
 #   plans/                             cuda_backend_test's cases, gpt-tiny and the
 #                                      benchmark's models, compiled; data/: random tokens
-#   test-gpu.sh, bench/gpu.sh          the GPU tests and the benchmark
+#   test-gpu.sh, bench/gpu.sh          the GPU tests and the benchmark (with what
+#                                      mtc estimate predicted for its steps)
+#   bench/calibrate.sh, systems/       the micro-benchmarks behind mtc estimate's
+#                                      constants, and the system files they amend
 #
 # usage: bash scripts/bundle.sh [OUT]   after scripts/build.sh; OUT defaults to
 #        build/mtc-runtime; MTC_BUILD_DIR names another build directory (default build)
@@ -28,14 +31,16 @@ done
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
 cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/runtime/cuda_backend_test" "$out/libexec/"
+[ ! -x "$build/runtime/gpu_calibrate" ] || cp "$build/runtime/gpu_calibrate" "$out/libexec/"
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
-for tool in mtrun mtckpt cuda_backend_test; do
+for tool in mtrun mtckpt cuda_backend_test $([ ! -x "$out/libexec/gpu_calibrate" ] || echo gpu_calibrate); do
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done
 cp scripts/bundle/test-gpu.sh "$out/"
-cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py "$out/bench/"
+cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py bench/calibrate.sh "$out/bench/"
+cp -r systems "$out/systems"
 
 # Every library ldd resolves, except the C and C++ runtimes every Linux has and CUDA's,
 # which must match the node's driver. The MPI plugin's libmpi is the cluster's own.
@@ -91,8 +96,14 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
   [ -n "$shape" ] || { echo "bundle: mtc info printed no shape for $model" >&2; exit 1; }
   read -r layers hidden vocab <<<"$shape"
   heads=$(grep -o 'heads = [0-9]*' "models/$model.mlir" | head -1 | grep -o '[0-9]*$')
-  printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s\n' \
-    "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" \
+  # What mtc estimate predicts for the same step on one H100, to set beside the measure.
+  "$build/tools/mtc" estimate "models/$model.mlir" --system dgx-h100 --gpus 1 --bf16 \
+    --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" --json \
+    >"$out/plans/bench/$model.estimate.json"
+  estimated=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_seconds"])' \
+    <"$out/plans/bench/$model.estimate.json")
+  printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s estimated=%s\n' \
+    "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" "$estimated" \
     >"$out/plans/bench/$model.env"
 done
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On one GPU: the micro-benchmarks behind `mtc estimate`'s constants (bench/calibrate.cu),
+# and the system file they make: SYSTEM.json with the GPU's measured GEMM efficiency,
+# streaming-memory efficiency and kernel overhead in place of the specification's, each
+# field's source naming this command, the GPU and the date.
+#   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
+#     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
+#     OUT     where to write (default: h100-measured.json beside it); the raw
+#             measurements go to OUT's name with .raw.json
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bundle=$(cd "$here/.." && pwd)
+system=${1:-$bundle/systems/dgx-h100.json}
+out=${2:-$(dirname "$system")/h100-measured.json}
+raw=${out%.json}.raw.json
+read -r peak bandwidth tile_m tile_n < <(python3 - "$system" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["gpu"]
+print(g["peak_tflops"]["bf16"], g["memory_bandwidth_gbs"], *g["gemm_tile"])
+PY
+)
+"$bundle/bin/gpu_calibrate" "$peak" "$bandwidth" "$tile_m" "$tile_n" | tee "$raw"
+python3 - "$system" "$raw" "$out" <<'PY'
+import datetime, json, sys
+system, raw, out = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+when = datetime.date.today().isoformat()
+how = f"bench/calibrate.sh on {raw['device']}, {when} (raw: {sys.argv[2].rsplit('/', 1)[-1]})"
+system["name"] += " (measured)"
+system["gpu"]["gemm_efficiency"] = round(min(1.0, raw["gemm_efficiency"]), 4)
+system["gpu"]["memory_efficiency"] = round(min(1.0, raw["memory_efficiency"]), 4)
+system["gpu"]["kernel_overhead_us"] = round(raw["kernel_overhead_us"], 3)
+sources = system.setdefault("sources", {})
+sources["gpu.gemm_efficiency"] = ("median over bf16 cuBLAS products of at least 1 TFLOP of "
+                                  "the tile-and-wave model's time over the measured; " + how)
+sources["gpu.memory_efficiency"] = (f"a 1 GiB device-to-device copy: {raw['copy_gbs']} GB/s "
+                                    "read and written, over the datasheet; " + how)
+sources["gpu.kernel_overhead_us"] = "10,000 empty kernels launched back to back; " + how
+json.dump(system, open(out, "w"), indent=2)
+print(f"calibrate: wrote {out}")
+PY
