@@ -76,15 +76,6 @@ unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_
   return 6 * b * s * (l * (2 * h * q + 2 * h * kv + matrices * h * f + 2 * s * q) + h * v);
 }
 
-OpCosts sumOpCosts(ModuleOp module) {
-  OpCosts c;
-  module.walk([&](mt::CostOpInterface op) {
-    c.gemmFlops += op.getGemmFlops();
-    c.otherFlops += op.getOtherFlops();
-  });
-  return c;
-}
-
 std::string withCommas(unsigned __int128 value) {
   std::string digits;
   do {

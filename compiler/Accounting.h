@@ -39,11 +39,10 @@ std::optional<DecoderShape> recogniseDecoder(mlir::ModuleOp module);
 /// f = 4h, m = 2) that is Narayanan et al. (2021), eq. 3: 72Bslh² + 12Bs²lh + 6BshV.
 unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_t seq);
 
-/// Sums of the op cost interface over one function (one micro-batch).
+/// Sums of the op cost interface over one micro-batch.
 struct OpCosts {
   int64_t gemmFlops = 0, otherFlops = 0;
 };
-OpCosts sumOpCosts(mlir::ModuleOp module);
 
 /// Bytes each rank holds: weights, gradients and Adam's two moments in the training
 /// precision; activations are the arena's planned peak.

@@ -5,7 +5,7 @@
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include <algorithm>
-#include <set>
+#include <cmath>
 
 using namespace mlir;
 
@@ -24,10 +24,13 @@ llvm::StringRef computeType(Type type) {
   return "f32";
 }
 
-/// A group of `n` ranks whose block of `span` consecutive ranks starts on a node
-/// boundary stays in the node when the node holds whole blocks.
-Link linkFor(const SystemSpec &system, int64_t span) {
-  return system.gpusPerNode % span == 0 ? system.intraNode : system.interNode;
+/// A group whose ranks lie in blocks of `span` consecutive ranks (of `world`) stays on
+/// NVLink when no block straddles two nodes: the node holds whole blocks, or the whole
+/// job fits in one node.
+Link linkFor(const SystemSpec &system, int64_t span, int64_t world) {
+  const int64_t node = system.gpusPerNode;
+  return span <= node && (node % span == 0 || world <= node) ? system.intraNode
+                                                             : system.interNode;
 }
 
 /// Costs one op of a pass on one rank.
@@ -67,7 +70,6 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   }
   const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
   const int64_t sent = ringBytesSent(kind, bytes, tp);
-  ++pass.collectives;
   if (!sequence) {
     pass.tensorParallel += seconds;
     pass.tensorParallelBytes += sent;
@@ -81,8 +83,9 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {
   const CompileOptions &o = layout.options;
-  return {linkFor(system, o.tp), linkFor(system, o.tp * o.dp),
-          linkFor(system, o.tp * o.dp * o.pp)};
+  const int64_t world = o.tp * o.dp * o.pp;
+  return {linkFor(system, o.tp, world), linkFor(system, o.tp * o.dp, world),
+          linkFor(system, world, world)};
 }
 
 std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &system,
@@ -191,10 +194,14 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
       reduce(Collective::ReduceScatter, gradientBytes, o.dp, placement.data);
       reduce(Collective::AllGather, params.all * b.weights, o.dp, placement.data);
     } else if (o.dp > 1) {
+      // mtrun's buckets: whole ones of the bucket size, and the rest.
       const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
-      for (int64_t begin = 0; begin < gradientBytes; begin += bucket)
-        reduce(Collective::AllReduce, std::min(bucket, gradientBytes - begin), o.dp,
-               placement.data);
+      const int64_t whole = gradientBytes / bucket, rest = gradientBytes % bucket;
+      gradients += static_cast<double>(whole) *
+                   collectiveSeconds(Collective::AllReduce, bucket, o.dp, placement.data);
+      sent += whole * ringBytesSent(Collective::AllReduce, bucket, o.dp);
+      if (rest > 0)
+        reduce(Collective::AllReduce, rest, o.dp, placement.data);
     }
     // The loss, and the gradient norm's sum of squares: one number each.
     reduce(Collective::AllReduce, 8, p, placement.pipeline);
@@ -220,6 +227,9 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
       e.gradientBytes = sent;
     }
   }
+  if (!std::isfinite(iteration) || iteration <= 0)
+    return "the step's time is not a finite positive number of seconds (check the system "
+           "file's rates)";
   e.iteration = iteration;
   const int64_t crit = e.criticalStage;
   const double mb = static_cast<double>(m);

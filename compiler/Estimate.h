@@ -26,10 +26,9 @@ namespace mtc {
 struct PassCost {
   double compute = 0;          // kernels, recomputation apart
   double recompute = 0;        // kernels mt-recompute copied into backward
-  double tensorParallel = 0;   // the tensor-parallel group's collectives
-  double sequenceParallel = 0; // of which the gathers and scatters along the sequence
+  double tensorParallel = 0;   // the tensor-parallel group's collectives, but for
+  double sequenceParallel = 0; // its gathers and scatters along the sequence
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
-  int64_t collectives = 0;
   double total() const { return compute + recompute + tensorParallel + sequenceParallel; }
 };
 

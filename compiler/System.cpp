@@ -41,8 +41,11 @@ public:
     if (!v)
       return false;
     std::optional<double> d = v->getAsNumber();
-    if (!d || !std::isfinite(*d) || *d < 0 || (*d == 0 && !zeroAllowed))
-      return fail(key, zeroAllowed ? "must be a number >= 0" : "must be a number > 0");
+    // Bounds that no machine nears keep every product of them finite.
+    if (!d || !std::isfinite(*d) || *d < 0 || (*d == 0 && !zeroAllowed) ||
+        (*d != 0 && (*d < 1e-6 || *d > 1e9)))
+      return fail(key, zeroAllowed ? "must be 0 or a number in [1e-6, 1e9]"
+                                   : "must be a number in [1e-6, 1e9]");
     out = *d * unit;
     return true;
   }
@@ -56,8 +59,8 @@ public:
     if (!v)
       return false;
     std::optional<int64_t> i = v->getAsInteger();
-    if (!i || *i <= 0)
-      return fail(key, "must be a positive integer");
+    if (!i || *i <= 0 || *i > (int64_t(1) << 20))
+      return fail(key, "must be a positive integer, at most 2^20");
     out = *i;
     return true;
   }
@@ -157,8 +160,8 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                    m = (*mn)[0].getAsInteger();
                    n = (*mn)[1].getAsInteger();
                  }
-                 if (!m || !n || *m <= 0 || *n <= 0)
-                   return g.fail("gemm_tile", "must be [rows, columns], two positive integers");
+                 if (!m || !n || *m <= 0 || *n <= 0 || *m > 4096 || *n > 4096)
+                   return g.fail("gemm_tile", "must be [rows, columns], two positive integers up to 4096");
                  s.tileM = *m;
                  s.tileN = *n;
                  return true;

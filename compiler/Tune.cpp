@@ -82,8 +82,18 @@ std::string layoutFlags(const StepLayout &layout) {
 TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) {
   TuneResult result;
   mlir::mt::RepeatOp repeat;
-  model.walk([&](mlir::mt::RepeatOp op) { repeat = op; });
-  const int64_t layers = repeat ? static_cast<int64_t>(repeat.getCount()) : 1;
+  int64_t repeats = 0;
+  model.walk([&](mlir::mt::RepeatOp op) {
+    repeat = op;
+    ++repeats;
+  });
+  if (repeats != 1) {
+    result.error = "tune cuts the model's repeated block into chunks of layers: it needs a "
+                   "model with exactly one mt.repeat (this one has " +
+                   std::to_string(repeats) + "); estimate its layouts one by one";
+    return result;
+  }
+  const int64_t layers = static_cast<int64_t>(repeat.getCount());
   const int64_t maxTp = r.maxTp > 0 ? r.maxTp : system.gpusPerNode;
 
   // Lowerings by (tp, sp, micro-batch size, recomputation, layers per chunk, chunks).
@@ -96,8 +106,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       return found->second;
     Profiled &p = cache[key];
     OwningOpRef<ModuleOp> copy(model.clone());
-    if (repeat)
-      copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
+    copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
     CompileOptions lowering = o;
     lowering.dp = 1;
     lowering.pp = parts;
@@ -130,11 +139,20 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
                   : std::vector<std::string>{"none", "selective", "full"};
 
   for (int64_t tp : fixedOr(r.tp, divisors(r.gpus))) {
-    if (r.gpus % tp != 0 || (!r.tp && tp > maxTp))
+    if (r.gpus % tp != 0) {
+      result.error = "--tp " + std::to_string(tp) + " does not divide " +
+                     std::to_string(r.gpus) + " GPUs";
+      return result;
+    }
+    if (!r.tp && tp > maxTp)
       continue;
     for (int64_t pp : fixedOr(r.pp, divisors(r.gpus / tp))) {
-      if ((r.gpus / tp) % pp != 0)
+      if ((r.gpus / tp) % pp != 0) {
+        if (r.pp)
+          result.error = "--pp " + std::to_string(pp) + " does not divide " +
+                         std::to_string(r.gpus / tp) + " GPUs per tensor-parallel group";
         continue;
+      }
       StepLayout base;
       base.options.tp = tp;
       base.options.pp = pp;
@@ -161,8 +179,18 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
           continue;
         }
         for (int64_t vpp : fixedOr(r.vpp, divisors(layers / pp))) {
-          if ((layers / pp) % vpp != 0 || (vpp > 1 && pp == 1))
+          if ((layers / pp) % vpp != 0 || (vpp > 1 && pp == 1)) {
+            if (!r.vpp) // only a --vpp asked for; the divisors searched always split
+              continue;
+            StepLayout layout = withBatch;
+            layout.options.virtualStages = vpp;
+            reject(layout, vpp > 1 && pp == 1
+                               ? "virtual stages need pipeline stages"
+                               : std::to_string(layers / pp) + " layers per stage do not split "
+                                                               "into " + std::to_string(vpp) +
+                                     " virtual stages");
             continue;
+          }
           StepLayout layout = withBatch;
           layout.options.virtualStages = vpp;
           layout.schedule = vpp > 1 ? ::mt::ScheduleKind::Interleaved : ::mt::ScheduleKind::OneFOneB;
@@ -174,7 +202,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
           }
           const int64_t chunks = pp * vpp, perChunk = layers / chunks;
           for (bool sp : {false, true}) {
-            if ((sp && tp == 1) || (r.sequenceParallel && *r.sequenceParallel != sp))
+            if (sp && tp == 1)
               continue;
             for (const std::string &recompute : recomputes) {
               layout.options.sequenceParallel = sp;
@@ -189,8 +217,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
               plain.attention = "fused";
               const Profiled &one = profile(plain, 1, 3);
               for (bool distributed : {false, true}) {
-                if ((distributed && dp == 1) ||
-                    (r.distributedOptimizer && *r.distributedOptimizer != distributed))
+                if (distributed && dp == 1)
                   continue;
                 layout.distributedOptimizer = distributed;
                 if (!one.error.empty()) {

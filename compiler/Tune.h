@@ -25,7 +25,6 @@ struct TuneRequest {
   // Fixed by the user, else searched.
   std::optional<int64_t> tp, pp, vpp, microBatchSize;
   std::optional<std::string> recompute;
-  std::optional<bool> sequenceParallel, distributedOptimizer;
 };
 
 struct TuneCandidate {
@@ -38,13 +37,15 @@ struct TuneResult {
   std::vector<TuneCandidate> fitting;  // fastest first
   std::vector<TuneCandidate> rejected; // in search order
   int64_t lowerings = 0;               // modules lowered
+  std::string error;                   // why nothing could be searched
 };
 
 /// Searches tp, pp, vpp, dp, micro-batch size, sequence parallelism, recomputation and
 /// the distributed optimizer for `model` (parsed, vocabulary padded, not lowered).
 TuneResult tune(mlir::ModuleOp model, const SystemSpec &system, const TuneRequest &request);
 
-/// The layout as `mtc compile` spells its flags.
+/// The layout's parallelism, batch and memory flags, as `mtc compile` spells them
+/// (precision and sequence length are the search's, the same for every candidate).
 std::string layoutFlags(const StepLayout &layout);
 
 } // namespace mtc

@@ -87,6 +87,16 @@ TEST(CostModel, GroupsStayOnNvlinkWhileTheyFitInANode) {
   EXPECT_EQ(p.pipeline.bandwidth, s.intraNode.bandwidth);
   l.options.tp = 16;
   EXPECT_EQ(placeGroups(s, l).tensor.bandwidth, s.interNode.bandwidth);
+  // Groups that do not divide a node stay in it while the whole job does (6 of 8)...
+  l.options.tp = 3;
+  l.options.dp = 2;
+  l.options.pp = 1;
+  p = placeGroups(s, l);
+  EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
+  EXPECT_EQ(p.data.bandwidth, s.intraNode.bandwidth);
+  // ... and cross nodes when blocks of 3 straddle them (24 ranks on nodes of 8).
+  l.options.dp = 8;
+  EXPECT_EQ(placeGroups(s, l).tensor.bandwidth, s.interNode.bandwidth);
 }
 
 struct LoweredTest : ::testing::Test {

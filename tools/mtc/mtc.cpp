@@ -54,7 +54,8 @@ constexpr const char *kUsage = R"(usage:
   mtc tune MODEL --system S --gpus N --global-batch-size B [--top K] [--json]
               [--seq-length S] [--precision P | --bf16 | --fp16]
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
-              [--max-tp T] [--max-micro-batch-size B]
+              [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
+              [--ddp-bucket-size BYTES]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
@@ -376,6 +377,11 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
     int64_t gpus;
     if (!positiveFlag(args, "gpus", 1, gpus))
       return 1;
+    if (options.tp > gpus || options.pp > gpus) {
+      errs() << "mtc: tp " << options.tp << " x pp " << options.pp << " is more than " << gpus
+             << " GPUs\n";
+      return 1;
+    }
     const int64_t modelParallel = options.tp * options.pp;
     if (!args.values.count("dp")) {
       if (gpus % modelParallel != 0) {
@@ -844,6 +850,16 @@ int runTune(MLIRContext &context, const Args &args) {
     return 1;
   if (!args.values.count("seq-length"))
     request.seqLength = 0;
+  // The search runs over divisors and powers of two of these: bound them.
+  for (auto [name, value] : {std::pair{"gpus", request.gpus},
+                             {"max-micro-batch-size", request.maxMicroBatch},
+                             {"global-batch-size", request.globalBatchSize}})
+    if (value > (int64_t(1) << 24)) {
+      errs() << "mtc: --" << name << " " << value << " is more than tune searches (2^24)\n";
+      return 1;
+    }
+  if (request.microBatchSize && *request.microBatchSize > request.globalBatchSize)
+    return usageError("--micro-batch-size is larger than --global-batch-size");
   if (args.values.count("recompute")) {
     request.recompute = args.values.lookup("recompute");
     if (*request.recompute != "none" && *request.recompute != "selective" &&
@@ -865,6 +881,10 @@ int runTune(MLIRContext &context, const Args &args) {
   const int64_t seqLength =
       request.seqLength ? request.seqLength : decoder ? decoder->positions : 0;
   mtc::TuneResult result = mtc::tune(module, system, request);
+  if (!result.error.empty()) {
+    errs() << "mtc: " << result.error << "\n";
+    return 1;
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const size_t shown = std::min<size_t>(result.fitting.size(), static_cast<size_t>(top));
