@@ -120,8 +120,7 @@ BytesPerParameter BytesPerParameter::of(llvm::StringRef precision) {
   return b;
 }
 
-/// The chunk v of a pipeline program @forward_<v> or @backward_<v>.
-static std::optional<int64_t> chunkOf(func::FuncOp fn, bool &forward) {
+std::optional<int64_t> chunkOf(func::FuncOp fn, bool &forward) {
   llvm::StringRef name = fn.getName();
   int64_t v;
   forward = name.consume_front("forward_");

@@ -2,6 +2,7 @@
 #ifndef MT_COMPILER_ACCOUNTING_H
 #define MT_COMPILER_ACCOUNTING_H
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
@@ -87,6 +88,9 @@ struct ChunkFootprint {
   /// several chunks (or a tied embedding on two stages) counts each once.
   std::map<std::string, std::pair<int64_t, bool>> sharedParameters; // elements, tp-reduced
 };
+
+/// The chunk v of a pipeline program @forward_<v> or @backward_<v>, and which it is.
+std::optional<int64_t> chunkOf(mlir::func::FuncOp fn, bool &forward);
 
 /// The footprints of a module lowered by `lowerToTrainStep`: one (@train_step) without a
 /// pipeline, else one per virtual stage (@forward_v and @backward_v), in order.

@@ -97,9 +97,7 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
   layout.options = options;
   const Placement placement = placeGroups(system, layout);
   module.walk([&](func::FuncOp fn) {
-    llvm::StringRef name = fn.getName();
-    int64_t v = 0;
-    if (name == "train_step") {
+    if (fn.getName() == "train_step") {
       Block &body = fn.getFunctionBody().front();
       DenseMap<Operation *, int64_t> position;
       const int64_t backwardStart = mlir::mt::numberOps(body, position);
@@ -108,13 +106,13 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
                position[&op] < backwardStart ? chunks[0].forward : chunks[0].backward);
       return;
     }
-    const bool forward = name.consume_front("forward_");
-    if ((!forward && !name.consume_front("backward_")) || name.getAsInteger(10, v) ||
-        v >= static_cast<int64_t>(chunks.size()))
+    bool forward = false;
+    std::optional<int64_t> v = chunkOf(fn, forward);
+    if (!v || *v >= static_cast<int64_t>(chunks.size()))
       return;
     fn.walk([&](Operation *op) {
       costOp(op, system, placement, options.tp,
-             forward ? chunks[v].forward : chunks[v].backward);
+             forward ? chunks[*v].forward : chunks[*v].backward);
     });
   });
   return chunks;

@@ -349,6 +349,16 @@ int readPrecision(const Args &args, std::string &precision, std::string &element
   return 0;
 }
 
+/// The sequence length of a lowered step: its programs' token arguments are [b, s].
+int64_t loweredSeqLength(ModuleOp module) {
+  int64_t seqLength = 0;
+  module.walk([&](func::FuncOp fn) {
+    if (fn.getNumArguments() > 0)
+      seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
+  });
+  return seqLength;
+}
+
 /// The layout flags compile and estimate share, up to what needs the model. With
 /// `--gpus N` (estimate), dp defaults to N / (tp x pp). Returns 0, or an exit code.
 int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision) {
@@ -503,10 +513,7 @@ int runCompile(MLIRContext &context, const Args &args) {
   if (failed(mtc::lowerToTrainStep(module, options)))
     return 1;
   const std::optional<int64_t> layerBytes = mtc::savedBytesOfLayer(module, 0);
-  module.walk([&](func::FuncOp fn) {
-    if (fn.getNumArguments() > 0)
-      header.seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
-  });
+  header.seqLength = loweredSeqLength(module);
   // The real vocabulary: what the loss counts, padding excluded (every logit where the
   // loss says no more).
   module.walk([&](Operation *op) {
@@ -738,11 +745,7 @@ int runEstimate(MLIRContext &context, const Args &args) {
     return status;
   if (failed(mtc::lowerToTrainStep(module, layout.options)))
     return 1;
-  int64_t seqLength = 0;
-  module.walk([&](func::FuncOp fn) {
-    if (fn.getNumArguments() > 0)
-      seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
-  });
+  const int64_t seqLength = loweredSeqLength(module);
   mtc::StepEstimate e;
   if (std::string error = mtc::estimateStep(mtc::profileChunks(module, system, layout.options),
                                             system, layout, e);
