@@ -223,6 +223,9 @@ public:
     return host_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return host_->waitSends(); }
+  Status gatherOnHost(const std::string &mine, std::vector<std::string> &all) override {
+    return host_->gatherOnHost(mine, all);
+  }
 
   void setWatchdog(double seconds) override {
     Comm::setWatchdog(seconds);

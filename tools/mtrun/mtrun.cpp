@@ -1,5 +1,6 @@
 // mtrun: executes a plan on this rank — trains the model it describes.
 #include "backends/Backend.h"
+#include "backends/cpu/CpuThreads.h"
 #include "comm/Comm.h"
 #include "core/Executor.h"
 #include "plan/PlanReader.h"
@@ -115,11 +116,6 @@ int launchRanks(int ranks, int argc, char **argv) {
       continue;
     }
     args.push_back(arg);
-  }
-  // The ranks share this machine's cores: one OpenMP team each would oversubscribe.
-  if (!std::getenv("OMP_NUM_THREADS")) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    setenv("OMP_NUM_THREADS", std::to_string(std::max(1L, cores / ranks)).c_str(), 1);
   }
   std::vector<char *> raw;
   for (std::string &a : args)
@@ -320,17 +316,26 @@ int main(int argc, char **argv) {
   // is the host's own work (its allocations, a JSON dump), which ends the job the same
   // way.
   try {
+    // The ranks on a host share its cores: each one's kernels use its share.
+    std::string threads;
+    if (backendName == "cpu") {
+      mt::CpuThreads chosen;
+      if (mt::Status s = mt::useCpuThreads(*comm, chosen); !s.ok())
+        return fail(s);
+      threads = mt::cat(", ", chosen.count, chosen.count == 1 ? " thread" : " threads",
+                        " per rank (", chosen.reason, ")");
+    }
     std::unique_ptr<mt::Executor> executor;
     if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
       return fail(s);
     const bool leader = comm->position().worldRank() == 0;
     if (leader)
-      std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens\n",
+      std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens%s\n",
                   plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
                   grid.dp(), grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
                   static_cast<long long>(config.steps),
                   static_cast<long long>(plan.plan().global_batch_size()),
-                  static_cast<long long>(plan.plan().seq_length()));
+                  static_cast<long long>(plan.plan().seq_length()), threads.c_str());
     if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())
       return fail(s);
     uint64_t written = 0;

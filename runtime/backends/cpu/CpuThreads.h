@@ -1,0 +1,33 @@
+// How many threads the CPU backend's kernels use on each rank: what the launcher allotted
+// the rank, so that ranks sharing a host do not oversubscribe its cores.
+#ifndef MT_RUNTIME_BACKENDS_CPU_CPUTHREADS_H
+#define MT_RUNTIME_BACKENDS_CPU_CPUTHREADS_H
+
+#include "core/Status.h"
+
+#include <sched.h>
+
+#include <string>
+#include <vector>
+
+namespace mt {
+
+class Comm;
+
+struct CpuThreads {
+  int count = 1;
+  std::string reason; // "OMP_NUM_THREADS=4", "2 CPUs shared by 4 ranks on this host", ...
+};
+
+/// The share of rank `me` of the CPUs the ranks of one host may run on (each one's
+/// affinity mask): each of its CPUs counts 1/k where k ranks may run on it; at least 1.
+CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, size_t me, long onlineCpus);
+
+/// OMP_NUM_THREADS where the user set it; else srun's --cpus-per-task
+/// (SLURM_CPUS_PER_TASK); else this rank's share of the CPUs it is bound to, among the
+/// ranks on its host (gathered through `comm`). Applies the count to the kernels.
+Status useCpuThreads(Comm &comm, CpuThreads &chosen);
+
+} // namespace mt
+
+#endif
