@@ -14,6 +14,8 @@ packages=(
   librandom123-dev                                         # counter-based RNG (Philox)
   nlohmann-json3-dev                                       # safetensors headers
   fortunes                                                 # demo corpus
+  slurmd slurmctld slurm-client munge                      # srun test: a one-node cluster
+  iproute2                                                 # multi-host test: namespaces
 )
 
 missing=()

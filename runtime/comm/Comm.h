@@ -65,8 +65,9 @@ public:
   virtual Status send(Group group, int peer, const void *data, size_t bytes, int tag) = 0;
   virtual Status recv(Group group, int peer, void *data, size_t bytes, int tag) = 0;
   virtual Status waitSends() = 0;
-  /// Every rank on this host (the ranks that share its cores) gives `mine`; `all` holds
-  /// them in rank order, this rank's among them. One process: its own.
+  /// Every rank on this host (under this running kernel: the ranks that share its CPUs)
+  /// gives `mine`; `all` holds them in rank order, this rank's among them. One process:
+  /// its own.
   virtual Status gatherOnHost(const std::string &mine, std::vector<std::string> &all) {
     all = {mine};
     return Status::success();

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -73,8 +74,8 @@ constexpr int kRollCallTag = 31000;
 class MpiComm final : public Comm {
 public:
   MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline,
-          MPI_Comm watch, MPI_Comm host)
-      : tensor_(tensor), data_(data), pipeline_(pipeline), watch_(watch), host_(host) {
+          MPI_Comm watch)
+      : tensor_(tensor), data_(data), pipeline_(pipeline), watch_(watch) {
     position_ = position;
     MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
     MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
@@ -92,7 +93,6 @@ public:
     MPI_Comm_free(&data_);
     MPI_Comm_free(&pipeline_);
     MPI_Comm_free(&watch_);
-    MPI_Comm_free(&host_);
     MPI_Op_free(&sumBf16_);
     MPI_Op_free(&sumF16_);
     MPI_Finalize();
@@ -170,25 +170,49 @@ public:
     return status;
   }
 
+  /// Over the world, keeping the ranks whose running kernel is this one's (its boot id):
+  /// the ones that share its CPUs, whatever their host names or network namespaces.
   Status gatherOnHost(const std::string &mine, std::vector<std::string> &all) override {
-    int ranks = 0, bytes = static_cast<int>(mine.size());
-    MPI_Comm_size(host_, &ranks);
+    std::string tagged = bootId() + '\n' + mine;
+    int ranks = 0, bytes = static_cast<int>(tagged.size());
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     std::vector<int> sizes(ranks), offsets(ranks);
-    MT_TRY(check(MPI_Allgather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, host_),
-                 "gathering sizes on this host"));
+    MT_TRY(check(MPI_Allgather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD),
+                 "gathering sizes from every rank"));
     int total = 0;
     for (int r = 0; r < ranks; ++r) {
       offsets[r] = total;
       total += sizes[r];
     }
     std::string joined(total, '\0');
-    MT_TRY(check(MPI_Allgatherv(mine.data(), bytes, MPI_BYTE, joined.data(), sizes.data(),
-                                offsets.data(), MPI_BYTE, host_),
-                 "gathering on this host"));
+    MT_TRY(check(MPI_Allgatherv(tagged.data(), bytes, MPI_BYTE, joined.data(), sizes.data(),
+                                offsets.data(), MPI_BYTE, MPI_COMM_WORLD),
+                 "gathering from every rank"));
+    const std::string host = tagged.substr(0, tagged.find('\n') + 1);
     all.clear();
     for (int r = 0; r < ranks; ++r)
-      all.push_back(joined.substr(offsets[r], sizes[r]));
+      if (joined.compare(offsets[r], host.size(), host) == 0)
+        all.push_back(joined.substr(offsets[r] + host.size(), sizes[r] - host.size()));
     return Status::success();
+  }
+
+  /// What tells this kernel from others: Linux's boot id, else the host name.
+  static std::string bootId() {
+    std::string id;
+    if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      char line[64] = {};
+      if (std::fgets(line, sizeof line, f))
+        id = line;
+      std::fclose(f);
+    }
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' '))
+      id.pop_back();
+    if (id.empty()) {
+      char name[256] = {};
+      gethostname(name, sizeof name - 1);
+      id = name;
+    }
+    return id;
   }
 
   Status check(int code, const char *what) {
@@ -381,7 +405,6 @@ private:
   };
   MPI_Comm tensor_, data_, pipeline_;
   MPI_Comm watch_; // the watchdog's roll calls, apart from everything else
-  MPI_Comm host_;  // the ranks on this host
   MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
   std::map<std::pair<int, std::vector<int>>, MPI_Comm> subgroups_;
@@ -419,10 +442,9 @@ Status makeWorld(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out)
   MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * dpSize + p.dpRank, p.tpRank, &tensor);
   MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * tpSize + p.tpRank, p.dpRank, &data);
   MPI_Comm_split(MPI_COMM_WORLD, p.dpRank * tpSize + p.tpRank, p.ppRank, &pipeline);
-  MPI_Comm watch, host;
+  MPI_Comm watch;
   MPI_Comm_dup(MPI_COMM_WORLD, &watch);
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
-  out = std::make_unique<MpiComm>(p, tensor, data, pipeline, watch, host);
+  out = std::make_unique<MpiComm>(p, tensor, data, pipeline, watch);
   return Status::success();
 }
 
