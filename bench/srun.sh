@@ -11,7 +11,7 @@ model=${1:-gpt-mini} steps=${2:-20}
 export PATH=$root/build/tools:$PATH
 skip() { echo "srun benchmark: cannot run: $*" >&2; exit 1; }
 source "$root/test/e2e/cluster/slurm-cluster.sh"
-slurm_up "${MT_BENCH_DIR:-/tmp/mtc-bench-srun}"
+slurm_up "$(mktemp -d /tmp/mtc-bench-srun.XXXXXX)"
 
 mtdata --input /usr/share/games/fortunes/fortunes --split-on % --train-tokenizer tok \
   --vocab-size 512 --output-prefix data >/dev/null

@@ -55,29 +55,69 @@ TEST(CpuThreads, OverlappingBindingsCountEachCpuOnce) {
   EXPECT_EQ(shareOfCpus(host, 1, 4).reason, "2 CPUs shared by 2 ranks on this host");
 }
 
-TEST(CpuThreads, SrunCpusPerTaskIsApplied) {
-  // OMP_NUM_THREADS decides before SLURM_CPUS_PER_TASK: out of the way here.
-  const char *omp = std::getenv("OMP_NUM_THREADS");
-  const std::string saved = omp ? omp : "";
-  unsetenv("OMP_NUM_THREADS");
+/// Runs useCpuThreads with OMP_NUM_THREADS and SLURM_CPUS_PER_TASK as given (null:
+/// unset), then puts the environment back.
+CpuThreads chooseWith(const char *omp, const char *perTask) {
+  const char *names[] = {"OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"};
+  const char *values[] = {omp, perTask};
+  std::string saved[2];
+  bool had[2];
+  for (int i = 0; i < 2; ++i) {
+    const char *now = std::getenv(names[i]);
+    had[i] = now != nullptr;
+    saved[i] = now ? now : "";
+    if (values[i])
+      setenv(names[i], values[i], 1);
+    else
+      unsetenv(names[i]);
+  }
   std::unique_ptr<Comm> comm = makeLocalComm();
-  setenv("SLURM_CPUS_PER_TASK", "3", 1);
   CpuThreads t;
   Status s = useCpuThreads(*comm, t);
-  unsetenv("SLURM_CPUS_PER_TASK");
-  ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_EQ(t.count, 3);
-  EXPECT_EQ(t.reason, "SLURM_CPUS_PER_TASK=3");
-  EXPECT_EQ(omp_get_max_threads(), 3);
-  // A value that is not a count is ignored.
-  setenv("SLURM_CPUS_PER_TASK", "3x", 1);
-  s = useCpuThreads(*comm, t);
-  unsetenv("SLURM_CPUS_PER_TASK");
-  ASSERT_TRUE(s.ok()) << s.message();
-  EXPECT_NE(t.reason, "SLURM_CPUS_PER_TASK=3");
-  EXPECT_EQ(omp_get_max_threads(), t.count);
-  if (omp)
-    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  for (int i = 0; i < 2; ++i)
+    if (had[i])
+      setenv(names[i], saved[i].c_str(), 1);
+    else
+      unsetenv(names[i]);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(omp_get_max_threads(), t.count) << "the count was not applied";
+  return t;
+}
+
+TEST(CpuThreads, OmpNumThreadsDecidesFirst) {
+  CpuThreads t = chooseWith("1", "3");
+  EXPECT_EQ(t.count, 1);
+  EXPECT_EQ(t.reason, "OMP_NUM_THREADS=1");
+  // OpenMP's nested list: the first level's count.
+  t = chooseWith("2,1", nullptr);
+  EXPECT_EQ(t.count, 2);
+  EXPECT_EQ(t.summary(), "2 threads per rank (OMP_NUM_THREADS=2,1)");
+  // A value OpenMP ignores is ignored here too, not reported as the reason.
+  for (const char *bad : {"abc", "0", "-2", "4x"}) {
+    t = chooseWith(bad, nullptr);
+    EXPECT_EQ(t.reason.find("OMP_NUM_THREADS"), std::string::npos) << bad;
+  }
+}
+
+TEST(CpuThreads, SrunCpusPerTaskAtMostTheShare) {
+  CpuThreads own = chooseWith(nullptr, nullptr);
+  CpuThreads t = chooseWith(nullptr, "1");
+  EXPECT_EQ(t.count, 1);
+  EXPECT_EQ(t.summary(), "1 thread per rank (SLURM_CPUS_PER_TASK=1)");
+  // More than this process may run on (a job's count in a step srun gave fewer CPUs):
+  // its share of the CPUs instead, saying so.
+  t = chooseWith(nullptr, "4096");
+  EXPECT_EQ(t.count, own.count);
+  EXPECT_EQ(t.reason, own.reason + ", fewer than SLURM_CPUS_PER_TASK=4096");
+  // Not a count: ignored.
+  t = chooseWith(nullptr, "3x");
+  EXPECT_EQ(t.reason.find("SLURM"), std::string::npos);
+}
+
+TEST(CpuThreads, RanksThatDifferAreSaidToDiffer) {
+  CpuThreads t{2, "the 2 CPUs bound to this rank", false, 1.5};
+  EXPECT_EQ(t.summary(), "2 threads on rank 0 (the 2 CPUs bound to this rank), 1.5 per rank "
+                         "on average");
 }
 
 } // namespace

@@ -102,7 +102,9 @@ int worldSize() {
 /// `mtrun -n N ...` becomes `mpirun -n N mtrun ...` (root and oversubscription allowed:
 /// one machine, as many ranks as asked for).
 int launchRanks(int ranks, int argc, char **argv) {
-  std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks),
+  // Unbound: Open MPI would bind each of two ranks to one core and leave the rest idle;
+  // each rank takes its share of the machine's CPUs instead (useCpuThreads).
+  std::vector<std::string> args = {"mpirun", "-n", std::to_string(ranks), "--bind-to", "none",
                                    "--oversubscribe", "--allow-run-as-root",
                                    "--mca", "btl", "self,vader", "/proc/self/exe"};
   char self[4096];
@@ -322,8 +324,7 @@ int main(int argc, char **argv) {
       mt::CpuThreads chosen;
       if (mt::Status s = mt::useCpuThreads(*comm, chosen); !s.ok())
         return fail(s);
-      threads = mt::cat(", ", chosen.count, chosen.count == 1 ? " thread" : " threads",
-                        " per rank (", chosen.reason, ")");
+      threads = ", " + chosen.summary();
     }
     std::unique_ptr<mt::Executor> executor;
     if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -40,14 +41,15 @@ CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, size_t me, long onlin
 
 namespace {
 
-/// A positive count from the environment, or 0.
-int positiveFromEnv(const char *name) {
-  const char *value = std::getenv(name);
+/// A positive count: the whole of `value`, or the first of a list ("4,2", as OpenMP
+/// reads OMP_NUM_THREADS) where `list`; otherwise 0.
+int positiveCount(const char *value, bool list) {
   if (!value || !*value)
     return 0;
   char *end = nullptr;
   long n = std::strtol(value, &end, 10);
-  return *end == '\0' && n > 0 && n <= 1 << 20 ? static_cast<int>(n) : 0;
+  const bool whole = *end == '\0' || (list && *end == ',');
+  return end != value && whole && n > 0 && n <= 1 << 20 ? static_cast<int>(n) : 0;
 }
 
 } // namespace
@@ -76,21 +78,39 @@ Status useCpuThreads(Comm &comm, CpuThreads &chosen) {
   if (me == gathered.size())
     return Status::failure("this rank's CPU set is missing from its host's");
 
+  const CpuThreads share = shareOfCpus(host, me, online);
   const char *omp = std::getenv("OMP_NUM_THREADS");
-  if (omp && *omp) {
-    // The OpenMP runtime has read it already.
-    chosen.count = omp_get_max_threads();
-    chosen.reason = std::string("OMP_NUM_THREADS=") + omp;
-    return Status::success();
-  }
-  if (int perTask = positiveFromEnv("SLURM_CPUS_PER_TASK")) {
-    chosen.count = perTask;
-    chosen.reason = "SLURM_CPUS_PER_TASK=" + std::to_string(perTask);
+  if (int count = positiveCount(omp, /*list=*/true)) {
+    chosen = {count, std::string("OMP_NUM_THREADS=") + omp};
+  } else if (int perTask = positiveCount(std::getenv("SLURM_CPUS_PER_TASK"), false)) {
+    // An allocation's count can outlive it: a step that srun gives fewer CPUs than its
+    // job's --cpus-per-task (Slurm 22.05's srun does not read it), or mpirun inside it.
+    chosen = perTask <= share.count
+                 ? CpuThreads{perTask, "SLURM_CPUS_PER_TASK=" + std::to_string(perTask)}
+                 : CpuThreads{share.count, share.reason + ", fewer than SLURM_CPUS_PER_TASK=" +
+                                               std::to_string(perTask)};
   } else {
-    chosen = shareOfCpus(host, me, online);
+    chosen = share;
   }
   omp_set_num_threads(chosen.count);
+
+  // Whether every rank took as many: Σc and Σc² over the world.
+  double sum = chosen.count, squares = double(chosen.count) * chosen.count;
+  MT_TRY(comm.allReduceSumWorld(sum));
+  MT_TRY(comm.allReduceSumWorld(squares));
+  const double ranks = comm.position().worldSize();
+  chosen.uniform = ranks * squares == sum * sum;
+  chosen.mean = sum / ranks;
   return Status::success();
+}
+
+std::string CpuThreads::summary() const {
+  std::string text = cat(count, count == 1 ? " thread" : " threads");
+  if (uniform)
+    return cat(text, " per rank (", reason, ")");
+  char mean_[32];
+  std::snprintf(mean_, sizeof mean_, "%.1f", mean);
+  return cat(text, " on rank 0 (", reason, "), ", mean_, " per rank on average");
 }
 
 } // namespace mt

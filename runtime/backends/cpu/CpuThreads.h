@@ -17,15 +17,21 @@ class Comm;
 struct CpuThreads {
   int count = 1;
   std::string reason; // "OMP_NUM_THREADS=4", "2 CPUs shared by 4 ranks on this host", ...
+  bool uniform = true; // every rank took `count`
+  double mean = 1;     // over the ranks
+  /// "1 thread per rank (2 CPUs shared by 4 ranks on this host)", or, where the ranks
+  /// differ, this rank's count and the mean.
+  std::string summary() const;
 };
 
 /// The share of rank `me` of the CPUs the ranks of one host may run on (each one's
 /// affinity mask): each of its CPUs counts 1/k where k ranks may run on it; at least 1.
 CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, size_t me, long onlineCpus);
 
-/// OMP_NUM_THREADS where the user set it; else srun's --cpus-per-task
-/// (SLURM_CPUS_PER_TASK); else this rank's share of the CPUs it is bound to, among the
-/// ranks on its host (gathered through `comm`). Applies the count to the kernels.
+/// OMP_NUM_THREADS where the user set it (a valid count); else srun's --cpus-per-task
+/// (SLURM_CPUS_PER_TASK), at most this rank's share of its CPUs; else that share, among
+/// the ranks on its host (gathered through `comm`). Applies the count to the kernels;
+/// every rank of the world calls it.
 Status useCpuThreads(Comm &comm, CpuThreads &chosen);
 
 } // namespace mt

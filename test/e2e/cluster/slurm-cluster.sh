@@ -2,15 +2,23 @@
 # slurmd in WORK as a one-node cluster (its own config and key, free ports,
 # MpiDefault=pmix; SLURM_CONF exported), and stops them at exit (slurm_down); where it
 # cannot, it calls the caller's `skip REASON`. As root.
+#
+# Sourced by tests, whose `skip` exits 77 (ctest: skipped): MT_REQUIRE_CLUSTER_TESTS=1
+# makes it a failure instead, where Slurm and namespaces are known to work.
 
 # Whether process $1 runs (an exited one nobody reaped yet does not).
 alive() { [ -r /proc/$1/stat ] && [ "$(cut -d' ' -f3 /proc/$1/stat 2>/dev/null)" != Z ]; }
 daemons=()
 started() { for _ in $(seq 50); do [ -s "$1" ] && break; sleep 0.1; done; daemons+=("$(cat "$1")"); }
-# Stops the daemons slurm_up started and waits until they are gone.
+# Cancels what still runs (steps outlive slurmd), stops the daemons slurm_up started
+# and waits until they are gone.
 slurm_down() {
   local pids=("${daemons[@]}") pid
   [ ${#pids[@]} -eq 0 ] && return 0
+  if [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
+    scancel --full -s KILL $(squeue -h -o %i) 2>/dev/null || true
+    for _ in $(seq 100); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
   kill "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 100); do
     for pid in "${pids[@]}"; do alive "$pid" && { sleep 0.1; continue 2; }; done
@@ -27,11 +35,18 @@ slurm_up() {
     command -v $tool >/dev/null || skip "$tool is not installed (scripts/setup.sh installs Slurm)"
   done
   [ "$(id -u)" -eq 0 ] || skip "the daemons run as root here, and this is not root"
+  # Daemons a killed earlier run left behind in WORK.
+  for file in "$work"/slurmd.pid "$work"/slurmctld.pid "$work"/munge/pid; do
+    [ -s "$file" ] && kill -9 "$(cat "$file")" 2>/dev/null || true
+  done
   rm -rf "$work" && mkdir -p "$work"/{munge,state,spool}
   chmod 755 "$work" && chmod 700 "$work/munge"
   cd "$work"
+  # This cluster's alone: not an allocation this may itself run in.
+  unset $(env | grep -o '^SLURM_[A-Z_]*' | grep -v '^SLURM_CONF$') SRUN_CPUS_PER_TASK || true
   export SLURM_CONF=$work/slurm.conf
   trap 'slurm_down || true' EXIT
+  trap 'exit 1' INT TERM HUP
 
   mungekey -c -k munge/munge.key -f
   munged -f --socket="$work/munge/sock" --key-file="$work/munge/munge.key" \
