@@ -11,14 +11,8 @@
 # Exit 77 (reported skipped by ctest) where network namespaces cannot be made
 # (MT_REQUIRE_CLUSTER_TESTS=1: a failure).
 # usage: hosts.sh BIN_DIR MODELS_DIR WORK_DIR
-set -euo pipefail
-bin=$(realpath "$1") models=$(realpath "$2") work=$(realpath -m "$3")
-export PATH=$bin:$PATH
-skip() {
-  [ "${MT_REQUIRE_CLUSTER_TESTS:-0}" = 1 ] && { echo "hosts test: FAILED: $*" >&2; exit 1; }
-  echo "hosts test: SKIPPED: $*"; exit 77
-}
-fail() { echo "hosts test: FAILED: $*" >&2; exit 1; }
+test=hosts
+source "$(dirname "$0")/common.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "making network namespaces needs root"
 command -v ip >/dev/null || skip "iproute2's ip is not installed"
@@ -103,9 +97,9 @@ grep -q '^step 3/' cut.log || { kill $job; cat cut.log; fail "the run to cut did
 ip -n $hostB link set $linkB down
 start=$EPOCHREALTIME
 wait $job || status=$?
-took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
+took=$(since $start)
 [ $status -ne 0 ] || fail "the job succeeded with its link cut"
-python3 -c "import sys; sys.exit(0 if $took < 30 else 1)" ||
+below $took 30 ||
   { grep -v '^step' cut.log; fail "the job took $took s to end (exit $status)"; }
 grep -q "lost communication with a remote daemon" cut.log && grep -q "on node $addrB" cut.log ||
   { grep -v '^step' cut.log; fail "no message names the lost host"; }

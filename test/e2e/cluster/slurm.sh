@@ -7,14 +7,8 @@
 # Exit 77 (reported skipped by ctest) where Slurm is not installed or cannot start
 # (MT_REQUIRE_CLUSTER_TESTS=1: a failure).
 # usage: slurm.sh BIN_DIR MODELS_DIR WORK_DIR
-set -euo pipefail
-bin=$(realpath "$1") models=$(realpath "$2") work=$(realpath -m "$3")
-export PATH=$bin:$PATH
-skip() {
-  [ "${MT_REQUIRE_CLUSTER_TESTS:-0}" = 1 ] && { echo "slurm test: FAILED: $*" >&2; exit 1; }
-  echo "slurm test: SKIPPED: $*"; exit 77
-}
-fail() { echo "slurm test: FAILED: $*" >&2; exit 1; }
+test=slurm
+source "$(dirname "$0")/common.sh"
 
 source "$(dirname "$0")/slurm-cluster.sh"
 slurm_up "$work"
@@ -49,10 +43,10 @@ job=$!
 until grep -q '^step 1/' killed.log || ! kill -0 $job 2>/dev/null; do sleep 0.05; done
 start=$EPOCHREALTIME
 wait $job || status=$?
-took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
+took=$(since $start)
 grep -q '^step 1/' killed.log || { cat killed.log; fail "the job ended before step 1"; }
 [ $status -ne 0 ] || fail "srun succeeded with a killed rank"
-python3 -c "import sys; sys.exit(0 if $took < 20 else 1)" ||
+below $took 20 ||
   { cat killed.log; fail "the job took $took s to end (exit $status)"; }
 grep -q "task 3: Killed" killed.log || { cat killed.log; fail "srun does not name the killed rank"; }
 echo "slurm test: rank 3 killed at step 2 ended the job $took s after step 1 (exit $status): $(grep 'task 3' killed.log)"
