@@ -173,7 +173,7 @@ public:
   /// Over the world, keeping the ranks whose running kernel is this one's (its boot id):
   /// the ones that share its CPUs, whatever their host names or network namespaces.
   Status gatherOnHost(const std::string &mine, std::vector<std::string> &all) override {
-    std::string tagged = bootId() + '\n' + mine;
+    const std::string host = bootId() + '\n', tagged = host + mine;
     int ranks = 0, bytes = static_cast<int>(tagged.size());
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     std::vector<int> sizes(ranks), offsets(ranks);
@@ -188,7 +188,6 @@ public:
     MT_TRY(check(MPI_Allgatherv(tagged.data(), bytes, MPI_BYTE, joined.data(), sizes.data(),
                                 offsets.data(), MPI_BYTE, MPI_COMM_WORLD),
                  "gathering from every rank"));
-    const std::string host = tagged.substr(0, tagged.find('\n') + 1);
     all.clear();
     for (int r = 0; r < ranks; ++r)
       if (joined.compare(offsets[r], host.size(), host) == 0)

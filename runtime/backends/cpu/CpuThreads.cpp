@@ -12,8 +12,8 @@
 
 namespace mt {
 
-CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, size_t me, long onlineCpus) {
-  const cpu_set_t &mine = host[me];
+CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, const cpu_set_t &mine,
+                       long onlineCpus) {
   double share = 0;
   int cpus = 0;
   size_t sharers = 1;
@@ -66,19 +66,13 @@ Status useCpuThreads(Comm &comm, CpuThreads &chosen) {
   MT_TRY(comm.gatherOnHost(std::string(reinterpret_cast<const char *>(&mine), sizeof mine),
                            gathered));
   std::vector<cpu_set_t> host(gathered.size());
-  size_t me = gathered.size();
   for (size_t r = 0; r < gathered.size(); ++r) {
     if (gathered[r].size() != sizeof(cpu_set_t))
       return Status::failure("a rank on this host sent a CPU set of another size");
     std::memcpy(&host[r], gathered[r].data(), sizeof(cpu_set_t));
-    // Ranks with the same CPUs have the same share: the first of them stands for each.
-    if (me == gathered.size() && CPU_EQUAL(&host[r], &mine))
-      me = r;
   }
-  if (me == gathered.size())
-    return Status::failure("this rank's CPU set is missing from its host's");
 
-  const CpuThreads share = shareOfCpus(host, me, online);
+  const CpuThreads share = shareOfCpus(host, mine, online);
   const char *omp = std::getenv("OMP_NUM_THREADS");
   if (int count = positiveCount(omp, /*list=*/true)) {
     chosen = {count, std::string("OMP_NUM_THREADS=") + omp};
@@ -108,9 +102,9 @@ std::string CpuThreads::summary() const {
   std::string text = cat(count, count == 1 ? " thread" : " threads");
   if (uniform)
     return cat(text, " per rank (", reason, ")");
-  char mean_[32];
-  std::snprintf(mean_, sizeof mean_, "%.1f", mean);
-  return cat(text, " on rank 0 (", reason, "), ", mean_, " per rank on average");
+  char average[32];
+  std::snprintf(average, sizeof average, "%.1f", mean);
+  return cat(text, " on rank 0 (", reason, "), ", average, " per rank on average");
 }
 
 } // namespace mt

@@ -24,9 +24,11 @@ struct CpuThreads {
   std::string summary() const;
 };
 
-/// The share of rank `me` of the CPUs the ranks of one host may run on (each one's
-/// affinity mask): each of its CPUs counts 1/k where k ranks may run on it; at least 1.
-CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, size_t me, long onlineCpus);
+/// A rank's share of the CPUs the ranks of its host may run on (`host`: each one's
+/// affinity mask, `mine` among them): each of its CPUs counts 1/k where k ranks may run
+/// on it; at least 1.
+CpuThreads shareOfCpus(const std::vector<cpu_set_t> &host, const cpu_set_t &mine,
+                       long onlineCpus);
 
 /// OMP_NUM_THREADS where the user set it (a valid count); else srun's --cpus-per-task
 /// (SLURM_CPUS_PER_TASK), at most this rank's share of its CPUs; else that share, among
