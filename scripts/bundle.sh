@@ -54,7 +54,7 @@ is_system() {
 }
 is_cuda() {
   case "$1" in
-    libcuda.so.*|libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libcudnn*) return 0 ;;
+    libcuda.so.*|libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libcudnn*|libnvrtc*) return 0 ;;
   esac
   return 1
 }

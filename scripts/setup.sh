@@ -42,3 +42,14 @@ if ! python3 -c 'import numpy' 2>/dev/null; then
   python3 -m pip install --quiet numpy 2>/dev/null ||
     { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends python3-numpy; }
 fi
+
+# The cuDNN frontend's headers, for the CUDA backend's flash attention, where the CUDA
+# toolkit is (CMake builds the CUDA backend only then). Pinned: the graph API it builds
+# on changes between releases.
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null 2>&1; then
+  frontend=nvidia-cudnn-frontend==1.32.0
+  if ! python3 -m pip show nvidia-cudnn-frontend 2>/dev/null | grep -q '^Version: 1.32.0$'; then
+    echo "setup: installing $frontend (headers)"
+    python3 -m pip install --quiet --no-deps "$frontend"
+  fi
+fi

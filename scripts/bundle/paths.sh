@@ -1,5 +1,5 @@
 # Sourced by the bundle's wrappers with $here set to the bundle: the library path is the
-# bundle's lib/, then this machine's CUDA libraries (cuBLAS, cuBLASLt, NCCL), from
+# bundle's lib/, then this machine's CUDA libraries (cuBLAS, cuBLASLt, NCCL, cuDNN, NVRTC), from
 # $MTC_CUDA_LIBS (colon-separated), the Python wheels' nvidia/*/lib (as PyTorch installs
 # them), or the toolkit's lib64.
 cuda_dirs=${MTC_CUDA_LIBS:-}

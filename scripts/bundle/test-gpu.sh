@@ -2,7 +2,8 @@
 # The GPU checks, run from the runtime bundle on a GPU node (no compiler, no MPI):
 #   1. cuda_backend_test on the carried plans: every op and whole gpt-tiny steps against
 #      the CPU backend, and two GPU runs bit for bit. Where a GPU is visible a skipped
-#      case is a failure.
+#      case is a failure. Then again with fused attention through cuDNN only (the cases
+#      it must take) and through our kernels only.
 #   2. Determinism of training: two GPU runs of gpt-tiny, and a run resumed from a GPU
 #      checkpoint, give the same metrics and the same checkpoint bytes.
 #   3. With --sanitize: compute-sanitizer's memcheck, racecheck and initcheck over
@@ -30,6 +31,21 @@ grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' "$logs/cud
 [ "$status" -eq 0 ] || failed "cuda_backend_test (see $logs/cuda_backend_test.log)"
 if [ "$gpus" -gt 0 ] && grep -q '^\[  SKIPPED \]' "$logs/cuda_backend_test.log"; then
   failed "cases were skipped on a machine with a GPU"
+fi
+# 1b. Each path of fused attention alone: cuDNN's flash attention on the cases it must
+# take (a fallback to our kernels is an error), and every case through our kernels only.
+if [ "$gpus" -gt 0 ]; then
+  for path in cudnn exact; do
+    filter='*'
+    [ "$path" = cudnn ] && filter='*flash_attention*bf16:*flash_attention*fp16'
+    MT_CUDA_ATTENTION=$path MT_TEST_PLANS="$here/plans/cuda_backend_test" \
+      "$here/bin/cuda_backend_test" --gtest_filter="$filter" \
+      >"$logs/cuda_backend_test.$path.log" 2>&1
+    status=$?
+    echo "MT_CUDA_ATTENTION=$path: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
+      "$logs/cuda_backend_test.$path.log" | tr '\n' ' ')"
+    [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_ATTENTION=$path (see $logs/cuda_backend_test.$path.log)"
+  done
 fi
 if [ "$gpus" -eq 0 ]; then
   note "no GPU: the CUDA cases were skipped; steps 2 and 3 need a GPU"

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <random>
 #include <sys/stat.h>
+#include <tuple>
 
 namespace mt {
 namespace {
@@ -55,6 +56,28 @@ std::vector<Case> cases() {
   for (const test::OpCase &op : test::opCases())
     for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
       all.push_back({op, p});
+  // Attention cuDNN's flash attention takes (head_dim 64, no probability dropout; the op
+  // cases' heads of 4 dims it does not): in bf16 and fp16 through cuDNN, in fp32 through
+  // our kernels. test-gpu.sh runs the flash_ cases again under MT_CUDA_ATTENTION=cudnn,
+  // where falling back to our kernels is an error.
+  for (const auto &[name, attributes, heads, kv] :
+       {std::tuple{"flash_attention_causal", "causal, heads = 2 : i64", 2, 2},
+        std::tuple{"flash_attention", "heads = 2 : i64", 2, 2},
+        std::tuple{"flash_attention_multi_query", "causal, heads = 2 : i64, kv_heads = 1 : i64",
+                   2, 1}}) {
+    const std::string width = std::to_string((heads + 2 * kv) * 64);
+    const std::string out = std::to_string(heads * 64);
+    const std::string logits = "tensor<2x64x" + out + "xf32>";
+    const std::string mlir = test::oneOpModel(
+        "  %qkv = mt.param \"qkv\" normal(1.0) : tensor<2x64x" + width + "xf32>\n" +
+            "  %logits = mt.attention %qkv {" + attributes + "} : (tensor<2x64x" + width +
+            "xf32>) -> " + logits,
+        heads * 64,
+        "  %loss = mt.cross_entropy %logits, %targets : (" + logits +
+            ", tensor<?x?xi32>) -> tensor<f32>");
+    for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}})
+      all.push_back({{name, mlir, "", 64, heads * 64}, p});
+  }
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});

@@ -1,7 +1,8 @@
 // The CUDA backend: every opcode for f32, bf16 and f16 plans, with f32 arithmetic and
-// accumulation; GEMMs through cuBLASLt (the bias fused as an epilogue); attention that
-// never materialises the s×s scores (one warp per query row, online softmax; its
-// backward recomputes the probabilities); dropout masks from the same Philox counters
+// accumulation; GEMMs through cuBLASLt (the bias fused as an epilogue); fused attention
+// through cuDNN's flash attention where it applies (CudnnAttention.h) and elsewhere
+// through kernels that never materialise the s×s scores either (one warp per query row,
+// online softmax; the backward recomputes the probabilities); dropout masks from the same Philox counters
 // as the CPU backend, so both draw the same masks. The CPU backend is the reference
 // these kernels are tested against.
 //
@@ -12,6 +13,7 @@
 #include "backends/cuda/Activations.cuh"
 #include "backends/cuda/Attention.cuh"
 #include "backends/cuda/Common.cuh"
+#include "backends/cuda/CudnnAttention.h"
 #include "backends/cuda/DeviceBuffer.h"
 #include "backends/cuda/Dropout.cuh"
 #include "backends/cuda/Embedding.cuh"
@@ -47,6 +49,20 @@ namespace {
 bool synchronousLaunches() {
   const char *sync = std::getenv("MT_CUDA_SYNC");
   return sync && std::strcmp(sync, "0") != 0;
+}
+
+/// MT_CUDA_ATTENTION=exact: fused attention through our kernels only (to test them, or
+/// to rule cuDNN out); MT_CUDA_ATTENTION=cudnn: through cuDNN or an error, never our
+/// kernels (to test cuDNN's path). By default cuDNN where it applies, our kernels
+/// elsewhere.
+enum class AttentionPath { Any, ExactOnly, CudnnOnly };
+AttentionPath attentionPath() {
+  const char *path = std::getenv("MT_CUDA_ATTENTION");
+  if (path && std::strcmp(path, "exact") == 0)
+    return AttentionPath::ExactOnly;
+  if (path && std::strcmp(path, "cudnn") == 0)
+    return AttentionPath::CudnnOnly;
+  return AttentionPath::Any;
 }
 
 class CudaBackend final : public Backend {
@@ -306,6 +322,40 @@ private:
     }
   }
 
+  /// Runs attention `a` through cuDNN where it applies — `call(problem, why)` launches it,
+  /// or returns false saying why cuDNN has no engine — and returns whether it ran. Where
+  /// cuDNN cannot run it: false (our kernels run it), with a warning the first time
+  /// cuDNN declines a problem it should take; under MT_CUDA_ATTENTION=cudnn, an error.
+  template <typename Call> bool throughCudnn(const AttentionShape &a, DType type, Call &&call) {
+    if (attentionPath_ == AttentionPath::ExactOnly)
+      return false;
+    std::string why;
+    if (type != DType::BF16 && type != DType::F16)
+      why = "cuDNN's flash attention takes bf16 or f16, not f32";
+    else if (a.rate > 0)
+      why = "it drops probabilities, and cuDNN cannot draw our dropout masks";
+    SdpaProblem problem{a.layout, a.b, a.s, type, a.causal, a.scale};
+    const bool eligible = why.empty();
+    if (eligible && call(problem, why))
+      return true;
+    std::string shape = cat(a.b, " x ", a.s, " tokens, ", a.heads, " heads of ", a.d, " (",
+                            a.layout.kv, " key/value)");
+    if (attentionPath_ == AttentionPath::CudnnOnly)
+      throw std::runtime_error(cat("cuda backend: MT_CUDA_ATTENTION=cudnn, but attention over ",
+                                   shape, " cannot go through cuDNN: ", why));
+    if (eligible && !warnedCudnn_) {
+      std::fprintf(stderr, "cuda backend: attention over %s through our kernels: %s\n",
+                   shape.c_str(), why.c_str());
+      warnedCudnn_ = true;
+    }
+    return false;
+  }
+  CudnnAttention::Workspace cudnnWorkspace() {
+    return [this](size_t bytes) {
+      return grow(cudnnWorkspace_, bytes, "allocating cuDNN's workspace");
+    };
+  }
+
   template <typename T>
   Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                   const StepContext &ctx) {
@@ -482,11 +532,30 @@ private:
     }
     case Opcode::Attention: {
       AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, true);
+      if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
+            float *stats = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
+            return cudnn_.forward(problem, in[0].data, out[0].data, stats, cudnnWorkspace(),
+                                  stream_, why);
+          }))
+        break;
       launchAttentionForward(p(in[0]), p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionGrad: {
       AttentionShape a = attentionShape(in[1], inst.heads(), inst.causal(), inst, ctx, true);
+      // cuDNN's backward takes the rows' statistics, which the forward instruction did
+      // not keep: its forward runs again for them (the output it writes is discarded).
+      if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
+            const size_t statsBytes = sizeof(float) * a.b * a.heads * a.s;
+            char *temporaries = static_cast<char *>(scratch(statsBytes + in[2].bytes()));
+            float *stats = reinterpret_cast<float *>(temporaries);
+            void *output = temporaries + statsBytes;
+            return cudnn_.forward(problem, in[1].data, output, stats, cudnnWorkspace(), stream_,
+                                  why) &&
+                   cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, stats,
+                                   out[0].data, cudnnWorkspace(), stream_, why);
+          }))
+        break;
       float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.s));
       launchAttentionBackwardQuery(p(in[1]), p(in[2]), p(in[0]), p(out[0]), stats, a, stream_);
       launched("attention backward (queries)");
@@ -583,8 +652,12 @@ private:
   DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   bool warnedLtFailure_ = false;
+  CudnnAttention cudnn_;
+  DeviceBuffer cudnnWorkspace_;
+  bool warnedCudnn_ = false;
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();
+  const AttentionPath attentionPath_ = attentionPath();
   // Every kernel, copy and library call of this backend runs on the legacy default stream.
   const cudaStream_t stream_ = nullptr;
   std::unique_ptr<Backend> cpu_ = makeCpuBackend();

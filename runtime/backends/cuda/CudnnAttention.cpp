@@ -1,0 +1,232 @@
+#include "backends/cuda/CudnnAttention.h"
+
+#include "backends/cuda/SdpaLayout.h"
+
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace mt {
+namespace {
+
+namespace fe = cudnn_frontend;
+
+// The graphs' tensors, by uid.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+std::vector<int64_t> vec(const std::array<int64_t, 4> &a) { return {a.begin(), a.end()}; }
+
+/// One built graph, or why cuDNN has none (graph null).
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspaceBytes = 0;
+  std::string why;
+};
+
+/// The stats' view: [b, heads, s, 1], contiguous.
+std::vector<int64_t> statsDim(const SdpaProblem &p) { return {p.b, p.layout.heads, p.s, 1}; }
+std::vector<int64_t> statsStride(const SdpaProblem &p) {
+  return {p.layout.heads * p.s, p.s, 1, 1};
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph &graph, const char *name,
+                                                     Uid uid, const SdpaView &view) {
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim(vec(view.dim))
+                          .set_stride(vec(view.stride)));
+}
+
+void output(fe::graph::Tensor_attributes &tensor, Uid uid, const SdpaView &view) {
+  tensor.set_output(true).set_uid(uid).set_dim(vec(view.dim)).set_stride(vec(view.stride));
+}
+
+template <typename Attributes> void mask(Attributes &attributes, bool causal) {
+  // Key j is visible to query i where j ≤ i: the band right of the diagonal is empty.
+  if (causal)
+    attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+        .set_diagonal_band_right_bound(0);
+}
+
+/// A graph over `problem`'s views, with forward's or backward's SDPA node.
+std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const SdpaLayout &view,
+                                          bool forward) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(problem.dtype == plan::DType::F16 ? fe::DataType_t::HALF
+                                                            : fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto q = input(*graph, "q", kQ, view.q);
+  auto k = input(*graph, "k", kK, view.k);
+  auto v = input(*graph, "v", kV, view.v);
+  if (forward) {
+    auto attributes = fe::graph::SDPA_attributes()
+                          .set_name("attention")
+                          .set_generate_stats(true)
+                          .set_attn_scale(problem.scale);
+    mask(attributes, problem.causal);
+    auto [o, stats] = graph->sdpa(q, k, v, attributes);
+    output(*o, kO, view.o);
+    stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT)
+        .set_dim(statsDim(problem)).set_stride(statsStride(problem));
+    return graph;
+  }
+  auto o = input(*graph, "o", kO, view.o);
+  auto dO = input(*graph, "dO", kDO, view.o);
+  auto stats = graph->tensor(fe::graph::Tensor_attributes()
+                                 .set_name("stats")
+                                 .set_uid(kStats)
+                                 .set_dim(statsDim(problem))
+                                 .set_stride(statsStride(problem))
+                                 .set_data_type(fe::DataType_t::FLOAT));
+  auto attributes = fe::graph::SDPA_backward_attributes()
+                        .set_name("attention backward")
+                        .set_attn_scale(problem.scale)
+                        .set_deterministic_algorithm(true); // no atomics: the same bits
+  mask(attributes, problem.causal);
+  auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, attributes);
+  output(*dQ, kDQ, view.q);
+  output(*dK, kDK, view.k);
+  output(*dV, kDV, view.v);
+  return graph;
+}
+
+void check(cudnnStatus_t status, const char *what) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuda backend: cuDNN: ") + what + ": " +
+                             cudnnGetErrorString(status));
+}
+
+} // namespace
+
+struct CudnnAttention::Graphs {
+  cudnnHandle_t handle = nullptr;
+  // (forward, heads, kv, d, b, s, dtype, causal, scale's bits)
+  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, uint32_t>;
+  std::map<Key, Built> built;
+
+  ~Graphs() {
+    if (handle)
+      cudnnDestroy(handle);
+  }
+
+  /// The graph of `problem`, built on first use; null, with `why`, where cuDNN has none.
+  const Built &get(const SdpaProblem &problem, bool forward) {
+    uint32_t scaleBits;
+    std::memcpy(&scaleBits, &problem.scale, sizeof scaleBits);
+    const Key key{forward,   problem.layout.heads, problem.layout.kv,
+                  problem.layout.d, problem.b,     problem.s,
+                  static_cast<int>(problem.dtype), problem.causal, scaleBits};
+    auto found = built.find(key);
+    if (found != built.end())
+      return found->second;
+    Built &entry = built[key];
+    SdpaLayout view;
+    if (!sdpaLayout(problem.layout, problem.b, problem.s, view)) {
+      entry.why = "its query heads are not evenly spaced in qkv";
+      return entry;
+    }
+    if (!handle)
+      check(cudnnCreate(&handle), "creating the handle");
+    auto graph = graphOf(problem, view, forward);
+    fe::error_t status = graph->validate();
+    if (status.is_good())
+      status = graph->build_operation_graph(handle);
+    if (status.is_good())
+      status = graph->create_execution_plans({fe::HeurMode_t::A});
+    if (status.is_good())
+      status = graph->check_support();
+    if (status.is_good())
+      status = graph->build_plans();
+    if (status.is_good())
+      status = graph->get_workspace_size(entry.workspaceBytes);
+    if (!status.is_good()) {
+      entry.why = "cuDNN " + version() + " has no engine for it: " + status.get_message();
+      return entry;
+    }
+    entry.graph = std::move(graph);
+    return entry;
+  }
+
+  void execute(const Built &entry, std::unordered_map<int64_t, void *> &pointers,
+               const Workspace &workspace, cudaStream_t stream) {
+    check(cudnnSetStream(handle, stream), "setting the stream");
+    void *space = entry.workspaceBytes > 0 ? workspace(entry.workspaceBytes) : nullptr;
+    fe::error_t status = entry.graph->execute(handle, pointers, space);
+    if (!status.is_good())
+      throw std::runtime_error("cuda backend: cuDNN attention failed: " + status.get_message());
+  }
+};
+
+CudnnAttention::CudnnAttention() : graphs_(std::make_unique<Graphs>()) {}
+CudnnAttention::~CudnnAttention() = default;
+
+namespace {
+/// `base` advanced by `offset` elements of `dtype` (cuDNN's variant pack holds non-const
+/// pointers, inputs included).
+void *at(const void *base, int64_t offset, plan::DType dtype) {
+  return const_cast<char *>(static_cast<const char *>(base)) +
+         offset * static_cast<int64_t>(dtypeBytes(dtype));
+}
+} // namespace
+
+bool CudnnAttention::forward(const SdpaProblem &problem, const void *qkv, void *out,
+                             float *stats, const Workspace &workspace, cudaStream_t stream,
+                             std::string &why) {
+  const Built &entry = graphs_->get(problem, true);
+  if (!entry.graph) {
+    why = entry.why;
+    return false;
+  }
+  SdpaLayout view;
+  sdpaLayout(problem.layout, problem.b, problem.s, view);
+  std::unordered_map<int64_t, void *> pointers{
+      {kQ, at(qkv, view.q.offset, problem.dtype)},
+      {kK, at(qkv, view.k.offset, problem.dtype)},
+      {kV, at(qkv, view.v.offset, problem.dtype)},
+      {kO, out},
+      {kStats, stats}};
+  graphs_->execute(entry, pointers, workspace, stream);
+  return true;
+}
+
+bool CudnnAttention::backward(const SdpaProblem &problem, const void *qkv, const void *out,
+                              const void *dout, const float *stats, void *dqkv,
+                              const Workspace &workspace, cudaStream_t stream,
+                              std::string &why) {
+  const Built &entry = graphs_->get(problem, false);
+  if (!entry.graph) {
+    why = entry.why;
+    return false;
+  }
+  SdpaLayout view;
+  sdpaLayout(problem.layout, problem.b, problem.s, view);
+  std::unordered_map<int64_t, void *> pointers{
+      {kQ, at(qkv, view.q.offset, problem.dtype)},
+      {kK, at(qkv, view.k.offset, problem.dtype)},
+      {kV, at(qkv, view.v.offset, problem.dtype)},
+      {kO, at(out, 0, problem.dtype)},
+      {kDO, at(dout, 0, problem.dtype)},
+      {kStats, const_cast<float *>(stats)},
+      {kDQ, at(dqkv, view.q.offset, problem.dtype)},
+      {kDK, at(dqkv, view.k.offset, problem.dtype)},
+      {kDV, at(dqkv, view.v.offset, problem.dtype)}};
+  graphs_->execute(entry, pointers, workspace, stream);
+  return true;
+}
+
+std::string CudnnAttention::version() {
+  const size_t v = cudnnGetVersion(); // major·10000 + minor·100 + patch since cuDNN 9
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
+} // namespace mt

@@ -1,0 +1,62 @@
+// Fused attention through cuDNN's flash attention (the cuDNN frontend's graph API):
+// forward and backward of softmax(scale·q·kᵀ, causally masked or not)·v over our fused
+// qkv, in bf16 or f16 with f32 softmax, for evenly spaced query heads (SdpaLayout.h) and
+// no probability dropout — cuDNN cannot draw our Philox masks, so dropped attention stays
+// with our kernels (Attention.cuh). The backward is cuDNN's deterministic algorithm: the
+// same bits on every run. One graph per shape, built on first use and kept.
+#ifndef MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
+#define MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
+
+#include "core/DType.h"
+#include "core/HostDevice.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace mt {
+
+struct SdpaProblem {
+  QkvLayout layout;
+  int64_t b = 0, s = 0;
+  plan::DType dtype = plan::DType::BF16; // BF16 or F16
+  bool causal = false;
+  float scale = 1;
+};
+
+class CudnnAttention {
+public:
+  /// At least `bytes` of device memory for cuDNN's workspace, valid until the next call.
+  using Workspace = std::function<void *(size_t bytes)>;
+
+  CudnnAttention();
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention &) = delete;
+  CudnnAttention &operator=(const CudnnAttention &) = delete;
+
+  /// out [b, s, heads·d] = attention over qkv [b, s, width]; stats [b, heads, s] (f32) the
+  /// rows' log-sum-exp of their scaled scores, which the backward takes. False, with
+  /// `why`, where cuDNN has no engine for the problem (nothing is launched); a failure to
+  /// launch throws.
+  bool forward(const SdpaProblem &problem, const void *qkv, void *out, float *stats,
+               const Workspace &workspace, cudaStream_t stream, std::string &why);
+  /// dqkv = the gradient of attention's qkv, given out, its gradient dout and stats from
+  /// forward(); every element of dqkv is written. False, with `why`, as forward().
+  bool backward(const SdpaProblem &problem, const void *qkv, const void *out, const void *dout,
+                const float *stats, void *dqkv, const Workspace &workspace,
+                cudaStream_t stream, std::string &why);
+
+  /// The version of the cuDNN library loaded, as "9.19.0".
+  static std::string version();
+
+private:
+  struct Graphs;
+  std::unique_ptr<Graphs> graphs_;
+};
+
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
