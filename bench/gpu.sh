@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One H100/H200: mtc against PyTorch (torch.compile, SDPA, bf16) on GPT-2 124M and a
-# 1.3B model, measured in the same run. Prints a table:
+# 1.3B model, measured in the same run, both with hidden dropout 0.1 and no dropout of
+# attention probabilities (scripts/bundle.sh says why). Prints a table:
 #   model | mtc tok/s | PyTorch tok/s | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
 #   | measured step s | `mtc estimate --system dgx-h100`'s step s | the estimate's error
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
@@ -22,6 +23,9 @@ peak=989e12
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 echo "commit $(cat "$bundle/COMMIT")"
+# Fused attention through cuDNN, or the run fails rather than timing our kernels.
+export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
+echo "MT_CUDA_ATTENTION=$MT_CUDA_ATTENTION"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 
 printf '%-12s %14s %14s %7s %12s %6s %10s %10s %7s\n' model "mtc tok/s" "PyTorch tok/s" \
@@ -33,7 +37,8 @@ for env in "$bundle"/plans/bench/*.env; do
     --steps "$steps" --log-every "$steps" --lr 1e-4 >"$work/$model.run"
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)
   theirs=$(python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
-    --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" |
+    --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" \
+    --attention-dropout "$attention_dropout" |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_second"]))')
   python3 - "$model" "$ours" "$theirs" "$flops" "$((seq * batch))" "$peak" "$estimated" <<'PY'
 import sys

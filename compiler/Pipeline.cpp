@@ -18,11 +18,12 @@ static LogicalResult runPasses(ModuleOp module, const CompileOptions &options,
   return pm.run(module);
 }
 
-LogicalResult padVocabulary(ModuleOp module, const CompileOptions &options) {
-  if (options.vocabMultiple <= 1)
-    return success();
+LogicalResult prepareModel(ModuleOp module, const CompileOptions &options) {
   return runPasses(module, options, [&](PassManager &pm) {
-    pm.addPass(mt::createMtPadVocab({options.vocabMultiple}));
+    if (options.vocabMultiple > 1)
+      pm.addPass(mt::createMtPadVocab({options.vocabMultiple}));
+    if (options.attentionDropout >= 0 || options.hiddenDropout >= 0)
+      pm.addPass(mt::createMtSetDropout({options.attentionDropout, options.hiddenDropout}));
   });
 }
 

@@ -14,6 +14,8 @@ struct CompileOptions {
   int64_t globalBatchSize = 0;
   int64_t seqLength = 0;     // 0: the model's positions
   int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
+  // Megatron's --attention-dropout and --hidden-dropout; negative: the model's rates.
+  double attentionDropout = -1, hiddenDropout = -1;
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
   int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
@@ -25,8 +27,9 @@ struct CompileOptions {
   bool printIRAfterAll = false;
 };
 
-/// mt-pad-vocab alone (model-level; `mtc info` uses it too).
-mlir::LogicalResult padVocabulary(mlir::ModuleOp module, const CompileOptions &options);
+/// What changes the model itself, before any lowering: mt-pad-vocab, and mt-set-dropout
+/// where a rate is given.
+mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
 /// expand → specialize → tensor parallel → autodiff → recompute → memory plan: @forward becomes a
 /// memory-planned @train_step for one rank. The verifier runs after every pass.

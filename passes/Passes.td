@@ -32,6 +32,23 @@ def MtPadVocab : Pass<"mt-pad-vocab", "::mlir::ModuleOp"> {
   ];
 }
 
+def MtSetDropout : Pass<"mt-set-dropout", "::mlir::ModuleOp"> {
+  let summary = "Sets the model's dropout rates";
+  let description = [{
+    Megatron's `--attention-dropout` and `--hidden-dropout`: `attention` becomes the
+    probability dropout of every `mt.attention`, `hidden` the rate of every
+    `mt.dropout` (on the embeddings and after each block's two sublayers). A rate of 0
+    removes the dropout: the attribute from `mt.attention`, the `mt.dropout` op
+    itself. A negative option (the default) leaves that kind as the model has it.
+  }];
+  let options = [
+    Option<"attention", "attention", "double", "-1.0",
+           "the attention probabilities' dropout rate, in [0, 1); negative: the model's">,
+    Option<"hidden", "hidden", "double", "-1.0",
+           "every mt.dropout's rate, in [0, 1); negative: the model's">
+  ];
+}
+
 def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
   let summary = "Fixes the batch and sequence dimensions and re-infers every type";
   let description = [{

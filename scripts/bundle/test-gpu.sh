@@ -52,16 +52,18 @@ if [ "$gpus" -eq 0 ]; then
   exit $((failures > 0))
 fi
 
-# 2. Bit-exact reruns and resume on the GPU.
+# 2. Bit-exact reruns and resume on the GPU. The -flash plan's attention must go
+# through cuDNN.
 train() { # plan name steps [flags...]
-  local plan=$1 name=$2 steps=$3
+  local plan=$1 name=$2 steps=$3 path=${MT_CUDA_ATTENTION:-}
   shift 3
-  "$here/bin/mtrun" "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" \
+  case "$plan" in *-flash) path=cudnn ;; esac
+  MT_CUDA_ATTENTION=$path "$here/bin/mtrun" "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" \
     --steps "$steps" --seed 7 --warmup-steps 1 --lr-decay-steps 6 \
     --metrics "$logs/$name.metrics" "$@" >"$logs/$name.log" 2>&1 ||
     failed "mtrun $name (see $logs/$name.log)"
 }
-for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full; do
+for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full gpt-tiny-bf16-flash; do
   rm -rf "$logs/$plan".*
   train "$plan" "$plan.a" 6 --save "$logs/$plan.a.ckpt"
   train "$plan" "$plan.b" 6
@@ -89,7 +91,7 @@ if [ "${1:-}" = "--sanitize" ]; then
     exit 1
   fi
   for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-fp32-selective \
-              gpt-tiny-bf16-selective gpt-tiny-fp32-full gpt-tiny-bf16-full; do
+              gpt-tiny-bf16-selective gpt-tiny-fp32-full gpt-tiny-bf16-full gpt-tiny-bf16-flash; do
     for tool in memcheck racecheck initcheck; do
       log="$logs/sanitize-$plan-$tool.log"
       compute-sanitizer --tool "$tool" --target-processes all --error-exitcode 99 "$here/bin/mtrun" \

@@ -78,6 +78,10 @@ std::vector<Case> cases() {
     for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}})
       all.push_back({{name, mlir, "", 64, heads * 64}, p});
   }
+  // Whole gpt-tiny steps whose attention cuDNN takes (heads of 16, no dropout of
+  // probabilities).
+  for (Precision p : {Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}})
+    all.push_back({{"flash_attention_gpt_tiny", "", "gpt-tiny", 8, 512, "--attention-dropout 0"}, p});
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});

@@ -47,6 +47,7 @@ constexpr const char *kUsage = R"(usage:
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
+              [--attention-dropout R] [--hidden-dropout R]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
@@ -55,7 +56,7 @@ constexpr const char *kUsage = R"(usage:
               [--seq-length S] [--precision P | --bf16 | --fp16]
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
-              [--ddp-bucket-size BYTES]
+              [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
@@ -92,7 +93,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       "micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
       "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
       "first-stage-layers", "last-stage-layers", "ddp-bucket-size", "recompute",
-      "recompute-method", "recompute-num-layers", "attention"};
+      "recompute-method", "recompute-num-layers", "attention", "attention-dropout",
+      "hidden-dropout"};
   auto with = [](std::vector<std::string> flags, std::vector<std::string> more) {
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
@@ -102,7 +104,8 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"tune",
        {"system", "gpus", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
         "precision", "tp", "pp", "vpp", "micro-batch-size", "recompute", "max-tp",
-        "max-micro-batch-size", "ddp-bucket-size", "top"}},
+        "max-micro-batch-size", "ddp-bucket-size", "top", "attention-dropout",
+        "hidden-dropout"}},
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
@@ -183,6 +186,22 @@ bool positiveFlag(const Args &args, llvm::StringRef name, int64_t fallback, int6
   return true;
 }
 
+/// --attention-dropout and --hidden-dropout: a rate in [0, 1) each, or, absent, the
+/// model's own (negative).
+bool dropoutFlags(const Args &args, mtc::CompileOptions &options) {
+  for (auto [name, out] : {std::pair{"attention-dropout", &options.attentionDropout},
+                           std::pair{"hidden-dropout", &options.hiddenDropout}}) {
+    auto it = args.values.find(name);
+    if (it == args.values.end())
+      continue;
+    if (llvm::StringRef(it->second).getAsDouble(*out) || !(*out >= 0 && *out < 1)) {
+      errs() << "mtc: --" << name << " must be a rate in [0, 1), got '" << it->second << "'\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 /// A parsed model and the source manager its diagnostics point into: errors print as
 /// file:line:col for as long as it lives.
 struct ModelFile {
@@ -233,7 +252,7 @@ int runInfo(MLIRContext &context, const Args &args) {
 
   mtc::CompileOptions options;
   options.vocabMultiple = multiple;
-  if (failed(mtc::padVocabulary(module, options)))
+  if (failed(mtc::prepareModel(module, options)))
     return 1;
   std::optional<mtc::DecoderShape> padded = mtc::recogniseDecoder(module);
   if (decoder && padded && padded->vocab != decoder->vocab)
@@ -375,7 +394,8 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
       !positiveFlag(args, "pp", 1, options.pp) ||
       !positiveFlag(args, "vpp", 1, options.virtualStages) ||
       !positiveFlag(args, "first-stage-layers", 1, options.firstStageLayers) ||
-      !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers))
+      !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers) ||
+      !dropoutFlags(args, options))
     return 1;
   if (!args.values.count("seq-length"))
     options.seqLength = 0;
@@ -496,7 +516,7 @@ int runCompile(MLIRContext &context, const Args &args) {
   if (!loadModel(context, args.model, model))
     return 1;
   ModuleOp module = *model.module;
-  if (failed(mtc::padVocabulary(module, options)))
+  if (failed(mtc::prepareModel(module, options)))
     return 1;
   std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
   int64_t vocab = decoder ? decoder->vocab : 0;
@@ -738,7 +758,7 @@ int runEstimate(MLIRContext &context, const Args &args) {
   if (!loadModel(context, args.model, model))
     return 1;
   ModuleOp module = *model.module;
-  if (failed(mtc::padVocabulary(module, layout.options)))
+  if (failed(mtc::prepareModel(module, layout.options)))
     return 1;
   std::vector<int64_t> inFlight;
   if (int status = finishLayout(args, mtc::recogniseDecoder(module), layout, inFlight))
@@ -876,9 +896,11 @@ int runTune(MLIRContext &context, const Args &args) {
   if (!loadModel(context, args.model, model))
     return 1;
   ModuleOp module = *model.module;
-  mtc::CompileOptions padding;
-  padding.vocabMultiple = request.vocabMultiple;
-  if (failed(mtc::padVocabulary(module, padding)))
+  mtc::CompileOptions modelOptions;
+  modelOptions.vocabMultiple = request.vocabMultiple;
+  if (!dropoutFlags(args, modelOptions))
+    return 1;
+  if (failed(mtc::prepareModel(module, modelOptions)))
     return 1;
   std::optional<mtc::DecoderShape> decoder = mtc::recogniseDecoder(module);
   const int64_t seqLength =
