@@ -50,7 +50,7 @@ while read -r name path; do
   case "$path" in "$bundle"/lib/*) continue ;; esac
   case "$name" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libstdc++.so.*|libgcc_s.so.*) ;;
-    libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*) ;;
+    libcudart.so.*|libcublas.so.*|libcublasLt.so.*|libnccl.so.*|libcudnn*.so.*|libnvrtc*.so.*) ;;
     *) fail "$name resolves outside the bundle, to $path" ;;
   esac
   owner=$(owner_of "$path")
