@@ -38,7 +38,7 @@ for env in "$bundle"/plans/bench/*.env; do
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)
   theirs=$(python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" \
-    --attention-dropout "$attention_dropout" |
+    --attention-dropout "${attention_dropout:-0.1}" |
     python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_second"]))')
   python3 - "$model" "$ours" "$theirs" "$flops" "$((seq * batch))" "$peak" "$estimated" <<'PY'
 import sys

@@ -26,6 +26,17 @@ struct MtSetDropout : impl::MtSetDropoutBase<MtSetDropout> {
   void runOnOperation() override {
     if (!valid("attention", attention) || !valid("hidden", hidden))
       return signalPassFailure();
+    // After mt-autodiff a gradient repeats each rate, and a dropout's mask feeds one.
+    WalkResult differentiated = getOperation().walk([&](Operation *op) {
+      auto dropout = dyn_cast<DropoutOp>(op);
+      if (!isa<AttentionGradOp>(op) && !(dropout && dropout.getKeepMask()))
+        return WalkResult::advance();
+      op->emitOpError("is part of a gradient: mt-set-dropout sets a model's rates, before "
+                      "mt-autodiff");
+      return WalkResult::interrupt();
+    });
+    if (differentiated.wasInterrupted())
+      return signalPassFailure();
     Builder builder(&getContext());
     getOperation().walk([&](Operation *op) {
       if (auto attentionOp = dyn_cast<AttentionOp>(op); attentionOp && attention >= 0) {
@@ -38,17 +49,7 @@ struct MtSetDropout : impl::MtSetDropoutBase<MtSetDropout> {
     if (hidden < 0)
       return;
     SmallVector<DropoutOp> dropped;
-    WalkResult walk = getOperation().walk([&](DropoutOp op) {
-      if (op.getKeepMask()) {
-        op.emitOpError("keeps its mask for a gradient: mt-set-dropout sets a model's rates, "
-                       "before mt-autodiff");
-        return WalkResult::interrupt();
-      }
-      dropped.push_back(op);
-      return WalkResult::advance();
-    });
-    if (walk.wasInterrupted())
-      return signalPassFailure();
+    getOperation().walk([&](DropoutOp op) { dropped.push_back(op); });
     for (DropoutOp op : dropped) {
       if (hidden > 0) {
         op.setRateAttr(builder.getF64FloatAttr(hidden));

@@ -214,14 +214,18 @@ private:
     check(code, what);
   }
 
-  /// At least `bytes` of `buffer`, or an exception naming `what`.
-  void *grow(DeviceBuffer &buffer, size_t bytes, const char *what) {
+  /// At least `bytes` of `buffer`, or an exception naming `what`; with `orNull`, null
+  /// where the device has not that much memory free.
+  void *grow(DeviceBuffer &buffer, size_t bytes, const char *what, bool orNull = false) {
     if (bytes > buffer.capacity())
       drain("before freeing a buffer to grow it"); // cudaFree waits for the device
     void *data = nullptr;
     const cudaError_t code = buffer.get(bytes, data);
-    if (code == cudaErrorMemoryAllocation)
+    if (code == cudaErrorMemoryAllocation) {
       cudaGetLastError(); // not sticky: clear it, or the next launch would report it
+      if (orNull)
+        return nullptr;
+    }
     check(code, what);
     return data;
   }
@@ -352,7 +356,7 @@ private:
   }
   CudnnAttention::Workspace cudnnWorkspace() {
     return [this](size_t bytes) {
-      return grow(cudnnWorkspace_, bytes, "allocating cuDNN's workspace");
+      return grow(cudnnWorkspace_, bytes, "allocating cuDNN's workspace", true);
     };
   }
 
@@ -546,7 +550,10 @@ private:
       // cuDNN's backward takes the rows' statistics, which the forward instruction did
       // not keep: its forward runs again for them (the output it writes is discarded).
       if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
-            const size_t statsBytes = sizeof(float) * a.b * a.heads * a.s;
+            if (!cudnn_.supports(problem, why))
+              return false;
+            // The output after the statistics, 256-byte aligned as cuDNN needs.
+            const size_t statsBytes = (sizeof(float) * a.b * a.heads * a.s + 255) / 256 * 256;
             char *temporaries = static_cast<char *>(scratch(statsBytes + in[2].bytes()));
             float *stats = reinterpret_cast<float *>(temporaries);
             void *output = temporaries + statsBytes;

@@ -1,6 +1,7 @@
 #include "backends/cuda/CudnnAttention.h"
 
 #include "backends/cuda/SdpaLayout.h"
+#include "core/Status.h"
 
 #define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include <cudnn.h>
@@ -114,6 +115,7 @@ struct CudnnAttention::Graphs {
   std::map<Key, Built> built;
 
   ~Graphs() {
+    built.clear(); // the plans before the handle they were built with
     if (handle)
       cudnnDestroy(handle);
   }
@@ -134,6 +136,16 @@ struct CudnnAttention::Graphs {
       entry.why = "its query heads are not evenly spaced in qkv";
       return entry;
     }
+    try {
+      build(problem, view, forward, entry);
+    } catch (const std::exception &e) { // a missing library, the frontend's own throws
+      entry.graph = nullptr;
+      entry.why = cat("building cuDNN ", version(), "'s graph failed: ", e.what());
+    }
+    return entry;
+  }
+
+  void build(const SdpaProblem &problem, const SdpaLayout &view, bool forward, Built &entry) {
     if (!handle)
       check(cudnnCreate(&handle), "creating the handle");
     auto graph = graphOf(problem, view, forward);
@@ -149,20 +161,25 @@ struct CudnnAttention::Graphs {
     if (status.is_good())
       status = graph->get_workspace_size(entry.workspaceBytes);
     if (!status.is_good()) {
-      entry.why = "cuDNN " + version() + " has no engine for it: " + status.get_message();
-      return entry;
+      entry.why = cat("cuDNN ", version(), " has no engine for it: ", status.get_message());
+      return;
     }
     entry.graph = std::move(graph);
-    return entry;
   }
 
-  void execute(const Built &entry, std::unordered_map<int64_t, void *> &pointers,
-               const Workspace &workspace, cudaStream_t stream) {
+  /// False, with `why`, where the workspace cannot be allocated.
+  bool execute(const Built &entry, std::unordered_map<int64_t, void *> &pointers,
+               const Workspace &workspace, cudaStream_t stream, std::string &why) {
+    void *space = nullptr;
+    if (entry.workspaceBytes > 0 && !(space = workspace(entry.workspaceBytes))) {
+      why = cat("cuDNN's workspace of ", entry.workspaceBytes, " bytes does not fit");
+      return false;
+    }
     check(cudnnSetStream(handle, stream), "setting the stream");
-    void *space = entry.workspaceBytes > 0 ? workspace(entry.workspaceBytes) : nullptr;
     fe::error_t status = entry.graph->execute(handle, pointers, space);
     if (!status.is_good())
       throw std::runtime_error("cuda backend: cuDNN attention failed: " + status.get_message());
+    return true;
   }
 };
 
@@ -194,8 +211,7 @@ bool CudnnAttention::forward(const SdpaProblem &problem, const void *qkv, void *
       {kV, at(qkv, view.v.offset, problem.dtype)},
       {kO, out},
       {kStats, stats}};
-  graphs_->execute(entry, pointers, workspace, stream);
-  return true;
+  return graphs_->execute(entry, pointers, workspace, stream, why);
 }
 
 bool CudnnAttention::backward(const SdpaProblem &problem, const void *qkv, const void *out,
@@ -219,7 +235,17 @@ bool CudnnAttention::backward(const SdpaProblem &problem, const void *qkv, const
       {kDQ, at(dqkv, view.q.offset, problem.dtype)},
       {kDK, at(dqkv, view.k.offset, problem.dtype)},
       {kDV, at(dqkv, view.v.offset, problem.dtype)}};
-  graphs_->execute(entry, pointers, workspace, stream);
+  return graphs_->execute(entry, pointers, workspace, stream, why);
+}
+
+bool CudnnAttention::supports(const SdpaProblem &problem, std::string &why) {
+  for (bool forward : {true, false}) {
+    const Built &entry = graphs_->get(problem, forward);
+    if (!entry.graph) {
+      why = entry.why;
+      return false;
+    }
+  }
   return true;
 }
 

@@ -29,7 +29,8 @@ struct SdpaProblem {
 
 class CudnnAttention {
 public:
-  /// At least `bytes` of device memory for cuDNN's workspace, valid until the next call.
+  /// At least `bytes` of device memory for cuDNN's workspace, valid until the next call;
+  /// null where it cannot be allocated (the call then returns false, launching nothing).
   using Workspace = std::function<void *(size_t bytes)>;
 
   CudnnAttention();
@@ -39,8 +40,8 @@ public:
 
   /// out [b, s, heads·d] = attention over qkv [b, s, width]; stats [b, heads, s] (f32) the
   /// rows' log-sum-exp of their scaled scores, which the backward takes. False, with
-  /// `why`, where cuDNN has no engine for the problem (nothing is launched); a failure to
-  /// launch throws.
+  /// `why`, where cuDNN has no engine for the problem or its workspace does not fit
+  /// (nothing is launched); a failure to launch throws.
   bool forward(const SdpaProblem &problem, const void *qkv, void *out, float *stats,
                const Workspace &workspace, cudaStream_t stream, std::string &why);
   /// dqkv = the gradient of attention's qkv, given out, its gradient dout and stats from
@@ -48,6 +49,10 @@ public:
   bool backward(const SdpaProblem &problem, const void *qkv, const void *out, const void *dout,
                 const float *stats, void *dqkv, const Workspace &workspace,
                 cudaStream_t stream, std::string &why);
+
+  /// Whether cuDNN has engines for both directions of `problem` (building their graphs
+  /// now); false with `why` where not.
+  bool supports(const SdpaProblem &problem, std::string &why);
 
   /// The version of the cuDNN library loaded, as "9.19.0".
   static std::string version();
