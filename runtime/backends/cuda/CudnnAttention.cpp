@@ -100,6 +100,13 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
   return graph;
 }
 
+/// `base` advanced by `offset` elements of `dtype` (cuDNN's variant pack holds non-const
+/// pointers, inputs included).
+void *at(const void *base, int64_t offset, plan::DType dtype) {
+  return const_cast<char *>(static_cast<const char *>(base)) +
+         offset * static_cast<int64_t>(dtypeBytes(dtype));
+}
+
 void check(cudnnStatus_t status, const char *what) {
   if (status != CUDNN_STATUS_SUCCESS)
     throw std::runtime_error(std::string("cuda backend: cuDNN: ") + what + ": " +
@@ -167,6 +174,28 @@ struct CudnnAttention::Graphs {
     entry.graph = std::move(graph);
   }
 
+  /// Runs the graph of `problem` in one direction: q, k and v in `qkv`, their gradients
+  /// in `dqkv` (backward), the other operands in `pointers`. False, with `why`, where
+  /// cuDNN has no graph for it or its workspace does not fit.
+  bool run(const SdpaProblem &problem, bool forward, const void *qkv, void *dqkv,
+           std::unordered_map<int64_t, void *> pointers, const Workspace &workspace,
+           cudaStream_t stream, std::string &why) {
+    const Built &entry = get(problem, forward);
+    if (!entry.graph) {
+      why = entry.why;
+      return false;
+    }
+    SdpaLayout view;
+    sdpaLayout(problem.layout, problem.b, problem.s, view);
+    for (auto [uid, gradient, part] : {std::tuple{kQ, kDQ, &view.q}, std::tuple{kK, kDK, &view.k},
+                                       std::tuple{kV, kDV, &view.v}}) {
+      pointers[uid] = at(qkv, part->offset, problem.dtype);
+      if (dqkv)
+        pointers[gradient] = at(dqkv, part->offset, problem.dtype);
+    }
+    return execute(entry, pointers, workspace, stream, why);
+  }
+
   /// False, with `why`, where the workspace cannot be allocated.
   bool execute(const Built &entry, std::unordered_map<int64_t, void *> &pointers,
                const Workspace &workspace, cudaStream_t stream, std::string &why) {
@@ -186,56 +215,22 @@ struct CudnnAttention::Graphs {
 CudnnAttention::CudnnAttention() : graphs_(std::make_unique<Graphs>()) {}
 CudnnAttention::~CudnnAttention() = default;
 
-namespace {
-/// `base` advanced by `offset` elements of `dtype` (cuDNN's variant pack holds non-const
-/// pointers, inputs included).
-void *at(const void *base, int64_t offset, plan::DType dtype) {
-  return const_cast<char *>(static_cast<const char *>(base)) +
-         offset * static_cast<int64_t>(dtypeBytes(dtype));
-}
-} // namespace
-
 bool CudnnAttention::forward(const SdpaProblem &problem, const void *qkv, void *out,
                              float *stats, const Workspace &workspace, cudaStream_t stream,
                              std::string &why) {
-  const Built &entry = graphs_->get(problem, true);
-  if (!entry.graph) {
-    why = entry.why;
-    return false;
-  }
-  SdpaLayout view;
-  sdpaLayout(problem.layout, problem.b, problem.s, view);
-  std::unordered_map<int64_t, void *> pointers{
-      {kQ, at(qkv, view.q.offset, problem.dtype)},
-      {kK, at(qkv, view.k.offset, problem.dtype)},
-      {kV, at(qkv, view.v.offset, problem.dtype)},
-      {kO, out},
-      {kStats, stats}};
-  return graphs_->execute(entry, pointers, workspace, stream, why);
+  return graphs_->run(problem, true, qkv, nullptr, {{kO, out}, {kStats, stats}}, workspace,
+                      stream, why);
 }
 
 bool CudnnAttention::backward(const SdpaProblem &problem, const void *qkv, const void *out,
                               const void *dout, const float *stats, void *dqkv,
                               const Workspace &workspace, cudaStream_t stream,
                               std::string &why) {
-  const Built &entry = graphs_->get(problem, false);
-  if (!entry.graph) {
-    why = entry.why;
-    return false;
-  }
-  SdpaLayout view;
-  sdpaLayout(problem.layout, problem.b, problem.s, view);
-  std::unordered_map<int64_t, void *> pointers{
-      {kQ, at(qkv, view.q.offset, problem.dtype)},
-      {kK, at(qkv, view.k.offset, problem.dtype)},
-      {kV, at(qkv, view.v.offset, problem.dtype)},
-      {kO, at(out, 0, problem.dtype)},
-      {kDO, at(dout, 0, problem.dtype)},
-      {kStats, const_cast<float *>(stats)},
-      {kDQ, at(dqkv, view.q.offset, problem.dtype)},
-      {kDK, at(dqkv, view.k.offset, problem.dtype)},
-      {kDV, at(dqkv, view.v.offset, problem.dtype)}};
-  return graphs_->execute(entry, pointers, workspace, stream, why);
+  return graphs_->run(problem, false, qkv, dqkv,
+                      {{kO, at(out, 0, problem.dtype)},
+                       {kDO, at(dout, 0, problem.dtype)},
+                       {kStats, at(stats, 0, plan::DType::F32)}},
+                      workspace, stream, why);
 }
 
 bool CudnnAttention::supports(const SdpaProblem &problem, std::string &why) {
