@@ -4,6 +4,7 @@
 # attention probabilities (scripts/bundle.sh says why). Prints a table:
 #   model | mtc tok/s | PyTorch tok/s | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
 #   | measured step s | `mtc estimate --system dgx-h100`'s step s | the estimate's error
+# then each model's profile (device time by opcode, slowest instructions).
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
 # is built: the GPU node needs no compiler.
 #   on the build machine:  bash scripts/bundle.sh          (writes build/mtc-runtime)
@@ -48,4 +49,15 @@ step = tokens / ours  # one micro-batch per step
 print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
       f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%}")
 PY
+done
+
+# Where each step's time goes: device time by opcode and the slowest instructions
+# (mtrun --profile). The host waits for every program there, so these steps are not
+# the ones timed above.
+for env in "$bundle"/plans/bench/*.env; do
+  eval "$(cat "$env")"
+  echo
+  echo "$model:"
+  "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
+    --steps 10 --log-every 10 --lr 1e-4 --profile | sed -n '/^profile:/,/^arena:/{/^arena:/!p}'
 done

@@ -8,11 +8,13 @@
 #include "core/Status.h"
 #include "core/Tensor.h"
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace mt {
 
@@ -77,6 +79,37 @@ inline QkvLayout qkvLayoutOf(const plan::Instruction &inst, int64_t heads, int64
   return layout;
 }
 
+/// Marks in the order of a backend's work, and the seconds between them: what a profile
+/// of the device's time is made of.
+class Stopwatch {
+public:
+  virtual ~Stopwatch() = default;
+  /// A mark after all the work asked of the backend so far.
+  virtual Status mark() = 0;
+  /// Waits for the last mark; `seconds` gets the time between each mark and the next,
+  /// in order, and the marks are forgotten.
+  virtual Status laps(std::vector<double> &seconds) = 0;
+};
+
+/// The host's clock: the stopwatch of a backend whose work is done when its call returns.
+class HostStopwatch final : public Stopwatch {
+public:
+  Status mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return Status::success();
+  }
+  Status laps(std::vector<double> &seconds) override {
+    seconds.clear();
+    for (size_t i = 1; i < marks_.size(); ++i)
+      seconds.push_back(std::chrono::duration<double>(marks_[i] - marks_[i - 1]).count());
+    marks_.clear();
+    return Status::success();
+  }
+
+private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+
 /// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a
 /// Status naming the cause. release() cannot fail: it runs in destructors.
 class Backend {
@@ -104,11 +137,16 @@ public:
   virtual Status initParameter(const TensorView &weight, const plan::Param &param,
                                uint64_t seed, int tpRank, int tpSize) = 0;
 
-  /// sum = Σ x², accumulated in double.
-  virtual Status sumOfSquares(const TensorView &x, double &sum) = 0;
+  /// sum = Σ over `xs`, in order, of each one's Σ x² (accumulated in double): one call
+  /// for all the gradients of a global norm, so a queued backend waits once, not per
+  /// tensor.
+  virtual Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) = 0;
   virtual Status adamw(const TensorView &weight, const TensorView &grad,
                        const TensorView &expAvg, const TensorView &expAvgSq,
                        const AdamWStep &step) = 0;
+
+  /// A stopwatch over this backend's work (by default the host's clock).
+  virtual std::unique_ptr<Stopwatch> stopwatch() { return std::make_unique<HostStopwatch>(); }
 
   /// Called every few milliseconds while the host waits for the device's queue (a copy
   /// to the host waits for every kernel before it), with what it waits for and the

@@ -264,6 +264,9 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   TensorView in[8], out[8];
   const auto &instructions = *prog.instructions();
   bool backward = false;
+  std::vector<Profile::Entry *> timed;
+  if (profile_)
+    MT_TRY(profile_->mark());
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
     if (!backward && inst.opcode() == plan::Opcode::Fill) {
@@ -284,8 +287,26 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
         !s.ok())
       return Status::failure(cat(prog.name()->str(), " instruction ", i, " (",
                                  plan::EnumNameOpcode(inst.opcode()), "): ", s.message()));
+    if (profile_) {
+      MT_TRY(profile_->mark());
+      timed.push_back(&profileEntry(program, i, inst, out[0]));
+    }
   }
-  return Status::success();
+  return profile_ ? profile_->record(timed) : Status::success();
+}
+
+Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
+                                       const plan::Instruction &inst, const TensorView &out) {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  std::string shape;
+  if (inst.outputs()->size() > 0) {
+    shape = "[";
+    for (int d = 0; d < out.rank; ++d)
+      shape += (d ? "," : "") + std::to_string(out.shape[d]);
+    shape += "]";
+  }
+  return profile_->instruction(program, index, plan::EnumNameOpcode(inst.opcode()),
+                               cat(prog.name()->str(), " #", index), shape);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 
 #include "backends/Backend.h"
 #include "comm/Comm.h"
+#include "core/Profile.h"
 #include "plan/PlanReader.h"
 
 #include <chrono>
@@ -110,6 +111,12 @@ public:
   /// forward (the loss seed). For timelines.
   std::chrono::steady_clock::time_point lastBackwardStart() const { return backwardStart_; }
 
+  /// Times every instruction the executor runs into `profile` from now on (null: none).
+  /// Each program then waits for its marks, so the host no longer runs ahead of the
+  /// device across programs.
+  void setProfile(Profile *profile) { profile_ = profile; }
+  Profile *profile() const { return profile_; }
+
   /// Measures the arena: fill it (and the guard region after it) with a sentinel byte
   /// before running, and afterwards find the end of the last byte that no longer holds
   /// it. A written byte can equal the sentinel by chance, so a measurement that must be
@@ -131,6 +138,9 @@ private:
              StepContext context);
   Status runCollective(const plan::Instruction &inst, const TensorView &in,
                        const TensorView &out);
+  /// The profile's entry of instruction `index` of `program`, whose first output is `out`.
+  Profile::Entry &profileEntry(uint32_t program, uint32_t index, const plan::Instruction &inst,
+                               const TensorView &out);
 
   const plan::Plan &plan_;
   Backend &backend_;
@@ -145,6 +155,7 @@ private:
   int64_t masterFirst_ = 0;
   void *arena_ = nullptr;
   std::chrono::steady_clock::time_point backwardStart_;
+  Profile *profile_ = nullptr;
 };
 
 } // namespace mt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace mt {
 namespace {
@@ -100,16 +101,15 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
   // Global norm over the parameters this rank updates; a parameter replicated across
   // the tensor-parallel group counts once (on its first rank), and one several pipeline
   // stages hold counts on the first of them.
-  double sumSquares = 0;
+  std::vector<TensorView> counted;
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader) &&
-        (p.holders.empty() || p.holders.front() == stage)) {
-      double sum = 0;
-      MT_TRY(backend.sumOfSquares(slice(executor_.flatGrads(), begin, end), sum));
-      sumSquares += sum;
-    }
+        (p.holders.empty() || p.holders.front() == stage))
+      counted.push_back(slice(executor_.flatGrads(), begin, end));
   }
+  double sumSquares = 0;
+  MT_TRY(backend.sumOfSquares(counted, sumSquares));
   MT_TRY(comm.allReduceSum(Group::Tensor, sumSquares));
   MT_TRY(comm.allReduceSum(Group::Pipeline, sumSquares));
   if (distributed_)

@@ -216,6 +216,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   const char *killStep = std::getenv("MT_FAULT_KILL_STEP");
   const char *stopRank = std::getenv("MT_FAULT_STOP_RANK");
   const char *stopStep = std::getenv("MT_FAULT_STOP_STEP");
+  // A part of the step outside the programs, timed into the profile when there is one.
+  auto timed = [&](const char *part, auto &&body) -> Status {
+    Profile *profile = executor.profile();
+    if (!profile)
+      return body();
+    MT_TRY(profile->mark());
+    MT_TRY(body());
+    MT_TRY(profile->mark());
+    return profile->record({&profile->part(part)});
+  };
   for (int64_t step = state.step; step < config.steps; ++step) {
     comm.setActivity("step " + std::to_string(step + 1));
     if (killRank && killStep && std::atoi(killRank) == comm.position().worldRank() &&
@@ -230,7 +240,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     // The plan's schedule: this rank's micro-batches forward and backward (gradients
     // accumulate), the gradient synchronisation, the update. The loss, and so the
     // gradient, is the mean over all micro-batches of the global batch.
-    if (Status s = executor.zeroGradients(); !s.ok())
+    if (Status s = timed("zero gradients", [&] { return executor.zeroGradients(); }); !s.ok())
       return s;
     const double lossScale = scaleLoss ? state.lossScaler.scale : 1.0;
     bool skipped = false;
@@ -335,8 +345,10 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         auto begin = Timeline::Clock::now();
         if (Status s = comm.waitSends(); !s.ok())
           return failed(s);
-        if (Status s = synchronizeGradients(executor, plan.distributed_optimizer(),
-                                            plan.ddp_bucket_bytes());
+        if (Status s = timed("gradient sync", [&] {
+              return synchronizeGradients(executor, plan.distributed_optimizer(),
+                                          plan.ddp_bucket_bytes());
+            });
             !s.ok())
           return failed(s);
         timeline.add("gradient sync", "communication", begin, Timeline::Clock::now(),
@@ -351,7 +363,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         if (!std::isfinite(lossSum) && !scaleLoss)
           return failed(Status::failure("the loss is not finite"));
         const double gradScale = 1.0 / (microBatches * lossScale);
-        if (Status s = optimizer.gradientNorm(gradScale, gradNorm); !s.ok())
+        if (Status s = timed("gradient norm",
+                             [&] { return optimizer.gradientNorm(gradScale, gradNorm); });
+            !s.ok())
           return failed(s);
         if (scaleLoss) { // an overflow anywhere skips the step
           skipped = !std::isfinite(gradNorm) || !std::isfinite(lossSum);
@@ -360,7 +374,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         }
         // Adam counts the updates it made, not the steps skipped.
         if (!skipped)
-          if (Status s = optimizer.step(step + 1 - state.skippedSteps, lr, gradScale, gradNorm);
+          if (Status s = timed("optimizer", [&] {
+                return optimizer.step(step + 1 - state.skippedSteps, lr, gradScale, gradNorm);
+              });
               !s.ok())
             return failed(s);
         timeline.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
@@ -437,6 +453,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                  static_cast<double>(pipelineStages - 1) /
                      static_cast<double>(plan.virtual_stages() * microBatches /
                                          comm.size(Group::Data)));
+  if (log && executor.profile())
+    executor.profile()->print(log, config.steps - firstStep);
   if (log && pipelineStages > 1)
     std::fprintf(log, "stash: %" PRIu64 " bytes held at most on rank 0, %" PRIu64 " planned\n",
                  stashPeak, static_cast<uint64_t>(plan.stages()->Get(stage)->stash_bytes()));

@@ -244,6 +244,37 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaBackendTest, ::testing::ValuesIn(cases()),
                            return caseName(info.param);
                          });
 
+/// The stopwatch times the queue, not the host: a lap holds the kernels queued in it,
+/// and a lap of a hundred conversions takes longer than one of a single conversion.
+TEST(CudaStopwatch, TimesTheKernelsBetweenMarks) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers{*cuda};
+  const int64_t n = int64_t{1} << 24;
+  TensorView from, to;
+  from.data = buffers.allocate(sizeof(float) * n);
+  to.data = buffers.allocate(2 * n);
+  from.rank = to.rank = 1;
+  from.shape[0] = to.shape[0] = n;
+  to.dtype = plan::DType::BF16;
+  ASSERT_OK(cuda->setZero(from.data, sizeof(float) * n));
+  std::unique_ptr<Stopwatch> stopwatch = cuda->stopwatch();
+  ASSERT_OK(stopwatch->mark());
+  ASSERT_OK(cuda->convert(to, from));
+  ASSERT_OK(stopwatch->mark());
+  for (int i = 0; i < 100; ++i)
+    ASSERT_OK(cuda->convert(to, from));
+  ASSERT_OK(stopwatch->mark());
+  std::vector<double> laps;
+  ASSERT_OK(stopwatch->laps(laps));
+  ASSERT_EQ(laps.size(), 2u);
+  EXPECT_GT(laps[0], 0);
+  EXPECT_GT(laps[1], 10 * laps[0]);
+  ASSERT_OK(stopwatch->laps(laps)); // the marks were used up
+  EXPECT_TRUE(laps.empty());
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients.
 TEST(CudaAdamW, MatchesTheCpuBackend) {
   REQUIRE_GPU();
@@ -286,10 +317,29 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
     ASSERT_OK(cuda->copyToHost(got.data(), device[i], sizeof(float) * n));
     EXPECT_LE(relative(got, expected[i]), 1e-6) << "tensor " << i << " (0: weights, 2: m, 3: v)";
   }
-  double onDevice = 0, onHost = 0;
-  ASSERT_OK(cuda->sumOfSquares(view(device[1]), onDevice));
-  ASSERT_OK(cpu->sumOfSquares(view(host[1].data()), onHost));
-  EXPECT_NEAR(onDevice, onHost, 1e-9 * onHost);
+  // A norm's sum over several tensors (one empty, one of a single block) in one call:
+  // CPU's within rounding, and to the bit the sum of one call per tensor, in order.
+  auto part = [&](void *data, int64_t begin, int64_t end) {
+    TensorView v = view(static_cast<float *>(data) + begin);
+    v.shape[0] = end - begin;
+    return v;
+  };
+  const std::pair<int64_t, int64_t> ranges[] = {{0, n}, {5, 5}, {3, 200}, {100, n}};
+  std::vector<TensorView> onDevice, onHost;
+  for (int i = 0; i < 4; ++i) {
+    onDevice.push_back(part(device[i], ranges[i].first, ranges[i].second));
+    onHost.push_back(part(host[i].data(), ranges[i].first, ranges[i].second));
+  }
+  double together = 0, reference = 0, oneByOne = 0;
+  ASSERT_OK(cuda->sumOfSquares(onDevice, together));
+  ASSERT_OK(cpu->sumOfSquares(onHost, reference));
+  EXPECT_NEAR(together, reference, 1e-9 * reference);
+  for (const TensorView &x : onDevice) {
+    double one = 0;
+    ASSERT_OK(cuda->sumOfSquares({x}, one));
+    oneByOne += one;
+  }
+  EXPECT_EQ(together, oneByOne);
 }
 
 
@@ -413,7 +463,7 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
       << bad.message();
   EXPECT_NE(bad.message().find("(CudaBackend.cu:"), std::string::npos) << bad.message();
   double sum = -1;
-  EXPECT_OK(cuda->sumOfSquares(none, sum));
+  EXPECT_OK(cuda->sumOfSquares({none}, sum));
   EXPECT_EQ(sum, 0.0);
   AdamWStep step;
   step.step = 1;

@@ -11,6 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <sstream>
 #include <cstring>
 #include <random>
 
@@ -78,6 +83,79 @@ TEST_F(ExecutorTest, PlannedReuseEqualsSeparateBuffersBitForBit) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_EQ(std::memcmp(a[i].grad.data, b[i].grad.data, a[i].bytes), 0) << a[i].name;
+}
+
+/// The profile times every instruction of every run, names each by its opcode, and
+/// its table counts each opcode's runs per step exactly.
+TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
+  StepRun run;
+  ASSERT_OK(Executor::create(plan, *run.backend, *run.comm, {}, run.executor));
+  Profile profile(run.backend->stopwatch());
+  run.executor->setProfile(&profile);
+  ASSERT_OK(run.executor->initParameters(42));
+  std::vector<int32_t> ids(run.executor->tokensPerMicroBatch(), 3);
+  const int runs = 3;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < runs; ++i)
+    ASSERT_OK(run.executor->forwardBackward(ids.data(), ids.data(), {7, 0, 0}, run.loss));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const auto &instructions = *plan.plan().programs()->Get(0)->instructions();
+  ASSERT_EQ(profile.entries().size(), instructions.size());
+  std::map<std::string, int> perOpcode;
+  double timed = 0;
+  for (uint32_t i = 0; i < instructions.size(); ++i) {
+    const Profile::Entry &e = *profile.entries()[i];
+    const std::string opcode = plan::EnumNameOpcode(instructions.Get(i)->opcode());
+    EXPECT_EQ(e.what, opcode) << i;
+    EXPECT_EQ(e.where, "train_step #" + std::to_string(i));
+    ASSERT_EQ(e.runs.size(), static_cast<size_t>(runs)) << i;
+    for (double t : e.runs) {
+      EXPECT_GE(t, 0) << i;
+      timed += t;
+    }
+    ++perOpcode[opcode];
+  }
+  EXPECT_LE(timed, wall);
+  EXPECT_GT(perOpcode["Linear"], 1);
+
+  // Printed as one step, which all the runs fall in: each opcode's row counts its
+  // instructions times the runs.
+  char *text = nullptr;
+  size_t size = 0;
+  std::FILE *out = open_memstream(&text, &size);
+  profile.print(out, 1);
+  std::fclose(out);
+  std::istringstream lines{std::string(text, size)};
+  std::free(text);
+  std::string line;
+  std::map<std::string, double> printed;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string what;
+    double runsPerStep = 0;
+    if (words >> what >> runsPerStep && perOpcode.count(what))
+      printed[what] = runsPerStep;
+  }
+  ASSERT_EQ(printed.size(), perOpcode.size());
+  for (const auto &[opcode, count] : perOpcode)
+    EXPECT_EQ(printed[opcode], count * runs) << opcode;
+}
+
+/// Laps and entries must agree: a profile fed more laps than entries says so.
+TEST(Profile, LapsWithoutTheirEntriesAreRefused) {
+  Profile profile(std::make_unique<HostStopwatch>());
+  ASSERT_OK(profile.mark());
+  ASSERT_OK(profile.mark());
+  Status s = profile.record({});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "profile: 1 laps timed for 0 entries");
+  // The marks were used up: a new lap starts afresh.
+  ASSERT_OK(profile.mark());
+  ASSERT_OK(profile.mark());
+  ASSERT_OK(profile.record({&profile.part("optimizer")}));
+  EXPECT_EQ(profile.part("optimizer").runs.size(), 1u);
+  EXPECT_EQ(profile.entries().size(), 1u);
 }
 
 /// Running out of memory is a Status naming the request, not an exception; memory that

@@ -55,6 +55,11 @@ constexpr const char *kUsage = R"(usage:
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
+  --profile                 after training, rank 0's device time per step by opcode and
+                            its slowest instructions (each instruction timed by the
+                            backend: CUDA events, or the host's clock on the CPU; the
+                            host then waits for each program, so steps run a little
+                            slower)
   --initial-loss-scale X    fp16 plans: dynamic loss scaling's first scale (default
                             2^32), --min-loss-scale X (1), --loss-scale-window N good
                             steps before it doubles (1000), --hysteresis N overflows
@@ -81,7 +86,7 @@ const std::set<std::string> kFlags = {
     "collective-timeout",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
 /// Flags that take no value.
-const std::set<std::string> kSwitches = {"async-save"};
+const std::set<std::string> kSwitches = {"async-save", "profile"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
 int localRank() {
@@ -330,6 +335,11 @@ int main(int argc, char **argv) {
     if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
       return fail(s);
     const bool leader = comm->position().worldRank() == 0;
+    std::unique_ptr<mt::Profile> profile;
+    if (flags.count("profile")) {
+      profile = std::make_unique<mt::Profile>(backend->stopwatch());
+      executor->setProfile(profile.get());
+    }
     if (leader)
       std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens%s\n",
                   plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),

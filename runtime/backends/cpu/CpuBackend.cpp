@@ -1028,9 +1028,11 @@ public:
     return Status::success();
   }
 
-  Status sumOfSquares(const TensorView &x, double &sum) override {
-    sum = x.dtype == plan::DType::F64 ? Kernels<double>::sumOfSquares(x)
-                                      : Kernels<float>::sumOfSquares(x);
+  Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) override {
+    sum = 0;
+    for (const TensorView &x : xs)
+      sum += x.dtype == plan::DType::F64 ? Kernels<double>::sumOfSquares(x)
+                                         : Kernels<float>::sumOfSquares(x);
     return Status::success();
   }
 

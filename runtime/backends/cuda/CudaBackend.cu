@@ -39,6 +39,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace mt {
@@ -165,22 +166,38 @@ public:
     return copyToDevice(w.data, host.data(), host.size());
   }
 
-  Status sumOfSquares(const TensorView &x, double &sum) override {
-    if (x.dtype != DType::F32)
-      return Status::failure("cuda backend: gradient norms are taken over f32 gradients");
-    const unsigned blocks = sumOfSquaresBlocks(x.numel());
-    std::vector<double> host(blocks);
+  Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) override {
+    // Each tensor's partial sums in a region of one buffer, then one wait and one copy:
+    // the host adds each tensor's partials in block order, then the tensors in order.
+    std::vector<unsigned> blocks;
+    size_t partials = 0;
+    for (const TensorView &x : xs) {
+      if (x.dtype != DType::F32)
+        return Status::failure("cuda backend: gradient norms are taken over f32 gradients");
+      blocks.push_back(x.numel() > 0 ? sumOfSquaresBlocks(x.numel()) : 0);
+      partials += blocks.back();
+    }
+    sum = 0;
+    if (partials == 0)
+      return Status::success();
+    std::vector<double> host(partials);
     MT_TRY(guarded([&] {
-      double *partial = static_cast<double *>(scratch(sizeof(double) * blocks));
-      launchSumOfSquares(x.as<float>(), x.numel(), partial, stream_);
-      launched("sum of squares");
+      double *partial = static_cast<double *>(scratch(sizeof(double) * partials));
+      for (size_t i = 0, at = 0; i < xs.size(); at += blocks[i++])
+        if (blocks[i] > 0) {
+          launchSumOfSquares(xs[i].as<float>(), xs[i].numel(), partial + at, stream_);
+          launched("sum of squares");
+        }
       drain("for a sum of squares");
-      check(cudaMemcpy(host.data(), partial, sizeof(double) * blocks, cudaMemcpyDeviceToHost),
+      check(cudaMemcpy(host.data(), partial, sizeof(double) * partials, cudaMemcpyDeviceToHost),
             "copying the partial sums of squares");
     }));
-    sum = 0;
-    for (double p : host)
-      sum += p;
+    for (size_t i = 0, at = 0; i < xs.size(); at += blocks[i++]) {
+      double tensor = 0;
+      for (unsigned b = 0; b < blocks[i]; ++b)
+        tensor += host[at + b];
+      sum += tensor;
+    }
     return Status::success();
   }
 
@@ -197,8 +214,53 @@ public:
 
   void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
 
+  std::unique_ptr<Stopwatch> stopwatch() override {
+    return std::make_unique<EventStopwatch>(*this);
+  }
+
+
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
+
+  /// Marks as events in the backend's stream; the laps are the times between them.
+  class EventStopwatch final : public Stopwatch {
+  public:
+    explicit EventStopwatch(CudaBackend &backend) : backend_(backend) {}
+    ~EventStopwatch() override {
+      for (cudaEvent_t event : events_)
+        cudaEventDestroy(event);
+    }
+    Status mark() override {
+      return guarded([&] {
+        if (used_ == events_.size()) {
+          cudaEvent_t event;
+          check(cudaEventCreate(&event), "creating a stopwatch's event");
+          events_.push_back(event);
+        }
+        check(cudaEventRecord(events_[used_++], backend_.stream_), "recording a mark");
+      });
+    }
+    Status laps(std::vector<double> &seconds) override {
+      seconds.clear();
+      const size_t used = std::exchange(used_, 0);
+      if (used == 0)
+        return Status::success();
+      return guarded([&] {
+        backend_.drain("for the stopwatch's marks");
+        check(cudaEventSynchronize(events_[used - 1]), "waiting for the last mark");
+        for (size_t i = 1; i < used; ++i) {
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]), "timing a lap");
+          seconds.push_back(ms / 1e3);
+        }
+      });
+    }
+
+  private:
+    CudaBackend &backend_;
+    std::vector<cudaEvent_t> events_; // reused from one set of laps to the next
+    size_t used_ = 0;
+  };
 
   /// Waits for every kernel queued so far, calling the watch every few milliseconds:
   /// before each call that blocks the host on the queue (a copy from or to pageable host
