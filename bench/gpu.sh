@@ -4,6 +4,7 @@
 # attention probabilities (scripts/bundle.sh says why). Prints a table:
 #   model | mtc tok/s | PyTorch tok/s | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
 #   | measured step s | `mtc estimate --system dgx-h100`'s step s | the estimate's error
+#   | memory: mtc's prediction, what mtrun held for the plan, mtrun's whole use, PyTorch's
 # then each model's profile (device time by opcode, slowest instructions).
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
 # is built: the GPU node needs no compiler.
@@ -29,27 +30,42 @@ export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
 echo "MT_CUDA_ATTENTION=$MT_CUDA_ATTENTION"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 
-printf '%-12s %14s %14s %7s %12s %6s %10s %10s %7s\n' model "mtc tok/s" "PyTorch tok/s" \
-  ratio "mtc TFLOP/s" MFU "step s" "estimate s" error
+printf '%-12s %14s %14s %7s %12s %6s %10s %10s %7s %9s %9s %9s %9s\n' model "mtc tok/s" \
+  "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "step s" "estimate s" error "plan GiB" "held GiB" \
+  "mtc GiB" "torch GiB"
 for env in "$bundle"/plans/bench/*.env; do
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
   "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
     --steps "$steps" --log-every "$steps" --lr 1e-4 >"$work/$model.run"
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)
-  theirs=$(python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
+  python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" \
-    --attention-dropout "${attention_dropout:-0.1}" |
-    python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_second"]))')
-  python3 - "$model" "$ours" "$theirs" "$flops" "$((seq * batch))" "$peak" "$estimated" <<'PY'
-import sys
-model, ours, theirs, flops, tokens, peak, estimated = sys.argv[1], *map(float, sys.argv[2:])
+    --attention-dropout "${attention_dropout:-0.1}" >"$work/$model.torch"
+  python3 - "$model" "$ours" "$flops" "$((seq * batch))" "$peak" "$estimated" \
+    "$work/$model.run" "$work/$model.torch" <<'PY'
+import json, re, sys
+model, ours, flops, tokens, peak, estimated = sys.argv[1], *map(float, sys.argv[2:7])
+run, torch = open(sys.argv[7]).read(), json.load(open(sys.argv[8]))
+theirs = torch["tokens_per_second"]
 tflops = flops / tokens * ours / 1e12
 step = tokens / ours  # one micro-batch per step
+# mtrun's memory line: held for the plan, mtc's prediction, the most held at once,
+# and the device's use at the end (the plan's buffers, the backend's workspaces, the
+# libraries' own memory and the CUDA context).
+m = re.search(r"memory: (\d+) bytes held for the plan, (\d+) predicted .*?at most (\d+) at once"
+              r".*?the device: (\d+) of", run)
+held, predicted, most, device = (int(g) for g in m.groups()) if m else (0, 0, 0, 0)
+gib = 2.0 ** 30
 print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
-      f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%}")
+      f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%} "
+      f"{predicted / gib:9.2f} {most / gib:9.2f} {(device - held + most) / gib:9.2f} "
+      f"{torch['peak_bytes'] / gib:9.2f}")
 PY
 done
+echo "plan GiB: mtc compile's prediction per rank; held GiB: the most mtrun held for the plan"
+echo "at once; mtc GiB: the device's memory in use by mtrun at its peak (the plan's buffers,"
+echo "workspaces, libraries, the CUDA context); torch GiB: PyTorch's max_memory_allocated."
 
 # Where each step's time goes: device time by opcode and the slowest instructions
 # (mtrun --profile). The host waits for every program there, so these steps are not

@@ -8,6 +8,7 @@
 #include "core/Status.h"
 #include "core/Tensor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -145,6 +146,19 @@ public:
                        const TensorView &expAvg, const TensorView &expAvgSq,
                        const AdamWStep &step) = 0;
 
+  /// Bytes of this backend's memory that DeviceMemory holds now (the plan's arena and
+  /// stores, the optimizer's moments), and the most it held at once.
+  uint64_t heldBytes() const { return held_; }
+  uint64_t heldPeakBytes() const { return heldPeak_; }
+  /// Bytes the backend holds for its own work now: its kernels' temporaries and the
+  /// libraries' workspaces.
+  virtual uint64_t workspaceBytes() const { return 0; }
+  /// The whole device's memory in use and its size; false where the backend cannot say.
+  virtual bool deviceMemory(uint64_t &used, uint64_t &total) const {
+    (void)used, (void)total;
+    return false;
+  }
+
   /// A stopwatch over this backend's work (by default the host's clock).
   virtual std::unique_ptr<Stopwatch> stopwatch() { return std::make_unique<HostStopwatch>(); }
 
@@ -154,6 +168,10 @@ public:
   using WaitWatch = std::function<void(const std::string &what, double waited)>;
   /// A backend whose work is queued (CUDA) watches its waits; the others have none.
   virtual void setWaitWatch(WaitWatch watch) { (void)watch; }
+
+private:
+  friend class DeviceMemory;
+  uint64_t held_ = 0, heldPeak_ = 0;
 };
 
 /// Memory from a backend, released when this goes out of scope.
@@ -161,12 +179,14 @@ class DeviceMemory {
 public:
   DeviceMemory() = default;
   DeviceMemory(DeviceMemory &&other) noexcept
-      : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)) {}
+      : backend_(other.backend_), data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
   DeviceMemory &operator=(DeviceMemory &&other) noexcept {
     if (this != &other) {
       reset();
       backend_ = other.backend_;
       data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
     }
     return *this;
   }
@@ -179,17 +199,23 @@ public:
     MT_TRY(backend.allocate(bytes, data));
     backend_ = &backend;
     data_ = data;
+    bytes_ = bytes;
+    backend.held_ += bytes;
+    backend.heldPeak_ = std::max(backend.heldPeak_, backend.held_);
     return Status::success();
   }
   void reset() noexcept {
-    if (data_)
+    if (data_) {
+      backend_->held_ -= std::exchange(bytes_, 0);
       backend_->release(std::exchange(data_, nullptr));
+    }
   }
   void *data() const { return data_; }
 
 private:
   Backend *backend_ = nullptr;
   void *data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 std::unique_ptr<Backend> makeCpuBackend();

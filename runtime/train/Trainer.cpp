@@ -81,6 +81,24 @@ private:
   std::vector<nlohmann::json> events_;
 };
 
+/// What this rank holds of its device's memory, beside what mtc predicted for it.
+void reportMemory(Executor &executor, std::FILE *log) {
+  Backend &backend = executor.backend();
+  const plan::Accounting *a = executor.plan().accounting();
+  const uint64_t predicted = a ? a->weight_bytes() + a->gradient_bytes() + a->optimizer_bytes() +
+                                     a->activation_bytes()
+                               : 0;
+  std::fprintf(log,
+               "memory: %" PRIu64 " bytes held for the plan, %" PRIu64
+               " predicted (+ %zu guard bytes after the arena); at most %" PRIu64 " at once",
+               backend.heldBytes(), predicted, Executor::kGuardBytes, backend.heldPeakBytes());
+  if (uint64_t workspace = backend.workspaceBytes())
+    std::fprintf(log, "; %" PRIu64 " in the backend's workspaces", workspace);
+  if (uint64_t used = 0, total = 0; backend.deviceMemory(used, total))
+    std::fprintf(log, "; the device: %" PRIu64 " of %" PRIu64 " bytes in use", used, total);
+  std::fprintf(log, "\n");
+}
+
 std::string duration(double seconds) {
   long s = static_cast<long>(seconds + 0.5);
   char text[32];
@@ -453,6 +471,8 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                  static_cast<double>(pipelineStages - 1) /
                      static_cast<double>(plan.virtual_stages() * microBatches /
                                          comm.size(Group::Data)));
+  if (log)
+    reportMemory(executor, log);
   if (log && executor.profile())
     executor.profile()->print(log, config.steps - firstStep);
   if (log && pipelineStages > 1)

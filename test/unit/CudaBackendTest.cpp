@@ -275,6 +275,28 @@ TEST(CudaStopwatch, TimesTheKernelsBetweenMarks) {
   EXPECT_TRUE(laps.empty());
 }
 
+/// The memory report: what the plan's buffers hold, the backend's own workspaces (at
+/// least the GEMM workspace) and the device's use, which covers both.
+TEST(CudaMemory, ReportsHeldWorkspaceAndDevice) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  uint64_t before = 0, total = 0;
+  ASSERT_TRUE(cuda->deviceMemory(before, total));
+  {
+    DeviceMemory memory;
+    ASSERT_OK(memory.allocate(*cuda, 256u << 20));
+    EXPECT_EQ(cuda->heldBytes(), 256u << 20);
+    uint64_t used = 0;
+    ASSERT_TRUE(cuda->deviceMemory(used, total));
+    EXPECT_GE(used, before + (256u << 20));
+    EXPECT_LE(used, total);
+  }
+  EXPECT_EQ(cuda->heldBytes(), 0u);
+  EXPECT_EQ(cuda->heldPeakBytes(), 256u << 20);
+  EXPECT_GE(cuda->workspaceBytes(), 32u << 20);
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients.
 TEST(CudaAdamW, MatchesTheCpuBackend) {
   REQUIRE_GPU();

@@ -173,6 +173,25 @@ TEST(BackendErrors, OutOfMemoryIsAStatus) {
   EXPECT_NE(memory.data(), nullptr);
 }
 
+/// A backend counts what DeviceMemory holds of it, and the most at once.
+TEST(BackendMemory, CountsWhatIsHeld) {
+  std::unique_ptr<Backend> backend = makeCpuBackend();
+  {
+    DeviceMemory a, b;
+    ASSERT_OK(a.allocate(*backend, 1000));
+    ASSERT_OK(b.allocate(*backend, 24));
+    EXPECT_EQ(backend->heldBytes(), 1024u);
+    ASSERT_OK(a.allocate(*backend, 10)); // replaces its 1000 bytes
+    EXPECT_EQ(backend->heldBytes(), 34u);
+    DeviceMemory c = std::move(b); // moved, not counted twice
+    EXPECT_EQ(backend->heldBytes(), 34u);
+    EXPECT_FALSE(b.allocate(*backend, size_t{1} << 62).ok()); // a failure holds nothing
+    EXPECT_EQ(backend->heldBytes(), 34u);
+  }
+  EXPECT_EQ(backend->heldBytes(), 0u);
+  EXPECT_EQ(backend->heldPeakBytes(), 1024u);
+}
+
 TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {
   // A tensor-parallel shard holds exactly its block of the whole tensor's initial
   // values, along either dimension: no layout changes a parameter's initial value.

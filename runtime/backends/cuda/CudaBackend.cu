@@ -214,6 +214,21 @@ public:
 
   void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
 
+  uint64_t workspaceBytes() const override {
+    return kWorkspaceBytes + sizeof *flag_ + scratch_.capacity() + gemmOut_.capacity() +
+           biasCopy_.capacity() + cudnnWorkspace_.capacity();
+  }
+  bool deviceMemory(uint64_t &used, uint64_t &total) const override {
+    size_t free = 0, size = 0;
+    if (cudaMemGetInfo(&free, &size) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    used = size - free;
+    total = size;
+    return true;
+  }
+
   std::unique_ptr<Stopwatch> stopwatch() override {
     return std::make_unique<EventStopwatch>(*this);
   }
