@@ -71,6 +71,7 @@ public:
   explicit CudaBackend(int device) {
     check(cudaSetDevice(device), "selecting the device");
     check(cublasLtCreate(&lt_), "creating the cuBLASLt handle");
+    ltGemms_ = std::make_unique<LtGemms>(lt_);
     check(cublasCreate(&blas_), "creating the cuBLAS handle");
     check(cublasSetStream(blas_, stream_), "setting the cuBLAS stream");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
@@ -82,6 +83,7 @@ public:
     cudaFree(flag_);
     cudaFree(workspace_);
     cublasDestroy(blas_);
+    ltGemms_.reset();
     cublasLtDestroy(lt_);
   }
   // (scratch_, gemmOut_ and biasCopy_ free themselves.)
@@ -381,8 +383,8 @@ private:
       bias = aligned;
     }
     if (gemmPath_ != GemmPath::CublasOnly &&
-        gemmLt(lt_, workspace_, kWorkspaceBytes, warnedLtFailure_, transA, transB, m, n, k, a,
-               lda, b, ldb, c, ldc, dtype, bias, stream_))
+        ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb, c,
+                     ldc, dtype, bias, stream_))
       return;
     if (gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for this GEMM, and "
@@ -729,13 +731,13 @@ private:
   }
 
   cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<LtGemms> ltGemms_; // lt_'s plans, freed before it
   cublasHandle_t blas_ = nullptr;
   void *workspace_ = nullptr;
   unsigned long long *flag_ = nullptr;
   DeviceBuffer scratch_;  // one instruction's temporaries
   DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
-  bool warnedLtFailure_ = false;
   CudnnAttention cudnn_;
   DeviceBuffer cudnnWorkspace_;
   bool warnedCudnn_ = false;

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 namespace mt {
 namespace {
@@ -39,76 +41,139 @@ GemmPath gemmPath() {
   return GemmPath::Any;
 }
 
-/// The GEMM through cuBLASLt on `stream`; false where it has no algorithm for these shapes
-/// and alignments (tiny, odd dimensions) or the call fails, and the caller falls back. The
-/// first failure of a call that had an algorithm is reported once (`warnedFailure`).
-inline bool gemmLt(cublasLtHandle_t lt, void *workspaceData, size_t workspaceBytes,
-                   bool &warnedFailure, bool transA, bool transB, int64_t m, int64_t n,
-                   int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb, void *c,
-                   int64_t ldc, DType dtype, const void *bias, cudaStream_t stream) {
-  const cudaDataType_t type = cudaTypeOf(dtype);
-  cublasLtMatmulDesc_t desc;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor");
-  const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA);
-  cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB);
-  if (bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                   sizeof epilogue);
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type);
+/// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
+/// the heuristic query costs the host far more than a launch, and a fixed algorithm per
+/// shape keeps reruns bit-identical.
+class LtGemms {
+public:
+  explicit LtGemms(cublasLtHandle_t lt) : lt_(lt) {}
+  LtGemms(const LtGemms &) = delete;
+  LtGemms &operator=(const LtGemms &) = delete;
+  ~LtGemms() {
+    for (auto &[key, plan] : plans_) {
+      cublasLtMatrixLayoutDestroy(plan.la);
+      cublasLtMatrixLayoutDestroy(plan.lb);
+      cublasLtMatrixLayoutDestroy(plan.lc);
+      cublasLtMatmulDescDestroy(plan.desc);
+    }
   }
-  cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la, type, transA ? k : m, transA ? m : k, lda), "layout A");
-  check(cublasLtMatrixLayoutCreate(&lb, type, transB ? n : k, transB ? k : n, ldb), "layout B");
-  check(cublasLtMatrixLayoutCreate(&lc, type, m, n, ldc), "layout C");
-  cublasLtMatmulPreference_t preference;
-  cublasLtMatmulPreferenceCreate(&preference);
-  const size_t workspace = workspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                       &workspace, sizeof workspace);
-  // Parameters sit at element offsets of one flat store: tell the heuristic how aligned
-  // each operand really is.
-  auto alignment = [](const void *ptr) {
-    uint32_t a = 256;
-    while (a > 1 && reinterpret_cast<uintptr_t>(ptr) % a != 0)
-      a /= 2;
-    return a;
+
+  /// C = op(A)·op(B) (+ bias per row) on `stream`; false where cuBLASLt has no algorithm
+  /// for these shapes and alignments (tiny, odd dimensions) or the call fails, and the
+  /// caller falls back. The first failure of a call that had an algorithm is reported
+  /// once.
+  bool run(void *workspaceData, size_t workspaceBytes, bool transA, bool transB, int64_t m,
+           int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+           void *c, int64_t ldc, DType dtype, const void *bias, cudaStream_t stream) {
+    // Parameters sit at element offsets of one flat store: the heuristic is told how
+    // aligned each operand really is, so the alignments are part of the shape.
+    auto alignment = [](const void *ptr) {
+      uint32_t align = 256;
+      while (align > 1 && reinterpret_cast<uintptr_t>(ptr) % align != 0)
+        align /= 2;
+      return align;
+    };
+    const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype), bias != nullptr,
+                  alignment(a), alignment(b), alignment(c), workspaceBytes};
+    auto found = plans_.find(key);
+    if (found == plans_.end())
+      found = plans_.emplace(key, choose(key)).first;
+    Plan &plan = found->second;
+    if (!plan.haveAlgorithm)
+      return false;
+    if (bias)
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                     sizeof bias);
+    const float one = 1.f, zero = 0.f;
+    const cublasStatus_t status =
+        cublasLtMatmul(lt_, plan.desc, &one, a, plan.la, b, plan.lb, &zero, c, plan.lc, c,
+                       plan.lc, &plan.algo, workspaceData, workspaceBytes, stream);
+    if (status != CUBLAS_STATUS_SUCCESS && !warnedFailure_) {
+      std::fprintf(stderr, "cuda backend: cublasLtMatmul failed (cuBLAS status %d) for an "
+                           "%lld x %lld x %lld GEMM; using cublasGemmEx\n",
+                   static_cast<int>(status), static_cast<long long>(m),
+                   static_cast<long long>(n), static_cast<long long>(k));
+      warnedFailure_ = true;
+    }
+    return status == CUBLAS_STATUS_SUCCESS;
+  }
+
+  /// Shapes seen so far (each chose its algorithm once).
+  size_t shapes() const { return plans_.size(); }
+
+private:
+  struct Key {
+    bool transA, transB;
+    int64_t m, n, k, lda, ldb, ldc;
+    int dtype;
+    bool bias;
+    uint32_t alignA, alignB, alignC;
+    size_t workspace;
+    auto tie() const {
+      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, alignA, alignB,
+                      alignC, workspace);
+    }
+    bool operator<(const Key &other) const { return tie() < other.tie(); }
   };
-  const uint32_t alignA = alignment(a), alignB = alignment(b), alignC = alignment(c);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                       &alignA, sizeof alignA);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                       &alignB, sizeof alignB);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                       &alignC, sizeof alignC);
-  cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                       &alignC, sizeof alignC);
-  cublasLtMatmulHeuristicResult_t heuristic;
-  int found = 0;
-  cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, preference,
-                                                         1, &heuristic, &found);
-  const float one = 1.f, zero = 0.f;
-  const bool haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (haveAlgorithm)
-    status = cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, c, lc, c, lc,
-                            &heuristic.algo, workspaceData, workspaceBytes, stream);
-  cublasLtMatmulPreferenceDestroy(preference);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  if (haveAlgorithm && status != CUBLAS_STATUS_SUCCESS && !warnedFailure) {
-    std::fprintf(stderr, "cuda backend: cublasLtMatmul failed (cuBLAS status %d) for an "
-                         "%lld x %lld x %lld GEMM; using cublasGemmEx\n",
-                 static_cast<int>(status), static_cast<long long>(m),
-                 static_cast<long long>(n), static_cast<long long>(k));
-    warnedFailure = true;
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool haveAlgorithm = false;
+  };
+
+  /// The descriptors of `key`'s shape and the heuristic's first algorithm for it.
+  Plan choose(const Key &key) const {
+    const cudaDataType_t type = cudaTypeOf(static_cast<DType>(key.dtype));
+    Plan plan;
+    check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "matmul descriptor");
+    const cublasOperation_t opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA);
+    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB);
+    if (key.bias) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                     sizeof epilogue);
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                     sizeof type);
+    }
+    const int64_t m = key.m, n = key.n, k = key.k;
+    check(cublasLtMatrixLayoutCreate(&plan.la, type, key.transA ? k : m, key.transA ? m : k,
+                                     key.lda),
+          "layout A");
+    check(cublasLtMatrixLayoutCreate(&plan.lb, type, key.transB ? n : k, key.transB ? k : n,
+                                     key.ldb),
+          "layout B");
+    check(cublasLtMatrixLayoutCreate(&plan.lc, type, m, n, key.ldc), "layout C");
+    cublasLtMatmulPreference_t preference;
+    check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &key.workspace, sizeof key.workspace);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                         &key.alignA, sizeof key.alignA);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                         &key.alignB, sizeof key.alignB);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                         &key.alignC, sizeof key.alignC);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                         &key.alignC, sizeof key.alignC);
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        lt_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc, preference, 1, &heuristic, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    plan.haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (plan.haveAlgorithm)
+      plan.algo = heuristic.algo;
+    return plan;
   }
-  return haveAlgorithm && status == CUBLAS_STATUS_SUCCESS;
-}
+
+  cublasLtHandle_t lt_;
+  std::map<Key, Plan> plans_;
+  bool warnedFailure_ = false;
+};
 
 /// product = op(A)·op(B) through cuBLAS's general GEMM, on the stream of `blas` (the
 /// backend sets it to its own): f32 compute, A and B in `dtype`, the product in
