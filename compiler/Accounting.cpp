@@ -175,8 +175,7 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
         }
       } else if (auto cost = dyn_cast<mt::CostOpInterface>(op)) {
         OpCosts &into = op->hasAttr(mt::kRecomputedAttr) ? f.recompute : f.costs;
-        into.gemmFlops += cost.getGemmFlops();
-        into.otherFlops += cost.getOtherFlops();
+        into.add(cost.getGemmFlops(), cost.getOtherFlops());
       }
     });
   });
@@ -208,10 +207,8 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
     a.localParameters = std::max(a.localParameters, stageParameters(chunks, pp, s).all);
   for (const ChunkFootprint &c : chunks) {
     a.memory.activations = std::max(a.memory.activations, c.arenaBytes);
-    a.costs.gemmFlops += c.costs.gemmFlops;
-    a.costs.otherFlops += c.costs.otherFlops;
-    a.recompute.gemmFlops += c.recompute.gemmFlops;
-    a.recompute.otherFlops += c.recompute.otherFlops;
+    a.costs.add(c.costs);
+    a.recompute.add(c.recompute);
   }
   // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
   // the largest of its chunks', as a bound.

@@ -43,7 +43,23 @@ unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_
 /// Sums of the op cost interface over one micro-batch.
 struct OpCosts {
   int64_t gemmFlops = 0, otherFlops = 0;
+  /// A sum passed 2^63 - 1: the counts are wrong, and whoever reports them refuses to
+  /// (a shape that large needs a smaller micro-batch or more parallelism).
+  bool overflowed = false;
+  void add(int64_t gemm, int64_t other) {
+    overflowed |= __builtin_add_overflow(gemmFlops, gemm, &gemmFlops);
+    overflowed |= __builtin_add_overflow(otherFlops, other, &otherFlops);
+  }
+  void add(const OpCosts &other) {
+    add(other.gemmFlops, other.otherFlops);
+    overflowed |= other.overflowed;
+  }
 };
+
+/// What a tool says of an account whose FLOPs overflowed.
+inline constexpr const char *kFlopsOverflow =
+    "one micro-batch's FLOPs on one rank pass 2^63 - 1, more than can be counted: use a "
+    "smaller micro-batch or sequence, or more tensor or pipeline parallelism";
 
 /// Bytes each rank holds: weights, gradients and Adam's two moments in the training
 /// precision; activations are the arena's planned peak.

@@ -159,6 +159,8 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
     footprints.push_back(c.footprint);
   e.account = accountChunks(footprints, o.precision, p, e.inFlight, o.dp,
                             layout.distributedOptimizer);
+  if (e.account.costs.overflowed || e.account.recompute.overflowed)
+    return kFlopsOverflow;
   const BytesPerParameter &b = e.account.bytesPerParameter;
 
   // Parameters several stages hold (a tied embedding): their gradients are summed.
@@ -247,7 +249,8 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   const U replicas = static_cast<U>(m) * static_cast<U>(o.tp) * static_cast<U>(o.dp);
   e.modelFlops = static_cast<U>(e.account.costs.gemmFlops) * replicas;
   e.hardwareFlops =
-      static_cast<U>(e.account.costs.gemmFlops + e.account.recompute.gemmFlops) * replicas;
+      (static_cast<U>(e.account.costs.gemmFlops) + static_cast<U>(e.account.recompute.gemmFlops)) *
+      replicas;
   out = std::move(e);
   return "";
 }

@@ -556,6 +556,10 @@ int runCompile(MLIRContext &context, const Args &args) {
   const mtc::StepAccount account =
       mtc::accountStep(module, options.precision, options.pp, inFlight, options.dp,
                        distributedOptimizer);
+  if (account.costs.overflowed || account.recompute.overflowed) {
+    errs() << "mtc: " << mtc::kFlopsOverflow << "\n";
+    return 1;
+  }
   header.costs = account.costs;
   header.memory = account.memory;
   header.stashBytes = account.stashBytes;
