@@ -10,7 +10,7 @@
 #      gpt-tiny training steps in fp32 and bf16, without, with selective and with full
 #      recomputation.
 # Logs go to $LOGS (default: a temporary folder). Exits non-zero on any failure.
-# usage: bash test-gpu.sh [--sanitize]
+# usage: bash test-gpu.sh [--sanitize | --sanitize-only]   (--sanitize-only: step 3 alone)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 logs=${LOGS:-$(mktemp -d)}
@@ -22,6 +22,13 @@ failed() { echo "test-gpu: FAILED: $*"; failures=$((failures + 1)); }
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 note "$gpus GPU(s) visible; logs in $logs"
 [ "$gpus" -gt 0 ] && export MT_REQUIRE_GPU=1
+mode=${1:-}
+case "$mode" in
+"" | --sanitize | --sanitize-only) ;;
+*) echo "usage: bash test-gpu.sh [--sanitize | --sanitize-only]" >&2; exit 2 ;;
+esac
+
+if [ "$mode" != --sanitize-only ]; then # steps 1 and 2, up to the "fi" before step 3
 
 # 1. Every op against the CPU backend.
 MT_TEST_PLANS="$here/plans/cuda_backend_test" "$here/bin/cuda_backend_test" \
@@ -83,8 +90,14 @@ for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full gpt-tiny-bf
   fi
 done
 
+fi
+
 # 3. compute-sanitizer.
-if [ "${1:-}" = "--sanitize" ]; then
+if [ -n "$mode" ]; then
+  if [ "$gpus" -eq 0 ]; then
+    failed "$mode: no GPU visible"
+    exit 1
+  fi
   PATH=$PATH:/usr/local/cuda/bin
   if ! command -v compute-sanitizer >/dev/null; then
     failed "--sanitize: no compute-sanitizer on PATH or in /usr/local/cuda/bin"
