@@ -54,8 +54,11 @@ step = tokens / ours  # one micro-batch per step
 # and the device's use at the end (the plan's buffers, the backend's workspaces, the
 # libraries' own memory and the CUDA context).
 m = re.search(r"memory: (\d+) bytes held for the plan, (\d+) predicted .*?at most (\d+) at once"
-              r".*?the device: (\d+) of", run)
-held, predicted, most, device = (int(g) for g in m.groups()) if m else (0, 0, 0, 0)
+              r"(?:.*?the device: (\d+) of)?", run)
+if not m:
+    sys.exit(f"gpu.sh: mtrun printed no memory line for {model}")
+held, predicted, most = (int(g) for g in m.groups()[:3])
+device = int(m.group(4)) if m.group(4) else float("nan")
 gib = 2.0 ** 30
 print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
       f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%} "
@@ -64,8 +67,8 @@ print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:
 PY
 done
 echo "plan GiB: mtc compile's prediction per rank; held GiB: the most mtrun held for the plan"
-echo "at once; mtc GiB: the device's memory in use by mtrun at its peak (the plan's buffers,"
-echo "workspaces, libraries, the CUDA context); torch GiB: PyTorch's max_memory_allocated."
+echo "at once; mtc GiB: the device's memory in use (device-wide) at mtrun's peak: the plan's"
+echo "buffers, workspaces, libraries, the CUDA context; torch GiB: PyTorch's max_memory_allocated."
 
 # Where each step's time goes: device time by opcode and the slowest instructions
 # (mtrun --profile). The host waits for every program there, so these steps are not

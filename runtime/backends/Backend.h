@@ -90,6 +90,8 @@ public:
   /// Waits for the last mark; `seconds` gets the time between each mark and the next,
   /// in order, and the marks are forgotten.
   virtual Status laps(std::vector<double> &seconds) = 0;
+  /// Drops the marks without waiting (after a failure, whose laps mean nothing).
+  virtual void forget() = 0;
 };
 
 /// The host's clock: the stopwatch of a backend whose work is done when its call returns.
@@ -106,6 +108,7 @@ public:
     marks_.clear();
     return Status::success();
   }
+  void forget() override { marks_.clear(); }
 
 private:
   std::vector<std::chrono::steady_clock::time_point> marks_;
@@ -151,7 +154,7 @@ public:
   uint64_t heldBytes() const { return held_; }
   uint64_t heldPeakBytes() const { return heldPeak_; }
   /// Bytes the backend holds for its own work now: its kernels' temporaries and the
-  /// libraries' workspaces.
+  /// workspaces it gives the libraries (not what the libraries allocate themselves).
   virtual uint64_t workspaceBytes() const { return 0; }
   /// The whole device's memory in use and its size; false where the backend cannot say.
   virtual bool deviceMemory(uint64_t &used, uint64_t &total) const {

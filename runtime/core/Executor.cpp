@@ -265,8 +265,10 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   const auto &instructions = *prog.instructions();
   bool backward = false;
   std::vector<Profile::Entry *> timed;
-  if (profile_)
+  if (profile_) {
+    profile_->forget(); // whatever a failed run before left
     MT_TRY(profile_->mark());
+  }
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
     if (!backward && inst.opcode() == plan::Opcode::Fill) {
@@ -297,6 +299,8 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
 
 Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
                                        const plan::Instruction &inst, const TensorView &out) {
+  if (Profile::Entry *known = profile_->find(program, index))
+    return *known;
   const plan::Program &prog = *plan_.programs()->Get(program);
   std::string shape;
   if (inst.outputs()->size() > 0) {

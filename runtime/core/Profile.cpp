@@ -14,14 +14,28 @@ double Profile::Entry::median() const {
   return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
+void Profile::Entry::add(double seconds) {
+  if (runs.size() < kWindow)
+    runs.push_back(seconds);
+  else
+    runs[static_cast<size_t>(count) % kWindow] = seconds;
+  ++count;
+}
+
 Status Profile::record(const std::vector<Entry *> &entries) {
   MT_TRY(stopwatch_->laps(laps_));
   if (laps_.size() != entries.size())
     return Status::failure(cat("profile: ", laps_.size(), " laps timed for ", entries.size(),
                                " entries"));
   for (size_t i = 0; i < entries.size(); ++i)
-    entries[i]->runs.push_back(laps_[i]);
+    entries[i]->add(laps_[i]);
   return Status::success();
+}
+
+Profile::Entry *Profile::find(uint32_t program, uint32_t index) const {
+  return program < byInstruction_.size() && index < byInstruction_[program].size()
+             ? byInstruction_[program][index]
+             : nullptr;
 }
 
 Profile::Entry &Profile::instruction(uint32_t program, uint32_t index, const std::string &what,
@@ -32,7 +46,7 @@ Profile::Entry &Profile::instruction(uint32_t program, uint32_t index, const std
   if (row.size() <= index)
     row.resize(index + 1, nullptr);
   if (!row[index]) {
-    entries_.push_back(std::make_unique<Entry>(Entry{what, where, shape, {}}));
+    entries_.push_back(std::make_unique<Entry>(Entry{what, where, shape, 0, {}}));
     row[index] = entries_.back().get();
   }
   return *row[index];
@@ -42,11 +56,11 @@ Profile::Entry &Profile::part(const std::string &name) {
   for (const std::unique_ptr<Entry> &e : entries_)
     if (e->where.empty() && e->what == name)
       return *e;
-  entries_.push_back(std::make_unique<Entry>(Entry{name, "", "", {}}));
+  entries_.push_back(std::make_unique<Entry>(Entry{name, "", "", 0, {}}));
   return *entries_.back();
 }
 
-void Profile::print(std::FILE *out, int64_t steps, int slowest) const {
+void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
   if (steps <= 0)
     return;
   const double perStep = 1.0 / static_cast<double>(steps);
@@ -57,7 +71,7 @@ void Profile::print(std::FILE *out, int64_t steps, int slowest) const {
   std::vector<std::pair<double, const Entry *>> each;
   double total = 0, runs = 0;
   for (const std::unique_ptr<Entry> &e : entries_) {
-    const double n = static_cast<double>(e->runs.size()) * perStep;
+    const double n = static_cast<double>(e->count) * perStep;
     const double seconds = e->median() * n;
     Row &row = byWhat[e->what];
     row.runs += n;
@@ -83,8 +97,8 @@ void Profile::print(std::FILE *out, int64_t steps, int slowest) const {
   std::fprintf(out, "  %-24s %10.0f %11.3f %6.1f%%\n", "total", runs, total * 1e3, 100.0);
   std::stable_sort(each.begin(), each.end(),
                    [](const auto &a, const auto &b) { return a.first > b.first; });
-  if (each.size() > static_cast<size_t>(slowest))
-    each.resize(static_cast<size_t>(slowest));
+  if (each.size() > slowest)
+    each.resize(slowest);
   if (each.empty())
     return;
   std::fprintf(out, "  slowest instructions:\n  %-24s %-28s %-24s %10s %11s\n", "instruction",

@@ -239,6 +239,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     Profile *profile = executor.profile();
     if (!profile)
       return body();
+    profile->forget(); // whatever a failure before left
     MT_TRY(profile->mark());
     MT_TRY(body());
     MT_TRY(profile->mark());

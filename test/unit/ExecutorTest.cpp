@@ -94,6 +94,8 @@ TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
   run.executor->setProfile(&profile);
   ASSERT_OK(run.executor->initParameters(42));
   std::vector<int32_t> ids(run.executor->tokensPerMicroBatch(), 3);
+  // A mark that a failure left behind is dropped by the next run, not counted as a lap.
+  ASSERT_OK(profile.mark());
   const int runs = 3;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < runs; ++i)
@@ -110,6 +112,7 @@ TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
     EXPECT_EQ(e.what, opcode) << i;
     EXPECT_EQ(e.where, "train_step #" + std::to_string(i));
     ASSERT_EQ(e.runs.size(), static_cast<size_t>(runs)) << i;
+    EXPECT_EQ(e.count, runs) << i;
     for (double t : e.runs) {
       EXPECT_GE(t, 0) << i;
       timed += t;
@@ -156,6 +159,17 @@ TEST(Profile, LapsWithoutTheirEntriesAreRefused) {
   ASSERT_OK(profile.record({&profile.part("optimizer")}));
   EXPECT_EQ(profile.part("optimizer").runs.size(), 1u);
   EXPECT_EQ(profile.entries().size(), 1u);
+}
+
+/// An entry keeps its latest kWindow runs (bounded memory) and counts them all; its
+/// median is of those kept.
+TEST(Profile, KeepsTheLatestRunsAndCountsAll) {
+  Profile::Entry e;
+  for (int i = 0; i < 1000; ++i)
+    e.add(i < 600 ? 100.0 : 1.0);
+  EXPECT_EQ(e.count, 1000);
+  EXPECT_EQ(e.runs.size(), Profile::kWindow);
+  EXPECT_EQ(e.median(), 1.0);
 }
 
 /// Running out of memory is a Status naming the request, not an exception; memory that

@@ -254,9 +254,11 @@ private:
           check(cudaEventCreate(&event), "creating a stopwatch's event");
           events_.push_back(event);
         }
-        check(cudaEventRecord(events_[used_++], backend_.stream_), "recording a mark");
+        check(cudaEventRecord(events_[used_], backend_.stream_), "recording a mark");
+        ++used_;
       });
     }
+    void forget() override { used_ = 0; }
     Status laps(std::vector<double> &seconds) override {
       seconds.clear();
       const size_t used = std::exchange(used_, 0);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
 
 namespace mt {
 namespace {
@@ -50,12 +51,8 @@ public:
   LtGemms(const LtGemms &) = delete;
   LtGemms &operator=(const LtGemms &) = delete;
   ~LtGemms() {
-    for (auto &[key, plan] : plans_) {
-      cublasLtMatrixLayoutDestroy(plan.la);
-      cublasLtMatrixLayoutDestroy(plan.lb);
-      cublasLtMatrixLayoutDestroy(plan.lc);
-      cublasLtMatmulDescDestroy(plan.desc);
-    }
+    for (auto &[key, plan] : plans_)
+      destroy(plan);
   }
 
   /// C = op(A)·op(B) (+ bias per row) on `stream`; false where cuBLASLt has no algorithm
@@ -76,14 +73,18 @@ public:
     const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype), bias != nullptr,
                   alignment(a), alignment(b), alignment(c), workspaceBytes};
     auto found = plans_.find(key);
-    if (found == plans_.end())
-      found = plans_.emplace(key, choose(key)).first;
+    if (found == plans_.end()) {
+      Plan plan;
+      if (!choose(key, bias, plan))
+        return false; // the heuristic failed: asked again next time
+      found = plans_.emplace(key, plan).first;
+    }
     Plan &plan = found->second;
     if (!plan.haveAlgorithm)
       return false;
-    if (bias)
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                     sizeof bias);
+    if (bias && cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                               &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS)
+      return false;
     const float one = 1.f, zero = 0.f;
     const cublasStatus_t status =
         cublasLtMatmul(lt_, plan.desc, &one, a, plan.la, b, plan.lb, &zero, c, plan.lc, c,
@@ -122,52 +123,80 @@ private:
     bool haveAlgorithm = false;
   };
 
-  /// The descriptors of `key`'s shape and the heuristic's first algorithm for it.
-  Plan choose(const Key &key) const {
-    const cudaDataType_t type = cudaTypeOf(static_cast<DType>(key.dtype));
-    Plan plan;
-    check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-          "matmul descriptor");
-    const cublasOperation_t opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA);
-    cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB);
-    if (key.bias) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                     sizeof epilogue);
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
-                                     sizeof type);
+  static void destroy(Plan &plan) {
+    for (cublasLtMatrixLayout_t *layout : {&plan.la, &plan.lb, &plan.lc})
+      if (*layout)
+        cublasLtMatrixLayoutDestroy(std::exchange(*layout, nullptr));
+    if (plan.desc)
+      cublasLtMatmulDescDestroy(std::exchange(plan.desc, nullptr));
+  }
+
+  /// The descriptors of `key`'s shape and the heuristic's first algorithm for it (none:
+  /// `haveAlgorithm` false); false, holding nothing, where the heuristic itself failed.
+  bool choose(const Key &key, const void *bias, Plan &plan) const {
+    try {
+      const cudaDataType_t type = cudaTypeOf(static_cast<DType>(key.dtype));
+      check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+            "matmul descriptor");
+      const cublasOperation_t opA = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+      const cublasOperation_t opB = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA,
+                                           sizeof opA),
+            "transposing A");
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
+                                           sizeof opB),
+            "transposing B");
+      if (key.bias) {
+        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                             &epilogue, sizeof epilogue),
+              "the bias epilogue");
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                             &type, sizeof type),
+              "the bias type");
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                             &bias, sizeof bias),
+              "the bias");
+      }
+      const int64_t m = key.m, n = key.n, k = key.k;
+      check(cublasLtMatrixLayoutCreate(&plan.la, type, key.transA ? k : m, key.transA ? m : k,
+                                       key.lda),
+            "layout A");
+      check(cublasLtMatrixLayoutCreate(&plan.lb, type, key.transB ? n : k, key.transB ? k : n,
+                                       key.ldb),
+            "layout B");
+      check(cublasLtMatrixLayoutCreate(&plan.lc, type, m, n, key.ldc), "layout C");
+      cublasLtMatmulPreference_t preference;
+      check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &key.workspace, sizeof key.workspace);
+      cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.alignA, sizeof key.alignA);
+      cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.alignB, sizeof key.alignB);
+      cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.alignC, sizeof key.alignC);
+      cublasLtMatmulPreferenceSetAttribute(
+          preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.alignC, sizeof key.alignC);
+      cublasLtMatmulHeuristicResult_t heuristic;
+      int found = 0;
+      const cublasStatus_t status =
+          cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc,
+                                         preference, 1, &heuristic, &found);
+      cublasLtMatmulPreferenceDestroy(preference);
+      // No algorithm for the shape is an answer to keep; a failed query is not.
+      if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
+        destroy(plan);
+        return false;
+      }
+      plan.haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
+      if (plan.haveAlgorithm)
+        plan.algo = heuristic.algo;
+      return true;
+    } catch (...) {
+      destroy(plan);
+      throw;
     }
-    const int64_t m = key.m, n = key.n, k = key.k;
-    check(cublasLtMatrixLayoutCreate(&plan.la, type, key.transA ? k : m, key.transA ? m : k,
-                                     key.lda),
-          "layout A");
-    check(cublasLtMatrixLayoutCreate(&plan.lb, type, key.transB ? n : k, key.transB ? k : n,
-                                     key.ldb),
-          "layout B");
-    check(cublasLtMatrixLayoutCreate(&plan.lc, type, m, n, key.ldc), "layout C");
-    cublasLtMatmulPreference_t preference;
-    check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                         &key.workspace, sizeof key.workspace);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                         &key.alignA, sizeof key.alignA);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                         &key.alignB, sizeof key.alignB);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                         &key.alignC, sizeof key.alignC);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                         &key.alignC, sizeof key.alignC);
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        lt_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc, preference, 1, &heuristic, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
-    plan.haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (plan.haveAlgorithm)
-      plan.algo = heuristic.algo;
-    return plan;
   }
 
   cublasLtHandle_t lt_;
