@@ -4,6 +4,7 @@
 #ifndef MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 
+#include "backends/cuda/ColumnSums.cuh"
 #include "backends/cuda/Common.cuh"
 #include "core/HostDevice.h"
 
@@ -87,16 +88,14 @@ __global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, Qkv
   }
 }
 
-/// db[j] = Σ_r dy[r, j], summed in row order. One thread per column.
-template <typename T>
-__global__ void biasGradKernel(const T *dy, T *db, int64_t rows, int64_t n) {
-  GRID_STRIDE(j, n) {
-    float acc = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      acc += ld(dy, r * n + j);
-    st(db, j, acc);
+/// The term of a bias gradient at (r, j): dy.
+template <typename T> struct BiasGradTerm {
+  const T *dy;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t j, float *acc) const {
+    acc[0] += ld(dy, r * cols + j);
   }
-}
+};
 
 template <typename O> void launchFill(O *out, int64_t n, float value, cudaStream_t stream) {
   fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(out, n, value);
@@ -118,9 +117,13 @@ void launchBiasAdd(const X *x, const T *bias, T *out, int64_t n, int64_t cols,
   biasAddKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, bias, out, n, cols);
 }
 
+/// db = the column sums of dy [rows × cols]; `partials` holds
+/// columnSumScratchBytes(1, rows, cols).
 template <typename T>
-void launchBiasGrad(const T *dy, T *db, int64_t rows, int64_t cols, cudaStream_t stream) {
-  biasGradKernel<<<blocksFor(cols), kThreads, 0, stream>>>(dy, db, rows, cols);
+void launchBiasGrad(const T *dy, T *db, int64_t rows, int64_t cols, float *partials,
+                    cudaStream_t stream) {
+  launchColumnSums<1>(BiasGradTerm<T>{dy, cols}, rows, cols, partials, db,
+                      static_cast<T *>(nullptr), stream);
 }
 
 template <typename T>

@@ -312,6 +312,12 @@ private:
   }
   /// One instruction's temporaries.
   void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
+  /// `bytes` rounded up to the 256 bytes that keep what follows them aligned.
+  static size_t roundUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+  /// The `U`s `offset` bytes after `base` (one scratch allocation holding two things).
+  template <typename U> static U *after(void *base, size_t offset) {
+    return reinterpret_cast<U *>(static_cast<char *>(base) + offset);
+  }
 
   /// Runs `body` (returning nothing or a Status), whose checked calls throw; the
   /// interface's methods return the failure as a Status instead.
@@ -522,23 +528,26 @@ private:
       break;
     case Opcode::RmsNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
-      float *rstds = static_cast<float *>(scratch(sizeof(float) * std::max<int64_t>(rows, 1)));
+      const size_t rowBytes = roundUp(sizeof(float) * std::max<int64_t>(rows, 1));
+      auto *rstds = static_cast<float *>(scratch(rowBytes + columnSumScratchBytes(1, rows, h)));
       if (rows > 0)
         launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), rstds, rows, h,
                               static_cast<float>(inst.epsilon()), stream_);
       launched("rms norm gradient");
-      launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h, stream_);
+      launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h,
+                               after<float>(rstds, rowBytes), stream_);
       break;
     }
     case Opcode::LayerNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
-      float2 *moments = static_cast<float2 *>(scratch(sizeof(float2) * std::max<int64_t>(rows, 1)));
+      const size_t rowBytes = roundUp(sizeof(float2) * std::max<int64_t>(rows, 1));
+      auto *moments = static_cast<float2 *>(scratch(rowBytes + columnSumScratchBytes(2, rows, h)));
       if (rows > 0)
         launchLayerNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), moments, rows, h,
                                 static_cast<float>(inst.epsilon()), stream_);
       launched("layer norm gradient");
       launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, p(out[1]), p(out[2]), rows, h,
-                                 stream_);
+                                 after<float>(moments, rowBytes), stream_);
       break;
     }
     case Opcode::Linear: {
@@ -562,9 +571,13 @@ private:
            nullptr);
       break;
     }
-    case Opcode::BiasGrad:
-      launchBiasGrad(p(in[0]), p(out[0]), in[0].rows(), in[0].cols(), stream_);
+    case Opcode::BiasGrad: {
+      const int64_t rows = in[0].rows(), cols = in[0].cols();
+      launchBiasGrad(p(in[0]), p(out[0]), rows, cols,
+                     static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols))),
+                     stream_);
       break;
+    }
     case Opcode::BiasAdd:
       launchBiasAdd(p(in[0]), p(in[1]), p(out[0]), n, in[0].cols(), stream_);
       break;
@@ -634,10 +647,10 @@ private:
             if (!cudnn_.supports(problem, why))
               return false;
             // The output after the statistics, 256-byte aligned as cuDNN needs.
-            const size_t statsBytes = (sizeof(float) * a.b * a.heads * a.s + 255) / 256 * 256;
-            char *temporaries = static_cast<char *>(scratch(statsBytes + in[2].bytes()));
-            float *stats = reinterpret_cast<float *>(temporaries);
-            void *output = temporaries + statsBytes;
+            const size_t statsBytes = roundUp(sizeof(float) * a.b * a.heads * a.s);
+            void *temporaries = scratch(statsBytes + in[2].bytes());
+            float *stats = static_cast<float *>(temporaries);
+            void *output = after<char>(temporaries, statsBytes);
             return cudnn_.forward(problem, in[1].data, output, stats, cudnnWorkspace(), stream_,
                                   why) &&
                    cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, stats,

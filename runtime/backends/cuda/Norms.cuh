@@ -1,8 +1,10 @@
 // Layer and RMS normalisation, forward and backward: one block per row, the row's
-// moments through the block reduction of Common.cuh.
+// moments through the block reduction of Common.cuh; the weight and bias gradients as
+// column sums (ColumnSums.cuh).
 #ifndef MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 
+#include "backends/cuda/ColumnSums.cuh"
 #include "backends/cuda/Common.cuh"
 
 namespace mt {
@@ -61,22 +63,19 @@ __global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, T *
     moments[r] = make_float2(mean, rstd);
 }
 
-/// One thread per column: reads dy, x and the rows' moments, writes dw and db (summed in
-/// row order).
-template <typename T>
-__global__ void layerNormGradColumnsKernel(const T *dy, const T *x, const float2 *moments,
-                                           T *dw, T *db, int64_t rows, int64_t h) {
-  GRID_STRIDE(j, h) {
-    float accW = 0, accB = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float g = ld(dy, r * h + j);
-      accW += g * (ld(x, r * h + j) - moments[r].x) * moments[r].y;
-      accB += g;
-    }
-    st(dw, j, accW);
-    st(db, j, accB);
+/// The terms of a layer norm's weight and bias gradients at (r, j): dy·x̂ and dy, x̂ from
+/// the row's moments.
+template <typename T> struct LayerNormGradTerms {
+  const T *dy, *x;
+  const float2 *moments;
+  int64_t h;
+  __device__ void operator()(int64_t r, int64_t j, float *acc) const {
+    const float g = ld(dy, r * h + j);
+    const float2 m = moments[r];
+    acc[0] += g * (ld(x, r * h + j) - m.x) * m.y;
+    acc[1] += g;
   }
-}
+};
 
 /// The whole block's 1/sqrt(mean(x²) + eps) of the row x[0, h).
 template <typename T>
@@ -116,17 +115,15 @@ __global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx
     rstds[r] = rstd;
 }
 
-/// One thread per column: dw = Σ dy·x·rstd, summed in row order.
-template <typename T>
-__global__ void rmsNormGradColumnsKernel(const T *dy, const T *x, const float *rstds, T *dw,
-                                         int64_t rows, int64_t h) {
-  GRID_STRIDE(j, h) {
-    float acc = 0;
-    for (int64_t r = 0; r < rows; ++r)
-      acc += ld(dy, r * h + j) * ld(x, r * h + j) * rstds[r];
-    st(dw, j, acc);
+/// The term of an RMS norm's weight gradient at (r, j): dy·x·rstd.
+template <typename T> struct RmsNormGradTerm {
+  const T *dy, *x;
+  const float *rstds;
+  int64_t h;
+  __device__ void operator()(int64_t r, int64_t j, float *acc) const {
+    acc[0] += ld(dy, r * h + j) * ld(x, r * h + j) * rstds[r];
   }
-}
+};
 
 template <typename T>
 void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, float eps,
@@ -141,10 +138,12 @@ void launchRmsNormGradRows(const T *dy, const T *x, const T *w, T *dx, float *rs
                                                                               rstds, h, eps);
 }
 
+/// dw = Σ over rows of dy·x·rstd; `partials` holds columnSumScratchBytes(1, rows, h).
 template <typename T>
 void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, T *dw, int64_t rows,
-                              int64_t h, cudaStream_t stream) {
-  rmsNormGradColumnsKernel<<<blocksFor(h), kThreads, 0, stream>>>(dy, x, rstds, dw, rows, h);
+                              int64_t h, float *partials, cudaStream_t stream) {
+  launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, partials, dw,
+                      static_cast<T *>(nullptr), stream);
 }
 
 template <typename T>
@@ -160,11 +159,12 @@ void launchLayerNormGradRows(const T *dy, const T *x, const T *w, T *dx, float2 
       dy, x, w, dx, moments, h, eps);
 }
 
+/// dw = Σ over rows of dy·x̂, db = Σ dy; `partials` holds columnSumScratchBytes(2, rows, h).
 template <typename T>
 void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, T *dw, T *db,
-                                int64_t rows, int64_t h, cudaStream_t stream) {
-  layerNormGradColumnsKernel<<<blocksFor(h), kThreads, 0, stream>>>(dy, x, moments, dw, db,
-                                                                    rows, h);
+                                int64_t rows, int64_t h, float *partials, cudaStream_t stream) {
+  launchColumnSums<2>(LayerNormGradTerms<T>{dy, x, moments, h}, rows, h, partials, dw, db,
+                      stream);
 }
 
 } // namespace

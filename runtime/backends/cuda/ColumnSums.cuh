@@ -1,0 +1,91 @@
+// Sums down the columns of a [rows × cols] matrix (a bias gradient, a norm's weight
+// gradient): spread over the whole device in two passes, in an order fixed by the shape
+// alone, so that every run gives the same bits. The first pass gives each block 32
+// columns and a chunk of rows; its 8 row threads sum strided rows, then the 8 partial
+// sums add in order. The second adds each column's chunk sums in chunk order and rounds
+// once. (One thread per column over every row, the simple way, leaves all but a few
+// multiprocessors idle: 768 columns are 3 blocks.)
+#ifndef MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
+#define MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
+
+#include "backends/cuda/Common.cuh"
+
+#include <algorithm>
+
+namespace mt {
+namespace {
+
+constexpr int kSumColumns = 32; // columns per block: a warp reads 32 adjacent elements
+constexpr int kSumRows = 8;     // row threads per block
+
+/// Rows per chunk of the first pass: at least 256, and at most 1024 chunks.
+inline int64_t columnSumChunkRows(int64_t rows) {
+  return std::max<int64_t>(256, (rows + 1023) / 1024);
+}
+inline int64_t columnSumChunks(int64_t rows) {
+  const int64_t per = columnSumChunkRows(rows);
+  return std::max<int64_t>(1, (rows + per - 1) / per);
+}
+/// The f32 scratch the partial sums of K sums over `cols` columns take.
+inline size_t columnSumScratchBytes(int K, int64_t rows, int64_t cols) {
+  return sizeof(float) * static_cast<size_t>(columnSumChunks(rows) * K * cols);
+}
+
+/// First pass: partials[(chunk · K + k) · cols + j] = Σ over the chunk's rows r of the
+/// k-th value term(r, j) adds.
+template <int K, typename Term>
+__global__ void columnPartialsKernel(Term term, int64_t rows, int64_t cols, int64_t chunkRows,
+                                     float *partials) {
+  __shared__ float shared[K][kSumRows][kSumColumns + 1];
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kSumColumns) + threadIdx.x;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * chunkRows;
+  const int64_t end = begin + chunkRows < rows ? begin + chunkRows : rows;
+  float acc[K] = {};
+  if (j < cols)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kSumRows)
+      term(r, j, acc);
+  for (int k = 0; k < K; ++k)
+    shared[k][threadIdx.y][threadIdx.x] = acc[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols)
+    for (int k = 0; k < K; ++k) {
+      float sum = 0;
+      for (int y = 0; y < kSumRows; ++y)
+        sum += shared[k][y][threadIdx.x];
+      partials[(chunk * K + k) * cols + j] = sum;
+    }
+}
+
+/// Second pass: out_k[j] = Σ over chunks, in order, rounded once to T.
+template <int K, typename T>
+__global__ void columnFinishKernel(const float *partials, int64_t chunks, int64_t cols,
+                                   T *out0, T *out1) {
+  GRID_STRIDE(j, cols) {
+    for (int k = 0; k < K; ++k) {
+      float sum = 0;
+      for (int64_t c = 0; c < chunks; ++c)
+        sum += partials[(c * K + k) * cols + j];
+      st(k == 0 ? out0 : out1, j, sum);
+    }
+  }
+}
+
+/// out0 (and out1 for K = 2) [cols] = the column sums of term's K values over `rows`;
+/// `partials` holds columnSumScratchBytes(K, rows, cols).
+template <int K, typename Term, typename T>
+void launchColumnSums(const Term &term, int64_t rows, int64_t cols, float *partials, T *out0,
+                      T *out1, cudaStream_t stream) {
+  const int64_t chunks = columnSumChunks(rows);
+  const dim3 grid(static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns),
+                  static_cast<unsigned>(chunks));
+  columnPartialsKernel<K><<<grid, dim3(kSumColumns, kSumRows), 0, stream>>>(
+      term, rows, cols, columnSumChunkRows(rows), partials);
+  columnFinishKernel<K><<<blocksFor(cols), kThreads, 0, stream>>>(partials, chunks, cols, out0,
+                                                                   out1);
+}
+
+} // namespace
+} // namespace mt
+
+#endif // MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
