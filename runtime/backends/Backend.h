@@ -127,6 +127,8 @@ public:
   virtual Status copyToDevice(void *device, const void *host, size_t bytes) = 0;
   virtual Status copyToHost(void *host, const void *device, size_t bytes) = 0;
   virtual Status setZero(void *device, size_t bytes) = 0;
+  /// `bytes` from `src` to `dst`, both device memory, in the order of the backend's work.
+  virtual Status copyOnDevice(void *dst, const void *src, size_t bytes) = 0;
   /// dst = src element by element, between any float types (rounding to nearest even).
   virtual Status convert(const TensorView &dst, const TensorView &src) = 0;
 

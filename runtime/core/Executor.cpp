@@ -155,7 +155,32 @@ Status Executor::bind(ExecutorOptions options) {
       views_[i].push_back(viewOf(*b->shape(), b->dtype(), data));
     }
   }
+  // Under a pipeline, the stashes of the micro-batches in flight wait on the device, in
+  // what mtc planned for them (the stage's stash_bytes): slots of the stage's largest
+  // stash, one per micro-batch the schedule keeps in flight.
+  if (pipelined) {
+    for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i)
+      if (programs.Get(i)->stage() == stage && !programs.Get(i)->backward())
+        stashSlotBytes_ = std::max(stashSlotBytes_, stashBytes(i));
+    const uint64_t planned = plan_.stages()->Get(stage)->stash_bytes();
+    if (stashSlotBytes_ > 0) {
+      if (planned % stashSlotBytes_ != 0 || planned == 0)
+        return Status::failure(cat("the plan gives stage ", stage, " ", planned,
+                                   " bytes of stashes, not a whole number of its ",
+                                   stashSlotBytes_, "-byte stashes"));
+      stashSlots_ = static_cast<int>(planned / stashSlotBytes_);
+      MT_TRY(allocate(planned, stashes_));
+    }
+  }
   return Status::success();
+}
+
+uint64_t Executor::stashBytes(uint32_t program) const {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  uint64_t bytes = 0;
+  for (uint32_t id : *prog.stash())
+    bytes += views_[program][id].bytes();
+  return bytes;
 }
 
 Status Executor::fillArena(uint8_t sentinel) {
@@ -338,9 +363,8 @@ size_t Executor::receiveBytes(uint32_t program) const {
 }
 
 Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
-                          StepContext context, const std::vector<char> *received,
-                          std::vector<std::vector<char>> &stash, std::vector<char> &sent,
-                          double &loss) {
+                          StepContext context, const std::vector<char> *received, int slot,
+                          std::vector<char> &sent, double &loss) {
   const plan::Program &prog = *plan_.programs()->Get(program);
   const std::vector<TensorView> &views = views_[program];
   if (prog.recv() >= 0) {
@@ -351,28 +375,28 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
                                  in.bytes()));
     MT_TRY(backend_.copyToDevice(in.data, received->data(), received->size()));
   }
+  // The stashed tensors, one after another in the slot: a forward writes them there, its
+  // backward reads them back into its own buffers.
   const auto &stashIds = *prog.stash();
-  if (prog.backward()) {
-    if (stash.size() != stashIds.size())
-      return Status::failure(cat(prog.name()->str(), ": the stash holds ", stash.size(),
-                                 " tensors, expected ", stashIds.size()));
-    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
-      const TensorView &v = views[stashIds.Get(i)];
-      if (stash[i].size() != v.bytes())
-        return Status::failure(cat(prog.name()->str(), ": stashed tensor ", i, " has ",
-                                   stash[i].size(), " bytes, expected ", v.bytes()));
-      MT_TRY(backend_.copyToDevice(v.data, stash[i].data(), stash[i].size()));
+  if (stashIds.size() > 0 && (slot < 0 || slot >= stashSlots_ || stashBytes(program) > stashSlotBytes_))
+    return Status::failure(cat(prog.name()->str(), ": stash slot ", slot, " of ", stashSlots_,
+                               " slots of ", stashSlotBytes_, " bytes cannot hold its ",
+                               stashBytes(program), " bytes"));
+  auto stashCopy = [&](bool save) -> Status {
+    std::byte *at = static_cast<std::byte *>(stashes_) + static_cast<size_t>(slot) * stashSlotBytes_;
+    for (uint32_t id : stashIds) {
+      const TensorView &v = views[id];
+      MT_TRY(save ? backend_.copyOnDevice(at, v.data, v.bytes())
+                  : backend_.copyOnDevice(v.data, at, v.bytes()));
+      at += v.bytes();
     }
-  }
+    return Status::success();
+  };
+  if (prog.backward())
+    MT_TRY(stashCopy(false));
   MT_TRY(run(program, tokens, targets, context));
-  if (!prog.backward()) {
-    stash.assign(stashIds.size(), {});
-    for (flatbuffers::uoffset_t i = 0; i < stashIds.size(); ++i) {
-      const TensorView &v = views[stashIds.Get(i)];
-      stash[i].resize(v.bytes());
-      MT_TRY(backend_.copyToHost(stash[i].data(), v.data, stash[i].size()));
-    }
-  }
+  if (!prog.backward())
+    MT_TRY(stashCopy(true));
   if (prog.send() >= 0) {
     const TensorView &out = views[prog.send()];
     sent.resize(out.bytes());

@@ -98,11 +98,17 @@ public:
 
   /// Under pipeline parallelism: one program of this stage (a virtual stage's forward or
   /// backward) for one micro-batch. `received` is the neighbour's tensor (if the program
-  /// receives one); a forward fills `stash` for its backward, a backward consumes it;
-  /// `sent` gets the tensor for the neighbour, `loss` the loss (last forward only).
+  /// receives one); a forward keeps what its backward needs in stash slot `slot` (of
+  /// stashSlots()), and that backward reads it from the same slot; `sent` gets the tensor
+  /// for the neighbour, `loss` the loss (last forward only).
   Status runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
-                  StepContext context, const std::vector<char> *received,
-                  std::vector<std::vector<char>> &stash, std::vector<char> &sent, double &loss);
+                  StepContext context, const std::vector<char> *received, int slot,
+                  std::vector<char> &sent, double &loss);
+  /// The stash slots on the device: as many micro-batches' stashes as the plan's
+  /// schedule keeps in flight on this stage (0 without a pipeline).
+  int stashSlots() const { return stashSlots_; }
+  /// Bytes program `program` stashes (a forward) or reads from its stash (a backward).
+  uint64_t stashBytes(uint32_t program) const;
 
   /// Bytes a program receives from its neighbour (0 if none).
   size_t receiveBytes(uint32_t program) const;
@@ -156,6 +162,9 @@ private:
   void *arena_ = nullptr;
   std::chrono::steady_clock::time_point backwardStart_;
   Profile *profile_ = nullptr;
+  void *stashes_ = nullptr; // stashSlots_ slots of stashSlotBytes_
+  int stashSlots_ = 0;
+  uint64_t stashSlotBytes_ = 0;
 };
 
 } // namespace mt

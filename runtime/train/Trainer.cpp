@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <cmath>
@@ -211,12 +212,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   });
 
   Timeline timeline(comm.position().worldRank());
-  // Under pipeline parallelism: this rank's stage, and each in-flight micro-batch's stash
-  // (what a forward keeps for its backward), by (chunk, micro-batch).
+  // Under pipeline parallelism: this rank's stage, and the stash slot of each in-flight
+  // micro-batch (what a forward keeps on the device for its backward), by (chunk,
+  // micro-batch); the free slots, lowest first.
   const int stage = comm.rank(Group::Pipeline);
   const int64_t pipelineStages = plan.grid()->pp();
   const int64_t virtualStages = pipelineStages * plan.virtual_stages();
-  std::map<std::pair<int64_t, int64_t>, std::vector<std::vector<char>>> stashes;
+  std::map<std::pair<int64_t, int64_t>, int> stashSlots;
+  std::set<int> freeSlots;
+  for (int slot = 0; slot < executor.stashSlots(); ++slot)
+    freeSlots.insert(slot);
   uint64_t stashHeld = 0, stashPeak = 0;
   double bubbleSum = 0;
   int64_t bubbleSteps = 0;
@@ -325,19 +330,35 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
         // Waiting for the neighbour is the bubble; the pass starts once its input is here.
         auto begin = Timeline::Clock::now();
         const StepContext context = contextOf(mb);
-        std::vector<std::vector<char>> &stash = stashes[{action->chunk(), mb}];
+        const std::pair<int64_t, int64_t> key{action->chunk(), mb};
+        const uint64_t stashBytes = executor.stashBytes(program);
+        int slot = -1;
+        if (backward) {
+          auto held = stashSlots.find(key);
+          if (held != stashSlots.end())
+            slot = held->second;
+        } else if (stashBytes > 0) {
+          if (freeSlots.empty())
+            return failed(Status::failure(cat(
+                "the schedule keeps more micro-batches in flight on stage ", stage,
+                " than the plan's ", executor.stashSlots(), " stash slots")));
+          slot = *freeSlots.begin();
+        }
         double loss = 0;
         if (Status s = executor.runPiece(program, inputs.data(), targets.data(), context,
-                                         receives ? &received : nullptr, stash, sent, loss);
+                                         receives ? &received : nullptr, slot, sent, loss);
             !s.ok())
           return failed(s);
-        uint64_t stashBytes = 0;
-        for (const std::vector<char> &tensor : stash)
-          stashBytes += tensor.size();
         if (backward) {
           stashHeld -= stashBytes;
-          stashes.erase({action->chunk(), mb});
+          if (slot >= 0)
+            freeSlots.insert(slot);
+          stashSlots.erase(key);
         } else {
+          if (slot >= 0) {
+            freeSlots.erase(slot);
+            stashSlots[key] = slot;
+          }
           stashHeld += stashBytes;
           stashPeak = std::max(stashPeak, stashHeld);
         }

@@ -999,6 +999,10 @@ public:
     std::memset(device, 0, bytes);
     return Status::success();
   }
+  Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::success();
+  }
 
   Status run(const plan::Instruction &inst, const TensorView *inputs,
              const TensorView *outputs, const StepContext &context) override {

@@ -76,6 +76,8 @@ __global__ void columnFinishKernel(const float *partials, int64_t chunks, int64_
 template <int K, typename Term, typename T>
 void launchColumnSums(const Term &term, int64_t rows, int64_t cols, float *partials, T *out0,
                       T *out1, cudaStream_t stream) {
+  if (cols == 0)
+    return; // nothing to write, and a grid of no blocks is a launch error
   const int64_t chunks = columnSumChunks(rows);
   const dim3 grid(static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns),
                   static_cast<unsigned>(chunks));

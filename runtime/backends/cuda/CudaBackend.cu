@@ -124,6 +124,12 @@ public:
   Status setZero(void *device, size_t bytes) override {
     return guarded([&] { check(cudaMemset(device, 0, bytes), "zeroing device memory"); });
   }
+  Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
+    return guarded([&] {
+      check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
+            "copying on the device");
+    });
+  }
 
   Status convert(const TensorView &dst, const TensorView &src) override {
     return guarded([&] { convertOn(dst.data, dst.dtype, src.data, src.dtype, src.numel()); });
