@@ -45,7 +45,9 @@ public:
   /// out concatenates every member's in along `axis`, in rank order.
   virtual Status allGather(Group group, const TensorView &in, const TensorView &out,
                            int axis) = 0;
-  /// out is this member's block, along `axis`, of Σ over the group of in.
+  /// out is this member's block, along `axis`, of Σ over the group of in. Along axis 0,
+  /// out may be in's own block of this member (in place; the rest of in is then left
+  /// undefined).
   virtual Status reduceScatter(Group group, const TensorView &in, const TensorView &out,
                                int axis) = 0;
   /// value = Σ over the group of value, a host number (losses, norms).

@@ -281,6 +281,18 @@ public:
       return s;
     const int parts = size(g);
     const int count = static_cast<int>(out.numel());
+    if (axis == 0 && out.data == static_cast<char *>(in.data) + rank(g) * out.bytes()) {
+      // In place: MPI leaves the sum at the front of the buffer, then it moves to this
+      // member's block.
+      MPI_Request request;
+      MT_TRY(check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, in.data, count, mpiType(out.dtype),
+                                             sumOf(out.dtype), of(g), &request),
+                   "reduce-scatter"));
+      MT_TRY(wait(request, cat("a reduce-scatter over the ", groupName(g), "-parallel group")));
+      if (out.data != in.data)
+        std::memcpy(out.data, in.data, out.bytes());
+      return Status::success();
+    }
     const void *send = in.data;
     std::vector<char> blocks;
     if (axis != 0) {

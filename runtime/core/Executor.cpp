@@ -156,18 +156,14 @@ Status Executor::bind(ExecutorOptions options) {
     }
   }
   // Under a pipeline, the stashes of the micro-batches in flight wait on the device, in
-  // what mtc planned for them (the stage's stash_bytes): slots of the stage's largest
-  // stash, one per micro-batch the schedule keeps in flight.
+  // what mtc planned for them (the stage's stash_bytes, which the plan reader checked):
+  // slots of the stage's largest stash, one per micro-batch the schedule keeps in flight.
   if (pipelined) {
     for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i)
       if (programs.Get(i)->stage() == stage && !programs.Get(i)->backward())
         stashSlotBytes_ = std::max(stashSlotBytes_, stashBytes(i));
-    const uint64_t planned = plan_.stages()->Get(stage)->stash_bytes();
     if (stashSlotBytes_ > 0) {
-      if (planned % stashSlotBytes_ != 0 || planned == 0)
-        return Status::failure(cat("the plan gives stage ", stage, " ", planned,
-                                   " bytes of stashes, not a whole number of its ",
-                                   stashSlotBytes_, "-byte stashes"));
+      const uint64_t planned = plan_.stages()->Get(stage)->stash_bytes();
       stashSlots_ = static_cast<int>(planned / stashSlotBytes_);
       MT_TRY(allocate(planned, stashes_));
     }
@@ -231,15 +227,13 @@ Status Executor::initParameters(uint64_t seed) {
       MT_TRY(backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize));
     return refreshComputeWeights();
   }
-  // Each parameter in full, once: this rank's share into the master weights, all of it
-  // into the compute copy.
+  // Each parameter in full, once, where its gradient will be (the gradient store holds
+  // every parameter in the master type, and is zeroed afterwards): this rank's share into
+  // the master weights, all of it into the compute copy.
   const int64_t first = masterFirst_, last = masterFirst_ + flatWeights_.numel();
   const size_t element = dtypeBytes(flatWeights_.dtype);
   for (Parameter &p : parameters_) {
-    DeviceMemory memory;
-    MT_TRY(memory.allocate(backend_, element * p.numel));
-    TensorView whole = p.weight;
-    whole.data = memory.data();
+    const TensorView &whole = p.grad;
     MT_TRY(backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize));
     const int64_t begin = std::max(first, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end)
@@ -249,7 +243,7 @@ Status Executor::initParameters(uint64_t seed) {
                                     p.offset + p.numel),
                             sliceOf(whole, element, 0, p.numel)));
   }
-  return Status::success();
+  return zeroGradients();
 }
 
 Status Executor::zeroGradients() { return backend_.setZero(flatGrads_.data, flatGrads_.bytes()); }
@@ -378,12 +372,13 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
   // The stashed tensors, one after another in the slot: a forward writes them there, its
   // backward reads them back into its own buffers.
   const auto &stashIds = *prog.stash();
-  if (stashIds.size() > 0 && (slot < 0 || slot >= stashSlots_ || stashBytes(program) > stashSlotBytes_))
-    return Status::failure(cat(prog.name()->str(), ": stash slot ", slot, " of ", stashSlots_,
-                               " slots of ", stashSlotBytes_, " bytes cannot hold its ",
-                               stashBytes(program), " bytes"));
+  if (stashIds.size() > 0 && (slot < 0 || slot >= stashSlots_))
+    return Status::failure(cat(prog.name()->str(), ": no stash slot ", slot, " (of ",
+                               stashSlots_, ")"));
   auto stashCopy = [&](bool save) -> Status {
-    std::byte *at = static_cast<std::byte *>(stashes_) + static_cast<size_t>(slot) * stashSlotBytes_;
+    if (stashIds.size() == 0)
+      return Status::success();
+    std::byte *at = static_cast<std::byte *>(stashes_) + slot * stashSlotBytes_;
     for (uint32_t id : stashIds) {
       const TensorView &v = views[id];
       MT_TRY(save ? backend_.copyOnDevice(at, v.data, v.bytes())

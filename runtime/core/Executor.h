@@ -105,9 +105,11 @@ public:
                   StepContext context, const std::vector<char> *received, int slot,
                   std::vector<char> &sent, double &loss);
   /// The stash slots on the device: as many micro-batches' stashes as the plan's
-  /// schedule keeps in flight on this stage (0 without a pipeline).
+  /// schedule keeps in flight on this stage (0 without a pipeline, or when the stage
+  /// stashes nothing).
   int stashSlots() const { return stashSlots_; }
-  /// Bytes program `program` stashes (a forward) or reads from its stash (a backward).
+  /// Bytes program `program` of this stage stashes (a forward) or reads from its stash
+  /// (a backward).
   uint64_t stashBytes(uint32_t program) const;
 
   /// Bytes a program receives from its neighbour (0 if none).

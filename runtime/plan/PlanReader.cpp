@@ -613,6 +613,25 @@ Status checkPlan(const plan::Plan &p) {
     ScheduleCheck check = checkSchedule(schedule);
     if (!check.deadlockFree)
       return Status::failure("the pipeline schedule cannot run: " + check.problem);
+    // mtrun keeps the stashes on the device in exactly the bytes the plan gives them:
+    // slots of the stage's largest stash, one per micro-batch its schedule keeps in flight.
+    for (flatbuffers::uoffset_t s = 0; s < p.stages()->size(); ++s) {
+      uint64_t largest = 0;
+      for (const plan::Program *prog : *p.programs())
+        if (prog->stage() == static_cast<int32_t>(s) && !prog->backward()) {
+          uint64_t bytes = 0;
+          for (uint32_t id : *prog->stash())
+            bytes += prog->buffers()->Get(id)->bytes();
+          largest = std::max(largest, bytes);
+        }
+      const uint64_t planned = p.stages()->Get(s)->stash_bytes();
+      const uint64_t inFlight = static_cast<uint64_t>(check.maxInFlight[s]);
+      if (planned != inFlight * largest)
+        return Status::failure(cat("stage ", s, " plans ", planned,
+                                   " bytes of stashes, but its schedule keeps ", inFlight,
+                                   " micro-batches in flight, whose stashes take up to ",
+                                   largest, " bytes each"));
+    }
   }
   return Status::success();
 }

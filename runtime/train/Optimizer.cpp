@@ -47,15 +47,8 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
   const int64_t total = grads.numel();
   if (distributedOptimizer) {
     const int64_t shard = total / parts, first = comm.rank(Group::Data) * shard;
-    TensorView mine = slice(grads, first, first + shard);
-    // The sum lands beside the gradients (on the device), then replaces this rank's share.
-    Backend &backend = executor.backend();
-    DeviceMemory sum;
-    MT_TRY(sum.allocate(backend, dtypeBytes(grads.dtype) * shard));
-    TensorView out = mine;
-    out.data = sum.data();
-    MT_TRY(comm.reduceScatter(Group::Data, grads, out, 0));
-    return backend.convert(mine, out);
+    // In place: the sum of this rank's share replaces it (the rest is not read again).
+    return comm.reduceScatter(Group::Data, grads, slice(grads, first, first + shard), 0);
   }
   const int64_t bucket = std::max<int64_t>(
       1, static_cast<int64_t>(bucketBytes / dtypeBytes(grads.dtype)));

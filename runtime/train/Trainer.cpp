@@ -337,6 +337,10 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
           auto held = stashSlots.find(key);
           if (held != stashSlots.end())
             slot = held->second;
+          else if (stashBytes > 0)
+            return failed(Status::failure(cat("stage ", stage, ": the backward of micro-batch ",
+                                              mb, " (chunk ", action->chunk(),
+                                              ") has no stash: its forward has not run")));
         } else if (stashBytes > 0) {
           if (freeSlots.empty())
             return failed(Status::failure(cat(

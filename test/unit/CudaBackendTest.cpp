@@ -320,6 +320,27 @@ TEST(CudaMemory, ReportsHeldWorkspaceAndDevice) {
   EXPECT_EQ(cuda->heldPeakBytes(), 256u << 20);
 }
 
+/// A copy between two places of device memory (a pipeline stash going into its slot
+/// and back) moves exactly its bytes.
+TEST(CudaMemory, CopiesOnTheDevice) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers{*cuda};
+  std::vector<uint8_t> bytes(1001), back(bytes.size() + 2, 7);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<uint8_t>(i * 37 + 1);
+  auto *from = static_cast<uint8_t *>(buffers.allocate(bytes.size()));
+  auto *to = static_cast<uint8_t *>(buffers.allocate(back.size()));
+  ASSERT_OK(cuda->copyToDevice(from, bytes.data(), bytes.size()));
+  ASSERT_OK(cuda->copyToDevice(to, back.data(), back.size()));
+  ASSERT_OK(cuda->copyOnDevice(to + 1, from, bytes.size()));
+  ASSERT_OK(cuda->copyToHost(back.data(), to, back.size()));
+  EXPECT_EQ(back.front(), 7);
+  EXPECT_EQ(back.back(), 7);
+  EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), back.begin() + 1));
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients.
 TEST(CudaAdamW, MatchesTheCpuBackend) {
   REQUIRE_GPU();

@@ -255,6 +255,21 @@ TEST(PipelinedPlanTest, ScheduleThatDeadlocksIsRefused) {
   EXPECT_NE(s.message().find("schedule"), std::string::npos) << s.message();
 }
 
+/// mtrun keeps the stashes in exactly the bytes the plan gives them: a stage whose
+/// stash_bytes is not its in-flight micro-batches times its largest stash is refused.
+TEST(PipelinedPlanTest, StashBytesThatDoNotFitTheScheduleAreRefused) {
+  Status s = parseEdited([](plan::Plan &p) {
+    plan::Stage *stage = p.mutable_stages()->GetMutableObject(0);
+    stage->mutate_stash_bytes(stage->stash_bytes() - 1);
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("stage 0 plans "), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(" bytes of stashes, but its schedule keeps 2 micro-batches in "
+                             "flight, whose stashes take up to "),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(PipelinedPlanTest, ArenaLargerThanItsBuffersIsRefused) {
   // A corrupt arena size would have the runtime reserve (and fill) memory nothing uses.
   Status s = parseEdited([](plan::Plan &p) {
