@@ -310,14 +310,15 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
                                  plan::EnumNameOpcode(inst.opcode()), "): ", s.message()));
     if (profile_) {
       MT_TRY(profile_->mark());
-      timed.push_back(&profileEntry(program, i, inst, out[0]));
+      timed.push_back(&profileEntry(program, i, inst, in[0], out[0]));
     }
   }
   return profile_ ? profile_->record(timed) : Status::success();
 }
 
 Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
-                                       const plan::Instruction &inst, const TensorView &out) {
+                                       const plan::Instruction &inst, const TensorView &in,
+                                       const TensorView &out) {
   if (Profile::Entry *known = profile_->find(program, index))
     return *known;
   const plan::Program &prog = *plan_.programs()->Get(program);
@@ -328,8 +329,22 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
       shape += (d ? "," : "") + std::to_string(out.shape[d]);
     shape += "]";
   }
-  return profile_->instruction(program, index, plan::EnumNameOpcode(inst.opcode()),
-                               cat(prog.name()->str(), " #", index), shape);
+  Profile::Entry &e = profile_->instruction(program, index, plan::EnumNameOpcode(inst.opcode()),
+                                            cat(prog.name()->str(), " #", index), shape);
+  // A linear's products, 2·m·n·k, from its first operand (x or dy) and its result.
+  const double result = static_cast<double>(out.numel());
+  switch (inst.opcode()) {
+  case plan::Opcode::Linear:          // y [m, n] = x [m, k]·Wᵀ
+  case plan::Opcode::LinearGradInput: // dx [m, k] = dy [m, n]·W
+    e.flops = 2 * result * static_cast<double>(in.cols());
+    break;
+  case plan::Opcode::LinearGradWeight: // dW [n, k] = dyᵀ [n, m]·x [m, k]
+    e.flops = 2 * result * static_cast<double>(in.rows());
+    break;
+  default:
+    break;
+  }
+  return e;
 }
 
 namespace {

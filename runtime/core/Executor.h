@@ -146,9 +146,10 @@ private:
              StepContext context);
   Status runCollective(const plan::Instruction &inst, const TensorView &in,
                        const TensorView &out);
-  /// The profile's entry of instruction `index` of `program`, whose first output is `out`.
+  /// The profile's entry of instruction `index` of `program`, whose first operand is `in`
+  /// and first output `out`.
   Profile::Entry &profileEntry(uint32_t program, uint32_t index, const plan::Instruction &inst,
-                               const TensorView &out);
+                               const TensorView &in, const TensorView &out);
 
   const plan::Plan &plan_;
   Backend &backend_;

@@ -46,7 +46,7 @@ Profile::Entry &Profile::instruction(uint32_t program, uint32_t index, const std
   if (row.size() <= index)
     row.resize(index + 1, nullptr);
   if (!row[index]) {
-    entries_.push_back(std::make_unique<Entry>(Entry{what, where, shape, 0, {}}));
+    entries_.push_back(std::make_unique<Entry>(Entry{what, where, shape, 0, 0, {}}));
     row[index] = entries_.back().get();
   }
   return *row[index];
@@ -56,7 +56,7 @@ Profile::Entry &Profile::part(const std::string &name) {
   for (const std::unique_ptr<Entry> &e : entries_)
     if (e->where.empty() && e->what == name)
       return *e;
-  entries_.push_back(std::make_unique<Entry>(Entry{name, "", "", 0, {}}));
+  entries_.push_back(std::make_unique<Entry>(Entry{name, "", "", 0, 0, {}}));
   return *entries_.back();
 }
 
@@ -65,7 +65,14 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
     return;
   const double perStep = 1.0 / static_cast<double>(steps);
   struct Row {
-    double runs = 0, seconds = 0;
+    double runs = 0, seconds = 0, flops = 0;
+  };
+  // TFLOP/s where the FLOPs are known, else blank.
+  auto rate = [](double flops, double seconds) {
+    char text[16] = "";
+    if (flops > 0 && seconds > 0)
+      std::snprintf(text, sizeof text, "%.1f", flops / seconds / 1e12);
+    return std::string(text);
   };
   std::map<std::string, Row> byWhat;
   std::vector<std::pair<double, const Entry *>> each;
@@ -76,6 +83,7 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
     Row &row = byWhat[e->what];
     row.runs += n;
     row.seconds += seconds;
+    row.flops += e->flops * n;
     total += seconds;
     runs += n;
     if (!e->where.empty())
@@ -89,11 +97,12 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
                "profile: device time per step over %lld steps (each instruction's median "
                "run x its runs per step)\n",
                static_cast<long long>(steps));
-  std::fprintf(out, "  %-24s %10s %11s %7s\n", "opcode or part", "runs/step", "ms/step", "share");
+  std::fprintf(out, "  %-24s %10s %11s %7s %9s\n", "opcode or part", "runs/step", "ms/step",
+               "share", "TFLOP/s");
   auto share = [&](double seconds) { return total > 0 ? 100 * seconds / total : 0.0; };
   for (const auto &[what, row] : rows)
-    std::fprintf(out, "  %-24s %10.0f %11.3f %6.1f%%\n", what.c_str(), row.runs,
-                 row.seconds * 1e3, share(row.seconds));
+    std::fprintf(out, "  %-24s %10.0f %11.3f %6.1f%% %9s\n", what.c_str(), row.runs,
+                 row.seconds * 1e3, share(row.seconds), rate(row.flops, row.seconds).c_str());
   std::fprintf(out, "  %-24s %10.0f %11.3f %6.1f%%\n", "total", runs, total * 1e3, 100.0);
   std::stable_sort(each.begin(), each.end(),
                    [](const auto &a, const auto &b) { return a.first > b.first; });
@@ -101,11 +110,12 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
     each.resize(slowest);
   if (each.empty())
     return;
-  std::fprintf(out, "  slowest instructions:\n  %-24s %-28s %-24s %10s %11s\n", "instruction",
-               "opcode", "output", "ms/run", "ms/step");
+  std::fprintf(out, "  slowest instructions:\n  %-24s %-28s %-24s %10s %11s %9s\n",
+               "instruction", "opcode", "output", "ms/run", "ms/step", "TFLOP/s");
   for (const auto &[seconds, e] : each)
-    std::fprintf(out, "  %-24s %-28s %-24s %10.4f %11.3f\n", e->where.c_str(), e->what.c_str(),
-                 e->shape.c_str(), e->median() * 1e3, seconds * 1e3);
+    std::fprintf(out, "  %-24s %-28s %-24s %10.4f %11.3f %9s\n", e->where.c_str(),
+                 e->what.c_str(), e->shape.c_str(), e->median() * 1e3, seconds * 1e3,
+                 rate(e->flops, e->median()).c_str());
 }
 
 } // namespace mt

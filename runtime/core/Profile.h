@@ -26,6 +26,7 @@ public:
     std::string what;  // the opcode, or the part's name
     std::string where; // program and instruction, or ""
     std::string shape; // the first output's shape, or ""
+    double flops = 0;  // of one run, where the executor knows them (matrix products)
     int64_t count = 0;        // runs timed
     std::vector<double> runs; // the seconds of the latest kWindow of them
     /// The median of those: a first run's set-up (graph and algorithm choice) and the
@@ -59,7 +60,8 @@ public:
   const std::vector<std::unique_ptr<Entry>> &entries() const { return entries_; }
 
   /// A table of `steps` steps: device time per step by opcode (each instruction's median
-  /// run times its runs per step), then the `slowest` instructions.
+  /// run times its runs per step, and TFLOP/s where the FLOPs are known), then the
+  /// `slowest` instructions.
   void print(std::FILE *out, int64_t steps, size_t slowest = 12) const;
 
 private:

@@ -122,6 +122,15 @@ TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
   EXPECT_LE(timed, wall);
   EXPECT_GT(perOpcode["Linear"], 1);
 
+  // The linears' FLOPs, forward and both backward products: 6 x tokens x the elements
+  // of every weight matrix (6NT). gpt-tiny: 2 x 32 tokens; per layer qkv 64x192,
+  // projection 64x64, MLP 64x256 and 256x64 (49,152), twice, and the tied 512x64 head:
+  // 131,072 elements.
+  double linearFlops = 0;
+  for (const auto &e : profile.entries())
+    linearFlops += e->flops;
+  EXPECT_EQ(linearFlops, 6.0 * 64 * 131072);
+
   // Printed as one step, which all the runs fall in: each opcode's row counts its
   // instructions times the runs.
   char *text = nullptr;
