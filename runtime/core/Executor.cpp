@@ -331,8 +331,16 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
   }
   Profile::Entry &e = profile_->instruction(program, index, plan::EnumNameOpcode(inst.opcode()),
                                             cat(prog.name()->str(), " #", index), shape);
-  // A linear's products, 2·m·n·k, from its first operand (x or dy) and its result.
+  // The matrix products' FLOPs, 2·m·n·k each: a linear's from its first operand (x or
+  // dy) and its result; fused attention's from its output (or the output's gradient, its
+  // first operand) [b, s, heads·d]: QKᵀ and P·V, 4·b·s²·heads·d forward, half of it
+  // under a causal mask (the masked half is skipped), 2.5 times that backward (S again,
+  // dV, dP, dQ and dK).
   const double result = static_cast<double>(out.numel());
+  auto attention = [&](const TensorView &o) {
+    return (inst.causal() ? 2.0 : 4.0) * static_cast<double>(o.numel()) *
+           static_cast<double>(o.dim(1));
+  };
   switch (inst.opcode()) {
   case plan::Opcode::Linear:          // y [m, n] = x [m, k]·Wᵀ
   case plan::Opcode::LinearGradInput: // dx [m, k] = dy [m, n]·W
@@ -340,6 +348,12 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
     break;
   case plan::Opcode::LinearGradWeight: // dW [n, k] = dyᵀ [n, m]·x [m, k]
     e.flops = 2 * result * static_cast<double>(in.rows());
+    break;
+  case plan::Opcode::Attention:
+    e.flops = attention(out);
+    break;
+  case plan::Opcode::AttentionGrad:
+    e.flops = 2.5 * attention(in);
     break;
   default:
     break;

@@ -126,10 +126,12 @@ TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
   // of every weight matrix (6NT). gpt-tiny: 2 x 32 tokens; per layer qkv 64x192,
   // projection 64x64, MLP 64x256 and 256x64 (49,152), twice, and the tied 512x64 head:
   // 131,072 elements.
-  double linearFlops = 0;
+  // Causal attention: 4·b·s²·hidden halved forward, 2.5 times that backward; 2 layers.
+  double linearFlops = 0, attentionFlops = 0;
   for (const auto &e : profile.entries())
-    linearFlops += e->flops;
+    (e->what.rfind("Attention", 0) == 0 ? attentionFlops : linearFlops) += e->flops;
   EXPECT_EQ(linearFlops, 6.0 * 64 * 131072);
+  EXPECT_EQ(attentionFlops, 2 * 3.5 * (4.0 * 2 * 32 * 32 * 64 / 2));
 
   // Printed as one step, which all the runs fall in: each opcode's row counts its
   // instructions times the runs.
