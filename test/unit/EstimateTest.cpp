@@ -70,33 +70,28 @@ TEST(CostModel, BiggerSquareProductsAreNoLessEfficient) {
 
 TEST(CostModel, GroupsStayOnNvlinkWhileTheyFitInANode) {
   SystemSpec s = a100();
-  StepLayout l;
-  l.options.tp = 8;
-  l.options.dp = 4;
-  l.options.pp = 2;
-  Placement p = placeGroups(s, l);
+  auto placed = [&](int64_t tp, int64_t dp, int64_t pp) {
+    StepLayout l;
+    l.options.tp = tp;
+    l.options.dp = dp;
+    l.options.pp = pp;
+    return placeGroups(s, l);
+  };
+  Placement p = placed(8, 4, 2);
   EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
   EXPECT_EQ(p.data.bandwidth, s.interNode.bandwidth);
   EXPECT_EQ(p.pipeline.bandwidth, s.interNode.bandwidth);
-  l.options.tp = 2;
-  l.options.dp = 2;
-  l.options.pp = 2;
-  p = placeGroups(s, l);
+  p = placed(2, 2, 2);
   EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
   EXPECT_EQ(p.data.bandwidth, s.intraNode.bandwidth);
   EXPECT_EQ(p.pipeline.bandwidth, s.intraNode.bandwidth);
-  l.options.tp = 16;
-  EXPECT_EQ(placeGroups(s, l).tensor.bandwidth, s.interNode.bandwidth);
+  EXPECT_EQ(placed(16, 2, 2).tensor.bandwidth, s.interNode.bandwidth);
   // Groups that do not divide a node stay in it while the whole job does (6 of 8)...
-  l.options.tp = 3;
-  l.options.dp = 2;
-  l.options.pp = 1;
-  p = placeGroups(s, l);
+  p = placed(3, 2, 1);
   EXPECT_EQ(p.tensor.bandwidth, s.intraNode.bandwidth);
   EXPECT_EQ(p.data.bandwidth, s.intraNode.bandwidth);
   // ... and cross nodes when blocks of 3 straddle them (24 ranks on nodes of 8).
-  l.options.dp = 8;
-  EXPECT_EQ(placeGroups(s, l).tensor.bandwidth, s.interNode.bandwidth);
+  EXPECT_EQ(placed(3, 8, 1).tensor.bandwidth, s.interNode.bandwidth);
 }
 
 struct LoweredTest : ::testing::Test {

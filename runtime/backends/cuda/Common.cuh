@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -110,6 +112,17 @@ __device__ float blockSum(float v, float *shared) { return blockReduce(v, shared
 /// Maximum over a block of up to 1024 threads; every thread gets the result.
 __device__ float blockMax(float v, float *shared) {
   return blockReduce(v, shared, -INFINITY, MaxOp{});
+}
+
+/// Which of two values the environment variable `name` holds: 1 for `first`, 2 for
+/// `second`, 0 when it is unset or anything else (the backend's MT_CUDA_* switches).
+inline int environmentChoice(const char *name, const char *first, const char *second) {
+  const char *value = std::getenv(name);
+  if (value && std::strcmp(value, first) == 0)
+    return 1;
+  if (value && std::strcmp(value, second) == 0)
+    return 2;
+  return 0;
 }
 
 constexpr int kThreads = 256;

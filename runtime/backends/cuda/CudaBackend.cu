@@ -58,12 +58,7 @@ bool synchronousLaunches() {
 /// elsewhere.
 enum class AttentionPath { Any, ExactOnly, CudnnOnly };
 AttentionPath attentionPath() {
-  const char *path = std::getenv("MT_CUDA_ATTENTION");
-  if (path && std::strcmp(path, "exact") == 0)
-    return AttentionPath::ExactOnly;
-  if (path && std::strcmp(path, "cudnn") == 0)
-    return AttentionPath::CudnnOnly;
-  return AttentionPath::Any;
+  return static_cast<AttentionPath>(environmentChoice("MT_CUDA_ATTENTION", "exact", "cudnn"));
 }
 
 class CudaBackend final : public Backend {

@@ -9,8 +9,6 @@
 #include <cublasLt.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -34,12 +32,7 @@ cudaDataType_t cudaTypeOf(DType dtype) {
 /// MT_CUDA_GEMM=cublaslt: cuBLASLt or an error, never the fallback (to test cuBLASLt).
 enum class GemmPath { Any, CublasOnly, CublasLtOnly };
 GemmPath gemmPath() {
-  const char *gemm = std::getenv("MT_CUDA_GEMM");
-  if (gemm && std::strcmp(gemm, "cublas") == 0)
-    return GemmPath::CublasOnly;
-  if (gemm && std::strcmp(gemm, "cublaslt") == 0)
-    return GemmPath::CublasLtOnly;
-  return GemmPath::Any;
+  return static_cast<GemmPath>(environmentChoice("MT_CUDA_GEMM", "cublas", "cublaslt"));
 }
 
 /// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
