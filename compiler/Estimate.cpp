@@ -33,19 +33,38 @@ Link linkFor(const SystemSpec &system, int64_t span, int64_t world) {
                                                              : system.interNode;
 }
 
+/// The matrix products a kernel runs, in seconds. A fused attention kernel (flash, in
+/// both of mtrun's CUDA paths) keeps no s×s tensor, so its backward forms the scores
+/// again, and under a causal mask it computes only the blocks on or below the diagonal.
+double productSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
+  Operation *op = cost.getOperation();
+  if (op->getNumOperands() == 0)
+    return 0;
+  Type type = op->getOperand(0).getType();
+  const int64_t bytes = (getElementTypeOrSelf(type).getIntOrFloatBitWidth() + 7) / 8;
+  SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
+  double share = 1;
+  auto fused = [&](auto attention) {
+    if (attention.getCausal())
+      share = causalShare(gemms.front().m, std::min(system.tileM, system.tileN));
+  };
+  if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op)) {
+    fused(forward);
+  } else if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op)) {
+    fused(backward);
+    gemms.push_back(gemms.front()); // the scores, again
+  }
+  double seconds = 0;
+  for (const mlir::mt::GemmShape &g : gemms)
+    seconds += gemmSeconds(system, g, computeType(type), bytes);
+  return share * seconds;
+}
+
 /// Costs one op of a pass on one rank.
 void costOp(Operation *op, const SystemSpec &system, const Placement &placement, int64_t tp,
             PassCost &pass) {
   if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
-    double gemm = 0;
-    if (op->getNumOperands() > 0) {
-      Type type = op->getOperand(0).getType();
-      const int64_t bytes = (getElementTypeOrSelf(type).getIntOrFloatBitWidth() + 7) / 8;
-      for (const mlir::mt::GemmShape &g : cost.getGemms())
-        gemm += gemmSeconds(system, g, computeType(type), bytes);
-    }
-    const double seconds =
-        system.kernelOverhead + std::max(gemm, memorySeconds(system, cost.getBytesMoved()));
+    const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
     return;
   }
@@ -80,6 +99,14 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
 }
 
 } // namespace
+
+double kernelSeconds(Operation *op, const SystemSpec &system) {
+  auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  return system.kernelOverhead +
+         std::max(productSeconds(cost, system), memorySeconds(system, cost.getBytesMoved()));
+}
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {
   const CompileOptions &o = layout.options;

@@ -43,6 +43,11 @@ struct ChunkProfile {
 std::vector<ChunkProfile> profileChunks(mlir::ModuleOp module, const SystemSpec &system,
                                         const CompileOptions &options);
 
+/// Seconds one kernel (an op with costs: mt.linear, mt.attention_grad…) takes on one
+/// rank: its matrix products or its bytes, whichever is longer, plus the kernel overhead;
+/// 0 for ops that launch none.
+double kernelSeconds(mlir::Operation *op, const SystemSpec &system);
+
 /// A layout as `mtc compile` takes it, beyond what lowering needs.
 struct StepLayout {
   CompileOptions options;

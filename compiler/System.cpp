@@ -235,6 +235,13 @@ double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
   return std::max(compute, memory);
 }
 
+double causalShare(int64_t s, int64_t block) {
+  if (s <= 0 || block <= 0)
+    return 1;
+  const double blocks = static_cast<double>((s + block - 1) / block);
+  return (blocks + 1) / (2 * blocks);
+}
+
 double memorySeconds(const SystemSpec &system, int64_t bytes) {
   return static_cast<double>(bytes) / (system.memoryBandwidth * system.memoryEfficiency);
 }

@@ -53,6 +53,9 @@ std::string systemNames();
 /// the memory bandwidth where that is longer.
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
                    llvm::StringRef elementType, int64_t elementBytes);
+/// The share of an s×s product a causal kernel computes in square blocks of `block`: the
+/// T(T+1)/2 of T² blocks on or below the diagonal, T = ⌈s/block⌉; a half for long s.
+double causalShare(int64_t s, int64_t block);
 /// A memory-bound kernel moving `bytes`.
 double memorySeconds(const SystemSpec &system, int64_t bytes);
 

@@ -54,6 +54,13 @@ TEST(CostModel, WholeWavesOfTilesRunAtThePeakAndOneTileMoreTakesAWave) {
                    2.0 * s.tileM * s.tileN * 4096 / (s.peakBf16 / s.multiprocessors));
 }
 
+TEST(CostModel, ACausalKernelComputesTheBlocksOnOrBelowTheDiagonal) {
+  EXPECT_DOUBLE_EQ(causalShare(1024, 128), 36.0 / 64); // 8 x 8 blocks, 36 kept
+  EXPECT_DOUBLE_EQ(causalShare(129, 128), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(causalShare(100, 128), 1.0); // one block: the diagonal's
+  EXPECT_NEAR(causalShare(1 << 20, 128), 0.5, 1e-3);
+}
+
 TEST(CostModel, BiggerSquareProductsAreNoLessEfficient) {
   SystemSpec s = a100();
   double previous = 0;
@@ -163,6 +170,36 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
               e.iteration, 1e-12);
   EXPECT_GT(p.pipeline, 0.0);
   EXPECT_GT(p.sequenceParallel, 0.0);
+}
+
+// A flash kernel keeps no s×s tensor: backward forms the scores again (5 products to
+// forward's 2), and a causal mask leaves the blocks above the diagonal out.
+TEST_F(LoweredTest, FusedAttentionCostsWhatAFlashKernelComputes) {
+  SystemSpec s = a100();
+  s.kernelOverhead = 3e-6;
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
+    func.func @f(%qkv: tensor<2x2048x3072xbf16>, %dy: tensor<2x2048x1024xbf16>) {
+      %c = mt.attention %qkv {causal, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %g = mt.attention_grad %dy, %qkv, %c {causal, heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %f = mt.attention %qkv {heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %h = mt.attention_grad %dy, %qkv, %f {heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      return
+    })", &context);
+  ASSERT_TRUE(module);
+  // Per head (32 of them): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64 over 2048.
+  const double scores = gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2);
+  const double values = gemmSeconds(s, {32, 2048, 64, 2048}, "bf16", 2);
+  const double causal = 17.0 / 32; // 16 x 16 blocks of 128, 136 kept
+  std::vector<mlir::Operation *> ops;
+  module->walk([&](mlir::Operation *op) {
+    if (op->getNumResults() == 1)
+      ops.push_back(op);
+  });
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 3e-6 + causal * (2 * scores + 3 * values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), 3e-6 + 2 * scores + 3 * values);
 }
 
 } // namespace
