@@ -7,6 +7,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
+#include <cstdio>
 
 using namespace mlir;
 
@@ -85,6 +86,16 @@ std::string withCommas(unsigned __int128 value) {
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3)
     digits.insert(static_cast<size_t>(i), ",");
   return digits;
+}
+
+std::string binarySize(int64_t bytes) {
+  char text[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1073741824.0)
+    snprintf(text, sizeof text, "%.2f GiB", b / 1073741824.0);
+  else
+    snprintf(text, sizeof text, "%.2f MiB", b / 1048576.0);
+  return text;
 }
 
 std::optional<int64_t> savedBytesOfLayer(ModuleOp module, int64_t layer) {

@@ -140,6 +140,8 @@ std::optional<int64_t> savedBytesOfLayer(mlir::ModuleOp module, int64_t layer);
 
 /// 1234567 -> "1,234,567".
 std::string withCommas(unsigned __int128 value);
+/// "61.25 GiB", or "1.50 MiB" below a GiB.
+std::string binarySize(int64_t bytes);
 
 } // namespace mtc
 

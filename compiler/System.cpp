@@ -134,7 +134,7 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
       f.string("name", s.name) && f.integer("gpus_per_node", s.gpusPerNode) &&
       f.object("gpu",
                [&](Fields &g) {
-                 double memory = 0;
+                 double memory = 0, reserved = 0;
                  const llvm::json::Value *tile = nullptr;
                  bool ok =
                      g.string("name", s.gpu) &&
@@ -146,6 +146,7 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                                        p.number("fp64", 1e12, s.peakFp64);
                               }) &&
                      g.number("memory_gib", 1073741824.0, memory) &&
+                     g.number("reserved_gib", 1073741824.0, reserved, true) &&
                      g.number("memory_bandwidth_gbs", 1e9, s.memoryBandwidth) &&
                      g.integer("multiprocessors", s.multiprocessors) &&
                      (tile = g.get("gemm_tile")) && g.fraction("gemm_efficiency", s.gemmEfficiency) &&
@@ -153,7 +154,10 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                      g.number("kernel_overhead_us", 1e-6, s.kernelOverhead, true);
                  if (!ok)
                    return false;
+                 if (reserved >= memory)
+                   return g.fail("reserved_gib", "must be less than memory_gib");
                  s.memoryBytes = static_cast<int64_t>(memory);
+                 s.reservedBytes = static_cast<int64_t>(reserved);
                  const llvm::json::Array *mn = tile->getAsArray();
                  std::optional<int64_t> m, n;
                  if (mn && mn->size() == 2) {

@@ -25,6 +25,8 @@ struct SystemSpec {
   std::string gpu;
   double peakBf16 = 0, peakFp16 = 0, peakFp32 = 0, peakFp64 = 0; // FLOP/s, dense
   int64_t memoryBytes = 0;      // HBM capacity
+  int64_t reservedBytes = 0;    // of it, what the plan cannot have: the CUDA context,
+                                // the libraries' kernels, handles and workspaces
   double memoryBandwidth = 0;   // HBM bytes per second
   int64_t multiprocessors = 0;  // SMs: one GEMM tile each per wave
   int64_t tileM = 0, tileN = 0; // a GEMM's output tile
@@ -32,6 +34,9 @@ struct SystemSpec {
   double memoryEfficiency = 1;  // of the bandwidth, reached by a streaming kernel
   double kernelOverhead = 0;    // seconds each kernel adds (launch, tail)
   Link intraNode, interNode;
+
+  /// The HBM a plan's arena and stores may take: the capacity less the reserve.
+  int64_t planBytes() const { return memoryBytes - reservedBytes; }
 
   /// The dense peak for a compute element type (bf16, f16, f32, f64).
   double peak(llvm::StringRef elementType) const;

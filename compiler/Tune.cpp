@@ -26,17 +26,6 @@ struct Profiled {
   std::string error;
 };
 
-/// "61.25 GiB", or "1.50 MiB" below a GiB.
-std::string gib(int64_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (b >= 1073741824.0)
-    snprintf(text, sizeof text, "%.2f GiB", b / 1073741824.0);
-  else
-    snprintf(text, sizeof text, "%.2f MiB", b / 1048576.0);
-  return text;
-}
-
 /// The bytes of weights, gradients and optimizer state the fullest stage of `layout`
 /// holds, from chunks of one layer (first, middle, last): a chunk of k layers holds k
 /// times a layer's parameters beside the same shared ones.
@@ -225,10 +214,10 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
                   continue;
                 }
                 const int64_t state = parameterState(one.chunks, layout, layers);
-                if (state > system.memoryBytes) {
-                  reject(layout, "its parameters' state alone needs " + gib(state) +
+                if (state > system.planBytes()) {
+                  reject(layout, "its parameters' state alone needs " + binarySize(state) +
                                      " per rank (weights, gradients, optimizer), the GPU has " +
-                                     gib(system.memoryBytes));
+                                     binarySize(system.planBytes()) + " for the plan");
                   continue;
                 }
                 Profiled &p = profile(layout.options, chunks == 1 ? layers : perChunk,
@@ -250,9 +239,9 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
                   continue;
                 }
                 const int64_t bytes = candidate.estimate.account.memory.total();
-                if (bytes > system.memoryBytes) {
-                  candidate.rejected = "needs " + gib(bytes) + " per rank, the GPU has " +
-                                       gib(system.memoryBytes);
+                if (bytes > system.planBytes()) {
+                  candidate.rejected = "needs " + binarySize(bytes) + " per rank, the GPU has " +
+                                       binarySize(system.planBytes()) + " for the plan";
                   result.rejected.push_back(std::move(candidate));
                   continue;
                 }

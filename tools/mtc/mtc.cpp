@@ -229,12 +229,6 @@ std::string modelName(ModuleOp module, const std::string &path) {
   return llvm::sys::path::stem(path).str();
 }
 
-std::string gib(int64_t bytes) {
-  std::string s;
-  llvm::raw_string_ostream(s) << llvm::format("%.2f GiB", bytes / 1073741824.0);
-  return s;
-}
-
 int runInfo(MLIRContext &context, const Args &args) {
   int64_t multiple;
   if (!positiveFlag(args, "make-vocab-size-divisible-by", 128, multiple))
@@ -667,7 +661,7 @@ int runCompile(MLIRContext &context, const Args &args) {
     row("  per layer") << mtc::withCommas(*layerBytes)
                        << "  (kept for backward by layer 0, one micro-batch, "
                        << options.attention << " attention)\n";
-  row("  total") << mtc::withCommas(m.total()) << "  (" << gib(m.total()) << ")\n";
+  row("  total") << mtc::withCommas(m.total()) << "  (" << mtc::binarySize(m.total()) << ")\n";
   return 0;
 }
 
@@ -707,7 +701,7 @@ Figures figuresOf(const mtc::StepEstimate &e, const mtc::SystemSpec &system,
   f.mfu = f.modelTflops * 1e12 / system.peak(layout.options.precision);
   f.tokensPerSecond =
       static_cast<double>(layout.options.globalBatchSize * seqLength) / e.iteration;
-  f.fits = e.account.memory.total() <= system.memoryBytes;
+  f.fits = e.account.memory.total() <= system.planBytes();
   return f;
 }
 
@@ -837,8 +831,11 @@ int runEstimate(MLIRContext &context, const Args &args) {
       f.modelTflops, f.hardwareTflops, 100.0 * f.mfu, system.peak(o.precision) / 1e12,
       f.tokensPerSecond);
   row("memory per rank") << mtc::withCommas(e.account.memory.total()) << " bytes ("
-                         << gib(e.account.memory.total()) << " of " << gib(system.memoryBytes)
-                         << "): " << (f.fits ? "fits" : "does not fit") << "\n";
+                         << mtc::binarySize(e.account.memory.total()) << " of the "
+                         << mtc::binarySize(system.planBytes()) << " a plan may use: "
+                         << mtc::binarySize(system.memoryBytes) << " less "
+                         << mtc::binarySize(system.reservedBytes)
+                         << " reserved): " << (f.fits ? "fits" : "does not fit") << "\n";
   if (trainTokens > 0)
     row("training") << llvm::format("%.4g tokens: %.1f days, %.3g GPU-hours\n", trainTokens,
                                     days, gpuHours);
