@@ -33,31 +33,61 @@ Link linkFor(const SystemSpec &system, int64_t span, int64_t world) {
                                                              : system.interNode;
 }
 
-/// The matrix products a kernel runs, in seconds. A fused attention kernel (flash, in
-/// both of mtrun's CUDA paths) keeps no s×s tensor, so its backward forms the scores
-/// again, and under a causal mask it computes only the blocks on or below the diagonal.
+/// The block of cuDNN's flash attention kernels: a causal mask skips those above the
+/// diagonal.
+constexpr int64_t kFlashBlock = 128;
+
+/// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
+/// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
+/// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
+///   computing under a causal mask only the blocks on or below the diagonal. Forward: QKᵀ
+///   and P·V. Backward: the forward again (mtrun keeps no row statistics), then cuDNN's
+///   backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK): 3 products shaped as the scores and 4
+///   as the values, in 2 kernels.
+/// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
+///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
+///   dK, dV), in 2 kernels.
+template <typename Attention>
+double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
+                             mlir::mt::GemmShape values, bool backward,
+                             const SystemSpec &system, int64_t bytes) {
+  const llvm::StringRef type = computeType(op.getQkv().getType());
+  const std::optional<llvm::APFloat> rate = op.getDropout();
+  const double launches = backward ? system.kernelOverhead : 0; // the second kernel
+  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
+    const double share = op.getCausal() ? causalShare(scores.m, kFlashBlock) : 1;
+    return launches + share * ((backward ? 3 : 1) * gemmSeconds(system, scores, type, bytes) +
+                               (backward ? 4 : 1) * gemmSeconds(system, values, type, bytes));
+  }
+  const double s = static_cast<double>(scores.m);
+  const double share = op.getCausal() ? (s + 1) / (2 * s) : 1;
+  return launches + share * (backward ? 8 : 2) * static_cast<double>(scores.flops()) /
+                        system.peak("f32");
+}
+
+/// The matrix products a kernel runs, in seconds: a linear's on tensor cores; attention's
+/// as the CUDA backend runs it (fused: above; unfused: its own kernels on CUDA cores).
 double productSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
   Operation *op = cost.getOperation();
-  if (op->getNumOperands() == 0)
+  SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
+  if (op->getNumOperands() == 0 || gemms.empty())
     return 0;
   Type type = op->getOperand(0).getType();
   const int64_t bytes = (getElementTypeOrSelf(type).getIntOrFloatBitWidth() + 7) / 8;
-  SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
-  double share = 1;
-  auto fused = [&](auto attention) {
-    if (attention.getCausal())
-      share = causalShare(gemms.front().m, std::min(system.tileM, system.tileN));
-  };
-  if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op)) {
-    fused(forward);
-  } else if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op)) {
-    fused(backward);
-    gemms.push_back(gemms.front()); // the scores, again
-  }
+  if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
+    return fusedAttentionSeconds(forward, gemms[0], gemms[1], false, system, bytes);
+  if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
+    return fusedAttentionSeconds(backward, gemms[0], gemms[1], true, system, bytes);
   double seconds = 0;
+  if (isa<mlir::mt::AttentionProbsOp, mlir::mt::AttentionContextOp,
+          mlir::mt::AttentionProbsGradOp, mlir::mt::AttentionContextGradOp>(op)) {
+    for (const mlir::mt::GemmShape &g : gemms)
+      seconds += static_cast<double>(g.flops()) / system.peak("f32");
+    return seconds;
+  }
   for (const mlir::mt::GemmShape &g : gemms)
     seconds += gemmSeconds(system, g, computeType(type), bytes);
-  return share * seconds;
+  return seconds;
 }
 
 /// Costs one op of a pass on one rank.

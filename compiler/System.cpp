@@ -154,10 +154,11 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                      g.number("kernel_overhead_us", 1e-6, s.kernelOverhead, true);
                  if (!ok)
                    return false;
-                 if (reserved >= memory)
-                   return g.fail("reserved_gib", "must be less than memory_gib");
+                 // Whole bytes: the capacity rounded down, the reserve up.
                  s.memoryBytes = static_cast<int64_t>(memory);
-                 s.reservedBytes = static_cast<int64_t>(reserved);
+                 s.reservedBytes = static_cast<int64_t>(std::ceil(reserved));
+                 if (s.reservedBytes >= s.memoryBytes)
+                   return g.fail("reserved_gib", "must be less than 'gpu.memory_gib'");
                  const llvm::json::Array *mn = tile->getAsArray();
                  std::optional<int64_t> m, n;
                  if (mn && mn->size() == 2) {

@@ -11,10 +11,11 @@ def Mt_CostOpInterface : OpInterface<"CostOpInterface"> {
   let cppNamespace = "::mlir::mt";
   let description = "FLOPs and bytes moved by one execution of the op.";
   let methods = [
-    InterfaceMethod<[{The matrix products the op performs: each `batch` products of an
+    InterfaceMethod<[{The matrix products the op counts: each `batch` products of an
       m x k and a k x n matrix (the two of attention per head, the three of a linear's
-      forward and backward). An estimator costs them by shape; their FLOPs are
-      getGemmFlops.}],
+      forward and backward), as Megatron's FLOPs formula counts them; their FLOPs are
+      getGemmFlops. The estimator costs them by shape, adding the products a kernel
+      runs beyond them (attention's backward forms the scores again).}],
       "::llvm::SmallVector<::mlir::mt::GemmShape>", "getGemms", (ins), "",
       [{ return {}; }]>,
     InterfaceMethod<"GEMM-class FLOPs (2 per multiply-add): those of getGemms.",

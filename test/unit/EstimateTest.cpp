@@ -172,9 +172,12 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
   EXPECT_GT(p.sequenceParallel, 0.0);
 }
 
-// A flash kernel keeps no s×s tensor: backward forms the scores again (5 products to
-// forward's 2), and a causal mask leaves the blocks above the diagonal out.
-TEST_F(LoweredTest, FusedAttentionCostsWhatAFlashKernelComputes) {
+// Fused attention costs what the CUDA backend runs. Through cuDNN (bf16, no dropout of
+// probabilities): flash kernels on tensor cores, blocks above the diagonal skipped under
+// a causal mask, and a backward that runs the forward again before its own five
+// products. Otherwise mtrun's kernels on CUDA cores: rows up to their last key, 2
+// products forward and 8 backward.
+TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
@@ -183,10 +186,13 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatAFlashKernelComputes) {
       %g = mt.attention_grad %dy, %qkv, %c {causal, heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       %f = mt.attention %qkv {heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %h = mt.attention_grad %dy, %qkv, %f {heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %d = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %e = mt.attention_grad %dy, %qkv, %d {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       return
     })", &context);
   ASSERT_TRUE(module);
-  // Per head (32 of them): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64 over 2048.
+  // 32 products each (batch 2 x 16 heads): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64
+  // over 2048.
   const double scores = gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2);
   const double values = gemmSeconds(s, {32, 2048, 64, 2048}, "bf16", 2);
   const double causal = 17.0 / 32; // 16 x 16 blocks of 128, 136 kept
@@ -195,11 +201,16 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatAFlashKernelComputes) {
     if (op->getNumResults() == 1)
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 4u);
+  ASSERT_EQ(ops.size(), 6u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 3e-6 + causal * (2 * scores + 3 * values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), 3e-6 + 2 * scores + 3 * values);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), 2 * 3e-6 + 3 * scores + 4 * values);
+  // Dropped probabilities: every row up to its key, 2 x 32 x 2048² x 64 FLOPs a product.
+  const double product = 2.0 * 32 * 2048 * 2048 * 64 / s.peakFp32;
+  const double rows = 2049.0 / 4096;
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + rows * 2 * product);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + rows * 8 * product);
 }
 
 } // namespace
