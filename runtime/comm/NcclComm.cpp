@@ -16,6 +16,7 @@
 // queue may hold a collective of another communicator that never ends; the job's end
 // takes the kernels with it.
 #include "backends/cuda/DeviceBuffer.h"
+#include "backends/cuda/Errors.h"
 #include "comm/AxisBlocks.h"
 #include "comm/Comm.h"
 #include "core/DType.h"
@@ -45,7 +46,7 @@ Status ncclStatus(ncclResult_t code, const char *what) {
 }
 
 Status cudaStatus(cudaError_t code, const char *what) {
-  if (code == cudaSuccess)
+  if (handled(code) == cudaSuccess)
     return Status::success();
   return Status::failure(cat("nccl communicator: ", what, ": ", cudaGetErrorString(code)));
 }
@@ -297,7 +298,7 @@ private:
                         "creating an event"));
     MT_TRY(cudaStatus(cudaEventRecord(drained_, 0), "recording an event"));
     cudaError_t code = cudaSuccess;
-    pollUntil([&] { return (code = cudaEventQuery(drained_)) != cudaErrorNotReady; },
+    pollUntil([&] { return (code = queryEvent(drained_)) != cudaErrorNotReady; },
               [&](double waited) { watch(cat("the device's queue ", what), waited); });
     return cudaStatus(code, what);
   }
@@ -322,7 +323,7 @@ private:
 
   /// Events are reached in queue order: the finished ones are at the front.
   void retireFinished() {
-    while (!pending_.empty() && cudaEventQuery(pending_.front().done) == cudaSuccess) {
+    while (!pending_.empty() && queryEvent(pending_.front().done) == cudaSuccess) {
       spare_.push_back(pending_.front().done);
       pending_.pop_front();
       lastRetired_ = std::chrono::steady_clock::now();

@@ -528,6 +528,8 @@ TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
   EXPECT_NE(bad.message().find("cuda backend: copying to the device: "), std::string::npos)
       << bad.message();
   EXPECT_NE(bad.message().find("(CudaBackend.cu:"), std::string::npos) << bad.message();
+  // ... and leaves no error behind for the next launch to report as its own.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   double sum = -1;
   EXPECT_OK(cuda->sumOfSquares({none}, sum));
   EXPECT_EQ(sum, 0.0);
@@ -643,6 +645,9 @@ TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
   EXPECT_GT(longest, 0.5);
   EXPECT_LT(longest, 10.0);
   EXPECT_EQ(what, "the device's queue before copying to the host");
+  // The polls of the busy queue were answered "not ready": no error is left behind for
+  // the next launch to report as its own.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
 
   released = false;
   longest = 0;
@@ -654,8 +659,8 @@ TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
   cuda->setWaitWatch({});
 }
 
-/// One process's communicator that records what the watchdog is told, and releases a
-/// held-up queue after half a second.
+/// One process's communicator that releases a held-up queue after half a second, and
+/// records what the watchdog was told then.
 class RecordingComm final : public Comm {
 public:
   RecordingComm() { position_ = local_->position(); }
@@ -681,10 +686,11 @@ public:
   }
   Status waitSends() override { return local_->waitSends(); }
   void watch(const std::string &what, double waited) override {
-    seen = what;
     longest = std::max(longest, waited);
-    if (waited > 0.5)
+    if (waited > 0.5 && !released) {
+      seen = what; // said while the queue is still held, its collective unfinished
       released = true;
+    }
   }
 
   std::unique_ptr<Comm> local_ = makeLocalComm();
@@ -735,6 +741,9 @@ TEST(CudaWatchdog, NcclCollectivesAreWatched) {
 
   std::unique_ptr<Executor> executor;
   ASSERT_OK(Executor::create(plan, *cuda, *comm, {}, executor));
+  host.released = false; // what came before, however slow, is not what is watched here
+  host.longest = 0;
+  host.seen.clear();
   ASSERT_NO_FATAL_FAILURE(holdQueue(host.released));
   ASSERT_OK(comm->allReduceSum(Group::Tensor, in, out));
   std::vector<float> back(values.size());
@@ -743,6 +752,7 @@ TEST(CudaWatchdog, NcclCollectivesAreWatched) {
   EXPECT_LT(host.longest, 10.0);
   EXPECT_EQ(host.seen, "the device's queue before copying to the host (its oldest unfinished "
                        "collective: an all-reduce over the tensor-parallel group in step 7)");
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess); // the polls left no "not ready" behind
 }
 #endif
 

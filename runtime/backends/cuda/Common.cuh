@@ -6,6 +6,7 @@
 #define MT_RUNTIME_BACKENDS_CUDA_COMMON_CUH
 
 #include "backends/Backend.h"
+#include "backends/cuda/Errors.h"
 #include "core/DType.h"
 
 #include <cublas_v2.h>
@@ -45,7 +46,7 @@ struct CallSite {
 }
 
 inline void check(cudaError_t code, const char *what, CallSite at = MT_CALL_SITE) {
-  if (code != cudaSuccess)
+  if (handled(code) != cudaSuccess)
     fail(cudaGetErrorString(code), what, at);
 }
 

@@ -87,11 +87,9 @@ public:
   Status allocate(size_t bytes, void *&out) override {
     out = nullptr;
     void *data = nullptr;
-    cudaError_t code = cudaMalloc(&data, std::max<size_t>(bytes, 256));
-    if (code == cudaErrorMemoryAllocation) {
-      cudaGetLastError(); // not sticky: clear it
+    cudaError_t code = handled(cudaMalloc(&data, std::max<size_t>(bytes, 256)));
+    if (code == cudaErrorMemoryAllocation)
       return Status::failure(cat("cuda backend: out of memory allocating ", bytes, " bytes"));
-    }
     MT_TRY(guarded([&] { check(code, "allocating device memory"); }));
     out = data;
     return Status::success();
@@ -223,10 +221,8 @@ public:
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
     size_t free = 0, size = 0;
-    if (cudaMemGetInfo(&free, &size) != cudaSuccess) {
-      cudaGetLastError();
+    if (handled(cudaMemGetInfo(&free, &size)) != cudaSuccess)
       return false;
-    }
     used = size - free;
     total = size;
     return true;
@@ -291,7 +287,7 @@ private:
       return;
     check(cudaEventRecord(drained_, stream_), "recording an event");
     cudaError_t code = cudaSuccess;
-    pollUntil([&] { return (code = cudaEventQuery(drained_)) != cudaErrorNotReady; },
+    pollUntil([&] { return (code = queryEvent(drained_)) != cudaErrorNotReady; },
               [&](double waited) { watch_(cat("the device's queue ", what), waited); });
     check(code, what);
   }
@@ -302,12 +298,9 @@ private:
     if (bytes > buffer.capacity())
       drain("before freeing a buffer to grow it"); // cudaFree waits for the device
     void *data = nullptr;
-    const cudaError_t code = buffer.get(bytes, data);
-    if (code == cudaErrorMemoryAllocation) {
-      cudaGetLastError(); // not sticky: clear it, or the next launch would report it
-      if (orNull)
-        return nullptr;
-    }
+    const cudaError_t code = handled(buffer.get(bytes, data));
+    if (code == cudaErrorMemoryAllocation && orNull)
+      return nullptr;
     check(code, what);
     return data;
   }
