@@ -8,8 +8,9 @@
 #   lib/                               the shared libraries a bare node lacks (OpenBLAS,
 #                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
 #                                      libraries are found on the node (lib/paths.sh)
-#   plans/                             cuda_backend_test's cases, gpt-tiny and the
-#                                      benchmark's models, compiled; data/: random tokens
+#   plans/                             cuda_backend_test's cases, gpt-tiny, GPT-2 124M for
+#                                      the loss curve and the benchmark's models, compiled;
+#                                      data/: random tokens, and the fortunes corpus tokenized
 #   test-gpu.sh, bench/gpu.sh          the GPU tests and the benchmark (with what
 #                                      mtc estimate predicted for its steps)
 #   bench/calibrate.sh, systems/       the micro-benchmarks behind mtc estimate's
@@ -24,7 +25,7 @@ build=$(realpath -m "${MTC_BUILD_DIR:-build}")
 out=${out:-$build/mtc-runtime}
 limit=$((64 << 20))
 for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/tools/mtckpt" \
-  "$build/runtime/cuda_backend_test"; do
+  "$build/tools/mtdata" "$build/runtime/cuda_backend_test"; do
   [ -x "$built" ] || { echo "bundle: no $built: run scripts/build.sh first" >&2; exit 1; }
 done
 
@@ -38,7 +39,7 @@ for tool in mtrun mtckpt cuda_backend_test $([ ! -x "$out/libexec/gpu_calibrate"
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done
-cp scripts/bundle/test-gpu.sh "$out/"
+cp scripts/bundle/test-gpu.sh scripts/bundle/follows.py "$out/"
 cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py bench/calibrate.sh "$out/bench/"
 cp -r systems "$out/systems"
 
@@ -87,6 +88,20 @@ done
 "$build/tools/mtc" compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \
   --precision bf16 --attention-dropout 0 -o "$out/plans/gpt-tiny-bf16-flash.mtp" >/dev/null
 python3 bench/random_tokens.py "$out/data/tiny" 512 100000
+# A whole GPT-2 124M in bf16 on text, whose loss curve the GPU must follow from the CPU
+# backend's (test-gpu.sh): the fortunes corpus, as the demo tokenizes it.
+"$build/tools/mtc" compile models/gpt2-124m.mlir --bf16 --seq-length 1024 \
+  --micro-batch-size 1 --global-batch-size 1 --attention-dropout 0 \
+  -o "$out/plans/gpt2-124m-curve.mtp" >/dev/null
+fortunes=()
+for f in /usr/share/games/fortunes/*; do
+  case "$f" in *.dat | *.u8) continue ;; esac
+  [ -f "$f" ] && [ ! -L "$f" ] && fortunes+=(--input "$f")
+done
+[ ${#fortunes[@]} -gt 0 ] || { echo "bundle: no corpus in /usr/share/games/fortunes (scripts/setup.sh installs it)" >&2; exit 1; }
+"$build/tools/mtdata" "${fortunes[@]}" --split-on % --train-tokenizer "$out/data/fortunes" \
+  --vocab-size 1024 --output-prefix "$out/data/fortunes" >/dev/null
+rm -f "$out/data/fortunes.model" "$out/data/fortunes.vocab"
 # model, sequence, micro-batch. No dropout of attention probabilities, on both sides of
 # the benchmark: cuDNN's flash attention cannot draw our masks (the exact kernels would
 # run), and PyTorch's flash attention is faster without it too.

@@ -5,7 +5,8 @@
 #      case is a failure. Then again with fused attention through cuDNN only (the cases
 #      it must take) and through our kernels only.
 #   2. Determinism of training: two GPU runs of gpt-tiny, and a run resumed from a GPU
-#      checkpoint, give the same metrics and the same checkpoint bytes.
+#      checkpoint, give the same metrics and the same checkpoint bytes. A whole GPT-2
+#      124M in bf16 follows the CPU backend's loss curve on text (10 steps, 1e-2).
 #   3. With --sanitize: compute-sanitizer's memcheck, racecheck and initcheck over
 #      gpt-tiny training steps in fp32 and bf16, without, with selective and with full
 #      recomputation.
@@ -89,6 +90,27 @@ for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full gpt-tiny-bf
     failed "$plan: the resumed run differs from the straight one"
   fi
 done
+
+# 2b. A whole GPT-2 124M in bf16 on the GPU follows the CPU backend's loss curve: the
+# same plan, seed and text, the CPU run on the node's cores beside the GPU's; each of the
+# first 10 losses within 1e-2 of the CPU's, relatively.
+curve() { # backend
+  "$here/bin/mtrun" "$here/plans/gpt2-124m-curve.mtp" --backend "$1" \
+    --data "$here/data/fortunes" --steps 10 --seed 7 --lr 3e-4 --warmup-steps 2 \
+    --lr-decay-steps 10 --metrics "$logs/gpt2-124m.$1.metrics" >"$logs/gpt2-124m.$1.log" 2>&1
+}
+rm -f "$logs"/gpt2-124m.*.metrics
+curve cpu &
+cpu=$!
+curve cuda || failed "mtrun gpt2-124m on the GPU (see $logs/gpt2-124m.cuda.log)"
+wait "$cpu" || failed "mtrun gpt2-124m on the CPU (see $logs/gpt2-124m.cpu.log)"
+if python3 "$here/follows.py" "$logs/gpt2-124m.cpu.metrics" "$logs/gpt2-124m.cuda.metrics" \
+     10 1e-2 CPU,GPU >"$logs/gpt2-124m.follows.log" 2>&1; then
+  note "gpt2-124m bf16: $(tail -1 "$logs/gpt2-124m.follows.log")"
+else
+  cat "$logs/gpt2-124m.follows.log"
+  failed "gpt2-124m bf16: the GPU's loss curve leaves the CPU's"
+fi
 
 fi
 

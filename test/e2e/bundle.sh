@@ -28,6 +28,19 @@ grep -q '^step 2/2 | loss' "$work/step.log" || { cat "$work/step.log"; fail "no 
 env -i "$bundle/bin/mtckpt" verify "$work/ckpt" >"$work/verify.log" 2>&1 || { cat "$work/verify.log"; fail "its checkpoint does not verify"; }
 echo "bundle test: a scrubbed environment trains two CPU steps, and mtckpt verifies their checkpoint"
 
+# The loss-curve check's parts: GPT-2 124M's plan runs on the carried text, and
+# follows.py passes a curve against itself and fails one that leaves it by 2%.
+env -i "$bundle/bin/mtrun" "$bundle/plans/gpt2-124m-curve.mtp" --backend cpu \
+  --data "$bundle/data/fortunes" --steps 1 --seed 7 --metrics "$work/curve.metrics" \
+  >"$work/curve.log" 2>&1 || { cat "$work/curve.log"; fail "a GPT-2 124M step on the carried text failed"; }
+python3 "$bundle/follows.py" "$work/curve.metrics" "$work/curve.metrics" 1 1e-2 >/dev/null ||
+  fail "follows.py: a curve does not follow itself"
+awk '{ $4 = $4 * 1.02; print }' "$work/curve.metrics" >"$work/curve-off.metrics"
+if python3 "$bundle/follows.py" "$work/curve.metrics" "$work/curve-off.metrics" 1 1e-2 >/dev/null; then
+  fail "follows.py: a loss 2% off passed"
+fi
+echo "bundle test: GPT-2 124M trains a CPU step on the carried text; follows.py tells 2% from none"
+
 # What the loader resolves, with the wrappers' library path.
 env -i sh -c "here='$bundle'; . '$bundle/lib/paths.sh'; for f in '$bundle'/libexec/* \$(ls '$bundle'/lib/*.so* | grep -v libmtc_mpi); do echo \"# \$f\"; ldd \"\$f\"; done" \
   >"$work/ldd.log"
