@@ -323,7 +323,7 @@ private:
 
   /// Events are reached in queue order: the finished ones are at the front.
   void retireFinished() {
-    while (!pending_.empty() && queryEvent(pending_.front().done) == cudaSuccess) {
+    while (!pending_.empty() && handled(queryEvent(pending_.front().done)) == cudaSuccess) {
       spare_.push_back(pending_.front().done);
       pending_.pop_front();
       lastRetired_ = std::chrono::steady_clock::now();

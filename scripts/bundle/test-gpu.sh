@@ -94,17 +94,22 @@ done
 # 2b. A whole GPT-2 124M in bf16 on the GPU follows the CPU backend's loss curve: the
 # same plan, seed and text, the CPU run on the node's cores beside the GPU's; each of the
 # first 10 losses within 1e-2 of the CPU's, relatively.
-curve() { # backend
-  "$here/bin/mtrun" "$here/plans/gpt2-124m-curve.mtp" --backend "$1" \
+curve() { # backend: mtrun in place of the subshell that calls it
+  exec "$here/bin/mtrun" "$here/plans/gpt2-124m-curve.mtp" --backend "$1" \
     --data "$here/data/fortunes" --steps 10 --seed 7 --lr 3e-4 --warmup-steps 2 \
     --lr-decay-steps 10 --metrics "$logs/gpt2-124m.$1.metrics" >"$logs/gpt2-124m.$1.log" 2>&1
 }
 rm -f "$logs"/gpt2-124m.*.metrics
-curve cpu &
+# The CPU run leaves a core to the GPU run's host thread, and dies with this script.
+(OMP_NUM_THREADS=$(( $(nproc) > 2 ? $(nproc) - 1 : 1 )) curve cpu) &
 cpu=$!
-curve cuda || failed "mtrun gpt2-124m on the GPU (see $logs/gpt2-124m.cuda.log)"
+trap 'kill "$cpu" 2>/dev/null' EXIT
+(curve cuda) || failed "mtrun gpt2-124m on the GPU (see $logs/gpt2-124m.cuda.log)"
 wait "$cpu" || failed "mtrun gpt2-124m on the CPU (see $logs/gpt2-124m.cpu.log)"
-if python3 "$here/follows.py" "$logs/gpt2-124m.cpu.metrics" "$logs/gpt2-124m.cuda.metrics" \
+trap - EXIT
+if ! command -v python3 >/dev/null; then
+  failed "gpt2-124m bf16: no python3 to compare the loss curves (logs in $logs)"
+elif python3 "$here/follows.py" "$logs/gpt2-124m.cpu.metrics" "$logs/gpt2-124m.cuda.metrics" \
      10 1e-2 CPU,GPU >"$logs/gpt2-124m.follows.log" 2>&1; then
   note "gpt2-124m bf16: $(tail -1 "$logs/gpt2-124m.follows.log")"
 else

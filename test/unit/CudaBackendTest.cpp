@@ -318,6 +318,14 @@ TEST(CudaMemory, ReportsHeldWorkspaceAndDevice) {
   }
   EXPECT_EQ(cuda->heldBytes(), 0u);
   EXPECT_EQ(cuda->heldPeakBytes(), 256u << 20);
+  // More than any device has: a Status naming it, and no error left for the next launch.
+  void *huge = nullptr;
+  Status refused = cuda->allocate(size_t{1} << 50, huge);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("out of memory"), std::string::npos) << refused.message();
+  EXPECT_EQ(huge, nullptr);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
+  EXPECT_EQ(cuda->heldBytes(), 0u);
 }
 
 /// A copy between two places of device memory (a pipeline stash going into its slot
@@ -656,6 +664,7 @@ TEST(CudaWatchdog, WaitsForTheQueueAreWatched) {
   EXPECT_GT(longest, 0.5);
   EXPECT_LT(longest, 10.0);
   EXPECT_EQ(what, "the device's queue before freeing device memory");
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   cuda->setWaitWatch({});
 }
 

@@ -100,7 +100,7 @@ public:
     } catch (const std::exception &) {
       // The free reports nothing either: a failed device fails the next call.
     }
-    cudaFree(data);
+    (void)handled(cudaFree(data));
   }
   Status copyToDevice(void *device, const void *host, size_t bytes) override {
     return guarded([&] {
@@ -764,7 +764,7 @@ private:
 
 int cudaDevices() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+  return handled(cudaGetDeviceCount(&count)) == cudaSuccess ? count : 0;
 }
 
 Status makeCudaBackend(int device, std::unique_ptr<Backend> &out) {

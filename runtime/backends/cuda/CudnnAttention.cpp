@@ -206,8 +206,10 @@ struct CudnnAttention::Graphs {
     }
     check(cudnnSetStream(handle, stream), "setting the stream");
     fe::error_t status = entry.graph->execute(handle, pointers, space);
-    if (!status.is_good())
+    if (!status.is_good()) {
+      (void)cudaGetLastError(); // a copy or set the frontend made: reported here, not later
       throw std::runtime_error("cuda backend: cuDNN attention failed: " + status.get_message());
+    }
     return true;
   }
 };

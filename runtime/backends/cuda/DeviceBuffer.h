@@ -21,9 +21,11 @@ public:
   /// At least `bytes` of device memory in `out`; on failure the buffer is empty.
   cudaError_t get(size_t bytes, void *&out) {
     if (bytes > bytes_) {
-      cudaFree(data_);
+      const cudaError_t freed = cudaFree(data_);
       data_ = nullptr;
       bytes_ = 0;
+      if (freed != cudaSuccess)
+        return freed;
       if (cudaError_t code = cudaMalloc(&data_, bytes); code != cudaSuccess)
         return code;
       bytes_ = bytes;
