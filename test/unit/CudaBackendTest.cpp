@@ -398,11 +398,12 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
     v.shape[0] = end - begin;
     return v;
   };
+  // The device holds the updated tensors: the CPU sums its own updated copies.
   const std::pair<int64_t, int64_t> ranges[] = {{0, n}, {5, 5}, {3, 200}, {100, n}};
   std::vector<TensorView> onDevice, onHost;
   for (int i = 0; i < 4; ++i) {
     onDevice.push_back(part(device[i], ranges[i].first, ranges[i].second));
-    onHost.push_back(part(host[i].data(), ranges[i].first, ranges[i].second));
+    onHost.push_back(part(expected[i].data(), ranges[i].first, ranges[i].second));
   }
   double together = 0, reference = 0, oneByOne = 0;
   ASSERT_OK(cuda->sumOfSquares(onDevice, together));

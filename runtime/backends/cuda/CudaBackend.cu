@@ -69,6 +69,9 @@ public:
     ltGemms_ = std::make_unique<LtGemms>(lt_);
     check(cublasCreate(&blas_), "creating the cuBLAS handle");
     check(cublasSetStream(blas_, stream_), "setting the cuBLAS stream");
+    // 16-bit products are summed in f32 to the end and rounded once, as on the CPU.
+    check(cublasSetMathMode(blas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
+          "setting cuBLAS's math mode");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
     check(cudaMalloc(&flag_, sizeof(unsigned long long)), "allocating the error flag");
     check(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming), "creating an event");
@@ -706,7 +709,8 @@ private:
     }
     case Opcode::CrossEntropyStats: {
       const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
-      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * ctx.tpSize;
+      const int64_t classes =
+          inst.num_classes() ? inst.num_classes() : v * (vocabParallel ? ctx.tpSize : 1);
       const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
       resetFlag();
       launchCrossEntropyStats(p(in[0]), in[1].data, wide(in[1]), f(out[0]), m, v, first, valid,
@@ -724,7 +728,8 @@ private:
     }
     case Opcode::VocabParallelCrossEntropyGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols(), first = vocabFirst(in[1], in[1].rank - 1);
-      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * ctx.tpSize;
+      const int64_t classes =
+          inst.num_classes() ? inst.num_classes() : v * (vocabParallel ? ctx.tpSize : 1);
       launchVocabParallelCrossEntropyGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), f(in[3]),
                                           p(out[0]), m, v, in[3].dim(0) / 3, first,
                                           std::clamp<int64_t>(classes - first, 0, v), stream_);

@@ -171,6 +171,11 @@ private:
           preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.alignC, sizeof key.alignC);
       cublasLtMatmulPreferenceSetAttribute(
           preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.alignC, sizeof key.alignC);
+      // Split-K sums its parts in f32 (never in the output type, nor in place), so a
+      // 16-bit product is rounded once, as on the CPU.
+      const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                           &reduction, sizeof reduction);
       cublasLtMatmulHeuristicResult_t heuristic;
       int found = 0;
       const cublasStatus_t status =
