@@ -45,6 +45,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
         {options.recompute, options.recomputeMethod, options.recomputeLayers}));
     if (options.pp > 1)
       pm.addPass(mt::createMtPipelinePartition());
+    if (options.biasGeluFusion)
+      pm.addPass(mt::createMtFuseEpilogues());
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

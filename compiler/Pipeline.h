@@ -24,6 +24,7 @@ struct CompileOptions {
   std::string recompute = "none"; // none | selective | full
   std::string recomputeMethod = "uniform";
   int64_t recomputeLayers = 1;
+  bool biasGeluFusion = true; // mt-fuse-epilogues; Megatron's --no-bias-gelu-fusion clears it
   bool printIRAfterAll = false;
 };
 
@@ -31,8 +32,8 @@ struct CompileOptions {
 /// where a rate is given.
 mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → tensor parallel → autodiff → recompute → memory plan: @forward becomes a
-/// memory-planned @train_step for one rank. The verifier runs after every pass.
+/// expand → specialize → tensor parallel → autodiff → recompute → fuse epilogues → memory
+/// plan: @forward becomes a memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 
 } // namespace mtc

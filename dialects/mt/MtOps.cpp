@@ -281,10 +281,11 @@ LogicalResult RmsNormOp::inferReturnTypes(MLIRContext *, std::optional<Location>
   return inferNorm(loc, "mt.rms_norm", adaptor.getInput(), adaptor.getWeight(), Value(), types);
 }
 
-LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  auto input = ranked(adaptor.getInput()), weight = ranked(adaptor.getWeight());
-  StringRef op = "mt.linear";
+/// A linear's result: x [..., K] by W [N, K] (+ b [N]) is [..., N].
+static LogicalResult inferLinear(std::optional<Location> loc, StringRef op, Value inputValue,
+                                 Value weightValue, Value bias,
+                                 SmallVectorImpl<Type> &types) {
+  auto input = ranked(inputValue), weight = ranked(weightValue);
   if (failed(expectFeatures(loc, op, "input", input)) ||
       failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")))
     return failure();
@@ -297,18 +298,37 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     return emitOptionalError(loc, op, ": input ", str(input), " and weight ", str(weight),
                              " differ in element type");
   RankedTensorType result = withLastDim(input, weight.getDimSize(0));
-  if (adaptor.getBias() &&
-      failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), "result",
-                                 result)))
+  if (bias && failed(expectFeatureVector(loc, op, "bias", ranked(bias), "result", result)))
     return failure();
   types.push_back(result);
   return success();
 }
 
-SmallVector<GemmShape> LinearOp::getGemms() {
-  auto input = ranked(getInput()), weight = ranked(getWeight());
-  return {{1, leadingElements(input), weight.getDimSize(0), weight.getDimSize(1)}};
+/// A linear's one product: rows by output features, over the input features.
+static SmallVector<GemmShape> linearGemms(Value input, Value weight) {
+  auto w = ranked(weight);
+  return {{1, leadingElements(ranked(input)), w.getDimSize(0), w.getDimSize(1)}};
 }
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferLinear(loc, "mt.linear", adaptor.getInput(), adaptor.getWeight(),
+                     adaptor.getBias(), types);
+}
+
+SmallVector<GemmShape> LinearOp::getGemms() { return linearGemms(getInput(), getWeight()); }
+
+/// Its pre-activation and its activation, both of the linear's result type.
+LogicalResult LinearGeluOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  if (failed(inferLinear(loc, "mt.linear_gelu", adaptor.getInput(), adaptor.getWeight(),
+                         adaptor.getBias(), types)))
+    return failure();
+  types.push_back(types.back());
+  return success();
+}
+
+SmallVector<GemmShape> LinearGeluOp::getGemms() { return linearGemms(getInput(), getWeight()); }
 
 LogicalResult AddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                       Adaptor adaptor, SmallVectorImpl<Type> &types) {
@@ -815,12 +835,11 @@ LogicalResult SwigluGradOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   return success();
 }
 
-LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
-                                                  std::optional<Location> loc,
-                                                  Adaptor adaptor,
-                                                  SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), weight = ranked(adaptor.getWeight());
-  StringRef op = "mt.linear_grad_input";
+/// An input gradient: dy [..., N] by W [N, K] is [..., K].
+static LogicalResult inferLinearGradInput(std::optional<Location> loc, StringRef op,
+                                          Value gradValue, Value weightValue,
+                                          SmallVectorImpl<Type> &types) {
+  auto grad = ranked(gradValue), weight = ranked(weightValue);
   if (failed(expectFeatures(loc, op, "grad", grad)) ||
       failed(expectRank(loc, op, "weight", weight, 2, "[out, in]")) ||
       failed(expectSameElementType(loc, op, "grad", grad, "weight", weight)))
@@ -834,10 +853,44 @@ LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
 }
 
 /// dX = dY·W: rows by the input features, over the output features.
-SmallVector<GemmShape> LinearGradInputOp::getGemms() {
-  auto grad = ranked(getGrad()), weight = ranked(getWeight());
-  return {{1, leadingElements(grad), weight.getDimSize(1), weight.getDimSize(0)}};
+static SmallVector<GemmShape> linearGradInputGemms(Value grad, Value weight) {
+  auto w = ranked(weight);
+  return {{1, leadingElements(ranked(grad)), w.getDimSize(1), w.getDimSize(0)}};
 }
+
+LogicalResult LinearGradInputOp::inferReturnTypes(MLIRContext *,
+                                                  std::optional<Location> loc,
+                                                  Adaptor adaptor,
+                                                  SmallVectorImpl<Type> &types) {
+  return inferLinearGradInput(loc, "mt.linear_grad_input", adaptor.getGrad(),
+                              adaptor.getWeight(), types);
+}
+
+SmallVector<GemmShape> LinearGradInputOp::getGemms() {
+  return linearGradInputGemms(getGrad(), getWeight());
+}
+
+/// dy·W, of the shape of the pre-activation it multiplies by GELU's derivative.
+LogicalResult LinearGradInputGeluOp::inferReturnTypes(MLIRContext *,
+                                                      std::optional<Location> loc,
+                                                      Adaptor adaptor,
+                                                      SmallVectorImpl<Type> &types) {
+  StringRef op = "mt.linear_grad_input_gelu";
+  if (failed(inferLinearGradInput(loc, op, adaptor.getGrad(), adaptor.getWeight(), types)))
+    return failure();
+  auto product = cast<RankedTensorType>(types.back()), pre = ranked(adaptor.getPre());
+  if (failed(expectSameShape(loc, op, "dy·W", product, "pre", pre)))
+    return failure();
+  types.back() = meetTypes(product, pre);
+  return success();
+}
+
+SmallVector<GemmShape> LinearGradInputGeluOp::getGemms() {
+  return linearGradInputGemms(getGrad(), getWeight());
+}
+
+/// The product's epilogue and GELU's gradient, as the unfused pair counts them.
+int64_t LinearGradInputGeluOp::getOtherFlops() { return 2 * defaultOtherFlops(getOperation()); }
 
 LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
                                                    std::optional<Location> loc,

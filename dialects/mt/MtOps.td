@@ -157,6 +157,20 @@ def Mt_LinearOp : Mt_ShapedOp<"linear", [Pure,
   let results = (outs Mt_FloatTensor:$result);
 }
 
+def Mt_LinearGeluOp : Mt_ShapedOp<"linear_gelu", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
+  let summary = "pre = x·Wᵀ (+ b), result = gelu(pre): a linear with GELU as its epilogue";
+  let description = [{
+    Written by mt-fuse-epilogues in place of a linear whose only forward reader is a
+    GELU. Both results are kept: `pre` for GELU's gradient, `result` for the next
+    linear's weight gradient, as the unfused pair keeps them. One kernel writes both
+    (cuBLASLt's GELU epilogue with its auxiliary output), so `pre` is not read back.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$weight,
+                       Optional<Mt_FloatTensor>:$bias);
+  let results = (outs Mt_FloatTensor:$pre, Mt_FloatTensor:$result);
+}
+
 def Mt_AddOp : Mt_ShapedOp<"add", [Pure, Mt_Pointwise, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "elementwise sum of two tensors of one type (residual add)";
@@ -399,6 +413,18 @@ def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dx = dy·W, dy: [..., N], W: [N, K]";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$weight);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_LinearGradInputGeluOp : Mt_GradOp<"linear_grad_input_gelu",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms", "getOtherFlops"]>]> {
+  let summary = "dpre = (dy·W)·gelu'(pre), dy: [..., N], W: [N, K], pre: [..., K]";
+  let description = [{
+    Written by mt-fuse-epilogues in place of a linear's input gradient whose only
+    reader is the gradient of the GELU in front of that linear: GELU's derivative
+    applied as the GEMM's epilogue (cuBLASLt's DGELU), so dy·W is never stored.
+  }];
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$weight, Mt_FloatTensor:$pre);
   let results = (outs Mt_FloatTensor:$result);
 }
 

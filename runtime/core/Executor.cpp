@@ -342,8 +342,10 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
            static_cast<double>(o.dim(1));
   };
   switch (inst.opcode()) {
-  case plan::Opcode::Linear:          // y [m, n] = x [m, k]·Wᵀ
-  case plan::Opcode::LinearGradInput: // dx [m, k] = dy [m, n]·W
+  case plan::Opcode::Linear:              // y [m, n] = x [m, k]·Wᵀ
+  case plan::Opcode::LinearGelu:          // the same, GELU in its epilogue
+  case plan::Opcode::LinearGradInput:     // dx [m, k] = dy [m, n]·W
+  case plan::Opcode::LinearGradInputGelu: // the same, GELU's gradient in its epilogue
     e.flops = 2 * result * static_cast<double>(in.cols());
     break;
   case plan::Opcode::LinearGradWeight: // dW [n, k] = dyᵀ [n, m]·x [m, k]

@@ -160,18 +160,23 @@ std::string checkRotary(const Operands &o) {
   return "";
 }
 
+// Linear (x, W[, b]) -> y and LinearGelu (x, W[, b]) -> (pre, y), pre shaped as y.
 std::string checkLinear(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   return in[1].rank() == 2 && in[0].last() == in[1].d[1] && out[0].rows() == in[0].rows() &&
-                 out[0].last() == in[1].d[0] && (in.size() == 2 || in[2].numel() == in[1].d[0])
+                 out[0].last() == in[1].d[0] &&
+                 (in.size() == 2 || in[2].numel() == in[1].d[0]) &&
+                 (out.size() == 1 || same(out[1], out[0]))
              ? ""
              : "linear operands disagree";
 }
 
+// LinearGradInput (dy, W) -> dx and LinearGradInputGelu (dy, W, pre) -> dx, pre shaped as
+// dx.
 std::string checkLinearGradInput(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   return in[1].rank() == 2 && in[0].last() == in[1].d[0] && out[0].rows() == in[0].rows() &&
-                 out[0].last() == in[1].d[1]
+                 out[0].last() == in[1].d[1] && (in.size() == 2 || same(in[2], out[0]))
              ? ""
              : "linear input-gradient operands disagree";
 }

@@ -3,7 +3,7 @@
 #   1. cuda_backend_test on the carried plans: every op and whole gpt-tiny steps against
 #      the CPU backend, and two GPU runs bit for bit. Where a GPU is visible a skipped
 #      case is a failure. Then again with fused attention through cuDNN only (the cases
-#      it must take) and through our kernels only.
+#      it must take) and through our kernels only, and the GEMMs through cuBLAS only.
 #   2. Determinism of training: two GPU runs of gpt-tiny, and a run resumed from a GPU
 #      checkpoint, give the same metrics and the same checkpoint bytes. A whole GPT-2
 #      124M in bf16 follows the CPU backend's loss curve on text (10 steps, 1e-2).
@@ -54,6 +54,17 @@ if [ "$gpus" -gt 0 ]; then
       "$logs/cuda_backend_test.$path.log" | tr '\n' ' ')"
     [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_ATTENTION=$path (see $logs/cuda_backend_test.$path.log)"
   done
+fi
+# 1c. The GEMMs' fallback: cuBLAS's GEMM, then the bias, GELU or GELU's gradient as
+# kernels, on every case with a linear.
+if [ "$gpus" -gt 0 ]; then
+  MT_CUDA_GEMM=cublas MT_TEST_PLANS="$here/plans/cuda_backend_test" \
+    "$here/bin/cuda_backend_test" --gtest_filter='*linear*:*mlp*:*gpt_tiny*:*llama_tiny*' \
+    >"$logs/cuda_backend_test.cublas.log" 2>&1
+  status=$?
+  echo "MT_CUDA_GEMM=cublas: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
+    "$logs/cuda_backend_test.cublas.log" | tr '\n' ' ')"
+  [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_GEMM=cublas (see $logs/cuda_backend_test.cublas.log)"
 fi
 if [ "$gpus" -eq 0 ]; then
   note "no GPU: the CUDA cases were skipped; steps 2 and 3 need a GPU"

@@ -194,10 +194,19 @@ constexpr const char *kNoGpu = "no GPU is visible: the CUDA backend is compiled,
     }                                                                                      \
   } while (0)
 
-class CudaBackendTest : public ::testing::TestWithParam<Case> {};
+/// Sets an environment variable for one scope.
+class ScopedEnv {
+public:
+  ScopedEnv(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name_); }
 
-TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
-  const Case &c = GetParam();
+private:
+  const char *name_;
+};
+
+/// One training step of case `c` on the GPU matches the CPU backend's within the
+/// precision's tolerance, and a second GPU step gives the same bits.
+void matchesTheCpuBackend(const Case &c) {
   // The plan first: a missing or unreadable one fails here, with or without a GPU.
   const std::string path = planOf(c);
   ASSERT_FALSE(path.empty());
@@ -258,6 +267,24 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) {
   for (size_t i = 0; i < gpu.gradients.size(); ++i)
     EXPECT_LE(relative(gpu.gradients[i], reference.gradients[i]), tolerance)
         << "gradient of parameter " << i;
+}
+
+class CudaBackendTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam()); }
+
+/// GELU and its gradient run inside cuBLASLt's epilogues (MT_CUDA_GEMM=cublaslt makes a
+/// fallback an error) and match the CPU backend's pair.
+TEST(CudaLinear, GeluEpiloguesRunInCublasLt) {
+  const std::vector<test::OpCase> ops = test::opCases();
+  auto wide = std::find_if(ops.begin(), ops.end(),
+                           [](const test::OpCase &c) { return c.name == "mlp_gelu_wide"; });
+  ASSERT_NE(wide, ops.end());
+  ScopedEnv path("MT_CUDA_GEMM", "cublaslt");
+  for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}}) {
+    SCOPED_TRACE(p.flag);
+    matchesTheCpuBackend({*wide, p});
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaBackendTest, ::testing::ValuesIn(cases()),
@@ -445,15 +472,6 @@ void loadInstruction(const char *name, Precision precision, plan::Opcode opcode,
   ASSERT_NE(found, nullptr) << name << " has no " << plan::EnumNameOpcode(opcode);
 }
 
-/// Sets an environment variable for one scope.
-class ScopedEnv {
-public:
-  ScopedEnv(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
-private:
-  const char *name_;
-};
 
 /// A bf16 linear rounds its biased result once, as the CPU backend does, whether the
 /// bias is aligned (cuBLASLt's epilogue), misaligned (copied, then the epilogue) or the

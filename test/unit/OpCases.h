@@ -47,6 +47,34 @@ inline std::vector<OpCase> opCases() {
   %w = mt.param "w" normal(0.5) : tensor<5x4xf32>
   %b = mt.param "b" normal(0.5) : tensor<5xf32>
   %logits = mt.linear %x, %w, %b : (tensor<2x3x4xf32>, tensor<5x4xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  // A GELU between two linears: mt-fuse-epilogues folds it into the first linear and its
+  // gradient into the second's input gradient (--no-bias-gelu-fusion: the pair as is).
+  // 8 hidden features, or 32 over 8 rows of 16 (the cuBLASLt-only test's), suit
+  // cuBLASLt's epilogues; 6, without a bias, take the fallback.
+  auto mlp = [](int64_t seq, int64_t in, int64_t hidden, int64_t vocab, bool bias) {
+    auto t = [&](int64_t last) { return "tensor<2x" + std::to_string(seq) + "x" + std::to_string(last) + "xf32>"; };
+    const std::string x = t(in), h = t(hidden), logits = t(vocab);
+    const std::string w1 = "tensor<" + std::to_string(hidden) + "x" + std::to_string(in) + "xf32>";
+    const std::string b1 = "tensor<" + std::to_string(hidden) + "xf32>";
+    const std::string w2 = "tensor<" + std::to_string(vocab) + "x" + std::to_string(hidden) + "xf32>";
+    std::string body = "  %x = mt.param \"x\" normal(1.0) : " + x + "\n" +
+                       "  %w1 = mt.param \"w1\" normal(0.5) : " + w1 + "\n";
+    if (bias)
+      body += "  %b1 = mt.param \"b1\" normal(0.5) : " + b1 + "\n" +
+              "  %h = mt.linear %x, %w1, %b1 : (" + x + ", " + w1 + ", " + b1 + ") -> " + h + "\n";
+    else
+      body += "  %h = mt.linear %x, %w1 : (" + x + ", " + w1 + ") -> " + h + "\n";
+    body += "  %a = mt.gelu %h : (" + h + ") -> " + h + "\n" +
+            "  %w2 = mt.param \"w2\" normal(0.5) : " + w2 + "\n" +
+            "  %logits = mt.linear %a, %w2 : (" + h + ", " + w2 + ") -> " + logits;
+    return oneOpModel(body, vocab,
+                      "  %loss = mt.cross_entropy %logits, %targets : (" + logits +
+                          ", tensor<?x?xi32>) -> tensor<f32>");
+  };
+  c.push_back({"mlp_gelu", mlp(3, 4, 8, 5, true), "", 3, 5});
+  c.push_back({"mlp_gelu_unfused", mlp(3, 4, 8, 5, true), "", 3, 5, "--no-bias-gelu-fusion"});
+  c.push_back({"mlp_gelu_odd", mlp(3, 4, 6, 5, false), "", 3, 5});
+  c.push_back({"mlp_gelu_wide", mlp(4, 16, 32, 8, true), "", 4, 8});
   c.push_back({"layer_norm", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %g = mt.param "g" normal(1.0) : tensor<5xf32>

@@ -47,7 +47,7 @@ constexpr const char *kUsage = R"(usage:
               [--distributed-optimizer] [--ddp-bucket-size BYTES]
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
-              [--attention-dropout R] [--hidden-dropout R]
+              [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
@@ -112,14 +112,15 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"compile", with(layoutValues, {"o", "emit-mlir"})}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"estimate",
-       {"sp", "distributed-optimizer", "recompute-activations", "bf16", "fp16", "json"}},
+       {"sp", "distributed-optimizer", "recompute-activations", "no-bias-gelu-fusion", "bf16",
+        "fp16", "json"}},
       {"tune", {"bf16", "fp16", "json"}},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
       {"compile",
-       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations", "bf16",
-        "fp16"}}};
+       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations",
+        "no-bias-gelu-fusion", "bf16", "fp16"}}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
@@ -421,6 +422,7 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
     }
   }
   options.sequenceParallel = args.switches.lookup("sp");
+  options.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
   layout.distributedOptimizer = args.switches.lookup("distributed-optimizer");
   if (options.globalBatchSize % (options.microBatchSize * options.dp) != 0) {
     errs() << "mtc: global batch size " << options.globalBatchSize

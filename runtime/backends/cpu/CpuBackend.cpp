@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <new>
 #include <sstream>
@@ -705,8 +706,12 @@ template <typename T> struct Kernels {
     }
   }
 
+  /// Runs `inst`. A fused pair calls `stored(i)` once its first step has written output
+  /// i, which rounds it to its storage type where that is narrower than T, as the
+  /// unfused pair stores it between its two instructions.
   static Status run(const plan::Instruction &inst, const TensorView *in,
-                    const TensorView *out, const StepContext &ctx) {
+                    const TensorView *out, const StepContext &ctx,
+                    const std::function<void(int)> &stored = [](int) {}) {
     // The first vocabulary row, or sequence position, this rank holds.
     auto vocabFirst = [&](const TensorView &sharded, int dim) -> int64_t {
       return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
@@ -740,6 +745,11 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Linear:
       linear(in[0], in[1], inst.inputs()->size() == 3 ? &in[2] : nullptr, out[0]);
+      break;
+    case Opcode::LinearGelu: // the pair it fuses, bit for bit
+      linear(in[0], in[1], inst.inputs()->size() == 3 ? &in[2] : nullptr, out[0]);
+      stored(0);
+      activation<Gelu>(out[0], out[1]);
       break;
     case Opcode::Add:
       add(in[0], in[1], out[0]);
@@ -799,6 +809,11 @@ template <typename T> struct Kernels {
       break;
     case Opcode::LinearGradInput:
       linearGradInput(in[0], in[1], out[0]);
+      break;
+    case Opcode::LinearGradInputGelu: // the pair: dy·W stored, then GELU's gradient in place
+      linearGradInput(in[0], in[1], out[0]);
+      stored(0);
+      activationGrad<Gelu>(out[0], in[2], out[0]);
       break;
     case Opcode::LinearGradWeight:
       linearGradWeight(in[0], in[1], out[0]);
@@ -967,7 +982,15 @@ Status runWidened(const plan::Instruction &inst, const TensorView *inputs,
     convert(w, views[i]);
     views[i] = w;
   }
-  if (Status s = Kernels<float>::run(inst, views.data(), views.data() + numIn, context); !s.ok())
+  auto stored = [&](int i) { // through the output's storage type and back
+    const size_t v = numIn + static_cast<size_t>(i);
+    if (!wide[v].empty()) {
+      convert(outputs[i], views[v]);
+      convert(views[v], outputs[i]);
+    }
+  };
+  if (Status s = Kernels<float>::run(inst, views.data(), views.data() + numIn, context, stored);
+      !s.ok())
     return s;
   for (size_t i = numIn; i < views.size(); ++i)
     if (!wide[i].empty())

@@ -370,14 +370,18 @@ private:
     return value == ~0ull ? -1 : static_cast<int64_t>(value);
   }
 
-  /// C = op(A)·op(B) (+ bias per row of C), column-major, C contiguous (ldc = m): f32
-  /// compute, A, B and C in `dtype`, bias in `dtype` of length m. Through cuBLASLt, the
-  /// bias fused as an epilogue; where cuBLASLt has no algorithm or fails, through
-  /// cuBLAS's general GEMM. Either way a biased result is rounded to `dtype` once, as
-  /// the CPU backend rounds it.
+  /// C = op(A)·op(B) with `epilogue` (Gemm.cuh), column-major, C contiguous (ldc = m):
+  /// f32 compute, A, B, C, the bias (length m) and the auxiliary matrix in `dtype`.
+  /// Through cuBLASLt, the epilogue fused; where cuBLASLt has no algorithm or fails,
+  /// through cuBLAS's general GEMM, the biased product rounded to `dtype` once, as the
+  /// CPU backend rounds it. GELU or its gradient then runs as our kernel on the stored
+  /// product, as the CPU backend runs the fused pair, unless cuBLASLt ran it: in 16 bits
+  /// only, from the unrounded product (within the 16-bit tolerance of the pair), since
+  /// its GELU need not be as exact as f32 results are held to.
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *a,
             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, DType dtype,
-            const void *bias) {
+            Epilogue epilogue = {}) {
+    const void *&bias = epilogue.bias;
     // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a parameter at an odd
     // offset of the flat store is copied to an aligned buffer first.
     if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
@@ -387,27 +391,53 @@ private:
             "copying the bias");
       bias = aligned;
     }
+    const Activation activation = epilogue.activation;
+    // The (biased) product: GELU's input, kept in the auxiliary matrix, or C.
+    void *stored = activation == Activation::Gelu ? epilogue.aux : c;
+    const bool fuse = activation != Activation::None && dtype != DType::F32;
     if (gemmPath_ != GemmPath::CublasOnly &&
-        ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb, c,
-                     ldc, dtype, bias, stream_))
+        ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
+                      fuse ? c : stored, ldc, dtype, fuse ? epilogue : Epilogue{bias},
+                      stream_)) {
+      if (!fuse)
+        applyActivation(epilogue, stored, c, m * n, dtype);
       return;
+    }
     if (gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for this GEMM, and "
                                "MT_CUDA_GEMM=cublaslt forbids the cuBLAS fallback");
     // With a bias: the product in f32, then bias added and rounded once.
     void *product = bias ? grow(gemmOut_, sizeof(float) * m * n, "allocating the GEMM output")
-                         : c;
+                         : stored;
     gemmEx(blas_, transA, transB, m, n, k, a, lda, b, ldb, product,
            bias ? CUDA_R_32F : cudaTypeOf(dtype), bias ? m : ldc, dtype);
     if (bias) {
-      const int64_t count = m * n;
       withStorage(dtype, [&](auto tag) {
         using T = decltype(tag);
         launchBiasAdd(static_cast<const float *>(product), static_cast<const T *>(bias),
-                      static_cast<T *>(c), count, m, stream_);
+                      static_cast<T *>(stored), m * n, m, stream_);
       });
       launched("bias");
     }
+    applyActivation(epilogue, stored, c, m * n, dtype);
+  }
+  /// GELU of the stored product into C, or C times GELU's derivative at the
+  /// pre-activation `epilogue.aux`, in place; nothing without an activation.
+  void applyActivation(const Epilogue &epilogue, const void *stored, void *c, int64_t count,
+                       DType dtype) {
+    if (epilogue.activation == Activation::None)
+      return;
+    withStorage(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      if (epilogue.activation == Activation::Gelu)
+        launchActivation<Gelu>(static_cast<const T *>(stored), static_cast<T *>(c), count,
+                               stream_);
+      else
+        launchActivationGrad<Gelu>(static_cast<const T *>(c),
+                                   static_cast<const T *>(epilogue.aux), static_cast<T *>(c),
+                                   count, stream_);
+    });
+    launched(epilogue.activation == Activation::Gelu ? "GELU" : "GELU's gradient");
   }
 
   /// Runs attention `a` through cuDNN where it applies — `call(problem, why)` launches it,
@@ -551,21 +581,31 @@ private:
       // Row-major out[M×N] = x[M×K]·W[N×K]ᵀ + b is column-major outᵀ = W·xᵀ.
       const int64_t m = in[0].rows(), k = in[0].cols(), nOut = in[1].dim(0);
       gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[0].data, nOut, type,
-           inst.inputs()->size() == 3 ? in[2].data : nullptr);
+           {inst.inputs()->size() == 3 ? in[2].data : nullptr});
+      break;
+    }
+    case Opcode::LinearGelu: { // Linear's GEMM; GELU of the pre-activation out[0] in out[1]
+      const int64_t m = in[0].rows(), k = in[0].cols(), nOut = in[1].dim(0);
+      gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[1].data, nOut, type,
+           {inst.inputs()->size() == 3 ? in[2].data : nullptr, Activation::Gelu, out[0].data});
       break;
     }
     case Opcode::LinearGradInput: {
       // dx[M×K] = dy[M×N]·W[N×K]: column-major dxᵀ = Wᵀ·dyᵀ.
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].dim(1);
+      gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, type);
+      break;
+    }
+    case Opcode::LinearGradInputGelu: { // LinearGradInput's GEMM, times gelu'(pre = in[2])
+      const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].dim(1);
       gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
-           nullptr);
+           {nullptr, Activation::GeluGrad, in[2].data});
       break;
     }
     case Opcode::LinearGradWeight: {
       // dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy.
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
-      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
-           nullptr);
+      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, type);
       break;
     }
     case Opcode::BiasGrad: {

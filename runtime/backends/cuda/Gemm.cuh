@@ -1,6 +1,6 @@
-// GEMMs: cuBLASLt with the bias fused as an epilogue, and cuBLAS's general GEMM for the
-// shapes cuBLASLt has no algorithm for (the backend adds the bias after it). Column-major
-// with f32 compute; A, B and C in one storage type.
+// GEMMs: cuBLASLt with the bias and GELU (or GELU's gradient) fused as its epilogue, and
+// cuBLAS's general GEMM for the shapes cuBLASLt has no algorithm for (the backend applies
+// the epilogue after it). Column-major with f32 compute; A, B and C in one storage type.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_GEMM_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_GEMM_CUH
 
@@ -35,6 +35,17 @@ GemmPath gemmPath() {
   return static_cast<GemmPath>(environmentChoice("MT_CUDA_GEMM", "cublas", "cublaslt"));
 }
 
+/// What a GEMM applies to its product: the bias per row of C (or none), then nothing,
+/// GELU keeping its input in `aux` (GELU_AUX), or GELU's gradient at the pre-activation
+/// `aux` (DGELU). `aux` is shaped as C, with C's leading dimension. cuBLASLt's GELU is
+/// the tanh approximation, as core/HostDevice.h's; the backend fuses it in 16 bits only.
+enum class Activation { None, Gelu, GeluGrad };
+struct Epilogue {
+  const void *bias = nullptr;
+  Activation activation = Activation::None;
+  void *aux = nullptr;
+};
+
 /// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
 /// the heuristic query costs the host far more than a launch, and a fixed algorithm per
 /// shape keeps reruns bit-identical.
@@ -48,13 +59,19 @@ public:
       destroy(plan);
   }
 
-  /// C = op(A)·op(B) (+ bias per row) on `stream`; false where cuBLASLt has no algorithm
+  /// C = op(A)·op(B) with `epilogue` on `stream`; false where cuBLASLt has no algorithm
   /// for these shapes and alignments (tiny, odd dimensions) or the call fails, and the
   /// caller falls back. The first failure of a call that had an algorithm is reported
   /// once.
   bool run(void *workspaceData, size_t workspaceBytes, bool transA, bool transB, int64_t m,
            int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
-           void *c, int64_t ldc, DType dtype, const void *bias, cudaStream_t stream) {
+           void *c, int64_t ldc, DType dtype, const Epilogue &epilogue, cudaStream_t stream) {
+    const void *bias = epilogue.bias;
+    const bool activation = epilogue.activation != Activation::None;
+    // The auxiliary matrix wants 16-byte alignment and a leading dimension that is a
+    // multiple of 8 (cuBLASLt's rules); otherwise the caller's fallback runs the pair.
+    if (activation && (reinterpret_cast<uintptr_t>(epilogue.aux) % 16 != 0 || ldc % 8 != 0))
+      return false;
     // Parameters sit at element offsets of one flat store: the heuristic is told how
     // aligned each operand really is, so the alignments are part of the shape.
     auto alignment = [](const void *ptr) {
@@ -64,11 +81,12 @@ public:
       return align;
     };
     const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype), bias != nullptr,
-                  alignment(a), alignment(b), alignment(c), workspaceBytes};
+                  static_cast<int>(epilogue.activation), alignment(a), alignment(b),
+                  alignment(c), workspaceBytes};
     auto found = plans_.find(key);
     if (found == plans_.end()) {
       Plan plan;
-      if (!choose(key, bias, plan))
+      if (!choose(key, epilogue, plan))
         return false; // the heuristic failed: asked again next time
       found = plans_.emplace(key, plan).first;
     }
@@ -77,6 +95,11 @@ public:
       return false;
     if (bias && cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    if (activation &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &epilogue.aux,
+                                       sizeof epilogue.aux) != CUBLAS_STATUS_SUCCESS)
       return false;
     const float one = 1.f, zero = 0.f;
     const cublasStatus_t status =
@@ -101,11 +124,12 @@ private:
     int64_t m, n, k, lda, ldb, ldc;
     int dtype;
     bool bias;
+    int activation;
     uint32_t alignA, alignB, alignC;
     size_t workspace;
     auto tie() const {
-      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, alignA, alignB,
-                      alignC, workspace);
+      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, activation, alignA,
+                      alignB, alignC, workspace);
     }
     bool operator<(const Key &other) const { return tie() < other.tie(); }
   };
@@ -126,7 +150,7 @@ private:
 
   /// The descriptors of `key`'s shape and the heuristic's first algorithm for it (none:
   /// `haveAlgorithm` false); false, holding nothing, where the heuristic itself failed.
-  bool choose(const Key &key, const void *bias, Plan &plan) const {
+  bool choose(const Key &key, const Epilogue &epilogue, Plan &plan) const {
     try {
       const cudaDataType_t type = cudaTypeOf(static_cast<DType>(key.dtype));
       check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -139,17 +163,31 @@ private:
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB,
                                            sizeof opB),
             "transposing B");
+      cublasLtEpilogue_t mode = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+      if (epilogue.activation == Activation::Gelu)
+        mode = key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+      else if (epilogue.activation == Activation::GeluGrad)
+        mode = CUBLASLT_EPILOGUE_DGELU; // no bias: the product is a gradient
+      check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode,
+                                           sizeof mode),
+            "the epilogue");
       if (key.bias) {
-        const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                             &epilogue, sizeof epilogue),
-              "the bias epilogue");
         check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                              &type, sizeof type),
               "the bias type");
         check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                             &bias, sizeof bias),
+                                             &epilogue.bias, sizeof epilogue.bias),
               "the bias");
+      }
+      if (epilogue.activation != Activation::None) {
+        const int64_t auxLd = key.ldc;
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                             &auxLd, sizeof auxLd),
+              "the auxiliary matrix's leading dimension");
+        check(cublasLtMatmulDescSetAttribute(plan.desc,
+                                             CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                             &epilogue.aux, sizeof epilogue.aux),
+              "the auxiliary matrix");
       }
       const int64_t m = key.m, n = key.n, k = key.k;
       check(cublasLtMatrixLayoutCreate(&plan.la, type, key.transA ? k : m, key.transA ? m : k,

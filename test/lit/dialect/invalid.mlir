@@ -264,6 +264,24 @@ func.func @linear_declared_result(%x: tensor<4x8x768xf32>, %w: tensor<1024x768xf
 
 // -----
 
+func.func @linear_gelu_features(%x: tensor<4x8x512xf32>, %w: tensor<1024x768xf32>) {
+  // expected-error@+2 {{mt.linear_gelu: input tensor<4x8x512xf32> has 512 features but weight tensor<1024x768xf32> takes 768 (weights are [out, in])}}
+  // expected-error@+1 {{'mt.linear_gelu' op failed to infer returned types}}
+  %0, %1 = mt.linear_gelu %x, %w : (tensor<4x8x512xf32>, tensor<1024x768xf32>) -> (tensor<4x8x1024xf32>, tensor<4x8x1024xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_gelu_declared_results(%x: tensor<4x8x768xf32>, %w: tensor<1024x768xf32>) {
+  // expected-error@+2 {{'mt.linear_gelu' op inferred type(s) 'tensor<4x8x1024xf32>', 'tensor<4x8x1024xf32>' are incompatible with return type(s) of operation 'tensor<4x8x1024xf32>', 'tensor<4x8x768xf32>'}}
+  // expected-error@+1 {{'mt.linear_gelu' op failed to infer returned types}}
+  %0, %1 = mt.linear_gelu %x, %w : (tensor<4x8x768xf32>, tensor<1024x768xf32>) -> (tensor<4x8x1024xf32>, tensor<4x8x768xf32>)
+  return
+}
+
+// -----
+
 func.func @add_shape(%a: tensor<2x16x64xf32>, %b: tensor<2x16x32xf32>) {
   // expected-error@+2 {{mt.add: lhs tensor<2x16x64xf32> and rhs tensor<2x16x32xf32> must have the same shape and element type}}
   // expected-error@+1 {{'mt.add' op failed to infer returned types}}
@@ -487,6 +505,24 @@ func.func @layer_norm_grad_weight(%g: tensor<2x16x64xf32>, %x: tensor<2x16x64xf3
   // expected-error@+2 {{mt.layer_norm_grad: weight tensor<32xf32> must be [64] of the element type of input tensor<2x16x64xf32>}}
   // expected-error@+1 {{'mt.layer_norm_grad' op failed to infer returned types}}
   %0:3 = mt.layer_norm_grad %g, %x, %w : (tensor<2x16x64xf32>, tensor<2x16x64xf32>, tensor<32xf32>) -> (tensor<2x16x64xf32>, tensor<32xf32>, tensor<32xf32>)
+  return
+}
+
+// -----
+
+func.func @linear_grad_input_gelu_pre(%g: tensor<2x16x768xf32>, %w: tensor<768x1024xf32>, %pre: tensor<2x16x768xf32>) {
+  // expected-error@+2 {{mt.linear_grad_input_gelu: dy·W tensor<2x16x1024xf32> and pre tensor<2x16x768xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.linear_grad_input_gelu' op failed to infer returned types}}
+  %0 = mt.linear_grad_input_gelu %g, %w, %pre : (tensor<2x16x768xf32>, tensor<768x1024xf32>, tensor<2x16x768xf32>) -> tensor<2x16x1024xf32>
+  return
+}
+
+// -----
+
+func.func @linear_grad_input_gelu_features(%g: tensor<2x16x1024xf32>, %w: tensor<768x1024xf32>, %pre: tensor<2x16x1024xf32>) {
+  // expected-error@+2 {{mt.linear_grad_input_gelu: grad tensor<2x16x1024xf32> has 1024 features but weight tensor<768x1024xf32> produces 768}}
+  // expected-error@+1 {{'mt.linear_grad_input_gelu' op failed to infer returned types}}
+  %0 = mt.linear_grad_input_gelu %g, %w, %pre : (tensor<2x16x1024xf32>, tensor<768x1024xf32>, tensor<2x16x1024xf32>) -> tensor<2x16x1024xf32>
   return
 }
 
