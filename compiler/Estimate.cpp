@@ -134,8 +134,18 @@ double kernelSeconds(Operation *op, const SystemSpec &system) {
   auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
   if (!cost)
     return 0;
-  return system.kernelOverhead +
-         std::max(productSeconds(cost, system), memorySeconds(system, cost.getBytesMoved()));
+  const double product = productSeconds(cost, system);
+  // In f32 the CUDA backend runs a GELU epilogue as the pair (CudaBackend.cu, gemm): the
+  // GEMM stores its product, then GELU's kernel reads it (and the pre-activation).
+  if (isa<mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputGeluOp>(op) &&
+      getElementTypeOrSelf(op->getResult(0).getType()).isF32()) {
+    const int64_t t = mlir::mt::tensorBytes(op->getResult(0).getType());
+    const bool forward = isa<mlir::mt::LinearGeluOp>(op);
+    const int64_t gemm = cost.getBytesMoved() - (forward ? t : 0);
+    return 2 * system.kernelOverhead + std::max(product, memorySeconds(system, gemm)) +
+           memorySeconds(system, (forward ? 2 : 3) * t);
+  }
+  return system.kernelOverhead + std::max(product, memorySeconds(system, cost.getBytesMoved()));
 }
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {

@@ -65,6 +65,8 @@ std::string layoutFlags(const StepLayout &layout) {
     f += " --recompute " + o.recompute;
   if (layout.distributedOptimizer)
     f += " --distributed-optimizer";
+  if (!o.biasGeluFusion)
+    f += " --no-bias-gelu-fusion";
   return f;
 }
 
@@ -150,6 +152,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       base.options.seqLength = r.seqLength;
       base.options.vocabMultiple = r.vocabMultiple;
       base.options.precision = r.precision;
+      base.options.biasGeluFusion = r.biasGeluFusion;
       base.bucketBytes = r.bucketBytes;
       base.options.microBatchSize = 1;
       if (layers % pp != 0) {

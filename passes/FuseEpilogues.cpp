@@ -13,21 +13,16 @@ bool samePlacement(Operation *a, Operation *b) {
   return a->getDiscardableAttrDictionary() == b->getDiscardableAttrDictionary();
 }
 
-/// The one GELU reading `linear`'s result, where every other reader is a GELU gradient
-/// taking it as its input; else null.
+/// The one GELU reading `linear`'s result; null where none or several do. Every other
+/// reader (GELU's gradient, a pipeline stash's return) reads the fused op's `pre`.
 GeluOp soleGelu(LinearOp linear) {
   GeluOp gelu;
-  for (OpOperand &use : linear.getResult().getUses()) {
-    Operation *user = use.getOwner();
+  for (Operation *user : linear.getResult().getUsers())
     if (auto g = dyn_cast<GeluOp>(user)) {
       if (gelu)
         return {};
       gelu = g;
-    } else if (auto grad = dyn_cast<GeluGradOp>(user);
-               !grad || use.getOperandNumber() != grad.getInputMutable().getOperandNumber()) {
-      return {};
     }
-  }
   return gelu && samePlacement(linear, gelu) ? gelu : GeluOp();
 }
 

@@ -204,18 +204,18 @@ def MtFuseEpilogues : Pass<"mt-fuse-epilogues", "::mlir::ModuleOp"> {
     Runs on the differentiated step, after recomputation and pipeline partition (each
     function on its own), so the forward copies recomputation makes are fused too.
 
-    - `mt.linear` whose result is read by one `mt.gelu` and otherwise only by
-      `mt.gelu_grad` (as its input) becomes `mt.linear_gelu`, with both results: the
-      pre-activation GELU's gradient reads and the activation (Megatron's bias-GELU
-      fusion, as cuBLASLt's GELU epilogue with its auxiliary output runs it).
+    - `mt.linear` whose result is read by exactly one `mt.gelu` becomes
+      `mt.linear_gelu`, with both results: the activation, and the pre-activation that
+      every other reader reads (GELU's gradient, a pipeline stash). Megatron's bias-GELU
+      fusion, as cuBLASLt's GELU epilogue with its auxiliary output runs it in 16 bits.
     - `mt.linear_grad_input` whose result is read only by one `mt.gelu_grad`, as its
       incoming gradient, becomes `mt.linear_grad_input_gelu` (cuBLASLt's DGELU
       epilogue): dy·W is never stored.
 
     Both pairs must carry the same placement attributes (`mt.layer`, `mt.stage`,
-    `mt.recomputed`); a pair that differs is left as it is. The step computes the same
-    values either way (the CPU backend runs a fused op as the pair, bit for bit), and
-    the memory plan sees one buffer fewer per fused backward pair.
+    `mt.recomputed`); a pair that differs is left as it is. The CPU backend runs a fused
+    op as the pair, bit for bit; the memory plan sees one buffer fewer per fused
+    backward pair.
   }];
 }
 

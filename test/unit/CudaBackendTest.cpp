@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <sys/stat.h>
 #include <tuple>
@@ -110,6 +111,10 @@ std::vector<Case> cases() {
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});
+  // GELU's epilogues in fp16 too (cuBLASLt's other 16-bit type).
+  for (const test::OpCase &op : test::opCases())
+    if (op.name == "mlp_gelu_wide")
+      all.push_back({op, {"fp16", 1e-2}});
   return all;
 }
 
@@ -194,14 +199,24 @@ constexpr const char *kNoGpu = "no GPU is visible: the CUDA backend is compiled,
     }                                                                                      \
   } while (0)
 
-/// Sets an environment variable for one scope.
+/// Sets an environment variable for one scope, then restores what it was.
 class ScopedEnv {
 public:
-  ScopedEnv(const char *name, const char *value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char *name, const char *value) : name_(name) {
+    if (const char *old = std::getenv(name))
+      old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
 
 private:
   const char *name_;
+  std::optional<std::string> old_;
 };
 
 /// One training step of case `c` on the GPU matches the CPU backend's within the
@@ -273,15 +288,16 @@ class CudaBackendTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam()); }
 
-/// GELU and its gradient run inside cuBLASLt's epilogues (MT_CUDA_GEMM=cublaslt makes a
-/// fallback an error) and match the CPU backend's pair.
+/// GELU and its gradient run inside cuBLASLt's epilogues in bf16 and fp16, and after
+/// cuBLASLt's plain GEMM in fp32 (MT_CUDA_GEMM=cublaslt makes a cuBLAS fallback an
+/// error), and match the CPU backend's pair.
 TEST(CudaLinear, GeluEpiloguesRunInCublasLt) {
   const std::vector<test::OpCase> ops = test::opCases();
   auto wide = std::find_if(ops.begin(), ops.end(),
                            [](const test::OpCase &c) { return c.name == "mlp_gelu_wide"; });
   ASSERT_NE(wide, ops.end());
   ScopedEnv path("MT_CUDA_GEMM", "cublaslt");
-  for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}}) {
+  for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
     SCOPED_TRACE(p.flag);
     matchesTheCpuBackend({*wide, p});
   }

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace mtc;
 
 namespace {
@@ -211,6 +213,57 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   const double rows = 2049.0 / 4096;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + rows * 2 * product);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + rows * 8 * product);
+}
+
+// A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly
+// what the unfused pair costs: the CUDA backend runs the GEMM, then GELU's kernel.
+TEST_F(LoweredTest, GeluEpiloguesCostWhatTheCudaBackendRuns) {
+  SystemSpec s = a100();
+  s.kernelOverhead = 3e-6;
+  for (const char *type : {"f32", "bf16"}) {
+    SCOPED_TRACE(type);
+    const std::string t = type;
+    auto ty = [&](const char *shape) { return "tensor<" + std::string(shape) + "x" + t + ">"; };
+    const std::string source =
+        "func.func @f(%x: " + ty("4x512x1024") + ", %w: " + ty("4096x1024") + ", %b: " +
+        ty("4096") + ", %w2: " + ty("1024x4096") + ", %dy: " + ty("4x512x1024") + ") {\n" +
+        "  %h = mt.linear %x, %w, %b : (" + ty("4x512x1024") + ", " + ty("4096x1024") + ", " +
+        ty("4096") + ") -> " + ty("4x512x4096") + "\n" +
+        "  %a = mt.gelu %h : (" + ty("4x512x4096") + ") -> " + ty("4x512x4096") + "\n" +
+        "  %p, %g = mt.linear_gelu %x, %w, %b : (" + ty("4x512x1024") + ", " + ty("4096x1024") +
+        ", " + ty("4096") + ") -> (" + ty("4x512x4096") + ", " + ty("4x512x4096") + ")\n" +
+        "  %d = mt.linear_grad_input %dy, %w2 : (" + ty("4x512x1024") + ", " + ty("1024x4096") +
+        ") -> " + ty("4x512x4096") + "\n" +
+        "  %dh = mt.gelu_grad %d, %h : (" + ty("4x512x4096") + ", " + ty("4x512x4096") + ") -> " +
+        ty("4x512x4096") + "\n" +
+        "  %f = mt.linear_grad_input_gelu %dy, %w2, %h : (" + ty("4x512x1024") + ", " +
+        ty("1024x4096") + ", " + ty("4x512x4096") + ") -> " + ty("4x512x4096") + "\n" +
+        "  return\n}\n";
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+    ASSERT_TRUE(module);
+    std::vector<mlir::Operation *> ops;
+    module->walk([&](mlir::Operation *op) {
+      if (op->getNumResults() > 0)
+        ops.push_back(op);
+    });
+    ASSERT_EQ(ops.size(), 6u);
+    const double forwardPair = kernelSeconds(ops[0], s) + kernelSeconds(ops[1], s);
+    const double backwardPair = kernelSeconds(ops[3], s) + kernelSeconds(ops[4], s);
+    if (t == "f32") {
+      EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), forwardPair);
+      EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), backwardPair);
+    } else {
+      // One launch, and neither the pre-activation nor dy·W read back.
+      const int64_t x = 4 * 512 * 1024 * 2, w = 4096 * 1024 * 2, bias = 4096 * 2,
+                    h = 4 * 512 * 4096 * 2;
+      EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s),
+                       std::max(kernelSeconds(ops[0], s),
+                                3e-6 + memorySeconds(s, x + w + bias + 2 * h)));
+      EXPECT_LT(kernelSeconds(ops[2], s), forwardPair - 3e-6);
+      EXPECT_LT(kernelSeconds(ops[5], s), backwardPair - 3e-6);
+    }
+  }
 }
 
 } // namespace

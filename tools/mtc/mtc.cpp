@@ -57,6 +57,7 @@ constexpr const char *kUsage = R"(usage:
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
+              [--no-bias-gelu-fusion]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
@@ -114,7 +115,7 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"estimate",
        {"sp", "distributed-optimizer", "recompute-activations", "no-bias-gelu-fusion", "bf16",
         "fp16", "json"}},
-      {"tune", {"bf16", "fp16", "json"}},
+      {"tune", {"bf16", "fp16", "json", "no-bias-gelu-fusion"}},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
@@ -895,6 +896,7 @@ int runTune(MLIRContext &context, const Args &args) {
   }
   if (int status = readPrecision(args, precision, request.precision))
     return status;
+  request.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
   ModelFile model;
   if (!loadModel(context, args.model, model))
     return 1;

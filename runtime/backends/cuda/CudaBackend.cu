@@ -375,9 +375,10 @@ private:
   /// Through cuBLASLt, the epilogue fused; where cuBLASLt has no algorithm or fails,
   /// through cuBLAS's general GEMM, the biased product rounded to `dtype` once, as the
   /// CPU backend rounds it. GELU or its gradient then runs as our kernel on the stored
-  /// product, as the CPU backend runs the fused pair, unless cuBLASLt ran it: in 16 bits
-  /// only, from the unrounded product (within the 16-bit tolerance of the pair), since
-  /// its GELU need not be as exact as f32 results are held to.
+  /// product, as the CPU backend runs the fused pair, unless cuBLASLt's epilogue ran it:
+  /// in 16 bits only, from the unrounded product (within the 16-bit tolerance of the
+  /// pair, not bit for bit), since its GELU need not be as exact as f32 results are held
+  /// to.
   void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const void *a,
             int64_t lda, const void *b, int64_t ldb, void *c, int64_t ldc, DType dtype,
             Epilogue epilogue = {}) {
@@ -394,14 +395,18 @@ private:
     const Activation activation = epilogue.activation;
     // The (biased) product: GELU's input, kept in the auxiliary matrix, or C.
     void *stored = activation == Activation::Gelu ? epilogue.aux : c;
-    const bool fuse = activation != Activation::None && dtype != DType::F32;
-    if (gemmPath_ != GemmPath::CublasOnly &&
-        ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
-                      fuse ? c : stored, ldc, dtype, fuse ? epilogue : Epilogue{bias},
-                      stream_)) {
-      if (!fuse)
+    if (gemmPath_ != GemmPath::CublasOnly) {
+      // The activation in cuBLASLt's epilogue in 16 bits; otherwise, or where cuBLASLt
+      // has no algorithm for that epilogue, its plain GEMM and then our kernel.
+      if (activation != Activation::None && dtype != DType::F32 &&
+          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
+                        c, ldc, dtype, epilogue, stream_))
+        return;
+      if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
+                        stored, ldc, dtype, Epilogue{bias}, stream_)) {
         applyActivation(epilogue, stored, c, m * n, dtype);
-      return;
+        return;
+      }
     }
     if (gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for this GEMM, and "

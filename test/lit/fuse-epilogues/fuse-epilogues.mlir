@@ -1,5 +1,6 @@
 // RUN: mt-opt %s -split-input-file -mt-fuse-epilogues | FileCheck %s
 // RUN: mt-opt %models/gpt-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2 seq-length=8" -mt-autodiff -mt-recompute="granularity=full" -mt-fuse-epilogues | FileCheck %s --check-prefix=STEP
+// RUN: mt-opt %models/gpt-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2 seq-length=8" -mt-pipeline-assign="stages=2" -mt-autodiff -mt-pipeline-partition -mt-fuse-epilogues | FileCheck %s --check-prefix=PP
 
 // A linear read by one GELU, and by GELU's gradient as its input, becomes one op with
 // both results, in the linear's place; the input gradient of the next linear, read only
@@ -21,13 +22,28 @@ func.func @pair(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %b1: tensor<8xf32>,
 
 // -----
 
-// Left as they are: a pre-activation something else reads, a product something else
-// reads, a GELU gradient that reads the product as its input, and pairs placed apart
-// (another layer, or one of them recomputed).
+// Any other reader of the pre-activation (here a pipeline stage's return, which stashes
+// it for backward, and an add) reads the fused op's first result.
+// CHECK-LABEL: func.func @stash
+// CHECK-NEXT: %[[PRE:.*]], %[[A:.*]] = mt.linear_gelu %arg0, %arg1 :
+// CHECK-NEXT: %[[S:.*]] = mt.add %[[PRE]], %[[A]]
+// CHECK-NEXT: return %[[A]], %[[PRE]], %[[S]]
+func.func @stash(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) {
+  %h = mt.linear %x, %w1 : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
+  %a = mt.gelu %h : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %s = mt.add %h, %a : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %a, %h, %s : tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>
+}
+
+// -----
+
+// Left as they are: a linear two GELUs read, a product something else reads, a GELU
+// gradient that reads the product as its input, and pairs placed apart (another layer,
+// or one of them recomputed).
 // CHECK-LABEL: func.func @apart
 // CHECK-NEXT: mt.linear %arg0
 // CHECK-NEXT: mt.gelu
-// CHECK-NEXT: mt.add
+// CHECK-NEXT: mt.gelu
 // CHECK-NEXT: mt.linear %arg0
 // CHECK-NEXT: mt.gelu
 // CHECK-NEXT: mt.linear %arg0
@@ -43,7 +59,7 @@ func.func @pair(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %b1: tensor<8xf32>,
 func.func @apart(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %dy: tensor<2x3x8xf32>, %w2: tensor<8x8xf32>) -> (tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>, tensor<2x3x8xf32>) {
   %h1 = mt.linear %x, %w1 : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
   %a1 = mt.gelu %h1 : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
-  %s1 = mt.add %h1, %a1 : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %s1 = mt.gelu %h1 : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   %h2 = mt.linear %x, %w1 {mt.layer = 0 : i64} : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
   %a2 = mt.gelu %h2 {mt.layer = 1 : i64} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
   %h3 = mt.linear %x, %w1 {mt.recomputed} : (tensor<2x3x4xf32>, tensor<8x4xf32>) -> tensor<2x3x8xf32>
@@ -68,3 +84,16 @@ func.func @apart(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %dy: tensor<2x3x8x
 // STEP: mt.linear_grad_input_gelu
 // STEP-NOT: mt.gelu
 // STEP-NOT: mt.linear_gelu
+
+// Under a pipeline each stage's forward fuses, stashing the pre-activation for its
+// backward, which fuses with the stash it receives.
+// PP-LABEL: func.func @forward_0
+// PP: %[[PRE:.*]], %{{.*}} = mt.linear_gelu
+// PP: return {{.*}}%[[PRE]]
+// PP-LABEL: func.func @backward_0
+// PP: mt.linear_grad_input_gelu
+// PP-LABEL: func.func @forward_1
+// PP: mt.linear_gelu
+// PP-LABEL: func.func @backward_1
+// PP: mt.linear_grad_input_gelu
+// PP-NOT: mt.gelu
