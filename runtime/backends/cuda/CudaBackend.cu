@@ -488,6 +488,7 @@ private:
                        : std::is_same_v<T, __nv_bfloat16> ? DType::BF16
                                                           : DType::F16;
     const bool vocabParallel = inst.vocab_parallel();
+    const int64_t parts = vocabParallel ? ctx.tpSize : 1; // the ranks the vocabulary spans
     auto vocabFirst = [&](const TensorView &sharded, int dim) -> int64_t {
       return vocabParallel ? ctx.tpRank * sharded.dim(dim) : 0;
     };
@@ -514,7 +515,6 @@ private:
       break;
     }
     case Opcode::Embedding: {
-      const int64_t parts = vocabParallel ? ctx.tpSize : 1;
       resetFlag();
       launchEmbedding(p(in[0]), in[1].data, wide(in[1]), p(out[0]), in[1].numel(), in[0].dim(0),
                       in[0].dim(1), vocabFirst(in[0], 0), in[0].dim(0) * parts, flag_, stream_);
@@ -582,29 +582,27 @@ private:
                                  after<float>(moments, rowBytes), stream_);
       break;
     }
-    case Opcode::Linear: {
-      // Row-major out[M×N] = x[M×K]·W[N×K]ᵀ + b is column-major outᵀ = W·xᵀ.
+    case Opcode::Linear:
+    case Opcode::LinearGelu: {
+      // Row-major out[M×N] = x[M×K]·W[N×K]ᵀ + b is column-major outᵀ = W·xᵀ; LinearGelu
+      // keeps that pre-activation in out[0] and its GELU in out[1].
       const int64_t m = in[0].rows(), k = in[0].cols(), nOut = in[1].dim(0);
-      gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[0].data, nOut, type,
-           {inst.inputs()->size() == 3 ? in[2].data : nullptr});
+      const bool gelu = inst.opcode() == Opcode::LinearGelu;
+      gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[gelu ? 1 : 0].data, nOut,
+           type,
+           {inst.inputs()->size() == 3 ? in[2].data : nullptr,
+            gelu ? Activation::Gelu : Activation::None, gelu ? out[0].data : nullptr});
       break;
     }
-    case Opcode::LinearGelu: { // Linear's GEMM; GELU of the pre-activation out[0] in out[1]
-      const int64_t m = in[0].rows(), k = in[0].cols(), nOut = in[1].dim(0);
-      gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[1].data, nOut, type,
-           {inst.inputs()->size() == 3 ? in[2].data : nullptr, Activation::Gelu, out[0].data});
-      break;
-    }
-    case Opcode::LinearGradInput: {
-      // dx[M×K] = dy[M×N]·W[N×K]: column-major dxᵀ = Wᵀ·dyᵀ.
+    case Opcode::LinearGradInput:
+    case Opcode::LinearGradInputGelu: {
+      // dx[M×K] = dy[M×N]·W[N×K]: column-major dxᵀ = Wᵀ·dyᵀ; LinearGradInputGelu times
+      // gelu'(pre = in[2]).
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].dim(1);
-      gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, type);
-      break;
-    }
-    case Opcode::LinearGradInputGelu: { // LinearGradInput's GEMM, times gelu'(pre = in[2])
-      const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].dim(1);
+      const bool gelu = inst.opcode() == Opcode::LinearGradInputGelu;
       gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
-           {nullptr, Activation::GeluGrad, in[2].data});
+           {nullptr, gelu ? Activation::GeluGrad : Activation::None,
+            gelu ? in[2].data : nullptr});
       break;
     }
     case Opcode::LinearGradWeight: {
@@ -754,8 +752,7 @@ private:
     }
     case Opcode::CrossEntropyStats: {
       const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
-      const int64_t classes =
-          inst.num_classes() ? inst.num_classes() : v * (vocabParallel ? ctx.tpSize : 1);
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;
       const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
       resetFlag();
       launchCrossEntropyStats(p(in[0]), in[1].data, wide(in[1]), f(out[0]), m, v, first, valid,
@@ -764,17 +761,16 @@ private:
       return idsError("a target id", classes);
     }
     case Opcode::CrossEntropyMerge: {
-      const int64_t m = in[0].cols(), parts = in[0].dim(0) / 3;
+      const int64_t m = in[0].cols(), shards = in[0].dim(0) / 3;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      launchCrossEntropyMergeRows(f(in[0]), rowLoss, m, parts, stream_);
+      launchCrossEntropyMergeRows(f(in[0]), rowLoss, m, shards, stream_);
       launched("cross-entropy merge");
       launchMean(rowLoss, m, f(out[0]), stream_);
       break;
     }
     case Opcode::VocabParallelCrossEntropyGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols(), first = vocabFirst(in[1], in[1].rank - 1);
-      const int64_t classes =
-          inst.num_classes() ? inst.num_classes() : v * (vocabParallel ? ctx.tpSize : 1);
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;
       launchVocabParallelCrossEntropyGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), f(in[3]),
                                           p(out[0]), m, v, in[3].dim(0) / 3, first,
                                           std::clamp<int64_t>(classes - first, 0, v), stream_);
