@@ -13,7 +13,9 @@ struct CompileOptions {
   int64_t microBatchSize = 0;
   int64_t globalBatchSize = 0;
   int64_t seqLength = 0;     // 0: the model's positions
-  int64_t vocabMultiple = 1; // Megatron's --make-vocab-size-divisible-by
+  // Megatron's --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of
+  // this times tp, as Megatron pads it (so a vocabulary-parallel split always divides).
+  int64_t vocabMultiple = 128;
   // Megatron's --attention-dropout and --hidden-dropout; negative: the model's rates.
   double attentionDropout = -1, hiddenDropout = -1;
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
@@ -28,8 +30,8 @@ struct CompileOptions {
   bool printIRAfterAll = false;
 };
 
-/// What changes the model itself, before any lowering: mt-pad-vocab, and mt-set-dropout
-/// where a rate is given.
+/// What changes the model itself, before any lowering: mt-pad-vocab to vocabMultiple x tp,
+/// and mt-set-dropout where a rate is given. Running it again for a larger tp pads further.
 mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
 /// expand → specialize → tensor parallel → autodiff → recompute → fuse epilogues → memory

@@ -119,7 +119,8 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
             fbb.CreateVector(type.getShape().vec()), master, init,
             param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
             param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
-            param.getTpGradReduce()));
+            param.getTpGradReduce(),
+            param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0));
       }
       if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second)))
         return failure();

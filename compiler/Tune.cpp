@@ -109,7 +109,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       return success();
     });
     ++result.lowerings;
-    if (failed(lowerToTrainStep(*copy, lowering)))
+    if (failed(prepareModel(*copy, lowering)) || failed(lowerToTrainStep(*copy, lowering)))
       p.error = diagnostic.empty() ? "the layout does not lower" : diagnostic;
     else
       p.chunks = profileChunks(*copy, system, lowering);

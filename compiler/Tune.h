@@ -17,7 +17,7 @@
 namespace mtc {
 
 struct TuneRequest {
-  int64_t gpus = 0, globalBatchSize = 0, seqLength = 0, vocabMultiple = 1;
+  int64_t gpus = 0, globalBatchSize = 0, seqLength = 0, vocabMultiple = 128;
   std::string precision = "f32";
   int64_t bucketBytes = 40000000;
   int64_t maxTp = 0;           // 0: the GPUs of a node

@@ -10,26 +10,60 @@ namespace {
 struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
   using Base::Base;
 
+  /// Rounds the rows of a vocabulary table (or an output layer's bias) up to the
+  /// multiple, recording the real rows on the parameter.
+  void padRows(ParamOp param, bool &changed) {
+    auto type = cast<RankedTensorType>(param.getType());
+    const int64_t rows = type.getDimSize(0);
+    const int64_t padded = (rows + multiple - 1) / multiple * multiple;
+    if (padded == rows)
+      return;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[0] = padded;
+    param.getResult().setType(RankedTensorType::get(shape, type.getElementType()));
+    if (!param.getVocabRows())
+      param.setVocabRows(rows);
+    changed = true;
+  }
+
   LogicalResult pad(FunctionOpInterface fn) {
-    bool changed = false;
+    // The tables: what mt.embedding reads, and an untied output layer (the linear whose
+    // result is a loss's logits), weight and bias alike.
+    SetVector<ParamOp> tables;
     WalkResult walk = fn.walk([&](EmbeddingOp op) {
       auto param = op.getTable().getDefiningOp<ParamOp>();
       if (!param) {
         op.emitOpError("table must be an mt.param to be padded");
         return WalkResult::interrupt();
       }
-      auto type = cast<RankedTensorType>(param.getType());
-      int64_t rows = type.getDimSize(0);
-      int64_t padded = (rows + multiple - 1) / multiple * multiple;
-      if (padded != rows) {
-        param.getResult().setType(RankedTensorType::get({padded, type.getDimSize(1)},
-                                                        type.getElementType()));
-        changed = true;
+      tables.insert(param);
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return failure();
+    walk = fn.walk([&](CrossEntropyOp op) {
+      auto head = op.getLogits().getDefiningOp<LinearOp>();
+      if (!head)
+        return WalkResult::advance();
+      for (Value operand : {head.getWeight(), head.getBias()}) {
+        if (!operand)
+          continue;
+        auto param = operand.getDefiningOp<ParamOp>();
+        if (!param) {
+          op.emitOpError("output layer's ") << (operand == head.getWeight() ? "weight" : "bias")
+                                            << " must be an mt.param to be padded";
+          return WalkResult::interrupt();
+        }
+        tables.insert(param);
       }
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())
       return failure();
+
+    bool changed = false;
+    for (ParamOp param : tables)
+      padRows(param, changed);
     if (!changed)
       return success();
 

@@ -21,10 +21,14 @@ def MtExpand : Pass<"mt-expand", "::mlir::ModuleOp"> {
 def MtPadVocab : Pass<"mt-pad-vocab", "::mlir::ModuleOp"> {
   let summary = "Pads embedding tables to a multiple of a given size";
   let description = [{
-    Megatron's `--make-vocab-size-divisible-by`: the rows of every table used by
-    `mt.embedding` are rounded up to a multiple of `multiple`, types are re-inferred,
-    and each cross-entropy whose vocabulary grew gets `num_classes` set to the real
-    vocabulary, so the padded logits never enter the loss.
+    Megatron's `--make-vocab-size-divisible-by` (mtc passes it that flag times tp, as
+    Megatron pads): the rows of every table used by `mt.embedding`, and of an untied
+    output layer (the weight and bias of the linear whose result is a cross-entropy's
+    logits), are rounded up to a multiple of `multiple` and marked with the real rows
+    (`vocab_rows`); types are re-inferred, and each cross-entropy whose vocabulary grew
+    gets `num_classes` set to the real vocabulary, so the padded logits never enter the
+    loss. The padded rows therefore receive no gradient, and the real rows keep their
+    initial values (initialisation is by element index).
   }];
   let options = [
     Option<"multiple", "multiple", "int64_t", "128",

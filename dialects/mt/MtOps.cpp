@@ -197,6 +197,14 @@ LogicalResult ParamOp::verify() {
                                         << " is not a block of global shape along dimension "
                                         << dim;
   }
+  if (getVocabRows()) {
+    const int64_t rows = static_cast<int64_t>(*getVocabRows());
+    const int64_t global = getGlobalShape() ? (*getGlobalShape())[0]
+                                            : cast<RankedTensorType>(getType()).getDimSize(0);
+    if (rows <= 0 || rows > global)
+      return emitOpError("parameter '") << getName() << "': vocab_rows " << rows
+                                        << " is not within its " << global << " rows";
+  }
   return success();
 }
 

@@ -52,7 +52,8 @@ def Mt_ParamOp : Mt_Op<"param"> {
   let summary = "a named, trained parameter with its initialisation rule";
   let arguments = (ins StrAttr:$name, Mt_InitKind:$init, OptionalAttr<F64Attr>:$std,
                        OptionalAttr<DenseI64ArrayAttr>:$global_shape,
-                       OptionalAttr<I64Attr>:$shard_dim, UnitAttr:$tp_grad_reduce);
+                       OptionalAttr<I64Attr>:$shard_dim, UnitAttr:$tp_grad_reduce,
+                       OptionalAttr<I64Attr>:$vocab_rows);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -66,6 +67,10 @@ def Mt_ParamOp : Mt_Op<"param"> {
     `tp rank` of `global_shape` along `shard_dim`. `tp_grad_reduce` marks a
     replicated parameter whose gradient each tensor-parallel rank computes only in
     part (sequence parallelism): the runtime sums it over the group.
+
+    `vocab_rows` marks a vocabulary table padded by mt-pad-vocab: only its first
+    `vocab_rows` rows (of the global shape) are the model's; the rest are padding that
+    no token reads and no loss counts, so a checkpoint may hold any number of them.
   }];
 }
 

@@ -40,7 +40,7 @@ LogicalResult TensorParallelRewriter::shardParam(Value v, int64_t dim, Operation
                               << dim << " of parameter '" << param.getName() << "' (" << size
                               << ") is not divisible by tp " << tp_;
     if (isa<EmbeddingOp>(user) || dim == 0)
-      diag << "; pad the vocabulary with --make-vocab-size-divisible-by";
+      diag << "; pad the vocabulary (mt-pad-vocab)";
     return diag;
   }
   SmallVector<int64_t> local(type.getShape());

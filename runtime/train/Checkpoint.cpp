@@ -610,6 +610,18 @@ bool CheckpointSaver::takeReport(SaveReport &report) {
 
 namespace {
 
+/// Whether a checkpoint's tensor of `shape` can load into parameter `spec`: the same
+/// shape, or for a padded vocabulary any number of rows that holds the vocabulary (the
+/// padding differs with --make-vocab-size-divisible-by and tp, and a Hugging Face import
+/// has none). Padding rows carry nothing: no token reads them and no loss counts them.
+bool holdsParam(const std::vector<int64_t> &shape, const plan::Param &spec) {
+  const std::vector<int64_t> global = globalShape(spec);
+  if (shape == global)
+    return true;
+  return spec.vocab_rows() > 0 && shape.size() == global.size() &&
+         shape[0] >= spec.vocab_rows() && std::equal(shape.begin() + 1, shape.end(), global.begin() + 1);
+}
+
 /// What a rank read of a checkpoint, in host memory, before anything changes.
 struct Loaded {
   TrainingState state;
@@ -642,9 +654,12 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       auto it = index.tensors.find(name);
       if (it == index.tensors.end())
         return fail(cat("tensor '", name, "' is missing"));
-      if (it->second.shape != globalShape(*spec))
+      if (!holdsParam(it->second.shape, *spec))
         return fail(cat("tensor '", name, "' has shape ", shapeString(it->second.shape),
-                        ", the plan expects ", shapeString(globalShape(*spec))));
+                        ", the plan expects ", shapeString(globalShape(*spec)),
+                        spec->vocab_rows() ? cat(" (any rows from ", spec->vocab_rows(),
+                                                 ", the vocabulary, on)")
+                                           : std::string()));
       if (it->second.dtype != dtype)
         return fail(cat("tensor '", name, "' is ", it->second.dtype, ", the plan expects ",
                         dtype));
@@ -668,17 +683,23 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   host[0].assign(element * total, 0);
   host[1].assign(element * count, 0);
   host[2].assign(element * count, 0);
+  // Each box as far as the checkpoint holds it: only a padded vocabulary's rows can lie
+  // past its tensor (a checkpoint padded less, or imported unpadded), and they stay zero.
+  // A box is whole rows or part of one, so the rows it holds come first in its memory.
+  auto readHeld = [&](const std::string &name, const Box &box, char *target) -> Status {
+    std::optional<Box> held = intersect(box, wholeBox(index.tensors.at(name).shape));
+    return held ? reader.read(name, *held, target, stagingBytes) : Status::success();
+  };
   for (const FlatLayout::Slot &slot : layout.slots) {
     const plan::Param &spec = *plan.params()->Get(slot.index);
     const Box local = tensorParallelBox(spec, tpRank);
-    MT_TRY(reader.read(stateTensorName(0, spec.name()->str()), local,
-                       host[0].data() + element * slot.offset, stagingBytes));
+    MT_TRY(readHeld(stateTensorName(0, spec.name()->str()), local,
+                    host[0].data() + element * slot.offset));
     for (int kind = 1; kind < kinds; ++kind)
       for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dpRank))
-        MT_TRY(reader.read(stateTensorName(kind, spec.name()->str()), box,
-                           host[kind].data() +
-                               element * (slot.offset + localIndex(box, local) - optimizer.first()),
-                           stagingBytes));
+        MT_TRY(readHeld(stateTensorName(kind, spec.name()->str()), box,
+                        host[kind].data() +
+                            element * (slot.offset + localIndex(box, local) - optimizer.first())));
   }
   out.bytesRead = reader.bytesRead();
   return Status::success();

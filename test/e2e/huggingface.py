@@ -15,6 +15,10 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
+- The vocabulary (300) is padded by mtc compile as Megatron pads it (to 384 serially, 512
+  under tp 2): mtrun loads the unpadded import into either, and export-hf of a checkpoint
+  trained under tp 2 trims its tables back to the 300 rows the consolidated export holds
+  first.
 
 usage: huggingface.py --bin BUILD/tools --work DIR
 """
@@ -32,6 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import Model, batch_at, write_dataset  # noqa: E402
 
 SEED, MICRO, GLOBAL, SEQ = 11, 2, 4, 16
+# Not a multiple of 128: mtc pads it to 384 serially and to 512 under tp 2, while the
+# Hugging Face files hold 300 rows.
+VOCAB = 300
 
 
 def bf16_bits(x):
@@ -172,7 +179,7 @@ LLAMA = {
     "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
     "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
     "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False,
-    "attention_bias": False, "mlp_bias": False, "vocab_size": 256,
+    "attention_bias": False, "mlp_bias": False, "vocab_size": VOCAB,
     # LLaMA 3.1's scaling over 16 original positions: d = 8 gives one frequency kept,
     # one blended and two stretched.
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -181,7 +188,7 @@ LLAMA = {
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
     "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
-    "vocab_size": 256, "layer_norm_epsilon": 1e-5, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+    "vocab_size": VOCAB, "layer_norm_epsilon": 1e-5, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
     "resid_pdrop": 0.0,
 }
 
@@ -266,13 +273,14 @@ def main():
     write_dataset(work("data"), tokens, SEQ)
     failures = []
 
-    def first_loss(name, model, ckpt, layout, ranks):
+    def first_loss(name, model, ckpt, layout, ranks, save=()):
         plan = work(f"{name}.mtp")
         run([mtc, "compile", model, "--micro-batch-size", str(MICRO), "--global-batch-size",
-             str(GLOBAL), "--make-vocab-size-divisible-by", "1", *layout, "-o", plan])
+             str(GLOBAL), *layout, "-o", plan])
         metrics = work(f"{name}.txt")
         run([mtrun, "--backend", "cpu", "-n", str(ranks), plan, "--data", work("data"),
-             "--steps", "1", "--seed", str(SEED), "--load", ckpt, "--metrics", metrics])
+             "--steps", "1", "--seed", str(SEED), "--load", ckpt, "--metrics", metrics,
+             *save])
         with open(metrics) as f:
             fields = f.read().split()
         return float(fields[3]), float(fields[7])
@@ -322,7 +330,7 @@ def main():
                 inputs, targets = batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO)
                 loss += llama_loss(config, w, inputs, targets) / (GLOBAL // MICRO)
         else:
-            model = Model(layers=2, h=64, heads=4, vocab=256, rate=0.0)
+            model = Model(layers=2, h=64, heads=4, vocab=VOCAB, rate=0.0)
             mw = gpt2_in_mtc_layout(config, w)
             grads = {n: np.zeros_like(x) for n, x in mw.items()}
             for mb in range(GLOBAL // MICRO):
@@ -332,11 +340,51 @@ def main():
                 for n in grads:
                     grads[n] += g[n] / (GLOBAL // MICRO)
             norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        trained = work(f"{arch}_trained")
         for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
-            got_loss, got_norm = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"), ckpt, layout, ranks)
+            save = ["--save", trained] if ranks == 2 else []
+            got_loss, got_norm = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"), ckpt, layout,
+                                            ranks, save)
             check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
             if norm:
                 check(f"{arch} first gradient norm, {ranks} rank(s)", got_norm, norm)
+
+        # A checkpoint trained under tp 2 holds 512 rows of each vocabulary table; the
+        # export trims them to the vocabulary, as the consolidated export has them.
+        run([mtckpt, "export", trained, "-o", work(f"{arch}_trained.safetensors")])
+        run([mtckpt, "export-hf", trained, "--config", os.path.join(source, "config.json"),
+             "--dtype", "fp32", "-o", work(f"{arch}_trained_hf")])
+        whole = read_safetensors(work(f"{arch}_trained.safetensors"))
+        out = read_directory(work(f"{arch}_trained_hf"))
+        tables = ({"embed_tokens.weight": "model.embed_tokens.weight", "lm_head.weight": "lm_head.weight"}
+                  if arch == "llama" else {"wte": "transformer.wte.weight"})
+        for mine, theirs in tables.items():
+            dtype, shape, raw = whole[mine]
+            padded = decode(raw, dtype, shape)
+            trimmed = decode(out[theirs][2], out[theirs][0], out[theirs][1])
+            ok = shape == [512, 64] and out[theirs][1] == [VOCAB, 64] and np.array_equal(
+                padded[:VOCAB], trimmed)
+            print(f"{arch} {mine}: trained {shape}, exported {out[theirs][1]}, the same rows: {ok}")
+            if not ok:
+                failures.append(f"{arch} {mine} trimmed on export")
+
+        # A checkpoint whose table lacks rows of the vocabulary is refused, naming them.
+        bigger = dict(config, vocab_size=VOCAB + 20)
+        os.makedirs(work(f"{arch}_bigger"), exist_ok=True)
+        with open(work(f"{arch}_bigger", "config.json"), "w") as f:
+            json.dump(bigger, f)
+        run([mtc, "import-config", work(f"{arch}_bigger", "config.json"), "-o", work(f"{arch}_bigger.mlir")])
+        run([mtc, "compile", work(f"{arch}_bigger.mlir"), "--micro-batch-size", str(MICRO),
+             "--global-batch-size", str(GLOBAL), "-o", work(f"{arch}_bigger.mtp")])
+        refused = subprocess.run([mtrun, "--backend", "cpu", work(f"{arch}_bigger.mtp"), "--data",
+                                  work("data"), "--steps", "1", "--load", ckpt],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        table = "embed_tokens.weight" if arch == "llama" else "wte"
+        said = f"tensor '{table}' has shape [{VOCAB}, 64], the plan expects [384, 64] (any rows from {VOCAB + 20}, the vocabulary, on)"
+        ok = refused.returncode != 0 and said in refused.stdout
+        print(f"{arch}: a table of {VOCAB} rows for a vocabulary of {VOCAB + 20} refused: {ok}")
+        if not ok:
+            failures.append(f"{arch} short table accepted or misnamed: {refused.stdout.strip()}")
     if failures:
         sys.exit("Hugging Face interop differs: " + ", ".join(failures))
     print("all passed")

@@ -81,7 +81,7 @@ TEST_F(OpRulesTest, AnOpWithoutAnOpcodeIsRefusedByName) {
   auto param = mlir::mt::ParamOp::create(b, loc, RankedTensorType::get({4}, b.getF32Type()), "w",
                                    mlir::mt::InitKind::zeros, /*std=*/nullptr,
                                    /*global_shape=*/nullptr, /*shard_dim=*/nullptr,
-                                   /*tp_grad_reduce=*/false);
+                                   /*tp_grad_reduce=*/false, /*vocab_rows=*/nullptr);
   std::string message;
   ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
     message = d.str();

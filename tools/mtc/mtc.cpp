@@ -383,7 +383,7 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
   if (!positiveFlag(args, "micro-batch-size", 0, options.microBatchSize) ||
       !positiveFlag(args, "global-batch-size", 0, options.globalBatchSize) ||
       !positiveFlag(args, "seq-length", 1, options.seqLength) ||
-      !positiveFlag(args, "make-vocab-size-divisible-by", 1, options.vocabMultiple) ||
+      !positiveFlag(args, "make-vocab-size-divisible-by", 128, options.vocabMultiple) ||
       !positiveFlag(args, "tp", 1, options.tp) || !positiveFlag(args, "dp", 1, options.dp) ||
       !positiveFlag(args, "ddp-bucket-size", 40000000, layout.bucketBytes) ||
       !positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
@@ -867,7 +867,7 @@ int runTune(MLIRContext &context, const Args &args) {
   if (!positiveFlag(args, "gpus", 1, request.gpus) ||
       !positiveFlag(args, "global-batch-size", 1, request.globalBatchSize) ||
       !positiveFlag(args, "seq-length", 1, request.seqLength) ||
-      !positiveFlag(args, "make-vocab-size-divisible-by", 1, request.vocabMultiple) ||
+      !positiveFlag(args, "make-vocab-size-divisible-by", 128, request.vocabMultiple) ||
       !positiveFlag(args, "ddp-bucket-size", 40000000, request.bucketBytes) ||
       !positiveFlag(args, "max-tp", system.gpusPerNode, request.maxTp) ||
       !positiveFlag(args, "max-micro-batch-size", 8, request.maxMicroBatch) ||

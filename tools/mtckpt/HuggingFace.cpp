@@ -127,12 +127,15 @@ Status readConfig(const std::string &path, Architecture &a) {
 /// tensors are the query, key and value projections (one tensor of the three stacked by
 /// rows, or three), which mtc fuses by key/value group: (group, {its heads/kv query
 /// heads, its key, its value}, d) rows. `transpose`: GPT-2's Conv1D weights are [in, out].
+/// `vocab`: a vocabulary table, which mtc pads with rows past the vocabulary (Megatron's
+/// --make-vocab-size-divisible-by); an import writes none (mtrun pads as it loads), an
+/// export leaves them out.
 struct Mapping {
   std::string mtc;
   std::vector<int64_t> shape;
   std::vector<std::string> hf;
   std::vector<std::vector<int64_t>> hfShapes;
-  bool transpose = false, fuse = false;
+  bool transpose = false, fuse = false, vocab = false;
 };
 
 std::vector<Mapping> mappings(const Architecture &a, const std::string &prefix) {
@@ -144,8 +147,11 @@ std::vector<Mapping> mappings(const Architecture &a, const std::string &prefix) 
   auto conv1d = [&](std::string mtc, std::string hf, int64_t out, int64_t in) {
     m.push_back({std::move(mtc), {out, in}, {prefix + hf}, {{in, out}}, true});
   };
+  auto table = [&](std::string mtc, std::string hf, std::string hfPrefix) {
+    m.push_back({std::move(mtc), {a.vocab, h}, {hfPrefix + hf}, {{a.vocab, h}}, false, false, true});
+  };
   if (a.llama) {
-    copy("embed_tokens.weight", "embed_tokens.weight", {a.vocab, h});
+    table("embed_tokens.weight", "embed_tokens.weight", prefix);
     for (int64_t l = 0; l < a.layers; ++l) {
       const std::string mt = cat("layers.", l, "."), hf = cat("layers.", l, ".");
       copy(mt + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
@@ -164,10 +170,10 @@ std::vector<Mapping> mappings(const Architecture &a, const std::string &prefix) 
     }
     copy("norm.weight", "norm.weight", {h});
     if (!a.tied)
-      m.push_back({"lm_head.weight", {a.vocab, h}, {"lm_head.weight"}, {{a.vocab, h}}});
+      table("lm_head.weight", "lm_head.weight", "");
     return m;
   }
-  copy("wte", "wte.weight", {a.vocab, h});
+  table("wte", "wte.weight", prefix);
   copy("wpe", "wpe.weight", {a.positions, h});
   for (int64_t l = 0; l < a.layers; ++l) {
     const std::string p = cat("h.", l, ".");
@@ -450,10 +456,14 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     auto it = index.tensors.find(m.mtc);
     if (it == index.tensors.end())
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is missing"));
-    if (it->second.shape != m.shape || it->second.dtype != "F32")
+    const std::vector<int64_t> &held = it->second.shape;
+    const bool padded = m.vocab && held.size() == 2 && held[0] >= m.shape[0] &&
+                        held[1] == m.shape[1];
+    if ((held != m.shape && !padded) || it->second.dtype != "F32")
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
-                                 it->second.dtype, " ", shapeText(it->second.shape),
-                                 ", config.json makes it F32 ", shapeText(m.shape)));
+                                 it->second.dtype, " ", shapeText(held),
+                                 ", config.json makes it F32 ", shapeText(m.shape),
+                                 m.vocab ? " (or more rows: padding)" : ""));
     expected.insert(m.mtc);
   }
   int64_t optimizerState = 0;

@@ -40,6 +40,23 @@ func.func @param_zeros_with_std() {
 
 // -----
 
+func.func @param_vocab_rows_past_its_rows() {
+  // expected-error@+1 {{'mt.param' op parameter 'wte': vocab_rows 65 is not within its 64 rows}}
+  %0 = mt.param "wte" normal(2.0e-02) {vocab_rows = 65 : i64} : tensor<64x8xf32>
+  return
+}
+
+// -----
+
+func.func @param_vocab_rows_of_a_shard() {
+  // The global rows bound it, not the shard's.
+  // expected-error@+1 {{'mt.param' op parameter 'wte': vocab_rows 0 is not within its 64 rows}}
+  %0 = mt.param "wte" normal(2.0e-02) {global_shape = array<i64: 64, 8>, shard_dim = 0 : i64, vocab_rows = 0 : i64} : tensor<32x8xf32>
+  return
+}
+
+// -----
+
 func.func @param_empty_name() {
   // expected-error@+1 {{'mt.param' op parameter name must not be empty}}
   %0 = mt.param "" zeros : tensor<64xf32>

@@ -7,6 +7,7 @@
 // CHECK-NEXT: mt.param "ln.bias" zeros : tensor<64xf16>
 // CHECK-NEXT: mt.param "scale" zeros : tensor<f64>
 // CHECK-NEXT: mt.param "h.0.mlp.fc.weight" normal(1.000000e+00) {tag} : tensor<2x3x4x5xf64>
+// CHECK-NEXT: mt.param "emb" normal(2.000000e-02) {global_shape = array<i64: 256, 64>, shard_dim = 0 : i64, vocab_rows = 250 : i64} : tensor<128x64xf32>
 // CHECK-NEXT: return
 func.func @param() {
   %0 = mt.param "wte" normal(2.0e-02) : tensor<256x64xf32>
@@ -14,6 +15,7 @@ func.func @param() {
   %2 = mt.param "ln.bias" zeros : tensor<64xf16>
   %3 = mt.param "scale" zeros : tensor<f64>
   %4 = mt.param "h.0.mlp.fc.weight" normal(1.0) {tag} : tensor<2x3x4x5xf64>
+  %5 = mt.param "emb" normal(2.0e-02) {global_shape = array<i64: 256, 64>, shard_dim = 0 : i64, vocab_rows = 250 : i64} : tensor<128x64xf32>
   return
 }
 

@@ -2,7 +2,7 @@
 
 func.func @forward(%tokens: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
   %wte = mt.param "wte" normal(2.0e-02) : tensor<15x8xf32>
-  // expected-error@+1 {{mt-tensor-parallel: dimension 0 of parameter 'wte' (15) is not divisible by tp 2; pad the vocabulary with --make-vocab-size-divisible-by}}
+  // expected-error@+1 {{mt-tensor-parallel: dimension 0 of parameter 'wte' (15) is not divisible by tp 2; pad the vocabulary (mt-pad-vocab)}}
   %e = mt.embedding %wte, %tokens : (tensor<15x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
   return %e : tensor<2x4x8xf32>
 }
