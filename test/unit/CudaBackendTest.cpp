@@ -549,6 +549,17 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
   }
 }
 
+/// A failed CUDA call names the line that made it, with or without a GPU: no machine has
+/// a millionth device.
+TEST(CudaRobustness, AFailureNamesItsCall) {
+  std::unique_ptr<Backend> cuda;
+  Status s = makeCudaBackend(1000000, cuda);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cuda backend: selecting the device: "), std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("(CudaBackend.cu:"), std::string::npos) << s.message();
+}
+
 /// Empty tensors launch nothing and fail nothing; MT_CUDA_SYNC=1 changes no bit.
 TEST(CudaRobustness, EmptyTensorsAndSynchronousMode) {
   LoadedPlan plan;

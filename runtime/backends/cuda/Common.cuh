@@ -30,11 +30,16 @@ using plan::Opcode;
 /// The checked call: a CUDA or cuBLAS failure throws, naming what was being done, the
 /// library's reason, and the file and line of the call (the caller's, through the
 /// default arguments). The Backend's methods turn it into a Status at the interface.
+/// The constructor's own default arguments take the call site: nvcc's front end gives a
+/// braced `CallSite{__builtin_FILE(), ...}` default argument the declaration's line
+/// instead, so every failure named this file.
 struct CallSite {
   const char *file;
   int line;
+  CallSite(const char *file = __builtin_FILE(), int line = __builtin_LINE())
+      : file(file), line(line) {}
 };
-#define MT_CALL_SITE CallSite{__builtin_FILE(), __builtin_LINE()}
+#define MT_CALL_SITE CallSite()
 
 [[noreturn]] inline void fail(const std::string &reason, const char *what, CallSite at) {
   const char *file = at.file;
