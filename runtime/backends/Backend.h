@@ -164,6 +164,9 @@ public:
     return false;
   }
 
+  /// Waits until the work queued so far has run (a backend whose work is queued: CUDA).
+  virtual Status finish() { return Status::success(); }
+
   /// A stopwatch over this backend's work (by default the host's clock).
   virtual std::unique_ptr<Stopwatch> stopwatch() { return std::make_unique<HostStopwatch>(); }
 

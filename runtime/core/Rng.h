@@ -81,16 +81,100 @@ inline uint64_t nameHash(std::string_view name) {
   return h;
 }
 
+// Box-Muller's logarithm and sine/cosine, written out so that the host and the device
+// compute the same bits: the libraries' log, sin and cos differ by an ulp here and there
+// (CUDA's are not correctly rounded), which would now and then change a float weight.
+// Only sums, products, quotients and square roots, each rounded once (IEEE 754 makes
+// them exact-rounded on both), and no product fused into a sum: nvcc fuses by default,
+// so the device spells each operation out; the host compiles without contraction
+// (-ffp-contract=off, runtime/CMakeLists.txt). Accurate to a few ulps of a double.
+namespace exact {
+
+MT_HOST_DEVICE inline double mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MT_HOST_DEVICE inline double add(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MT_HOST_DEVICE inline double div(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+MT_HOST_DEVICE inline double sqrtOf(double x) {
+#ifdef __CUDA_ARCH__
+  return __dsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+/// ln x for x in (0, 1]: x = m·2^e with m in [√½, √2), ln m = 2·atanh(s) for
+/// s = (m − 1)/(m + 1), |s| ≤ 0.172, whose odd series s + s³/3 + … is below 2^-56 of its
+/// sum after s^25.
+MT_HOST_DEVICE inline double log(double x) {
+  int e = 0;
+  double m = frexp(x, &e); // exact: [0.5, 1)
+  if (m < 0.70710678118654752440) {
+    m = mul(m, 2.0); // exact
+    e -= 1;
+  }
+  const double s = div(add(m, -1.0), add(m, 1.0));
+  const double s2 = mul(s, s);
+  double series = div(1.0, 25.0);
+  for (int k = 11; k >= 0; --k)
+    series = add(div(1.0, 2.0 * k + 1.0), mul(series, s2));
+  // ln 2 in two parts: the first has zeros in its low bits, so e times it is exact.
+  const double ln2High = 6.93147180369123816490e-01, ln2Low = 1.90821492927058770002e-10;
+  const double de = static_cast<double>(e);
+  return add(mul(de, ln2High), add(mul(de, ln2Low), mul(mul(2.0, s), series)));
+}
+
+/// sin 2πt and cos 2πt for t in [0, 1): t less its nearest quarter turn (exact) is
+/// within an eighth of a turn, where the Taylor series to the 19th power of the
+/// angle (≤ π/4) are below 2^-56 of their sums; the quarter turn swaps and negates them.
+MT_HOST_DEVICE inline void sinCosTurns(double t, double &sine, double &cosine) {
+  const double quarter = floor(add(mul(t, 4.0), 0.5)); // exact: t has 32 bits
+  const double a = mul(add(t, mul(quarter, -0.25)), 6.28318530717958647693);
+  const double a2 = mul(a, a);
+  double sinSeries = 1.0, cosSeries = 1.0; // sin a = a·(1 − a²/(2·3)·(1 − a²/(4·5)·(…)))
+  for (int k = 9; k >= 1; --k) {
+    sinSeries = add(1.0, -mul(div(a2, (2.0 * k) * (2.0 * k + 1.0)), sinSeries));
+    cosSeries = add(1.0, -mul(div(a2, (2.0 * k - 1.0) * (2.0 * k)), cosSeries));
+  }
+  const double s = mul(a, sinSeries), c = cosSeries;
+  switch (static_cast<int>(quarter) & 3) {
+  case 0: sine = s; cosine = c; break;
+  case 1: sine = c; cosine = -s; break;
+  case 2: sine = -s; cosine = -c; break;
+  default: sine = -c; cosine = s; break;
+  }
+}
+
+} // namespace exact
+
 /// A standard normal for element `index` of the parameter named by `nameHash`
-/// (Box-Muller on one Philox block per two elements).
-inline double standardNormal(uint64_t seed, uint64_t nameHash, uint64_t index) {
+/// (Box-Muller on one Philox block per two elements): the same bits on the host and the
+/// device, so the CUDA backend initialises its weights itself.
+MT_HOST_DEVICE inline double standardNormal(uint64_t seed, uint64_t nameHash, uint64_t index) {
   auto r = block(seed, static_cast<uint32_t>(index >> 1), static_cast<uint32_t>(nameHash),
                  static_cast<uint32_t>(nameHash >> 32), kInitStep);
-  double u1 = (static_cast<double>(r.v[0]) + 1.0) * (1.0 / 4294967296.0); // (0, 1]
-  double u2 = static_cast<double>(r.v[1]) * (1.0 / 4294967296.0);         // [0, 1)
-  double radius = std::sqrt(-2.0 * std::log(u1));
-  double angle = 6.283185307179586476925286766559 * u2;
-  return (index & 1) ? radius * std::sin(angle) : radius * std::cos(angle);
+  const double u1 = exact::mul(static_cast<double>(r.v[0]) + 1.0, 1.0 / 4294967296.0); // (0, 1]
+  const double u2 = exact::mul(static_cast<double>(r.v[1]), 1.0 / 4294967296.0);        // [0, 1)
+  const double radius = exact::sqrtOf(exact::mul(-2.0, exact::log(u1)));
+  double sine, cosine;
+  exact::sinCosTurns(u2, sine, cosine);
+  return exact::mul(radius, (index & 1) ? sine : cosine);
 }
 
 } // namespace mt::rng

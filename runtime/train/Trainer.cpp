@@ -154,6 +154,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
     if (!resume && log)
       std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
   }
+  const auto weightsStarted = std::chrono::steady_clock::now();
   if (resume) {
     comm.setActivity("loading " + config.loadDir);
     IoWatchdog io(comm, config.collectiveTimeout);
@@ -186,6 +187,16 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
   } else {
     if (Status s = executor.initParameters(config.seed); !s.ok())
       return s;
+  }
+  if (config.launched && log) {
+    // The weights are ready when the device says so, not when their kernels are queued.
+    if (Status s = executor.backend().finish(); !s.ok())
+      return s;
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(log, "start-up: %.2f s from launch to the first step, %.2f s of it %s the weights\n",
+                 std::chrono::duration<double>(now - *config.launched).count(),
+                 std::chrono::duration<double>(now - weightsStarted).count(),
+                 resume ? "loading" : "initialising");
   }
 
   const int64_t loadedStep = state.step;

@@ -7,8 +7,10 @@
 #include "train/Checkpoint.h"
 #include "train/Optimizer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace mt {
@@ -28,6 +30,9 @@ struct TrainerConfig {
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
   LossScaler lossScaler; // fp16 plans: the first scale and the scaler's settings
+  /// When the process started (mtrun sets it): the log says how long it took to reach
+  /// the first step, and how much of that went to initialising or loading the weights.
+  std::optional<std::chrono::steady_clock::time_point> launched;
 };
 
 /// One line per logged step; also what tests read.

@@ -549,6 +549,39 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
   }
 }
 
+/// The device initialises every parameter of gpt-tiny as the CPU backend does, bit for
+/// bit (about 100,000 normal draws; a shard's global indices are ShardMap's, shared).
+TEST(CudaInit, EveryParameterAsTheCpuBackend) {
+  const std::string tiny = planOf({test::opCases().back(), {"fp32", 1e-5}});
+  ASSERT_FALSE(tiny.empty());
+  LoadedPlan plan;
+  ASSERT_OK(LoadedPlan::read(tiny, plan));
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers{*cuda};
+  int64_t compared = 0;
+  for (const plan::Param *param : *plan.plan().params()) {
+    TensorView view;
+    view.dtype = plan::DType::F32;
+    view.rank = static_cast<int>(param->shape()->size());
+    for (int d = 0; d < view.rank; ++d)
+      view.shape[d] = param->shape()->Get(d);
+    std::vector<float> want(view.numel()), got(view.numel());
+    TensorView host = view;
+    host.data = want.data();
+    const uint64_t seed = 1234567890123ull; // both words of Philox's key
+    ASSERT_OK(cpu->initParameter(host, *param, seed, 0, 1));
+    view.data = buffers.allocate(sizeof(float) * view.numel());
+    ASSERT_OK(cuda->initParameter(view, *param, seed, 0, 1));
+    ASSERT_OK(cuda->copyToHost(got.data(), view.data, sizeof(float) * got.size()));
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), sizeof(float) * got.size()), 0)
+        << param->name()->str();
+    compared += view.numel();
+  }
+  EXPECT_GT(compared, 50000);
+}
+
 /// A failed CUDA call names the line that made it, with or without a GPU: no machine has
 /// a millionth device.
 TEST(CudaRobustness, AFailureNamesItsCall) {

@@ -136,6 +136,7 @@ int launchRanks(int ranks, int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  const auto launched = std::chrono::steady_clock::now();
   std::string planPath;
   std::map<std::string, std::string> flags;
   int ranks = 0;
@@ -181,6 +182,7 @@ int main(int argc, char **argv) {
     return usageError("--data and --steps are required");
 
   mt::TrainerConfig config;
+  config.launched = launched;
   try {
     auto number = [&](const char *name, double fallback) {
       auto it = flags.find(name);

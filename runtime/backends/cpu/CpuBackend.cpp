@@ -882,8 +882,10 @@ template <typename T> struct Kernels {
       break;
     case plan::Init::Normal: {
       const uint64_t stream = rng::nameHash(param.name()->string_view());
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
       for (int64_t i = 0; i < n; ++i)
-        ptr(w)[i] = static_cast<T>(param.std() * rng::standardNormal(seed, stream, shard.global(i)));
+        ptr(w)[i] = static_cast<T>(
+            rng::exact::mul(param.std(), rng::standardNormal(seed, stream, shard.global(i))));
       break;
     }
     }

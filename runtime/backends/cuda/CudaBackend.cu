@@ -18,6 +18,7 @@
 #include "backends/cuda/Dropout.cuh"
 #include "backends/cuda/Embedding.cuh"
 #include "backends/cuda/Gemm.cuh"
+#include "backends/cuda/Init.cuh"
 #include "backends/cuda/Loss.cuh"
 #include "backends/cuda/Norms.cuh"
 #include "backends/cuda/Optimizer.cuh"
@@ -159,9 +160,34 @@ public:
     });
   }
 
+  Status finish() override {
+    return guarded([&] {
+      drain("finishing its work");
+      check(cudaStreamSynchronize(stream_), "waiting for the device");
+    });
+  }
+
   Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
                        int tpSize) override {
-    // The CPU backend's rule, on the host, then copied: the same bits by construction.
+    // The CPU backend's rule on the device (the same bits: a GPU test compares them). A
+    // master type other than f32 is made on the host and copied.
+    if (w.dtype == DType::F32)
+      return guarded([&] {
+        float *out = static_cast<float *>(w.data);
+        switch (param.init()) {
+        case plan::Init::Zeros:
+          launchFill(out, w.numel(), 0.0f, stream_);
+          break;
+        case plan::Init::Ones:
+          launchFill(out, w.numel(), 1.0f, stream_);
+          break;
+        case plan::Init::Normal:
+          launchNormalInit(out, w.numel(), seed, rng::nameHash(param.name()->string_view()),
+                           param.std(), ShardMap(w, param.shard_dim(), tpRank, tpSize), stream_);
+          break;
+        }
+        launched("parameter initialisation");
+      });
     std::vector<char> host;
     MT_TRY(guarded([&] { host.resize(dtypeBytes(w.dtype) * w.numel()); }));
     TensorView h = w;
