@@ -5,13 +5,13 @@
 # field's source naming this command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
-#     OUT     where to write (default: h100-measured.json beside it); the raw
+#     OUT     where to write (default: SYSTEM's name with -measured.json); the raw
 #             measurements go to OUT's name with .raw.json
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bundle=$(cd "$here/.." && pwd)
 system=${1:-$bundle/systems/dgx-h100.json}
-out=${2:-$(dirname "$system")/h100-measured.json}
+out=${2:-${system%.json}-measured.json}
 raw=${out%.json}.raw.json
 read -r peak bandwidth tile_m tile_n < <(python3 - "$system" <<'PY'
 import json, sys

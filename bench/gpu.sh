@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One H100/H200: mtc against PyTorch (torch.compile, SDPA, bf16) on GPT-2 124M and a
 # 1.3B model, measured in the same run, both with hidden dropout 0.1 and no dropout of
-# attention probabilities (scripts/bundle.sh says why). Prints a table:
+# attention probabilities (scripts/bundle.sh says why), both on the vocabulary mtc pads
+# to (50304). Prints a table:
 #   model | mtc tok/s | PyTorch tok/s | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
-#   | measured step s | `mtc estimate --system dgx-h100`'s step s | the estimate's error
+#   | mtrun's start-up (launch to the first step) | measured step s | `mtc estimate`'s step
+#   s (--system dgx-h200 on an H200, else dgx-h100) | the estimate's error
 #   | memory: mtc's prediction, what mtrun held for the plan, mtrun's whole use, PyTorch's
 # then each model's profile (device time by opcode, slowest instructions).
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
@@ -24,18 +26,23 @@ work=$(mktemp -d)
 peak=989e12
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+system=dgx-h100
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
+echo "estimates: mtc estimate --system $system"
 echo "commit $(cat "$bundle/COMMIT")"
 # Fused attention through cuDNN, or the run fails rather than timing our kernels.
 export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
 echo "MT_CUDA_ATTENTION=$MT_CUDA_ATTENTION"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 
-printf '%-12s %14s %14s %7s %12s %6s %10s %10s %7s %9s %9s %9s %9s\n' model "mtc tok/s" \
-  "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "step s" "estimate s" error "plan GiB" "held GiB" \
-  "mtc GiB" "torch GiB"
+printf '%-12s %14s %14s %7s %12s %6s %9s %10s %10s %7s %9s %9s %9s %9s\n' model "mtc tok/s" \
+  "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "start s" "step s" "estimate s" error "plan GiB" \
+  "held GiB" "mtc GiB" "torch GiB"
 for env in "$bundle"/plans/bench/*.env; do
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
+  estimated=$estimated_h100
+  [ "$system" = dgx-h200 ] && estimated=$estimated_h200
   "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
     --steps "$steps" --log-every "$steps" --lr 1e-4 >"$work/$model.run"
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)
@@ -60,8 +67,12 @@ if not m:
 held, predicted, most = (int(g) for g in m.groups()[:3])
 device = int(m.group(4)) if m.group(4) else float("nan")
 gib = 2.0 ** 30
+start = re.search(r"start-up: ([0-9.]+) s from launch", run)
+if not start:
+    sys.exit(f"gpu.sh: mtrun printed no start-up line for {model}")
 print(f"{model:12s} {ours:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
-      f"{tflops * 1e12 / peak:6.1%} {step:10.4f} {estimated:10.4f} {estimated / step - 1:+7.1%} "
+      f"{tflops * 1e12 / peak:6.1%} {float(start.group(1)):9.2f} {step:10.4f} {estimated:10.4f} "
+      f"{estimated / step - 1:+7.1%} "
       f"{predicted / gib:9.2f} {most / gib:9.2f} {(device - held + most) / gib:9.2f} "
       f"{torch['peak_bytes'] / gib:9.2f}")
 PY

@@ -113,21 +113,29 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
     --attention-dropout "$attention_dropout" \
     -o "$out/plans/bench/$model.mtp" >"$out/plans/bench/$model.compile.txt"
   flops=$(sed -n 's/^ *model FLOPs\/step *\([0-9,]*\).*/\1/p' "$out/plans/bench/$model.compile.txt" | tr -d ,)
-  shape=$("$build/tools/mtc" info "models/$model.mlir" |
-    sed -n 's/^shape *\([0-9]*\) layers, hidden \([0-9]*\), vocab \([0-9]*\).*/\1 \2 \3/p')
+  info=$("$build/tools/mtc" info "models/$model.mlir")
+  shape=$(sed -n 's/^shape *\([0-9]*\) layers, hidden \([0-9]*\), vocab \([0-9]*\).*/\1 \2 \3/p' <<<"$info")
   [ -n "$shape" ] || { echo "bundle: mtc info printed no shape for $model" >&2; exit 1; }
   read -r layers hidden vocab <<<"$shape"
+  # PyTorch gets the vocabulary mtc compile pads to (nanoGPT's 50304 for GPT-2), so both
+  # sides run the same GEMMs.
+  padded=$(sed -n 's/.*vocab padded to \([0-9]*\).*/\1/p' <<<"$info")
+  vocab=${padded:-$vocab}
   heads=$(grep -o 'heads = [0-9]*' "models/$model.mlir" | head -1 | grep -o '[0-9]*$')
-  # What mtc estimate predicts for the same step on one H100, to set beside the measure.
-  "$build/tools/mtc" estimate "models/$model.mlir" --system dgx-h100 --gpus 1 --bf16 \
-    --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
-    --attention-dropout "$attention_dropout" --json \
-    >"$out/plans/bench/$model.estimate.json"
-  estimated=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_seconds"])' \
-    <"$out/plans/bench/$model.estimate.json")
-  printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s estimated=%s attention_dropout=%s\n' \
-    "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" "$estimated" \
-    "$attention_dropout" \
+  # What mtc estimate predicts for the same step on one H100 and one H200, to set beside
+  # the measure on whichever the benchmark finds.
+  estimates=()
+  for system in dgx-h100 dgx-h200; do
+    "$build/tools/mtc" estimate "models/$model.mlir" --system "$system" --gpus 1 --bf16 \
+      --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
+      --attention-dropout "$attention_dropout" --json \
+      >"$out/plans/bench/$model.$system.estimate.json"
+    estimates+=("$(python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_seconds"])' \
+      <"$out/plans/bench/$model.$system.estimate.json")")
+  done
+  printf 'model=%s seq=%s batch=%s flops=%s layers=%s hidden=%s heads=%s vocab=%s estimated_h100=%s estimated_h200=%s attention_dropout=%s\n' \
+    "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" "${estimates[0]}" \
+    "${estimates[1]}" "$attention_dropout" \
     >"$out/plans/bench/$model.env"
 done
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
