@@ -47,6 +47,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
       pm.addPass(mt::createMtPipelinePartition());
     if (options.biasGeluFusion)
       pm.addPass(mt::createMtFuseEpilogues());
+    if (options.crossEntropyFusion)
+      pm.addPass(mt::createMtFuseCrossEntropy());
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

@@ -27,6 +27,9 @@ struct CompileOptions {
   std::string recomputeMethod = "uniform";
   int64_t recomputeLayers = 1;
   bool biasGeluFusion = true; // mt-fuse-epilogues; Megatron's --no-bias-gelu-fusion clears it
+  // mt-fuse-cross-entropy (Megatron's --cross-entropy-loss-fusion, here on unless
+  // --no-cross-entropy-loss-fusion)
+  bool crossEntropyFusion = true;
   bool printIRAfterAll = false;
 };
 
@@ -34,7 +37,7 @@ struct CompileOptions {
 /// and mt-set-dropout where a rate is given. Running it again for a larger tp pads further.
 mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → tensor parallel → autodiff → recompute → fuse epilogues → memory
+/// expand → specialize → tensor parallel → autodiff → recompute → fuse epilogues → fuse cross-entropy → memory
 /// plan: @forward becomes a memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 

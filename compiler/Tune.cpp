@@ -67,6 +67,8 @@ std::string layoutFlags(const StepLayout &layout) {
     f += " --distributed-optimizer";
   if (!o.biasGeluFusion)
     f += " --no-bias-gelu-fusion";
+  if (!o.crossEntropyFusion)
+    f += " --no-cross-entropy-loss-fusion";
   return f;
 }
 
@@ -153,6 +155,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       base.options.vocabMultiple = r.vocabMultiple;
       base.options.precision = r.precision;
       base.options.biasGeluFusion = r.biasGeluFusion;
+      base.options.crossEntropyFusion = r.crossEntropyFusion;
       base.bucketBytes = r.bucketBytes;
       base.options.microBatchSize = 1;
       if (layers % pp != 0) {

@@ -80,14 +80,33 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
                << " needs a static shape (run mt-specialize first)";
       intervals.push_back({arg, -1, lastUse(arg, -1), aligned(*bytes), *bytes});
     }
+    // A result that may overwrite an operand (InPlaceOpInterface) which nothing reads
+    // after the op takes the operand's buffer: one interval, from the operand's
+    // definition to the result's last use. `takes` maps it to the value that owns the
+    // buffer. An argument's buffer is the caller's, never taken.
+    DenseMap<Value, size_t> intervalOf;
+    DenseMap<Value, Value> takes;
+    auto owner = [&](Value v) { return takes.count(v) ? takes.lookup(v) : v; };
     for (Operation &op : body) {
       if (isa<ParamOp>(op))
         continue; // persistent weights, not arena
-      for (Value r : op.getResults()) {
+      auto inPlace = dyn_cast<InPlaceOpInterface>(op);
+      SmallPtrSet<void *, 2> takenHere; // one result per buffer
+      for (OpResult r : op.getResults()) {
         FailureOr<int64_t> bytes = rawBytes(r);
         if (failed(bytes))
           return op.emitOpError("result of type ")
                  << r.getType() << " needs a static shape (run mt-specialize first)";
+        Value operand = inPlace ? inPlace.getOverwritable(r) : Value();
+        if (operand && operand.getDefiningOp() && operand.getType() == r.getType() &&
+            intervalOf.count(owner(operand)) && lastUse(operand, -1) == position[&op] &&
+            takenHere.insert(owner(operand).getAsOpaquePointer()).second) {
+          Interval &shared = intervals[intervalOf[owner(operand)]];
+          shared.last = std::max(shared.last, lastUse(r, position[&op]));
+          takes[r] = owner(operand);
+          continue;
+        }
+        intervalOf[r] = intervals.size();
         intervals.push_back(
             {r, position[&op], lastUse(r, position[&op]), aligned(*bytes), *bytes});
       }
@@ -97,6 +116,8 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
     DenseMap<Value, int64_t> offsetOf;
     for (const Interval &i : intervals)
       offsetOf[i.value] = i.offset;
+    for (auto [result, buffer] : takes)
+      offsetOf[result] = offsetOf.lookup(buffer);
     Builder b(fn->getContext());
     SmallVector<int64_t> argOffsets;
     for (BlockArgument arg : body.getArguments())

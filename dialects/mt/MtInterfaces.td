@@ -80,6 +80,18 @@ def Mt_ColumnParallelConsumer : NativeOpTrait<"ColumnParallelConsumer"> {
   let cppNamespace = "::mlir::mt";
 }
 
+// An op that may write a result over one of its operands: where nothing reads that
+// operand after the op, mt-memory-plan gives the two one buffer. Its kernels (and the
+// CPU backend's, run as the unfused ops) read each element of the operand before
+// writing the same element of the result, and nothing else of it after.
+def Mt_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
+  let cppNamespace = "::mlir::mt";
+  let methods = [
+    InterfaceMethod<"The operand whose buffer `result` may take (null: none).",
+      "::mlir::Value", "getOverwritable", (ins "::mlir::OpResult":$result)>,
+  ];
+}
+
 // How an op becomes an instruction of a plan (runtime/plan/plan.fbs). By default by
 // name: the opcode is the op's name in CamelCase (mt.layer_norm: LayerNorm), the
 // operands and results are its buffers in order, and each attribute goes to the

@@ -755,6 +755,8 @@ LogicalResult VocabParallelCrossEntropyGradOp::inferReturnTypes(
   return success();
 }
 
+Value VocabParallelCrossEntropyGradOp::getOverwritable(OpResult) { return getLogits(); }
+
 // The statistics and the gradient of the vocabulary-parallel loss always read a shard
 // of the vocabulary: the runtime offsets the targets by this rank's block.
 LogicalResult CrossEntropyStatsOp::encodeInstruction(PlanInstruction &inst) {
@@ -976,22 +978,55 @@ SmallVector<GemmShape> AttentionGradOp::getGemms() {
   return {scores, values, values, values};
 }
 
-LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,
-                                                   std::optional<Location> loc,
-                                                   Adaptor adaptor,
-                                                   SmallVectorImpl<Type> &types) {
-  auto lossGrad = ranked(adaptor.getLossGrad()), logits = ranked(adaptor.getLogits());
-  StringRef op = "mt.cross_entropy_grad";
+/// dlogits of `logits` (their type) from a scalar loss gradient in the loss's type.
+static LogicalResult inferCrossEntropyGrad(std::optional<Location> loc, StringRef op,
+                                           Value lossGradValue, Value logitsValue,
+                                           Value targets, std::optional<uint64_t> numClasses,
+                                           SmallVectorImpl<Type> &types) {
+  auto lossGrad = ranked(lossGradValue), logits = ranked(logitsValue);
   if (lossGrad.getRank() != 0)
     return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad), " must be a scalar");
   if (lossGrad.getElementType() != accumulatorType(logits))
     return emitOptionalError(loc, op, ": loss_grad ", str(lossGrad),
                              " must be in the loss's type for logits ", str(logits));
-  if (failed(checkLogits(loc, op, logits, ranked(adaptor.getTargets()),
-                         adaptor.getNumClasses())))
+  if (failed(checkLogits(loc, op, logits, ranked(targets), numClasses)))
     return failure();
   types.push_back(logits);
   return success();
+}
+
+LogicalResult CrossEntropyGradOp::inferReturnTypes(MLIRContext *,
+                                                   std::optional<Location> loc,
+                                                   Adaptor adaptor,
+                                                   SmallVectorImpl<Type> &types) {
+  return inferCrossEntropyGrad(loc, "mt.cross_entropy_grad", adaptor.getLossGrad(),
+                               adaptor.getLogits(), adaptor.getTargets(),
+                               adaptor.getNumClasses(), types);
+}
+
+Value CrossEntropyGradOp::getOverwritable(OpResult) { return getLogits(); }
+
+/// The loss and the gradient of the pair it fuses: a scalar and the logits' type.
+LogicalResult CrossEntropyWithGradOp::inferReturnTypes(MLIRContext *,
+                                                       std::optional<Location> loc,
+                                                       Adaptor adaptor,
+                                                       SmallVectorImpl<Type> &types) {
+  if (failed(inferCrossEntropyGrad(loc, "mt.cross_entropy_with_grad", adaptor.getLossGrad(),
+                                   adaptor.getLogits(), adaptor.getTargets(),
+                                   adaptor.getNumClasses(), types)))
+    return failure();
+  types.insert(types.begin(),
+               RankedTensorType::get({}, accumulatorType(ranked(adaptor.getLogits()))));
+  return success();
+}
+
+/// Each tensor once, and the logits twice: once for the statistics, once for the gradient.
+int64_t CrossEntropyWithGradOp::getBytesMoved() {
+  return defaultBytesMoved(getOperation()) + tensorBytes(getLogits().getType());
+}
+
+Value CrossEntropyWithGradOp::getOverwritable(OpResult result) {
+  return result == getDlogits() ? getLogits() : Value();
 }
 
 //===----------------------------------------------------------------------===//

@@ -367,8 +367,13 @@ def Mt_CrossEntropyMergeOp : Mt_ShapedOp<"cross_entropy_merge", [Pure, Mt_CostOp
 }
 
 def Mt_VocabParallelCrossEntropyGradOp : Mt_GradOp<"vocab_parallel_cross_entropy_grad",
-    [Mt_CostOpInterface], Mt_CustomPlanEncoding> {
+    [Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_InPlaceOpInterface>],
+    Mt_CustomPlanEncoding> {
   let summary = "this rank's dlogits of the vocabulary-parallel cross-entropy";
+  let description = [{
+    One pass over this rank's logits, from the merged statistics; the gradient may take
+    the logits' buffer (their last reader).
+  }];
   let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
                        Mt_IndexTensor:$targets, Mt_FloatTensor:$stats,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
@@ -509,12 +514,38 @@ def Mt_DropoutGradOp : Mt_GradOp<"dropout_grad", [Mt_CostOpInterface]> {
   let hasVerifier = 1;
 }
 
-def Mt_CrossEntropyGradOp : Mt_GradOp<"cross_entropy_grad", [Mt_CostOpInterface]> {
+def Mt_CrossEntropyGradOp : Mt_GradOp<"cross_entropy_grad", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_InPlaceOpInterface>]> {
   let summary = "dlogits = dloss·(softmax(logits) − onehot(targets)) / (B·S)";
+  let description = [{
+    The gradient may take the logits' buffer (the logits' last reader).
+  }];
   let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
                        Mt_IndexTensor:$targets,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
   let results = (outs Mt_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Fused ops (written by the fusion passes)
+//===----------------------------------------------------------------------===//
+
+def Mt_CrossEntropyWithGradOp : Mt_ShapedOp<"cross_entropy_with_grad", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getBytesMoved"]>,
+    DeclareOpInterfaceMethods<Mt_InPlaceOpInterface>]> {
+  let summary = "the mean cross-entropy and its dlogits, in one pass over the logits";
+  let description = [{
+    Written by mt-fuse-cross-entropy in place of `mt.cross_entropy` and its
+    `mt.cross_entropy_grad` (Megatron's cross-entropy loss fusion): the loss gradient
+    is the loss seed, known before the loss is, so one kernel reads each row of logits
+    for its softmax statistics, writes the row's loss, and writes the row's gradient
+    over the logits (`dlogits` may take their buffer). The CPU backend runs it as the
+    pair, bit for bit.
+  }];
+  let arguments = (ins Mt_FloatTensor:$loss_grad, Mt_FloatTensor:$logits,
+                       Mt_IndexTensor:$targets,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$num_classes);
+  let results = (outs Mt_FloatTensor:$loss, Mt_FloatTensor:$dlogits);
 }
 
 #endif

@@ -263,14 +263,20 @@ std::string checkAttention(const Operands &o) {
                                                           : "attention gradient operands disagree";
 }
 
-// CrossEntropy (logits, targets) -> loss and CrossEntropyGrad (dloss, logits, targets).
+// CrossEntropy (logits, targets) -> loss, CrossEntropyGrad (dloss, logits, targets) ->
+// dlogits, and CrossEntropyWithGrad (dloss, logits, targets) -> (loss, dlogits).
 std::string checkCrossEntropy(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
-  const bool grad = o.inst.opcode() == plan::Opcode::CrossEntropyGrad;
-  const Dims &logits = grad ? in[1] : in[0], &targets = grad ? in[2] : in[1];
+  const plan::Opcode opcode = o.inst.opcode();
+  const bool forward = opcode == plan::Opcode::CrossEntropy;
+  const Dims &logits = forward ? in[0] : in[1], &targets = forward ? in[1] : in[2];
+  const bool results =
+      opcode == plan::Opcode::CrossEntropyGrad ? same(out[0], logits)
+      : forward                                ? out[0].numel() == 1
+                                               : out[0].numel() == 1 && same(out[1], logits);
   return logits.rows() == targets.numel() && o.inst.num_classes() >= 0 &&
-                 o.inst.num_classes() <= logits.last() &&
-                 (grad ? in[0].numel() == 1 && same(out[0], logits) : out[0].numel() == 1)
+                 o.inst.num_classes() <= logits.last() && (forward || in[0].numel() == 1) &&
+                 results
              ? ""
              : "cross-entropy operands disagree";
 }

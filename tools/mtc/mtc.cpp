@@ -48,7 +48,7 @@ constexpr const char *kUsage = R"(usage:
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
-              [--emit-mlir FILE] [--print-ir-after-all]
+              [--no-cross-entropy-loss-fusion] [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
               [--json]
@@ -57,7 +57,7 @@ constexpr const char *kUsage = R"(usage:
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
-              [--no-bias-gelu-fusion]
+              [--no-bias-gelu-fusion] [--no-cross-entropy-loss-fusion]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
@@ -113,15 +113,15 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"compile", with(layoutValues, {"o", "emit-mlir"})}};
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"estimate",
-       {"sp", "distributed-optimizer", "recompute-activations", "no-bias-gelu-fusion", "bf16",
-        "fp16", "json"}},
-      {"tune", {"bf16", "fp16", "json", "no-bias-gelu-fusion"}},
+       {"sp", "distributed-optimizer", "recompute-activations", "no-bias-gelu-fusion",
+        "no-cross-entropy-loss-fusion", "bf16", "fp16", "json"}},
+      {"tune", {"bf16", "fp16", "json", "no-bias-gelu-fusion", "no-cross-entropy-loss-fusion"}},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
       {"compile",
        {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations",
-        "no-bias-gelu-fusion", "bf16", "fp16"}}};
+        "no-bias-gelu-fusion", "no-cross-entropy-loss-fusion", "bf16", "fp16"}}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
@@ -424,6 +424,7 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
   }
   options.sequenceParallel = args.switches.lookup("sp");
   options.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
+  options.crossEntropyFusion = !args.switches.lookup("no-cross-entropy-loss-fusion");
   layout.distributedOptimizer = args.switches.lookup("distributed-optimizer");
   if (options.globalBatchSize % (options.microBatchSize * options.dp) != 0) {
     errs() << "mtc: global batch size " << options.globalBatchSize
@@ -897,6 +898,7 @@ int runTune(MLIRContext &context, const Args &args) {
   if (int status = readPrecision(args, precision, request.precision))
     return status;
   request.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
+  request.crossEntropyFusion = !args.switches.lookup("no-cross-entropy-loss-fusion");
   ModelFile model;
   if (!loadModel(context, args.model, model))
     return 1;

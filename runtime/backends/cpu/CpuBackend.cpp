@@ -618,6 +618,8 @@ template <typename T> struct Kernels {
     return Status::success();
   }
 
+  /// Each element of a row is read (for the row's max, then once more) before the same
+  /// element of the gradient is written: dlogits may be the logits' buffer.
   static Status crossEntropyGrad(const TensorView &dloss, const TensorView &logits,
                                  const TensorView &targets, int64_t numClasses,
                                  const TensorView &dlogits) {
@@ -839,6 +841,11 @@ template <typename T> struct Kernels {
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
+    case Opcode::CrossEntropyWithGrad: // the pair; the gradient may overwrite the logits
+      if (Status s = crossEntropy(in[1], in[2], inst.num_classes(), out[0]); !s.ok())
+        return s;
+      stored(0);
+      return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[1]);
     case Opcode::ParamGrad:
       accumulate(in[0], out[0]);
       break;

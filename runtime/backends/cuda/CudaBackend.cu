@@ -776,6 +776,19 @@ private:
       launched("cross-entropy gradient");
       return idsError("a target id", classes);
     }
+    case Opcode::CrossEntropyWithGrad: {
+      const int64_t m = in[1].rows(), v = in[1].cols();
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
+      float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
+      resetFlag();
+      launchCrossEntropyWithGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), rowLoss,
+                                 p(out[1]), m, v, classes, flag_, stream_);
+      launched("cross-entropy with its gradient");
+      if (Status s = idsError("a target id", classes); !s.ok())
+        return s;
+      launchMean(rowLoss, m, f(out[0]), stream_);
+      break;
+    }
     case Opcode::CrossEntropyStats: {
       const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;

@@ -1,7 +1,10 @@
 // Cross-entropy: one block per row for the row losses and gradients, the mean over rows
-// by one block in a fixed order; and the vocabulary-parallel form, where each shard
-// reduces its columns to per-row statistics and the merged statistics give the loss and
-// the gradient.
+// by one block in a fixed order; the fused loss and gradient (one kernel: the row's
+// statistics in one read, then its gradient written over it); and the vocabulary-parallel
+// form, where each shard reduces its columns to per-row statistics and the merged
+// statistics give the loss and the gradient. A row is read in 16-byte vectors where it
+// is aligned to them, and its statistics in one pass (an online softmax: each thread
+// rescales its running sum when its maximum grows; the block then merges them).
 #ifndef MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 
@@ -22,18 +25,62 @@ __device__ int64_t rowTarget(const void *targets, bool wide, int64_t r, int64_t 
   return -1;
 }
 
-/// max and Σ exp(x − max) of row[0, n), computed by the whole block.
+/// f(j, row[j]) for j in [0, n), the block's threads taking the elements in turn: whole
+/// 16-byte vectors where `row` is aligned to them, then one by one.
+template <typename T, typename F>
+__device__ __forceinline__ void forEachOfRow(const T *row, int64_t n, F &&f) {
+  constexpr int kVector = 16 / sizeof(T);
+  const int64_t vectors = reinterpret_cast<uintptr_t>(row) % 16 == 0 ? n / kVector : 0;
+  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+    const uint4 raw = reinterpret_cast<const uint4 *>(row)[i];
+    const T *x = reinterpret_cast<const T *>(&raw);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k)
+      f(i * kVector + k, ld(x, k));
+  }
+  for (int64_t j = vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
+    f(j, ld(row, j));
+}
+
+/// out[j] = f(j, in[j]) for j in [0, n), in 16-byte vectors where both rows are aligned
+/// to them. A thread reads each of its elements just before writing the same element,
+/// so `out` may be `in`.
+template <typename T, typename F>
+__device__ __forceinline__ void transformRow(const T *in, T *out, int64_t n, F &&f) {
+  constexpr int kVector = 16 / sizeof(T);
+  const bool aligned = (reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+  const int64_t vectors = aligned ? n / kVector : 0;
+  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+    const uint4 raw = reinterpret_cast<const uint4 *>(in)[i];
+    const T *x = reinterpret_cast<const T *>(&raw);
+    uint4 result;
+    T *y = reinterpret_cast<T *>(&result);
+#pragma unroll
+    for (int k = 0; k < kVector; ++k)
+      st(y, k, f(i * kVector + k, ld(x, k)));
+    reinterpret_cast<uint4 *>(out)[i] = result;
+  }
+  for (int64_t j = vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
+    st(out, j, f(j, ld(in, j)));
+}
+
+/// max and Σ exp(x − max) of row[0, n), computed by the whole block in one read of the
+/// row: each thread keeps its own maximum and its sum relative to it, and the block
+/// rescales every sum to the row's maximum before adding them.
 template <typename T>
 __device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max,
                                   float &sum) {
-  max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    max = fmaxf(max, ld(row, j));
-  max = blockMax(max, shared);
-  sum = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    sum += expf(ld(row, j) - max);
-  sum = blockSum(sum, shared);
+  float mine = -INFINITY, partial = 0;
+  forEachOfRow(row, n, [&](int64_t, float x) {
+    if (x > mine) {
+      partial = partial * expf(mine - x) + 1.f; // exp(-inf) = 0 for the first element
+      mine = x;
+    } else {
+      partial += expf(x - mine);
+    }
+  });
+  max = blockMax(mine, shared);
+  sum = blockSum(mine == -INFINITY ? 0.f : partial * expf(mine - max), shared);
 }
 
 /// One block per row: reads the row's logits and target, writes the row's loss
@@ -77,12 +124,41 @@ __global__ void crossEntropyGradKernel(const float *dloss, const T *logits, cons
   if (t < 0)
     return;
   const T *row = logits + r * v;
-  T *g = dlogits + r * v;
   const float factor = dloss[0] / m;
   float max, sum;
+  blockSoftmaxStats(row, classes, shared, max, sum); // ends with the block synchronised
+  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
+    return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
+  });
+}
+
+/// One block per row, the loss and its gradient from one read of the row for its
+/// statistics and one more for the gradient: reads dloss, the row's logits and target,
+/// writes the row's loss and the row of dlogits (softmax − one-hot, times dloss/m; zero
+/// past `classes`), which may be the logits' own buffer: every thread reads its elements
+/// for the statistics before the block's reductions, and each element again just before
+/// writing it.
+template <typename T>
+__global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
+                                           const void *targets, bool wide, float *rowLoss,
+                                           T *dlogits, int64_t m, int64_t v, int64_t classes,
+                                           unsigned long long *bad) {
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const int64_t t = rowTarget(targets, wide, r, classes, bad);
+  if (t < 0)
+    return;
+  const T *row = logits + r * v;
+  float max, sum;
   blockSoftmaxStats(row, classes, shared, max, sum);
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-    st(g, j, j < classes ? factor * expf(ld(row, j) - max) / sum - (j == t ? factor : 0.f) : 0.f);
+  const float target = ld(row, t);
+  if (threadIdx.x == 0)
+    rowLoss[r] = logf(sum) + max - target;
+  __syncthreads(); // the target logit is read before any thread writes over it
+  const float factor = dloss[0] / m;
+  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
+    return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
+  });
 }
 
 /// Vocabulary-parallel statistics of this shard: [max, Σ exp(x − max), target logit].
@@ -130,10 +206,10 @@ __global__ void vocabParallelCrossEntropyGradKernel(const float *dloss, const T 
   mergeSoftmaxStats(all + r, m, parts, max, sum, target);
   const float factor = dloss[0] / m;
   const int64_t t = indexAt(targets, wide, r) - first;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x)
-    st(dlogits, r * v + j,
-       j < valid ? factor * expf(ld(logits, r * v + j) - max) / sum - (j == t ? factor : 0.f)
-                 : 0.f);
+  const T *row = logits + r * v;
+  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
+    return j < valid ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
+  });
 }
 
 template <typename T>
@@ -155,6 +231,14 @@ void launchCrossEntropyGrad(const float *dloss, const T *logits, const void *tar
                             unsigned long long *bad, cudaStream_t stream) {
   crossEntropyGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
       dloss, logits, targets, wide, dlogits, m, v, classes, bad);
+}
+
+template <typename T>
+void launchCrossEntropyWithGrad(const float *dloss, const T *logits, const void *targets,
+                                bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
+                                int64_t classes, unsigned long long *bad, cudaStream_t stream) {
+  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+      dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
 }
 
 template <typename T>

@@ -44,3 +44,49 @@ func.func @aligned(%g: tensor<2x3xf32>) -> tensor<3xf32> {
   %b = mt.bias_grad %g : (tensor<2x3xf32>) -> tensor<3xf32>
   return %b : tensor<3xf32>
 }
+
+// -----
+
+// The fused loss writes its gradient over the logits, their last reader: one buffer for
+// both (at 256), so the arena holds x, the logits or their gradient, and the targets
+// and then the result at 512: 768 bytes (1,024 with a buffer of its own).
+// CHECK-LABEL: func.func @loss_in_place
+// CHECK-SAME: mt.arena_bytes = 768 : i64, mt.arg_offsets = array<i64: 0, 512>
+// CHECK: %[[L:.*]] = mt.gelu %arg0 {mt.offsets = array<i64: 256>}
+// CHECK: mt.cross_entropy_with_grad %{{.*}}, %[[L]], %arg1 {mt.offsets = array<i64: 640, 256>}
+// CHECK: mt.gelu_grad {{.*}} {mt.offsets = array<i64: 512>}
+func.func @loss_in_place(%x: tensor<2x4x8xf32>, %t: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
+  %l = mt.gelu %x : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %seed = arith.constant dense<1.0> : tensor<f32>
+  %loss, %dl = mt.cross_entropy_with_grad %seed, %l, %t : (tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32>) -> (tensor<f32>, tensor<2x4x8xf32>)
+  %g = mt.gelu_grad %dl, %x : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %g : tensor<2x4x8xf32>
+}
+
+// -----
+
+// Logits read after the gradient (here by a GELU) keep their buffer: the gradient gets
+// its own.
+// CHECK-LABEL: func.func @read_later
+// CHECK: %[[L:.*]] = mt.gelu %arg0 {mt.offsets = array<i64: 256>}
+// CHECK: mt.cross_entropy_grad %{{.*}}, %[[L]], %arg1 {mt.offsets = array<i64: 0>}
+// CHECK: mt.gelu %[[L]] {mt.offsets = array<i64: 512>}
+func.func @read_later(%x: tensor<2x4x8xf32>, %t: tensor<2x4xi32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+  %l = mt.gelu %x : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %seed = arith.constant dense<1.0> : tensor<f32>
+  %dl = mt.cross_entropy_grad %seed, %l, %t : (tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
+  %again = mt.gelu %l : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %dl, %again : tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
+// An argument's buffer is the caller's: the gradient never takes it.
+// CHECK-LABEL: func.func @argument_logits
+// CHECK-SAME: mt.arg_offsets = array<i64: 0, 512>
+// CHECK: mt.cross_entropy_grad {{.*}} {mt.offsets = array<i64: 256>}
+func.func @argument_logits(%l: tensor<2x4x8xf32>, %t: tensor<2x4xi32>) -> tensor<2x4x8xf32> {
+  %seed = arith.constant dense<1.0> : tensor<f32>
+  %dl = mt.cross_entropy_grad %seed, %l, %t : (tensor<f32>, tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
+  return %dl : tensor<2x4x8xf32>
+}
