@@ -80,6 +80,13 @@ inline QkvLayout qkvLayoutOf(const plan::Instruction &inst, int64_t heads, int64
   return layout;
 }
 
+/// One parameter's part of an AdamW step: its master weights, gradient and moments, of
+/// one length, and its weight decay (none for vectors, as Megatron).
+struct AdamWTensors {
+  TensorView weight, grad, expAvg, expAvgSq;
+  double weightDecay = 0;
+};
+
 /// Marks in the order of a backend's work, and the seconds between them: what a profile
 /// of the device's time is made of.
 class Stopwatch {
@@ -147,9 +154,9 @@ public:
   /// for all the gradients of a global norm, so a queued backend waits once, not per
   /// tensor.
   virtual Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) = 0;
-  virtual Status adamw(const TensorView &weight, const TensorView &grad,
-                       const TensorView &expAvg, const TensorView &expAvgSq,
-                       const AdamWStep &step) = 0;
+  /// One AdamW step of every parameter in `tensors` (each with its own weight decay, in
+  /// place of step's): one call for all of them, so a queued backend launches once.
+  virtual Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) = 0;
 
   /// Bytes of this backend's memory that DeviceMemory holds now (the plan's arena and
   /// stores, the optimizer's moments), and the most it held at once.

@@ -128,17 +128,18 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
   update.eps = config_.eps;
   update.gradScale = gradScale * clip;
   update.step = step;
+  std::vector<AdamWTensors> tensors;
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin >= end)
       continue;
     // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
-    update.weightDecay = p.weight.rank >= 2 ? config_.weightDecay : 0.0;
-    MT_TRY(backend.adamw(executor_.masterSlice(begin, end),
-                         slice(executor_.flatGrads(), begin, end),
-                         slice(expAvg_, begin - first_, end - first_),
-                         slice(expAvgSq_, begin - first_, end - first_), update));
+    tensors.push_back({executor_.masterSlice(begin, end), slice(executor_.flatGrads(), begin, end),
+                       slice(expAvg_, begin - first_, end - first_),
+                       slice(expAvgSq_, begin - first_, end - first_),
+                       p.weight.rank >= 2 ? config_.weightDecay : 0.0});
   }
+  MT_TRY(backend.adamw(tensors, update));
   // The programs' 16-bit copy follows the master weights it was rounded from.
   if (!distributed_)
     return executor_.refreshComputeWeights();

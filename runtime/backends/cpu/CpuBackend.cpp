@@ -1072,12 +1072,15 @@ public:
     return Status::success();
   }
 
-  Status adamw(const TensorView &w, const TensorView &g, const TensorView &m,
-               const TensorView &v, const AdamWStep &step) override {
-    if (w.dtype == plan::DType::F64)
-      Kernels<double>::adamw(w, g, m, v, step);
-    else
-      Kernels<float>::adamw(w, g, m, v, step);
+  Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) override {
+    for (const AdamWTensors &t : tensors) {
+      AdamWStep own = step;
+      own.weightDecay = t.weightDecay;
+      if (t.weight.dtype == plan::DType::F64)
+        Kernels<double>::adamw(t.weight, t.grad, t.expAvg, t.expAvgSq, own);
+      else
+        Kernels<float>::adamw(t.weight, t.grad, t.expAvg, t.expAvgSq, own);
+    }
     return Status::success();
   }
 

@@ -197,47 +197,58 @@ public:
   }
 
   Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) override {
-    // Each tensor's partial sums in a region of one buffer, then one wait and one copy:
-    // the host adds each tensor's partials in block order, then the tensors in order.
-    std::vector<unsigned> blocks;
-    size_t partials = 0;
+    // Every tensor's chunks in one launch, one partial sum each, then one wait and one
+    // copy: the host adds each tensor's partials in chunk order, then the tensors in
+    // order.
+    std::vector<SquaresChunk> chunks;
+    std::vector<size_t> ends; // one past each tensor's last chunk
     for (const TensorView &x : xs) {
       if (x.dtype != DType::F32)
         return Status::failure("cuda backend: gradient norms are taken over f32 gradients");
-      blocks.push_back(x.numel() > 0 ? sumOfSquaresBlocks(x.numel()) : 0);
-      partials += blocks.back();
+      appendChunks(chunks, x.numel(), [&](int64_t at, int64_t n) {
+        return SquaresChunk{x.as<float>() + at, n};
+      });
+      ends.push_back(chunks.size());
     }
     sum = 0;
-    if (partials == 0)
+    if (chunks.empty())
       return Status::success();
-    std::vector<double> host(partials);
+    std::vector<double> host(chunks.size());
     MT_TRY(guarded([&] {
-      double *partial = static_cast<double *>(scratch(sizeof(double) * partials));
-      for (size_t i = 0, at = 0; i < xs.size(); at += blocks[i++])
-        if (blocks[i] > 0) {
-          launchSumOfSquares(xs[i].as<float>(), xs[i].numel(), partial + at, stream_);
-          launched("sum of squares");
-        }
+      const SquaresChunk *table = onDevice(squaresTable_, squaresHost_, chunks);
+      double *partial = static_cast<double *>(scratch(sizeof(double) * chunks.size()));
+      launchSumOfSquares(table, chunks.size(), partial, stream_);
+      launched("sum of squares");
       drain("for a sum of squares");
-      check(cudaMemcpy(host.data(), partial, sizeof(double) * partials, cudaMemcpyDeviceToHost),
+      check(cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost),
             "copying the partial sums of squares");
     }));
-    for (size_t i = 0, at = 0; i < xs.size(); at += blocks[i++]) {
+    for (size_t i = 0, c = 0; i < ends.size(); ++i) {
       double tensor = 0;
-      for (unsigned b = 0; b < blocks[i]; ++b)
-        tensor += host[at + b];
+      for (; c < ends[i]; ++c)
+        tensor += host[c];
       sum += tensor;
     }
     return Status::success();
   }
 
-  Status adamw(const TensorView &w, const TensorView &g, const TensorView &m, const TensorView &v,
-               const AdamWStep &step) override {
-    if (w.dtype != DType::F32)
-      return Status::failure("cuda backend: AdamW updates f32 master weights");
+  Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) override {
+    std::vector<AdamWChunk> chunks;
+    for (const AdamWTensors &t : tensors) {
+      for (const TensorView *x : {&t.weight, &t.grad, &t.expAvg, &t.expAvgSq})
+        if (x->dtype != DType::F32 || x->numel() != t.weight.numel())
+          return Status::failure("cuda backend: AdamW updates f32 master weights from f32 "
+                                 "gradients and moments of their size");
+      appendChunks(chunks, t.weight.numel(), [&](int64_t at, int64_t n) {
+        return AdamWChunk{t.weight.as<float>() + at, t.grad.as<float>() + at,
+                          t.expAvg.as<float>() + at, t.expAvgSq.as<float>() + at, n,
+                          t.weightDecay};
+      });
+    }
+    if (chunks.empty())
+      return Status::success();
     return guarded([&] {
-      launchAdamw(w.as<float>(), g.as<float>(), m.as<float>(), v.as<float>(), w.numel(), step,
-                  stream_);
+      launchAdamw(onDevice(adamwTable_, adamwHost_, chunks), chunks.size(), step, stream_);
       launched("AdamW");
     });
   }
@@ -246,7 +257,8 @@ public:
 
   uint64_t workspaceBytes() const override {
     return kWorkspaceBytes + sizeof *flag_ + scratch_.capacity() + gemmOut_.capacity() +
-           biasCopy_.capacity() + cudnnWorkspace_.capacity();
+           biasCopy_.capacity() + cudnnWorkspace_.capacity() + adamwTable_.capacity() +
+           squaresTable_.capacity();
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
     size_t free = 0, size = 0;
@@ -335,6 +347,23 @@ private:
   }
   /// One instruction's temporaries.
   void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
+  /// A table of chunks on the device, copied only when it differs from the last one
+  /// (`held`): the optimizer's tensors are the same every step, so after the first the
+  /// launch needs no copy and no wait.
+  template <typename Chunk>
+  const Chunk *onDevice(DeviceBuffer &table, std::vector<Chunk> &held,
+                        const std::vector<Chunk> &chunks) {
+    const size_t bytes = sizeof(Chunk) * chunks.size();
+    void *data = grow(table, bytes, "allocating a table of chunks");
+    if (held.size() != chunks.size() || std::memcmp(held.data(), chunks.data(), bytes) != 0) {
+      held.clear(); // a failed copy leaves no table taken for this one
+      drain("before copying a table of chunks"); // a launch may still read the last one
+      check(cudaMemcpy(data, chunks.data(), bytes, cudaMemcpyHostToDevice),
+            "copying a table of chunks");
+      held = chunks;
+    }
+    return static_cast<const Chunk *>(data);
+  }
   /// `bytes` rounded up to the 256 bytes that keep what follows them aligned.
   static size_t roundUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
   /// The `U`s `offset` bytes after `base` (one scratch allocation holding two things).
@@ -834,6 +863,9 @@ private:
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   CudnnAttention cudnn_;
   DeviceBuffer cudnnWorkspace_;
+  DeviceBuffer adamwTable_, squaresTable_; // the optimizer's chunks (onDevice)
+  std::vector<AdamWChunk> adamwHost_;
+  std::vector<SquaresChunk> squaresHost_;
   bool warnedCudnn_ = false;
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();

@@ -1,19 +1,66 @@
-// The optimizer's kernels: the sum of squares of an f32 gradient (for the global norm)
-// and the AdamW update, both in f64 arithmetic over f32 storage.
+// The optimizer's kernels, multi-tensor: every parameter's AdamW update in one launch,
+// and every gradient's sum of squares (for the global norm) in one more, both in f64
+// arithmetic over f32 storage. Each tensor is cut into chunks of kChunkElements; a table
+// of chunks (pointers, length, and AdamW's weight decay), made on the host, gives each
+// block its chunk, as PyTorch's multi_tensor_apply does with lists of pointers.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_OPTIMIZER_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_OPTIMIZER_CUH
 
 #include "backends/cuda/Common.cuh"
 
+#include <vector>
+
 namespace mt {
 namespace {
 
-/// Reads x, writes one partial Σ x² per block (f64), summed by a tree over the block's
-/// kThreads threads; the host adds the partials in block order.
-__global__ void sumOfSquaresKernel(const float *x, int64_t n, double *partial) {
+/// Elements per block: enough work per block to hide its start, few enough blocks per
+/// tensor that small tensors (biases, norms) do not leave the device idle.
+constexpr int64_t kChunkElements = int64_t{1} << 16;
+
+/// A run of one parameter's elements: its master weights, gradient and moments.
+struct AdamWChunk {
+  float *w;
+  const float *g;
+  float *m, *v;
+  int64_t n;
+  double weightDecay;
+};
+
+/// A run of one gradient's elements.
+struct SquaresChunk {
+  const float *x;
+  int64_t n;
+};
+
+/// A tensor of n elements as chunks, each made by `make(offset, length)`.
+template <typename Chunk, typename F>
+void appendChunks(std::vector<Chunk> &chunks, int64_t n, F &&make) {
+  for (int64_t at = 0; at < n; at += kChunkElements)
+    chunks.push_back(make(at, std::min(kChunkElements, n - at)));
+}
+
+/// Block b updates chunk b in place: the moments and the decoupled weight decay in one
+/// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay).
+__global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, double c2) {
+  const AdamWChunk c = chunks[blockIdx.x];
+  a.weightDecay = c.weightDecay;
+  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
+    double mi = c.m[i], vi = c.v[i];
+    const double wi = a.update(c.w[i], c.g[i], mi, vi, c1, c2);
+    c.m[i] = static_cast<float>(mi);
+    c.v[i] = static_cast<float>(vi);
+    c.w[i] = static_cast<float>(wi);
+  }
+}
+
+/// Block b writes chunk b's Σ x² (f64), summed by a tree over the block's kThreads
+/// threads; the host adds the partials in chunk order.
+__global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) {
   __shared__ double shared[kThreads];
+  const SquaresChunk c = chunks[blockIdx.x];
   double acc = 0;
-  GRID_STRIDE(i, n) acc += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x)
+    acc += static_cast<double>(c.x[i]) * c.x[i];
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -25,30 +72,15 @@ __global__ void sumOfSquaresKernel(const float *x, int64_t n, double *partial) {
     partial[blockIdx.x] = shared[0];
 }
 
-/// Reads g, updates w, m and v in place: the moments and the decoupled weight decay in one
-/// pass (AdamWStep::update, the CPU backend's arithmetic).
-__global__ void adamwKernel(float *w, const float *g, float *m, float *v, int64_t n,
-                            AdamWStep a, double c1, double c2) {
-  GRID_STRIDE(i, n) {
-    double mi = m[i], vi = v[i];
-    const double wi = a.update(w[i], g[i], mi, vi, c1, c2);
-    m[i] = static_cast<float>(mi);
-    v[i] = static_cast<float>(vi);
-    w[i] = static_cast<float>(wi);
-  }
+inline void launchAdamw(const AdamWChunk *chunks, size_t count, const AdamWStep &a,
+                        cudaStream_t stream) {
+  adamwKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(chunks, a, a.correction1(),
+                                                                      a.correction2());
 }
 
-/// The blocks (and so the partial sums) of a sum of squares over n elements.
-inline unsigned sumOfSquaresBlocks(int64_t n) { return std::min<unsigned>(blocksFor(n), 1024); }
-
-inline void launchSumOfSquares(const float *x, int64_t n, double *partial, cudaStream_t stream) {
-  sumOfSquaresKernel<<<sumOfSquaresBlocks(n), kThreads, 0, stream>>>(x, n, partial);
-}
-
-inline void launchAdamw(float *w, const float *g, float *m, float *v, int64_t n,
-                        const AdamWStep &a, cudaStream_t stream) {
-  adamwKernel<<<blocksFor(n), kThreads, 0, stream>>>(w, g, m, v, n, a, a.correction1(),
-                                                     a.correction2());
+inline void launchSumOfSquares(const SquaresChunk *chunks, size_t count, double *partial,
+                               cudaStream_t stream) {
+  sumOfSquaresKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(chunks, partial);
 }
 
 } // namespace
