@@ -20,8 +20,7 @@ static LogicalResult runPasses(ModuleOp module, const CompileOptions &options,
 
 LogicalResult prepareModel(ModuleOp module, const CompileOptions &options) {
   return runPasses(module, options, [&](PassManager &pm) {
-    if (options.vocabMultiple * options.tp > 1)
-      pm.addPass(mt::createMtPadVocab({options.vocabMultiple * options.tp}));
+    pm.addPass(mt::createMtPadVocab({options.vocabMultiple * options.tp}));
     if (options.attentionDropout >= 0 || options.hiddenDropout >= 0)
       pm.addPass(mt::createMtSetDropout({options.attentionDropout, options.hiddenDropout}));
   });

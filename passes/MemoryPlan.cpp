@@ -66,8 +66,8 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
     auto aligned = [&](int64_t bytes) { return (bytes + alignment - 1) / alignment * alignment; };
     auto lastUse = [&](Value v, int64_t def) {
       int64_t last = def;
-      for (Operation *user : v.getUsers())
-        last = std::max(last, position.lookup(user));
+      for (Operation *user : v.getUsers()) // a user in a nested region: its op in the body
+        last = std::max(last, position.lookup(body.findAncestorOpInBlock(*user)));
       return last;
     };
 

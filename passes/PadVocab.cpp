@@ -10,19 +10,20 @@ namespace {
 struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
   using Base::Base;
 
-  /// Rounds the rows of a vocabulary table (or an output layer's bias) up to the
-  /// multiple, recording the real rows on the parameter.
+  /// Marks a vocabulary table (or an output layer's bias) with its real rows, padded or
+  /// not (a checkpoint of another padding loads into it either way), and rounds its rows
+  /// up to the multiple.
   void padRows(ParamOp param, bool &changed) {
     auto type = cast<RankedTensorType>(param.getType());
     const int64_t rows = type.getDimSize(0);
+    if (!param.getVocabRows())
+      param.setVocabRows(rows);
     const int64_t padded = (rows + multiple - 1) / multiple * multiple;
     if (padded == rows)
       return;
     SmallVector<int64_t> shape(type.getShape());
     shape[0] = padded;
     param.getResult().setType(RankedTensorType::get(shape, type.getElementType()));
-    if (!param.getVocabRows())
-      param.setVocabRows(rows);
     changed = true;
   }
 

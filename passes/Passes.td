@@ -27,8 +27,9 @@ def MtPadVocab : Pass<"mt-pad-vocab", "::mlir::ModuleOp"> {
     logits), are rounded up to a multiple of `multiple` and marked with the real rows
     (`vocab_rows`); types are re-inferred, and each cross-entropy whose vocabulary grew
     gets `num_classes` set to the real vocabulary, so the padded logits never enter the
-    loss. The padded rows therefore receive no gradient, and the real rows keep their
-    initial values (initialisation is by element index).
+    loss. The padded rows therefore receive no gradient, and padding leaves the real
+    rows' initial values as they were (initialisation is by element index). A table
+    whose rows are already a multiple is marked all the same.
   }];
   let options = [
     Option<"multiple", "multiple", "int64_t", "128",
@@ -236,9 +237,10 @@ def MtFuseCrossEntropy : Pass<"mt-fuse-cross-entropy", "::mlir::ModuleOp"> {
     their size is never held.
 
     A pipeline's last stage computes the loss in its forward program and the gradient in
-    its backward one: there the pair stays, and the gradient still takes the stashed
-    logits' buffer. The vocabulary-parallel loss (statistics, gather, merge) reads each
-    rank's logits once for the statistics and once for the gradient already.
+    its backward one: there the pair stays, and the stashed logits, an argument of the
+    backward program, keep their buffer beside the gradient's. The vocabulary-parallel
+    loss (statistics, gather, merge) reads each rank's logits once for the statistics
+    and once for the gradient already, and writes the gradient over them.
   }];
 }
 

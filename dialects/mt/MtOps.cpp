@@ -198,6 +198,8 @@ LogicalResult ParamOp::verify() {
                                         << dim;
   }
   if (getVocabRows()) {
+    if (cast<RankedTensorType>(getType()).getRank() == 0)
+      return emitOpError("parameter '") << getName() << "': vocab_rows marks a table, not a scalar";
     const int64_t rows = static_cast<int64_t>(*getVocabRows());
     const int64_t global = getGlobalShape() ? (*getGlobalShape())[0]
                                             : cast<RankedTensorType>(getType()).getDimSize(0);

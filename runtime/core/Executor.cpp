@@ -290,6 +290,8 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   }
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
+    // Backward starts at the loss seed: the fused loss (CrossEntropyWithGrad), which the
+    // seed precedes, is counted with the gradients it mostly computes.
     if (!backward && inst.opcode() == plan::Opcode::Fill) {
       backward = true;
       backwardStart_ = std::chrono::steady_clock::now();

@@ -497,7 +497,9 @@ Status checkPlan(const plan::Plan &p) {
         param->global_shape()->size() != param->shape()->size() || param->shard_dim() < -1 ||
         param->shard_dim() >= static_cast<int>(param->shape()->size()) ||
         param->dtype() != accumulatorType(p.precision()) || param->init() > plan::Init::MAX ||
-        param->vocab_rows() < 0 || param->vocab_rows() > param->global_shape()->Get(0))
+        param->vocab_rows() < 0 ||
+        (param->vocab_rows() > 0 && (param->global_shape()->size() == 0 ||
+                                     param->vocab_rows() > param->global_shape()->Get(0))))
       return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
     // The global shape is tp blocks of the local one along the shard dimension.
     for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {

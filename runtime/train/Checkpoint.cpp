@@ -580,6 +580,7 @@ Status CheckpointSaver::finish() {
       checkpoint::TensorEntry &entry = index.tensors[stateTensorName(c.kind, spec.name()->str())];
       entry.dtype = safetensorsDType(storeType(plan));
       entry.shape = globalShape(spec);
+      entry.vocabRows = spec.vocab_rows();
       entry.chunks.push_back({fileOf[c.writer], c.box});
     }
     committed = checkpoint::publish(p.dir, p.temporary, index, options_.keep,
@@ -610,12 +611,15 @@ bool CheckpointSaver::takeReport(SaveReport &report) {
 
 namespace {
 
-/// Whether a checkpoint's tensor of `shape` can load into parameter `spec`: the same
-/// shape, or for a padded vocabulary any number of rows that holds the vocabulary (the
-/// padding differs with --make-vocab-size-divisible-by and tp, and a Hugging Face import
-/// has none). Padding rows carry nothing: no token reads them and no loss counts them.
-bool holdsParam(const std::vector<int64_t> &shape, const plan::Param &spec) {
-  const std::vector<int64_t> global = globalShape(spec);
+/// Whether a checkpoint's tensor can load into parameter `spec`: the same shape, or for
+/// a vocabulary table any number of rows that holds the vocabulary (the padding differs
+/// with --make-vocab-size-divisible-by and tp, and a Hugging Face import has none), where
+/// the checkpoint's table, if it says, is of the same vocabulary. Padding rows carry
+/// nothing: no token reads them and no loss counts them.
+bool holdsParam(const checkpoint::TensorEntry &entry, const plan::Param &spec) {
+  const std::vector<int64_t> global = globalShape(spec), &shape = entry.shape;
+  if (entry.vocabRows > 0 && entry.vocabRows != spec.vocab_rows())
+    return false;
   if (shape == global)
     return true;
   return spec.vocab_rows() > 0 && shape.size() == global.size() &&
@@ -654,8 +658,10 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       auto it = index.tensors.find(name);
       if (it == index.tensors.end())
         return fail(cat("tensor '", name, "' is missing"));
-      if (!holdsParam(it->second.shape, *spec))
+      if (!holdsParam(it->second, *spec))
         return fail(cat("tensor '", name, "' has shape ", shapeString(it->second.shape),
+                        it->second.vocabRows ? cat(" for a vocabulary of ", it->second.vocabRows)
+                                             : std::string(),
                         ", the plan expects ", shapeString(globalShape(*spec)),
                         spec->vocab_rows() ? cat(" (any rows from ", spec->vocab_rows(),
                                                  ", the vocabulary, on)")

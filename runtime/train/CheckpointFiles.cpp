@@ -138,6 +138,8 @@ Status writeIndex(const std::string &dir, const Index &index) {
     for (const Chunk &c : entry.chunks)
       chunks.push_back({{"file", c.file}, {"offsets", c.box.offsets}, {"sizes", c.box.sizes}});
     tensors[name] = {{"dtype", entry.dtype}, {"shape", entry.shape}, {"chunks", chunks}};
+    if (entry.vocabRows > 0)
+      tensors[name]["vocab_rows"] = entry.vocabRows;
   }
   json out = {{"format", kFormat},         {"save_id", index.saveId},
               {"iteration", index.iteration}, {"model", index.model},
@@ -366,6 +368,11 @@ Status parseIndex(const std::string &path, const std::string &text, Index &index
         return fail(cat("tensor '", name, "' has unknown dtype '", entry.dtype, "'"));
       if (!sane(entry.shape, elementBytes(entry.dtype)))
         return fail(cat("tensor '", name, "' has an impossible shape"));
+      entry.vocabRows = t.value("vocab_rows", int64_t{0});
+      if (entry.vocabRows < 0 || (entry.vocabRows > 0 && (entry.shape.empty() ||
+                                                          entry.vocabRows > entry.shape[0])))
+        return fail(cat("tensor '", name, "' has vocab_rows ", entry.vocabRows,
+                        " outside its rows"));
       for (const json &c : t.at("chunks")) {
         Chunk chunk{c.at("file").get<int>(),
                     {c.at("offsets").get<std::vector<int64_t>>(),

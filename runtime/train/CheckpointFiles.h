@@ -53,6 +53,9 @@ struct TensorEntry {
   std::string dtype;
   std::vector<int64_t> shape;
   std::vector<Chunk> chunks;
+  /// A vocabulary table's rows that are the model's (the plan's Param.vocab_rows); the
+  /// rest is padding. 0: not a table, or a checkpoint that does not say.
+  int64_t vocabRows = 0;
 };
 
 struct Index {

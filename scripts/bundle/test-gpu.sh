@@ -151,7 +151,7 @@ if [ -n "$mode" ]; then
       # checks our kernels, memcheck and initcheck every kernel.
       exclude=()
       [ "$tool" = racecheck ] && exclude=(--kernel-name-exclude kns=cudnn)
-      compute-sanitizer --tool "$tool" "${exclude[@]}" --target-processes all --error-exitcode 99 "$here/bin/mtrun" \
+      compute-sanitizer --tool "$tool" ${exclude[@]+"${exclude[@]}"} --target-processes all --error-exitcode 99 "$here/bin/mtrun" \
         "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" --steps 2 >"$log" 2>&1
       status=$?
       summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)

@@ -368,7 +368,7 @@ def main():
             if not ok:
                 failures.append(f"{arch} {mine} trimmed on export")
 
-        # A checkpoint whose table lacks rows of the vocabulary is refused, naming them.
+        # A checkpoint of another vocabulary is refused, naming it.
         bigger = dict(config, vocab_size=VOCAB + 20)
         os.makedirs(work(f"{arch}_bigger"), exist_ok=True)
         with open(work(f"{arch}_bigger", "config.json"), "w") as f:
@@ -380,7 +380,8 @@ def main():
                                   work("data"), "--steps", "1", "--load", ckpt],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         table = "embed_tokens.weight" if arch == "llama" else "wte"
-        said = f"tensor '{table}' has shape [{VOCAB}, 64], the plan expects [384, 64] (any rows from {VOCAB + 20}, the vocabulary, on)"
+        said = (f"tensor '{table}' has shape [{VOCAB}, 64] for a vocabulary of {VOCAB}, the plan "
+                f"expects [384, 64] (any rows from {VOCAB + 20}, the vocabulary, on)")
         ok = refused.returncode != 0 and said in refused.stdout
         print(f"{arch}: a table of {VOCAB} rows for a vocabulary of {VOCAB + 20} refused: {ok}")
         if not ok:

@@ -140,6 +140,20 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.param "logits" normal(1.0) : tensor<2x3x6xf32>)", 6,
       "  %loss = mt.cross_entropy %logits, %targets {num_classes = 4 : i64} : "
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
+  // The loss as the pair (its gradient written over the logits), and fused over rows
+  // wide enough for whole 16-byte vectors (72 classes, 70 real).
+  const std::string linearLogits = R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x3x4xf32>
+  %w = mt.param "w" normal(0.5) : tensor<5x4xf32>
+  %logits = mt.linear %x, %w : (tensor<2x3x4xf32>, tensor<5x4xf32>) -> tensor<2x3x5xf32>)";
+  c.push_back({"cross_entropy_unfused", oneOpModel(linearLogits, 5), "", 3, 5,
+               "--no-cross-entropy-loss-fusion"});
+  c.push_back({"cross_entropy_wide", oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x3x16xf32>
+  %w = mt.param "w" normal(0.5) : tensor<72x16xf32>
+  %logits = mt.linear %x, %w : (tensor<2x3x16xf32>, tensor<72x16xf32>) -> tensor<2x3x72xf32>)", 72,
+      "  %loss = mt.cross_entropy %logits, %targets {num_classes = 70 : i64} : "
+      "(tensor<2x3x72xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 70});
   c.push_back({"llama_tiny", "", "llama-tiny", 8, 512});
   c.push_back({"llama_tiny_selective", "", "llama-tiny", 8, 512, "--recompute selective"});
   c.push_back({"llama_tiny_full", "", "llama-tiny", 8, 512, "--recompute full"});

@@ -383,7 +383,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
                                    ", not BF16, F16 or F32"));
       used.insert(m.hf[i]);
     }
-    index.tensors[m.mtc] = {"F32", m.shape, {}};
+    index.tensors[m.mtc] = {"F32", m.shape, {}, m.vocab ? a.vocab : 0};
     byName[m.mtc] = &m;
   }
   // A tied output layer stored anyway must be the embedding, bit for bit.
@@ -459,6 +459,10 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     const std::vector<int64_t> &held = it->second.shape;
     const bool padded = m.vocab && held.size() == 2 && held[0] >= m.shape[0] &&
                         held[1] == m.shape[1];
+    if (m.vocab && it->second.vocabRows > 0 && it->second.vocabRows != a.vocab)
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc,
+                                 "' holds a vocabulary of ", it->second.vocabRows, ", ",
+                                 options.config, " says ", a.vocab));
     if ((held != m.shape && !padded) || it->second.dtype != "F32")
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
                                  it->second.dtype, " ", shapeText(held),

@@ -1,6 +1,6 @@
 // Parameter initialisation on the device: the CPU backend's values, bit for bit
 // (rng::standardNormal is written to round alike on both), without a host pass over
-// every weight and a copy across PCIe.
+// every weight and a copy across PCIe. Zeros and ones are Activations.cuh's fill.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_INIT_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_INIT_CUH
 
@@ -19,18 +19,9 @@ __global__ void normalInitKernel(float *w, int64_t n, uint64_t seed, uint64_t st
   }
 }
 
-/// Writes w: every element `value`.
-__global__ void fillKernel(float *w, int64_t n, float value) {
-  GRID_STRIDE(i, n) w[i] = value;
-}
-
 inline void launchNormalInit(float *w, int64_t n, uint64_t seed, uint64_t stream, double std,
                              const ShardMap &shard, cudaStream_t queue) {
   normalInitKernel<<<blocksFor(n), kThreads, 0, queue>>>(w, n, seed, stream, std, shard);
-}
-
-inline void launchFill(float *w, int64_t n, float value, cudaStream_t queue) {
-  fillKernel<<<blocksFor(n), kThreads, 0, queue>>>(w, n, value);
 }
 
 } // namespace

@@ -75,7 +75,7 @@ __device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float 
     if (x > mine) {
       partial = partial * expf(mine - x) + 1.f; // exp(-inf) = 0 for the first element
       mine = x;
-    } else {
+    } else if (x != -INFINITY) { // adds 0; and exp(-inf - -inf) would be NaN
       partial += expf(x - mine);
     }
   });

@@ -48,6 +48,14 @@ func.func @param_vocab_rows_past_its_rows() {
 
 // -----
 
+func.func @param_vocab_rows_of_a_scalar() {
+  // expected-error@+1 {{'mt.param' op parameter 'scale': vocab_rows marks a table, not a scalar}}
+  %0 = mt.param "scale" ones {vocab_rows = 1 : i64} : tensor<f32>
+  return
+}
+
+// -----
+
 func.func @param_vocab_rows_of_a_shard() {
   // The global rows bound it, not the shard's.
   // expected-error@+1 {{'mt.param' op parameter 'wte': vocab_rows 0 is not within its 64 rows}}

@@ -40,9 +40,10 @@ func.func @untied(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor
 
 // -----
 
-// A vocabulary already a multiple is left as it is, unmarked.
+// A vocabulary already a multiple keeps its rows, and is marked as a table all the same
+// (a checkpoint padded otherwise loads into it).
 // CHECK-LABEL: func.func @even
-// CHECK: mt.param "wte" normal(2.000000e-02) : tensor<32x8xf32>
+// CHECK: mt.param "wte" normal(2.000000e-02) {vocab_rows = 32 : i64} : tensor<32x8xf32>
 // CHECK-NOT: num_classes
 // CHECK: return
 func.func @even(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<f32> {
