@@ -54,7 +54,7 @@ std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
       ++attentions;
       g.heads = a.getHeads();
       g.kvHeads = a.getKeyValueHeads();
-      g.headDim = cast<RankedTensorType>(a.getType()).getDimSize(2) / g.heads;
+      g.headDim = cast<RankedTensorType>(a.getResult().getType()).getDimSize(2) / g.heads;
     } else if (isa<mt::GeluOp, mt::SwigluOp>(op)) {
       ++activations;
       g.ffn = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(2);

@@ -41,9 +41,10 @@ constexpr int64_t kFlashBlock = 128;
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
 /// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
 ///   computing under a causal mask only the blocks on or below the diagonal. Forward: QKᵀ
-///   and P·V. Backward: the forward again (mtrun keeps no row statistics), then cuDNN's
-///   backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK): 3 products shaped as the scores and 4
-///   as the values, in 2 kernels.
+///   and P·V. Backward: cuDNN's backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK), 2 products
+///   shaped as the scores and 3 as the values, from the forward's row statistics
+///   (mt-keep-attention-stats); where they were not kept, the forward first runs again
+///   for them: 3 and 4, in 2 kernels.
 /// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
 ///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
 ///   dK, dV), in 2 kernels.
@@ -56,8 +57,10 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
   if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
     const double share = op.getCausal() ? causalShare(scores.m, kFlashBlock) : 1;
-    return launches + share * ((backward ? 3 : 1) * gemmSeconds(system, scores, type, bytes) +
-                               (backward ? 4 : 1) * gemmSeconds(system, values, type, bytes));
+    const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
+    return (again ? launches : 0) +
+           share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
+                    (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
   }
   const double s = static_cast<double>(scores.m);
   const double share = op.getCausal() ? (s + 1) / (2 * s) : 1;

@@ -42,6 +42,7 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtAutodiff());
     pm.addPass(mt::createMtRecompute(
         {options.recompute, options.recomputeMethod, options.recomputeLayers}));
+    pm.addPass(mt::createMtKeepAttentionStats());
     if (options.pp > 1)
       pm.addPass(mt::createMtPipelinePartition());
     if (options.biasGeluFusion)

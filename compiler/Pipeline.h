@@ -37,7 +37,8 @@ struct CompileOptions {
 /// and mt-set-dropout where a rate is given. Running it again for a larger tp pads further.
 mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → tensor parallel → autodiff → recompute → fuse epilogues → fuse cross-entropy → memory
+/// expand → specialize → tensor parallel → autodiff → recompute → keep attention statistics →
+/// pipeline partition → fuse epilogues → fuse cross-entropy → memory
 /// plan: @forward becomes a memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 

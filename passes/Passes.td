@@ -224,6 +224,19 @@ def MtFuseEpilogues : Pass<"mt-fuse-epilogues", "::mlir::ModuleOp"> {
   }];
 }
 
+def MtKeepAttentionStats : Pass<"mt-keep-attention-stats", "::mlir::ModuleOp"> {
+  let summary = "Keeps the rows' statistics of fused attention for its gradient";
+  let description = [{
+    Flash attention's backward forms the probabilities again from each query row's
+    log-sum-exp, which the forward computes anyway: every `mt.attention` whose output an
+    `mt.attention_grad` of the same qkv reads gets `keep_stats` (a second result,
+    [B, heads, S] in the loss's type), and the gradient takes it. Without them the
+    backward has to run the forward again (cuDNN's needs them). Runs on the
+    differentiated step after recomputation (a recomputed attention keeps its own) and
+    before pipeline partition (a stage's statistics are stashed with its output).
+  }];
+}
+
 def MtFuseCrossEntropy : Pass<"mt-fuse-cross-entropy", "::mlir::ModuleOp"> {
   let summary = "Computes the loss and its gradient in one pass over the logits";
   let description = [{

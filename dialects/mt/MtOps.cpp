@@ -432,6 +432,13 @@ static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef
   return heads * *d;
 }
 
+/// The rows' statistics of attention over `qkv` ([B, S, width]) with `heads` query heads:
+/// [B, heads, S] in the loss's type.
+static RankedTensorType attentionStatsType(RankedTensorType qkv, int64_t heads) {
+  return RankedTensorType::get({qkv.getDimSize(0), heads, qkv.getDimSize(1)},
+                               accumulatorType(qkv));
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
@@ -441,6 +448,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   if (failed(hidden))
     return failure();
   types.push_back(withLastDim(qkv, *hidden));
+  if (adaptor.getKeepStats())
+    types.push_back(attentionStatsType(qkv, adaptor.getHeads()));
   return success();
 }
 
@@ -969,6 +978,14 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
       failed(expectSameShape(loc, op, "output", output, "attention of qkv",
                              withLastDim(qkv, *hidden))))
     return failure();
+  if (Value statsValue = adaptor.getStats()) {
+    auto stats = ranked(statsValue);
+    auto expected = attentionStatsType(qkv, adaptor.getHeads());
+    if (!stats || stats.getShape() != expected.getShape() ||
+        stats.getElementType() != expected.getElementType())
+      return emitOptionalError(loc, op, ": stats ", str(stats), " must be ", str(expected),
+                               ", the rows' statistics of attention over qkv ", str(qkv));
+  }
   types.push_back(qkv);
   return success();
 }
@@ -1120,8 +1137,9 @@ FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   return SmallVector<Value>{AttentionGradOp::create(
-      b, getLoc(), resultGrads[0], getQkv(), getResult(), getHeadsAttr(), getKvHeadsAttr(),
-      getCausalAttr(), getDropoutAttr(), getStreamAttr(), getHeadParallelAttr())};
+      b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(), getHeadsAttr(),
+      getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(), getStreamAttr(),
+      getHeadParallelAttr())};
 }
 
 FailureOr<SmallVector<Value>> AttentionProbsOp::buildGradients(OpBuilder &b,

@@ -228,12 +228,18 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     this rank's block of them. The fused op keeps no s×s tensor: its gradient
     recomputes the probabilities and regenerates the mask. mt-unfuse-attention
     rewrites it into the chain attention_probs → dropout → attention_context.
+
+    With `keep_stats` (set by mt-keep-attention-stats for the gradient's sake), a second
+    result `stats` [B, heads, S] in the loss's type holds each query row's log-sum-exp
+    of its scaled, masked scores (before any dropout), from which the gradient forms the
+    probabilities again without running the forward twice: flash attention's backward.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
-                       OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel);
-  let results = (outs Mt_FloatTensor:$result);
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel,
+                       UnitAttr:$keep_stats);
+  let results = (outs Mt_FloatTensor:$result, Optional<Mt_FloatTensor>:$stats);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
@@ -472,8 +478,12 @@ def Mt_SwigluGradOp : Mt_GradOp<"swiglu_grad", [Mt_CostOpInterface]> {
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
+  let description = [{
+    With `stats`, the forward's rows' log-sum-exp (mt.attention's `keep_stats`): the
+    probabilities are formed from them rather than normalised again.
+  }];
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
-                       Mt_FloatTensor:$output,
+                       Mt_FloatTensor:$output, Optional<Mt_FloatTensor>:$stats,
                        ConfinedAttr<I64Attr, [IntPositive]>:$heads, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,

@@ -47,7 +47,9 @@ const Field<bool> kFlagFields[] = {{"causal", &PlanInstruction::causal},
                                    {"feature_parallel", &PlanInstruction::featureParallel},
                                    {"head_parallel", &PlanInstruction::headParallel},
                                    {"inverse", &PlanInstruction::inverse}};
-const StringLiteral kIrOnly[] = {"keep_mask", "grid", "grid_axis"};
+// Said by the instruction's buffers (keep_mask, keep_stats: a second output), or of the
+// IR alone.
+const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid", "grid_axis"};
 
 /// The field of `fields` named `name`, or null.
 template <typename T, size_t N>

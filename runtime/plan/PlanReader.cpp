@@ -60,6 +60,7 @@ struct Operands {
   const std::vector<Dims> &in, &out;
   int64_t tp;         // the tensor-parallel group's size
   const Dims *param;  // ParamGrad: the parameter's own shape
+  plan::DType accumulator; // the plan's accumulator type (losses, softmax statistics)
 };
 
 bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; }
@@ -250,7 +251,8 @@ std::string checkAttentionContextGrad(const Operands &o) {
              : "attention context gradient operands disagree";
 }
 
-// Attention (qkv) -> out and AttentionGrad (dy, qkv, out) -> dqkv.
+// Attention (qkv) -> (out[, stats]) and AttentionGrad (dy, qkv, out[, stats]) -> dqkv;
+// stats [B, heads, S] in the accumulator type.
 std::string checkAttention(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   const plan::Instruction &inst = o.inst;
@@ -259,6 +261,11 @@ std::string checkAttention(const Operands &o) {
   if (!qkvOf(qkv, inst.heads(), inst) || !contextOf(y, qkv, inst.heads(), inst) ||
       !rateOk(inst) || (inst.rate() > 0 && inst.stream() < 0))
     return "attention operands or heads disagree";
+  const Dims *stats = forward ? (out.size() > 1 ? &out[1] : nullptr)
+                              : (in.size() > 3 ? &in[3] : nullptr);
+  if (stats && (stats->d != std::vector<int64_t>{qkv.d[0], inst.heads(), qkv.d[1]} ||
+                stats->dtype != o.accumulator))
+    return "attention statistics are not [batch, heads, sequence] in the accumulator type";
   return forward || (same(in[0], y) && same(out[0], qkv)) ? ""
                                                           : "attention gradient operands disagree";
 }
@@ -354,7 +361,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
   return kShapeChecks[static_cast<size_t>(inst.opcode())](
-      Operands{inst, in, out, p.grid()->tp(), param});
+      Operands{inst, in, out, p.grid()->tp(), param, accumulator});
 }
 
 Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index) {

@@ -513,6 +513,75 @@ void loadInstruction(const char *name, Precision precision, plan::Opcode opcode,
 }
 
 
+/// Attention's kept row statistics are one quantity whichever kernel writes them (the
+/// log-sum-exp of the scaled scores): cuDNN's flash forward, our forward, and the CPU
+/// backend's agree, so a backward may read either's. gpt-tiny in bf16 without dropped
+/// probabilities: heads of 16.
+TEST(CudaAttention, RowStatisticsAgreeAcrossKernels) {
+  const std::string path = planOf(
+      {{"flash_attention_gpt_tiny", "", "gpt-tiny", 8, 512, "--attention-dropout 0"},
+       {"bf16", 1e-2}});
+  ASSERT_FALSE(path.empty());
+  LoadedPlan plan;
+  ASSERT_OK(LoadedPlan::read(path, plan));
+  const plan::Instruction *attention = nullptr;
+  for (const plan::Instruction *inst : *plan.plan().programs()->Get(0)->instructions())
+    if (!attention && inst->opcode() == plan::Opcode::Attention)
+      attention = inst;
+  ASSERT_NE(attention, nullptr);
+  ASSERT_EQ(attention->outputs()->size(), 2u) << "the forward keeps its statistics";
+  REQUIRE_GPU();
+  const int64_t b = 2, s = 8, heads = attention->heads(), width = 3 * 64;
+  std::mt19937_64 rng(test::testSeed());
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> qkv(b * s * width);
+  for (uint16_t &x : qkv)
+    x = floatToBf16(normal(rng));
+  auto run = [&](Backend &backend, bool device, std::vector<uint16_t> &out,
+                 std::vector<float> &stats) {
+    DeviceBuffers buffers{backend};
+    out.assign(b * s * 64, 0);
+    stats.assign(b * heads * s, 0);
+    void *in = qkv.data(), *o = out.data(), *st = stats.data();
+    if (device) {
+      in = buffers.allocate(2 * qkv.size());
+      o = buffers.allocate(2 * out.size());
+      st = buffers.allocate(4 * stats.size());
+      ASSERT_OK(backend.copyToDevice(in, qkv.data(), 2 * qkv.size()));
+    }
+    const TensorView inputs[1] = {viewOf(in, plan::DType::BF16, {b, s, width})};
+    const TensorView outputs[2] = {viewOf(o, plan::DType::BF16, {b, s, 64}),
+                                   viewOf(st, plan::DType::F32, {b, heads, s})};
+    ASSERT_OK(backend.run(*attention, inputs, outputs, StepContext{}));
+    if (device) {
+      ASSERT_OK(backend.copyToHost(out.data(), o, 2 * out.size()));
+      ASSERT_OK(backend.copyToHost(stats.data(), st, 4 * stats.size()));
+    }
+  };
+  std::vector<uint16_t> cpuOut, cudnnOut, exactOut;
+  std::vector<float> cpuStats, cudnnStats, exactStats;
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  ASSERT_NO_FATAL_FAILURE(run(*cpu, false, cpuOut, cpuStats));
+  for (const char *path : {"cudnn", "exact"}) {
+    ScopedEnv choice("MT_CUDA_ATTENTION", path);
+    std::unique_ptr<Backend> cuda;
+    ASSERT_OK(makeCudaBackend(0, cuda));
+    const bool viaCudnn = std::string(path) == "cudnn";
+    ASSERT_NO_FATAL_FAILURE(run(*cuda, true, viaCudnn ? cudnnOut : exactOut,
+                                viaCudnn ? cudnnStats : exactStats));
+  }
+  EXPECT_LE(relative(cudnnStats, cpuStats), 1e-5);
+  EXPECT_LE(relative(exactStats, cpuStats), 1e-5);
+  auto widen = [](const std::vector<uint16_t> &v) {
+    std::vector<float> f;
+    for (uint16_t x : v)
+      f.push_back(bf16ToFloat(x));
+    return f;
+  };
+  EXPECT_LE(relative(widen(cudnnOut), widen(cpuOut)), 1e-2);
+  EXPECT_LE(relative(widen(exactOut), widen(cpuOut)), 1e-2);
+}
+
 /// A bf16 linear rounds its biased result once, as the CPU backend does, whether the
 /// bias is aligned (cuBLASLt's epilogue), misaligned (copied, then the epilogue) or the
 /// GEMM goes through cuBLAS (f32 product, then the bias). Each row of x·Wᵀ is exactly

@@ -408,9 +408,10 @@ template <typename T> struct Kernels {
   };
 
   /// Scores P = softmax(scale·QKᵀ) of one (batch, head), causal rows stopping at the
-  /// diagonal; masked entries are exactly 0.
+  /// diagonal; masked entries are exactly 0. With `lse`, each row's log-sum-exp of its
+  /// scaled scores goes to lse[i] (attention's statistics).
   static void attentionScores(const T *q, const T *k, int64_t s, int64_t d, int64_t ld,
-                              double scale, bool causal, T *p) {
+                              double scale, bool causal, T *p, T *lse = nullptr) {
     gemm(false, true, s, s, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, s);
     for (int64_t i = 0; i < s; ++i) {
       T *row = p + i * s;
@@ -424,6 +425,22 @@ template <typename T> struct Kernels {
       const T inverse = static_cast<T>(1.0 / sum);
       for (int64_t j = 0; j < valid; ++j)
         row[j] *= inverse;
+      std::fill(row + valid, row + s, T(0));
+      if (lse)
+        lse[i] = static_cast<T>(max + std::log(sum));
+    }
+  }
+
+  /// The same P from the rows' statistics, as flash attention's backward forms it:
+  /// exp(scale·qkᵀ − lse) up to the diagonal, 0 past it.
+  static void attentionScoresFrom(const T *q, const T *k, const T *lse, int64_t s, int64_t d,
+                                  int64_t ld, double scale, bool causal, T *p) {
+    gemm(false, true, s, s, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, s);
+    for (int64_t i = 0; i < s; ++i) {
+      T *row = p + i * s;
+      const int64_t valid = causal ? i + 1 : s;
+      for (int64_t j = 0; j < valid; ++j)
+        row[j] = std::exp(row[j] - lse[i]);
       std::fill(row + valid, row + s, T(0));
     }
   }
@@ -440,7 +457,7 @@ template <typename T> struct Kernels {
   // over its query heads in head order, whatever the threads do.
   static void attention(const TensorView &qkv, const QkvLayout &l, bool causal,
                         const ProbsDropout &drop, const StepContext &ctx,
-                        const TensorView &out) {
+                        const TensorView &out, const TensorView *stats) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
@@ -448,7 +465,8 @@ template <typename T> struct Kernels {
       const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
       std::vector<T> p(s * s);
       const T *row = ptr(qkv) + bi * s * w;
-      attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data());
+      attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data(),
+                      stats ? ptr(*stats) + bh * s : nullptr);
       if (drop.active()) {
         std::vector<uint8_t> keep;
         drop.mask(keep, s, drop.first(bi, hi, s), ctx);
@@ -463,8 +481,8 @@ template <typename T> struct Kernels {
   /// dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O
   /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)); dK and dV summed over the group.
   static void attentionGrad(const TensorView &dout, const TensorView &qkv,
-                            const TensorView &out, const QkvLayout &l, bool causal,
-                            const ProbsDropout &drop, const StepContext &ctx,
+                            const TensorView &out, const TensorView *stats, const QkvLayout &l,
+                            bool causal, const ProbsDropout &drop, const StepContext &ctx,
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -479,7 +497,11 @@ template <typename T> struct Kernels {
         const T *q = row + l.query(hi);
         const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
         const T sum = hi == g * l.perGroup() ? T(0) : T(1); // the group's first head sets
-        attentionScores(q, k, s, d, w, scale, causal, p.data());
+        if (stats) // [B, heads, S]: this (batch, head)'s rows
+          attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * s, s, d, w, scale,
+                              causal, p.data());
+        else
+          attentionScores(q, k, s, d, w, scale, causal, p.data());
         const T *pv = p.data(); // what multiplied V
         if (drop.active()) {
           drop.mask(keep, s, drop.first(bi, hi, s), ctx);
@@ -770,7 +792,7 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Attention:
       attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
-                probsDropout(), ctx, out[0]);
+                probsDropout(), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
       break;
     case Opcode::Dropout:
       dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
@@ -836,8 +858,9 @@ template <typename T> struct Kernels {
       rmsNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1]);
       break;
     case Opcode::AttentionGrad:
-      attentionGrad(in[0], in[1], in[2], qkvLayoutOf(inst, inst.heads(), in[1].dim(2)),
-                    inst.causal(), probsDropout(), ctx, out[0]);
+      attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
+                    qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
+                    probsDropout(), ctx, out[0]);
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);

@@ -127,7 +127,7 @@ __device__ void rowStatistics(const T *qkv, const AttentionShape &a, int64_t bi,
 /// Reads qkv, writes out: scores, softmax, dropout and the weighted sum of values in one
 /// pass over the keys (online softmax), so the scores never reach memory.
 template <typename T>
-__global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
+__global__ void attentionForwardKernel(const T *qkv, T *out, float *stats, AttentionShape a) {
   int64_t row, bi, hi, i;
   if (!a.warpRow(row, bi, hi, i))
     return;
@@ -149,13 +149,16 @@ __global__ void attentionForwardKernel(const T *qkv, T *out, AttentionShape a) {
   for (int c = 0; c < kMaxPerLane; ++c)
     acc[c] /= sum;
   storeRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, acc);
+  if (stats && (threadIdx.x & 31) == 0) // the row's log-sum-exp, [B, heads, S]
+    stats[(bi * a.heads + hi) * a.s + i] = max + logf(sum);
 }
 
 /// Backward, per query row i: logsumexp L_i and delta_i = dO_i·O_i (kept for the key
 /// pass), and dQ_i = scale·Σ_j dS_ij·K_j with dS_ij = P_ij·(dP_ij − delta_i).
 template <typename T>
 __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T *dout, T *dqkv,
-                                             float2 *rowStats, AttentionShape a) {
+                                             const float *stats, float2 *rowStats,
+                                             AttentionShape a) {
   int64_t row, bi, hi, i;
   if (!a.warpRow(row, bi, hi, i))
     return;
@@ -167,9 +170,14 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
   for (int c = 0; c < kMaxPerLane; ++c)
     delta += dO[c] * o[c];
   delta = warpSum(delta);
-  float max, sum;
-  rowStatistics(qkv, a, bi, hi, i, q, max, sum);
-  const float logSumExp = max + logf(sum);
+  float logSumExp;
+  if (stats) { // the forward's
+    logSumExp = stats[(bi * a.heads + hi) * a.s + i];
+  } else {
+    float max, sum;
+    rowStatistics(qkv, a, bi, hi, i, q, max, sum);
+    logSumExp = max + logf(sum);
+  }
   for (int64_t j = 0; j <= a.lastKey(i); ++j) {
     const T *k = a.key(qkv, bi, hi, j), *v = k + a.d;
     const float p = expf(a.scale * rowDot(q, k, a.d) - logSumExp);
@@ -392,16 +400,17 @@ inline unsigned keyWarpBlocks(const AttentionShape &a) {
 }
 
 template <typename T>
-void launchAttentionForward(const T *qkv, T *out, const AttentionShape &a, cudaStream_t stream) {
-  attentionForwardKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, a);
+void launchAttentionForward(const T *qkv, T *out, float *stats, const AttentionShape &a,
+                            cudaStream_t stream) {
+  attentionForwardKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, stats, a);
 }
 
 template <typename T>
 void launchAttentionBackwardQuery(const T *qkv, const T *out, const T *dout, T *dqkv,
-                                  float2 *rowStats, const AttentionShape &a,
+                                  const float *stats, float2 *rowStats, const AttentionShape &a,
                                   cudaStream_t stream) {
   attentionBackwardQueryKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, dout, dqkv,
-                                                                       rowStats, a);
+                                                                       stats, rowStats, a);
 }
 
 template <typename T>

@@ -724,21 +724,31 @@ private:
       break;
     }
     case Opcode::Attention: {
+      // The rows' statistics go to the second output where the plan keeps them (for
+      // the gradient), else to scratch where cuDNN must write them.
       AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, true);
+      float *kept = inst.outputs()->size() > 1 ? f(out[1]) : nullptr;
       if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
-            float *stats = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
+            float *stats =
+                kept ? kept : static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
             return cudnn_.forward(problem, in[0].data, out[0].data, stats, cudnnWorkspace(),
                                   stream_, why);
           }))
         break;
-      launchAttentionForward(p(in[0]), p(out[0]), a, stream_);
+      launchAttentionForward(p(in[0]), p(out[0]), kept, a, stream_);
       break;
     }
     case Opcode::AttentionGrad: {
       AttentionShape a = attentionShape(in[1], inst.heads(), inst.causal(), inst, ctx, true);
-      // cuDNN's backward takes the rows' statistics, which the forward instruction did
-      // not keep: its forward runs again for them (the output it writes is discarded).
+      // cuDNN's backward takes the rows' statistics: the forward's where the plan kept
+      // them (mt-keep-attention-stats), else from a forward run again for them (its
+      // output written to scratch and discarded). Both paths write the same form of
+      // them (the log-sum-exp of the scaled scores), so either backward reads either's.
+      const float *given = inst.inputs()->size() > 3 ? f(in[3]) : nullptr;
       if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
+            if (given)
+              return cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, given,
+                                     out[0].data, cudnnWorkspace(), stream_, why);
             if (!cudnn_.supports(problem, why))
               return false;
             // The output after the statistics, 256-byte aligned as cuDNN needs.
@@ -753,7 +763,8 @@ private:
           }))
         break;
       float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.s));
-      launchAttentionBackwardQuery(p(in[1]), p(in[2]), p(in[0]), p(out[0]), stats, a, stream_);
+      launchAttentionBackwardQuery(p(in[1]), p(in[2]), p(in[0]), p(out[0]), given, stats, a,
+                                   stream_);
       launched("attention backward (queries)");
       launchAttentionBackwardKey(p(in[1]), p(in[0]), p(out[0]), stats, a, stream_);
       break;
