@@ -47,7 +47,7 @@ constexpr int64_t kFlashBlock = 128;
 ///   for them: 3 and 4, in 2 kernels.
 /// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
 ///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
-///   dK, dV), in 2 kernels.
+///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice).
 template <typename Attention>
 double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
                              mlir::mt::GemmShape values, bool backward,
@@ -64,8 +64,8 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
   }
   const double s = static_cast<double>(scores.m);
   const double share = op.getCausal() ? (s + 1) / (2 * s) : 1;
-  return launches + share * (backward ? 8 : 2) * static_cast<double>(scores.flops()) /
-                        system.peak("f32");
+  const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
+  return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
 }
 
 /// The matrix products a kernel runs, in seconds: a linear's on tensor cores; attention's

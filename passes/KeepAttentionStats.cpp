@@ -21,6 +21,12 @@ struct MtKeepAttentionStats : impl::MtKeepAttentionStatsBase<MtKeepAttentionStat
       auto forward = grad.getOutput().getDefiningOp<AttentionOp>();
       if (!forward || forward.getQkv() != grad.getQkv())
         continue; // an output from elsewhere (a pipeline stage's stash): nothing to keep
+      if (forward.getHeadsAttr() != grad.getHeadsAttr() ||
+          forward.getKvHeadsAttr() != grad.getKvHeadsAttr() ||
+          forward.getCausalAttr() != grad.getCausalAttr() ||
+          forward.getDropoutAttr() != grad.getDropoutAttr() ||
+          forward.getStreamAttr() != grad.getStreamAttr())
+        continue; // not this attention's gradient: its rows are other rows
       if (!forward.getStats()) {
         OpBuilder b(forward);
         auto keeping = AttentionOp::create(

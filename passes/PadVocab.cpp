@@ -29,10 +29,13 @@ struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
 
   LogicalResult pad(FunctionOpInterface fn) {
     // The tables: what mt.embedding reads, and an untied output layer (the linear whose
-    // result is a loss's logits), weight and bias alike.
+    // result is a loss's logits), weight and bias alike. One that is not a parameter can
+    // be left as it is only where nothing is padded (a multiple of 1 marks, no more).
     SetVector<ParamOp> tables;
     WalkResult walk = fn.walk([&](EmbeddingOp op) {
       auto param = op.getTable().getDefiningOp<ParamOp>();
+      if (!param && multiple == 1)
+        return WalkResult::advance();
       if (!param) {
         op.emitOpError("table must be an mt.param to be padded");
         return WalkResult::interrupt();
@@ -50,6 +53,8 @@ struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
         if (!operand)
           continue;
         auto param = operand.getDefiningOp<ParamOp>();
+        if (!param && multiple == 1)
+          continue;
         if (!param) {
           op.emitOpError("output layer's ") << (operand == head.getWeight() ? "weight" : "bias")
                                             << " must be an mt.param to be padded";

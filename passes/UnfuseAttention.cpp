@@ -14,6 +14,11 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
     SmallVector<AttentionOp> attentions;
     getOperation().walk([&](AttentionOp op) { attentions.push_back(op); });
     for (AttentionOp op : attentions) {
+      if (op.getStats()) {
+        op.emitOpError("mt-unfuse-attention: the attention keeps its row statistics for a "
+                       "gradient (unfuse before mt-autodiff)");
+        return signalPassFailure();
+      }
       const double rate = op.getDropout() ? op.getDropout()->convertToDouble() : 0.0;
       if (rate > 0 && !op.getStream()) {
         op.emitOpError("mt-unfuse-attention: the attention dropout has no stream (run "

@@ -618,7 +618,7 @@ namespace {
 /// nothing: no token reads them and no loss counts them.
 bool holdsParam(const checkpoint::TensorEntry &entry, const plan::Param &spec) {
   const std::vector<int64_t> global = globalShape(spec), &shape = entry.shape;
-  if (entry.vocabRows > 0 && entry.vocabRows != spec.vocab_rows())
+  if (entry.vocabRows > 0 && spec.vocab_rows() > 0 && entry.vocabRows != spec.vocab_rows())
     return false;
   if (shape == global)
     return true;

@@ -452,11 +452,22 @@ TEST(CudaAdamW, MatchesTheCpuBackend) {
     ASSERT_OK(cuda->copyToDevice(device.back(), v.data(), sizeof(float) * n));
   }
   ASSERT_OK(cuda->adamw(tensorsOf(device), step));
+  // The same stores updated one parameter per call: the chunk table's pointers, lengths
+  // and decays give each element exactly its own update, bit for bit.
+  std::vector<void *> perTensor;
+  for (auto &v : host) {
+    perTensor.push_back(buffers.allocate(sizeof(float) * n));
+    ASSERT_OK(cuda->copyToDevice(perTensor.back(), v.data(), sizeof(float) * n));
+  }
+  for (const AdamWTensors &t : tensorsOf(perTensor))
+    ASSERT_OK(cuda->adamw({t}, step));
   // The weights and both moments.
   for (int i : {0, 2, 3}) {
-    std::vector<float> got(n);
+    std::vector<float> got(n), single(n);
     ASSERT_OK(cuda->copyToHost(got.data(), device[i], sizeof(float) * n));
+    ASSERT_OK(cuda->copyToHost(single.data(), perTensor[i], sizeof(float) * n));
     EXPECT_LE(relative(got, expected[i]), 1e-6) << "tensor " << i << " (0: weights, 2: m, 3: v)";
+    EXPECT_EQ(std::memcmp(got.data(), single.data(), sizeof(float) * n), 0) << "tensor " << i;
   }
   // A norm's sum over several tensors (one empty, one of a single block) in one call:
   // CPU's within rounding, and to the bit the sum of one call per tensor, in order.

@@ -354,6 +354,8 @@ private:
   const Chunk *onDevice(DeviceBuffer &table, std::vector<Chunk> &held,
                         const std::vector<Chunk> &chunks) {
     const size_t bytes = sizeof(Chunk) * chunks.size();
+    if (bytes > table.capacity())
+      held.clear(); // the buffer is freed and allocated again, whether or not that works
     void *data = grow(table, bytes, "allocating a table of chunks");
     if (held.size() != chunks.size() || std::memcmp(held.data(), chunks.data(), bytes) != 0) {
       held.clear(); // a failed copy leaves no table taken for this one

@@ -112,32 +112,12 @@ __global__ void meanKernel(const float *values, int64_t n, float *out) {
     out[0] = acc / n;
 }
 
-/// One block per row: reads dloss, the row's logits and target, writes the row of dlogits
-/// (softmax − one-hot, times dloss/m; zero past `classes`).
-template <typename T>
-__global__ void crossEntropyGradKernel(const float *dloss, const T *logits, const void *targets,
-                                       bool wide, T *dlogits, int64_t m, int64_t v,
-                                       int64_t classes, unsigned long long *bad) {
-  __shared__ float shared[32];
-  const int64_t r = blockIdx.x;
-  const int64_t t = rowTarget(targets, wide, r, classes, bad);
-  if (t < 0)
-    return;
-  const T *row = logits + r * v;
-  const float factor = dloss[0] / m;
-  float max, sum;
-  blockSoftmaxStats(row, classes, shared, max, sum); // ends with the block synchronised
-  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
-    return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
-  });
-}
-
-/// One block per row, the loss and its gradient from one read of the row for its
-/// statistics and one more for the gradient: reads dloss, the row's logits and target,
-/// writes the row's loss and the row of dlogits (softmax − one-hot, times dloss/m; zero
-/// past `classes`), which may be the logits' own buffer: every thread reads its elements
-/// for the statistics before the block's reductions, and each element again just before
-/// writing it.
+/// One block per row, the gradient (and with `rowLoss`, the loss) from one read of the
+/// row for its statistics and one more for the gradient: reads dloss, the row's logits
+/// and target, writes the row's loss and the row of dlogits (softmax − one-hot, times
+/// dloss/m; zero past `classes`), which may be the logits' own buffer: every thread reads
+/// its elements for the statistics before the block's reductions, and each element again
+/// just before writing it.
 template <typename T>
 __global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
                                            const void *targets, bool wide, float *rowLoss,
@@ -150,11 +130,13 @@ __global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
     return;
   const T *row = logits + r * v;
   float max, sum;
-  blockSoftmaxStats(row, classes, shared, max, sum);
-  const float target = ld(row, t);
-  if (threadIdx.x == 0)
-    rowLoss[r] = logf(sum) + max - target;
-  __syncthreads(); // the target logit is read before any thread writes over it
+  blockSoftmaxStats(row, classes, shared, max, sum); // ends with the block synchronised
+  if (rowLoss) {
+    const float target = ld(row, t);
+    if (threadIdx.x == 0)
+      rowLoss[r] = logf(sum) + max - target;
+    __syncthreads(); // the target logit is read before any thread writes over it
+  }
   const float factor = dloss[0] / m;
   transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
     return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
@@ -229,8 +211,8 @@ template <typename T>
 void launchCrossEntropyGrad(const float *dloss, const T *logits, const void *targets, bool wide,
                             T *dlogits, int64_t m, int64_t v, int64_t classes,
                             unsigned long long *bad, cudaStream_t stream) {
-  crossEntropyGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-      dloss, logits, targets, wide, dlogits, m, v, classes, bad);
+  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+      dloss, logits, targets, wide, nullptr, dlogits, m, v, classes, bad);
 }
 
 template <typename T>

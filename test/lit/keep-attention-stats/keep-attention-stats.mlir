@@ -39,3 +39,16 @@ func.func @shared(%qkv: tensor<2x4x32xf64>, %dy: tensor<2x4x16xf64>) -> (tensor<
   %b = mt.attention_grad %dy, %qkv, %o {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x4x16xf64>, tensor<2x4x32xf64>, tensor<2x4x16xf64>) -> tensor<2x4x32xf64>
   return %a, %b : tensor<2x4x32xf64>, tensor<2x4x32xf64>
 }
+
+// -----
+
+// A gradient of other attention over the same qkv and output (here not causal) is not
+// this one's: its rows are other rows, and nothing is kept.
+// CHECK-LABEL: func.func @other_attention
+// CHECK-NOT: keep_stats
+// CHECK: mt.attention_grad %arg1, %arg0, %{{.*}} {heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
+func.func @other_attention(%qkv: tensor<2x4x24xf32>, %dy: tensor<2x4x8xf32>) -> tensor<2x4x24xf32> {
+  %o = mt.attention %qkv {causal, heads = 2 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  %d = mt.attention_grad %dy, %qkv, %o {heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
+  return %d : tensor<2x4x24xf32>
+}

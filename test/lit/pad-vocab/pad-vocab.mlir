@@ -68,3 +68,4 @@ func.func @again(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> tensor<
   %loss = mt.cross_entropy %logits, %targets : (tensor<?x?x30xf32>, tensor<?x?xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
