@@ -32,16 +32,18 @@ struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
     // result is a loss's logits), weight and bias alike. One that is not a parameter can
     // be left as it is only where nothing is padded (a multiple of 1 marks, no more).
     SetVector<ParamOp> tables;
-    WalkResult walk = fn.walk([&](EmbeddingOp op) {
-      auto param = op.getTable().getDefiningOp<ParamOp>();
-      if (!param && multiple == 1)
-        return WalkResult::advance();
-      if (!param) {
-        op.emitOpError("table must be an mt.param to be padded");
-        return WalkResult::interrupt();
+    auto collect = [&](Value table, Operation *user, const Twine &what) {
+      if (auto param = table.getDefiningOp<ParamOp>())
+        tables.insert(param);
+      else if (multiple != 1) {
+        user->emitOpError(what) << " must be an mt.param to be padded";
+        return false;
       }
-      tables.insert(param);
-      return WalkResult::advance();
+      return true;
+    };
+    WalkResult walk = fn.walk([&](EmbeddingOp op) {
+      return collect(op.getTable(), op, "table") ? WalkResult::advance()
+                                                 : WalkResult::interrupt();
     });
     if (walk.wasInterrupted())
       return failure();
@@ -49,19 +51,9 @@ struct MtPadVocab : impl::MtPadVocabBase<MtPadVocab> {
       auto head = op.getLogits().getDefiningOp<LinearOp>();
       if (!head)
         return WalkResult::advance();
-      for (Value operand : {head.getWeight(), head.getBias()}) {
-        if (!operand)
-          continue;
-        auto param = operand.getDefiningOp<ParamOp>();
-        if (!param && multiple == 1)
-          continue;
-        if (!param) {
-          op.emitOpError("output layer's ") << (operand == head.getWeight() ? "weight" : "bias")
-                                            << " must be an mt.param to be padded";
-          return WalkResult::interrupt();
-        }
-        tables.insert(param);
-      }
+      if (!collect(head.getWeight(), op, "output layer's weight") ||
+          (head.getBias() && !collect(head.getBias(), op, "output layer's bias")))
+        return WalkResult::interrupt();
       return WalkResult::advance();
     });
     if (walk.wasInterrupted())

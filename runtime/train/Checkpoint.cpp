@@ -611,21 +611,6 @@ bool CheckpointSaver::takeReport(SaveReport &report) {
 
 namespace {
 
-/// Whether a checkpoint's tensor can load into parameter `spec`: the same shape, or for
-/// a vocabulary table any number of rows that holds the vocabulary (the padding differs
-/// with --make-vocab-size-divisible-by and tp, and a Hugging Face import has none), where
-/// the checkpoint's table, if it says, is of the same vocabulary. Padding rows carry
-/// nothing: no token reads them and no loss counts them.
-bool holdsParam(const checkpoint::TensorEntry &entry, const plan::Param &spec) {
-  const std::vector<int64_t> global = globalShape(spec), &shape = entry.shape;
-  if (entry.vocabRows > 0 && spec.vocab_rows() > 0 && entry.vocabRows != spec.vocab_rows())
-    return false;
-  if (shape == global)
-    return true;
-  return spec.vocab_rows() > 0 && shape.size() == global.size() &&
-         shape[0] >= spec.vocab_rows() && std::equal(shape.begin() + 1, shape.end(), global.begin() + 1);
-}
-
 /// What a rank read of a checkpoint, in host memory, before anything changes.
 struct Loaded {
   TrainingState state;
@@ -658,7 +643,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       auto it = index.tensors.find(name);
       if (it == index.tensors.end())
         return fail(cat("tensor '", name, "' is missing"));
-      if (!holdsParam(it->second, *spec))
+      if (!checkpoint::holdsTable(it->second, globalShape(*spec), spec->vocab_rows()))
         return fail(cat("tensor '", name, "' has shape ", shapeString(it->second.shape),
                         it->second.vocabRows ? cat(" for a vocabulary of ", it->second.vocabRows)
                                              : std::string(),

@@ -131,6 +131,16 @@ bool tensorBytes(const std::string &dtype, const std::vector<int64_t> &shape, ui
   return bytes > 0;
 }
 
+bool holdsTable(const TensorEntry &entry, const std::vector<int64_t> &shape, int64_t vocabRows) {
+  if (entry.vocabRows > 0 && vocabRows > 0 && entry.vocabRows != vocabRows)
+    return false;
+  const std::vector<int64_t> &held = entry.shape;
+  if (held == shape)
+    return true;
+  return vocabRows > 0 && held.size() == shape.size() && !held.empty() && held[0] >= vocabRows &&
+         std::equal(held.begin() + 1, held.end(), shape.begin() + 1);
+}
+
 Status writeIndex(const std::string &dir, const Index &index) {
   json tensors = json::object();
   for (const auto &[name, entry] : index.tensors) {

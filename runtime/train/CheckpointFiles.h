@@ -58,6 +58,14 @@ struct TensorEntry {
   int64_t vocabRows = 0;
 };
 
+/// Whether a checkpoint's tensor can stand for one of `shape` whose first `vocabRows`
+/// rows are a vocabulary (0: not a vocabulary table): the same shape, or, for a table,
+/// any number of rows that holds the vocabulary (the padding differs with
+/// --make-vocab-size-divisible-by and tp, and a Hugging Face import has none), where the
+/// checkpoint's table, if it says, is of the same vocabulary. Padding rows carry
+/// nothing: no token reads them and no loss counts them.
+bool holdsTable(const TensorEntry &entry, const std::vector<int64_t> &shape, int64_t vocabRows);
+
 struct Index {
   std::string saveId;
   int64_t iteration = 0;

@@ -456,16 +456,14 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     auto it = index.tensors.find(m.mtc);
     if (it == index.tensors.end())
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is missing"));
-    const std::vector<int64_t> &held = it->second.shape;
-    const bool padded = m.vocab && held.size() == 2 && held[0] >= m.shape[0] &&
-                        held[1] == m.shape[1];
     if (m.vocab && it->second.vocabRows > 0 && it->second.vocabRows != a.vocab)
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc,
                                  "' holds a vocabulary of ", it->second.vocabRows, ", ",
                                  options.config, " says ", a.vocab));
-    if ((held != m.shape && !padded) || it->second.dtype != "F32")
+    if (!checkpoint::holdsTable(it->second, m.shape, m.vocab ? a.vocab : 0) ||
+        it->second.dtype != "F32")
       return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
-                                 it->second.dtype, " ", shapeText(held),
+                                 it->second.dtype, " ", shapeText(it->second.shape),
                                  ", config.json makes it F32 ", shapeText(m.shape),
                                  m.vocab ? " (or more rows: padding)" : ""));
     expected.insert(m.mtc);
