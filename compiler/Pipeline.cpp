@@ -45,10 +45,12 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtKeepAttentionStats());
     if (options.pp > 1)
       pm.addPass(mt::createMtPipelinePartition());
-    if (options.biasGeluFusion)
+    if (options.fusions.biasGelu)
       pm.addPass(mt::createMtFuseEpilogues());
-    if (options.crossEntropyFusion)
+    if (options.fusions.crossEntropy)
       pm.addPass(mt::createMtFuseCrossEntropy());
+    if (options.fusions.gradAccumulation)
+      pm.addPass(mt::createMtFuseGradAccumulation());
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

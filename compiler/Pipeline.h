@@ -6,8 +6,21 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace mtc {
+
+/// Megatron's fusions, each a pass, all on unless switched off.
+struct Fusions {
+  bool biasGelu = true;         // mt-fuse-epilogues
+  bool crossEntropy = true;     // mt-fuse-cross-entropy
+  bool gradAccumulation = true; // mt-fuse-grad-accumulation
+};
+/// The switch that turns each off (Megatron's spelling), and its field.
+inline constexpr std::pair<const char *, bool Fusions::*> kFusionSwitches[] = {
+    {"no-bias-gelu-fusion", &Fusions::biasGelu},
+    {"no-cross-entropy-loss-fusion", &Fusions::crossEntropy},
+    {"no-gradient-accumulation-fusion", &Fusions::gradAccumulation}};
 
 struct CompileOptions {
   int64_t microBatchSize = 0;
@@ -26,10 +39,7 @@ struct CompileOptions {
   std::string recompute = "none"; // none | selective | full
   std::string recomputeMethod = "uniform";
   int64_t recomputeLayers = 1;
-  bool biasGeluFusion = true; // mt-fuse-epilogues; Megatron's --no-bias-gelu-fusion clears it
-  // mt-fuse-cross-entropy (Megatron's --cross-entropy-loss-fusion, here on unless
-  // --no-cross-entropy-loss-fusion)
-  bool crossEntropyFusion = true;
+  Fusions fusions;
   bool printIRAfterAll = false;
 };
 

@@ -59,15 +59,23 @@ public:
 
 private:
   LogicalResult addBuffer(Value v, plan::BufferKind kind, uint64_t offset, int32_t param);
+  FailureOr<uint32_t> gradBuffer(StringRef name, Operation *user);
   FailureOr<fb::Offset<plan::Program>> emitProgram(func::FuncOp fn, const ProgramRole &role);
 
+  /// A parameter of the plan: its index and what its gradient buffer is.
+  struct ParamEntry {
+    int32_t index;
+    std::vector<int64_t> shape; // this rank's
+    plan::DType master;         // the type of the master weights and the gradient
+  };
   fb::FlatBufferBuilder fbb;
   std::vector<fb::Offset<plan::Param>> params;
-  llvm::StringMap<int32_t> paramIndex;
+  llvm::StringMap<ParamEntry> paramIndex;
   // Per program:
   std::vector<fb::Offset<plan::Buffer>> buffers;
   std::vector<fb::Offset<plan::Instruction>> instructions;
   DenseMap<Value, uint32_t> bufferOf;
+  llvm::StringMap<uint32_t> gradBufferOf;
 };
 
 LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset,
@@ -82,11 +90,30 @@ LogicalResult Emitter::addBuffer(Value v, plan::BufferKind kind, uint64_t offset
   return success();
 }
 
+/// The program's buffer of parameter `name`'s gradient, made on first use.
+FailureOr<uint32_t> Emitter::gradBuffer(StringRef name, Operation *user) {
+  auto param = paramIndex.find(name);
+  if (param == paramIndex.end())
+    return user->emitOpError("plan: no parameter '") << name << "' in this program";
+  auto [it, inserted] = gradBufferOf.try_emplace(name, static_cast<uint32_t>(buffers.size()));
+  if (inserted) {
+    const ParamEntry &p = param->second;
+    int64_t bytes = ::mt::dtypeBytes(p.master);
+    for (int64_t d : p.shape)
+      bytes *= d;
+    buffers.push_back(plan::CreateBuffer(fbb, fbb.CreateVector(p.shape), p.master,
+                                         plan::BufferKind::Grad, 0,
+                                         static_cast<uint64_t>(bytes), p.index));
+  }
+  return it->second;
+}
+
 FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
                                                           const ProgramRole &role) {
   buffers.clear();
   instructions.clear();
   bufferOf.clear();
+  gradBufferOf.clear();
   auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr);
   auto argOffsets = fn->getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kArgOffsetsAttr);
   if (!arena || !argOffsets || fn.getNumArguments() < 2)
@@ -104,16 +131,17 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
     }
     if (auto param = dyn_cast<mlir::mt::ParamOp>(op)) {
       auto type = cast<RankedTensorType>(param.getType());
-      auto [it, inserted] =
-          paramIndex.try_emplace(param.getName(), static_cast<int32_t>(params.size()));
+      // A 16-bit parameter is the programs' compute copy; the parameter itself (master
+      // weights, gradient, optimizer state) is in the accumulator type.
+      const plan::DType master = ::mt::accumulatorType(*dtypeOf(type.getElementType()));
+      auto [it, inserted] = paramIndex.try_emplace(
+          param.getName(),
+          ParamEntry{static_cast<int32_t>(params.size()), type.getShape().vec(), master});
       if (inserted) {
         auto init = static_cast<plan::Init>(param.getInit());
         std::vector<int64_t> global = type.getShape().vec();
         if (auto g = param.getGlobalShape())
           global.assign(g->begin(), g->end());
-        // A 16-bit parameter is the programs' compute copy; the parameter itself (master
-        // weights, gradient, optimizer state) is in the accumulator type.
-        const plan::DType master = ::mt::accumulatorType(*dtypeOf(type.getElementType()));
         params.push_back(plan::CreateParam(
             fbb, fbb.CreateString(param.getName().str()),
             fbb.CreateVector(type.getShape().vec()), master, init,
@@ -122,16 +150,27 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
             param.getTpGradReduce(),
             param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0));
       }
-      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second)))
+      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second.index)))
         return failure();
       continue;
     }
+    // A gradient its producer has added into the parameter's already.
+    if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op); grad && mlir::mt::isAccumulated(grad.getGrad()))
+      continue;
     auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kOffsetsAttr);
     if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))
       return op.emitOpError("has no planned offsets (run mt-memory-plan)");
-    for (auto [i, r] : llvm::enumerate(op.getResults()))
-      if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1)))
+    for (auto [i, r] : llvm::enumerate(op.getResults())) {
+      if (mlir::mt::isAccumulated(r)) { // the parameter's gradient itself
+        auto grad = cast<mlir::mt::ParamGradOp>(*r.getUsers().begin());
+        FailureOr<uint32_t> id = gradBuffer(grad.getName(), grad);
+        if (failed(id))
+          return failure();
+        bufferOf[r] = *id;
+      } else if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1))) {
         return failure();
+      }
+    }
 
     auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
     if (!encodable)
@@ -139,18 +178,17 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
     mlir::mt::PlanInstruction f;
     if (failed(encodable.encodeInstruction(f)))
       return failure();
-    int32_t param = -1;
-    if (f.opcode == plan::Opcode::ParamGrad) {
-      auto it = paramIndex.find(f.param);
-      if (it == paramIndex.end())
-        return op.emitOpError("plan: no parameter '") << f.param << "' in this program";
-      param = it->second;
-    }
     std::vector<uint32_t> inputs, outputs;
     for (Value v : op.getOperands())
       inputs.push_back(bufferOf.at(v));
     for (Value v : op.getResults())
       outputs.push_back(bufferOf.at(v));
+    if (f.opcode == plan::Opcode::ParamGrad) {
+      FailureOr<uint32_t> id = gradBuffer(f.param, &op);
+      if (failed(id))
+        return failure();
+      outputs.push_back(*id);
+    }
     // The runtime's opcode table is the contract: an op that disagrees with its row is
     // named here, not by the plan reader on some GPU node.
     const ::mt::OpcodeInfo &info = ::mt::opcodeInfo(f.opcode);
@@ -163,13 +201,12 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
              << plan::EnumNameOpcode(f.opcode) << " takes " << info.minInputs << "-"
              << info.maxInputs << " and " << info.minOutputs << "-" << info.maxOutputs
              << " (runtime/plan/Opcodes.def)";
-    auto cost = dyn_cast<mlir::mt::CostOpInterface>(&op);
     instructions.push_back(plan::CreateInstruction(
         fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
-        f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, param,
-        cost ? cost.getGemmFlops() : 0, f.axis, f.vocabParallel, f.sequenceParallel,
-        f.featureParallel, f.headParallel, f.lossSeed, f.theta, f.kvHeads, f.scalingFactor,
-        f.lowFreqFactor, f.highFreqFactor, f.originalPositions, f.inverse));
+        f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, f.axis,
+        f.vocabParallel, f.sequenceParallel, f.featureParallel, f.headParallel, f.lossSeed,
+        f.theta, f.kvHeads, f.scalingFactor, f.lowFreqFactor, f.highFreqFactor,
+        f.originalPositions, f.inverse, f.accumulate));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

@@ -65,10 +65,9 @@ std::string layoutFlags(const StepLayout &layout) {
     f += " --recompute " + o.recompute;
   if (layout.distributedOptimizer)
     f += " --distributed-optimizer";
-  if (!o.biasGeluFusion)
-    f += " --no-bias-gelu-fusion";
-  if (!o.crossEntropyFusion)
-    f += " --no-cross-entropy-loss-fusion";
+  for (auto [flag, on] : kFusionSwitches)
+    if (!(o.fusions.*on))
+      f += std::string(" --") + flag;
   return f;
 }
 
@@ -154,8 +153,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       base.options.seqLength = r.seqLength;
       base.options.vocabMultiple = r.vocabMultiple;
       base.options.precision = r.precision;
-      base.options.biasGeluFusion = r.biasGeluFusion;
-      base.options.crossEntropyFusion = r.crossEntropyFusion;
+      base.options.fusions = r.fusions;
       base.bucketBytes = r.bucketBytes;
       base.options.microBatchSize = 1;
       if (layers % pp != 0) {

@@ -25,8 +25,7 @@ struct TuneRequest {
   // Fixed by the user, else searched.
   std::optional<int64_t> tp, pp, vpp, microBatchSize;
   std::optional<std::string> recompute;
-  bool biasGeluFusion = true;     // --no-bias-gelu-fusion clears it
-  bool crossEntropyFusion = true; // --no-cross-entropy-loss-fusion clears it
+  Fusions fusions;
 };
 
 struct TuneCandidate {

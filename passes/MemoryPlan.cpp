@@ -93,6 +93,8 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
       auto inPlace = dyn_cast<InPlaceOpInterface>(op);
       SmallPtrSet<void *, 2> takenHere; // one result per buffer
       for (OpResult r : op.getResults()) {
+        if (isAccumulated(r))
+          continue; // the parameter's gradient buffer, outside the arena
         FailureOr<int64_t> bytes = rawBytes(r);
         if (failed(bytes))
           return op.emitOpError("result of type ")
@@ -128,7 +130,7 @@ struct MtMemoryPlan : impl::MtMemoryPlanBase<MtMemoryPlan> {
         continue;
       SmallVector<int64_t> offsets;
       for (Value r : op.getResults())
-        offsets.push_back(offsetOf[r]);
+        offsets.push_back(isAccumulated(r) ? -1 : offsetOf[r]);
       op.setAttr(kOffsetsAttr, b.getDenseI64ArrayAttr(offsets));
     }
     fn->setAttr(kArenaBytesAttr, b.getI64IntegerAttr(arena));

@@ -257,6 +257,25 @@ def MtFuseCrossEntropy : Pass<"mt-fuse-cross-entropy", "::mlir::ModuleOp"> {
   }];
 }
 
+def MtFuseGradAccumulation : Pass<"mt-fuse-grad-accumulation", "::mlir::ModuleOp"> {
+  let summary = "Adds weight gradients straight into the parameters' gradients";
+  let description = [{
+    Megatron's gradient-accumulation fusion, on the differentiated step: an op whose
+    weight gradients (GradAccumulatingOpInterface: mt.linear_grad_weight, mt.bias_grad,
+    the weight and bias gradients of mt.layer_norm_grad and mt.rms_norm_grad) are each
+    read by one `mt.param_grad` alone gets `accumulate`: it adds them into the
+    parameters' gradients itself, in the accumulator type (f32 under bf16 and f16, which
+    the results' types then say), as the GEMM's C = A·B + C and the column sums' last
+    step. The `mt.param_grad` becomes no instruction, and the result no buffer
+    (mt-memory-plan places none): one launch and one tensor fewer per weight, and no
+    rounding of the gradient to 16 bits before it is added.
+
+    An op of which any weight gradient has another reader (a sum of two contributions)
+    is left as it is. The CPU backend computes the gradient into a temporary of the
+    accumulator type and adds it: in f32 and f64, the unfused pair bit for bit.
+  }];
+}
+
 def MtMemoryPlan : Pass<"mt-memory-plan", "::mlir::ModuleOp"> {
   let summary = "Assigns every activation a static offset in one arena";
   let description = [{
@@ -271,6 +290,8 @@ def MtMemoryPlan : Pass<"mt-memory-plan", "::mlir::ModuleOp"> {
     A result an op may write over one of its operands (`InPlaceOpInterface`: the
     cross-entropy gradients over their logits) takes that operand's buffer when the
     operand is an op's result of the same type that nothing reads after this op.
+    A weight gradient its op adds into the parameter's gradient (`accumulate`) is that
+    gradient, outside the arena: its offset is -1.
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", "256", "byte alignment of every buffer">

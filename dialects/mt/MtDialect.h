@@ -55,6 +55,13 @@ class Pointwise : public OpTrait::TraitBase<ConcreteType, Pointwise> {};
 template <typename ConcreteType>
 class ColumnParallelConsumer : public OpTrait::TraitBase<ConcreteType, ColumnParallelConsumer> {};
 
+/// GradAccumulatingOpInterface's rule: with `accumulate`, each weight gradient is read by
+/// one mt.param_grad alone.
+LogicalResult verifyGradAccumulating(Operation *op);
+/// Whether `v` is a weight gradient its op adds into a parameter's gradient itself (and
+/// so no buffer of its own, and its mt.param_grad no instruction).
+bool isAccumulated(Value v);
+
 /// The fields of a plan instruction (dialects/mt/PlanEncoding.h).
 struct PlanInstruction;
 /// The plan encoding by name (PlanOpInterface's default).

@@ -92,6 +92,23 @@ def Mt_InPlaceOpInterface : OpInterface<"InPlaceOpInterface"> {
   ];
 }
 
+// An op whose weight gradients may be added straight into the parameters' gradients
+// (Megatron's gradient-accumulation fusion). With its `accumulate`, which
+// mt-fuse-grad-accumulation sets, its results from getFirstWeightGradient() on are in the
+// accumulator type and each is read by one mt.param_grad alone: the op adds into that
+// parameter's gradient, the result takes no buffer of its own, and the mt.param_grad is
+// no instruction of its own.
+def Mt_GradAccumulatingOpInterface : OpInterface<"GradAccumulatingOpInterface"> {
+  let cppNamespace = "::mlir::mt";
+  let methods = [
+    InterfaceMethod<"The first result that is a weight gradient (those after it are too).",
+      "unsigned", "getFirstWeightGradient", (ins), "", [{ return 0; }]>,
+    InterfaceMethod<"Whether the op adds its weight gradients into the parameters'.",
+      "bool", "accumulates", (ins), "", [{ return $_op.getAccumulate(); }]>,
+  ];
+  let verify = [{ return ::mlir::mt::verifyGradAccumulating($_op); }];
+}
+
 // How an op becomes an instruction of a plan (runtime/plan/plan.fbs). By default by
 // name: the opcode is the op's name in CamelCase (mt.layer_norm: LayerNorm), the
 // operands and results are its buffers in order, and each attribute goes to the

@@ -133,6 +133,12 @@ Type accumulatorType(RankedTensorType logits) {
   return element.isF64() ? element : Float32Type::get(element.getContext());
 }
 
+/// A weight gradient: in the weight's type, or in the accumulator type where its op adds
+/// it into the parameter's gradient.
+RankedTensorType weightGradientType(RankedTensorType t, bool accumulate) {
+  return accumulate ? t.clone(accumulatorType(t)) : t;
+}
+
 RankedTensorType withLastDim(RankedTensorType t, int64_t last) {
   SmallVector<int64_t> shape(t.getShape());
   shape.back() = last;
@@ -650,6 +656,25 @@ LogicalResult ParamGradOp::verify() {
   return success();
 }
 
+LogicalResult mlir::mt::verifyGradAccumulating(Operation *op) {
+  auto accumulating = cast<GradAccumulatingOpInterface>(op);
+  if (!accumulating.accumulates())
+    return success();
+  for (OpResult r : op->getResults().drop_front(accumulating.getFirstWeightGradient()))
+    if (!r.hasOneUse() || !isa<ParamGradOp>(*r.getUsers().begin()))
+      return op->emitOpError("accumulates, so its weight gradient #")
+             << r.getResultNumber() << " must be read by one mt.param_grad alone";
+  return success();
+}
+
+bool mlir::mt::isAccumulated(Value v) {
+  auto r = dyn_cast<OpResult>(v);
+  auto accumulating = r ? dyn_cast<GradAccumulatingOpInterface>(r.getOwner())
+                        : GradAccumulatingOpInterface();
+  return accumulating && accumulating.accumulates() &&
+         r.getResultNumber() >= accumulating.getFirstWeightGradient();
+}
+
 template <typename LayerNormLike> static LogicalResult verifyEpsilon(LayerNormLike op) {
   double epsilon = op.getEpsilon().convertToDouble();
   if (!(epsilon > 0.0))
@@ -820,13 +845,14 @@ LogicalResult PositionEmbeddingGradOp::inferReturnTypes(MLIRContext *,
 /// A normalisation's gradients: dx like the input, then `vectors` feature vectors like
 /// the weight (its gradient, and the bias's).
 static LogicalResult inferNormGrad(std::optional<Location> loc, StringRef op, Value dy, Value x,
-                                   Value w, int vectors, SmallVectorImpl<Type> &types) {
+                                   Value w, int vectors, bool accumulate,
+                                   SmallVectorImpl<Type> &types) {
   auto grad = ranked(dy), input = ranked(x), weight = ranked(w);
   if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
       failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
     return failure();
   types.push_back(meetTypes(grad, input));
-  types.append(vectors, weight);
+  types.append(vectors, weightGradientType(weight, accumulate));
   return success();
 }
 
@@ -834,15 +860,19 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
                                                 Adaptor adaptor,
                                                 SmallVectorImpl<Type> &types) {
   return inferNormGrad(loc, "mt.layer_norm_grad", adaptor.getGrad(), adaptor.getInput(),
-                       adaptor.getWeight(), 2, types);
+                       adaptor.getWeight(), 2, adaptor.getAccumulate(), types);
 }
+
+unsigned LayerNormGradOp::getFirstWeightGradient() { return 1; }
 
 LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &types) {
   return inferNormGrad(loc, "mt.rms_norm_grad", adaptor.getGrad(), adaptor.getInput(),
-                       adaptor.getWeight(), 1, types);
+                       adaptor.getWeight(), 1, adaptor.getAccumulate(), types);
 }
+
+unsigned RmsNormGradOp::getFirstWeightGradient() { return 1; }
 
 LogicalResult SwigluGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
@@ -927,8 +957,10 @@ LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
   if (!ok)
     return emitOptionalError(loc, "mt.linear_grad_weight: grad ", str(grad), " and input ",
                              str(input), " must agree in all but the last dimension");
-  types.push_back(RankedTensorType::get({grad.getShape().back(), input.getShape().back()},
-                                        grad.getElementType()));
+  types.push_back(weightGradientType(
+      RankedTensorType::get({grad.getShape().back(), input.getShape().back()},
+                            grad.getElementType()),
+      adaptor.getAccumulate()));
   return success();
 }
 
@@ -943,7 +975,9 @@ LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location
   auto grad = ranked(adaptor.getGrad());
   if (failed(expectFeatures(loc, "mt.bias_grad", "grad", grad)))
     return failure();
-  types.push_back(RankedTensorType::get({grad.getShape().back()}, grad.getElementType()));
+  types.push_back(weightGradientType(
+      RankedTensorType::get({grad.getShape().back()}, grad.getElementType()),
+      adaptor.getAccumulate()));
   return success();
 }
 
@@ -1085,14 +1119,14 @@ FailureOr<SmallVector<Value>> CrossEntropyMergeOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> LayerNormOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   auto grad = LayerNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
-                                      getEpsilonAttr());
+                                      getEpsilonAttr(), /*accumulate=*/nullptr);
   return SmallVector<Value>(grad->getResults());
 }
 
 FailureOr<SmallVector<Value>> RmsNormOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
   auto grad = RmsNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
-                                    getEpsilonAttr());
+                                    getEpsilonAttr(), /*accumulate=*/nullptr);
   return SmallVector<Value>(grad->getResults());
 }
 

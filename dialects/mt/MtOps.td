@@ -78,7 +78,9 @@ def Mt_ParamGradOp : Mt_Op<"param_grad", [Mt_PlanOpInterface]> {
   let summary = "accumulates the gradient of the named parameter";
   let description = [{
     Written by mt-autodiff once every use of the parameter has been differentiated;
-    the runtime adds the value into the parameter's persistent gradient buffer.
+    the runtime adds the value into the parameter's persistent gradient buffer. Where
+    the value is the weight gradient of an op that accumulates
+    (GradAccumulatingOpInterface), that op has added it already.
   }];
   let arguments = (ins StrAttr:$name, AnyStaticShapeTensor:$grad);
   let assemblyFormat = "$name `,` $grad attr-dict `:` type($grad)";
@@ -406,21 +408,23 @@ def Mt_PositionEmbeddingGradOp : Mt_GradOp<"position_embedding_grad", [Mt_CostOp
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface]> {
+def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_GradAccumulatingOpInterface, ["getFirstWeightGradient"]>]> {
   let summary = "gradients of layer_norm: input, weight and bias";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
                        Mt_FloatTensor:$weight,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad,
                       Mt_FloatTensor:$bias_grad);
   let hasVerifier = 1;
 }
 
-def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [Mt_CostOpInterface]> {
+def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_GradAccumulatingOpInterface, ["getFirstWeightGradient"]>]> {
   let summary = "gradients of rms_norm: input and weight";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
                        Mt_FloatTensor:$weight,
-                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad);
   let hasVerifier = 1;
 }
@@ -445,15 +449,17 @@ def Mt_LinearGradInputGeluOp : Mt_GradOp<"linear_grad_input_gelu",
 }
 
 def Mt_LinearGradWeightOp : Mt_GradOp<"linear_grad_weight",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
+     Mt_GradAccumulatingOpInterface]> {
   let summary = "dW = dyᵀ·x summed over leading dims, dy: [..., N], x: [..., K]";
-  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface]> {
+def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface,
+    Mt_GradAccumulatingOpInterface]> {
   let summary = "db = dy summed over all but the last dimension";
-  let arguments = (ins Mt_FloatTensor:$grad);
+  let arguments = (ins Mt_FloatTensor:$grad, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$result);
 }
 

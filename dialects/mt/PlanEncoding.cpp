@@ -46,6 +46,7 @@ const Field<bool> kFlagFields[] = {{"causal", &PlanInstruction::causal},
                                    {"sequence_parallel", &PlanInstruction::sequenceParallel},
                                    {"feature_parallel", &PlanInstruction::featureParallel},
                                    {"head_parallel", &PlanInstruction::headParallel},
+                                   {"accumulate", &PlanInstruction::accumulate},
                                    {"inverse", &PlanInstruction::inverse}};
 // Said by the instruction's buffers (keep_mask, keep_stats: a second output), or of the
 // IR alone.

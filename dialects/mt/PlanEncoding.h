@@ -16,13 +16,13 @@ struct PlanInstruction {
   double epsilon = 0, rate = 0, value = 0;
   int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
   bool causal = false, vocabParallel = false, sequenceParallel = false,
-       featureParallel = false, headParallel = false, lossSeed = false;
+       featureParallel = false, headParallel = false, lossSeed = false, accumulate = false;
   int32_t axis = 0;
   // Rotary embeddings.
   double theta = 0, scalingFactor = 0, lowFreqFactor = 0, highFreqFactor = 0;
   int64_t kvHeads = 0, originalPositions = 0;
   bool inverse = false;
-  /// ParamGrad: the parameter's name, which the emitter turns into its index.
+  /// ParamGrad: the parameter's name, whose gradient buffer the emitter makes its output.
   StringRef param;
 };
 

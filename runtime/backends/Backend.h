@@ -139,8 +139,8 @@ public:
   /// dst = src element by element, between any float types (rounding to nearest even).
   virtual Status convert(const TensorView &dst, const TensorView &src) = 0;
 
-  /// Runs one instruction. For ParamGrad, `outputs[0]` is the parameter's gradient,
-  /// which the input is added into.
+  /// Runs one instruction. An output that is a parameter's gradient (ParamGrad's, and
+  /// an accumulating instruction's from its opcode's gradient output on) is added into.
   virtual Status run(const plan::Instruction &inst, const TensorView *inputs,
                      const TensorView *outputs, const StepContext &context) = 0;
 

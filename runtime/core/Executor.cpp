@@ -147,6 +147,8 @@ Status Executor::bind(ExecutorOptions options) {
         data = flatCompute_.data ? static_cast<std::byte *>(flatCompute_.data) +
                                        dtypeBytes(flatCompute_.dtype) * p.offset
                                  : p.weight.data;
+      } else if (b->kind() == plan::BufferKind::Grad) {
+        data = parameters_[localParam_[b->param()]].grad.data;
       } else if (options.separateBuffers) {
         MT_TRY(allocate(b->bytes(), data));
       } else {
@@ -302,8 +304,6 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
     n = 0;
     for (uint32_t id : *inst.outputs())
       out[n++] = views[id];
-    if (inst.opcode() == plan::Opcode::ParamGrad)
-      out[0] = parameters_[localParam_[inst.param()]].grad;
     if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
                        ? runCollective(inst, in[0], out[0])
                               : backend_.run(inst, in, out, context);

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <set>
 #include <tuple>
-#include <optional>
 #include <iterator>
 #include <sstream>
 
@@ -59,7 +58,6 @@ struct Operands {
   const plan::Instruction &inst;
   const std::vector<Dims> &in, &out;
   int64_t tp;         // the tensor-parallel group's size
-  const Dims *param;  // ParamGrad: the parameter's own shape
   plan::DType accumulator; // the plan's accumulator type (losses, softmax statistics)
 };
 
@@ -317,8 +315,7 @@ std::string checkVocabParallelCrossEntropyGrad(const Operands &o) {
 }
 
 std::string checkParamGrad(const Operands &o) {
-  return o.param && o.in[0].numel() == o.param->numel() ? ""
-                                                        : "gradient does not match its parameter";
+  return o.in[0].d == o.out[0].d ? "" : "gradient does not match its parameter";
 }
 
 // AllGather (block) -> whole and ReduceScatter (whole) -> block, along `axis`.
@@ -335,7 +332,8 @@ std::string checkBlocks(const Operands &o) {
 
 using OperandCheck = std::string (*)(const Operands &);
 constexpr OperandCheck kShapeChecks[] = {
-#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, runsOn, shapes)  \
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, grad, runsOn,     \
+                  shapes)                                                                  \
   &check##shapes,
 #include "plan/Opcodes.def"
 #undef MT_OPCODE
@@ -343,8 +341,7 @@ constexpr OperandCheck kShapeChecks[] = {
 
 /// Every operand's element type as the opcode table says, then its shape rule.
 std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims> &in,
-                          const std::vector<Dims> &out, const plan::Plan &p,
-                          const Dims *param) {
+                          const std::vector<Dims> &out, const plan::Plan &p) {
   // Every operand is an index tensor, a dropout mask, or a float in the plan's precision
   // or (losses, softmax statistics) its accumulator type; the kernels read each operand
   // by its type.
@@ -361,7 +358,32 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
     if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
   return kShapeChecks[static_cast<size_t>(inst.opcode())](
-      Operands{inst, in, out, p.grid()->tp(), param, accumulator});
+      Operands{inst, in, out, p.grid()->tp(), accumulator});
+}
+
+/// Parameters and their gradients live outside the arena.
+bool persistent(const plan::Buffer &b) {
+  return b.kind() == plan::BufferKind::Param || b.kind() == plan::BufferKind::Grad;
+}
+
+/// A parameter's gradient is only ever added into: by ParamGrad, or from the opcode's
+/// gradient output on by an instruction that accumulates. No one reads it.
+std::string checkGradOutputs(const plan::Instruction &inst,
+                             const flatbuffers::Vector<flatbuffers::Offset<plan::Buffer>> &buffers) {
+  auto isGrad = [&](uint32_t id) { return buffers.Get(id)->kind() == plan::BufferKind::Grad; };
+  for (uint32_t id : *inst.inputs())
+    if (isGrad(id))
+      return "reads a parameter's gradient";
+  const int first = opcodeInfo(inst.opcode()).gradOutput;
+  const bool accumulates = inst.opcode() == plan::Opcode::ParamGrad || inst.accumulate();
+  if (inst.accumulate() && first < 0)
+    return "accumulates, but has no gradient output";
+  for (flatbuffers::uoffset_t i = 0; i < inst.outputs()->size(); ++i)
+    if (isGrad(inst.outputs()->Get(i)) != (accumulates && static_cast<int>(i) >= first))
+      return accumulates && static_cast<int>(i) >= first
+                 ? "adds into a buffer that is not a parameter's gradient"
+                 : "writes over a parameter's gradient";
+  return "";
 }
 
 Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index) {
@@ -379,14 +401,16 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     uint64_t bytes = shapeBytes(b->shape(), b->dtype());
     if (bytes == 0 || bytes != b->bytes())
       return Status::failure(cat(where, " buffer ", i, ": shape and size disagree"));
-    if (b->kind() == plan::BufferKind::Param) {
+    if (persistent(*b)) {
       if (b->param() < 0 || static_cast<size_t>(b->param()) >= numParams)
         return Status::failure(cat(where, " buffer ", i, " names parameter ", b->param(),
                                    " of ", numParams));
       const plan::Param *param = p.params()->Get(b->param());
       // The programs read a parameter in the plan's precision (under bf16 and f16, the
-      // compute copy of the f32 master weights).
-      if (!sameShape(param->shape(), b->shape()) || b->dtype() != p.precision())
+      // compute copy of the f32 master weights) and add to its gradient in its own type.
+      const plan::DType dtype =
+          b->kind() == plan::BufferKind::Param ? p.precision() : param->dtype();
+      if (!sameShape(param->shape(), b->shape()) || b->dtype() != dtype)
         return Status::failure(cat(where, " buffer ", i, " disagrees with parameter ",
                                    b->param()));
     } else if (b->offset() > prog.arena_bytes() ||
@@ -422,23 +446,14 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       for (uint32_t id : *list)
         if (id >= buffers.size())
           return Status::failure(cat(at, " names buffer ", id, " of ", buffers.size()));
-    if (inst->opcode() == plan::Opcode::ParamGrad &&
-        (inst->param() < 0 || static_cast<size_t>(inst->param()) >= numParams))
-      return Status::failure(cat(at, " names parameter ", inst->param(), " of ", numParams));
+    if (std::string why = checkGradOutputs(*inst, buffers); !why.empty())
+      return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()), "): ", why));
     std::vector<Dims> in, out;
     for (uint32_t id : *inst->inputs())
       in.emplace_back(*buffers.Get(id));
     for (uint32_t id : *inst->outputs())
       out.emplace_back(*buffers.Get(id));
-    std::optional<Dims> param;
-    if (inst->opcode() == plan::Opcode::ParamGrad) {
-      const plan::Param *spec = p.params()->Get(inst->param());
-      param.emplace(*buffers.Get(inst->inputs()->Get(0)));
-      param->d.assign(spec->shape()->begin(), spec->shape()->end());
-      param->dtype = spec->dtype();
-    }
-    if (std::string why = checkOperands(*inst, in, out, p, param ? &*param : nullptr);
-        !why.empty())
+    if (std::string why = checkOperands(*inst, in, out, p); !why.empty())
       return Status::failure(cat(at, " (", plan::EnumNameOpcode(inst->opcode()), "): ", why));
   }
   for (uint32_t id : {prog.tokens(), prog.targets()})
@@ -452,7 +467,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   // The neighbours exchange activations in the plan's precision; a stash also keeps
   // dropout masks and f32 softmax statistics.
   auto transferable = [&](uint32_t id, bool stash) {
-    if (id >= buffers.size() || buffers.Get(id)->kind() == plan::BufferKind::Param)
+    if (id >= buffers.size() || persistent(*buffers.Get(id)))
       return false;
     plan::DType dtype = buffers.Get(id)->dtype();
     return dtype == p.precision() ||
@@ -471,13 +486,14 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
     if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||
-        input.d[1] != p.seq_length() || buffers.Get(id)->kind() == plan::BufferKind::Param)
+        input.d[1] != p.seq_length() || persistent(*buffers.Get(id)))
       return Status::failure(cat(where, ": tokens and targets must be integer [",
                                  p.micro_batch_size(), ", ", p.seq_length(), "] inputs"));
   }
   if (prog.loss() >= 0) {
     Dims loss(*buffers.Get(prog.loss()));
-    if (loss.numel() != 1 || loss.dtype != accumulatorType(p.precision()))
+    if (loss.numel() != 1 || loss.dtype != accumulatorType(p.precision()) ||
+        persistent(*buffers.Get(prog.loss())))
       return Status::failure(cat(where, ": the loss must be a float scalar"));
   }
   return Status::success();
@@ -584,11 +600,11 @@ Status checkPlan(const plan::Plan &p) {
     return Status::failure(cat("parameter ", unnamed - named.begin(), " belongs to no program"));
   for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i) {
     const plan::Program &prog = *p.programs()->Get(i);
-    for (const plan::Instruction *inst : *prog.instructions())
-      if (inst->opcode() == plan::Opcode::ParamGrad &&
-          !held.count({prog.stage(), static_cast<uint32_t>(inst->param())}))
+    for (const plan::Buffer *b : *prog.buffers())
+      if (b->kind() == plan::BufferKind::Grad &&
+          !held.count({prog.stage(), static_cast<uint32_t>(b->param())}))
         return Status::failure(cat("program ", i, " gives a gradient to parameter ",
-                                   inst->param(), ", which its stage does not hold"));
+                                   b->param(), ", which its stage does not hold"));
   }
   for (flatbuffers::uoffset_t s = 0; s < p.stages()->size(); ++s) {
     const plan::Stage *stage = p.stages()->Get(s);

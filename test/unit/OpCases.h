@@ -42,11 +42,15 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"silu", oneOpModel(R"(
   %x = mt.param "x" normal(2.0) : tensor<2x3x5xf32>
   %logits = mt.silu %x : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
-  c.push_back({"linear", oneOpModel(R"(
+  // The weight and bias gradients added into the parameters' by their ops (mt-fuse-grad-
+  // accumulation), and each added by a ParamGrad of its own.
+  const std::string linear = oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x4xf32>
   %w = mt.param "w" normal(0.5) : tensor<5x4xf32>
   %b = mt.param "b" normal(0.5) : tensor<5xf32>
-  %logits = mt.linear %x, %w, %b : (tensor<2x3x4xf32>, tensor<5x4xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  %logits = mt.linear %x, %w, %b : (tensor<2x3x4xf32>, tensor<5x4xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5);
+  c.push_back({"linear", linear, "", 3, 5});
+  c.push_back({"linear_unfused", linear, "", 3, 5, "--no-gradient-accumulation-fusion"});
   // A GELU between two linears: mt-fuse-epilogues folds it into the first linear and its
   // gradient into the second's input gradient (--no-bias-gelu-fusion: the pair as is).
   // 8 hidden features, or 32 over 8 rows of 16 (the cuBLASLt-only test's), suit
@@ -75,11 +79,13 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"mlp_gelu_unfused", mlp(3, 4, 8, 5, true), "", 3, 5, "--no-bias-gelu-fusion"});
   c.push_back({"mlp_gelu_odd", mlp(3, 4, 6, 5, false), "", 3, 5});
   c.push_back({"mlp_gelu_wide", mlp(4, 16, 32, 8, true), "", 4, 8});
-  c.push_back({"layer_norm", oneOpModel(R"(
+  const std::string layerNorm = oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %g = mt.param "g" normal(1.0) : tensor<5xf32>
   %b = mt.param "b" normal(1.0) : tensor<5xf32>
-  %logits = mt.layer_norm %x, %g, %b : (tensor<2x3x5xf32>, tensor<5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  %logits = mt.layer_norm %x, %g, %b : (tensor<2x3x5xf32>, tensor<5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5);
+  c.push_back({"layer_norm", layerNorm, "", 3, 5});
+  c.push_back({"layer_norm_unfused", layerNorm, "", 3, 5, "--no-gradient-accumulation-fusion"});
   c.push_back({"rms_norm", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %g = mt.param "g" normal(1.0) : tensor<5xf32>

@@ -3,8 +3,8 @@
 // random-mutation fuzz that re-seals the CRC so the mutations reach the FlatBuffers
 // verifier and the semantic checks behind it, and runs a step of every plan accepted;
 // the same fuzz of a pipelined plan, and pipelined plans edited in place into a
-// deadlocking schedule, a program out of its place, and a gradient sent to another
-// stage's parameter.
+// deadlocking schedule, a program out of its place, a gradient sent to another stage's
+// parameter, and an instruction that writes over or reads a parameter's gradient.
 #include "CompileWithMtc.h"
 #include "StatusAssertions.h"
 #include "TestSeed.h"
@@ -304,14 +304,13 @@ TEST(PipelinedPlanTest, GradientToAParameterOfAnotherStageIsRefused) {
       return std::vector<int64_t>(dims->begin(), dims->end());
     };
     auto *backward = p.mutable_programs()->GetMutableObject(3);
-    for (flatbuffers::uoffset_t i = 0; i < backward->instructions()->size(); ++i) {
-      auto *inst = backward->mutable_instructions()->GetMutableObject(i);
-      if (inst->opcode() != plan::Opcode::ParamGrad)
+    for (flatbuffers::uoffset_t i = 0; i < backward->buffers()->size(); ++i) {
+      auto *grad = backward->mutable_buffers()->GetMutableObject(i);
+      if (grad->kind() != plan::BufferKind::Grad)
         continue;
       for (int32_t foreign : stage0)
-        if (!stage1.count(foreign) && shape(foreign) == shape(inst->param())) {
-          inst->mutate_param(foreign);
-          edited = true;
+        if (!stage1.count(foreign) && shape(foreign) == shape(grad->param())) {
+          edited = grad->mutate_param(foreign);
           return;
         }
     }
@@ -319,6 +318,45 @@ TEST(PipelinedPlanTest, GradientToAParameterOfAnotherStageIsRefused) {
   ASSERT_TRUE(edited) << "no stage-0 parameter shares a shape with a stage-1 gradient";
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("which its stage does not hold"), std::string::npos)
+      << s.message();
+}
+
+/// The first instruction of a backward program that adds into a parameter's gradient
+/// (the plan's default: mt-fuse-grad-accumulation), and one of its gradient buffers.
+std::pair<plan::Instruction *, uint32_t> accumulating(plan::Plan &p) {
+  auto *backward = p.mutable_programs()->GetMutableObject(3);
+  for (flatbuffers::uoffset_t i = 0; i < backward->instructions()->size(); ++i) {
+    auto *inst = backward->mutable_instructions()->GetMutableObject(i);
+    if (inst->accumulate())
+      return {inst, inst->outputs()->Get(inst->outputs()->size() - 1)};
+  }
+  return {nullptr, 0};
+}
+
+TEST(PipelinedPlanTest, AnInstructionThatWritesOverAGradientIsRefused) {
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    if (plan::Instruction *inst = accumulating(p).first)
+      edited = inst->mutate_accumulate(false);
+  });
+  ASSERT_TRUE(edited) << "no instruction accumulates";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("writes over a parameter's gradient"), std::string::npos)
+      << s.message();
+}
+
+TEST(PipelinedPlanTest, AnInstructionThatReadsAGradientIsRefused) {
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    auto [inst, grad] = accumulating(p);
+    if (inst) {
+      inst->mutable_inputs()->Mutate(0, grad);
+      edited = true;
+    }
+  });
+  ASSERT_TRUE(edited) << "no instruction accumulates";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("reads a parameter's gradient"), std::string::npos)
       << s.message();
 }
 

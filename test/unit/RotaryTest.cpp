@@ -85,10 +85,20 @@ struct RotaryInstruction {
   const plan::Instruction *inst = nullptr;
   RotaryInstruction(int64_t heads, int64_t kv, double theta, double factor, bool inverse) {
     std::vector<uint32_t> in{0}, out{1};
-    fbb.Finish(plan::CreateInstruction(
-        fbb, plan::Opcode::Rotary, fbb.CreateVector(in), fbb.CreateVector(out), 0, 0, 0, heads,
-        false, -1, 0, 0, -1, 0, 0, false, false, false, false, false, theta, kv, factor, 1.0,
-        4.0, 64, inverse));
+    auto inputs = fbb.CreateVector(in), outputs = fbb.CreateVector(out);
+    plan::InstructionBuilder rotary(fbb);
+    rotary.add_opcode(plan::Opcode::Rotary);
+    rotary.add_inputs(inputs);
+    rotary.add_outputs(outputs);
+    rotary.add_heads(heads);
+    rotary.add_theta(theta);
+    rotary.add_kv_heads(kv);
+    rotary.add_scaling_factor(factor);
+    rotary.add_low_freq_factor(1.0);
+    rotary.add_high_freq_factor(4.0);
+    rotary.add_original_positions(64);
+    rotary.add_inverse(inverse);
+    fbb.Finish(rotary.Finish());
     inst = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
   }
 };

@@ -48,7 +48,8 @@ constexpr const char *kUsage = R"(usage:
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
-              [--no-cross-entropy-loss-fusion] [--emit-mlir FILE] [--print-ir-after-all]
+              [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
+              [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
               [--json]
@@ -58,6 +59,7 @@ constexpr const char *kUsage = R"(usage:
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
               [--no-bias-gelu-fusion] [--no-cross-entropy-loss-fusion]
+              [--no-gradient-accumulation-fusion]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 
@@ -88,6 +90,14 @@ struct Args {
   llvm::StringMap<bool> switches;
 };
 
+/// The fusions the switches leave on.
+mtc::Fusions fusionsOf(const Args &args) {
+  mtc::Fusions fusions;
+  for (auto [flag, on] : mtc::kFusionSwitches)
+    fusions.*on = !args.switches.lookup(flag);
+  return fusions;
+}
+
 /// Parses argv against the flags `command` accepts; returns an error message or "".
 std::string parseArgs(int argc, char **argv, Args &args) {
   static const std::vector<std::string> layoutValues = {
@@ -111,17 +121,20 @@ std::string parseArgs(int argc, char **argv, Args &args) {
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
       {"compile", with(layoutValues, {"o", "emit-mlir"})}};
+  std::vector<std::string> fusionSwitches;
+  for (auto [flag, on] : mtc::kFusionSwitches)
+    fusionSwitches.push_back(flag);
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
       {"estimate",
-       {"sp", "distributed-optimizer", "recompute-activations", "no-bias-gelu-fusion",
-        "no-cross-entropy-loss-fusion", "bf16", "fp16", "json"}},
-      {"tune", {"bf16", "fp16", "json", "no-bias-gelu-fusion", "no-cross-entropy-loss-fusion"}},
+       with(fusionSwitches,
+            {"sp", "distributed-optimizer", "recompute-activations", "bf16", "fp16", "json"})},
+      {"tune", with(fusionSwitches, {"bf16", "fp16", "json"})},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
       {"compile",
-       {"print-ir-after-all", "sp", "distributed-optimizer", "recompute-activations",
-        "no-bias-gelu-fusion", "no-cross-entropy-loss-fusion", "bf16", "fp16"}}};
+       with(fusionSwitches, {"print-ir-after-all", "sp", "distributed-optimizer",
+                             "recompute-activations", "bf16", "fp16"})}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
@@ -423,8 +436,7 @@ int readLayout(const Args &args, mtc::StepLayout &layout, std::string &precision
     }
   }
   options.sequenceParallel = args.switches.lookup("sp");
-  options.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
-  options.crossEntropyFusion = !args.switches.lookup("no-cross-entropy-loss-fusion");
+  options.fusions = fusionsOf(args);
   layout.distributedOptimizer = args.switches.lookup("distributed-optimizer");
   if (options.globalBatchSize % (options.microBatchSize * options.dp) != 0) {
     errs() << "mtc: global batch size " << options.globalBatchSize
@@ -897,8 +909,7 @@ int runTune(MLIRContext &context, const Args &args) {
   }
   if (int status = readPrecision(args, precision, request.precision))
     return status;
-  request.biasGeluFusion = !args.switches.lookup("no-bias-gelu-fusion");
-  request.crossEntropyFusion = !args.switches.lookup("no-cross-entropy-loss-fusion");
+  request.fusions = fusionsOf(args);
   ModelFile model;
   if (!loadModel(context, args.model, model))
     return 1;

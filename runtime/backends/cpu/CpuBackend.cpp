@@ -6,6 +6,7 @@
 #include "core/HostDevice.h"
 #include "core/Half.h"
 #include "core/Rng.h"
+#include "plan/Opcodes.h"
 
 #include <cblas.h>
 
@@ -990,17 +991,11 @@ plan::DType computeType(const plan::Instruction &inst, const TensorView *in,
   return out[0].dtype == plan::DType::F64 ? plan::DType::F64 : plan::DType::F32;
 }
 
-/// Outputs the kernel sees: ParamGrad's is the parameter's gradient, which the executor
-/// binds, not the plan.
-size_t outputCount(const plan::Instruction &inst) {
-  return inst.opcode() == Opcode::ParamGrad ? 1 : inst.outputs()->size();
-}
-
 /// 16-bit storage, f32 arithmetic: widens every 16-bit operand into an f32 copy, runs
 /// the f32 kernel, and rounds each 16-bit output once.
 Status runWidened(const plan::Instruction &inst, const TensorView *inputs,
                   const TensorView *outputs, const StepContext &context) {
-  const size_t numIn = inst.inputs()->size(), numOut = outputCount(inst);
+  const size_t numIn = inst.inputs()->size(), numOut = inst.outputs()->size();
   std::vector<TensorView> views(inputs, inputs + numIn);
   views.insert(views.end(), outputs, outputs + numOut);
   std::vector<std::vector<float>> wide(views.size());
@@ -1108,9 +1103,33 @@ public:
   }
 
 private:
+  /// An instruction that accumulates computes its gradient outputs into temporaries of
+  /// their type (the accumulator type), which it then adds into the gradients: the
+  /// unfused pair, less the rounding to 16 bits between the two.
   Status dispatch(const plan::Instruction &inst, const TensorView *inputs,
                   const TensorView *outputs, const StepContext &context) {
-    for (size_t i = 0; i < inst.inputs()->size() + outputCount(inst); ++i) {
+    if (!inst.accumulate())
+      return compute(inst, inputs, outputs, context);
+    const size_t first = static_cast<size_t>(opcodeInfo(inst.opcode()).gradOutput);
+    std::vector<TensorView> into(outputs, outputs + inst.outputs()->size());
+    std::vector<std::vector<double>> temporaries(into.size()); // room for f64 or f32
+    for (size_t i = first; i < into.size(); ++i) {
+      temporaries[i].resize(static_cast<size_t>(into[i].numel()));
+      into[i].data = temporaries[i].data();
+    }
+    MT_TRY(compute(inst, inputs, into.data(), context));
+    for (size_t i = first; i < into.size(); ++i) {
+      if (into[i].dtype == plan::DType::F64)
+        Kernels<double>::accumulate(into[i], outputs[i]);
+      else
+        Kernels<float>::accumulate(into[i], outputs[i]);
+    }
+    return Status::success();
+  }
+
+  Status compute(const plan::Instruction &inst, const TensorView *inputs,
+                 const TensorView *outputs, const StepContext &context) {
+    for (size_t i = 0; i < inst.inputs()->size() + inst.outputs()->size(); ++i) {
       const TensorView &t = i < inst.inputs()->size() ? inputs[i]
                                                       : outputs[i - inst.inputs()->size()];
       if (isHalf(t.dtype))

@@ -117,13 +117,13 @@ void launchBiasAdd(const X *x, const T *bias, T *out, int64_t n, int64_t cols,
   biasAddKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, bias, out, n, cols);
 }
 
-/// db = the column sums of dy [rows × cols]; `partials` holds
-/// columnSumScratchBytes(1, rows, cols).
-template <typename T>
-void launchBiasGrad(const T *dy, T *db, int64_t rows, int64_t cols, float *partials,
-                    cudaStream_t stream) {
+/// db = the column sums of dy [rows × cols] (db += them with `accumulate`); `partials`
+/// holds columnSumScratchBytes(1, rows, cols).
+template <typename T, typename Out>
+void launchBiasGrad(const T *dy, Out *db, int64_t rows, int64_t cols, float *partials,
+                    bool accumulate, cudaStream_t stream) {
   launchColumnSums<1>(BiasGradTerm<T>{dy, cols}, rows, cols, partials, db,
-                      static_cast<T *>(nullptr), stream);
+                      static_cast<Out *>(nullptr), accumulate, stream);
 }
 
 template <typename T>

@@ -57,25 +57,27 @@ __global__ void columnPartialsKernel(Term term, int64_t rows, int64_t cols, int6
     }
 }
 
-/// Second pass: out_k[j] = Σ over chunks, in order, rounded once to T.
+/// Second pass: out_k[j] = Σ over chunks, in order, rounded once to T; with
+/// `accumulate`, that sum added to out_k[j] (a parameter's f32 gradient).
 template <int K, typename T>
 __global__ void columnFinishKernel(const float *partials, int64_t chunks, int64_t cols,
-                                   T *out0, T *out1) {
+                                   T *out0, T *out1, bool accumulate) {
   GRID_STRIDE(j, cols) {
     for (int k = 0; k < K; ++k) {
       float sum = 0;
       for (int64_t c = 0; c < chunks; ++c)
         sum += partials[(c * K + k) * cols + j];
-      st(k == 0 ? out0 : out1, j, sum);
+      T *out = k == 0 ? out0 : out1;
+      st(out, j, accumulate ? ld(out, j) + sum : sum);
     }
   }
 }
 
-/// out0 (and out1 for K = 2) [cols] = the column sums of term's K values over `rows`;
-/// `partials` holds columnSumScratchBytes(K, rows, cols).
+/// out0 (and out1 for K = 2) [cols] = the column sums of term's K values over `rows`, or
+/// += them with `accumulate`; `partials` holds columnSumScratchBytes(K, rows, cols).
 template <int K, typename Term, typename T>
 void launchColumnSums(const Term &term, int64_t rows, int64_t cols, float *partials, T *out0,
-                      T *out1, cudaStream_t stream) {
+                      T *out1, bool accumulate, cudaStream_t stream) {
   if (cols == 0)
     return; // nothing to write, and a grid of no blocks is a launch error
   const int64_t chunks = columnSumChunks(rows);
@@ -84,7 +86,7 @@ void launchColumnSums(const Term &term, int64_t rows, int64_t cols, float *parti
   columnPartialsKernel<K><<<grid, dim3(kSumColumns, kSumRows), 0, stream>>>(
       term, rows, cols, columnSumChunkRows(rows), partials);
   columnFinishKernel<K><<<blocksFor(cols), kThreads, 0, stream>>>(partials, chunks, cols, out0,
-                                                                   out1);
+                                                                   out1, accumulate);
 }
 
 } // namespace

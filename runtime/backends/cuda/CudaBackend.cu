@@ -141,8 +141,7 @@ public:
     for (size_t i = 0; i < numIn; ++i)
       if (in[i].dtype == DType::BF16 || in[i].dtype == DType::F16 || in[i].dtype == DType::F64)
         t = in[i].dtype;
-    if (inst.opcode() != Opcode::ParamGrad && inst.outputs()->size() > 0 &&
-        (out[0].dtype == DType::BF16 || out[0].dtype == DType::F16))
+    if (inst.outputs()->size() > 0 && (out[0].dtype == DType::BF16 || out[0].dtype == DType::F16))
       t = out[0].dtype;
     if (t == DType::F64)
       return Status::failure(cat("cuda backend: ", plan::EnumNameOpcode(inst.opcode()), " in ",
@@ -460,7 +459,9 @@ private:
                         c, ldc, dtype, epilogue, stream_))
         return;
       if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
-                        stored, ldc, dtype, Epilogue{bias}, stream_)) {
+                        stored, ldc, dtype,
+                        Epilogue{bias, Activation::None, nullptr, epilogue.accumulate},
+                        stream_)) {
         applyActivation(epilogue, stored, c, m * n, dtype);
         return;
       }
@@ -472,7 +473,8 @@ private:
     void *product = bias ? grow(gemmOut_, sizeof(float) * m * n, "allocating the GEMM output")
                          : stored;
     gemmEx(blas_, transA, transB, m, n, k, a, lda, b, ldb, product,
-           bias ? CUDA_R_32F : cudaTypeOf(dtype), bias ? m : ldc, dtype);
+           bias || epilogue.accumulate ? CUDA_R_32F : cudaTypeOf(dtype), bias ? m : ldc, dtype,
+           epilogue.accumulate);
     if (bias) {
       withStorage(dtype, [&](auto tag) {
         using T = decltype(tag);
@@ -623,8 +625,13 @@ private:
         launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), rstds, rows, h,
                               static_cast<float>(inst.epsilon()), stream_);
       launched("rms norm gradient");
-      launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h,
-                               after<float>(rstds, rowBytes), stream_);
+      float *partials = after<float>(rstds, rowBytes);
+      if (inst.accumulate())
+        launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, f(out[1]), rows, h, partials, true,
+                                 stream_);
+      else
+        launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h, partials,
+                                 false, stream_);
       break;
     }
     case Opcode::LayerNormGrad: {
@@ -635,8 +642,13 @@ private:
         launchLayerNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), moments, rows, h,
                                 static_cast<float>(inst.epsilon()), stream_);
       launched("layer norm gradient");
-      launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, p(out[1]), p(out[2]), rows, h,
-                                 after<float>(moments, rowBytes), stream_);
+      float *partials = after<float>(moments, rowBytes);
+      if (inst.accumulate())
+        launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, f(out[1]), f(out[2]), rows, h,
+                                   partials, true, stream_);
+      else
+        launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, p(out[1]), p(out[2]), rows, h,
+                                   partials, false, stream_);
       break;
     }
     case Opcode::Linear:
@@ -663,16 +675,20 @@ private:
       break;
     }
     case Opcode::LinearGradWeight: {
-      // dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy.
+      // dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy (added to the f32 gradient
+      // where the instruction accumulates).
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
-      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, type);
+      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
+           Epilogue{nullptr, Activation::None, nullptr, inst.accumulate()});
       break;
     }
     case Opcode::BiasGrad: {
       const int64_t rows = in[0].rows(), cols = in[0].cols();
-      launchBiasGrad(p(in[0]), p(out[0]), rows, cols,
-                     static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols))),
-                     stream_);
+      float *partials = static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols)));
+      if (inst.accumulate())
+        launchBiasGrad(p(in[0]), f(out[0]), rows, cols, partials, true, stream_);
+      else
+        launchBiasGrad(p(in[0]), p(out[0]), rows, cols, partials, false, stream_);
       break;
     }
     case Opcode::BiasAdd:

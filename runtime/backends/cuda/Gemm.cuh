@@ -1,6 +1,7 @@
 // GEMMs: cuBLASLt with the bias and GELU (or GELU's gradient) fused as its epilogue, and
 // cuBLAS's general GEMM for the shapes cuBLASLt has no algorithm for (the backend applies
-// the epilogue after it). Column-major with f32 compute; A, B and C in one storage type.
+// the epilogue after it). Column-major with f32 compute; A, B and C in one storage type,
+// except that a product accumulated into a parameter's gradient adds into f32.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_GEMM_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_GEMM_CUH
 
@@ -39,11 +40,14 @@ GemmPath gemmPath() {
 /// GELU keeping its input in `aux` (GELU_AUX), or GELU's gradient at the pre-activation
 /// `aux` (DGELU). `aux` is shaped as C, with C's leading dimension. cuBLASLt's GELU is
 /// the tanh approximation, as core/HostDevice.h's; the backend fuses it in 16 bits only.
+/// `accumulate`: C is f32 and the product is added to it (C = A·B + C), with neither
+/// bias nor activation (a weight gradient into the parameter's gradient).
 enum class Activation { None, Gelu, GeluGrad };
 struct Epilogue {
   const void *bias = nullptr;
   Activation activation = Activation::None;
   void *aux = nullptr;
+  bool accumulate = false;
 };
 
 /// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
@@ -80,9 +84,9 @@ public:
         align /= 2;
       return align;
     };
-    const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype), bias != nullptr,
-                  static_cast<int>(epilogue.activation), alignment(a), alignment(b),
-                  alignment(c), workspaceBytes};
+    const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype),
+                  bias != nullptr, static_cast<int>(epilogue.activation), epilogue.accumulate,
+                  alignment(a), alignment(b), alignment(c), workspaceBytes};
     auto found = plans_.find(key);
     if (found == plans_.end()) {
       Plan plan;
@@ -101,9 +105,9 @@ public:
                                        &epilogue.aux,
                                        sizeof epilogue.aux) != CUBLAS_STATUS_SUCCESS)
       return false;
-    const float one = 1.f, zero = 0.f;
+    const float one = 1.f, beta = epilogue.accumulate ? 1.f : 0.f;
     const cublasStatus_t status =
-        cublasLtMatmul(lt_, plan.desc, &one, a, plan.la, b, plan.lb, &zero, c, plan.lc, c,
+        cublasLtMatmul(lt_, plan.desc, &one, a, plan.la, b, plan.lb, &beta, c, plan.lc, c,
                        plan.lc, &plan.algo, workspaceData, workspaceBytes, stream);
     if (status != CUBLAS_STATUS_SUCCESS && !warnedFailure_) {
       std::fprintf(stderr, "cuda backend: cublasLtMatmul failed (cuBLAS status %d) for an "
@@ -125,11 +129,12 @@ private:
     int dtype;
     bool bias;
     int activation;
+    bool accumulate;
     uint32_t alignA, alignB, alignC;
     size_t workspace;
     auto tie() const {
-      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, activation, alignA,
-                      alignB, alignC, workspace);
+      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, activation,
+                      accumulate, alignA, alignB, alignC, workspace);
     }
     bool operator<(const Key &other) const { return tie() < other.tie(); }
   };
@@ -196,7 +201,9 @@ private:
       check(cublasLtMatrixLayoutCreate(&plan.lb, type, key.transB ? n : k, key.transB ? k : n,
                                        key.ldb),
             "layout B");
-      check(cublasLtMatrixLayoutCreate(&plan.lc, type, m, n, key.ldc), "layout C");
+      check(cublasLtMatrixLayoutCreate(&plan.lc, key.accumulate ? CUDA_R_32F : type, m, n,
+                                       key.ldc),
+            "layout C");
       cublasLtMatmulPreference_t preference;
       check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
       cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -240,19 +247,20 @@ private:
   bool warnedFailure_ = false;
 };
 
-/// product = op(A)·op(B) through cuBLAS's general GEMM, on the stream of `blas` (the
-/// backend sets it to its own): f32 compute, A and B in `dtype`, the product in
-/// `productType` with leading dimension `ldProduct`.
+/// product = op(A)·op(B) (+ product, with `accumulate`) through cuBLAS's general GEMM, on
+/// the stream of `blas` (the backend sets it to its own): f32 compute, A and B in
+/// `dtype`, the product in `productType` with leading dimension `ldProduct`.
 inline void gemmEx(cublasHandle_t blas, bool transA, bool transB, int64_t m, int64_t n,
                    int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
-                   void *product, cudaDataType_t productType, int64_t ldProduct, DType dtype) {
+                   void *product, cudaDataType_t productType, int64_t ldProduct, DType dtype,
+                   bool accumulate = false) {
   const cudaDataType_t type = cudaTypeOf(dtype);
   const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
   check(cublasGemmEx(blas, opA, opB, static_cast<int>(m), static_cast<int>(n),
                      static_cast<int>(k), &one, a, type, static_cast<int>(lda), b, type,
-                     static_cast<int>(ldb), &zero, product, productType,
+                     static_cast<int>(ldb), &beta, product, productType,
                      static_cast<int>(ldProduct), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
 }

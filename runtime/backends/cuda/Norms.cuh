@@ -138,12 +138,14 @@ void launchRmsNormGradRows(const T *dy, const T *x, const T *w, T *dx, float *rs
                                                                               rstds, h, eps);
 }
 
-/// dw = Σ over rows of dy·x·rstd; `partials` holds columnSumScratchBytes(1, rows, h).
-template <typename T>
-void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, T *dw, int64_t rows,
-                              int64_t h, float *partials, cudaStream_t stream) {
+/// dw = Σ over rows of dy·x·rstd (dw += it with `accumulate`); `partials` holds
+/// columnSumScratchBytes(1, rows, h).
+template <typename T, typename Out>
+void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *dw,
+                              int64_t rows, int64_t h, float *partials, bool accumulate,
+                              cudaStream_t stream) {
   launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, partials, dw,
-                      static_cast<T *>(nullptr), stream);
+                      static_cast<Out *>(nullptr), accumulate, stream);
 }
 
 template <typename T>
@@ -159,12 +161,14 @@ void launchLayerNormGradRows(const T *dy, const T *x, const T *w, T *dx, float2 
       dy, x, w, dx, moments, h, eps);
 }
 
-/// dw = Σ over rows of dy·x̂, db = Σ dy; `partials` holds columnSumScratchBytes(2, rows, h).
-template <typename T>
-void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, T *dw, T *db,
-                                int64_t rows, int64_t h, float *partials, cudaStream_t stream) {
+/// dw = Σ over rows of dy·x̂, db = Σ dy (each added with `accumulate`); `partials` holds
+/// columnSumScratchBytes(2, rows, h).
+template <typename T, typename Out>
+void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, Out *dw,
+                                Out *db, int64_t rows, int64_t h, float *partials,
+                                bool accumulate, cudaStream_t stream) {
   launchColumnSums<2>(LayerNormGradTerms<T>{dy, x, moments, h}, rows, h, partials, dw, db,
-                      stream);
+                      accumulate, stream);
 }
 
 } // namespace
