@@ -47,10 +47,14 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
       pm.addPass(mt::createMtPipelinePartition());
     if (options.fusions.biasGelu)
       pm.addPass(mt::createMtFuseEpilogues());
+    if (options.fusions.biasDropout)
+      pm.addPass(mt::createMtFuseBiasDropoutAdd());
     if (options.fusions.crossEntropy)
       pm.addPass(mt::createMtFuseCrossEntropy());
     if (options.fusions.gradAccumulation)
       pm.addPass(mt::createMtFuseGradAccumulation());
+    if (options.fusions.normGradAdd)
+      pm.addPass(mt::createMtFuseNormGradAdd());
     pm.addPass(mt::createMtMemoryPlan());
   });
 }

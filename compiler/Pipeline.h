@@ -13,14 +13,18 @@ namespace mtc {
 /// Megatron's fusions, each a pass, all on unless switched off.
 struct Fusions {
   bool biasGelu = true;         // mt-fuse-epilogues
+  bool biasDropout = true;      // mt-fuse-bias-dropout-add
   bool crossEntropy = true;     // mt-fuse-cross-entropy
   bool gradAccumulation = true; // mt-fuse-grad-accumulation
+  bool normGradAdd = true;      // mt-fuse-norm-grad-add
 };
 /// The switch that turns each off (Megatron's spelling), and its field.
 inline constexpr std::pair<const char *, bool Fusions::*> kFusionSwitches[] = {
     {"no-bias-gelu-fusion", &Fusions::biasGelu},
+    {"no-bias-dropout-fusion", &Fusions::biasDropout},
     {"no-cross-entropy-loss-fusion", &Fusions::crossEntropy},
-    {"no-gradient-accumulation-fusion", &Fusions::gradAccumulation}};
+    {"no-gradient-accumulation-fusion", &Fusions::gradAccumulation},
+    {"no-norm-grad-add-fusion", &Fusions::normGradAdd}};
 
 struct CompileOptions {
   int64_t microBatchSize = 0;

@@ -155,7 +155,8 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
       continue;
     }
     // A gradient its producer has added into the parameter's already.
-    if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op); grad && mlir::mt::isAccumulated(grad.getGrad()))
+    if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op);
+        grad && mlir::mt::isAccumulated(grad.getGrad()))
       continue;
     auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kOffsetsAttr);
     if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))

@@ -7,12 +7,6 @@ namespace mlir::mt {
 
 namespace {
 
-/// Whether two ops sit in one place of the step: the same layer, stage and
-/// recomputation (their discardable attributes).
-bool samePlacement(Operation *a, Operation *b) {
-  return a->getDiscardableAttrDictionary() == b->getDiscardableAttrDictionary();
-}
-
 /// The one GELU reading `linear`'s result; null where none or several do. Every other
 /// reader (GELU's gradient, a pipeline stash's return) reads the fused op's `pre`.
 GeluOp soleGelu(LinearOp linear) {

@@ -21,6 +21,12 @@ namespace mlir::mt {
 /// agree (the op reports why).
 LogicalResult reinferTypes(FunctionOpInterface fn);
 
+/// Whether two ops sit in one place of the step, so a fusion pass may join them: the same
+/// layer, stage and recomputation (their discardable attributes).
+inline bool samePlacement(Operation *a, Operation *b) {
+  return a->getDiscardableAttrDictionary() == b->getDiscardableAttrDictionary();
+}
+
 /// Numbers the ops of a differentiated training step in program order into `position`
 /// and returns where its backward starts: at the loss seed mt-autodiff writes (the
 /// first arith.constant), or -1 when there is none.

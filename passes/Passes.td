@@ -257,6 +257,38 @@ def MtFuseCrossEntropy : Pass<"mt-fuse-cross-entropy", "::mlir::ModuleOp"> {
   }];
 }
 
+def MtFuseBiasDropoutAdd : Pass<"mt-fuse-bias-dropout-add", "::mlir::ModuleOp"> {
+  let summary = "Joins a residual branch's bias, dropout and add into one op";
+  let description = [{
+    Megatron's bias-dropout-add fusion, on the differentiated step (after recomputation
+    and pipeline partition, each function on its own): an `mt.dropout` whose result only
+    an `mt.add` reads becomes, with that add, `mt.bias_dropout_add` of the dropout's
+    input and the add's other operand (the residual), at the add's place; an
+    `mt.bias_add` only the dropout reads (a row-parallel linear's bias under tensor
+    parallelism) joins it. The dropout's mask, rate and stream are kept, so the draw is
+    the same; its gradient is unchanged. The ops must carry the same placement
+    attributes, and the mask's readers must come after the add.
+
+    One kernel instead of two or three: the dropped tensor is never stored, and x is
+    read once. The CPU backend runs the ops in turn; the GPU kernel rounds each step as
+    they store it: the pair's bits on both.
+  }];
+}
+
+def MtFuseNormGradAdd : Pass<"mt-fuse-norm-grad-add", "::mlir::ModuleOp"> {
+  let summary = "Sums the residual stream's gradient in the norms' gradients";
+  let description = [{
+    In a pre-norm block the residual stream's gradient is the sum of what flows past a
+    sublayer and the input gradient of that sublayer's norm: an `mt.add` of an
+    `mt.layer_norm_grad`'s (or `mt.rms_norm_grad`'s) input gradient, read by nothing
+    else, and a value defined before the norm's gradient becomes that gradient's
+    `residual_grad` operand, and the add is gone. The norm's kernel adds it as it
+    writes its input gradient, each rounded as the two ops store them: the pair's bits,
+    on the CPU (which runs them in turn) and on the GPU, one launch and one pass over the
+    tensor fewer per norm.
+  }];
+}
+
 def MtFuseGradAccumulation : Pass<"mt-fuse-grad-accumulation", "::mlir::ModuleOp"> {
   let summary = "Adds weight gradients straight into the parameters' gradients";
   let description = [{

@@ -29,7 +29,7 @@ struct MtSetDropout : impl::MtSetDropoutBase<MtSetDropout> {
     // After mt-autodiff a gradient repeats each rate, and a dropout's mask feeds one.
     WalkResult differentiated = getOperation().walk([&](Operation *op) {
       auto dropout = dyn_cast<DropoutOp>(op);
-      if (!isa<AttentionGradOp>(op) && !(dropout && dropout.getKeepMask()))
+      if (!isa<AttentionGradOp, BiasDropoutAddOp>(op) && !(dropout && dropout.getKeepMask()))
         return WalkResult::advance();
       op->emitOpError("is part of a gradient: mt-set-dropout sets a model's rates, before "
                       "mt-autodiff");

@@ -166,8 +166,8 @@ int64_t mlir::mt::defaultBytesMoved(Operation *op) {
   int64_t n = 0;
   for (Type t : op->getOperandTypes())
     n += tensorBytes(t);
-  for (Type t : op->getResultTypes())
-    n += tensorBytes(t);
+  for (Value r : op->getResults()) // an accumulated gradient is read, then written
+    n += tensorBytes(r.getType()) * (isAccumulated(r) ? 2 : 1);
   return n;
 }
 
@@ -631,6 +631,36 @@ LogicalResult DropoutOp::verify() {
   return verifyRandom(*this, getRateAttr(), getStreamAttr());
 }
 
+LogicalResult BiasDropoutAddOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  StringRef op = "mt.bias_dropout_add";
+  auto input = ranked(adaptor.getInput()), residual = ranked(adaptor.getResidual());
+  if (failed(expectSameShape(loc, op, "input", input, "residual", residual)) ||
+      (adaptor.getBias() &&
+       (failed(expectFeatures(loc, op, "input", input)) ||
+        failed(expectFeatureVector(loc, op, "bias", ranked(adaptor.getBias()), "input",
+                                   input)))))
+    return failure();
+  types.push_back(meetTypes(input, residual));
+  if (adaptor.getKeepMask())
+    types.push_back(RankedTensorType::get(input.getShape(),
+                                          IntegerType::get(input.getContext(), 8)));
+  return success();
+}
+
+LogicalResult BiasDropoutAddOp::verify() {
+  return verifyRandom(*this, getRateAttr(), getStreamAttr());
+}
+
+/// As the unfused ops count them: the bias add's and the add's element each, beside the
+/// dropout's result and mask.
+int64_t BiasDropoutAddOp::getOtherFlops() {
+  auto result = ranked(getResult());
+  const int64_t n = result.hasStaticShape() ? result.getNumElements() : 0;
+  return defaultOtherFlops(getOperation()) + n * (getBias() ? 2 : 1);
+}
+
 LogicalResult DropoutGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto grad = ranked(adaptor.getGrad());
@@ -845,13 +875,16 @@ LogicalResult PositionEmbeddingGradOp::inferReturnTypes(MLIRContext *,
 /// A normalisation's gradients: dx like the input, then `vectors` feature vectors like
 /// the weight (its gradient, and the bias's).
 static LogicalResult inferNormGrad(std::optional<Location> loc, StringRef op, Value dy, Value x,
-                                   Value w, int vectors, bool accumulate,
+                                   Value w, Value residualGrad, int vectors, bool accumulate,
                                    SmallVectorImpl<Type> &types) {
   auto grad = ranked(dy), input = ranked(x), weight = ranked(w);
   if (failed(expectSameShape(loc, op, "grad", grad, "input", input)) ||
-      failed(expectFeatureVector(loc, op, "weight", weight, "input", input)))
+      failed(expectFeatureVector(loc, op, "weight", weight, "input", input)) ||
+      (residualGrad && failed(expectSameShape(loc, op, "residual_grad", ranked(residualGrad),
+                                              "grad", grad))))
     return failure();
-  types.push_back(meetTypes(grad, input));
+  types.push_back(residualGrad ? meetTypes(meetTypes(grad, input), ranked(residualGrad))
+                               : meetTypes(grad, input));
   types.append(vectors, weightGradientType(weight, accumulate));
   return success();
 }
@@ -860,16 +893,33 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
                                                 Adaptor adaptor,
                                                 SmallVectorImpl<Type> &types) {
   return inferNormGrad(loc, "mt.layer_norm_grad", adaptor.getGrad(), adaptor.getInput(),
-                       adaptor.getWeight(), 2, adaptor.getAccumulate(), types);
+                       adaptor.getWeight(), adaptor.getResidualGrad(), 2,
+                       adaptor.getAccumulate(), types);
 }
 
 unsigned LayerNormGradOp::getFirstWeightGradient() { return 1; }
+
+/// The add of the residual stream's gradient counted as the unfused add counts it.
+static int64_t normGradOtherFlops(Operation *op, Value residualGrad) {
+  auto residual = residualGrad ? ranked(residualGrad) : RankedTensorType();
+  return defaultOtherFlops(op) +
+         (residual && residual.hasStaticShape() ? residual.getNumElements() : 0);
+}
+
+int64_t LayerNormGradOp::getOtherFlops() {
+  return normGradOtherFlops(getOperation(), getResidualGrad());
+}
+
+int64_t RmsNormGradOp::getOtherFlops() {
+  return normGradOtherFlops(getOperation(), getResidualGrad());
+}
 
 LogicalResult RmsNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor,
                                               SmallVectorImpl<Type> &types) {
   return inferNormGrad(loc, "mt.rms_norm_grad", adaptor.getGrad(), adaptor.getInput(),
-                       adaptor.getWeight(), 1, adaptor.getAccumulate(), types);
+                       adaptor.getWeight(), adaptor.getResidualGrad(), 1,
+                       adaptor.getAccumulate(), types);
 }
 
 unsigned RmsNormGradOp::getFirstWeightGradient() { return 1; }
@@ -1119,14 +1169,16 @@ FailureOr<SmallVector<Value>> CrossEntropyMergeOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> LayerNormOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
   auto grad = LayerNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
-                                      getEpsilonAttr(), /*accumulate=*/nullptr);
+                                      /*residual_grad=*/Value(), getEpsilonAttr(),
+                                      /*accumulate=*/nullptr);
   return SmallVector<Value>(grad->getResults());
 }
 
 FailureOr<SmallVector<Value>> RmsNormOp::buildGradients(OpBuilder &b,
                                                        ValueRange resultGrads) {
   auto grad = RmsNormGradOp::create(b, getLoc(), resultGrads[0], getInput(), getWeight(),
-                                    getEpsilonAttr(), /*accumulate=*/nullptr);
+                                    /*residual_grad=*/Value(), getEpsilonAttr(),
+                                    /*accumulate=*/nullptr);
   return SmallVector<Value>(grad->getResults());
 }
 

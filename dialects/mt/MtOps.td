@@ -408,22 +408,33 @@ def Mt_PositionEmbeddingGradOp : Mt_GradOp<"position_embedding_grad", [Mt_CostOp
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [Mt_CostOpInterface,
+def Mt_LayerNormGradOp : Mt_GradOp<"layer_norm_grad", [
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getOtherFlops"]>,
     DeclareOpInterfaceMethods<Mt_GradAccumulatingOpInterface, ["getFirstWeightGradient"]>]> {
   let summary = "gradients of layer_norm: input, weight and bias";
+  let description = [{
+    With `residual_grad` (mt-fuse-norm-grad-add), the input gradient is that plus the
+    norm's own, rounded as the two ops store them: the residual stream's gradient summed
+    in the norm's kernel.
+  }];
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
-                       Mt_FloatTensor:$weight,
+                       Mt_FloatTensor:$weight, Optional<Mt_FloatTensor>:$residual_grad,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad,
                       Mt_FloatTensor:$bias_grad);
   let hasVerifier = 1;
 }
 
-def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [Mt_CostOpInterface,
+def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getOtherFlops"]>,
     DeclareOpInterfaceMethods<Mt_GradAccumulatingOpInterface, ["getFirstWeightGradient"]>]> {
   let summary = "gradients of rms_norm: input and weight";
+  let description = [{
+    With `residual_grad`, the input gradient is that plus the norm's own, as
+    mt.layer_norm_grad's.
+  }];
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
-                       Mt_FloatTensor:$weight,
+                       Mt_FloatTensor:$weight, Optional<Mt_FloatTensor>:$residual_grad,
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad);
   let hasVerifier = 1;
@@ -545,6 +556,26 @@ def Mt_CrossEntropyGradOp : Mt_GradOp<"cross_entropy_grad", [Mt_CostOpInterface,
 //===----------------------------------------------------------------------===//
 // Fused ops (written by the fusion passes)
 //===----------------------------------------------------------------------===//
+
+def Mt_BiasDropoutAddOp : Mt_ShapedOp<"bias_dropout_add", [
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getOtherFlops"]>]> {
+  let summary = "residual + dropout(x (+ bias)), with dropout's mask";
+  let description = [{
+    Written by mt-fuse-bias-dropout-add in place of an `mt.dropout` whose result only an
+    `mt.add` reads, with the residual the add's other operand, and the `mt.bias_add` in
+    front of the dropout where only the dropout reads it (Megatron's bias-dropout-add
+    fusion): one kernel reads x, the bias and the residual and writes the sum and the
+    mask. The mask, the rate and the stream are the dropout's (its draw is the same);
+    each step's result is rounded to the storage type as the unfused ops store it, so
+    the CPU backend, running the ops in turn, and the GPU give the pair's bits.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$residual,
+                       Optional<Mt_FloatTensor>:$bias, F64Attr:$rate,
+                       OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
+                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask);
+  let results = (outs Mt_FloatTensor:$result, Optional<Mt_MaskTensor>:$mask);
+  let hasVerifier = 1;
+}
 
 def Mt_CrossEntropyWithGradOp : Mt_ShapedOp<"cross_entropy_with_grad", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getBytesMoved"]>,

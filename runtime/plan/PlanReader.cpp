@@ -125,8 +125,8 @@ std::string checkPositionEmbedding(const Operands &o) {
              : "position embedding operands disagree";
 }
 
-// LayerNorm (x, w, b) -> y and RmsNorm (x, w) -> y, and their gradients (dy, x, w) ->
-// (dx, dw[, db]).
+// LayerNorm (x, w, b) -> y and RmsNorm (x, w) -> y, and their gradients
+// (dy, x, w[, residual dx]) -> (dx, dw[, db]).
 std::string checkNorm(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   const plan::Opcode opcode = o.inst.opcode();
@@ -137,7 +137,8 @@ std::string checkNorm(const Operands &o) {
     return name + " operands disagree";
   if (forward)
     return in.size() < 3 || in[2].numel() == x.last() ? "" : name + " bias disagrees";
-  bool ok = same(in[0], x);
+  // A gradient's fourth operand, the residual stream's gradient, is added to dx.
+  bool ok = same(in[0], x) && (in.size() < 4 || same(in[3], out[0]));
   for (size_t i = 1; i < out.size(); ++i)
     ok = ok && out[i].numel() == x.last();
   return ok ? "" : name + " operands disagree";
@@ -193,7 +194,8 @@ std::string checkBiasGrad(const Operands &o) {
 }
 
 std::string checkBiasAdd(const Operands &o) {
-  return o.in[1].numel() == o.in[0].last() && same(o.out[0], o.in[0])
+  return o.in[1].numel() == o.in[0].last() && o.in[1].dtype == o.in[0].dtype &&
+                 same(o.out[0], o.in[0])
              ? ""
              : "bias add operands disagree";
 }
@@ -205,6 +207,17 @@ std::string checkDropout(const Operands &o) {
                  (out.size() == 1 || out[1].numel() == in[0].numel())
              ? ""
              : "dropout operands or rate disagree";
+}
+
+// (x, residual[, bias]) -> (sum[, mask]): a dropout's rule, with the residual as x and the
+// bias a vector of x's features.
+std::string checkBiasDropoutAdd(const Operands &o) {
+  const std::vector<Dims> &in = o.in;
+  const bool bias = in.size() == 3;
+  return checkDropout(o).empty() && same(in[1], in[0]) &&
+                 (!bias || (in[2].numel() == in[0].last() && in[2].dtype == in[0].dtype))
+             ? ""
+             : "bias-dropout-add operands or rate disagree";
 }
 
 // With the mask, or drawing it again from `stream`.

@@ -112,9 +112,11 @@ std::vector<Case> cases() {
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});
-  // GELU's epilogues in fp16 too (cuBLASLt's other 16-bit type).
+  // GELU's epilogues in fp16 too (cuBLASLt's other 16-bit type), and the residual
+  // branch, fused and not.
   for (const test::OpCase &op : test::opCases())
-    if (op.name == "mlp_gelu_wide")
+    if (op.name == "mlp_gelu_wide" || op.name.rfind("bias_dropout_add", 0) == 0 ||
+        op.name.rfind("norm_grad_add", 0) == 0)
       all.push_back({op, {"fp16", 1e-2}});
   return all;
 }
@@ -220,6 +222,54 @@ private:
   std::optional<std::string> old_;
 };
 
+/// Token ids and targets below `vocab` for one micro-batch of `plan`, drawn from `seed`.
+std::pair<std::vector<int32_t>, std::vector<int32_t>> drawBatch(const LoadedPlan &plan,
+                                                                int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+  const int64_t tokensPerBatch = plan.plan().micro_batch_size() * plan.plan().seq_length();
+  std::vector<int32_t> tokens(tokensPerBatch), targets(tokensPerBatch);
+  for (int64_t i = 0; i < tokensPerBatch; ++i) {
+    tokens[i] = id(rng);
+    targets[i] = id(rng);
+  }
+  return {tokens, targets};
+}
+
+/// One forward and backward of `plan` on `backend` from weights of `seed`: the loss and
+/// every gradient.
+void step(const LoadedPlan &plan, Backend &backend, uint64_t seed,
+          const std::pair<std::vector<int32_t>, std::vector<int32_t>> &batch, Result &out) {
+  std::unique_ptr<Comm> comm = makeLocalComm();
+  std::unique_ptr<Executor> executor;
+  ASSERT_TRUE(Executor::create(plan, backend, *comm, {}, executor).ok());
+  ASSERT_TRUE(executor->initParameters(seed).ok());
+  ASSERT_OK(executor->zeroGradients());
+  Status s = executor->forwardBackward(batch.first.data(), batch.second.data(),
+                                       StepContext{seed, 5, 2}, out.loss);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (Executor::Parameter &p : executor->parameters()) {
+    std::vector<float> g(p.grad.numel());
+    ASSERT_OK(backend.copyToHost(g.data(), p.grad.data, sizeof(float) * g.size()));
+    out.gradients.push_back(std::move(g));
+  }
+  // The measured arena stays inside the plan.
+  uint64_t written = 0;
+  ASSERT_OK(executor->arenaBytesWritten(Executor::kSentinel, written));
+  EXPECT_LE(written, executor->plannedArenaBytes());
+}
+
+/// Two results with the same bits.
+void expectSameBits(const Result &a, const Result &b, const std::string &what) {
+  EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0) << "the loss differs " << what;
+  ASSERT_EQ(a.gradients.size(), b.gradients.size());
+  for (size_t i = 0; i < a.gradients.size(); ++i)
+    EXPECT_EQ(std::memcmp(a.gradients[i].data(), b.gradients[i].data(),
+                          sizeof(float) * a.gradients[i].size()),
+              0)
+        << "gradient of parameter " << i << " differs " << what;
+}
+
 /// One training step of case `c` on the GPU matches the CPU backend's within the
 /// precision's tolerance, and a second GPU step gives the same bits.
 void matchesTheCpuBackend(const Case &c) {
@@ -232,51 +282,18 @@ void matchesTheCpuBackend(const Case &c) {
   REQUIRE_GPU();
   const uint64_t seed = test::testSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(c.op.vocab - 1));
-  const int64_t tokensPerBatch = plan.plan().micro_batch_size() * plan.plan().seq_length();
-  std::vector<int32_t> tokens(tokensPerBatch), targets(tokensPerBatch);
-  for (int64_t i = 0; i < tokensPerBatch; ++i) {
-    tokens[i] = id(rng);
-    targets[i] = id(rng);
-  }
-
-  auto step = [&](Backend &backend, Result &out) {
-    std::unique_ptr<Comm> comm = makeLocalComm();
-    std::unique_ptr<Executor> executor;
-    ASSERT_TRUE(Executor::create(plan, backend, *comm, {}, executor).ok());
-    ASSERT_TRUE(executor->initParameters(seed).ok());
-    ASSERT_OK(executor->zeroGradients());
-    Status s = executor->forwardBackward(tokens.data(), targets.data(), StepContext{seed, 5, 2},
-                                         out.loss);
-    ASSERT_TRUE(s.ok()) << s.message();
-    for (Executor::Parameter &p : executor->parameters()) {
-      std::vector<float> g(p.grad.numel());
-      ASSERT_OK(backend.copyToHost(g.data(), p.grad.data, sizeof(float) * g.size()));
-      out.gradients.push_back(std::move(g));
-    }
-    // The measured arena stays inside the plan.
-    uint64_t written = 0;
-    ASSERT_OK(executor->arenaBytesWritten(Executor::kSentinel, written));
-    EXPECT_LE(written, executor->plannedArenaBytes());
-  };
+  const auto batch = drawBatch(plan, c.op.vocab, seed);
 
   std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
   Status made = makeCudaBackend(0, cuda);
   ASSERT_TRUE(made.ok()) << made.message();
   Result reference, gpu, again;
-  ASSERT_NO_FATAL_FAILURE(step(*cpu, reference));
-  ASSERT_NO_FATAL_FAILURE(step(*cuda, gpu));
+  ASSERT_NO_FATAL_FAILURE(step(plan, *cpu, seed, batch, reference));
+  ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, batch, gpu));
   // Deterministic: the same plan, seed and data give the same bits (no floating-point
   // atomics in any reduction, the embedding gradient's included).
-  ASSERT_NO_FATAL_FAILURE(step(*cuda, again));
-  EXPECT_EQ(std::memcmp(&gpu.loss, &again.loss, sizeof gpu.loss), 0) << "the loss differs";
-  for (size_t i = 0; i < gpu.gradients.size(); ++i)
-    EXPECT_EQ(std::memcmp(gpu.gradients[i].data(), again.gradients[i].data(),
-                          sizeof(float) * gpu.gradients[i].size()),
-              0)
-        << "gradient of parameter " << i << " differs between two GPU runs";
+  ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, batch, again));
+  expectSameBits(gpu, again, "between two GPU runs");
   const double tolerance = c.precision.tolerance;
   EXPECT_NEAR(gpu.loss, reference.loss, tolerance * std::abs(reference.loss));
   ASSERT_EQ(gpu.gradients.size(), reference.gradients.size());
@@ -288,6 +305,42 @@ void matchesTheCpuBackend(const Case &c) {
 class CudaBackendTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam()); }
+
+/// Fused kernels that round each step as the unfused kernels store it give their bits,
+/// in every precision: the residual branch's bias, dropout and add
+/// (mt-fuse-bias-dropout-add), and a norm's gradient with the residual stream's
+/// (mt-fuse-norm-grad-add).
+TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
+  for (const std::string fusion : {"bias_dropout_add", "norm_grad_add"})
+  for (const char *precision : {"fp32", "bf16", "fp16"}) {
+    SCOPED_TRACE(fusion + " in " + precision);
+    std::optional<Result> first;
+    int compared = 0;
+    for (const Case &c : cases()) {
+      if (c.precision.flag != std::string(precision) ||
+          (c.op.name != fusion && c.op.name != fusion + "_unfused"))
+        continue;
+      const std::string path = planOf(c);
+      ASSERT_FALSE(path.empty());
+      LoadedPlan plan;
+      Status read = LoadedPlan::read(path, plan);
+      ASSERT_TRUE(read.ok()) << read.message();
+      REQUIRE_GPU();
+      std::unique_ptr<Backend> cuda;
+      ASSERT_OK(makeCudaBackend(0, cuda));
+      const uint64_t seed = test::testSeed();
+      Result result;
+      ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, drawBatch(plan, c.op.vocab, seed), result));
+      if (first) {
+        expectSameBits(*first, result, "between the fused and the unfused kernels");
+        ++compared;
+      } else {
+        first = std::move(result);
+      }
+    }
+    EXPECT_EQ(compared, 1) << "the fused and the unfused " << fusion << " in " << precision;
+  }
+}
 
 /// GELU and its gradient run inside cuBLASLt's epilogues in bf16 and fp16, and after
 /// cuBLASLt's plain GEMM in fp32 (MT_CUDA_GEMM=cublaslt makes a cuBLAS fallback an

@@ -134,6 +134,34 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"dropout", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %logits = mt.dropout %x {rate = 3.0e-01 : f64, stream = 0 : i64} : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  // A residual branch: bias, dropout and add as one op (mt-fuse-bias-dropout-add), and
+  // as the three.
+  const std::string branch = oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
+  %b = mt.param "b" normal(1.0) : tensor<5xf32>
+  %r = mt.param "r" normal(1.0) : tensor<2x3x5xf32>
+  %h = mt.bias_add %x, %b : (tensor<2x3x5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>
+  %d = mt.dropout %h {rate = 3.0e-01 : f64, stream = 0 : i64} : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %logits = mt.add %r, %d : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5);
+  c.push_back({"bias_dropout_add", branch, "", 3, 5});
+  c.push_back({"bias_dropout_add_unfused", branch, "", 3, 5, "--no-bias-dropout-fusion"});
+  // Two pre-norm residual blocks, x + gelu(layer_norm(x)) and then y + silu(rms_norm(y)):
+  // each norm's input gradient summed with the residual stream's in the norm's kernel
+  // (mt-fuse-norm-grad-add), and by an add of its own.
+  const std::string normResiduals = oneOpModel(R"(
+  %p = mt.param "p" normal(1.0) : tensor<2x3x5xf32>
+  %x = mt.gelu %p : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %g = mt.param "g" normal(1.0) : tensor<5xf32>
+  %b = mt.param "b" normal(1.0) : tensor<5xf32>
+  %h = mt.layer_norm %x, %g, %b : (tensor<2x3x5xf32>, tensor<5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>
+  %a = mt.gelu %h : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %y = mt.add %x, %a : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %r = mt.param "r" normal(1.0) : tensor<5xf32>
+  %z = mt.rms_norm %y, %r {epsilon = 1.0e-06 : f64} : (tensor<2x3x5xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>
+  %s = mt.silu %z : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>
+  %logits = mt.add %y, %s : (tensor<2x3x5xf32>, tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5);
+  c.push_back({"norm_grad_add", normResiduals, "", 3, 5});
+  c.push_back({"norm_grad_add_unfused", normResiduals, "", 3, 5, "--no-norm-grad-add-fusion"});
   c.push_back({"embeddings", oneOpModel(R"(
   %wte = mt.param "wte" normal(1.0) : tensor<7x5xf32>
   %wpe = mt.param "wpe" normal(1.0) : tensor<4x5xf32>

@@ -4,7 +4,8 @@
 // verifier and the semantic checks behind it, and runs a step of every plan accepted;
 // the same fuzz of a pipelined plan, and pipelined plans edited in place into a
 // deadlocking schedule, a program out of its place, a gradient sent to another stage's
-// parameter, and an instruction that writes over or reads a parameter's gradient.
+// parameter, an instruction that writes over or reads a parameter's gradient, and a norm
+// gradient's residual gradient of another shape.
 #include "CompileWithMtc.h"
 #include "StatusAssertions.h"
 #include "TestSeed.h"
@@ -342,6 +343,54 @@ TEST(PipelinedPlanTest, AnInstructionThatWritesOverAGradientIsRefused) {
   ASSERT_TRUE(edited) << "no instruction accumulates";
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("writes over a parameter's gradient"), std::string::npos)
+      << s.message();
+}
+
+TEST(PipelinedPlanTest, AnInstructionThatAddsIntoAnActivationIsRefused) {
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    auto [inst, grad] = accumulating(p);
+    if (inst)
+      edited = p.mutable_programs()->GetMutableObject(3)->mutable_buffers()->GetMutableObject(
+          grad)->mutate_kind(plan::BufferKind::Activation);
+  });
+  ASSERT_TRUE(edited) << "no instruction accumulates";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("adds into a buffer that is not a parameter's gradient"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(PipelinedPlanTest, AnOpcodeWithoutGradientOutputsThatAccumulatesIsRefused) {
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    plan::Instruction *inst = accumulating(p).first;
+    if (inst && inst->opcode() == plan::Opcode::LinearGradWeight)
+      edited = inst->mutate_opcode(plan::Opcode::LinearGradInput);
+  });
+  ASSERT_TRUE(edited) << "the first accumulating instruction is no LinearGradWeight";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("accumulates, but has no gradient output"), std::string::npos)
+      << s.message();
+}
+
+TEST(PipelinedPlanTest, AResidualGradientOfAnotherShapeIsRefused) {
+  // A norm's gradient that sums the residual stream's (mt-fuse-norm-grad-add) is given
+  // its weight, a vector, in its place.
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    auto *backward = p.mutable_programs()->GetMutableObject(3);
+    for (flatbuffers::uoffset_t i = 0; i < backward->instructions()->size() && !edited; ++i) {
+      auto *inst = backward->mutable_instructions()->GetMutableObject(i);
+      if (inst->opcode() == plan::Opcode::LayerNormGrad && inst->inputs()->size() == 4) {
+        inst->mutable_inputs()->Mutate(3, inst->inputs()->Get(2));
+        edited = true;
+      }
+    }
+  });
+  ASSERT_TRUE(edited) << "no layer norm's gradient sums a residual gradient";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("LayerNormGrad operands disagree"), std::string::npos)
       << s.message();
 }
 

@@ -48,7 +48,8 @@ constexpr const char *kUsage = R"(usage:
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
-              [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
+              [--no-bias-dropout-fusion] [--no-cross-entropy-loss-fusion]
+              [--no-gradient-accumulation-fusion] [--no-norm-grad-add-fusion]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
@@ -58,8 +59,9 @@ constexpr const char *kUsage = R"(usage:
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
-              [--no-bias-gelu-fusion] [--no-cross-entropy-loss-fusion]
-              [--no-gradient-accumulation-fusion]
+              [--no-bias-gelu-fusion] [--no-bias-dropout-fusion]
+              [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
+              [--no-norm-grad-add-fusion]
 
   mtc schedule --pp P --micro-batches M [--schedule gpipe|1f1b|interleaved] [--vpp V]
 

@@ -4,6 +4,7 @@
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
 #include "core/HostDevice.h"
+#include "core/DType.h"
 #include "core/Half.h"
 #include "core/Rng.h"
 #include "plan/Opcodes.h"
@@ -753,6 +754,14 @@ template <typename T> struct Kernels {
       drop.index = ProbsMaskIndex(inst.heads(), inst.head_parallel(), ctx);
       return drop;
     };
+    // A norm's gradient with the residual stream's: the add after it, as the pair (dx is
+    // written before the residual is read: the two must not share a buffer).
+    auto addResidualGrad = [&] {
+      if (inst.inputs()->size() == 4) {
+        stored(0);
+        add(in[3], out[0], out[0]);
+      }
+    };
     switch (inst.opcode()) {
     case Opcode::Fill:
       fill(out[0], inst.value() * (inst.loss_seed() ? ctx.lossScale : 1.0));
@@ -799,6 +808,21 @@ template <typename T> struct Kernels {
       dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
               inst.outputs()->size() == 2 ? &out[1] : nullptr);
       break;
+    case Opcode::BiasDropoutAdd: { // the ops in turn, each result stored as theirs is
+      // The output is written before the residual is read: they must not share a buffer
+      // (the op is not in place).
+      const TensorView *x = &in[0];
+      if (inst.inputs()->size() == 3) {
+        biasAdd(in[0], in[2], out[0]);
+        stored(0);
+        x = &out[0];
+      }
+      dropout(*x, inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
+              inst.outputs()->size() == 2 ? &out[1] : nullptr);
+      stored(0);
+      add(in[1], out[0], out[0]);
+      break;
+    }
     case Opcode::DropoutGrad:
       if (inst.inputs()->size() == 2)
         dropoutGrad(in[0], in[1], inst.rate(), out[0]);
@@ -831,6 +855,7 @@ template <typename T> struct Kernels {
       break;
     case Opcode::LayerNormGrad:
       layerNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1], out[2]);
+      addResidualGrad();
       break;
     case Opcode::LinearGradInput:
       linearGradInput(in[0], in[1], out[0]);
@@ -857,6 +882,7 @@ template <typename T> struct Kernels {
       break;
     case Opcode::RmsNormGrad:
       rmsNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1]);
+      addResidualGrad();
       break;
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
@@ -1112,10 +1138,18 @@ private:
       return compute(inst, inputs, outputs, context);
     const size_t first = static_cast<size_t>(opcodeInfo(inst.opcode()).gradOutput);
     std::vector<TensorView> into(outputs, outputs + inst.outputs()->size());
-    std::vector<std::vector<double>> temporaries(into.size()); // room for f64 or f32
+    auto words = [](const TensorView &t) { // 8-byte words of t's type
+      return (static_cast<size_t>(t.numel()) * dtypeBytes(t.dtype) + 7) / 8;
+    };
+    size_t total = 0;
+    for (size_t i = first; i < into.size(); ++i)
+      total += words(into[i]);
+    if (temporaries_.size() < total)
+      temporaries_.resize(total);
+    double *next = temporaries_.data();
     for (size_t i = first; i < into.size(); ++i) {
-      temporaries[i].resize(static_cast<size_t>(into[i].numel()));
-      into[i].data = temporaries[i].data();
+      into[i].data = next;
+      next += words(into[i]);
     }
     MT_TRY(compute(inst, inputs, into.data(), context));
     for (size_t i = first; i < into.size(); ++i) {
@@ -1126,6 +1160,8 @@ private:
     }
     return Status::success();
   }
+
+  std::vector<double> temporaries_; // accumulating instructions' gradients, before the add
 
   Status compute(const plan::Instruction &inst, const TensorView *inputs,
                  const TensorView *outputs, const StepContext &context) {

@@ -70,6 +70,10 @@ template <typename T> __device__ __forceinline__ float ld(const T *p, int64_t i)
 template <typename T> __device__ __forceinline__ void st(T *p, int64_t i, float v) {
   p[i] = static_cast<T>(v);
 }
+/// v as T holds it: what a kernel that stores v and another that loads it see.
+template <typename T> __device__ __forceinline__ float roundTo(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
 
 __device__ __forceinline__ int64_t indexAt(const void *ids, bool wide, int64_t i) {
   return wide ? static_cast<const int64_t *>(ids)[i] : static_cast<const int32_t *>(ids)[i];

@@ -555,6 +555,10 @@ private:
       return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
     };
     auto wide = [](const TensorView &ids) { return ids.dtype == DType::I64; };
+    // A norm gradient's fourth operand: the residual stream's gradient, added to dx.
+    auto residualGrad = [&]() -> const T * {
+      return inst.inputs()->size() == 4 ? p(in[3]) : nullptr;
+    };
     auto idsError = [&](const char *what, int64_t limit) -> Status {
       int64_t at = badPosition();
       if (at < 0)
@@ -622,8 +626,8 @@ private:
       const size_t rowBytes = roundUp(sizeof(float) * std::max<int64_t>(rows, 1));
       auto *rstds = static_cast<float *>(scratch(rowBytes + columnSumScratchBytes(1, rows, h)));
       if (rows > 0)
-        launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), rstds, rows, h,
-                              static_cast<float>(inst.epsilon()), stream_);
+        launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), residualGrad(), p(out[0]), rstds,
+                              rows, h, static_cast<float>(inst.epsilon()), stream_);
       launched("rms norm gradient");
       float *partials = after<float>(rstds, rowBytes);
       if (inst.accumulate())
@@ -639,8 +643,8 @@ private:
       const size_t rowBytes = roundUp(sizeof(float2) * std::max<int64_t>(rows, 1));
       auto *moments = static_cast<float2 *>(scratch(rowBytes + columnSumScratchBytes(2, rows, h)));
       if (rows > 0)
-        launchLayerNormGradRows(p(in[0]), p(in[1]), p(in[2]), p(out[0]), moments, rows, h,
-                                static_cast<float>(inst.epsilon()), stream_);
+        launchLayerNormGradRows(p(in[0]), p(in[1]), p(in[2]), residualGrad(), p(out[0]),
+                                moments, rows, h, static_cast<float>(inst.epsilon()), stream_);
       launched("layer norm gradient");
       float *partials = after<float>(moments, rowBytes);
       if (inst.accumulate())
@@ -724,6 +728,15 @@ private:
       break;
     case Opcode::ParamGrad:
       launchAccumulate(p(in[0]), f(out[0]), out[0].numel(), stream_);
+      break;
+    case Opcode::BiasDropoutAdd:
+      launchBiasDropoutAdd(p(in[0]), p(in[1]), inst.inputs()->size() == 3 ? p(in[2]) : nullptr,
+                           in[0].cols(), p(out[0]),
+                           inst.outputs()->size() == 2 ? static_cast<uint8_t *>(out[1].data)
+                                                       : nullptr,
+                           n, inst.rate(), static_cast<uint32_t>(inst.stream()),
+                           dropoutShard(inst, in[0], ctx),
+                           Counters{ctx.seed, ctx.step, ctx.microBatch}, stream_);
       break;
     case Opcode::Dropout:
     case Opcode::DropoutGrad: {

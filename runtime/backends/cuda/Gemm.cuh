@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 
@@ -109,6 +110,13 @@ public:
     const cublasStatus_t status =
         cublasLtMatmul(lt_, plan.desc, &one, a, plan.la, b, plan.lb, &beta, c, plan.lc, c,
                        plan.lc, &plan.algo, workspaceData, workspaceBytes, stream);
+    // A product added into C may have been added already if the call got as far as a
+    // launch: never run it a second time.
+    if (epilogue.accumulate && status != CUBLAS_STATUS_SUCCESS &&
+        status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE)
+      throw std::runtime_error(cat("cuda backend: cublasLtMatmul failed (cuBLAS status ",
+                                   static_cast<int>(status), ") adding a ", m, " x ", n,
+                                   " x ", k, " GEMM into a gradient"));
     if (status != CUBLAS_STATUS_SUCCESS && !warnedFailure_) {
       std::fprintf(stderr, "cuda backend: cublasLtMatmul failed (cuBLAS status %d) for an "
                            "%lld x %lld x %lld GEMM; using cublasGemmEx\n",

@@ -38,11 +38,19 @@ __global__ void layerNormKernel(const T *x, const T *w, const T *b, T *out, int6
     st(out, blockIdx.x * h + j, (ld(xr, j) - mean) * rstd * ld(w, j) + ld(b, j));
 }
 
-/// One block per row: reads dy, x and w, writes dx (the row's moments recomputed rather
-/// than saved by the forward); the row's mean and rstd are kept for the column sums of dw and db.
+/// A norm's input gradient `v` at element i, rounded to T as stored; with `residual` (the
+/// residual stream's gradient), added to it as the add kernel does, and rounded again.
 template <typename T>
-__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx,
-                                        float2 *moments, int64_t h, float eps) {
+__device__ __forceinline__ void storeInputGrad(T *dx, const T *residual, int64_t i, float v) {
+  st(dx, i, residual ? __fadd_rn(ld(residual, i), roundTo<T>(v)) : v);
+}
+
+/// One block per row: reads dy, x and w (and the residual stream's gradient, where
+/// given), writes dx (the row's moments recomputed rather than saved by the forward);
+/// the row's mean and rstd are kept for the column sums of dw and db.
+template <typename T>
+__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
+                                        T *dx, float2 *moments, int64_t h, float eps) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *xr = x + r * h, *g = dy + r * h;
@@ -57,7 +65,7 @@ __global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, T *
   const float meanG = blockSum(sumG, shared) / h, meanGX = blockSum(sumGX, shared) / h;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
     const float xhat = (ld(xr, j) - mean) * rstd;
-    st(dx, r * h + j, rstd * (ld(g, j) * ld(w, j) - meanG - xhat * meanGX));
+    storeInputGrad(dx, residual, r * h + j, rstd * (ld(g, j) * ld(w, j) - meanG - xhat * meanGX));
   }
   if (threadIdx.x == 0)
     moments[r] = make_float2(mean, rstd);
@@ -99,8 +107,8 @@ __global__ void rmsNormKernel(const T *x, const T *w, T *out, int64_t h, float e
 /// One block per row: reads dy, x and w, writes dx = rstd·(g − x̂·mean(g·x̂)) with
 /// g = dy·w; keeps the row's rstd for the column sums of dw.
 template <typename T>
-__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx, float *rstds,
-                                      int64_t h, float eps) {
+__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
+                                      T *dx, float *rstds, int64_t h, float eps) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *xr = x + r * h, *g = dy + r * h;
@@ -110,7 +118,8 @@ __global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, T *dx
     sumGX += ld(g, j) * ld(w, j) * ld(xr, j) * rstd;
   const float meanGX = blockSum(sumGX, shared) / h;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
-    st(dx, r * h + j, rstd * (ld(g, j) * ld(w, j) - ld(xr, j) * rstd * meanGX));
+    storeInputGrad(dx, residual, r * h + j,
+                   rstd * (ld(g, j) * ld(w, j) - ld(xr, j) * rstd * meanGX));
   if (threadIdx.x == 0)
     rstds[r] = rstd;
 }
@@ -132,10 +141,11 @@ void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, floa
 }
 
 template <typename T>
-void launchRmsNormGradRows(const T *dy, const T *x, const T *w, T *dx, float *rstds,
-                           int64_t rows, int64_t h, float eps, cudaStream_t stream) {
-  rmsNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, dx,
-                                                                              rstds, h, eps);
+void launchRmsNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
+                           float *rstds, int64_t rows, int64_t h, float eps,
+                           cudaStream_t stream) {
+  rmsNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      dy, x, w, residual, dx, rstds, h, eps);
 }
 
 /// dw = Σ over rows of dy·x·rstd (dw += it with `accumulate`); `partials` holds
@@ -155,10 +165,11 @@ void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, i
 }
 
 template <typename T>
-void launchLayerNormGradRows(const T *dy, const T *x, const T *w, T *dx, float2 *moments,
-                             int64_t rows, int64_t h, float eps, cudaStream_t stream) {
+void launchLayerNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
+                             float2 *moments, int64_t rows, int64_t h, float eps,
+                             cudaStream_t stream) {
   layerNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      dy, x, w, dx, moments, h, eps);
+      dy, x, w, residual, dx, moments, h, eps);
 }
 
 /// dw = Σ over rows of dy·x̂, db = Σ dy (each added with `accumulate`); `partials` holds
