@@ -2,7 +2,7 @@
 // it runs on. Prints one JSON object:
 //   gemms               bf16 products (cuBLAS, f32 accumulation) of square and of
 //                       transformer shapes: seconds, TFLOP/s, and the seconds the
-//                       tile-and-wave model gives at the peak (core/GemmModel.h)
+//                       tile-and-wave model gives at the peak (compiler/GemmModel.h)
 //   gemm_efficiency     the median of model/measured over products of at least 1 TFLOP:
 //                       the system file's gpu.gemm_efficiency
 //   copy_gbs            a device-to-device copy's bytes read and written per second,
@@ -10,7 +10,7 @@
 //   kernel_overhead_us  seconds per kernel of 10,000 empty kernels launched back to back
 //
 // usage: gpu_calibrate PEAK_BF16_TFLOPS DATASHEET_GBS [TILE_M TILE_N]
-#include "core/GemmModel.h"
+#include "compiler/GemmModel.h"
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>

@@ -1,5 +1,5 @@
 #include "compiler/System.h"
-#include "core/GemmModel.h"
+#include "compiler/GemmModel.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"

@@ -9,7 +9,7 @@
 #ifndef MT_RUNTIME_TRAIN_CHECKPOINT_H
 #define MT_RUNTIME_TRAIN_CHECKPOINT_H
 
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "train/Boxes.h"
 #include "train/Optimizer.h"
 

@@ -4,7 +4,7 @@
 #ifndef MT_RUNTIME_TRAIN_OPTIMIZER_H
 #define MT_RUNTIME_TRAIN_OPTIMIZER_H
 
-#include "core/Executor.h"
+#include "exec/Executor.h"
 
 #include <algorithm>
 #include <memory>

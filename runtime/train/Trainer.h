@@ -3,7 +3,7 @@
 #ifndef MT_RUNTIME_TRAIN_TRAINER_H
 #define MT_RUNTIME_TRAIN_TRAINER_H
 
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "train/Checkpoint.h"
 #include "train/Optimizer.h"
 

@@ -5,7 +5,7 @@
 #include "StatusAssertions.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "core/Rng.h"
 
 #include <gtest/gtest.h>

@@ -7,7 +7,7 @@
 #include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "core/Executor.h"
+#include "exec/Executor.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "plan/PlanFormat.h"
 #include "plan/PlanReader.h"
 

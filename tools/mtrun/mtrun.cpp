@@ -2,7 +2,7 @@
 #include "backends/Backend.h"
 #include "backends/cpu/CpuThreads.h"
 #include "comm/Comm.h"
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
 

@@ -5,8 +5,8 @@
 // holds any time the device waited for the host: the profile waits for the device at
 // the end of each program, so a program's first instructions start from an empty
 // queue.
-#ifndef MT_RUNTIME_CORE_PROFILE_H
-#define MT_RUNTIME_CORE_PROFILE_H
+#ifndef MT_RUNTIME_EXEC_PROFILE_H
+#define MT_RUNTIME_EXEC_PROFILE_H
 
 #include "backends/Backend.h"
 

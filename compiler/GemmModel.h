@@ -3,8 +3,8 @@
 // computes one tile per wave, and a wave of full tiles runs at the peak. `mtc estimate`
 // costs products with it (compiler/System.cpp) and bench/calibrate.cu measures real
 // products against it; plain C++, so that both sides share it.
-#ifndef MT_RUNTIME_CORE_GEMMMODEL_H
-#define MT_RUNTIME_CORE_GEMMMODEL_H
+#ifndef MT_COMPILER_GEMMMODEL_H
+#define MT_COMPILER_GEMMMODEL_H
 
 #include <cstdint>
 

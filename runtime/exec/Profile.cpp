@@ -1,4 +1,4 @@
-#include "core/Profile.h"
+#include "exec/Profile.h"
 
 #include <algorithm>
 #include <map>

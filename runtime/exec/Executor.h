@@ -1,12 +1,12 @@
 // Walks a plan's program on one rank: binds every buffer (activations and inputs at
 // their static offsets in one arena, parameters and gradients in two flat stores) and
 // hands each instruction to the backend, or to the communicator for collectives.
-#ifndef MT_RUNTIME_CORE_EXECUTOR_H
-#define MT_RUNTIME_CORE_EXECUTOR_H
+#ifndef MT_RUNTIME_EXEC_EXECUTOR_H
+#define MT_RUNTIME_EXEC_EXECUTOR_H
 
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "core/Profile.h"
+#include "exec/Profile.h"
 #include "plan/PlanReader.h"
 
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "core/Executor.h"
+#include "exec/Executor.h"
 #include "plan/Opcodes.h"
 
 #include <algorithm>
