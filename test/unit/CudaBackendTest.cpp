@@ -162,6 +162,15 @@ std::string planOf(const Case &c) {
   return path;
 }
 
+/// Reads case `c`'s plan (precompiled, or compiled now); fails the test where it is
+/// missing or unreadable.
+void readPlan(const Case &c, LoadedPlan &plan) {
+  const std::string path = planOf(c);
+  ASSERT_FALSE(path.empty());
+  Status read = LoadedPlan::read(path, plan);
+  ASSERT_TRUE(read.ok()) << read.message();
+}
+
 /// Device memory for a test, released at the end.
 struct DeviceBuffers {
   explicit DeviceBuffers(Backend &backend) : backend(backend) {}
@@ -274,11 +283,8 @@ void expectSameBits(const Result &a, const Result &b, const std::string &what) {
 /// precision's tolerance, and a second GPU step gives the same bits.
 void matchesTheCpuBackend(const Case &c) {
   // The plan first: a missing or unreadable one fails here, with or without a GPU.
-  const std::string path = planOf(c);
-  ASSERT_FALSE(path.empty());
   LoadedPlan plan;
-  Status read = LoadedPlan::read(path, plan);
-  ASSERT_TRUE(read.ok()) << read.message();
+  ASSERT_NO_FATAL_FAILURE(readPlan(c, plan));
   REQUIRE_GPU();
   const uint64_t seed = test::testSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -320,11 +326,8 @@ TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
       if (c.precision.flag != std::string(precision) ||
           (c.op.name != fusion && c.op.name != fusion + "_unfused"))
         continue;
-      const std::string path = planOf(c);
-      ASSERT_FALSE(path.empty());
       LoadedPlan plan;
-      Status read = LoadedPlan::read(path, plan);
-      ASSERT_TRUE(read.ok()) << read.message();
+      ASSERT_NO_FATAL_FAILURE(readPlan(c, plan));
       REQUIRE_GPU();
       std::unique_ptr<Backend> cuda;
       ASSERT_OK(makeCudaBackend(0, cuda));
