@@ -121,6 +121,18 @@ private:
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
+/// A backend's work recorded once and run again as one launch (on CUDA, a graph): the
+/// executor records a program after running it once, and replays the recording from
+/// then on.
+class Recording {
+public:
+  virtual ~Recording() = default;
+  /// Runs the recorded work again, its random draws and loss seed from `context`. Runs
+  /// nothing and sets `stale` where memory the recording uses has moved since it was
+  /// made: then record the work again.
+  virtual Status replay(const StepContext &context, bool &stale) = 0;
+};
+
 /// Every method reports failure (out of memory, a CUDA error, a type it lacks) as a
 /// Status naming the cause. release() cannot fail: it runs in destructors.
 class Backend {
@@ -143,6 +155,28 @@ public:
   /// an accumulating instruction's from its opcode's gradient output on) is added into.
   virtual Status run(const plan::Instruction &inst, const TensorView *inputs,
                      const TensorView *outputs, const StepContext &context) = 0;
+
+  /// Records the backend work `work` asks for (its run() calls) without running it;
+  /// null where the backend cannot record it, with the reason in `why` (the backend
+  /// runs nothing then: run the work itself). Only a backend that records() does.
+  virtual bool records() const { return false; }
+  virtual std::unique_ptr<Recording> record(const std::function<Status()> &work,
+                                            std::string &why) {
+    (void)work;
+    why = cat(name(), " backend runs each call as it comes");
+    return nullptr;
+  }
+
+  /// What the kernels found wrong with the data they read (an id outside the rows it
+  /// indexes): a queued backend (CUDA) reads it once a program has run, not after each
+  /// instruction, which would wait for the device; its run() then succeeds. Reports the
+  /// first such failure among the run() calls since the last checkRuns (a replay counts
+  /// as the calls it recorded), with `call` its place among them from 0, and starts
+  /// counting again. A backend that checks as it runs always succeeds.
+  virtual Status checkRuns(size_t &call) {
+    call = 0;
+    return Status::success();
+  }
 
   /// Writes the initial values of this rank's shard of `param` (block `tpRank` of
   /// `tpSize` along its shard dimension), as a function of (seed, name, global

@@ -2,6 +2,7 @@
 #include "plan/Opcodes.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 namespace mt {
@@ -136,10 +137,17 @@ Status Executor::bind(ExecutorOptions options) {
     MT_TRY(fillArena(kSentinel));
   }
   views_.resize(programs.size());
+  backendRuns_.resize(programs.size());
+  recorded_.resize(programs.size());
   for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i) {
     const plan::Program &prog = *programs.Get(i);
     if (pipelined && prog.stage() != stage)
       continue;
+    for (flatbuffers::uoffset_t j = 0; j < prog.instructions()->size(); ++j)
+      if (opcodeInfo(prog.instructions()->Get(j)->opcode()).runsOn != RunsOn::Comm)
+        backendRuns_[i].push_back(j);
+    recorded_[i].eligible = options.recordPrograms && backend_.records() &&
+                            backendRuns_[i].size() == prog.instructions()->size();
     for (const plan::Buffer *b : *prog.buffers()) {
       void *data;
       if (b->kind() == plan::BufferKind::Param) {
@@ -274,22 +282,51 @@ Status Executor::setInput(const TensorView &view, const int32_t *ids) {
   return Status::failure("plan inputs must be i32 or i64 tensors");
 }
 
+Status Executor::failedAt(uint32_t program, uint32_t index, const Status &cause) const {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  return Status::failure(
+      cat(prog.name()->str(), " instruction ", index, " (",
+          plan::EnumNameOpcode(prog.instructions()->Get(index)->opcode()), "): ", cause.message()));
+}
+
 Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *targets,
                      StepContext context) {
   const plan::Program &prog = *plan_.programs()->Get(program);
   const std::vector<TensorView> &views = views_[program];
   context.tpRank = comm_.rank(Group::Tensor);
   context.tpSize = comm_.size(Group::Tensor);
+  size_t call = 0;
+  (void)backend_.checkRuns(call); // whatever a failed run before left unread
   MT_TRY(setInput(views[prog.tokens()], tokens));
   MT_TRY(setInput(views[prog.targets()], targets));
-  TensorView in[8], out[8];
-  const auto &instructions = *prog.instructions();
-  bool backward = false;
   std::vector<Profile::Entry *> timed;
+  Status ran = Status::success();
   if (profile_) {
     profile_->forget(); // whatever a failed run before left
     MT_TRY(profile_->mark());
+    ran = runInstructions(program, context, &timed);
+  } else {
+    bool replayed = false;
+    ran = runRecorded(program, context, replayed);
+    if (ran.ok() && !replayed)
+      ran = runInstructions(program, context, nullptr);
   }
+  // What the backend found wrong with the data came first, if anything: a bad id
+  // before the failure it may have caused.
+  if (Status s = backend_.checkRuns(call); !s.ok())
+    return call < backendRuns_[program].size() ? failedAt(program, backendRuns_[program][call], s)
+                                               : s;
+  MT_TRY(ran);
+  return profile_ ? profile_->record(timed) : Status::success();
+}
+
+Status Executor::runInstructions(uint32_t program, const StepContext &context,
+                                 std::vector<Profile::Entry *> *timed) {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  const std::vector<TensorView> &views = views_[program];
+  TensorView in[8], out[8];
+  const auto &instructions = *prog.instructions();
+  bool backward = false;
   for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
     // Backward starts at the loss seed: the fused loss (CrossEntropyWithGrad), which the
@@ -306,16 +343,55 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
       out[n++] = views[id];
     if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
                        ? runCollective(inst, in[0], out[0])
-                              : backend_.run(inst, in, out, context);
+                       : backend_.run(inst, in, out, context);
         !s.ok())
-      return Status::failure(cat(prog.name()->str(), " instruction ", i, " (",
-                                 plan::EnumNameOpcode(inst.opcode()), "): ", s.message()));
-    if (profile_) {
+      return failedAt(program, i, s);
+    if (timed) {
       MT_TRY(profile_->mark());
-      timed.push_back(&profileEntry(program, i, inst, in[0], out[0]));
+      timed->push_back(&profileEntry(program, i, inst, in[0], out[0]));
     }
   }
-  return profile_ ? profile_->record(timed) : Status::success();
+  return Status::success();
+}
+
+int Executor::recordedPrograms() const {
+  return static_cast<int>(std::count_if(recorded_.begin(), recorded_.end(),
+                                        [](const Recorded &r) { return r.recording != nullptr; }));
+}
+
+Status Executor::runRecorded(uint32_t program, const StepContext &context, bool &ran) {
+  ran = false;
+  Recorded &r = recorded_[program];
+  if (!r.eligible)
+    return Status::success();
+  // A program is recorded on its second run: the first, instruction by instruction, has
+  // sized the backend's temporaries and chosen its kernels, which a recording must not
+  // change. A recording whose memory has moved since is made again.
+  constexpr int kAttempts = 3;
+  if (!r.recording && r.runs++ > 0 && r.failures < kAttempts) {
+    std::string why;
+    r.recording = backend_.record(
+        [&] { return runInstructions(program, context, nullptr); }, why);
+    if (r.recording)
+      r.failures = 0;
+    else if (++r.failures == kAttempts)
+      std::fprintf(stderr, "mtrun: %s runs instruction by instruction: recording it failed "
+                           "%d times, last: %s\n",
+                   plan_.programs()->Get(program)->name()->c_str(), kAttempts, why.c_str());
+  }
+  if (!r.recording)
+    return Status::success();
+  bool stale = false;
+  if (Status s = r.recording->replay(context, stale); !s.ok())
+    return Status::failure(
+        cat(plan_.programs()->Get(program)->name()->str(), " (recorded): ", s.message()));
+  if (stale) {
+    r.recording.reset();
+    return Status::success();
+  }
+  backwardStart_ = std::chrono::steady_clock::now();
+  ran = true;
+  return Status::success();
 }
 
 Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,

@@ -20,6 +20,10 @@ struct ExecutorOptions {
   /// Gives every activation its own allocation instead of its planned arena offset;
   /// a run in this mode checks that the memory plan's reuse changes nothing.
   bool separateBuffers = false;
+  /// Records each program of a backend that records (CUDA: a graph) after its first run,
+  /// and replays the recording from then on: one launch for the program. Programs with
+  /// collectives, and runs under a profile, run instruction by instruction.
+  bool recordPrograms = true;
 };
 
 /// Where a pipeline stage keeps its parameters: the flat weight and gradient stores hold
@@ -116,8 +120,13 @@ public:
   size_t receiveBytes(uint32_t program) const;
 
   /// When the last forwardBackward's backward began: its first instruction after the
-  /// forward (the loss seed). For timelines.
+  /// forward (the loss seed); for a recorded program, when it was replayed. For
+  /// timelines.
   std::chrono::steady_clock::time_point lastBackwardStart() const { return backwardStart_; }
+
+  /// How many of this stage's programs run as a recording now (ExecutorOptions::
+  /// recordPrograms).
+  int recordedPrograms() const;
 
   /// Times every instruction the executor runs into `profile` from now on (null: none).
   /// Each program then waits for its marks, so the host no longer runs ahead of the
@@ -144,6 +153,14 @@ private:
   Status setInput(const TensorView &view, const int32_t *ids);
   Status run(uint32_t program, const int32_t *tokens, const int32_t *targets,
              StepContext context);
+  /// Runs the program's instructions one by one (`timed`: the profile's entries).
+  Status runInstructions(uint32_t program, const StepContext &context,
+                         std::vector<Profile::Entry *> *timed);
+  /// Replays the program's recording, recording it first where it has run before;
+  /// `ran` false where it has none (then run it instruction by instruction).
+  Status runRecorded(uint32_t program, const StepContext &context, bool &ran);
+  /// A failure of instruction `index` of `program`, named.
+  Status failedAt(uint32_t program, uint32_t index, const Status &cause) const;
   Status runCollective(const plan::Instruction &inst, const TensorView &in,
                        const TensorView &out);
   /// The profile's entry of instruction `index` of `program`, whose first operand is `in`
@@ -156,6 +173,16 @@ private:
   Comm &comm_;
   std::vector<DeviceMemory> allocations_;
   std::vector<std::vector<TensorView>> views_; // per program (this stage's), per buffer
+  /// Per program: the instructions the backend runs (not the communicator), in order.
+  std::vector<std::vector<uint32_t>> backendRuns_;
+  /// Per program: its recording, if it has one; whether it may have one; its runs so
+  /// far; and how many times recording it failed.
+  struct Recorded {
+    std::unique_ptr<Recording> recording;
+    bool eligible = false;
+    int runs = 0, failures = 0;
+  };
+  std::vector<Recorded> recorded_;
   std::vector<int> localParam_;                // plan parameter -> parameters_ index
   uint64_t arenaBytes_ = 0;
   std::vector<Parameter> parameters_;

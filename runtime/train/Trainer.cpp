@@ -510,6 +510,9 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
                                          comm.size(Group::Data)));
   if (log)
     reportMemory(executor, log);
+  if (log && executor.backend().records())
+    std::fprintf(log, "programs recorded: %d, each replayed as one launch\n",
+                 executor.recordedPrograms());
   if (log && executor.profile())
     executor.profile()->print(log, config.steps - firstStep);
   if (log && pipelineStages > 1)

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 #include <cstring>
+#include <functional>
 #include <random>
 
 namespace mt {
@@ -154,6 +155,300 @@ TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {
   ASSERT_EQ(printed.size(), perOpcode.size());
   for (const auto &[opcode, count] : perOpcode)
     EXPECT_EQ(printed[opcode], count * runs) << opcode;
+}
+
+/// The CPU backend, recording as a queued backend does: record() keeps the calls its
+/// work makes (running none), a replay runs them with the replay's own context, and what
+/// a call finds wrong with its data is reported by checkRuns, not by run().
+class RecordingBackend final : public Backend {
+public:
+  const char *name() const override { return "recording"; }
+  Status allocate(size_t bytes, void *&out) override { return cpu_->allocate(bytes, out); }
+  void release(void *data) noexcept override { cpu_->release(data); }
+  Status copyToDevice(void *device, const void *host, size_t bytes) override {
+    return cpu_->copyToDevice(device, host, bytes);
+  }
+  Status copyToHost(void *host, const void *device, size_t bytes) override {
+    return cpu_->copyToHost(host, device, bytes);
+  }
+  Status setZero(void *device, size_t bytes) override { return cpu_->setZero(device, bytes); }
+  Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
+    return cpu_->copyOnDevice(dst, src, bytes);
+  }
+  Status convert(const TensorView &dst, const TensorView &src) override {
+    return cpu_->convert(dst, src);
+  }
+  Status initParameter(const TensorView &weight, const plan::Param &param, uint64_t seed,
+                       int tpRank, int tpSize) override {
+    return cpu_->initParameter(weight, param, seed, tpRank, tpSize);
+  }
+  Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) override {
+    return cpu_->sumOfSquares(xs, sum);
+  }
+  Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) override {
+    return cpu_->adamw(tensors, step);
+  }
+
+  Status run(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+             const StepContext &context) override {
+    if (!recording_)
+      return runNow(inst, in, out, context);
+    calls_.push_back({&inst, {in, in + inst.inputs()->size()},
+                      {out, out + inst.outputs()->size()}});
+    return Status::success();
+  }
+  bool records() const override { return true; }
+  std::unique_ptr<Recording> record(const std::function<Status()> &work,
+                                    std::string &why) override {
+    ++attempts;
+    recording_ = true;
+    calls_.clear();
+    Status s = work();
+    recording_ = false;
+    if (refuse > 0) {
+      --refuse;
+      why = "refused on purpose";
+      return nullptr;
+    }
+    if (!s.ok()) {
+      why = s.message();
+      return nullptr;
+    }
+    return std::make_unique<Replay>(*this, std::exchange(calls_, {}));
+  }
+  Status checkRuns(size_t &call) override {
+    call = failedCall_;
+    runs_ = 0;
+    return std::exchange(failure_, Status::success());
+  }
+
+  /// Memory the recordings use moves: each is stale from now on.
+  void move() { ++generation_; }
+  int attempts = 0, replays = 0;
+  int refuse = 0;      // recordings to refuse
+  size_t failAt = ~size_t{0}; // the call that fails outright, counted from each checkRuns
+
+private:
+  struct Call {
+    const plan::Instruction *inst;
+    std::vector<TensorView> in, out;
+  };
+  class Replay final : public Recording {
+  public:
+    Replay(RecordingBackend &backend, std::vector<Call> calls)
+        : backend_(backend), calls_(std::move(calls)), generation_(backend.generation_) {}
+    Status replay(const StepContext &context, bool &stale) override {
+      stale = generation_ != backend_.generation_;
+      if (stale)
+        return Status::success();
+      ++backend_.replays;
+      for (const Call &c : calls_)
+        MT_TRY(backend_.runNow(*c.inst, c.in.data(), c.out.data(), context));
+      return Status::success();
+    }
+
+  private:
+    RecordingBackend &backend_;
+    std::vector<Call> calls_;
+    int generation_;
+  };
+  Status runNow(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                const StepContext &context) {
+    const size_t call = runs_++;
+    if (Status s = cpu_->run(inst, in, out, context); !s.ok() && failure_.ok()) {
+      failure_ = s;
+      failedCall_ = call;
+    }
+    return call == failAt ? Status::failure("broken on purpose") : Status::success();
+  }
+
+  std::unique_ptr<Backend> cpu_ = makeCpuBackend();
+  bool recording_ = false;
+  std::vector<Call> calls_;
+  int generation_ = 0;
+  size_t runs_ = 0, failedCall_ = 0;
+  Status failure_ = Status::success();
+};
+
+/// A program recorded once and replayed: gpt-tiny with dropout, so that each
+/// micro-batch draws its own masks from the context its replay is given.
+class RecordedProgramsTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string path = test::compileModel(
+        test::zooModel("gpt-tiny"),
+        "--micro-batch-size 2 --global-batch-size 2 --hidden-dropout 0.1 --attention-dropout 0.1",
+        "recorded_programs_test");
+    ASSERT_FALSE(path.empty());
+    ASSERT_OK(LoadedPlan::read(path, plan));
+  }
+
+  struct Trace {
+    std::vector<double> losses;
+    std::vector<std::vector<char>> gradients;
+  };
+  /// Steps 0-2 of two micro-batches each, all on the same tokens, the gradients
+  /// accumulating; `between` runs before each.
+  void train(Backend &backend, ExecutorOptions options, Trace &trace,
+             const std::function<void(int)> &between = {}) {
+    std::unique_ptr<Comm> comm = makeLocalComm();
+    std::unique_ptr<Executor> executor;
+    ASSERT_OK(Executor::create(plan, backend, *comm, options, executor));
+    ASSERT_OK(executor->initParameters(42));
+    std::vector<int32_t> tokens(executor->tokensPerMicroBatch()), targets(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 37) % 256);
+      targets[i] = static_cast<int32_t>((i * 11 + 5) % 256);
+    }
+    for (int run = 0; run < 6; ++run) {
+      if (between)
+        between(run);
+      double loss = 0;
+      ASSERT_OK(executor->forwardBackward(tokens.data(), targets.data(),
+                                          StepContext{7, static_cast<uint32_t>(run / 2),
+                                                      static_cast<uint32_t>(run % 2)},
+                                          loss));
+      trace.losses.push_back(loss);
+    }
+    recorded = executor->recordedPrograms();
+    for (const Executor::Parameter &p : executor->parameters()) {
+      const char *g = static_cast<const char *>(p.grad.data);
+      trace.gradients.emplace_back(g, g + p.bytes);
+    }
+  }
+  void expectSameBits(const Trace &a, const Trace &b) {
+    ASSERT_EQ(a.losses.size(), b.losses.size());
+    for (size_t i = 0; i < a.losses.size(); ++i)
+      EXPECT_EQ(std::memcmp(&a.losses[i], &b.losses[i], sizeof(double)), 0) << "run " << i;
+    EXPECT_EQ(a.gradients, b.gradients);
+  }
+
+  LoadedPlan plan;
+  int recorded = 0;
+};
+
+TEST_F(RecordedProgramsTest, ReplaysGiveTheInstructionsBits) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Trace eager;
+  ASSERT_NO_FATAL_FAILURE(train(*cpu, {}, eager));
+  EXPECT_EQ(recorded, 0) << "the CPU backend records nothing";
+  // The masks follow the context: the same tokens lose differently in each micro-batch.
+  EXPECT_NE(eager.losses[0], eager.losses[1]);
+  EXPECT_NE(eager.losses[0], eager.losses[2]);
+
+  // Run 0 goes instruction by instruction, run 1 is recorded and replayed, and so are
+  // runs 2-5.
+  RecordingBackend backend;
+  Trace replayed;
+  ASSERT_NO_FATAL_FAILURE(train(backend, {}, replayed));
+  EXPECT_EQ(recorded, 1);
+  EXPECT_EQ(backend.attempts, 1);
+  EXPECT_EQ(backend.replays, 5);
+  expectSameBits(eager, replayed);
+}
+
+TEST_F(RecordedProgramsTest, MovedMemoryIsRecordedAgain) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Trace eager, replayed;
+  ASSERT_NO_FATAL_FAILURE(train(*cpu, {}, eager));
+  RecordingBackend backend;
+  // Before run 3: the recording made at run 1 is stale, so run 3 goes instruction by
+  // instruction and run 4 records again.
+  ASSERT_NO_FATAL_FAILURE(train(backend, {}, replayed, [&](int run) {
+    if (run == 3)
+      backend.move();
+  }));
+  EXPECT_EQ(backend.attempts, 2);
+  EXPECT_EQ(backend.replays, 2 + 2);
+  EXPECT_EQ(recorded, 1);
+  expectSameBits(eager, replayed);
+}
+
+TEST_F(RecordedProgramsTest, ARefusedRecordingRunsTheInstructions) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Trace eager, refused, once, off;
+  ASSERT_NO_FATAL_FAILURE(train(*cpu, {}, eager));
+  // Refused every time: tried on runs 1-3, then never again.
+  RecordingBackend always;
+  always.refuse = 100;
+  ASSERT_NO_FATAL_FAILURE(train(always, {}, refused));
+  EXPECT_EQ(always.attempts, 3);
+  EXPECT_EQ(always.replays, 0);
+  EXPECT_EQ(recorded, 0);
+  expectSameBits(eager, refused);
+  // Refused once: recorded at run 2, replayed from then on.
+  RecordingBackend backend;
+  backend.refuse = 1;
+  ASSERT_NO_FATAL_FAILURE(train(backend, {}, once));
+  EXPECT_EQ(backend.attempts, 2);
+  EXPECT_EQ(backend.replays, 4);
+  expectSameBits(eager, once);
+  // Not asked to record: never tries.
+  RecordingBackend unasked;
+  ExecutorOptions options;
+  options.recordPrograms = false;
+  ASSERT_NO_FATAL_FAILURE(train(unasked, options, off));
+  EXPECT_EQ(unasked.attempts, 0);
+  expectSameBits(eager, off);
+}
+
+/// Ids a replay finds out of range are reported as the instruction that read them,
+/// exactly as a run instruction by instruction reports them.
+TEST_F(RecordedProgramsTest, AReplayNamesTheInstructionOfABadId) {
+  for (bool target : {false, true}) {
+    SCOPED_TRACE(target ? "a target" : "a token");
+    auto bad = [&](Backend &backend, int runs, Status &failure) {
+      std::unique_ptr<Comm> comm = makeLocalComm();
+      std::unique_ptr<Executor> executor;
+      ASSERT_OK(Executor::create(plan, backend, *comm, {}, executor));
+      ASSERT_OK(executor->initParameters(42));
+      std::vector<int32_t> tokens(executor->tokensPerMicroBatch(), 3), targets = tokens;
+      double loss = 0;
+      for (int i = 0; i < runs; ++i)
+        ASSERT_OK(executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, loss));
+      (target ? targets : tokens)[5] = 100000;
+      failure = executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, loss);
+      // The next run, of good ids again, succeeds: nothing of the failure is left.
+      (target ? targets : tokens)[5] = 3;
+      ASSERT_OK(executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, loss));
+    };
+    std::unique_ptr<Backend> cpu = makeCpuBackend();
+    RecordingBackend backend;
+    Status expected, replayed;
+    ASSERT_NO_FATAL_FAILURE(bad(*cpu, 0, expected));
+    ASSERT_NO_FATAL_FAILURE(bad(backend, 2, replayed));
+    ASSERT_FALSE(expected.ok());
+    EXPECT_NE(expected.message().find(target ? "target id 100000 at position 5"
+                                             : "token id 100000 at position 5"),
+              std::string::npos)
+        << expected.message();
+    EXPECT_EQ(replayed.message(), expected.message());
+    EXPECT_EQ(backend.replays, 3) << "the bad run, and the run after it, were replays";
+  }
+}
+
+/// A bad id a queued backend found is reported, not a failure it may have caused later
+/// in the same program.
+TEST_F(RecordedProgramsTest, ABadIdComesBeforeTheFailureAfterIt) {
+  for (bool bad : {true, false}) {
+    RecordingBackend backend;
+    backend.failAt = 3;
+    std::unique_ptr<Comm> comm = makeLocalComm();
+    std::unique_ptr<Executor> executor;
+    ASSERT_OK(Executor::create(plan, backend, *comm, {}, executor));
+    ASSERT_OK(executor->initParameters(42));
+    std::vector<int32_t> tokens(executor->tokensPerMicroBatch(), 3);
+    if (bad)
+      tokens[5] = 100000;
+    double loss = 0;
+    Status s = executor->forwardBackward(tokens.data(), tokens.data(), {7, 0, 0}, loss);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(bad ? "instruction 0 (Embedding): token id 100000 at position 5"
+                                   : "instruction 3 ("),
+              std::string::npos)
+        << s.message();
+    EXPECT_EQ(s.message().find("broken on purpose") == std::string::npos, bad) << s.message();
+  }
 }
 
 /// Laps and entries must agree: a profile fed more laps than entries says so.

@@ -16,6 +16,14 @@ template <typename O> __global__ void fillKernel(O *out, int64_t n, float value)
   GRID_STRIDE(i, n) st(out, i, value);
 }
 
+/// The loss seed: value times the step's loss scale (in double, rounded once to float, as
+/// the host would compute it).
+template <typename O>
+__global__ void lossSeedKernel(O *out, int64_t n, double value, const StepCounters *c) {
+  const float seed = static_cast<float>(__dmul_rn(value, c->lossScale));
+  GRID_STRIDE(i, n) st(out, i, seed);
+}
+
 /// Reads in (type A), writes out (type B): one rounding to B.
 template <typename A, typename B> __global__ void convertKernel(B *out, const A *in, int64_t n) {
   GRID_STRIDE(i, n) st(out, i, ld(in, i));
@@ -99,6 +107,12 @@ template <typename T> struct BiasGradTerm {
 
 template <typename O> void launchFill(O *out, int64_t n, float value, cudaStream_t stream) {
   fillKernel<<<blocksFor(n), kThreads, 0, stream>>>(out, n, value);
+}
+
+template <typename O>
+void launchLossSeed(O *out, int64_t n, double value, const StepCounters *c,
+                    cudaStream_t stream) {
+  lossSeedKernel<<<blocksFor(n), kThreads, 0, stream>>>(out, n, value, c);
 }
 
 template <typename A, typename B>

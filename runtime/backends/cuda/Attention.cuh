@@ -29,7 +29,7 @@ struct AttentionShape {
   double rate;
   uint32_t stream;
   ProbsMaskIndex maskIndex;
-  Counters counters;
+  const StepCounters *counters; // in device memory
 
   __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * layout.width(); }
   /// Query head hi, and the key and value it reads, at position t.
@@ -46,7 +46,7 @@ struct AttentionShape {
   __device__ float dropFactor(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
     if (rate == 0)
       return 1.f;
-    return rng::dropoutKeeps(counters.seed, counters.step, counters.microBatch, stream,
+    return rng::dropoutKeeps(counters->seed, counters->step, counters->microBatch, stream,
                              maskIndex(bi, hi, i, j, s), rate)
                ? static_cast<float>(1.0 / (1.0 - rate))
                : 0.f;
@@ -371,7 +371,7 @@ __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, 
 /// unfused chain).
 inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
                                      const plan::Instruction &inst, const StepContext &ctx,
-                                     bool dropout) {
+                                     const StepCounters *counters, bool dropout) {
   AttentionShape a;
   a.b = qkv.dim(0);
   a.s = qkv.dim(1);
@@ -384,7 +384,7 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool 
   a.rate = dropout ? inst.rate() : 0.0;
   a.stream = static_cast<uint32_t>(inst.stream());
   a.maskIndex = ProbsMaskIndex(heads, inst.head_parallel(), ctx);
-  a.counters = {ctx.seed, ctx.step, ctx.microBatch};
+  a.counters = counters;
   if (a.d > 32 * kMaxPerLane)
     throw std::runtime_error("cuda backend: attention head_dim " + std::to_string(a.d) +
                              " exceeds " + std::to_string(32 * kMaxPerLane));

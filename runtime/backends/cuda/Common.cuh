@@ -135,6 +135,18 @@ inline int environmentChoice(const char *name, const char *first, const char *se
   return 0;
 }
 
+/// Where in training the kernels run: the counters of every random draw (each use
+/// passes its own RNG stream) and the loss seed's factor. The kernels read them from
+/// device memory, written before each program runs, so that a program recorded once (a
+/// CUDA graph) replays with each micro-batch's own.
+struct StepCounters {
+  uint64_t seed;
+  uint32_t step, microBatch;
+  double lossScale;
+};
+
+__global__ void storeCountersKernel(StepCounters *out, StepCounters value) { *out = value; }
+
 constexpr int kThreads = 256;
 /// Blocks for a grid-stride loop over n elements: at least one, so an empty tensor
 /// launches a grid that does nothing rather than an invalid one.

@@ -8,7 +8,9 @@
 //
 // This file holds the Backend: memory, copies, and the dispatch of each opcode to the
 // launchers of the kernel families (Norms.cuh, Activations.cuh, Dropout.cuh,
-// Embedding.cuh, Attention.cuh, Loss.cuh, Optimizer.cuh, Gemm.cuh), all on one stream.
+// Embedding.cuh, Attention.cuh, Loss.cuh, Optimizer.cuh, Gemm.cuh), all on one stream;
+// and the recording of a program's launches as a CUDA graph (record()), which reads
+// each step's counters and reports its ids' checks from device memory.
 #include "backends/Backend.h"
 #include "backends/cuda/Activations.cuh"
 #include "backends/cuda/Attention.cuh"
@@ -37,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -66,6 +69,8 @@ class CudaBackend final : public Backend {
 public:
   explicit CudaBackend(int device) {
     check(cudaSetDevice(device), "selecting the device");
+    check(cudaStreamCreate(&owned_.stream), "creating the stream");
+    stream_ = owned_.stream;
     check(cublasLtCreate(&lt_), "creating the cuBLASLt handle");
     ltGemms_ = std::make_unique<LtGemms>(lt_);
     check(cublasCreate(&blas_), "creating the cuBLAS handle");
@@ -74,12 +79,17 @@ public:
     check(cublasSetMathMode(blas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
           "setting cuBLAS's math mode");
     check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
-    check(cudaMalloc(&flag_, sizeof(unsigned long long)), "allocating the error flag");
+    // cuBLAS's fallback GEMMs share it (on the same stream, one call at a time) rather
+    // than allocating their own, which a recorded program cannot.
+    check(cublasSetWorkspace(blas_, workspace_, kWorkspaceBytes), "setting cuBLAS's workspace");
+    check(cudaMalloc(&flags_, sizeof(unsigned long long) * kChecks), "allocating the flags");
+    check(cudaMalloc(&counters_, sizeof(StepCounters)), "allocating the step's counters");
     check(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming), "creating an event");
   }
   ~CudaBackend() override {
     cudaEventDestroy(drained_);
-    cudaFree(flag_);
+    cudaFree(counters_);
+    cudaFree(flags_);
     cudaFree(workspace_);
     cublasDestroy(blas_);
     ltGemms_.reset();
@@ -107,19 +117,14 @@ public:
     (void)handled(cudaFree(data));
   }
   Status copyToDevice(void *device, const void *host, size_t bytes) override {
-    return guarded([&] {
-      drain("before copying to the device");
-      check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copying to the device");
-    });
+    return guarded([&] { copyNow(device, host, bytes, cudaMemcpyHostToDevice, "to the device"); });
   }
   Status copyToHost(void *host, const void *device, size_t bytes) override {
-    return guarded([&] {
-      drain("before copying to the host");
-      check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copying to the host");
-    });
+    return guarded([&] { copyNow(host, device, bytes, cudaMemcpyDeviceToHost, "to the host"); });
   }
   Status setZero(void *device, size_t bytes) override {
-    return guarded([&] { check(cudaMemset(device, 0, bytes), "zeroing device memory"); });
+    return guarded(
+        [&] { check(cudaMemsetAsync(device, 0, bytes, stream_), "zeroing device memory"); });
   }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
@@ -134,6 +139,7 @@ public:
 
   Status run(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
              const StepContext &ctx) override {
+    ++runs_;
     // The storage type of the instruction's activations: its first non-index,
     // non-accumulator operand; plans of f32, bf16 and f16 run here.
     DType t = DType::F32;
@@ -162,8 +168,74 @@ public:
   Status finish() override {
     return guarded([&] {
       drain("finishing its work");
-      check(cudaStreamSynchronize(stream_), "waiting for the device");
+      // Also NCCL's collectives, on the legacy default stream.
+      check(cudaDeviceSynchronize(), "waiting for the device");
     });
+  }
+
+  Status checkRuns(size_t &call) override {
+    call = 0;
+    runs_ = 0;
+    const std::vector<IdsCheck> checks = std::exchange(checks_, {});
+    if (checks.empty())
+      return Status::success();
+    std::vector<unsigned long long> first(checks.size());
+    MT_TRY(guarded([&] {
+      copyNow(first.data(), flags_, sizeof first[0] * first.size(), cudaMemcpyDeviceToHost,
+              "the ids' checks to the host");
+    }));
+    for (size_t i = 0; i < checks.size(); ++i)
+      if (first[i] != ~0ull) {
+        call = checks[i].call;
+        return Status::failure(cat(checks[i].what, " at position ", first[i], " is outside the ",
+                                   checks[i].limit, " classes or rows it indexes"));
+      }
+    return Status::success();
+  }
+
+  bool records() const override { return !synchronous_ && !graphsOff_; }
+  std::unique_ptr<Recording> record(const std::function<Status()> &work,
+                                    std::string &why) override {
+    why.clear();
+    if (synchronous_) {
+      why = "MT_CUDA_SYNC waits for every kernel";
+      return nullptr;
+    }
+    if (graphsOff_) {
+      why = "MT_CUDA_GRAPHS=off";
+      return nullptr;
+    }
+    // The caller has read the checks of what ran before.
+    checks_.clear();
+    runs_ = 0;
+    const cudaError_t began =
+        handled(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    if (began != cudaSuccess) {
+      why = cat("beginning a capture: ", cudaGetErrorString(began));
+      return nullptr;
+    }
+    capturing_ = true;
+    const Status done = guarded(work);
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = handled(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    if (!done.ok())
+      why = done.message();
+    else if (ended != cudaSuccess)
+      why = cat("ending the capture: ", cudaGetErrorString(ended));
+    else if (const cudaError_t made = handled(cudaGraphInstantiate(&exec, graph, 0));
+             made != cudaSuccess)
+      why = cat("instantiating the graph: ", cudaGetErrorString(made));
+    if (graph)
+      (void)handled(cudaGraphDestroy(graph));
+    std::vector<IdsCheck> checks = std::exchange(checks_, {});
+    const size_t runs = std::exchange(runs_, 0);
+    if (!why.empty()) {
+      (void)cudaGetLastError(); // what failed in the capture is reported here, not later
+      return nullptr;
+    }
+    return std::make_unique<Graph>(*this, exec, std::move(checks), runs);
   }
 
   Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
@@ -218,9 +290,8 @@ public:
       double *partial = static_cast<double *>(scratch(sizeof(double) * chunks.size()));
       launchSumOfSquares(table, chunks.size(), partial, stream_);
       launched("sum of squares");
-      drain("for a sum of squares");
-      check(cudaMemcpy(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost),
-            "copying the partial sums of squares");
+      copyNow(host.data(), partial, sizeof(double) * host.size(), cudaMemcpyDeviceToHost,
+              "the partial sums of squares to the host");
     }));
     for (size_t i = 0, c = 0; i < ends.size(); ++i) {
       double tensor = 0;
@@ -255,9 +326,9 @@ public:
   void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
 
   uint64_t workspaceBytes() const override {
-    return kWorkspaceBytes + sizeof *flag_ + scratch_.capacity() + gemmOut_.capacity() +
-           biasCopy_.capacity() + cudnnWorkspace_.capacity() + adamwTable_.capacity() +
-           squaresTable_.capacity();
+    return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ +
+           scratch_.capacity() + gemmOut_.capacity() + biasCopy_.capacity() +
+           cudnnWorkspace_.capacity() + adamwTable_.capacity() + squaresTable_.capacity();
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
     size_t free = 0, size = 0;
@@ -275,6 +346,14 @@ public:
 
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
+  /// A check of the ids an instruction reads, since checkRuns last read them: each has
+  /// its own flag of flags_ (of kChecks), in order.
+  struct IdsCheck {
+    size_t call; // the run() call among those since, from 0
+    const char *what;
+    int64_t limit;
+  };
+  static constexpr size_t kChecks = 64;
 
   /// Marks as events in the backend's stream; the laps are the times between them.
   class EventStopwatch final : public Stopwatch {
@@ -335,8 +414,15 @@ private:
   /// At least `bytes` of `buffer`, or an exception naming `what`; with `orNull`, null
   /// where the device has not that much memory free.
   void *grow(DeviceBuffer &buffer, size_t bytes, const char *what, bool orNull = false) {
-    if (bytes > buffer.capacity())
+    if (bytes > buffer.capacity()) {
+      // A graph holds the buffer's address: none may move while one is recorded, and
+      // the graphs recorded before it moves are stale (Graph::replay).
+      if (capturing_)
+        throw std::runtime_error(cat(what, ": it would grow while a program is recorded"));
       drain("before freeing a buffer to grow it"); // cudaFree waits for the device
+      if (buffer.capacity() > 0)
+        ++generation_; // it moves
+    }
     void *data = nullptr;
     const cudaError_t code = handled(buffer.get(bytes, data));
     if (code == cudaErrorMemoryAllocation && orNull)
@@ -358,9 +444,9 @@ private:
     void *data = grow(table, bytes, "allocating a table of chunks");
     if (held.size() != chunks.size() || std::memcmp(held.data(), chunks.data(), bytes) != 0) {
       held.clear(); // a failed copy leaves no table taken for this one
-      drain("before copying a table of chunks"); // a launch may still read the last one
-      check(cudaMemcpy(data, chunks.data(), bytes, cudaMemcpyHostToDevice),
-            "copying a table of chunks");
+      // A launch may still read the last one: copyNow waits for it.
+      copyNow(data, chunks.data(), bytes, cudaMemcpyHostToDevice,
+              "a table of chunks to the device");
       held = chunks;
     }
     return static_cast<const Chunk *>(data);
@@ -399,7 +485,8 @@ private:
   /// dst (type `to`) = src (type `from`), n elements: a copy where the types agree.
   void convertOn(void *dst, DType to, const void *src, DType from, int64_t n) {
     if (to == from) {
-      check(cudaMemcpy(dst, src, dtypeBytes(to) * n, cudaMemcpyDeviceToDevice), "copying");
+      check(cudaMemcpyAsync(dst, src, dtypeBytes(to) * n, cudaMemcpyDeviceToDevice, stream_),
+            "copying");
       return;
     }
     if (to != DType::F32 && to != DType::BF16 && to != DType::F16)
@@ -414,17 +501,76 @@ private:
     launched("conversion");
   }
 
-  /// Resets the error flag before a kernel that checks ids; returns the first bad
-  /// position afterwards, or -1.
-  void resetFlag() {
-    check(cudaMemsetAsync(flag_, 0xff, sizeof *flag_, stream_), "resetting the flag"); // ~0
+  /// Copies between the host and the device once the work queued before has run
+  /// (waiting with the watchdog looking on), and returns when the copy is done.
+  void copyNow(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, const char *what) {
+    drain(cat("before copying ", what).c_str());
+    check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), cat("copying ", what).c_str());
+    check(cudaStreamSynchronize(stream_), cat("copying ", what).c_str());
   }
-  int64_t badPosition() {
-    unsigned long long value;
-    drain("before reading the error flag");
-    check(cudaMemcpy(&value, flag_, sizeof value, cudaMemcpyDeviceToHost), "reading the flag");
-    return value == ~0ull ? -1 : static_cast<int64_t>(value);
+
+  /// The flag of a check of the ids the current instruction reads, reset to ~0: its
+  /// kernel leaves the first position outside `limit` there, and checkRuns reads the
+  /// flags after the program, so that no instruction waits for the device.
+  unsigned long long *idsCheck(const char *what, int64_t limit) {
+    if (checks_.size() == kChecks)
+      throw std::runtime_error(cat("cuda backend: more than ", kChecks,
+                                   " checks of ids before they were read"));
+    unsigned long long *flag = flags_ + checks_.size();
+    check(cudaMemsetAsync(flag, 0xff, sizeof *flag, stream_), "resetting a check's flag");
+    checks_.push_back({runs_ - 1, what, limit});
+    return flag;
   }
+
+  /// The step's counters in device memory, which the kernels read: written (in the
+  /// queue's order) when they change, but not into a recording, which reads those of
+  /// each replay.
+  const StepCounters *counters(const StepContext &ctx) {
+    const StepCounters value{ctx.seed, ctx.step, ctx.microBatch, ctx.lossScale};
+    const bool same = countersHeld_ && countersHeld_->seed == value.seed &&
+                      countersHeld_->step == value.step &&
+                      countersHeld_->microBatch == value.microBatch &&
+                      countersHeld_->lossScale == value.lossScale;
+    if (!capturing_ && !same) {
+      countersHeld_.reset(); // unknown if the launch fails
+      storeCountersKernel<<<1, 1, 0, stream_>>>(counters_, value);
+      launched("storing the step's counters");
+      countersHeld_ = value;
+    }
+    return counters_;
+  }
+
+  /// A program's launches as a CUDA graph, replayed with each step's counters; its ids'
+  /// checks are read after each replay as after a run.
+  class Graph final : public Recording {
+  public:
+    Graph(CudaBackend &backend, cudaGraphExec_t exec, std::vector<IdsCheck> checks, size_t runs)
+        : backend_(backend), exec_(exec), generation_(backend.generation_),
+          checks_(std::move(checks)), runs_(runs) {}
+    ~Graph() override {
+      if (exec_)
+        (void)handled(cudaGraphExecDestroy(exec_));
+    }
+    Status replay(const StepContext &context, bool &stale) override {
+      stale = backend_.generation_ != generation_;
+      if (stale)
+        return Status::success();
+      return guarded([&] {
+        backend_.counters(context);
+        check(cudaGraphLaunch(exec_, backend_.stream_), "launching a recorded program");
+        backend_.launched("a recorded program");
+        backend_.checks_ = checks_;
+        backend_.runs_ = runs_;
+      });
+    }
+
+  private:
+    CudaBackend &backend_;
+    cudaGraphExec_t exec_;
+    uint64_t generation_; // the backend's when recorded
+    std::vector<IdsCheck> checks_;
+    size_t runs_;
+  };
 
   /// C = op(A)·op(B) with `epilogue` (Gemm.cuh), column-major, C contiguous (ldc = m):
   /// f32 compute, A, B, C, the bias (length m) and the auxiliary matrix in `dtype`.
@@ -559,30 +705,27 @@ private:
     auto residualGrad = [&]() -> const T * {
       return inst.inputs()->size() == 4 ? p(in[3]) : nullptr;
     };
-    auto idsError = [&](const char *what, int64_t limit) -> Status {
-      int64_t at = badPosition();
-      if (at < 0)
-        return Status::success();
-      return Status::failure(cat(what, " at position ", at, " is outside the ", limit,
-                                 " classes or rows it indexes"));
-    };
+    const StepCounters *step = counters(ctx);
     const int64_t n = inst.outputs()->size() ? out[0].numel() : 0;
     switch (inst.opcode()) {
     case Opcode::Fill: {
-      const float value =
-          static_cast<float>(inst.value() * (inst.loss_seed() ? ctx.lossScale : 1.0));
-      if (out[0].dtype == DType::F32)
+      const float value = static_cast<float>(inst.value());
+      if (inst.loss_seed() && out[0].dtype == DType::F32)
+        launchLossSeed(f(out[0]), n, inst.value(), step, stream_);
+      else if (inst.loss_seed())
+        launchLossSeed(p(out[0]), n, inst.value(), step, stream_);
+      else if (out[0].dtype == DType::F32)
         launchFill(f(out[0]), n, value, stream_);
       else
         launchFill(p(out[0]), n, value, stream_);
       break;
     }
     case Opcode::Embedding: {
-      resetFlag();
+      const int64_t vocabulary = in[0].dim(0) * parts;
       launchEmbedding(p(in[0]), in[1].data, wide(in[1]), p(out[0]), in[1].numel(), in[0].dim(0),
-                      in[0].dim(1), vocabFirst(in[0], 0), in[0].dim(0) * parts, flag_, stream_);
-      launched("embedding");
-      return idsError("a token id", in[0].dim(0) * parts);
+                      in[0].dim(1), vocabFirst(in[0], 0), vocabulary,
+                      idsCheck("a token id", vocabulary), stream_);
+      break;
     }
     case Opcode::EmbeddingGrad: {
       const int64_t rows = out[0].dim(0), h = out[0].dim(1), tokens = in[1].numel();
@@ -736,7 +879,7 @@ private:
                                                        : nullptr,
                            n, inst.rate(), static_cast<uint32_t>(inst.stream()),
                            dropoutShard(inst, in[0], ctx),
-                           Counters{ctx.seed, ctx.step, ctx.microBatch}, stream_);
+                           step, stream_);
       break;
     case Opcode::Dropout:
     case Opcode::DropoutGrad: {
@@ -751,13 +894,13 @@ private:
                           ? static_cast<uint8_t *>(out[1].data)
                           : nullptr;
       launchDropout(p(in[0]), p(out[0]), mask, n, inst.rate(), static_cast<uint32_t>(inst.stream()),
-                    shard, Counters{ctx.seed, ctx.step, ctx.microBatch}, stream_);
+                    shard, step, stream_);
       break;
     }
     case Opcode::Attention: {
       // The rows' statistics go to the second output where the plan keeps them (for
       // the gradient), else to scratch where cuDNN must write them.
-      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, true);
+      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, step, true);
       float *kept = inst.outputs()->size() > 1 ? f(out[1]) : nullptr;
       if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
             float *stats =
@@ -770,7 +913,7 @@ private:
       break;
     }
     case Opcode::AttentionGrad: {
-      AttentionShape a = attentionShape(in[1], inst.heads(), inst.causal(), inst, ctx, true);
+      AttentionShape a = attentionShape(in[1], inst.heads(), inst.causal(), inst, ctx, step, true);
       // cuDNN's backward takes the rows' statistics: the forward's where the plan kept
       // them (mt-keep-attention-stats), else from a forward run again for them (its
       // output written to scratch and discarded). Both paths write the same form of
@@ -801,17 +944,17 @@ private:
       break;
     }
     case Opcode::AttentionProbs: {
-      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, false);
+      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, step, false);
       launchAttentionProbs(p(in[0]), p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionContext: {
-      AttentionShape a = attentionShape(in[1], in[0].dim(1), false, inst, ctx, false);
+      AttentionShape a = attentionShape(in[1], in[0].dim(1), false, inst, ctx, step, false);
       launchAttentionContext(p(in[0]), p(in[1]), p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionProbsGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, false);
+      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, step, false);
       float *deltas = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
       launchAttentionProbsGradQuery(p(in[0]), p(in[1]), p(in[2]), p(out[0]), deltas, a, stream_);
       launched("attention probabilities gradient (queries)");
@@ -819,7 +962,7 @@ private:
       break;
     }
     case Opcode::AttentionContextGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, false);
+      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, step, false);
       launchAttentionContextGradProbs(p(in[0]), p(in[2]), p(out[0]), a, stream_);
       launched("attention context gradient (probabilities)");
       launchAttentionContextGradValues(p(in[0]), p(in[1]), p(out[1]), a, stream_);
@@ -829,34 +972,27 @@ private:
       const int64_t m = in[0].rows(), v = in[0].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      resetFlag();
-      launchCrossEntropyRows(p(in[0]), in[1].data, wide(in[1]), rowLoss, m, v, classes, flag_,
-                             stream_);
+      launchCrossEntropyRows(p(in[0]), in[1].data, wide(in[1]), rowLoss, m, v, classes,
+                             idsCheck("a target id", classes), stream_);
       launched("cross-entropy");
-      if (Status s = idsError("a target id", classes); !s.ok())
-        return s;
       launchMean(rowLoss, m, f(out[0]), stream_);
       break;
     }
     case Opcode::CrossEntropyGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
-      resetFlag();
       launchCrossEntropyGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), p(out[0]), m, v,
-                             classes, flag_, stream_);
-      launched("cross-entropy gradient");
-      return idsError("a target id", classes);
+                             classes, idsCheck("a target id", classes), stream_);
+      break;
     }
     case Opcode::CrossEntropyWithGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      resetFlag();
       launchCrossEntropyWithGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), rowLoss,
-                                 p(out[1]), m, v, classes, flag_, stream_);
+                                 p(out[1]), m, v, classes, idsCheck("a target id", classes),
+                                 stream_);
       launched("cross-entropy with its gradient");
-      if (Status s = idsError("a target id", classes); !s.ok())
-        return s;
       launchMean(rowLoss, m, f(out[0]), stream_);
       break;
     }
@@ -864,11 +1000,9 @@ private:
       const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;
       const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
-      resetFlag();
       launchCrossEntropyStats(p(in[0]), in[1].data, wide(in[1]), f(out[0]), m, v, first, valid,
-                              classes, flag_, stream_);
-      launched("cross-entropy statistics");
-      return idsError("a target id", classes);
+                              classes, idsCheck("a target id", classes), stream_);
+      break;
     }
     case Opcode::CrossEntropyMerge: {
       const int64_t m = in[0].cols(), shards = in[0].dim(0) / 3;
@@ -895,11 +1029,26 @@ private:
     return Status::success();
   }
 
+  // The stream, destroyed after everything else (cuDNN's handle among them) is gone.
+  struct OwnedStream {
+    cudaStream_t stream = nullptr;
+    ~OwnedStream() {
+      if (stream)
+        cudaStreamDestroy(stream);
+    }
+  } owned_;
   cublasLtHandle_t lt_ = nullptr;
   std::unique_ptr<LtGemms> ltGemms_; // lt_'s plans, freed before it
   cublasHandle_t blas_ = nullptr;
   void *workspace_ = nullptr;
-  unsigned long long *flag_ = nullptr;
+  unsigned long long *flags_ = nullptr;
+  std::vector<IdsCheck> checks_;
+  size_t runs_ = 0; // run() calls since checkRuns
+  StepCounters *counters_ = nullptr;
+  std::optional<StepCounters> countersHeld_; // what counters_ holds, once known
+  bool capturing_ = false;  // a program is being recorded: nothing may wait or allocate
+  uint64_t generation_ = 0; // counts the buffers that moved (graphs hold their addresses)
+  const bool graphsOff_ = environmentChoice("MT_CUDA_GRAPHS", "off", "on") == 1;
   DeviceBuffer scratch_;  // one instruction's temporaries
   DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
@@ -912,8 +1061,10 @@ private:
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();
   const AttentionPath attentionPath_ = attentionPath();
-  // Every kernel, copy and library call of this backend runs on the legacy default stream.
-  const cudaStream_t stream_ = nullptr;
+  // Every kernel, copy and library call of this backend runs on this stream (a created
+  // one: the legacy default stream cannot be captured). It is a blocking stream, so it
+  // is ordered both ways with NCCL's collectives on the legacy default stream.
+  cudaStream_t stream_ = nullptr;
   std::unique_ptr<Backend> cpu_ = makeCpuBackend();
   WaitWatch watch_;               // the communicator's watchdog over drain()
   cudaEvent_t drained_ = nullptr; // drain()'s mark in the queue

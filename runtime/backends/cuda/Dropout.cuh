@@ -10,18 +10,13 @@
 namespace mt {
 namespace {
 
-/// The step's counters of the dropout draw (each use passes its own RNG stream).
-struct Counters {
-  uint64_t seed;
-  uint32_t step, microBatch;
-};
-
 /// Reads x, writes out = x·keep/(1 − rate) and, when given, the keep mask (one byte per
 /// element): the mask is drawn and applied in one pass.
 template <typename T>
 __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, double rate,
-                              uint32_t stream, ShardMap shard, Counters c) {
+                              uint32_t stream, ShardMap shard, const StepCounters *counters) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
+  const StepCounters c = *counters;
   GRID_STRIDE(i, n) {
     const bool keep = rate == 0 ||
                       rng::dropoutKeeps(c.seed, c.step, c.microBatch, stream, shard.global(i), rate);
@@ -37,8 +32,10 @@ __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, doub
 template <typename T>
 __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bias, int64_t cols,
                                      T *out, uint8_t *mask, int64_t n, double rate,
-                                     uint32_t stream, ShardMap shard, Counters c) {
+                                     uint32_t stream, ShardMap shard,
+                                     const StepCounters *counters) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
+  const StepCounters c = *counters;
   // Each product and sum rounded on its own (no contraction into a fused multiply-add),
   // as the separate kernels compute them.
   GRID_STRIDE(i, n) {
@@ -62,7 +59,7 @@ __global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, T *dx, int64
 
 template <typename T>
 void launchDropout(const T *x, T *out, uint8_t *mask, int64_t n, double rate, uint32_t rngStream,
-                   ShardMap shard, Counters c, cudaStream_t stream) {
+                   ShardMap shard, const StepCounters *c, cudaStream_t stream) {
   dropoutKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, out, mask, n, rate, rngStream, shard,
                                                        c);
 }
@@ -70,7 +67,7 @@ void launchDropout(const T *x, T *out, uint8_t *mask, int64_t n, double rate, ui
 template <typename T>
 void launchBiasDropoutAdd(const T *x, const T *residual, const T *bias, int64_t cols, T *out,
                           uint8_t *mask, int64_t n, double rate, uint32_t rngStream,
-                          ShardMap shard, Counters c, cudaStream_t stream) {
+                          ShardMap shard, const StepCounters *c, cudaStream_t stream) {
   biasDropoutAddKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, residual, bias, cols, out, mask,
                                                               n, rate, rngStream, shard, c);
 }

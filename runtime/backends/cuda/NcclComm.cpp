@@ -1,6 +1,7 @@
 // The GPU communicator: tensor collectives on device memory through NCCL, on the
-// stream the CUDA backend's kernels run on (the default stream, so every collective is
-// ordered after the kernels that produce its input). Scalars, point-to-point messages
+// legacy default stream, which the CUDA backend's stream (a blocking one) is ordered
+// with both ways: every collective runs after the kernels that produce its input, and
+// before those that read its output. Scalars, point-to-point messages
 // (pipeline activations travel through host memory) and subsets of a group (the tied
 // embedding's stages) go through the MPI communicator it wraps.
 //
