@@ -133,13 +133,17 @@ int launchRanks(int ranks, int argc, char **argv) {
   return 1;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  const auto launched = std::chrono::steady_clock::now();
+/// The command line: the plan, the flags by our names (a switch's value is "1"), and
+/// -n's ranks (0 without it).
+struct CommandLine {
   std::string planPath;
   std::map<std::string, std::string> flags;
   int ranks = 0;
+};
+
+/// Reads the command line into `out`: -1 to go on, else the exit code (0 after --help, 2
+/// after a usage error).
+int parseCommandLine(int argc, char **argv, CommandLine &out) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -147,19 +151,19 @@ int main(int argc, char **argv) {
       return 0;
     }
     if (arg == "-n") {
-      if (i + 1 >= argc || (ranks = std::atoi(argv[++i])) <= 0)
+      if (i + 1 >= argc || (out.ranks = std::atoi(argv[++i])) <= 0)
         return usageError("-n needs a positive number of ranks");
       continue;
     }
     if (arg.rfind("-", 0) != 0) {
-      if (!planPath.empty())
+      if (!out.planPath.empty())
         return usageError("more than one plan given");
-      planPath = arg;
+      out.planPath = arg;
       continue;
     }
     std::string name = arg.substr(arg.find_first_not_of('-')), value;
     if (kSwitches.count(name)) {
-      flags[name] = "1";
+      out.flags[name] = "1";
       continue;
     }
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -174,49 +178,57 @@ int main(int argc, char **argv) {
       name = alias->second;
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
-    flags[name] = value;
+    out.flags[name] = value;
   }
-  if (planPath.empty())
+  if (out.planPath.empty())
     return usageError("no plan given");
-  if (!flags.count("data") || !flags.count("steps"))
+  if (!out.flags.count("data") || !out.flags.count("steps"))
     return usageError("--data and --steps are required");
+  return -1;
+}
 
-  mt::TrainerConfig config;
-  config.launched = launched;
+/// The trainer's settings from the flags (the rest keep their defaults); false with
+/// `error` naming what is wrong.
+bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
+                   std::string &error) {
+  auto text = [&](const char *name, const std::string &fallback) {
+    auto it = flags.find(name);
+    return it == flags.end() ? fallback : it->second;
+  };
+  auto number = [&](const char *name, double fallback) {
+    auto it = flags.find(name);
+    if (it == flags.end())
+      return fallback;
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(it->second, &used);
+    } catch (const std::exception &) {
+    }
+    if (used == 0 || used != it->second.size() || !std::isfinite(v))
+      throw std::invalid_argument(name);
+    return v;
+  };
+  auto integer = [&](const char *name, int64_t fallback) {
+    auto it = flags.find(name);
+    if (it == flags.end())
+      return fallback;
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(it->second, &used);
+    } catch (const std::exception &) {
+    }
+    if (used == 0 || used != it->second.size() || v < 0)
+      throw std::invalid_argument(name);
+    return static_cast<int64_t>(v);
+  };
   try {
-    auto number = [&](const char *name, double fallback) {
-      auto it = flags.find(name);
-      if (it == flags.end())
-        return fallback;
-      size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(it->second, &used);
-      } catch (const std::exception &) {
-      }
-      if (used == 0 || used != it->second.size() || !std::isfinite(v))
-        throw std::invalid_argument(name);
-      return v;
-    };
-    auto integer = [&](const char *name, int64_t fallback) {
-      auto it = flags.find(name);
-      if (it == flags.end())
-        return fallback;
-      size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(it->second, &used);
-      } catch (const std::exception &) {
-      }
-      if (used == 0 || used != it->second.size() || v < 0)
-        throw std::invalid_argument(name);
-      return static_cast<int64_t>(v);
-    };
-    config.dataPrefix = flags["data"];
+    config.dataPrefix = text("data", "");
     config.steps = integer("steps", 0);
     config.seed = static_cast<uint64_t>(integer("seed", 1234));
-    config.saveDir = flags.count("save") ? flags["save"] : "";
-    config.loadDir = flags.count("load") ? flags["load"] : "";
+    config.saveDir = text("save", "");
+    config.loadDir = text("load", "");
     config.saveEvery = integer("save-every", 0);
     config.checkpoint.keep = static_cast<int>(integer("keep-checkpoints", 0));
     config.checkpoint.stagingBytes =
@@ -224,14 +236,14 @@ int main(int argc, char **argv) {
     config.checkpoint.async = flags.count("async-save") > 0;
     config.collectiveTimeout = number("collective-timeout", config.collectiveTimeout);
     config.logEvery = integer("log-every", 1);
-    config.metricsPath = flags.count("metrics") ? flags["metrics"] : "";
-    config.tracePath = flags.count("trace") ? flags["trace"] : "";
+    config.metricsPath = text("metrics", "");
+    config.tracePath = text("trace", "");
     mt::OptimizerConfig &o = config.optimizer;
     o.lr = number("lr", o.lr);
     o.minLr = number("min-lr", o.minLr);
     o.warmupSteps = integer("warmup-steps", 0);
     o.decaySteps = integer("lr-decay-steps", 0);
-    o.decayStyle = flags.count("lr-decay") ? flags["lr-decay"] : o.decayStyle;
+    o.decayStyle = text("lr-decay", o.decayStyle);
     o.beta1 = number("adam-beta1", o.beta1);
     o.beta2 = number("adam-beta2", o.beta2);
     o.eps = number("adam-eps", o.eps);
@@ -242,79 +254,88 @@ int main(int argc, char **argv) {
     scaler.minScale = number("min-loss-scale", scaler.minScale);
     scaler.window = integer("loss-scale-window", scaler.window);
     scaler.hysteresis = scaler.hysteresisLeft = integer("hysteresis", scaler.hysteresis);
-    if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
-        scaler.hysteresis < 1)
-      return usageError("loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
-                        "--loss-scale-window >= 1 and --hysteresis >= 1");
-    if (o.decayStyle != "cosine" && o.decayStyle != "linear" && o.decayStyle != "constant")
-      return usageError("--lr-decay must be cosine, linear or constant");
   } catch (const std::exception &e) {
-    return usageError(std::string("bad number for --") + e.what());
+    error = std::string("bad number for --") + e.what();
+    return false;
   }
-  std::string backendName = flags.count("backend") ? flags["backend"]
-                            : mt::cudaDevices() > 0 ? "cuda"
-                                                    : "cpu";
-  if (backendName != "cpu" && backendName != "cuda")
-    return usageError("--backend must be cpu or cuda, got '" + backendName + "'");
+  const mt::LossScaler &scaler = config.lossScaler;
+  if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
+      scaler.hysteresis < 1)
+    error = "loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
+            "--loss-scale-window >= 1 and --hysteresis >= 1";
+  else if (const std::string &d = config.optimizer.decayStyle;
+           d != "cosine" && d != "linear" && d != "constant")
+    error = "--lr-decay must be cosine, linear or constant";
+  return error.empty();
+}
 
-  mt::LoadedPlan plan;
-  if (mt::Status s = mt::LoadedPlan::read(planPath, plan); !s.ok()) {
-    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
-    return 1;
-  }
+/// Whether the plan's ranks are the job's: -1 to run on this rank, else the exit code
+/// (after `-n N` started N ranks through mpirun, or naming the mismatch).
+int checkRanks(const mt::LoadedPlan &plan, const CommandLine &line, bool underMpi, int argc,
+               char **argv) {
   const mt::plan::Grid &grid = *plan.plan().grid();
   const int planRanks = grid.tp() * grid.pp() * grid.dp();
-  // One rank needs no communicator, even under a launcher (srun -n 1 on a node without
-  // MPI); several load the MPI plugin.
-  const bool underMpi = mt::launchedByMpi() && worldSize() > 1;
-  if (ranks > 0 && !underMpi) {
-    if (ranks != planRanks) {
+  if (line.ranks > 0 && !underMpi) {
+    if (line.ranks != planRanks) {
       std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), not %d\n",
-                   planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), ranks);
+                   line.planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(),
+                   line.ranks);
       return 1;
     }
-    if (ranks > 1)
-      return launchRanks(ranks, argc, argv);
+    if (line.ranks > 1)
+      return launchRanks(line.ranks, argc, argv);
   }
   if (worldSize() != planRanks) {
     std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), but %d "
                          "are running%s\n",
-                 planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize(),
+                 line.planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize(),
                  underMpi ? "" : " (start it with -n, or under mpirun)");
     return 1;
   }
+  return -1;
+}
 
-  std::unique_ptr<mt::Backend> backend;
+/// This rank's backend (CUDA on GPU local-rank mod GPUs) and communicator (MPI, with
+/// NCCL for CUDA, under a launcher; local otherwise). A failure is printed; an NCCL
+/// set-up that fails ends the job.
+bool makeDevices(const std::string &backendName, const mt::plan::Grid &grid, bool underMpi,
+                 double collectiveTimeout, std::unique_ptr<mt::Backend> &backend,
+                 std::unique_ptr<mt::Comm> &comm) {
   if (backendName == "cuda") {
     const int devices = mt::cudaDevices();
     mt::Status s = devices > 0 ? mt::makeCudaBackend(localRank() % devices, backend)
                                : mt::Status::failure("--backend cuda: no GPU is visible");
     if (!s.ok()) {
       std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
-      return 1;
+      return false;
     }
   } else {
     backend = mt::makeCpuBackend();
   }
-  std::unique_ptr<mt::Comm> comm;
-  if (underMpi) {
-    if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok()) {
-      if (!s.message().empty())
-        std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
-      return 1;
-    }
-    if (backendName == "cuda") {
-      // NCCL's set-up waits for every rank: watched as training is.
-      comm->setWatchdog(config.collectiveTimeout);
-      comm->setActivity("setting up NCCL");
-      if (mt::Status s = mt::makeNcclComm(comm); !s.ok())
-        mt::abortAll(s.message());
-    }
-  } else {
+  if (!underMpi) {
     comm = mt::makeLocalComm();
+    return true;
   }
-  // From here on a failing rank takes the whole job down, naming itself: no rank is
-  // left waiting in a collective.
+  if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok()) {
+    if (!s.message().empty())
+      std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return false;
+  }
+  if (backendName == "cuda") {
+    // NCCL's set-up waits for every rank: watched as training is.
+    comm->setWatchdog(collectiveTimeout);
+    comm->setActivity("setting up NCCL");
+    if (mt::Status s = mt::makeNcclComm(comm); !s.ok())
+      mt::abortAll(s.message());
+  }
+  return true;
+}
+
+/// Trains on this rank, then checks the arena: the exit code. From here on a failing
+/// rank takes the whole job down, naming itself, so no rank is left waiting in a
+/// collective.
+int trainHere(const mt::LoadedPlan &plan, mt::Backend &backend, mt::Comm &comm,
+              const mt::TrainerConfig &config, bool underMpi, bool profiled) {
   auto fail = [&](const mt::Status &s) -> int {
     if (underMpi)
       mt::abortAll(s.message());
@@ -327,25 +348,27 @@ int main(int argc, char **argv) {
   try {
     // The ranks on a host share its cores: each one's kernels use its share.
     std::string threads;
-    if (backendName == "cpu") {
+    if (std::string(backend.name()) == "cpu") {
       mt::CpuThreads chosen;
-      if (mt::Status s = mt::useCpuThreads(*comm, chosen); !s.ok())
+      if (mt::Status s = mt::useCpuThreads(comm, chosen); !s.ok())
         return fail(s);
       threads = ", " + chosen.summary();
     }
     std::unique_ptr<mt::Executor> executor;
-    if (mt::Status s = mt::Executor::create(plan, *backend, *comm, {}, executor); !s.ok())
+    if (mt::Status s = mt::Executor::create(plan, backend, comm, {}, executor); !s.ok())
       return fail(s);
-    const bool leader = comm->position().worldRank() == 0;
+    const bool leader = comm.position().worldRank() == 0;
     std::unique_ptr<mt::Profile> profile;
-    if (flags.count("profile")) {
-      profile = std::make_unique<mt::Profile>(backend->stopwatch());
+    if (profiled) {
+      profile = std::make_unique<mt::Profile>(backend.stopwatch());
       executor->setProfile(profile.get());
     }
+    const mt::plan::Grid &grid = *plan.plan().grid();
     if (leader)
       std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens%s\n",
-                  plan.plan().model()->c_str(), backend->name(), planRanks, grid.tp(),
-                  grid.dp(), grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
+                  plan.plan().model()->c_str(), backend.name(), grid.tp() * grid.pp() * grid.dp(),
+                  grid.tp(), grid.dp(),
+                  grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
                   static_cast<long long>(config.steps),
                   static_cast<long long>(plan.plan().global_batch_size()),
                   static_cast<long long>(plan.plan().seq_length()), threads.c_str());
@@ -366,4 +389,40 @@ int main(int argc, char **argv) {
     return fail(mt::Status::failure(e.what()));
   }
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const auto launched = std::chrono::steady_clock::now();
+  CommandLine line;
+  if (int code = parseCommandLine(argc, argv, line); code >= 0)
+    return code;
+  mt::TrainerConfig config;
+  config.launched = launched;
+  if (std::string error; !trainerConfig(line.flags, config, error))
+    return usageError(error);
+  auto chosen = line.flags.find("backend");
+  const std::string backendName = chosen != line.flags.end() ? chosen->second
+                                  : mt::cudaDevices() > 0    ? "cuda"
+                                                             : "cpu";
+  if (backendName != "cpu" && backendName != "cuda")
+    return usageError("--backend must be cpu or cuda, got '" + backendName + "'");
+
+  mt::LoadedPlan plan;
+  if (mt::Status s = mt::LoadedPlan::read(line.planPath, plan); !s.ok()) {
+    std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
+    return 1;
+  }
+  // One rank needs no communicator, even under a launcher (srun -n 1 on a node without
+  // MPI); several load the MPI plugin.
+  const bool underMpi = mt::launchedByMpi() && worldSize() > 1;
+  if (int code = checkRanks(plan, line, underMpi, argc, argv); code >= 0)
+    return code;
+  std::unique_ptr<mt::Backend> backend;
+  std::unique_ptr<mt::Comm> comm;
+  if (!makeDevices(backendName, *plan.plan().grid(), underMpi, config.collectiveTimeout,
+                   backend, comm))
+    return 1;
+  return trainHere(plan, *backend, *comm, config, underMpi, line.flags.count("profile") > 0);
 }
