@@ -2,6 +2,7 @@
 #include "data/IndexedDataset.h"
 #include "data/TokenStream.h"
 #include "train/Checkpoint.h"
+#include "train/PipelinePasses.h"
 
 #include <chrono>
 #include <map>
@@ -110,428 +111,395 @@ std::string duration(double seconds) {
   return text;
 }
 
+/// The faults a test asks for: one rank dies at a step (SIGKILL), as a crashed process
+/// would, or stops (SIGSTOP), as a hung one does (MT_FAULT_KILL_RANK and _STEP,
+/// MT_FAULT_STOP_RANK and _STEP).
+class Faults {
+public:
+  Faults()
+      : killRank_(std::getenv("MT_FAULT_KILL_RANK")), killStep_(std::getenv("MT_FAULT_KILL_STEP")),
+        stopRank_(std::getenv("MT_FAULT_STOP_RANK")), stopStep_(std::getenv("MT_FAULT_STOP_STEP")) {}
+  /// Raises what is asked of `rank` at `step` (1-based).
+  void at(int rank, int64_t step) const {
+    if (killRank_ && killStep_ && std::atoi(killRank_) == rank && std::atoll(killStep_) == step)
+      std::raise(SIGKILL);
+    if (stopRank_ && stopStep_ && std::atoi(stopRank_) == rank && std::atoll(stopStep_) == step)
+      std::raise(SIGSTOP);
+  }
+
+private:
+  const char *killRank_, *killStep_, *stopRank_, *stopStep_;
+};
+
+/// One training run on this rank, readable top to bottom: start() loads or initialises
+/// the weights, step() walks the plan's schedule for one step (this rank's micro-batches
+/// forward and backward, the gradient synchronisation, the update) and logs it, save()
+/// checkpoints, finish() waits for the last save and reports.
+class Run {
+public:
+  Run(Executor &executor, const TrainerConfig &config, std::FILE *log,
+      const std::function<void(const StepRecord &)> &onStep)
+      : executor_(executor), plan_(executor.plan()), comm_(executor.comm()), config_(config),
+        leader_(comm_.position().worldRank() == 0), log_(leader_ ? log : nullptr),
+        onStep_(onStep),
+        // Each data-parallel rank takes a contiguous share of the global batch's
+        // micro-batches; micro-batch numbers (and so dropout masks) are the global ones.
+        microBatches_(plan_.global_batch_size() / plan_.micro_batch_size()),
+        firstMicroBatch_(comm_.rank(Group::Data) * microBatches_ / comm_.size(Group::Data)),
+        batch_(plan_.micro_batch_size()), seq_(plan_.seq_length()),
+        // fp16 scales the loss (and so every gradient) to keep small gradients
+        // representable, and skips the steps whose gradients overflow.
+        scaleLoss_(plan_.precision() == plan::DType::F16),
+        timeline_(comm_.position().worldRank()), passes_(executor),
+        inputs_(batch_ * seq_), targets_(batch_ * seq_) {}
+
+  Status start();
+  Status step(int64_t step);
+  Status save();
+  Status finish();
+  int64_t stepsDone() const { return state_.step; }
+
+private:
+  Status loadOrInitialise(bool &resumed);
+  /// Micro-batch mb of this data-parallel rank's share, into inputs_ and targets_.
+  Status load(int64_t mb);
+  /// The counters of a micro-batch's random numbers, and the loss seed's scale.
+  StepContext contextOf(int64_t step, int64_t mb) const;
+  /// The update: the loss and gradient norm over the whole batch, the loss scale's
+  /// verdict, AdamW.
+  Status update(int64_t step, double lr);
+  void logStep(const StepRecord &record, double elapsed, int64_t done);
+  /// A part of the step outside the programs, timed into the profile when there is one.
+  template <typename Body> Status timed(const char *part, Body &&body);
+  void reportSave();
+
+  Executor &executor_;
+  const plan::Plan &plan_;
+  Comm &comm_;
+  const TrainerConfig &config_;
+  const bool leader_; // the first rank: it logs and writes the metrics
+  std::FILE *log_;    // the first rank's only
+  const std::function<void(const StepRecord &)> &onStep_;
+  const int64_t microBatches_, firstMicroBatch_, batch_, seq_;
+  const bool scaleLoss_;
+  IndexedDataset dataset_;
+  std::unique_ptr<TokenStream> stream_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<CheckpointSaver> saver_;
+  TrainingState state_;
+  bool resumed_ = false;
+  int64_t loadedStep_ = 0, firstStep_ = 0;
+  std::unique_ptr<std::FILE, int (*)(std::FILE *)> metrics_{nullptr, [](std::FILE *f) {
+                                                               return f ? std::fclose(f) : 0;
+                                                             }};
+  Timeline timeline_;
+  PipelinePasses passes_;
+  Faults faults_;
+  std::vector<int32_t> inputs_, targets_;
+  std::chrono::steady_clock::time_point started_;
+  // The step's figures.
+  double lossScale_ = 1, lossSum_ = 0, gradNorm_ = 0;
+  bool skipped_ = false;
+};
+
+Status Run::start() {
+  MT_TRY(IndexedDataset::open(config_.dataPrefix, dataset_));
+  stream_ = std::make_unique<TokenStream>(dataset_, seq_, config_.seed);
+  MT_TRY(stream_->checkVocabulary(plan_.vocab_size()));
+  MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
+  state_.seed = config_.seed;
+  state_.lossScaler = config_.lossScaler;
+  comm_.setWatchdog(config_.collectiveTimeout);
+  const auto weightsStarted = std::chrono::steady_clock::now();
+  MT_TRY(loadOrInitialise(resumed_));
+  if (config_.launched && log_) {
+    // The weights are ready when the device says so, not when their kernels are queued.
+    MT_TRY(executor_.backend().finish());
+    const auto now = std::chrono::steady_clock::now();
+    std::fprintf(log_,
+                 "start-up: %.2f s from launch to the first step, %.2f s of it %s the weights\n",
+                 std::chrono::duration<double>(now - *config_.launched).count(),
+                 std::chrono::duration<double>(now - weightsStarted).count(),
+                 resumed_ ? "loading" : "initialising");
+  }
+  loadedStep_ = firstStep_ = state_.step;
+  // Saves, and on the first rank a line of what each cost once it is committed.
+  saver_ = std::make_unique<CheckpointSaver>(executor_, *optimizer_, config_.checkpoint);
+  if (leader_ && !config_.metricsPath.empty()) {
+    metrics_.reset(std::fopen(config_.metricsPath.c_str(), "a"));
+    if (!metrics_)
+      return Status::failure(config_.metricsPath + ": cannot write metrics");
+  }
+  started_ = std::chrono::steady_clock::now();
+  return Status::success();
+}
+
+Status Run::loadOrInitialise(bool &resumed) {
+  // Megatron users' auto-resume: a job that saves to and loads from one directory starts
+  // fresh while the directory holds no checkpoint, so a job script restarted after a
+  // failure just continues. A --load of anything else must hold one.
+  resumed = !config_.loadDir.empty();
+  if (resumed && config_.loadDir == config_.saveDir) {
+    MT_TRY(findCheckpoint(config_.loadDir, comm_, resumed));
+    if (!resumed && log_)
+      std::fprintf(log_, "no checkpoint in %s yet: starting fresh\n", config_.loadDir.c_str());
+  }
+  if (!resumed)
+    return executor_.initParameters(config_.seed);
+  comm_.setActivity("loading " + config_.loadDir);
+  IoWatchdog io(comm_, config_.collectiveTimeout);
+  const auto loadStarted = std::chrono::steady_clock::now();
+  uint64_t bytesRead = 0;
+  MT_TRY(loadCheckpoint(config_.loadDir, executor_, *optimizer_, state_, config_.checkpoint,
+                        &bytesRead));
+  const double loadSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted).count();
+  // The checkpoint has the scaler's state; its settings are this run's.
+  state_.lossScaler.minScale = config_.lossScaler.minScale;
+  state_.lossScaler.window = config_.lossScaler.window;
+  state_.lossScaler.hysteresis = config_.lossScaler.hysteresis;
+  if (state_.seed != config_.seed)
+    return Status::failure("checkpoint in " + config_.loadDir + " was trained with seed " +
+                           std::to_string(state_.seed) + ", not " +
+                           std::to_string(config_.seed));
+  if (state_.step > config_.steps)
+    return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
+                           std::to_string(state_.step) + ", past --steps " +
+                           std::to_string(config_.steps));
+  if (log_)
+    std::fprintf(log_,
+                 "resumed from %s at step %" PRId64 ": %" PRIu64 " bytes read by %d ranks in "
+                 "%.2f s (%.3f GB/s in all)\n",
+                 config_.loadDir.c_str(), state_.step, bytesRead, comm_.position().worldSize(),
+                 loadSeconds, bytesRead / std::max(loadSeconds, 1e-9) / 1e9);
+  return Status::success();
+}
+
+Status Run::load(int64_t mb) {
+  for (int64_t b = 0; b < batch_; ++b)
+    MT_TRY(stream_->sample(state_.dataPosition + mb * batch_ + b, &inputs_[b * seq_],
+                           &targets_[b * seq_]));
+  return Status::success();
+}
+
+StepContext Run::contextOf(int64_t step, int64_t mb) const {
+  StepContext context{config_.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
+  context.lossScale = lossScale_;
+  return context;
+}
+
+template <typename Body> Status Run::timed(const char *part, Body &&body) {
+  Profile *profile = executor_.profile();
+  if (!profile)
+    return body();
+  profile->forget(); // whatever a failure before left
+  MT_TRY(profile->mark());
+  MT_TRY(body());
+  MT_TRY(profile->mark());
+  return profile->record({&profile->part(part)});
+}
+
+Status Run::step(int64_t step) {
+  comm_.setActivity("step " + std::to_string(step + 1));
+  faults_.at(comm_.position().worldRank(), step + 1);
+  auto failed = [&](const Status &s) {
+    return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
+  };
+  // The plan's schedule: this rank's micro-batches forward and backward (gradients
+  // accumulate), the gradient synchronisation, the update. The loss, and so the
+  // gradient, is the mean over all micro-batches of the global batch.
+  MT_TRY(timed("zero gradients", [&] { return executor_.zeroGradients(); }));
+  lossScale_ = scaleLoss_ ? state_.lossScaler.scale : 1.0;
+  skipped_ = false;
+  lossSum_ = gradNorm_ = 0;
+  const double lr = learningRate(config_.optimizer, step, config_.steps);
+  for (const plan::Action *action : *plan_.stages()->Get(comm_.rank(Group::Pipeline))->actions()) {
+    const int64_t mb = firstMicroBatch_ + action->micro_batch();
+    const auto begin = Timeline::Clock::now();
+    switch (action->kind()) {
+    case plan::ActionKind::ForwardBackward: {
+      MT_TRY(load(mb));
+      const auto start = Timeline::Clock::now();
+      double loss = 0;
+      if (Status s = executor_.forwardBackward(inputs_.data(), targets_.data(),
+                                               contextOf(step, mb), loss);
+          !s.ok())
+        return failed(s);
+      timeline_.add("forward", "compute", start, executor_.lastBackwardStart(), step + 1, mb);
+      timeline_.add("backward", "compute", executor_.lastBackwardStart(),
+                    Timeline::Clock::now(), step + 1, mb);
+      lossSum_ += loss;
+      break;
+    }
+    case plan::ActionKind::Forward:
+    case plan::ActionKind::Backward: {
+      MT_TRY(load(mb));
+      PipelinePasses::Pass pass;
+      if (Status s = passes_.run(*action, mb, inputs_.data(), targets_.data(),
+                                 contextOf(step, mb), pass);
+          !s.ok())
+        return failed(s);
+      if (pass.hasLoss)
+        lossSum_ += pass.loss;
+      timeline_.add(action->kind() == plan::ActionKind::Backward ? "backward" : "forward",
+                    "compute", pass.begin, pass.end, step + 1, mb);
+      break;
+    }
+    case plan::ActionKind::GradSync:
+      if (Status s = comm_.waitSends(); !s.ok())
+        return failed(s);
+      if (Status s = timed("gradient sync", [&] {
+            return synchronizeGradients(executor_, plan_.distributed_optimizer(),
+                                        plan_.ddp_bucket_bytes());
+          });
+          !s.ok())
+        return failed(s);
+      timeline_.add("gradient sync", "communication", begin, Timeline::Clock::now(), step + 1);
+      break;
+    case plan::ActionKind::OptimizerStep:
+      if (Status s = update(step, lr); !s.ok())
+        return failed(s);
+      timeline_.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
+      break;
+    }
+  }
+  state_.dataPosition += microBatches_ * batch_;
+  state_.step = step + 1;
+  passes_.endStep();
+
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const int64_t done = state_.step - firstStep_;
+  StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_,
+                    done * microBatches_ * batch_ * seq_ / std::max(elapsed, 1e-9)};
+  if (onStep_)
+    onStep_(record);
+  logStep(record, elapsed, done);
+  const bool lastStep = state_.step == config_.steps;
+  if (!config_.saveDir.empty() &&
+      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
+    return save();
+  // An asynchronous save is committed once every rank's write has ended.
+  MT_TRY(saver_->poll());
+  reportSave();
+  return Status::success();
+}
+
+Status Run::update(int64_t step, double lr) {
+  for (Group group : {Group::Pipeline, Group::Data})
+    MT_TRY(comm_.allReduceSum(group, lossSum_));
+  if (!std::isfinite(lossSum_) && !scaleLoss_)
+    return Status::failure("the loss is not finite");
+  const double gradScale = 1.0 / (microBatches_ * lossScale_);
+  MT_TRY(timed("gradient norm", [&] { return optimizer_->gradientNorm(gradScale, gradNorm_); }));
+  if (scaleLoss_) { // an overflow anywhere skips the step
+    skipped_ = !std::isfinite(gradNorm_) || !std::isfinite(lossSum_);
+    state_.lossScaler.update(skipped_);
+    state_.skippedSteps += skipped_;
+  }
+  if (skipped_)
+    return Status::success();
+  // Adam counts the updates it made, not the steps skipped.
+  return timed("optimizer", [&] {
+    return optimizer_->step(step + 1 - state_.skippedSteps, lr, gradScale, gradNorm_);
+  });
+}
+
+void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
+  if (metrics_) {
+    std::fprintf(metrics_.get(), "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
+                 record.step, record.loss, record.lr, record.gradNorm);
+    std::fflush(metrics_.get());
+  }
+  if (!log_)
+    return;
+  if (config_.logEvery > 0 &&
+      (state_.step % config_.logEvery == 0 || state_.step == config_.steps || skipped_)) {
+    std::fprintf(log_,
+                 "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
+                 "%.0f tok/s | ETA %s",
+                 state_.step, config_.steps, record.loss, record.lr, record.gradNorm,
+                 record.tokensPerSecond,
+                 duration(elapsed / done * (config_.steps - state_.step)).c_str());
+    if (scaleLoss_)
+      std::fprintf(log_, " | loss scale %.0f | %s%" PRId64 " skipped", lossScale_,
+                   skipped_ ? "overflow, step skipped | " : "", state_.skippedSteps);
+    std::fprintf(log_, "\n");
+  }
+  std::fflush(log_);
+}
+
+void Run::reportSave() {
+  SaveReport r;
+  if (saver_->takeReport(r) && log_)
+    logSave(log_, r, comm_.position().worldSize());
+}
+
+Status Run::save() {
+  comm_.setActivity("saving step " + std::to_string(state_.step));
+  IoWatchdog io(comm_, config_.collectiveTimeout);
+  MT_TRY(saver_->save(config_.saveDir, state_));
+  reportSave();
+  return Status::success();
+}
+
+Status Run::finish() {
+  // A run that resumed at its last step saves what it loaded, now in its own layout
+  // (as Megatron saves at the end whatever was not saved).
+  if (resumed_ && loadedStep_ == config_.steps && !config_.saveDir.empty() &&
+      config_.saveDir != config_.loadDir)
+    MT_TRY(save());
+  // The end of training waits for a save still in flight.
+  comm_.setActivity("finishing the save of step " + std::to_string(state_.step));
+  {
+    IoWatchdog io(comm_, config_.collectiveTimeout);
+    MT_TRY(saver_->finish());
+  }
+  reportSave();
+  const int64_t stages = plan_.grid()->pp();
+  if (log_ && passes_.measuredSteps() > 0)
+    std::fprintf(log_,
+                 "pipeline bubble: %.3f measured on rank 0 (idle over busy between its first "
+                 "and last pass, mean of %" PRId64 " steps); ideal %.3f\n",
+                 passes_.meanBubble(), passes_.measuredSteps(),
+                 static_cast<double>(stages - 1) /
+                     static_cast<double>(plan_.virtual_stages() * microBatches_ /
+                                         comm_.size(Group::Data)));
+  if (log_)
+    reportMemory(executor_, log_);
+  if (log_ && executor_.backend().records())
+    std::fprintf(log_, "programs recorded: %d, each replayed as one launch\n",
+                 executor_.recordedPrograms());
+  if (log_ && executor_.profile())
+    executor_.profile()->print(log_, config_.steps - firstStep_);
+  if (log_ && stages > 1)
+    std::fprintf(log_, "stash: %" PRIu64 " bytes held at most on rank 0, %" PRIu64 " planned\n",
+                 passes_.stashPeak(),
+                 static_cast<uint64_t>(
+                     plan_.stages()->Get(comm_.rank(Group::Pipeline))->stash_bytes()));
+  if (config_.tracePath.empty())
+    return Status::success();
+  // One file per rank: PATH for a single rank, PATH with .rank<N> before the suffix
+  // otherwise.
+  std::string path = config_.tracePath;
+  if (comm_.position().worldSize() > 1) {
+    size_t slash = path.rfind('/'), dot = path.rfind('.');
+    std::string suffix = ".rank" + std::to_string(comm_.position().worldRank());
+    bool inName = dot != std::string::npos && (slash == std::string::npos || dot > slash);
+    path = inName ? path.insert(dot, suffix) : path + suffix;
+  }
+  return timeline_.write(path);
+}
+
 } // namespace
 
 Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
              const std::function<void(const StepRecord &)> &onStep) {
-  const plan::Plan &plan = executor.plan();
-  Comm &comm = executor.comm();
-  // Each data-parallel rank takes a contiguous share of the global batch's
-  // micro-batches; micro-batch numbers (and so dropout masks) are the global ones.
-  const int64_t microBatches = plan.global_batch_size() / plan.micro_batch_size();
-  const int64_t firstMicroBatch = comm.rank(Group::Data) * microBatches / comm.size(Group::Data);
-  const int64_t batch = plan.micro_batch_size(), seq = plan.seq_length();
-  const bool leader = comm.position().worldRank() == 0;
-  if (!leader)
-    log = nullptr;
-  // fp16 scales the loss (and so every gradient) to keep small gradients representable,
-  // and skips the steps whose gradients overflow.
-  const bool scaleLoss = plan.precision() == plan::DType::F16;
-
-  IndexedDataset dataset;
-  if (Status s = IndexedDataset::open(config.dataPrefix, dataset); !s.ok())
-    return s;
-  TokenStream stream(dataset, seq, config.seed);
-  if (Status s = stream.checkVocabulary(plan.vocab_size()); !s.ok())
-    return s;
-
-  std::unique_ptr<AdamW> created;
-  if (Status s = AdamW::create(executor, config.optimizer, plan.distributed_optimizer(), created);
-      !s.ok())
-    return s;
-  AdamW &optimizer = *created;
-  TrainingState state;
-  state.seed = config.seed;
-  state.lossScaler = config.lossScaler;
-  // Megatron users' auto-resume: a job that saves to and loads from one directory starts
-  // fresh while the directory holds no checkpoint, so a job script restarted after a
-  // failure just continues. A --load of anything else must hold one.
-  comm.setWatchdog(config.collectiveTimeout);
-  bool resume = !config.loadDir.empty();
-  if (resume && config.loadDir == config.saveDir) {
-    if (Status s = findCheckpoint(config.loadDir, comm, resume); !s.ok())
-      return s;
-    if (!resume && log)
-      std::fprintf(log, "no checkpoint in %s yet: starting fresh\n", config.loadDir.c_str());
-  }
-  const auto weightsStarted = std::chrono::steady_clock::now();
-  if (resume) {
-    comm.setActivity("loading " + config.loadDir);
-    IoWatchdog io(comm, config.collectiveTimeout);
-    const auto loadStarted = std::chrono::steady_clock::now();
-    uint64_t bytesRead = 0;
-    if (Status s = loadCheckpoint(config.loadDir, executor, optimizer, state, config.checkpoint,
-                                  &bytesRead);
-        !s.ok())
-      return s;
-    const double loadSeconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted).count();
-    // The checkpoint has the scaler's state; its settings are this run's.
-    state.lossScaler.minScale = config.lossScaler.minScale;
-    state.lossScaler.window = config.lossScaler.window;
-    state.lossScaler.hysteresis = config.lossScaler.hysteresis;
-    if (state.seed != config.seed)
-      return Status::failure("checkpoint in " + config.loadDir + " was trained with seed " +
-                             std::to_string(state.seed) + ", not " +
-                             std::to_string(config.seed));
-    if (state.step > config.steps)
-      return Status::failure("checkpoint in " + config.loadDir + " is at step " +
-                             std::to_string(state.step) + ", past --steps " +
-                             std::to_string(config.steps));
-    if (log)
-      std::fprintf(log,
-                   "resumed from %s at step %" PRId64 ": %" PRIu64 " bytes read by %d ranks in "
-                   "%.2f s (%.3f GB/s in all)\n",
-                   config.loadDir.c_str(), state.step, bytesRead, comm.position().worldSize(),
-                   loadSeconds, bytesRead / std::max(loadSeconds, 1e-9) / 1e9);
-  } else {
-    if (Status s = executor.initParameters(config.seed); !s.ok())
-      return s;
-  }
-  if (config.launched && log) {
-    // The weights are ready when the device says so, not when their kernels are queued.
-    if (Status s = executor.backend().finish(); !s.ok())
-      return s;
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(log, "start-up: %.2f s from launch to the first step, %.2f s of it %s the weights\n",
-                 std::chrono::duration<double>(now - *config.launched).count(),
-                 std::chrono::duration<double>(now - weightsStarted).count(),
-                 resume ? "loading" : "initialising");
-  }
-
-  const int64_t loadedStep = state.step;
-  // Saves, and on the first rank a line of what each cost once it is committed.
-  CheckpointSaver saver(executor, optimizer, config.checkpoint);
-  auto reportSave = [&]() {
-    SaveReport r;
-    if (saver.takeReport(r) && log)
-      logSave(log, r, comm.position().worldSize());
-  };
-  auto save = [&]() -> Status {
-    comm.setActivity("saving step " + std::to_string(state.step));
-    IoWatchdog io(comm, config.collectiveTimeout);
-    MT_TRY(saver.save(config.saveDir, state));
-    reportSave();
-    return Status::success();
-  };
-  std::FILE *metrics = nullptr;
-  if (leader && !config.metricsPath.empty() &&
-      !(metrics = std::fopen(config.metricsPath.c_str(), "a")))
-    return Status::failure(config.metricsPath + ": cannot write metrics");
-  std::unique_ptr<std::FILE, int (*)(std::FILE *)> closeMetrics(metrics, [](std::FILE *f) {
-    return f ? std::fclose(f) : 0;
-  });
-
-  Timeline timeline(comm.position().worldRank());
-  // Under pipeline parallelism: this rank's stage, and the stash slot of each in-flight
-  // micro-batch (what a forward keeps on the device for its backward), by (chunk,
-  // micro-batch); the free slots, lowest first.
-  const int stage = comm.rank(Group::Pipeline);
-  const int64_t pipelineStages = plan.grid()->pp();
-  const int64_t virtualStages = pipelineStages * plan.virtual_stages();
-  std::map<std::pair<int64_t, int64_t>, int> stashSlots;
-  std::set<int> freeSlots;
-  for (int slot = 0; slot < executor.stashSlots(); ++slot)
-    freeSlots.insert(slot);
-  uint64_t stashHeld = 0, stashPeak = 0;
-  double bubbleSum = 0;
-  int64_t bubbleSteps = 0;
-  auto tagOf = [&](int64_t mb, int64_t v, bool backward) {
-    // MPI guarantees tags up to 32767; micro-batches far apart may share one, and those
-    // are delivered in order.
-    return static_cast<int>(((mb % 1024) * virtualStages + v) * 2 + backward) % 32768;
-  };
-  std::vector<int32_t> inputs(batch * seq), targets(batch * seq);
-  const auto started = std::chrono::steady_clock::now();
-  const int64_t firstStep = state.step;
-  // A test may ask one rank to die at a step, as a crashed process would, or to stop
-  // (SIGSTOP), as a hung one does.
-  const char *killRank = std::getenv("MT_FAULT_KILL_RANK");
-  const char *killStep = std::getenv("MT_FAULT_KILL_STEP");
-  const char *stopRank = std::getenv("MT_FAULT_STOP_RANK");
-  const char *stopStep = std::getenv("MT_FAULT_STOP_STEP");
-  // A part of the step outside the programs, timed into the profile when there is one.
-  auto timed = [&](const char *part, auto &&body) -> Status {
-    Profile *profile = executor.profile();
-    if (!profile)
-      return body();
-    profile->forget(); // whatever a failure before left
-    MT_TRY(profile->mark());
-    MT_TRY(body());
-    MT_TRY(profile->mark());
-    return profile->record({&profile->part(part)});
-  };
-  for (int64_t step = state.step; step < config.steps; ++step) {
-    comm.setActivity("step " + std::to_string(step + 1));
-    if (killRank && killStep && std::atoi(killRank) == comm.position().worldRank() &&
-        std::atoll(killStep) == step + 1)
-      std::raise(SIGKILL);
-    if (stopRank && stopStep && std::atoi(stopRank) == comm.position().worldRank() &&
-        std::atoll(stopStep) == step + 1)
-      std::raise(SIGSTOP);
-    // Forward and backward over every micro-batch; gradients accumulate.
-    Timeline::Clock::time_point passStart, passEnd;
-    double passBusy = 0;
-    // The plan's schedule: this rank's micro-batches forward and backward (gradients
-    // accumulate), the gradient synchronisation, the update. The loss, and so the
-    // gradient, is the mean over all micro-batches of the global batch.
-    if (Status s = timed("zero gradients", [&] { return executor.zeroGradients(); }); !s.ok())
-      return s;
-    const double lossScale = scaleLoss ? state.lossScaler.scale : 1.0;
-    bool skipped = false;
-    double lossSum = 0, gradNorm = 0;
-    // The counters of a micro-batch's random numbers, and the loss seed's scale.
-    auto contextOf = [&](int64_t mb) {
-      StepContext context{config.seed, static_cast<uint32_t>(step), static_cast<uint32_t>(mb)};
-      context.lossScale = lossScale;
-      return context;
-    };
-    const double lr = learningRate(config.optimizer, step, config.steps);
-    auto failed = [&](const Status &s) {
-      return Status::failure("step " + std::to_string(step + 1) + ": " + s.message());
-    };
-    // Micro-batch mb of this data-parallel rank's share, into inputs and targets.
-    auto load = [&](int64_t mb) {
-      for (int64_t b = 0; b < batch; ++b)
-        if (Status s = stream.sample(state.dataPosition + mb * batch + b, &inputs[b * seq],
-                                     &targets[b * seq]);
-            !s.ok())
-          return s;
-      return Status::success();
-    };
-    for (const plan::Action *action : *plan.stages()->Get(stage)->actions()) {
-      switch (action->kind()) {
-      case plan::ActionKind::ForwardBackward: {
-        const int64_t mb = firstMicroBatch + action->micro_batch();
-        if (Status s = load(mb); !s.ok())
-          return s;
-        const StepContext context = contextOf(mb);
-        double loss = 0;
-        auto begin = Timeline::Clock::now();
-        if (Status s = executor.forwardBackward(inputs.data(), targets.data(), context, loss);
-            !s.ok())
-          return failed(s);
-        timeline.add("forward", "compute", begin, executor.lastBackwardStart(), step + 1, mb);
-        timeline.add("backward", "compute", executor.lastBackwardStart(),
-                     Timeline::Clock::now(), step + 1, mb);
-        lossSum += loss;
-        break;
-      }
-      case plan::ActionKind::Forward:
-      case plan::ActionKind::Backward: {
-        // One virtual stage (chunk × pp + this stage) of one micro-batch, its input from
-        // the neighbour before, its output to the neighbour after; a message's tag names
-        // its micro-batch, receiving virtual stage and direction.
-        const bool backward = action->kind() == plan::ActionKind::Backward;
-        const int64_t v = action->chunk() * pipelineStages + stage;
-        const uint32_t program = static_cast<uint32_t>(2 * v + backward);
-        const int64_t mb = firstMicroBatch + action->micro_batch();
-        if (Status s = load(mb); !s.ok())
-          return s;
-        std::vector<char> received, sent;
-        const bool receives = backward ? v + 1 < virtualStages : v > 0;
-        if (receives) {
-          const int64_t from = backward ? v + 1 : v - 1;
-          received.resize(executor.receiveBytes(program));
-          if (Status s = comm.recv(Group::Pipeline, static_cast<int>(from % pipelineStages),
-                                   received.data(), received.size(), tagOf(mb, v, backward));
-              !s.ok())
-            return failed(s);
-        }
-        // Waiting for the neighbour is the bubble; the pass starts once its input is here.
-        auto begin = Timeline::Clock::now();
-        const StepContext context = contextOf(mb);
-        const std::pair<int64_t, int64_t> key{action->chunk(), mb};
-        const uint64_t stashBytes = executor.stashBytes(program);
-        int slot = -1;
-        if (backward) {
-          auto held = stashSlots.find(key);
-          if (held != stashSlots.end())
-            slot = held->second;
-          else if (stashBytes > 0)
-            return failed(Status::failure(cat("stage ", stage, ": the backward of micro-batch ",
-                                              mb, " (chunk ", action->chunk(),
-                                              ") has no stash: its forward has not run")));
-        } else if (stashBytes > 0) {
-          if (freeSlots.empty())
-            return failed(Status::failure(cat(
-                "the schedule keeps more micro-batches in flight on stage ", stage,
-                " than the plan's ", executor.stashSlots(), " stash slots")));
-          slot = *freeSlots.begin();
-        }
-        double loss = 0;
-        if (Status s = executor.runPiece(program, inputs.data(), targets.data(), context,
-                                         receives ? &received : nullptr, slot, sent, loss);
-            !s.ok())
-          return failed(s);
-        if (backward) {
-          stashHeld -= stashBytes;
-          if (slot >= 0)
-            freeSlots.insert(slot);
-          stashSlots.erase(key);
-        } else {
-          if (slot >= 0) {
-            freeSlots.erase(slot);
-            stashSlots[key] = slot;
-          }
-          stashHeld += stashBytes;
-          stashPeak = std::max(stashPeak, stashHeld);
-        }
-        const bool sends = backward ? v > 0 : v + 1 < virtualStages;
-        if (sends) {
-          const int64_t to = backward ? v - 1 : v + 1;
-          if (Status s = comm.send(Group::Pipeline, static_cast<int>(to % pipelineStages),
-                                   sent.data(), sent.size(), tagOf(mb, to, backward));
-              !s.ok())
-            return failed(s);
-        } else if (!backward) {
-          lossSum += loss; // the last virtual stage computes the loss
-        }
-        const auto end = Timeline::Clock::now();
-        timeline.add(backward ? "backward" : "forward", "compute", begin, end, step + 1, mb);
-        // The bubble: time between this step's first and last pass not spent in one.
-        if (passStart == Timeline::Clock::time_point())
-          passStart = begin;
-        passEnd = end;
-        passBusy += std::chrono::duration<double>(end - begin).count();
-        break;
-      }
-      case plan::ActionKind::GradSync: {
-        auto begin = Timeline::Clock::now();
-        if (Status s = comm.waitSends(); !s.ok())
-          return failed(s);
-        if (Status s = timed("gradient sync", [&] {
-              return synchronizeGradients(executor, plan.distributed_optimizer(),
-                                          plan.ddp_bucket_bytes());
-            });
-            !s.ok())
-          return failed(s);
-        timeline.add("gradient sync", "communication", begin, Timeline::Clock::now(),
-                     step + 1);
-        break;
-      }
-      case plan::ActionKind::OptimizerStep: {
-        auto begin = Timeline::Clock::now();
-        for (Group group : {Group::Pipeline, Group::Data})
-          if (Status s = comm.allReduceSum(group, lossSum); !s.ok())
-            return failed(s);
-        if (!std::isfinite(lossSum) && !scaleLoss)
-          return failed(Status::failure("the loss is not finite"));
-        const double gradScale = 1.0 / (microBatches * lossScale);
-        if (Status s = timed("gradient norm",
-                             [&] { return optimizer.gradientNorm(gradScale, gradNorm); });
-            !s.ok())
-          return failed(s);
-        if (scaleLoss) { // an overflow anywhere skips the step
-          skipped = !std::isfinite(gradNorm) || !std::isfinite(lossSum);
-          state.lossScaler.update(skipped);
-          state.skippedSteps += skipped;
-        }
-        // Adam counts the updates it made, not the steps skipped.
-        if (!skipped)
-          if (Status s = timed("optimizer", [&] {
-                return optimizer.step(step + 1 - state.skippedSteps, lr, gradScale, gradNorm);
-              });
-              !s.ok())
-            return failed(s);
-        timeline.add("optimizer", "compute", begin, Timeline::Clock::now(), step + 1);
-        break;
-      }
-      }
-    }
-    state.dataPosition += microBatches * batch;
-    state.step = step + 1;
-    if (pipelineStages > 1 && passBusy > 0) {
-      bubbleSum += (std::chrono::duration<double>(passEnd - passStart).count() - passBusy) /
-                   passBusy;
-      ++bubbleSteps;
-    }
-
-    double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    int64_t done = state.step - firstStep;
-    StepRecord record{state.step, lossSum / microBatches, lr, gradNorm,
-                      done * microBatches * batch * seq / std::max(elapsed, 1e-9)};
-    if (onStep)
-      onStep(record);
-    if (metrics) {
-      std::fprintf(metrics, "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
-                   record.step, record.loss, record.lr, record.gradNorm);
-      std::fflush(metrics);
-    }
-    if (log && config.logEvery > 0 &&
-        (state.step % config.logEvery == 0 || state.step == config.steps || skipped)) {
-      std::fprintf(log,
-                   "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
-                   "%.0f tok/s | ETA %s",
-                   state.step, config.steps, record.loss, lr, gradNorm, record.tokensPerSecond,
-                   duration(elapsed / done * (config.steps - state.step)).c_str());
-      if (scaleLoss)
-        std::fprintf(log, " | loss scale %.0f | %s%" PRId64 " skipped", lossScale,
-                     skipped ? "overflow, step skipped | " : "", state.skippedSteps);
-      std::fprintf(log, "\n");
-    }
-    if (log)
-      std::fflush(log);
-
-    bool lastStep = state.step == config.steps;
-    if (!config.saveDir.empty() &&
-        (lastStep || (config.saveEvery > 0 && state.step % config.saveEvery == 0))) {
-      if (Status s = save(); !s.ok())
-        return s;
-    } else {
-      // An asynchronous save is committed once every rank's write has ended.
-      if (Status s = saver.poll(); !s.ok())
-        return s;
-      reportSave();
-    }
-  }
-  // A run that resumed at its last step saves what it loaded, now in its own layout
-  // (as Megatron saves at the end whatever was not saved).
-  if (resume && loadedStep == config.steps && !config.saveDir.empty() &&
-      config.saveDir != config.loadDir)
-    if (Status s = save(); !s.ok())
-      return s;
-  // The end of training waits for a save still in flight.
-  comm.setActivity("finishing the save of step " + std::to_string(state.step));
-  {
-    IoWatchdog io(comm, config.collectiveTimeout);
-    if (Status s = saver.finish(); !s.ok())
-      return s;
-  }
-  reportSave();
-  if (log && bubbleSteps > 0)
-    std::fprintf(log,
-                 "pipeline bubble: %.3f measured on rank 0 (idle over busy between its first "
-                 "and last pass, mean of %" PRId64 " steps); ideal %.3f\n",
-                 bubbleSum / bubbleSteps, bubbleSteps,
-                 static_cast<double>(pipelineStages - 1) /
-                     static_cast<double>(plan.virtual_stages() * microBatches /
-                                         comm.size(Group::Data)));
-  if (log)
-    reportMemory(executor, log);
-  if (log && executor.backend().records())
-    std::fprintf(log, "programs recorded: %d, each replayed as one launch\n",
-                 executor.recordedPrograms());
-  if (log && executor.profile())
-    executor.profile()->print(log, config.steps - firstStep);
-  if (log && pipelineStages > 1)
-    std::fprintf(log, "stash: %" PRIu64 " bytes held at most on rank 0, %" PRIu64 " planned\n",
-                 stashPeak, static_cast<uint64_t>(plan.stages()->Get(stage)->stash_bytes()));
-  if (!config.tracePath.empty()) {
-    // One file per rank: PATH for a single rank, PATH with .rank<N> before the suffix
-    // otherwise.
-    std::string path = config.tracePath;
-    if (comm.position().worldSize() > 1) {
-      size_t slash = path.rfind('/'), dot = path.rfind('.');
-      std::string suffix = ".rank" + std::to_string(comm.position().worldRank());
-      bool inName = dot != std::string::npos && (slash == std::string::npos || dot > slash);
-      path = inName ? path.insert(dot, suffix) : path + suffix;
-    }
-    if (Status s = timeline.write(path); !s.ok())
-      return s;
-  }
-  return Status::success();
+  Run run(executor, config, log, onStep);
+  MT_TRY(run.start());
+  for (int64_t step = run.stepsDone(); step < config.steps; ++step)
+    MT_TRY(run.step(step));
+  return run.finish();
 }
 
 } // namespace mt
