@@ -131,6 +131,60 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   }
 }
 
+/// What a stage's rank spends after its last backward (mtrun's GradSync and
+/// OptimizerStep): reducing its gradients (seconds, and bytes it sends) and stepping
+/// Adam over its share.
+struct StageTail {
+  double gradients = 0, optimizer = 0;
+  int64_t sent = 0;
+};
+StageTail stageTail(const StageParameters &params, const std::map<std::string, int64_t> &holders,
+                    const BytesPerParameter &b, const StepLayout &layout,
+                    const Placement &placement, const SystemSpec &system) {
+  const CompileOptions &o = layout.options;
+  const int64_t p = o.pp;
+  StageTail tail;
+  auto reduce = [&](Collective kind, int64_t bytes, int64_t ranks, const Link &link) {
+    tail.gradients += collectiveSeconds(kind, bytes, ranks, link);
+    tail.sent += ringBytesSent(kind, bytes, ranks);
+  };
+  if (o.tp > 1 && params.tpReduced > 0)
+    reduce(Collective::AllReduce, params.tpReduced * b.gradients, o.tp, placement.tensor);
+  for (const auto &[name, elements] : params.shared)
+    if (holders.at(name) > 1)
+      reduce(Collective::AllReduce, elements * b.gradients, holders.at(name),
+             placement.pipeline);
+  const int64_t gradientBytes = params.all * b.gradients;
+  if (o.dp > 1 && layout.distributedOptimizer) {
+    reduce(Collective::ReduceScatter, gradientBytes, o.dp, placement.data);
+    reduce(Collective::AllGather, params.all * b.weights, o.dp, placement.data);
+  } else if (o.dp > 1) {
+    // mtrun's buckets: whole ones of the bucket size, and the rest.
+    const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
+    const int64_t whole = gradientBytes / bucket, rest = gradientBytes % bucket;
+    tail.gradients += static_cast<double>(whole) *
+                      collectiveSeconds(Collective::AllReduce, bucket, o.dp, placement.data);
+    tail.sent += whole * ringBytesSent(Collective::AllReduce, bucket, o.dp);
+    if (rest > 0)
+      reduce(Collective::AllReduce, rest, o.dp, placement.data);
+  }
+  // The loss, and the gradient norm's sum of squares: one number each.
+  reduce(Collective::AllReduce, 8, p, placement.pipeline);
+  reduce(Collective::AllReduce, 8, o.dp, placement.data);
+  reduce(Collective::AllReduce, 8, o.tp, placement.tensor);
+  reduce(Collective::AllReduce, 8, p, placement.pipeline);
+  if (layout.distributedOptimizer)
+    reduce(Collective::AllReduce, 8, o.dp, placement.data);
+
+  // Adam over this rank's share: the norm reads the gradients, the update reads them
+  // again, reads and writes the moments and the master weights (or the weights), and
+  // mixed precision rounds the master weights into the compute copy.
+  const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
+  const int64_t perElement = 2 * b.gradients + 2 * b.optimizer + (b.mixed ? 1 : 2) * b.weights;
+  tail.optimizer = 2 * system.kernelOverhead + memorySeconds(system, updated * perElement);
+  return tail;
+}
+
 } // namespace
 
 double kernelSeconds(Operation *op, const SystemSpec &system) {
@@ -246,48 +300,9 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   // (mtrun's GradSync and OptimizerStep); none of it overlaps the passes.
   double iteration = -1;
   for (int64_t s = 0; s < p; ++s) {
-    const StageParameters &params = stages[s];
-    double gradients = 0;
-    int64_t sent = 0;
-    auto reduce = [&](Collective kind, int64_t bytes, int64_t ranks, const Link &link) {
-      gradients += collectiveSeconds(kind, bytes, ranks, link);
-      sent += ringBytesSent(kind, bytes, ranks);
-    };
-    if (o.tp > 1 && params.tpReduced > 0)
-      reduce(Collective::AllReduce, params.tpReduced * b.gradients, o.tp, placement.tensor);
-    for (const auto &[name, elements] : params.shared)
-      if (holders[name] > 1)
-        reduce(Collective::AllReduce, elements * b.gradients, holders[name],
-               placement.pipeline);
-    const int64_t gradientBytes = params.all * b.gradients;
-    if (o.dp > 1 && layout.distributedOptimizer) {
-      reduce(Collective::ReduceScatter, gradientBytes, o.dp, placement.data);
-      reduce(Collective::AllGather, params.all * b.weights, o.dp, placement.data);
-    } else if (o.dp > 1) {
-      // mtrun's buckets: whole ones of the bucket size, and the rest.
-      const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
-      const int64_t whole = gradientBytes / bucket, rest = gradientBytes % bucket;
-      gradients += static_cast<double>(whole) *
-                   collectiveSeconds(Collective::AllReduce, bucket, o.dp, placement.data);
-      sent += whole * ringBytesSent(Collective::AllReduce, bucket, o.dp);
-      if (rest > 0)
-        reduce(Collective::AllReduce, rest, o.dp, placement.data);
-    }
-    // The loss, and the gradient norm's sum of squares: one number each.
-    reduce(Collective::AllReduce, 8, p, placement.pipeline);
-    reduce(Collective::AllReduce, 8, o.dp, placement.data);
-    reduce(Collective::AllReduce, 8, o.tp, placement.tensor);
-    reduce(Collective::AllReduce, 8, p, placement.pipeline);
-    if (layout.distributedOptimizer)
-      reduce(Collective::AllReduce, 8, o.dp, placement.data);
-
-    // Adam over this rank's share: the norm reads the gradients, the update reads them
-    // again, reads and writes the moments and the master weights (or the weights), and
-    // mixed precision rounds the master weights into the compute copy.
-    const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
-    const int64_t perElement = 2 * b.gradients + 2 * b.optimizer + (b.mixed ? 1 : 2) * b.weights;
-    const double optimizer = 2 * system.kernelOverhead + memorySeconds(system, updated * perElement);
-
+    const StageTail tail = stageTail(stages[s], holders, b, layout, placement, system);
+    const double gradients = tail.gradients, optimizer = tail.optimizer;
+    const int64_t sent = tail.sent;
     const double end = timing.finish[s] + gradients + optimizer;
     if (end > iteration) {
       iteration = end;

@@ -61,6 +61,10 @@ private:
   LogicalResult addBuffer(Value v, plan::BufferKind kind, uint64_t offset, int32_t param);
   FailureOr<uint32_t> gradBuffer(StringRef name, Operation *user);
   FailureOr<fb::Offset<plan::Program>> emitProgram(func::FuncOp fn, const ProgramRole &role);
+  /// A parameter into the plan's table (once, under its name) and its buffer.
+  LogicalResult emitParam(mlir::mt::ParamOp param);
+  /// An op's results into buffers and the op into an instruction.
+  LogicalResult emitInstruction(Operation &op);
 
   /// A parameter of the plan: its index and what its gradient buffer is.
   struct ParamEntry {
@@ -108,6 +112,88 @@ FailureOr<uint32_t> Emitter::gradBuffer(StringRef name, Operation *user) {
   return it->second;
 }
 
+LogicalResult Emitter::emitParam(mlir::mt::ParamOp param) {
+  auto type = cast<RankedTensorType>(param.getType());
+  // A 16-bit parameter is the programs' compute copy; the parameter itself (master
+  // weights, gradient, optimizer state) is in the accumulator type.
+  const plan::DType master = ::mt::accumulatorType(*dtypeOf(type.getElementType()));
+  auto [it, inserted] = paramIndex.try_emplace(
+      param.getName(),
+      ParamEntry{static_cast<int32_t>(params.size()), type.getShape().vec(), master});
+  if (inserted) {
+    auto init = static_cast<plan::Init>(param.getInit());
+    std::vector<int64_t> global = type.getShape().vec();
+    if (auto g = param.getGlobalShape())
+      global.assign(g->begin(), g->end());
+    params.push_back(plan::CreateParam(
+        fbb, fbb.CreateString(param.getName().str()),
+        fbb.CreateVector(type.getShape().vec()), master, init,
+        param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
+        param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
+        param.getTpGradReduce(),
+        param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0));
+  }
+  return addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second.index);
+}
+
+LogicalResult Emitter::emitInstruction(Operation &op) {
+  // A gradient its producer has added into the parameter's already.
+  if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op);
+      grad && mlir::mt::isAccumulated(grad.getGrad()))
+    return success();
+  auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kOffsetsAttr);
+  if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))
+    return op.emitOpError("has no planned offsets (run mt-memory-plan)");
+  for (auto [i, r] : llvm::enumerate(op.getResults())) {
+    if (mlir::mt::isAccumulated(r)) { // the parameter's gradient itself
+      auto grad = cast<mlir::mt::ParamGradOp>(*r.getUsers().begin());
+      FailureOr<uint32_t> id = gradBuffer(grad.getName(), grad);
+      if (failed(id))
+        return failure();
+      bufferOf[r] = *id;
+    } else if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1))) {
+      return failure();
+    }
+  }
+
+  auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
+  if (!encodable)
+    return op.emitOpError("cannot be written to a plan");
+  mlir::mt::PlanInstruction f;
+  if (failed(encodable.encodeInstruction(f)))
+    return failure();
+  std::vector<uint32_t> inputs, outputs;
+  for (Value v : op.getOperands())
+    inputs.push_back(bufferOf.at(v));
+  for (Value v : op.getResults())
+    outputs.push_back(bufferOf.at(v));
+  if (f.opcode == plan::Opcode::ParamGrad) {
+    FailureOr<uint32_t> id = gradBuffer(f.param, &op);
+    if (failed(id))
+      return failure();
+    outputs.push_back(*id);
+  }
+  // The runtime's opcode table is the contract: an op that disagrees with its row is
+  // named here, not by the plan reader on some GPU node.
+  const ::mt::OpcodeInfo &info = ::mt::opcodeInfo(f.opcode);
+  const int numInputs = static_cast<int>(inputs.size());
+  const int numOutputs = static_cast<int>(outputs.size());
+  if (numInputs < info.minInputs || numInputs > info.maxInputs ||
+      numOutputs < info.minOutputs || numOutputs > info.maxOutputs)
+    return op.emitOpError("plan: ")
+           << numInputs << " operands and " << numOutputs << " results, but opcode "
+           << plan::EnumNameOpcode(f.opcode) << " takes " << info.minInputs << "-"
+           << info.maxInputs << " and " << info.minOutputs << "-" << info.maxOutputs
+           << " (runtime/plan/Opcodes.def)";
+  instructions.push_back(plan::CreateInstruction(
+      fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
+      f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, f.axis,
+      f.vocabParallel, f.sequenceParallel, f.featureParallel, f.headParallel, f.lossSeed,
+      f.theta, f.kvHeads, f.scalingFactor, f.lowFreqFactor, f.highFreqFactor,
+      f.originalPositions, f.inverse, f.accumulate));
+  return success();
+}
+
 FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
                                                           const ProgramRole &role) {
   buffers.clear();
@@ -130,84 +216,12 @@ FailureOr<fb::Offset<plan::Program>> Emitter::emitProgram(func::FuncOp fn,
       continue;
     }
     if (auto param = dyn_cast<mlir::mt::ParamOp>(op)) {
-      auto type = cast<RankedTensorType>(param.getType());
-      // A 16-bit parameter is the programs' compute copy; the parameter itself (master
-      // weights, gradient, optimizer state) is in the accumulator type.
-      const plan::DType master = ::mt::accumulatorType(*dtypeOf(type.getElementType()));
-      auto [it, inserted] = paramIndex.try_emplace(
-          param.getName(),
-          ParamEntry{static_cast<int32_t>(params.size()), type.getShape().vec(), master});
-      if (inserted) {
-        auto init = static_cast<plan::Init>(param.getInit());
-        std::vector<int64_t> global = type.getShape().vec();
-        if (auto g = param.getGlobalShape())
-          global.assign(g->begin(), g->end());
-        params.push_back(plan::CreateParam(
-            fbb, fbb.CreateString(param.getName().str()),
-            fbb.CreateVector(type.getShape().vec()), master, init,
-            param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
-            param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
-            param.getTpGradReduce(),
-            param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0));
-      }
-      if (failed(addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second.index)))
+      if (failed(emitParam(param)))
         return failure();
       continue;
     }
-    // A gradient its producer has added into the parameter's already.
-    if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op);
-        grad && mlir::mt::isAccumulated(grad.getGrad()))
-      continue;
-    auto offsets = op.getAttrOfType<DenseI64ArrayAttr>(mlir::mt::kOffsetsAttr);
-    if (op.getNumResults() && (!offsets || offsets.size() != op.getNumResults()))
-      return op.emitOpError("has no planned offsets (run mt-memory-plan)");
-    for (auto [i, r] : llvm::enumerate(op.getResults())) {
-      if (mlir::mt::isAccumulated(r)) { // the parameter's gradient itself
-        auto grad = cast<mlir::mt::ParamGradOp>(*r.getUsers().begin());
-        FailureOr<uint32_t> id = gradBuffer(grad.getName(), grad);
-        if (failed(id))
-          return failure();
-        bufferOf[r] = *id;
-      } else if (failed(addBuffer(r, plan::BufferKind::Activation, offsets[i], -1))) {
-        return failure();
-      }
-    }
-
-    auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
-    if (!encodable)
-      return op.emitOpError("cannot be written to a plan");
-    mlir::mt::PlanInstruction f;
-    if (failed(encodable.encodeInstruction(f)))
+    if (failed(emitInstruction(op)))
       return failure();
-    std::vector<uint32_t> inputs, outputs;
-    for (Value v : op.getOperands())
-      inputs.push_back(bufferOf.at(v));
-    for (Value v : op.getResults())
-      outputs.push_back(bufferOf.at(v));
-    if (f.opcode == plan::Opcode::ParamGrad) {
-      FailureOr<uint32_t> id = gradBuffer(f.param, &op);
-      if (failed(id))
-        return failure();
-      outputs.push_back(*id);
-    }
-    // The runtime's opcode table is the contract: an op that disagrees with its row is
-    // named here, not by the plan reader on some GPU node.
-    const ::mt::OpcodeInfo &info = ::mt::opcodeInfo(f.opcode);
-    const int numInputs = static_cast<int>(inputs.size());
-    const int numOutputs = static_cast<int>(outputs.size());
-    if (numInputs < info.minInputs || numInputs > info.maxInputs ||
-        numOutputs < info.minOutputs || numOutputs > info.maxOutputs)
-      return op.emitOpError("plan: ")
-             << numInputs << " operands and " << numOutputs << " results, but opcode "
-             << plan::EnumNameOpcode(f.opcode) << " takes " << info.minInputs << "-"
-             << info.maxInputs << " and " << info.minOutputs << "-" << info.maxOutputs
-             << " (runtime/plan/Opcodes.def)";
-    instructions.push_back(plan::CreateInstruction(
-        fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
-        f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, f.axis,
-        f.vocabParallel, f.sequenceParallel, f.featureParallel, f.headParallel, f.lossSeed,
-        f.theta, f.kvHeads, f.scalingFactor, f.lowFreqFactor, f.highFreqFactor,
-        f.originalPositions, f.inverse, f.accumulate));
   }
 
   // The interface: arguments (tokens, targets, [received], [stash in]) and results

@@ -71,6 +71,128 @@ std::string layoutFlags(const StepLayout &layout) {
   return f;
 }
 
+namespace {
+
+/// The tuner's lowerings, each made once, and the layouts it has estimated or rejected.
+class Tuner {
+public:
+  Tuner(ModuleOp model, const SystemSpec &system, TuneResult &result)
+      : model_(model), system_(system), result_(result) {}
+
+  /// The chunks of the model cut to `parts` chunks of `perChunk` layers and lowered with
+  /// `o` (dp 1, pp `parts`), lowered once per (tp, sp, micro-batch size, recomputation,
+  /// layers per chunk, chunks).
+  const Profiled &profile(const CompileOptions &o, int64_t perChunk, int64_t parts);
+  void reject(const StepLayout &layout, std::string why) {
+    result_.rejected.push_back({layout, {}, std::move(why)});
+  }
+  /// Every variant of `layout` (of `layers` layers) estimated, fitting or rejected:
+  /// sequence parallel or not, each recomputation of `recomputes`, the distributed
+  /// optimizer or not.
+  void estimateVariants(StepLayout layout, int64_t layers,
+                        const std::vector<std::string> &recomputes);
+
+private:
+  ModuleOp model_;
+  const SystemSpec &system_;
+  TuneResult &result_;
+  std::map<std::tuple<int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled> cache_;
+};
+
+const Profiled &Tuner::profile(const CompileOptions &o, int64_t perChunk, int64_t parts) {
+  auto key = std::make_tuple(o.tp, o.sequenceParallel, o.microBatchSize, o.recompute, perChunk,
+                             parts);
+  auto found = cache_.find(key);
+  if (found != cache_.end())
+    return found->second;
+  Profiled &p = cache_[key];
+  OwningOpRef<ModuleOp> copy(model_.clone());
+  copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
+  CompileOptions lowering = o;
+  lowering.dp = 1;
+  lowering.pp = parts;
+  lowering.virtualStages = 1;
+  std::string diagnostic;
+  ScopedDiagnosticHandler capture(model_.getContext(), [&](Diagnostic &d) {
+    if (diagnostic.empty())
+      diagnostic = d.str();
+    return success();
+  });
+  ++result_.lowerings;
+  if (failed(prepareModel(*copy, lowering)) || failed(lowerToTrainStep(*copy, lowering)))
+    p.error = diagnostic.empty() ? "the layout does not lower" : diagnostic;
+  else
+    p.chunks = profileChunks(*copy, system_, lowering);
+  return p;
+}
+
+void Tuner::estimateVariants(StepLayout layout, int64_t layers,
+                             const std::vector<std::string> &recomputes) {
+  const CompileOptions &o = layout.options;
+  const int64_t chunks = o.pp * o.virtualStages, perChunk = layers / chunks;
+  for (bool sp : {false, true}) {
+    if (sp && o.tp == 1)
+      continue;
+    for (const std::string &recompute : recomputes) {
+      layout.options.sequenceParallel = sp;
+      layout.options.recompute = recompute;
+      layout.options.attention = recompute == "selective" ? "unfused" : "fused";
+      // One layer per chunk, lowered once per (tp, sp), says whether the layout lowers at
+      // all and, exactly, what its parameters' state needs: a layout that cannot hold its
+      // parameters is dropped before its own lowering.
+      CompileOptions plain = layout.options;
+      plain.microBatchSize = 1;
+      plain.recompute = "none";
+      plain.attention = "fused";
+      const Profiled &one = profile(plain, 1, 3);
+      for (bool distributed : {false, true}) {
+        if (distributed && o.dp == 1)
+          continue;
+        layout.distributedOptimizer = distributed;
+        if (!one.error.empty()) {
+          reject(layout, one.error);
+          continue;
+        }
+        const int64_t state = parameterState(one.chunks, layout, layers);
+        if (state > system_.planBytes()) {
+          reject(layout, "its parameters' state alone needs " + binarySize(state) +
+                             " per rank (weights, gradients, optimizer), the GPU has " +
+                             binarySize(system_.planBytes()) + " for the plan");
+          continue;
+        }
+        const Profiled &p = profile(layout.options, chunks == 1 ? layers : perChunk,
+                                    std::min<int64_t>(chunks, 3));
+        if (!p.error.empty()) {
+          reject(layout, p.error);
+          continue;
+        }
+        // First, middle and last chunk shapes, as the layout has them.
+        std::vector<ChunkProfile> all;
+        for (int64_t c = 0; c < chunks; ++c)
+          all.push_back(c == 0                ? p.chunks.front()
+                        : c + 1 == chunks ? p.chunks.back()
+                                          : p.chunks[1]);
+        TuneCandidate candidate{layout, {}, ""};
+        if (std::string error = estimateStep(all, system_, layout, candidate.estimate);
+            !error.empty()) {
+          reject(layout, error);
+          continue;
+        }
+        const int64_t bytes = candidate.estimate.account.memory.total();
+        if (bytes > system_.planBytes()) {
+          candidate.rejected = "needs " + binarySize(bytes) + " per rank, the GPU has " +
+                               binarySize(system_.planBytes()) + " for the plan";
+          result_.rejected.push_back(std::move(candidate));
+          continue;
+        }
+        result_.fitting.push_back(std::move(candidate));
+      }
+    }
+  }
+}
+
+} // namespace
+
 TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) {
   TuneResult result;
   mlir::mt::RepeatOp repeat;
@@ -87,39 +209,7 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
   }
   const int64_t layers = static_cast<int64_t>(repeat.getCount());
   const int64_t maxTp = r.maxTp > 0 ? r.maxTp : system.gpusPerNode;
-
-  // Lowerings by (tp, sp, micro-batch size, recomputation, layers per chunk, chunks).
-  std::map<std::tuple<int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled> cache;
-  auto profile = [&](const CompileOptions &o, int64_t perChunk, int64_t parts) -> Profiled & {
-    auto key = std::make_tuple(o.tp, o.sequenceParallel, o.microBatchSize, o.recompute,
-                               perChunk, parts);
-    auto found = cache.find(key);
-    if (found != cache.end())
-      return found->second;
-    Profiled &p = cache[key];
-    OwningOpRef<ModuleOp> copy(model.clone());
-    copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
-    CompileOptions lowering = o;
-    lowering.dp = 1;
-    lowering.pp = parts;
-    lowering.virtualStages = 1;
-    std::string diagnostic;
-    ScopedDiagnosticHandler capture(model.getContext(), [&](Diagnostic &d) {
-      if (diagnostic.empty())
-        diagnostic = d.str();
-      return success();
-    });
-    ++result.lowerings;
-    if (failed(prepareModel(*copy, lowering)) || failed(lowerToTrainStep(*copy, lowering)))
-      p.error = diagnostic.empty() ? "the layout does not lower" : diagnostic;
-    else
-      p.chunks = profileChunks(*copy, system, lowering);
-    return p;
-  };
-
-  auto reject = [&](const StepLayout &layout, std::string why) {
-    result.rejected.push_back({layout, {}, std::move(why)});
-  };
+  Tuner tuner(model, system, result);
   auto fixedOr = [](const std::optional<int64_t> &fixed, std::vector<int64_t> all) {
     return fixed ? std::vector<int64_t>{*fixed} : all;
   };
@@ -157,8 +247,8 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
       base.bucketBytes = r.bucketBytes;
       base.options.microBatchSize = 1;
       if (layers % pp != 0) {
-        reject(base, std::to_string(layers) + " layers do not split into " + std::to_string(pp) +
-                         " pipeline stages");
+        tuner.reject(base, std::to_string(layers) + " layers do not split into " +
+                               std::to_string(pp) + " pipeline stages");
         continue;
       }
       for (int64_t mbs : fixedOr(r.microBatchSize, microBatchSizes)) {
@@ -166,93 +256,32 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
         withBatch.options.microBatchSize = mbs;
         const int64_t dp = base.options.dp;
         if (r.globalBatchSize % (mbs * dp) != 0) {
-          reject(withBatch, "global batch " + std::to_string(r.globalBatchSize) +
-                                " is not a multiple of micro-batch " + std::to_string(mbs) +
-                                " x dp " + std::to_string(dp));
+          tuner.reject(withBatch, "global batch " + std::to_string(r.globalBatchSize) +
+                                      " is not a multiple of micro-batch " +
+                                      std::to_string(mbs) + " x dp " + std::to_string(dp));
           continue;
         }
         for (int64_t vpp : fixedOr(r.vpp, divisors(layers / pp))) {
-          if ((layers / pp) % vpp != 0 || (vpp > 1 && pp == 1)) {
-            if (!r.vpp) // only a --vpp asked for; the divisors searched always split
-              continue;
-            StepLayout layout = withBatch;
-            layout.options.virtualStages = vpp;
-            reject(layout, vpp > 1 && pp == 1
-                               ? "virtual stages need pipeline stages"
-                               : std::to_string(layers / pp) + " layers per stage do not split "
-                                                               "into " + std::to_string(vpp) +
-                                     " virtual stages");
-            continue;
-          }
           StepLayout layout = withBatch;
           layout.options.virtualStages = vpp;
-          layout.schedule = vpp > 1 ? ::mt::ScheduleKind::Interleaved : ::mt::ScheduleKind::OneFOneB;
-          if (vpp > 1 && layout.microBatches() % pp != 0) {
-            reject(layout, "the interleaved schedule needs the micro-batches (" +
-                               std::to_string(layout.microBatches()) +
-                               ") to be a multiple of the pipeline stages");
+          if ((layers / pp) % vpp != 0 || (vpp > 1 && pp == 1)) {
+            if (r.vpp) // only a --vpp asked for; the divisors searched always split
+              tuner.reject(layout, vpp > 1 && pp == 1
+                                       ? "virtual stages need pipeline stages"
+                                       : std::to_string(layers / pp) +
+                                             " layers per stage do not split into " +
+                                             std::to_string(vpp) + " virtual stages");
             continue;
           }
-          const int64_t chunks = pp * vpp, perChunk = layers / chunks;
-          for (bool sp : {false, true}) {
-            if (sp && tp == 1)
-              continue;
-            for (const std::string &recompute : recomputes) {
-              layout.options.sequenceParallel = sp;
-              layout.options.recompute = recompute;
-              layout.options.attention = recompute == "selective" ? "unfused" : "fused";
-              // One layer per chunk, lowered once per (tp, sp), says whether the layout
-              // lowers at all and, exactly, what its parameters' state needs: a layout
-              // that cannot hold its parameters is dropped before its own lowering.
-              CompileOptions plain = layout.options;
-              plain.microBatchSize = 1;
-              plain.recompute = "none";
-              plain.attention = "fused";
-              const Profiled &one = profile(plain, 1, 3);
-              for (bool distributed : {false, true}) {
-                if (distributed && dp == 1)
-                  continue;
-                layout.distributedOptimizer = distributed;
-                if (!one.error.empty()) {
-                  reject(layout, one.error);
-                  continue;
-                }
-                const int64_t state = parameterState(one.chunks, layout, layers);
-                if (state > system.planBytes()) {
-                  reject(layout, "its parameters' state alone needs " + binarySize(state) +
-                                     " per rank (weights, gradients, optimizer), the GPU has " +
-                                     binarySize(system.planBytes()) + " for the plan");
-                  continue;
-                }
-                Profiled &p = profile(layout.options, chunks == 1 ? layers : perChunk,
-                                      std::min<int64_t>(chunks, 3));
-                if (!p.error.empty()) {
-                  reject(layout, p.error);
-                  continue;
-                }
-                // First, middle and last chunk shapes, as the layout has them.
-                std::vector<ChunkProfile> all;
-                for (int64_t c = 0; c < chunks; ++c)
-                  all.push_back(c == 0 ? p.chunks.front()
-                                : c + 1 == chunks ? p.chunks.back()
-                                                  : p.chunks[1]);
-                TuneCandidate candidate{layout, {}, ""};
-                if (std::string error = estimateStep(all, system, layout, candidate.estimate);
-                    !error.empty()) {
-                  reject(layout, error);
-                  continue;
-                }
-                const int64_t bytes = candidate.estimate.account.memory.total();
-                if (bytes > system.planBytes()) {
-                  candidate.rejected = "needs " + binarySize(bytes) + " per rank, the GPU has " +
-                                       binarySize(system.planBytes()) + " for the plan";
-                  result.rejected.push_back(std::move(candidate));
-                  continue;
-                }
-                result.fitting.push_back(std::move(candidate));
-              }
-            }
+          layout.schedule =
+              vpp > 1 ? ::mt::ScheduleKind::Interleaved : ::mt::ScheduleKind::OneFOneB;
+          if (vpp > 1 && layout.microBatches() % pp != 0) {
+            tuner.reject(layout, "the interleaved schedule needs the micro-batches (" +
+                                     std::to_string(layout.microBatches()) +
+                                     ") to be a multiple of the pipeline stages");
+            continue;
           }
+          tuner.estimateVariants(layout, layers, recomputes);
         }
       }
     }

@@ -512,7 +512,8 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   return Status::success();
 }
 
-Status checkPlan(const plan::Plan &p) {
+/// The plan's sizes, grid, precision and parameter table.
+Status checkHeader(const plan::Plan &p) {
   if (!p.programs() || p.programs()->size() == 0)
     return Status::failure("plan has no programs");
   if (!p.stages() || p.stages()->size() == 0 || !p.grid() || !p.params() || !p.model())
@@ -545,10 +546,14 @@ Status checkPlan(const plan::Plan &p) {
                                    "'): its shard does not tile its global shape"));
     }
   }
-  for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i)
-    if (Status s = checkProgram(p, *p.programs()->Get(i), i); !s.ok())
-      return s;
-  const int64_t perRank = p.global_batch_size() / (p.micro_batch_size() * grid.dp());
+  return Status::success();
+}
+
+/// The programs' places in the pipeline: one whole step, or a forward and a backward per
+/// virtual stage, in order; what neighbours exchange and what a backward reads of its
+/// forward's stash agree.
+Status checkPipelinePrograms(const plan::Plan &p) {
+  const plan::Grid &grid = *p.grid();
   const int64_t virtualStages = static_cast<int64_t>(grid.pp()) * p.virtual_stages();
   const bool pipelined = grid.pp() > 1;
   // Programs: one whole step, or a forward and a backward per virtual stage, in order.
@@ -599,8 +604,12 @@ Status checkPlan(const plan::Plan &p) {
         return Status::failure(cat("virtual stage ", v, "'s stash tensor ", i,
                                    " differs between its forward and backward"));
   }
-  // Every parameter belongs to some stage, and a gradient goes to a parameter its
-  // program's stage (and so its rank) holds.
+  return Status::success();
+}
+
+/// Every parameter belongs to some stage, and a gradient goes to a parameter its
+/// program's stage (and so its rank) holds.
+Status checkOwnership(const plan::Plan &p) {
   std::set<std::pair<int, uint32_t>> held;
   std::vector<bool> named(p.params()->size(), false);
   for (const plan::Program *prog : *p.programs())
@@ -619,6 +628,16 @@ Status checkPlan(const plan::Plan &p) {
         return Status::failure(cat("program ", i, " gives a gradient to parameter ",
                                    b->param(), ", which its stage does not hold"));
   }
+  return Status::success();
+}
+
+/// Each stage's schedule: every micro-batch forward and backward (or in order), a
+/// gradient synchronisation and an update; under a pipeline, free of deadlock, with the
+/// stash bytes its micro-batches in flight need.
+Status checkSchedules(const plan::Plan &p) {
+  const plan::Grid &grid = *p.grid();
+  const int64_t perRank = p.global_batch_size() / (p.micro_batch_size() * grid.dp());
+  const bool pipelined = grid.pp() > 1;
   for (flatbuffers::uoffset_t s = 0; s < p.stages()->size(); ++s) {
     const plan::Stage *stage = p.stages()->Get(s);
     if (!stage->actions())
@@ -684,6 +703,15 @@ Status checkPlan(const plan::Plan &p) {
     }
   }
   return Status::success();
+}
+
+Status checkPlan(const plan::Plan &p) {
+  MT_TRY(checkHeader(p));
+  for (flatbuffers::uoffset_t i = 0; i < p.programs()->size(); ++i)
+    MT_TRY(checkProgram(p, *p.programs()->Get(i), i));
+  MT_TRY(checkPipelinePrograms(p));
+  MT_TRY(checkOwnership(p));
+  return checkSchedules(p);
 }
 
 } // namespace

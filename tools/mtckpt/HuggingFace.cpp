@@ -432,6 +432,49 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
   return Status::success();
 }
 
+/// The checkpoint holds exactly the tensors `maps` name, of the shapes config.json
+/// (`config`, described by `a`) gives them (a vocabulary table may have padding rows),
+/// and optimizer state (`optimizerState` tensors of it), fused as `a` says.
+Status checkExportable(const checkpoint::CheckpointReader &reader, const Architecture &a,
+                       const std::vector<Mapping> &maps, const std::string &config,
+                       int64_t &optimizerState) {
+  const checkpoint::Index &index = reader.index();
+  // An imported checkpoint says how its QKV was fused; shapes alone cannot tell
+  // 8 heads of 64 sharing 2 from 16 heads of 32 sharing 4.
+  for (const auto &[key, value] : {std::pair<const char *, int64_t>{"heads", a.heads},
+                                   {"kv_heads", a.kvHeads},
+                                   {"head_dim", a.headDim}})
+    if (index.layout.count(key) && index.layout.at(key) != std::to_string(value))
+      return Status::failure(cat(reader.directory(), ": its QKV was fused with ", key, " ",
+                                 index.layout.at(key), ", ", config, " says ", value));
+  std::set<std::string> expected;
+  for (const Mapping &m : maps) {
+    auto it = index.tensors.find(m.mtc);
+    if (it == index.tensors.end())
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is missing"));
+    if (m.vocab && it->second.vocabRows > 0 && it->second.vocabRows != a.vocab)
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc,
+                                 "' holds a vocabulary of ", it->second.vocabRows, ", ",
+                                 config, " says ", a.vocab));
+    if (!checkpoint::holdsTable(it->second, m.shape, m.vocab ? a.vocab : 0) ||
+        it->second.dtype != "F32")
+      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
+                                 it->second.dtype, " ", shapeText(it->second.shape),
+                                 ", config.json makes it F32 ", shapeText(m.shape),
+                                 m.vocab ? " (or more rows: padding)" : ""));
+    expected.insert(m.mtc);
+  }
+  optimizerState = 0;
+  for (const auto &[name, t] : index.tensors)
+    if (!expected.count(name)) {
+      if (name.rfind("optimizer.", 0) != 0)
+        return Status::failure(cat(reader.directory(), ": tensor '", name,
+                                   "' is not a tensor of the model config.json describes"));
+      ++optimizerState;
+    }
+  return Status::success();
+}
+
 Status exportDirectory(const std::string &checkpointDir, const std::string &hfDir,
                        const ExportOptions &options, std::string &report) {
   Architecture a;
@@ -441,41 +484,9 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     return Status::failure(cat("--dtype ", dtype, " is not bf16, fp16 or fp32"));
   checkpoint::CheckpointReader reader;
   MT_TRY(checkpoint::CheckpointReader::open(checkpointDir, reader));
-  const checkpoint::Index &index = reader.index();
-  // An imported checkpoint says how its QKV was fused; shapes alone cannot tell
-  // 8 heads of 64 sharing 2 from 16 heads of 32 sharing 4.
-  for (const auto &[key, value] : {std::pair<const char *, int64_t>{"heads", a.heads},
-                                   {"kv_heads", a.kvHeads},
-                                   {"head_dim", a.headDim}})
-    if (index.layout.count(key) && index.layout.at(key) != std::to_string(value))
-      return Status::failure(cat(reader.directory(), ": its QKV was fused with ", key, " ",
-                                 index.layout.at(key), ", ", options.config, " says ", value));
   const std::vector<Mapping> maps = mappings(a, a.llama ? "model." : "transformer.");
-  std::set<std::string> expected;
-  for (const Mapping &m : maps) {
-    auto it = index.tensors.find(m.mtc);
-    if (it == index.tensors.end())
-      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is missing"));
-    if (m.vocab && it->second.vocabRows > 0 && it->second.vocabRows != a.vocab)
-      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc,
-                                 "' holds a vocabulary of ", it->second.vocabRows, ", ",
-                                 options.config, " says ", a.vocab));
-    if (!checkpoint::holdsTable(it->second, m.shape, m.vocab ? a.vocab : 0) ||
-        it->second.dtype != "F32")
-      return Status::failure(cat(reader.directory(), ": tensor '", m.mtc, "' is ",
-                                 it->second.dtype, " ", shapeText(it->second.shape),
-                                 ", config.json makes it F32 ", shapeText(m.shape),
-                                 m.vocab ? " (or more rows: padding)" : ""));
-    expected.insert(m.mtc);
-  }
   int64_t optimizerState = 0;
-  for (const auto &[name, t] : index.tensors)
-    if (!expected.count(name)) {
-      if (name.rfind("optimizer.", 0) != 0)
-        return Status::failure(cat(reader.directory(), ": tensor '", name,
-                                   "' is not a tensor of the model config.json describes"));
-      ++optimizerState;
-    }
+  MT_TRY(checkExportable(reader, a, maps, options.config, optimizerState));
 
   // The Hugging Face tensors in mapping order, cut into shards of at most maxShardBytes.
   struct Out {
