@@ -684,52 +684,52 @@ private:
     };
   }
 
-  template <typename T>
-  Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
-                  const StepContext &ctx) {
-    auto p = [](const TensorView &v) { return static_cast<T *>(v.data); };
-    auto f = [](const TensorView &v) { return static_cast<float *>(v.data); };
-    const DType type = std::is_same_v<T, float>           ? DType::F32
-                       : std::is_same_v<T, __nv_bfloat16> ? DType::BF16
-                                                          : DType::F16;
-    const bool vocabParallel = inst.vocab_parallel();
-    const int64_t parts = vocabParallel ? ctx.tpSize : 1; // the ranks the vocabulary spans
-    auto vocabFirst = [&](const TensorView &sharded, int dim) -> int64_t {
-      return vocabParallel ? ctx.tpRank * sharded.dim(dim) : 0;
-    };
-    auto sequenceFirst = [&](const TensorView &x) -> int64_t {
-      return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
-    };
-    auto wide = [](const TensorView &ids) { return ids.dtype == DType::I64; };
-    // A norm gradient's fourth operand: the residual stream's gradient, added to dx.
-    auto residualGrad = [&]() -> const T * {
-      return inst.inputs()->size() == 4 ? p(in[3]) : nullptr;
-    };
-    const StepCounters *step = counters(ctx);
-    const int64_t n = inst.outputs()->size() ? out[0].numel() : 0;
-    switch (inst.opcode()) {
-    case Opcode::Fill: {
-      const float value = static_cast<float>(inst.value());
-      if (inst.loss_seed() && out[0].dtype == DType::F32)
-        launchLossSeed(f(out[0]), n, inst.value(), step, stream_);
-      else if (inst.loss_seed())
-        launchLossSeed(p(out[0]), n, inst.value(), step, stream_);
-      else if (out[0].dtype == DType::F32)
-        launchFill(f(out[0]), n, value, stream_);
-      else
-        launchFill(p(out[0]), n, value, stream_);
-      break;
+  /// One instruction's operands and place, as the launchers take them.
+  template <typename T> struct Call {
+    const plan::Instruction &inst;
+    const TensorView *in, *out;
+    const StepContext &ctx;
+    const StepCounters *step; // in device memory
+    /// The storage type T stands for.
+    static constexpr DType type() {
+      return std::is_same_v<T, float>           ? DType::F32
+             : std::is_same_v<T, __nv_bfloat16> ? DType::BF16
+                                                : DType::F16;
     }
+    static T *p(const TensorView &v) { return v.as<T>(); }
+    static float *f(const TensorView &v) { return v.as<float>(); }
+    static bool wide(const TensorView &ids) { return ids.dtype == DType::I64; }
+    /// The first output's elements (0 without outputs).
+    int64_t n() const { return inst.outputs()->size() ? out[0].numel() : 0; }
+    /// The ranks the vocabulary spans.
+    int64_t parts() const { return inst.vocab_parallel() ? ctx.tpSize : 1; }
+    /// The first vocabulary row (along `dim`) of this rank's shard.
+    int64_t vocabFirst(const TensorView &sharded, int dim) const {
+      return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
+    }
+    /// The first position of this rank's block of the sequence.
+    int64_t sequenceFirst(const TensorView &x) const {
+      return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
+    }
+    /// A norm gradient's fourth operand: the residual stream's gradient, added to dx.
+    const T *residualGrad() const { return inst.inputs()->size() == 4 ? p(in[3]) : nullptr; }
+  };
+
+  /// The embeddings and their gradients.
+  template <typename T> void runEmbeddings(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    switch (inst.opcode()) {
     case Opcode::Embedding: {
-      const int64_t vocabulary = in[0].dim(0) * parts;
-      launchEmbedding(p(in[0]), in[1].data, wide(in[1]), p(out[0]), in[1].numel(), in[0].dim(0),
-                      in[0].dim(1), vocabFirst(in[0], 0), vocabulary,
+      const int64_t vocabulary = in[0].dim(0) * c.parts();
+      launchEmbedding(c.p(in[0]), in[1].data, c.wide(in[1]), c.p(out[0]), in[1].numel(),
+                      in[0].dim(0), in[0].dim(1), c.vocabFirst(in[0], 0), vocabulary,
                       idsCheck("a token id", vocabulary), stream_);
       break;
     }
     case Opcode::EmbeddingGrad: {
       const int64_t rows = out[0].dim(0), h = out[0].dim(1), tokens = in[1].numel();
-      check(cudaMemsetAsync(out[0].data, 0, dtypeBytes(type) * rows * h, stream_), "zeroing");
+      check(cudaMemsetAsync(out[0].data, 0, dtypeBytes(c.type()) * rows * h, stream_), "zeroing");
       if (tokens == 0)
         break;
       const int endBit = embeddingKeyBits(rows);
@@ -737,31 +737,42 @@ private:
       const size_t sortBytes = embeddingSortBytes(tokens, endBit, stream_);
       const size_t words = 4 * static_cast<size_t>(tokens);
       uint32_t *keys = static_cast<uint32_t *>(scratch(sizeof(uint32_t) * words + sortBytes));
-      uint32_t *order = keys + tokens, *sortedKeys = order + tokens, *sortedOrder = sortedKeys + tokens;
+      uint32_t *order = keys + tokens, *sortedKeys = order + tokens,
+               *sortedOrder = sortedKeys + tokens;
       void *sortScratch = keys + words;
-      launchEmbeddingGradKeys(in[1].data, wide(in[1]), tokens, rows, vocabFirst(out[0], 0), keys,
-                              order, stream_);
+      launchEmbeddingGradKeys(in[1].data, c.wide(in[1]), tokens, rows, c.vocabFirst(out[0], 0),
+                              keys, order, stream_);
       launched("embedding gradient (keys)");
       sortEmbeddingKeys(sortScratch, sortBytes, keys, sortedKeys, order, sortedOrder, tokens,
                         endBit, stream_);
-      launchEmbeddingGradRows(p(in[0]), sortedKeys, sortedOrder, tokens, rows, h, p(out[0]),
+      launchEmbeddingGradRows(c.p(in[0]), sortedKeys, sortedOrder, tokens, rows, h, c.p(out[0]),
                               stream_);
       break;
     }
     case Opcode::PositionEmbedding:
-      launchPositionEmbedding(p(in[0]), p(in[1]), p(out[0]), n, in[0].dim(1), in[0].dim(2),
-                              sequenceFirst(in[0]), stream_);
+      launchPositionEmbedding(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), in[0].dim(1),
+                              in[0].dim(2), c.sequenceFirst(in[0]), stream_);
       break;
     case Opcode::PositionEmbeddingGrad:
-      launchPositionEmbeddingGrad(p(in[0]), p(out[0]), out[0].dim(0), in[0].dim(0), in[0].dim(1),
-                                  in[0].dim(2), sequenceFirst(in[0]), stream_);
+      launchPositionEmbeddingGrad(c.p(in[0]), c.p(out[0]), out[0].dim(0), in[0].dim(0),
+                                  in[0].dim(1), in[0].dim(2), c.sequenceFirst(in[0]), stream_);
       break;
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runEmbeddings");
+    }
+  }
+
+  /// Layer and RMS norms and their gradients.
+  template <typename T> void runNorms(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    switch (inst.opcode()) {
     case Opcode::LayerNorm:
-      launchLayerNorm(p(in[0]), p(in[1]), p(in[2]), p(out[0]), in[0].rows(), in[0].cols(),
+      launchLayerNorm(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), in[0].rows(), in[0].cols(),
                       static_cast<float>(inst.epsilon()), stream_);
       break;
     case Opcode::RmsNorm:
-      launchRmsNorm(p(in[0]), p(in[1]), p(out[0]), in[0].rows(), in[0].cols(),
+      launchRmsNorm(c.p(in[0]), c.p(in[1]), c.p(out[0]), in[0].rows(), in[0].cols(),
                     static_cast<float>(inst.epsilon()), stream_);
       break;
     case Opcode::RmsNormGrad: {
@@ -769,15 +780,15 @@ private:
       const size_t rowBytes = roundUp(sizeof(float) * std::max<int64_t>(rows, 1));
       auto *rstds = static_cast<float *>(scratch(rowBytes + columnSumScratchBytes(1, rows, h)));
       if (rows > 0)
-        launchRmsNormGradRows(p(in[0]), p(in[1]), p(in[2]), residualGrad(), p(out[0]), rstds,
-                              rows, h, static_cast<float>(inst.epsilon()), stream_);
+        launchRmsNormGradRows(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
+                              rstds, rows, h, static_cast<float>(inst.epsilon()), stream_);
       launched("rms norm gradient");
       float *partials = after<float>(rstds, rowBytes);
       if (inst.accumulate())
-        launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, f(out[1]), rows, h, partials, true,
-                                 stream_);
+        launchRmsNormGradColumns(c.p(in[0]), c.p(in[1]), rstds, c.f(out[1]), rows, h, partials,
+                                 true, stream_);
       else
-        launchRmsNormGradColumns(p(in[0]), p(in[1]), rstds, p(out[1]), rows, h, partials,
+        launchRmsNormGradColumns(c.p(in[0]), c.p(in[1]), rstds, c.p(out[1]), rows, h, partials,
                                  false, stream_);
       break;
     }
@@ -786,18 +797,28 @@ private:
       const size_t rowBytes = roundUp(sizeof(float2) * std::max<int64_t>(rows, 1));
       auto *moments = static_cast<float2 *>(scratch(rowBytes + columnSumScratchBytes(2, rows, h)));
       if (rows > 0)
-        launchLayerNormGradRows(p(in[0]), p(in[1]), p(in[2]), residualGrad(), p(out[0]),
+        launchLayerNormGradRows(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
                                 moments, rows, h, static_cast<float>(inst.epsilon()), stream_);
       launched("layer norm gradient");
       float *partials = after<float>(moments, rowBytes);
       if (inst.accumulate())
-        launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, f(out[1]), f(out[2]), rows, h,
-                                   partials, true, stream_);
+        launchLayerNormGradColumns(c.p(in[0]), c.p(in[1]), moments, c.f(out[1]), c.f(out[2]), rows,
+                                   h, partials, true, stream_);
       else
-        launchLayerNormGradColumns(p(in[0]), p(in[1]), moments, p(out[1]), p(out[2]), rows, h,
-                                   partials, false, stream_);
+        launchLayerNormGradColumns(c.p(in[0]), c.p(in[1]), moments, c.p(out[1]), c.p(out[2]), rows,
+                                   h, partials, false, stream_);
       break;
     }
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runNorms");
+    }
+  }
+
+  /// The linears (GEMMs with their epilogues), their gradients and bias gradients.
+  template <typename T> void runLinears(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    switch (inst.opcode()) {
     case Opcode::Linear:
     case Opcode::LinearGelu: {
       // Row-major out[M×N] = x[M×K]·W[N×K]ᵀ + b is column-major outᵀ = W·xᵀ; LinearGelu
@@ -805,7 +826,7 @@ private:
       const int64_t m = in[0].rows(), k = in[0].cols(), nOut = in[1].dim(0);
       const bool gelu = inst.opcode() == Opcode::LinearGelu;
       gemm(true, false, nOut, m, k, in[1].data, k, in[0].data, k, out[gelu ? 1 : 0].data, nOut,
-           type,
+           c.type(),
            {inst.inputs()->size() == 3 ? in[2].data : nullptr,
             gelu ? Activation::Gelu : Activation::None, gelu ? out[0].data : nullptr});
       break;
@@ -816,16 +837,15 @@ private:
       // gelu'(pre = in[2]).
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].dim(1);
       const bool gelu = inst.opcode() == Opcode::LinearGradInputGelu;
-      gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
-           {nullptr, gelu ? Activation::GeluGrad : Activation::None,
-            gelu ? in[2].data : nullptr});
+      gemm(false, false, k, m, nOut, in[1].data, k, in[0].data, nOut, out[0].data, k, c.type(),
+           {nullptr, gelu ? Activation::GeluGrad : Activation::None, gelu ? in[2].data : nullptr});
       break;
     }
     case Opcode::LinearGradWeight: {
       // dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy (added to the f32 gradient
       // where the instruction accumulates).
       const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
-      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, type,
+      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, c.type(),
            Epilogue{nullptr, Activation::None, nullptr, inst.accumulate()});
       break;
     }
@@ -833,93 +853,46 @@ private:
       const int64_t rows = in[0].rows(), cols = in[0].cols();
       float *partials = static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols)));
       if (inst.accumulate())
-        launchBiasGrad(p(in[0]), f(out[0]), rows, cols, partials, true, stream_);
+        launchBiasGrad(c.p(in[0]), c.f(out[0]), rows, cols, partials, true, stream_);
       else
-        launchBiasGrad(p(in[0]), p(out[0]), rows, cols, partials, false, stream_);
+        launchBiasGrad(c.p(in[0]), c.p(out[0]), rows, cols, partials, false, stream_);
       break;
     }
-    case Opcode::BiasAdd:
-      launchBiasAdd(p(in[0]), p(in[1]), p(out[0]), n, in[0].cols(), stream_);
-      break;
-    case Opcode::Add:
-      launchAdd(p(in[0]), p(in[1]), p(out[0]), n, stream_);
-      break;
-    case Opcode::Gelu:
-      launchActivation<Gelu>(p(in[0]), p(out[0]), n, stream_);
-      break;
-    case Opcode::GeluGrad:
-      launchActivationGrad<Gelu>(p(in[0]), p(in[1]), p(out[0]), n, stream_);
-      break;
-    case Opcode::Silu:
-      launchActivation<Silu>(p(in[0]), p(out[0]), n, stream_);
-      break;
-    case Opcode::SiluGrad:
-      launchActivationGrad<Silu>(p(in[0]), p(in[1]), p(out[0]), n, stream_);
-      break;
-    case Opcode::Swiglu:
-      launchSwiglu(p(in[0]), p(in[1]), p(out[0]), n, stream_);
-      break;
-    case Opcode::Rotary:
-      launchRotary(p(in[0]), p(out[0]), in[0].rows(), in[0].dim(1),
-                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), stream_);
-      break;
-    case Opcode::SwigluGrad:
-      launchSwigluGrad(p(in[0]), p(in[1]), p(in[2]), p(out[0]), p(out[1]), n, stream_);
-      break;
-    case Opcode::TpCopy:
-      convertOn(out[0].data, type, in[0].data, type, n);
-      break;
-    case Opcode::ParamGrad:
-      launchAccumulate(p(in[0]), f(out[0]), out[0].numel(), stream_);
-      break;
-    case Opcode::BiasDropoutAdd:
-      launchBiasDropoutAdd(p(in[0]), p(in[1]), inst.inputs()->size() == 3 ? p(in[2]) : nullptr,
-                           in[0].cols(), p(out[0]),
-                           inst.outputs()->size() == 2 ? static_cast<uint8_t *>(out[1].data)
-                                                       : nullptr,
-                           n, inst.rate(), static_cast<uint32_t>(inst.stream()),
-                           dropoutShard(inst, in[0], ctx),
-                           step, stream_);
-      break;
-    case Opcode::Dropout:
-    case Opcode::DropoutGrad: {
-      // A dropout gradient without its mask draws the mask again: the same dropout.
-      if (inst.opcode() == Opcode::DropoutGrad && inst.inputs()->size() == 2) {
-        launchDropoutGrad(p(in[0]), static_cast<const uint8_t *>(in[1].data), p(out[0]), n,
-                          static_cast<float>(1.0 / (1.0 - inst.rate())), stream_);
-        break;
-      }
-      const ShardMap shard = dropoutShard(inst, in[0], ctx);
-      uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
-                          ? static_cast<uint8_t *>(out[1].data)
-                          : nullptr;
-      launchDropout(p(in[0]), p(out[0]), mask, n, inst.rate(), static_cast<uint32_t>(inst.stream()),
-                    shard, step, stream_);
-      break;
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runLinears");
     }
+  }
+
+  /// Fused and unfused attention and their gradients.
+  template <typename T> void runAttention(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    switch (inst.opcode()) {
     case Opcode::Attention: {
       // The rows' statistics go to the second output where the plan keeps them (for
       // the gradient), else to scratch where cuDNN must write them.
-      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, step, true);
-      float *kept = inst.outputs()->size() > 1 ? f(out[1]) : nullptr;
-      if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
+      AttentionShape a =
+          attentionShape(in[0], inst.heads(), inst.causal(), inst, c.ctx, c.step, true);
+      float *kept = inst.outputs()->size() > 1 ? c.f(out[1]) : nullptr;
+      if (throughCudnn(a, c.type(), [&](const SdpaProblem &problem, std::string &why) {
             float *stats =
                 kept ? kept : static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
             return cudnn_.forward(problem, in[0].data, out[0].data, stats, cudnnWorkspace(),
                                   stream_, why);
           }))
         break;
-      launchAttentionForward(p(in[0]), p(out[0]), kept, a, stream_);
+      launchAttentionForward(c.p(in[0]), c.p(out[0]), kept, a, stream_);
       break;
     }
     case Opcode::AttentionGrad: {
-      AttentionShape a = attentionShape(in[1], inst.heads(), inst.causal(), inst, ctx, step, true);
+      AttentionShape a =
+          attentionShape(in[1], inst.heads(), inst.causal(), inst, c.ctx, c.step, true);
       // cuDNN's backward takes the rows' statistics: the forward's where the plan kept
       // them (mt-keep-attention-stats), else from a forward run again for them (its
       // output written to scratch and discarded). Both paths write the same form of
       // them (the log-sum-exp of the scaled scores), so either backward reads either's.
-      const float *given = inst.inputs()->size() > 3 ? f(in[3]) : nullptr;
-      if (throughCudnn(a, type, [&](const SdpaProblem &problem, std::string &why) {
+      const float *given = inst.inputs()->size() > 3 ? c.f(in[3]) : nullptr;
+      if (throughCudnn(a, c.type(), [&](const SdpaProblem &problem, std::string &why) {
             if (given)
               return cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, given,
                                      out[0].data, cudnnWorkspace(), stream_, why);
@@ -932,56 +905,69 @@ private:
             void *output = after<char>(temporaries, statsBytes);
             return cudnn_.forward(problem, in[1].data, output, stats, cudnnWorkspace(), stream_,
                                   why) &&
-                   cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, stats,
-                                   out[0].data, cudnnWorkspace(), stream_, why);
+                   cudnn_.backward(problem, in[1].data, in[2].data, in[0].data, stats, out[0].data,
+                                   cudnnWorkspace(), stream_, why);
           }))
         break;
       float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.s));
-      launchAttentionBackwardQuery(p(in[1]), p(in[2]), p(in[0]), p(out[0]), given, stats, a,
+      launchAttentionBackwardQuery(c.p(in[1]), c.p(in[2]), c.p(in[0]), c.p(out[0]), given, stats, a,
                                    stream_);
       launched("attention backward (queries)");
-      launchAttentionBackwardKey(p(in[1]), p(in[0]), p(out[0]), stats, a, stream_);
+      launchAttentionBackwardKey(c.p(in[1]), c.p(in[0]), c.p(out[0]), stats, a, stream_);
       break;
     }
     case Opcode::AttentionProbs: {
-      AttentionShape a = attentionShape(in[0], inst.heads(), inst.causal(), inst, ctx, step, false);
-      launchAttentionProbs(p(in[0]), p(out[0]), a, stream_);
+      AttentionShape a =
+          attentionShape(in[0], inst.heads(), inst.causal(), inst, c.ctx, c.step, false);
+      launchAttentionProbs(c.p(in[0]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionContext: {
-      AttentionShape a = attentionShape(in[1], in[0].dim(1), false, inst, ctx, step, false);
-      launchAttentionContext(p(in[0]), p(in[1]), p(out[0]), a, stream_);
+      AttentionShape a = attentionShape(in[1], in[0].dim(1), false, inst, c.ctx, c.step, false);
+      launchAttentionContext(c.p(in[0]), c.p(in[1]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionProbsGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, step, false);
+      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, c.ctx, c.step, false);
       float *deltas = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
-      launchAttentionProbsGradQuery(p(in[0]), p(in[1]), p(in[2]), p(out[0]), deltas, a, stream_);
+      launchAttentionProbsGradQuery(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), deltas, a,
+                                    stream_);
       launched("attention probabilities gradient (queries)");
-      launchAttentionProbsGradKey(p(in[0]), p(in[1]), p(in[2]), p(out[0]), deltas, a, stream_);
+      launchAttentionProbsGradKey(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), deltas, a,
+                                  stream_);
       break;
     }
     case Opcode::AttentionContextGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, ctx, step, false);
-      launchAttentionContextGradProbs(p(in[0]), p(in[2]), p(out[0]), a, stream_);
+      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, c.ctx, c.step, false);
+      launchAttentionContextGradProbs(c.p(in[0]), c.p(in[2]), c.p(out[0]), a, stream_);
       launched("attention context gradient (probabilities)");
-      launchAttentionContextGradValues(p(in[0]), p(in[1]), p(out[1]), a, stream_);
+      launchAttentionContextGradValues(c.p(in[0]), c.p(in[1]), c.p(out[1]), a, stream_);
       break;
     }
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runAttention");
+    }
+  }
+
+  /// Cross-entropy, fused, unfused and vocabulary-parallel.
+  template <typename T> void runLosses(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    switch (inst.opcode()) {
     case Opcode::CrossEntropy: {
       const int64_t m = in[0].rows(), v = in[0].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      launchCrossEntropyRows(p(in[0]), in[1].data, wide(in[1]), rowLoss, m, v, classes,
+      launchCrossEntropyRows(c.p(in[0]), in[1].data, c.wide(in[1]), rowLoss, m, v, classes,
                              idsCheck("a target id", classes), stream_);
       launched("cross-entropy");
-      launchMean(rowLoss, m, f(out[0]), stream_);
+      launchMean(rowLoss, m, c.f(out[0]), stream_);
       break;
     }
     case Opcode::CrossEntropyGrad: {
       const int64_t m = in[1].rows(), v = in[1].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
-      launchCrossEntropyGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), p(out[0]), m, v,
+      launchCrossEntropyGrad(c.f(in[0]), c.p(in[1]), in[2].data, c.wide(in[2]), c.p(out[0]), m, v,
                              classes, idsCheck("a target id", classes), stream_);
       break;
     }
@@ -989,35 +975,151 @@ private:
       const int64_t m = in[1].rows(), v = in[1].cols();
       const int64_t classes = inst.num_classes() ? inst.num_classes() : v;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      launchCrossEntropyWithGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), rowLoss,
-                                 p(out[1]), m, v, classes, idsCheck("a target id", classes),
+      launchCrossEntropyWithGrad(c.f(in[0]), c.p(in[1]), in[2].data, c.wide(in[2]), rowLoss,
+                                 c.p(out[1]), m, v, classes, idsCheck("a target id", classes),
                                  stream_);
       launched("cross-entropy with its gradient");
-      launchMean(rowLoss, m, f(out[0]), stream_);
+      launchMean(rowLoss, m, c.f(out[0]), stream_);
       break;
     }
     case Opcode::CrossEntropyStats: {
-      const int64_t m = in[0].rows(), v = in[0].cols(), first = vocabFirst(in[0], in[0].rank - 1);
-      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;
+      const int64_t m = in[0].rows(), v = in[0].cols(), first = c.vocabFirst(in[0], in[0].rank - 1);
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * c.parts();
       const int64_t valid = std::clamp<int64_t>(classes - first, 0, v);
-      launchCrossEntropyStats(p(in[0]), in[1].data, wide(in[1]), f(out[0]), m, v, first, valid,
-                              classes, idsCheck("a target id", classes), stream_);
+      launchCrossEntropyStats(c.p(in[0]), in[1].data, c.wide(in[1]), c.f(out[0]), m, v, first,
+                              valid, classes, idsCheck("a target id", classes), stream_);
       break;
     }
     case Opcode::CrossEntropyMerge: {
       const int64_t m = in[0].cols(), shards = in[0].dim(0) / 3;
       float *rowLoss = static_cast<float *>(scratch(sizeof(float) * m));
-      launchCrossEntropyMergeRows(f(in[0]), rowLoss, m, shards, stream_);
+      launchCrossEntropyMergeRows(c.f(in[0]), rowLoss, m, shards, stream_);
       launched("cross-entropy merge");
-      launchMean(rowLoss, m, f(out[0]), stream_);
+      launchMean(rowLoss, m, c.f(out[0]), stream_);
       break;
     }
     case Opcode::VocabParallelCrossEntropyGrad: {
-      const int64_t m = in[1].rows(), v = in[1].cols(), first = vocabFirst(in[1], in[1].rank - 1);
-      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * parts;
-      launchVocabParallelCrossEntropyGrad(f(in[0]), p(in[1]), in[2].data, wide(in[2]), f(in[3]),
-                                          p(out[0]), m, v, in[3].dim(0) / 3, first,
+      const int64_t m = in[1].rows(), v = in[1].cols(), first = c.vocabFirst(in[1], in[1].rank - 1);
+      const int64_t classes = inst.num_classes() ? inst.num_classes() : v * c.parts();
+      launchVocabParallelCrossEntropyGrad(c.f(in[0]), c.p(in[1]), in[2].data, c.wide(in[2]),
+                                          c.f(in[3]), c.p(out[0]), m, v, in[3].dim(0) / 3, first,
                                           std::clamp<int64_t>(classes - first, 0, v), stream_);
+      break;
+    }
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runLosses");
+    }
+  }
+
+  template <typename T>
+  Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                  const StepContext &ctx) {
+    const Call<T> c{inst, in, out, ctx, counters(ctx)};
+    switch (inst.opcode()) {
+    case Opcode::Embedding:
+    case Opcode::EmbeddingGrad:
+    case Opcode::PositionEmbedding:
+    case Opcode::PositionEmbeddingGrad:
+      runEmbeddings(c);
+      break;
+    case Opcode::LayerNorm:
+    case Opcode::RmsNorm:
+    case Opcode::RmsNormGrad:
+    case Opcode::LayerNormGrad:
+      runNorms(c);
+      break;
+    case Opcode::Linear:
+    case Opcode::LinearGelu:
+    case Opcode::LinearGradInput:
+    case Opcode::LinearGradInputGelu:
+    case Opcode::LinearGradWeight:
+    case Opcode::BiasGrad:
+      runLinears(c);
+      break;
+    case Opcode::Attention:
+    case Opcode::AttentionGrad:
+    case Opcode::AttentionProbs:
+    case Opcode::AttentionContext:
+    case Opcode::AttentionProbsGrad:
+    case Opcode::AttentionContextGrad:
+      runAttention(c);
+      break;
+    case Opcode::CrossEntropy:
+    case Opcode::CrossEntropyGrad:
+    case Opcode::CrossEntropyWithGrad:
+    case Opcode::CrossEntropyStats:
+    case Opcode::CrossEntropyMerge:
+    case Opcode::VocabParallelCrossEntropyGrad:
+      runLosses(c);
+      break;
+    case Opcode::Fill: {
+      const float value = static_cast<float>(inst.value());
+      if (inst.loss_seed() && out[0].dtype == DType::F32)
+        launchLossSeed(c.f(out[0]), c.n(), inst.value(), c.step, stream_);
+      else if (inst.loss_seed())
+        launchLossSeed(c.p(out[0]), c.n(), inst.value(), c.step, stream_);
+      else if (out[0].dtype == DType::F32)
+        launchFill(c.f(out[0]), c.n(), value, stream_);
+      else
+        launchFill(c.p(out[0]), c.n(), value, stream_);
+      break;
+    }
+    case Opcode::BiasAdd:
+      launchBiasAdd(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), in[0].cols(), stream_);
+      break;
+    case Opcode::Add:
+      launchAdd(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::Gelu:
+      launchActivation<Gelu>(c.p(in[0]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::GeluGrad:
+      launchActivationGrad<Gelu>(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::Silu:
+      launchActivation<Silu>(c.p(in[0]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::SiluGrad:
+      launchActivationGrad<Silu>(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::Swiglu:
+      launchSwiglu(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+      break;
+    case Opcode::Rotary:
+      launchRotary(c.p(in[0]), c.p(out[0]), in[0].rows(), in[0].dim(1),
+                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), stream_);
+      break;
+    case Opcode::SwigluGrad:
+      launchSwigluGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), c.p(out[1]), c.n(),
+                       stream_);
+      break;
+    case Opcode::TpCopy:
+      convertOn(out[0].data, c.type(), in[0].data, c.type(), c.n());
+      break;
+    case Opcode::ParamGrad:
+      launchAccumulate(c.p(in[0]), c.f(out[0]), out[0].numel(), stream_);
+      break;
+    case Opcode::BiasDropoutAdd:
+      launchBiasDropoutAdd(
+          c.p(in[0]), c.p(in[1]), inst.inputs()->size() == 3 ? c.p(in[2]) : nullptr, in[0].cols(),
+          c.p(out[0]), inst.outputs()->size() == 2 ? static_cast<uint8_t *>(out[1].data) : nullptr,
+          c.n(), inst.rate(), static_cast<uint32_t>(inst.stream()),
+          dropoutShard(inst, in[0], c.ctx), c.step, stream_);
+      break;
+    case Opcode::Dropout:
+    case Opcode::DropoutGrad: {
+      // A dropout gradient without its mask draws the mask again: the same dropout.
+      if (inst.opcode() == Opcode::DropoutGrad && inst.inputs()->size() == 2) {
+        launchDropoutGrad(c.p(in[0]), static_cast<const uint8_t *>(in[1].data), c.p(out[0]), c.n(),
+                          static_cast<float>(1.0 / (1.0 - inst.rate())), stream_);
+        break;
+      }
+      const ShardMap shard = dropoutShard(inst, in[0], c.ctx);
+      uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
+                          ? static_cast<uint8_t *>(out[1].data)
+                          : nullptr;
+      launchDropout(c.p(in[0]), c.p(out[0]), mask, c.n(), inst.rate(),
+                    static_cast<uint32_t>(inst.stream()), shard, c.step, stream_);
       break;
     }
     case Opcode::AllReduce:
