@@ -193,24 +193,22 @@ int finishLayout(const Flags &args, const std::optional<DecoderShape> &decoder,
   return 0;
 }
 
-bool readSystem(const Flags &args, SystemSpec &system) {
-  if (!args.values.count("system") || !args.values.count("gpus")) {
-    usageError(args.command + " needs --system and --gpus");
-    return false;
-  }
+int readSystem(const Flags &args, SystemSpec &system) {
+  if (!args.values.count("system") || !args.values.count("gpus"))
+    return usageError(args.command + " needs --system and --gpus");
   const std::string name = args.values.lookup("system");
   const std::string path = systemPath(name);
   if (!llvm::sys::fs::exists(path)) {
     errs() << "mtc: no system '" << name << "': give a file, or one of " << systemNames()
            << "\n";
-    return false;
+    return 1;
   }
   std::string error;
   if (!SystemSpec::load(path, system, error)) {
     errs() << "mtc: " << error << "\n";
-    return false;
+    return 1;
   }
-  return true;
+  return 0;
 }
 
 bool loadModel(MLIRContext &context, const std::string &path, ModelFile &model) {

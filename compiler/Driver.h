@@ -56,9 +56,8 @@ int readLayout(const Flags &flags, StepLayout &layout, std::string &precision);
 /// stage in chunks). 0, or an exit code.
 int finishLayout(const Flags &flags, const std::optional<DecoderShape> &decoder,
                  StepLayout &layout, std::vector<int64_t> &inFlight);
-/// The system `--system` names (with --gpus given), read; false (said on stderr) when
-/// it is not one.
-bool readSystem(const Flags &flags, SystemSpec &system);
+/// The system `--system` names (with --gpus given), read; 0, or an exit code.
+int readSystem(const Flags &flags, SystemSpec &system);
 
 /// A parsed model and the source manager its diagnostics point into: errors print as
 /// file:line:col for as long as it lives.

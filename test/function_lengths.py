@@ -12,7 +12,8 @@ import sys
 LIMIT = 120
 FOLDERS = ("compiler", "runtime", "tools")
 CONTROL = re.compile(r"^(if|for|while|switch|else|do|case|return|catch|try|\})\b")
-LAMBDA = re.compile(r"\]\s*\(|=\s*\[")
+# What a lambda's body follows: its captures, parameters, specifiers and return type.
+LAMBDA = re.compile(r"\]\s*(\([^()]*(\([^()]*\)[^()]*)*\))?\s*(mutable)?\s*(->[^{]*)?$")
 
 
 def blank(text):
@@ -32,10 +33,13 @@ def functions(path):
     stack = []
     for i, line in enumerate(lines):
         text = line.strip()
-        for ch in line:
+        for at, ch in enumerate(line):
             if ch == "{":
-                opens = (text.endswith("{") and ")" in text and not CONTROL.match(text)
-                         and not LAMBDA.search(text))
+                before = line[:at].rstrip()
+                # A body's brace ends its line and follows a parameter list (and maybe
+                # const, override, noexcept or an initialiser list's last member).
+                opens = (line[at + 1:].strip() == "" and ")" in before
+                         and not CONTROL.match(text) and not LAMBDA.search(before))
                 inside = any(kind == "function" for kind, _ in stack)
                 stack.append(("function" if opens and not inside else "block", i))
             elif ch == "}" and stack:

@@ -5,8 +5,6 @@
 #include "train/PipelinePasses.h"
 
 #include <chrono>
-#include <map>
-#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <cmath>
@@ -230,6 +228,8 @@ Status Run::start() {
     if (!metrics_)
       return Status::failure(config_.metricsPath + ": cannot write metrics");
   }
+  // The trace's clock starts with the first step.
+  timeline_ = Timeline(comm_.position().worldRank());
   started_ = std::chrono::steady_clock::now();
   return Status::success();
 }
@@ -315,17 +315,17 @@ Status Run::step(int64_t step) {
   const double lr = learningRate(config_.optimizer, step, config_.steps);
   for (const plan::Action *action : *plan_.stages()->Get(comm_.rank(Group::Pipeline))->actions()) {
     const int64_t mb = firstMicroBatch_ + action->micro_batch();
-    const auto begin = Timeline::Clock::now();
+    auto begin = Timeline::Clock::now();
     switch (action->kind()) {
     case plan::ActionKind::ForwardBackward: {
       MT_TRY(load(mb));
-      const auto start = Timeline::Clock::now();
+      begin = Timeline::Clock::now();
       double loss = 0;
       if (Status s = executor_.forwardBackward(inputs_.data(), targets_.data(),
                                                contextOf(step, mb), loss);
           !s.ok())
         return failed(s);
-      timeline_.add("forward", "compute", start, executor_.lastBackwardStart(), step + 1, mb);
+      timeline_.add("forward", "compute", begin, executor_.lastBackwardStart(), step + 1, mb);
       timeline_.add("backward", "compute", executor_.lastBackwardStart(),
                     Timeline::Clock::now(), step + 1, mb);
       lossSum_ += loss;

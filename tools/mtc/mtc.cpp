@@ -66,7 +66,6 @@ constexpr const char *kUsage = R"(usage:
   tune     every layout of N GPUs that divides and fits, estimated, the fastest first
 )";
 
-
 using mtc::Flags;
 using mtc::usageError;
 
@@ -76,7 +75,6 @@ int withUsage(int code) {
     errs() << kUsage;
   return code;
 }
-
 
 /// Parses argv against the flags `command` accepts; returns an error message or "".
 std::string parseArgs(int argc, char **argv, Flags &args) {
@@ -165,11 +163,6 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
     return "schedule takes no model file";
   return "";
 }
-
-
-
-
-
 
 int runInfo(MLIRContext &context, const Flags &args) {
   int64_t multiple;
@@ -260,10 +253,6 @@ int runSchedule(const Flags &args) {
   return 0;
 }
 
-
-
-
-
 int runCompile(MLIRContext &context, const Flags &args) {
   auto started = std::chrono::steady_clock::now();
   if (!args.values.count("o"))
@@ -300,14 +289,10 @@ int runCompile(MLIRContext &context, const Flags &args) {
   return 0;
 }
 
-
-
-
-
 int runEstimate(MLIRContext &context, const Flags &args) {
   mtc::SystemSpec system;
-  if (!mtc::readSystem(args, system))
-    return 1;
+  if (int status = mtc::readSystem(args, system))
+    return status;
   mtc::StepLayout layout;
   std::string precision;
   if (int status = mtc::readLayout(args, layout, precision))
@@ -345,8 +330,8 @@ int runEstimate(MLIRContext &context, const Flags &args) {
 int runTune(MLIRContext &context, const Flags &args) {
   auto started = std::chrono::steady_clock::now();
   mtc::SystemSpec system;
-  if (!mtc::readSystem(args, system))
-    return 1;
+  if (int status = mtc::readSystem(args, system))
+    return status;
   if (!args.values.count("global-batch-size"))
     return usageError("tune needs --global-batch-size");
   mtc::TuneRequest request;

@@ -732,44 +732,42 @@ template <typename T> struct Kernels {
     }
   }
 
+  /// The first vocabulary row (along `dim` of this rank's shard `sharded`), or sequence
+  /// position, this rank holds; the ranks the vocabulary spans.
+  static int64_t vocabFirst(const plan::Instruction &inst, const StepContext &ctx,
+                            const TensorView &sharded, int dim) {
+    return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
+  }
+  static int64_t sequenceFirst(const plan::Instruction &inst, const StepContext &ctx,
+                               const TensorView &x) {
+    return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
+  }
+  static int64_t vocabRanks(const plan::Instruction &inst, const StepContext &ctx) {
+    return inst.vocab_parallel() ? ctx.tpSize : 1;
+  }
+  /// Attention-probability dropout, by global head.
+  static ProbsDropout probsDropout(const plan::Instruction &inst, const StepContext &ctx) {
+    ProbsDropout drop;
+    drop.rate = inst.rate();
+    drop.stream = inst.stream();
+    drop.index = ProbsMaskIndex(inst.heads(), inst.head_parallel(), ctx);
+    return drop;
+  }
+
   /// Runs `inst`. A fused pair calls `stored(i)` once its first step has written output
   /// i, which rounds it to its storage type where that is narrower than T, as the
   /// unfused pair stores it between its two instructions.
   static Status run(const plan::Instruction &inst, const TensorView *in,
                     const TensorView *out, const StepContext &ctx,
                     const std::function<void(int)> &stored = [](int) {}) {
-    // The first vocabulary row, or sequence position, this rank holds.
-    auto vocabFirst = [&](const TensorView &sharded, int dim) -> int64_t {
-      return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
-    };
-    auto sequenceFirst = [&](const TensorView &x) -> int64_t {
-      return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
-    };
-    const int64_t parts = inst.vocab_parallel() ? ctx.tpSize : 1;
-    // Attention-probability dropout, by global head.
-    auto probsDropout = [&]() {
-      ProbsDropout drop;
-      drop.rate = inst.rate();
-      drop.stream = inst.stream();
-      drop.index = ProbsMaskIndex(inst.heads(), inst.head_parallel(), ctx);
-      return drop;
-    };
-    // A norm's gradient with the residual stream's: the add after it, as the pair (dx is
-    // written before the residual is read: the two must not share a buffer).
-    auto addResidualGrad = [&] {
-      if (inst.inputs()->size() == 4) {
-        stored(0);
-        add(in[3], out[0], out[0]);
-      }
-    };
     switch (inst.opcode()) {
     case Opcode::Fill:
       fill(out[0], inst.value() * (inst.loss_seed() ? ctx.lossScale : 1.0));
       break;
     case Opcode::Embedding:
-      return embedding(in[0], in[1], vocabFirst(in[0], 0), in[0].dim(0) * parts, out[0]);
+      return embedding(in[0], in[1], vocabFirst(inst, ctx, in[0], 0), in[0].dim(0) * vocabRanks(inst, ctx), out[0]);
     case Opcode::PositionEmbedding:
-      positionEmbedding(in[0], in[1], sequenceFirst(in[0]), out[0]);
+      positionEmbedding(in[0], in[1], sequenceFirst(inst, ctx, in[0]), out[0]);
       break;
     case Opcode::LayerNorm:
       layerNorm(in[0], in[1], in[2], inst.epsilon(), out[0]);
@@ -802,7 +800,7 @@ template <typename T> struct Kernels {
       break;
     case Opcode::Attention:
       attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
-                probsDropout(), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
+                probsDropout(inst, ctx), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
       break;
     case Opcode::Dropout:
       dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
@@ -823,19 +821,51 @@ template <typename T> struct Kernels {
       add(in[1], out[0], out[0]);
       break;
     }
-    case Opcode::DropoutGrad:
-      if (inst.inputs()->size() == 2)
-        dropoutGrad(in[0], in[1], inst.rate(), out[0]);
-      else // the mask drawn again: the same dropout of the gradient
-        dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
-                nullptr);
-      break;
     case Opcode::AttentionProbs:
       attentionProbs(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
                      out[0]);
       break;
     case Opcode::AttentionContext:
       attentionContext(in[0], in[1], qkvLayoutOf(inst, in[0].dim(1), in[1].dim(2)), out[0]);
+      break;
+    case Opcode::CrossEntropy:
+      return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
+    case Opcode::BiasAdd:
+      biasAdd(in[0], in[1], out[0]);
+      break;
+    case Opcode::TpCopy:
+      std::copy_n(ptr(in[0]), in[0].numel(), ptr(out[0]));
+      break;
+    case Opcode::AllReduce:
+    case Opcode::AllGather:
+    case Opcode::ReduceScatter:
+      return Status::failure("collectives run through the communicator, not the backend");
+
+    default:
+      return runGradient(inst, in, out, ctx, stored);
+    }
+    return Status::success();
+  }
+
+  /// Runs a gradient's (or the vocabulary-parallel loss's) `inst`, as run().
+  static Status runGradient(const plan::Instruction &inst, const TensorView *in,
+                            const TensorView *out, const StepContext &ctx,
+                            const std::function<void(int)> &stored) {
+    // A norm's gradient with the residual stream's: the add after it, as the pair (dx is
+    // written before the residual is read: the two must not share a buffer).
+    auto addResidualGrad = [&] {
+      if (inst.inputs()->size() == 4) {
+        stored(0);
+        add(in[3], out[0], out[0]);
+      }
+    };
+    switch (inst.opcode()) {
+    case Opcode::DropoutGrad:
+      if (inst.inputs()->size() == 2)
+        dropoutGrad(in[0], in[1], inst.rate(), out[0]);
+      else // the mask drawn again: the same dropout of the gradient
+        dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
+                nullptr);
       break;
     case Opcode::AttentionProbsGrad:
       attentionProbsGrad(in[0], in[1], in[2], qkvLayoutOf(inst, in[1].dim(1), in[2].dim(2)),
@@ -845,13 +875,11 @@ template <typename T> struct Kernels {
       attentionContextGrad(in[0], in[1], in[2], qkvLayoutOf(inst, in[1].dim(1), in[2].dim(2)),
                            out[0], out[1]);
       break;
-    case Opcode::CrossEntropy:
-      return crossEntropy(in[0], in[1], inst.num_classes(), out[0]);
     case Opcode::EmbeddingGrad:
-      embeddingGrad(in[0], in[1], vocabFirst(out[0], 0), out[0]);
+      embeddingGrad(in[0], in[1], vocabFirst(inst, ctx, out[0], 0), out[0]);
       break;
     case Opcode::PositionEmbeddingGrad:
-      positionEmbeddingGrad(in[0], sequenceFirst(in[0]), out[0]);
+      positionEmbeddingGrad(in[0], sequenceFirst(inst, ctx, in[0]), out[0]);
       break;
     case Opcode::LayerNormGrad:
       layerNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1], out[2]);
@@ -887,7 +915,7 @@ template <typename T> struct Kernels {
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
                     qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
-                    probsDropout(), ctx, out[0]);
+                    probsDropout(inst, ctx), ctx, out[0]);
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
@@ -899,30 +927,23 @@ template <typename T> struct Kernels {
     case Opcode::ParamGrad:
       accumulate(in[0], out[0]);
       break;
-    case Opcode::BiasAdd:
-      biasAdd(in[0], in[1], out[0]);
-      break;
-    case Opcode::TpCopy:
-      std::copy_n(ptr(in[0]), in[0].numel(), ptr(out[0]));
-      break;
     case Opcode::CrossEntropyStats:
-      return crossEntropyStats(in[0], in[1], vocabFirst(in[0], in[0].rank - 1),
-                               inst.num_classes() ? inst.num_classes() : in[0].cols() * parts,
+      return crossEntropyStats(in[0], in[1], vocabFirst(inst, ctx, in[0], in[0].rank - 1),
+                               inst.num_classes() ? inst.num_classes() : in[0].cols() * vocabRanks(inst, ctx),
                                out[0]);
     case Opcode::CrossEntropyMerge:
       crossEntropyMerge(in[0], out[0]);
       break;
     case Opcode::VocabParallelCrossEntropyGrad:
       vocabParallelCrossEntropyGrad(in[0], in[1], in[2], in[3],
-                                    vocabFirst(in[1], in[1].rank - 1),
+                                    vocabFirst(inst, ctx, in[1], in[1].rank - 1),
                                     inst.num_classes() ? inst.num_classes()
-                                                       : in[1].cols() * parts,
+                                                       : in[1].cols() * vocabRanks(inst, ctx),
                                     out[0]);
       break;
-    case Opcode::AllReduce:
-    case Opcode::AllGather:
-    case Opcode::ReduceScatter:
-      return Status::failure("collectives run through the communicator, not the backend");
+    default:
+      return Status::failure(cat("cpu backend: opcode ", plan::EnumNameOpcode(inst.opcode()),
+                                 " has no case"));
     }
     return Status::success();
   }
