@@ -4,7 +4,7 @@
 #ifndef MT_RUNTIME_BACKENDS_BACKEND_H
 #define MT_RUNTIME_BACKENDS_BACKEND_H
 
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 #include "core/Status.h"
 #include "core/Tensor.h"
 
@@ -58,7 +58,7 @@ struct ProbsMaskIndex {
   }
 };
 
-/// A Rotary instruction's rotation (core/HostDevice.h).
+/// A Rotary instruction's rotation (core/SharedMath.h).
 inline Rope ropeOf(const plan::Instruction &inst) {
   Rope rope;
   rope.theta = inst.theta();

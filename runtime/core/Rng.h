@@ -5,7 +5,7 @@
 #ifndef MT_RUNTIME_CORE_RNG_H
 #define MT_RUNTIME_CORE_RNG_H
 
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 
 #include <Random123/philox.h>
 

@@ -3,7 +3,7 @@
 #define MT_RUNTIME_CORE_TENSOR_H
 
 #include "core/DType.h"
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 
 #include <array>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // cuDNN's strided views of attention's operands address exactly the elements our
-// kernels address through QkvLayout (core/HostDevice.h): every query, key, value and
+// kernels address through QkvLayout (core/SharedMath.h): every query, key, value and
 // output element of multi-head, multi-query and single-head attention; grouped-query
 // attention with unevenly spaced query heads is refused.
 #include "backends/cuda/SdpaLayout.h"

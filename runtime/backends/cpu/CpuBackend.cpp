@@ -3,7 +3,7 @@
 // other backends and every parallel layout are checked against, so it favours clarity
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 #include "core/DType.h"
 #include "core/Half.h"
 #include "core/Rng.h"
@@ -295,7 +295,7 @@ template <typename T> struct Kernels {
       ptr(into)[i] += ptr(g)[i];
   }
 
-  // Activations (core/HostDevice.h): elementwise math runs in T, as the result is
+  // Activations (core/SharedMath.h): elementwise math runs in T, as the result is
   // stored in T anyway.
   template <typename F> static void activation(const TensorView &x, const TensorView &out) {
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
@@ -309,7 +309,7 @@ template <typename T> struct Kernels {
       ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
   }
 
-  /// The fused QKV's query and key heads turned by position (core/HostDevice.h: Rope).
+  /// The fused QKV's query and key heads turned by position (core/SharedMath.h: Rope).
   static void rotary(const TensorView &qkv, const QkvLayout &layout, const Rope &rope,
                      const TensorView &out) {
     const int64_t s = qkv.dim(1), width = layout.width(), perGroup = layout.perGroup();
@@ -454,7 +454,7 @@ template <typename T> struct Kernels {
   }
 
   // qkv [B, S, (heads + 2·kv)·d] holds, per token, its heads by key/value group
-  // (core/HostDevice.h: QkvLayout); out is [B, S, heads·d]. Forward runs per (batch, head);
+  // (core/SharedMath.h: QkvLayout); out is [B, S, heads·d]. Forward runs per (batch, head);
   // backward per (batch, group), so that a group's key and value gradients are summed
   // over its query heads in head order, whatever the threads do.
   static void attention(const TensorView &qkv, const QkvLayout &l, bool causal,

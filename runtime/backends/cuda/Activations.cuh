@@ -1,12 +1,12 @@
 // Elementwise kernels: fill, type conversion, add, bias add and its gradient, the
-// activations of core/HostDevice.h (GELU, SiLU, SwiGLU's gating) and their gradients, and
+// activations of core/SharedMath.h (GELU, SiLU, SwiGLU's gating) and their gradients, and
 // the f32 accumulation of parameter gradients.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_ACTIVATIONS_CUH
 
 #include "backends/cuda/ColumnSums.cuh"
 #include "backends/cuda/Common.cuh"
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 
 namespace mt {
 namespace {
@@ -45,7 +45,7 @@ template <typename T> __global__ void accumulateKernel(const T *g, float *into, 
   GRID_STRIDE(i, n) into[i] += ld(g, i);
 }
 
-/// An activation of core/HostDevice.h (Gelu, Silu), in f32.
+/// An activation of core/SharedMath.h (Gelu, Silu), in f32.
 template <typename F, typename T> __global__ void activationKernel(const T *x, T *out, int64_t n) {
   GRID_STRIDE(i, n) st(out, i, F::value(ld(x, i)));
 }

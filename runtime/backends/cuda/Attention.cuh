@@ -1,5 +1,5 @@
 // Attention: one warp per (batch, head, row). qkv [B, S, (heads + 2·kv)·d] holds, per
-// token, its heads by key/value group (core/HostDevice.h: QkvLayout); the warp's lanes
+// token, its heads by key/value group (core/SharedMath.h: QkvLayout); the warp's lanes
 // split d (at most 32·kMaxPerLane). The kernels that write key and value gradients run
 // one warp per (batch, group, key row) and sum the group's query heads in head order.
 // The fused kernels never materialise the S×S scores (online softmax; the backward

@@ -25,7 +25,7 @@
 #include "backends/cuda/Norms.cuh"
 #include "backends/cuda/Optimizer.cuh"
 #include "core/DType.h"
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 #include "core/Poll.h"
 
 #include <cublasLt.h>

@@ -8,7 +8,7 @@
 #define MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 
 #include "core/DType.h"
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 
 #include <cuda_runtime_api.h>
 

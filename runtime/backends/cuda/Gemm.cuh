@@ -40,7 +40,7 @@ GemmPath gemmPath() {
 /// What a GEMM applies to its product: the bias per row of C (or none), then nothing,
 /// GELU keeping its input in `aux` (GELU_AUX), or GELU's gradient at the pre-activation
 /// `aux` (DGELU). `aux` is shaped as C, with C's leading dimension. cuBLASLt's GELU is
-/// the tanh approximation, as core/HostDevice.h's; the backend fuses it in 16 bits only.
+/// the tanh approximation, as core/SharedMath.h's; the backend fuses it in 16 bits only.
 /// `accumulate`: C is f32 and the product is added to it (C = A·B + C), with neither
 /// bias nor activation (a weight gradient into the parameter's gradient).
 enum class Activation { None, Gelu, GeluGrad };

@@ -1,6 +1,6 @@
 // Where cuDNN's attention finds its operands in ours: query, key and value as
 // [batch, heads, sequence, head_dim] views of the fused qkv [B, S, (heads + 2·kv)·d]
-// (core/HostDevice.h: QkvLayout), and the output as a view of [B, S, heads·d]. A view
+// (core/SharedMath.h: QkvLayout), and the output as a view of [B, S, heads·d]. A view
 // is one offset and one stride per dimension, so the query heads must be evenly spaced:
 // true of one key/value group (multi-query) and of one query head per group
 // (multi-head); grouped-query attention with several of each has two spacings.
@@ -8,7 +8,7 @@
 #ifndef MT_RUNTIME_BACKENDS_CUDA_SDPALAYOUT_H
 #define MT_RUNTIME_BACKENDS_CUDA_SDPALAYOUT_H
 
-#include "core/HostDevice.h"
+#include "core/SharedMath.h"
 
 #include <array>
 #include <cstdint>

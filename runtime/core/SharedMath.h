@@ -1,7 +1,7 @@
 // Math the CPU and the CUDA backends share, written once and compiled for both: the
 // CPU kernels call it in T (f32 or f64), the CUDA kernels in f32 (AdamW in f64 on both).
-#ifndef MT_RUNTIME_CORE_HOSTDEVICE_H
-#define MT_RUNTIME_CORE_HOSTDEVICE_H
+#ifndef MT_RUNTIME_CORE_SHAREDMATH_H
+#define MT_RUNTIME_CORE_SHAREDMATH_H
 
 #include <math.h>
 #include <stdint.h>
