@@ -1,4 +1,5 @@
 #include "train/CheckpointFiles.h"
+#include "train/Safetensors.h"
 
 #include <nlohmann/json.hpp>
 #include <zlib.h>
@@ -77,9 +78,6 @@ bool sane(const std::vector<int64_t> &shape, size_t element) {
       return false;
   return true;
 }
-
-/// A safetensors header longer than this is taken for corruption (as safetensors does).
-constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
 } // namespace
 
@@ -469,21 +467,11 @@ struct CheckpointReader::State {
     if (::fstat(f.fd, &info) != 0)
       return Status::failure(cat(path, ": ", std::strerror(errno)));
     const uint64_t size = static_cast<uint64_t>(info.st_size);
-    uint8_t length[8];
-    if (size < 8 || !readAt(f.fd, 0, length, 8))
-      return fail("shorter than its header length");
-    uint64_t headerBytes = 0;
-    for (int b = 0; b < 8; ++b)
-      headerBytes |= static_cast<uint64_t>(length[b]) << (8 * b);
-    if (headerBytes > size - 8 || headerBytes > kMaxHeaderBytes)
-      return fail(cat("a header of ", headerBytes, " bytes in a file of ", size));
-    std::string text(headerBytes, '\0');
-    if (!readAt(f.fd, 8, text.data(), headerBytes))
-      return fail("cannot read its header");
-    f.dataStart = 8 + headerBytes;
-    json header = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (header.is_discarded() || !header.is_object() || !header.contains("__metadata__"))
-      return fail("its header is not safetensors JSON with metadata");
+    json header;
+    if (Status s = safetensors::readHeader(f.fd, size, header, f.dataStart); !s.ok())
+      return fail(s.message());
+    if (!header.contains("__metadata__"))
+      return fail("its header has no metadata");
     try {
       const json &meta = header.at("__metadata__");
       if (meta.value("format", "") != kFormat)

@@ -4,10 +4,15 @@
 #include "CompileWithMtc.h"
 #include "StatusAssertions.h"
 #include "train/Checkpoint.h"
+#include "train/Safetensors.h"
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <numeric>
 
@@ -105,6 +110,76 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"gpt2-350m", "--tp 8"},
                       Layout{"gpt-tiny", "--tp 2 --sp --dp 2 --distributed-optimizer"},
                       Layout{"gpt3-1.3b", "--tp 4 --pp 4 --vpp 2 --dp 4 --distributed-optimizer"}));
+
+} // namespace
+} // namespace mt
+
+namespace mt {
+namespace {
+
+/// Writes `bytes` to a file of the test's temporary directory; its path.
+std::string writeFile(const std::string &name, const std::string &bytes) {
+  const std::string path = ::testing::TempDir() + name;
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr) << path;
+  if (f) {
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  }
+  return path;
+}
+
+/// A safetensors file: the 8-byte little-endian length `length`, then `header`, then
+/// `data`.
+std::string safetensorsBytes(uint64_t length, const std::string &header,
+                             const std::string &data = "") {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    bytes[i] = static_cast<char>(length >> (8 * i));
+  return bytes + header + data;
+}
+
+/// The header every reader of a safetensors file starts with: its length bounded by the
+/// file and by safetensors' 100 MiB, its text a JSON object; mtckpt's reader says which
+/// file is not one.
+TEST(SafetensorsHeader, IsReadOnceWithItsBounds) {
+  const std::string good = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  struct Case {
+    const char *name;
+    std::string bytes;
+    const char *why; // empty: read
+  } cases[] = {
+      {"short.safetensors", "abc", "shorter than its header's length"},
+      {"huge.safetensors", safetensorsBytes(uint64_t{100} << 21, good),
+       "a header of 209715200 bytes, more than the 104857600 safetensors allows"},
+      {"cut.safetensors", safetensorsBytes(good.size() + 10, good),
+       "a header of 64 bytes in a file of 62"},
+      {"list.safetensors", safetensorsBytes(2, "[]"), "its header is not a JSON object"},
+      {"text.safetensors", safetensorsBytes(3, "{x}"), "its header is not a JSON object"},
+      {"good.safetensors", safetensorsBytes(good.size(), good, std::string(8, '\0')), ""},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = writeFile(c.name, c.bytes);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    nlohmann::json header;
+    uint64_t dataStart = 0;
+    Status s = safetensors::readHeader(fd, c.bytes.size(), header, dataStart);
+    ::close(fd);
+    safetensors::File file;
+    Status opened = safetensors::File::open(path, file);
+    if (!*c.why) {
+      ASSERT_OK(s);
+      EXPECT_EQ(dataStart, 8 + good.size());
+      ASSERT_OK(opened);
+      EXPECT_EQ(file.tensors().at("x").offset, 8 + good.size());
+      continue;
+    }
+    EXPECT_EQ(s.message(), c.why);
+    EXPECT_EQ(opened.message(), path + ": not a safetensors file: " + c.why);
+  }
+}
 
 } // namespace
 } // namespace mt

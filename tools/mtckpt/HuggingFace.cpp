@@ -1,5 +1,5 @@
 #include "HuggingFace.h"
-#include "Safetensors.h"
+#include "train/Safetensors.h"
 
 #include "core/Half.h"
 #include "core/AtomicFile.h"

@@ -17,7 +17,7 @@
 //
 // DIR is a save directory (its latest checkpoint) or one checkpoint's iter_N directory.
 #include "HuggingFace.h"
-#include "Safetensors.h"
+#include "train/Safetensors.h"
 #include "train/CheckpointFiles.h"
 
 #include <nlohmann/json.hpp>

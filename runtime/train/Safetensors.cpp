@@ -1,4 +1,4 @@
-#include "Safetensors.h"
+#include "train/Safetensors.h"
 
 #include "core/AtomicFile.h"
 #include "train/CheckpointFiles.h"
@@ -18,6 +18,28 @@ using json = nlohmann::json;
 uint64_t bytesOf(const std::string &dtype, const std::vector<int64_t> &shape) {
   uint64_t n = 0;
   return checkpoint::tensorBytes(dtype, shape, n) ? n : 0;
+}
+
+Status readHeader(int fd, uint64_t size, json &header, uint64_t &dataStart) {
+  uint8_t length[8];
+  if (size < 8 || !checkpoint::readAt(fd, 0, length, 8))
+    return Status::failure("shorter than its header's length");
+  uint64_t headerBytes = 0;
+  for (int i = 0; i < 8; ++i)
+    headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
+  if (headerBytes > kMaxHeaderBytes)
+    return Status::failure(cat("a header of ", headerBytes, " bytes, more than the ",
+                               kMaxHeaderBytes, " safetensors allows"));
+  if (headerBytes > size - 8)
+    return Status::failure(cat("a header of ", headerBytes, " bytes in a file of ", size));
+  std::string text(headerBytes, '\0');
+  if (!checkpoint::readAt(fd, 8, text.data(), headerBytes))
+    return Status::failure("cannot read its header");
+  header = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object())
+    return Status::failure("its header is not a JSON object");
+  dataStart = 8 + headerBytes;
+  return Status::success();
 }
 
 File::File(File &&other) noexcept { *this = std::move(other); }
@@ -44,20 +66,10 @@ Status File::open(const std::string &path, File &out) {
   if (::fstat(file.fd_, &info) != 0)
     return fail(cat("cannot stat: ", std::strerror(errno)));
   const uint64_t size = static_cast<uint64_t>(info.st_size);
-  uint8_t length[8];
-  if (size < 8 || !checkpoint::readAt(file.fd_, 0, length, 8))
-    return fail("not a safetensors file (shorter than its header length)");
-  uint64_t headerBytes = 0;
-  for (int i = 0; i < 8; ++i)
-    headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
-  if (headerBytes > size - 8 || headerBytes > (uint64_t{100} << 20))
-    return fail("not a safetensors file (its header is longer than the file)");
-  std::string text(headerBytes, '\0');
-  if (!checkpoint::readAt(file.fd_, 8, text.data(), headerBytes))
-    return fail("cannot read its header");
-  json header = json::parse(text, nullptr, false);
-  if (header.is_discarded() || !header.is_object())
-    return fail("its header is not safetensors JSON");
+  json header;
+  uint64_t dataStart = 0;
+  if (Status s = readHeader(file.fd_, size, header, dataStart); !s.ok())
+    return fail(cat("not a safetensors file: ", s.message()));
   try {
     for (const auto &[name, t] : header.items()) {
       if (name == "__metadata__") {
@@ -81,10 +93,10 @@ Status File::open(const std::string &path, File &out) {
                           " (mtc holds no empty tensors)"));
       if (!checkpoint::tensorBytes(tensor.dtype, tensor.shape, tensor.bytes))
         return fail(cat("tensor '", name, "' is larger than mtc can hold"));
-      if (range.size() != 2 || range[0] > range[1] || range[1] > size - 8 - headerBytes ||
+      if (range.size() != 2 || range[0] > range[1] || range[1] > size - dataStart ||
           range[1] - range[0] != tensor.bytes)
         return fail(cat("tensor '", name, "' has bad data offsets"));
-      tensor.offset = 8 + headerBytes + range[0];
+      tensor.offset = dataStart + range[0];
       file.tensors_[name] = std::move(tensor);
     }
   } catch (const json::exception &e) {

@@ -1,9 +1,10 @@
 // safetensors files (Hugging Face's format: an 8-byte little-endian header length, a
-// JSON header naming each tensor's dtype, shape and byte range, then the bytes), read
-// and written whole tensor by whole tensor: what mtckpt's consolidated files and
-// Hugging Face checkpoints are.
-#ifndef MT_TOOLS_MTCKPT_SAFETENSORS_H
-#define MT_TOOLS_MTCKPT_SAFETENSORS_H
+// JSON header naming each tensor's dtype, shape and byte range, then the bytes). Every
+// reader of one starts with readHeader, the one bound on a header's size: the sharded
+// checkpoint's files (CheckpointFiles.h, which adds checksums), mtckpt's consolidated
+// files and Hugging Face checkpoints (File, whole tensor by whole tensor).
+#ifndef MT_RUNTIME_TRAIN_SAFETENSORS_H
+#define MT_RUNTIME_TRAIN_SAFETENSORS_H
 
 #include "core/Status.h"
 
@@ -16,6 +17,12 @@
 #include <vector>
 
 namespace mt::safetensors {
+
+/// A header longer than this is taken for corruption, as safetensors takes it.
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
+/// The JSON object that heads the safetensors file open as `fd` (of `size` bytes), and
+/// where the tensors' bytes begin; a failure says why, for the caller to name the file.
+Status readHeader(int fd, uint64_t size, nlohmann::json &header, uint64_t &dataStart);
 
 struct Tensor {
   std::string dtype;
@@ -61,4 +68,4 @@ uint64_t bytesOf(const std::string &dtype, const std::vector<int64_t> &shape);
 
 } // namespace mt::safetensors
 
-#endif
+#endif // MT_RUNTIME_TRAIN_SAFETENSORS_H
