@@ -841,7 +841,27 @@ template <typename T> struct Kernels {
     case Opcode::ReduceScatter:
       return Status::failure("collectives run through the communicator, not the backend");
 
-    default:
+    case Opcode::EmbeddingGrad:
+    case Opcode::PositionEmbeddingGrad:
+    case Opcode::LayerNormGrad:
+    case Opcode::LinearGradInput:
+    case Opcode::LinearGradInputGelu:
+    case Opcode::LinearGradWeight:
+    case Opcode::BiasGrad:
+    case Opcode::GeluGrad:
+    case Opcode::SiluGrad:
+    case Opcode::SwigluGrad:
+    case Opcode::RmsNormGrad:
+    case Opcode::AttentionGrad:
+    case Opcode::CrossEntropyGrad:
+    case Opcode::CrossEntropyWithGrad:
+    case Opcode::ParamGrad:
+    case Opcode::DropoutGrad:
+    case Opcode::AttentionProbsGrad:
+    case Opcode::AttentionContextGrad:
+    case Opcode::VocabParallelCrossEntropyGrad:
+    case Opcode::CrossEntropyStats:
+    case Opcode::CrossEntropyMerge:
       return runGradient(inst, in, out, ctx, stored);
     }
     return Status::success();

@@ -197,12 +197,8 @@ public:
   std::unique_ptr<Recording> record(const std::function<Status()> &work,
                                     std::string &why) override {
     why.clear();
-    if (synchronous_) {
-      why = "MT_CUDA_SYNC waits for every kernel";
-      return nullptr;
-    }
-    if (graphsOff_) {
-      why = "MT_CUDA_GRAPHS=off";
+    if (!records()) {
+      why = synchronous_ ? "MT_CUDA_SYNC waits for every kernel" : "MT_CUDA_GRAPHS=off";
       return nullptr;
     }
     // The caller has read the checks of what ran before.
