@@ -185,12 +185,10 @@ LogicalResult Emitter::emitInstruction(Operation &op) {
            << plan::EnumNameOpcode(f.opcode) << " takes " << info.minInputs << "-"
            << info.maxInputs << " and " << info.minOutputs << "-" << info.maxOutputs
            << " (runtime/plan/Opcodes.def)";
-  instructions.push_back(plan::CreateInstruction(
-      fbb, f.opcode, fbb.CreateVector(inputs), fbb.CreateVector(outputs), f.epsilon,
-      f.rate, f.value, f.heads, f.causal, f.stream, f.numClasses, f.count, f.axis,
-      f.vocabParallel, f.sequenceParallel, f.featureParallel, f.headParallel, f.lossSeed,
-      f.theta, f.kvHeads, f.scalingFactor, f.lowFreqFactor, f.highFreqFactor,
-      f.originalPositions, f.inverse, f.accumulate));
+  auto written = mlir::mt::writeInstruction(fbb, &op, f, inputs, outputs);
+  if (failed(written))
+    return failure();
+  instructions.push_back(*written);
   return success();
 }
 

@@ -826,12 +826,12 @@ Value VocabParallelCrossEntropyGradOp::getOverwritable(OpResult) { return getLog
 // The statistics and the gradient of the vocabulary-parallel loss always read a shard
 // of the vocabulary: the runtime offsets the targets by this rank's block.
 LogicalResult CrossEntropyStatsOp::encodeInstruction(PlanInstruction &inst) {
-  inst.vocabParallel = true;
+  inst.set("vocab_parallel", UnitAttr::get(getContext()));
   return encodeInstructionByName(*this, inst);
 }
 
 LogicalResult VocabParallelCrossEntropyGradOp::encodeInstruction(PlanInstruction &inst) {
-  inst.vocabParallel = true;
+  inst.set("vocab_parallel", UnitAttr::get(getContext()));
   return encodeInstructionByName(*this, inst);
 }
 
@@ -1210,14 +1210,24 @@ FailureOr<SmallVector<Value>> AddOp::buildGradients(OpBuilder &, ValueRange resu
   return SmallVector<Value>{resultGrads[0], resultGrads[0]};
 }
 
-FailureOr<SmallVector<Value>> GeluOp::buildGradients(OpBuilder &b,
-                                                    ValueRange resultGrads) {
-  return SmallVector<Value>{GeluGradOp::create(b, getLoc(), resultGrads[0], getInput())};
+/// dx = GradOp(dy, x) of activation `op`, with `op`'s attributes: the gradient of an
+/// activation reads them as its value does (GELU's `approximate`).
+template <typename GradOp>
+FailureOr<SmallVector<Value>> activationGradient(OpBuilder &b, Operation *op, Value dy) {
+  SmallVector<NamedAttribute> attributes;
+  for (StringAttr name : op->getName().getAttributeNames())
+    if (std::optional<Attribute> value = op->getInherentAttr(name); value && *value)
+      attributes.emplace_back(name, *value);
+  return SmallVector<Value>{
+      GradOp::create(b, op->getLoc(), ValueRange{dy, op->getOperand(0)}, attributes)};
 }
 
-FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b,
-                                                    ValueRange resultGrads) {
-  return SmallVector<Value>{SiluGradOp::create(b, getLoc(), resultGrads[0], getInput())};
+FailureOr<SmallVector<Value>> GeluOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  return activationGradient<GeluGradOp>(b, *this, resultGrads[0]);
+}
+
+FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  return activationGradient<SiluGradOp>(b, *this, resultGrads[0]);
 }
 
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,

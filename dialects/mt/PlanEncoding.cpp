@@ -4,6 +4,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "flatbuffers/minireflect.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -21,55 +22,61 @@ FailureOr<plan::Opcode> mlir::mt::planOpcodeNamed(StringRef name) {
 
 namespace {
 
-// The instruction field each attribute name fills. Ops spell a few fields their own way
-// (attention's `dropout` is a rate; an embedding gradient's table rows are a count).
-// Attributes only the IR needs have no field: `keep_mask` is the mask result's
-// presence, `grid`/`grid_axis` name the group that the plan's grid already gives.
-template <typename T> using Field = std::pair<StringLiteral, T PlanInstruction::*>;
-const Field<double> kFloatFields[] = {{"epsilon", &PlanInstruction::epsilon},
-                                      {"rate", &PlanInstruction::rate},
-                                      {"dropout", &PlanInstruction::rate},
-                                      {"theta", &PlanInstruction::theta},
-                                      {"scaling_factor", &PlanInstruction::scalingFactor},
-                                      {"low_freq_factor", &PlanInstruction::lowFreqFactor},
-                                      {"high_freq_factor", &PlanInstruction::highFreqFactor}};
-const Field<int64_t> kIntegerFields[] = {{"heads", &PlanInstruction::heads},
-                                         {"stream", &PlanInstruction::stream},
-                                         {"num_classes", &PlanInstruction::numClasses},
-                                         {"num_embeddings", &PlanInstruction::count},
-                                         {"num_positions", &PlanInstruction::count},
-                                         {"kv_heads", &PlanInstruction::kvHeads},
-                                         {"original_positions",
-                                          &PlanInstruction::originalPositions}};
-const Field<bool> kFlagFields[] = {{"causal", &PlanInstruction::causal},
-                                   {"vocab_parallel", &PlanInstruction::vocabParallel},
-                                   {"sequence_parallel", &PlanInstruction::sequenceParallel},
-                                   {"feature_parallel", &PlanInstruction::featureParallel},
-                                   {"head_parallel", &PlanInstruction::headParallel},
-                                   {"accumulate", &PlanInstruction::accumulate},
-                                   {"inverse", &PlanInstruction::inverse}};
+// Ops spell a few fields their own way: attention's `dropout` is a rate; an embedding
+// (gradient)'s table rows are a count.
+const std::pair<StringLiteral, StringLiteral> kSpellings[] = {
+    {"dropout", "rate"}, {"num_embeddings", "count"}, {"num_positions", "count"}};
 // Said by the instruction's buffers (keep_mask, keep_stats: a second output), or of the
-// IR alone.
+// IR alone (grid, grid_axis: the group that the plan's grid already gives).
 const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid", "grid_axis"};
+// Fields the emitter fills from the op's operands and results, never from an attribute.
+const StringLiteral kBufferFields[] = {"opcode", "inputs", "outputs"};
 
-/// The field of `fields` named `name`, or null.
-template <typename T, size_t N>
-T PlanInstruction::*fieldNamed(const Field<T> (&fields)[N], StringRef name) {
-  for (const Field<T> &field : fields)
+/// The field an attribute named `name` fills.
+StringRef fieldFor(StringRef name) {
+  for (const auto &[spelling, field] : kSpellings)
+    if (spelling == name)
+      return field;
+  return name;
+}
+
+/// plan.fbs's Instruction as flatc describes it (--reflect-names): its fields in order.
+const flatbuffers::TypeTable &schema() { return *plan::InstructionTypeTable(); }
+
+/// The index of the schema's field `name`, or -1.
+int fieldIndex(StringRef name) {
+  if (llvm::is_contained(kBufferFields, name))
+    return -1;
+  for (size_t i = 0; i < schema().num_elems; ++i)
+    if (name == schema().names[i])
+      return static_cast<int>(i);
+  return -1;
+}
+
+} // namespace
+
+void PlanInstruction::set(StringRef name, Attribute value) {
+  for (auto &field : fields)
+    if (field.first == name) {
+      field.second = value;
+      return;
+    }
+  fields.emplace_back(name, value);
+}
+
+Attribute PlanInstruction::get(StringRef name) const {
+  for (const auto &field : fields)
     if (field.first == name)
       return field.second;
   return nullptr;
 }
-
-} // namespace
 
 std::string mlir::mt::planOpcodeName(OperationName op) {
   return llvm::convertToCamelFromSnakeCase(op.stripDialect(), /*capitalizeFirst=*/true);
 }
 
 bool mlir::mt::encodesAttribute(StringRef name, plan::Opcode opcode) {
-  return fieldNamed(kFloatFields, name) || fieldNamed(kIntegerFields, name) ||
-         fieldNamed(kFlagFields, name) || (name == "name" && opcode == plan::Opcode::ParamGrad) ||
+  return fieldIndex(fieldFor(name)) >= 0 || (name == "name" && opcode == plan::Opcode::ParamGrad) ||
          llvm::is_contained(kIrOnly, name);
 }
 
@@ -85,31 +92,134 @@ LogicalResult mlir::mt::encodeInstructionByName(Operation *op, PlanInstruction &
     if (!value || !*value)
       continue; // an unset optional attribute keeps the schema's default
     StringRef name = attrName.getValue();
-    auto mismatch = [&](StringRef kind) {
-      return op->emitOpError("attribute '") << name << "' must be " << kind
-                                            << " to be written to a plan";
-    };
-    if (auto field = fieldNamed(kFloatFields, name)) {
-      auto number = dyn_cast<FloatAttr>(*value);
-      if (!number)
-        return mismatch("a float");
-      inst.*field = number.getValueAsDouble();
-    } else if (auto field = fieldNamed(kIntegerFields, name)) {
-      auto integer = dyn_cast<IntegerAttr>(*value);
-      if (!integer)
-        return mismatch("an integer");
-      inst.*field = integer.getInt();
-    } else if (auto field = fieldNamed(kFlagFields, name)) {
-      if (!isa<UnitAttr>(*value))
-        return mismatch("a unit attribute");
-      inst.*field = true;
-    } else if (name == "name" && inst.opcode == plan::Opcode::ParamGrad) {
+    if (name == "name" && inst.opcode == plan::Opcode::ParamGrad)
       inst.param = cast<StringAttr>(*value).getValue();
-    } else if (!llvm::is_contained(kIrOnly, name)) {
-      return op->emitOpError("attribute '") << name << "' has no field in a plan instruction";
-    }
+    else if (!llvm::is_contained(kIrOnly, name))
+      inst.set(fieldFor(name), *value);
   }
   return success();
+}
+
+namespace {
+
+/// A field's value as its schema type holds it: an integer (flags and enums too) or a
+/// float.
+struct Scalar {
+  flatbuffers::ElementaryType type;
+  int64_t integer = 0;
+  double number = 0;
+};
+
+/// The value of `value` for schema field `index`, or an error at `op`.
+FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute value) {
+  const flatbuffers::TypeCode code = schema().type_codes[index];
+  Scalar s{static_cast<flatbuffers::ElementaryType>(code.base_type)};
+  auto refuse = [&](StringRef why) { return op->emitOpError("attribute '") << name << "' " << why; };
+  switch (s.type) {
+  case flatbuffers::ET_BOOL:
+    if (auto flag = dyn_cast<BoolAttr>(value))
+      s.integer = flag.getValue();
+    else if (isa<UnitAttr>(value))
+      s.integer = 1;
+    else
+      return refuse("must be a unit attribute to be written to a plan");
+    return s;
+  case flatbuffers::ET_FLOAT:
+  case flatbuffers::ET_DOUBLE:
+    if (auto number = dyn_cast<FloatAttr>(value)) {
+      s.number = number.getValueAsDouble();
+      return s;
+    }
+    return refuse("must be a float to be written to a plan");
+  case flatbuffers::ET_UTYPE:
+  case flatbuffers::ET_STRING:
+  case flatbuffers::ET_SEQUENCE:
+    return refuse("names a plan field that holds no value");
+  default:
+    break;
+  }
+  if (!code.is_repeating && code.sequence_ref >= 0) { // an enum, by its names
+    auto text = dyn_cast<StringAttr>(value);
+    if (!text)
+      return refuse("must be a string to be written to a plan");
+    const flatbuffers::TypeTable *named = schema().type_refs[code.sequence_ref]();
+    for (size_t i = 0; i < named->num_elems; ++i)
+      if (text.getValue().equals_insensitive(named->names[i])) {
+        s.integer = named->values ? named->values[i] : static_cast<int64_t>(i);
+        return s;
+      }
+    return refuse("has no plan value ") << text;
+  }
+  auto integer = dyn_cast<IntegerAttr>(value);
+  if (!integer)
+    return refuse("must be an integer to be written to a plan");
+  s.integer = integer.getInt();
+  const unsigned bits = 8 * static_cast<unsigned>(flatbuffers::InlineSize(s.type, nullptr));
+  const bool isSigned = s.type == flatbuffers::ET_CHAR || s.type == flatbuffers::ET_SHORT ||
+                        s.type == flatbuffers::ET_INT || s.type == flatbuffers::ET_LONG;
+  if (bits < 64 && (isSigned ? !llvm::isIntN(bits, s.integer) : !llvm::isUIntN(bits, s.integer)))
+    return refuse("does not fit its plan field: ") << s.integer;
+  return s;
+}
+
+/// Writes `s` as field `index` of the table being built.
+void addScalar(flatbuffers::FlatBufferBuilder &fbb, int index, const Scalar &s) {
+  const auto at = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(index));
+  switch (s.type) {
+  case flatbuffers::ET_BOOL:
+  case flatbuffers::ET_UCHAR:
+    return fbb.AddElement<uint8_t>(at, static_cast<uint8_t>(s.integer));
+  case flatbuffers::ET_CHAR:
+    return fbb.AddElement<int8_t>(at, static_cast<int8_t>(s.integer));
+  case flatbuffers::ET_SHORT:
+    return fbb.AddElement<int16_t>(at, static_cast<int16_t>(s.integer));
+  case flatbuffers::ET_USHORT:
+    return fbb.AddElement<uint16_t>(at, static_cast<uint16_t>(s.integer));
+  case flatbuffers::ET_INT:
+    return fbb.AddElement<int32_t>(at, static_cast<int32_t>(s.integer));
+  case flatbuffers::ET_UINT:
+    return fbb.AddElement<uint32_t>(at, static_cast<uint32_t>(s.integer));
+  case flatbuffers::ET_LONG:
+    return fbb.AddElement<int64_t>(at, s.integer);
+  case flatbuffers::ET_ULONG:
+    return fbb.AddElement<uint64_t>(at, static_cast<uint64_t>(s.integer));
+  case flatbuffers::ET_FLOAT:
+    return fbb.AddElement<float>(at, static_cast<float>(s.number));
+  default: // ET_DOUBLE: scalarOf refuses every other type
+    return fbb.AddElement<double>(at, s.number);
+  }
+}
+
+} // namespace
+
+FailureOr<flatbuffers::Offset<plan::Instruction>>
+mlir::mt::writeInstruction(flatbuffers::FlatBufferBuilder &fbb, Operation *op,
+                           const PlanInstruction &inst, ArrayRef<uint32_t> inputs,
+                           ArrayRef<uint32_t> outputs) {
+  SmallVector<std::pair<int, Scalar>> values;
+  for (const auto &[name, value] : inst.fields) {
+    const int index = fieldIndex(name);
+    if (index < 0)
+      return op->emitOpError("attribute '") << name << "' has no field in a plan instruction";
+    FailureOr<Scalar> scalar = scalarOf(op, name, index, value);
+    if (failed(scalar))
+      return failure();
+    values.emplace_back(index, *scalar);
+  }
+  // Widest first, as flatc's builders add them, so that no field needs padding.
+  llvm::stable_sort(values, [](const auto &a, const auto &b) {
+    return flatbuffers::InlineSize(a.second.type, nullptr) >
+           flatbuffers::InlineSize(b.second.type, nullptr);
+  });
+  auto in = fbb.CreateVector(inputs.data(), inputs.size());
+  auto out = fbb.CreateVector(outputs.data(), outputs.size());
+  const flatbuffers::uoffset_t start = fbb.StartTable();
+  for (const auto &[index, scalar] : values)
+    addScalar(fbb, index, scalar);
+  fbb.AddOffset(plan::Instruction::VT_INPUTS, in);
+  fbb.AddOffset(plan::Instruction::VT_OUTPUTS, out);
+  fbb.AddElement<uint16_t>(plan::Instruction::VT_OPCODE, static_cast<uint16_t>(inst.opcode), 0);
+  return flatbuffers::Offset<plan::Instruction>(fbb.EndTable(start));
 }
 
 namespace {
@@ -122,8 +232,10 @@ struct ConstantEncoding
     if (!dense || !dense.isSplat())
       return op->emitOpError("plan: only a splat float constant can be written to a plan");
     inst.opcode = plan::Opcode::Fill;
-    inst.value = dense.getSplatValue<APFloat>().convertToDouble();
-    inst.lossSeed = op->hasAttr(kLossSeedAttr);
+    Builder b(op->getContext());
+    inst.set("value", b.getF64FloatAttr(dense.getSplatValue<APFloat>().convertToDouble()));
+    if (op->hasAttr(kLossSeedAttr))
+      inst.set("loss_seed", b.getUnitAttr());
     return success();
   }
 };
@@ -138,7 +250,7 @@ struct AllReduceEncoding : PlanOpInterface::ExternalModel<AllReduceEncoding, sha
 struct AllGatherEncoding : PlanOpInterface::ExternalModel<AllGatherEncoding, shard::AllGatherOp> {
   LogicalResult encodeInstruction(Operation *op, PlanInstruction &inst) const {
     inst.opcode = plan::Opcode::AllGather;
-    inst.axis = static_cast<int32_t>(cast<shard::AllGatherOp>(op).getGatherAxis().getSExtValue());
+    inst.set("axis", cast<shard::AllGatherOp>(op).getGatherAxisAttr());
     return success();
   }
 };
@@ -147,8 +259,7 @@ struct ReduceScatterEncoding
     : PlanOpInterface::ExternalModel<ReduceScatterEncoding, shard::ReduceScatterOp> {
   LogicalResult encodeInstruction(Operation *op, PlanInstruction &inst) const {
     inst.opcode = plan::Opcode::ReduceScatter;
-    inst.axis =
-        static_cast<int32_t>(cast<shard::ReduceScatterOp>(op).getScatterAxis().getSExtValue());
+    inst.set("axis", cast<shard::ReduceScatterOp>(op).getScatterAxisAttr());
     return success();
   }
 };

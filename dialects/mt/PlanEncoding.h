@@ -10,20 +10,19 @@
 
 namespace mlir::mt {
 
-/// The attributes an instruction may carry; unset ones keep the schema's defaults.
+/// An instruction as an op encodes it: its opcode and its fields, each an attribute
+/// named as the field of plan.fbs's Instruction it fills. writeInstruction writes them by
+/// the schema's own table of fields, so a new field is a line of plan.fbs and nothing here.
 struct PlanInstruction {
   ::mt::plan::Opcode opcode = ::mt::plan::Opcode::Fill;
-  double epsilon = 0, rate = 0, value = 0;
-  int64_t heads = 0, stream = -1, numClasses = 0, count = 0;
-  bool causal = false, vocabParallel = false, sequenceParallel = false,
-       featureParallel = false, headParallel = false, lossSeed = false, accumulate = false;
-  int32_t axis = 0;
-  // Rotary embeddings.
-  double theta = 0, scalingFactor = 0, lowFreqFactor = 0, highFreqFactor = 0;
-  int64_t kvHeads = 0, originalPositions = 0;
-  bool inverse = false;
+  SmallVector<std::pair<StringRef, Attribute>> fields; // unset fields keep their defaults
   /// ParamGrad: the parameter's name, whose gradient buffer the emitter makes its output.
   StringRef param;
+
+  /// Sets field `name` (replacing an earlier value).
+  void set(StringRef name, Attribute value);
+  /// Field `name`'s value, or null where it is unset.
+  Attribute get(StringRef name) const;
 };
 
 /// The opcode name an op is encoded by: its name in CamelCase (mt.layer_norm: LayerNorm).
@@ -35,6 +34,13 @@ FailureOr<::mt::plan::Opcode> planOpcodeNamed(StringRef name);
 /// Whether the encoding by name writes (or knowingly leaves out) an attribute of this
 /// name for an op of `opcode`.
 bool encodesAttribute(StringRef name, ::mt::plan::Opcode opcode);
+
+/// `inst` with its buffers as a table of `fbb`: each field where plan.fbs's Instruction
+/// has it, converted by the field's type there (float, integer, flag or enum by name).
+/// A field the schema lacks, or a value its type cannot hold, is an error at `op`.
+FailureOr<flatbuffers::Offset<::mt::plan::Instruction>>
+writeInstruction(flatbuffers::FlatBufferBuilder &fbb, Operation *op, const PlanInstruction &inst,
+                 ArrayRef<uint32_t> inputs, ArrayRef<uint32_t> outputs);
 
 /// Plan encodings of ops of other dialects: arith.constant (a Fill) and the shard
 /// collectives.

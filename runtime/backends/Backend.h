@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,16 @@ struct ProbsMaskIndex {
     return static_cast<uint64_t>(((bi * globalHeads + headOffset + hi) * s + i) * s + j);
   }
 };
+
+/// Activation `F` (core/SharedMath.h) as `inst` runs it: one with attributes builds itself
+/// from the instruction that carries them, so that a new attribute reaches both backends
+/// through the activation's own definition.
+template <typename F> F activationOf(const plan::Instruction &inst) {
+  if constexpr (std::is_constructible_v<F, const plan::Instruction &>)
+    return F(inst);
+  else
+    return F{};
+}
 
 /// A Rotary instruction's rotation (core/SharedMath.h).
 inline Rope ropeOf(const plan::Instruction &inst) {

@@ -3,6 +3,8 @@
 #include "plan/PlanFormat.h"
 #include "plan/Schedule.h"
 
+#include "flatbuffers/minireflect.h"
+
 #include <algorithm>
 #include <fstream>
 #include <set>
@@ -352,6 +354,38 @@ constexpr OperandCheck kShapeChecks[] = {
 #undef MT_OPCODE
 };
 
+/// The first of the instruction's enum fields (the opcode, and any plan.fbs adds) that
+/// holds a value its enum lacks, as "field value"; empty where none does. Read by the
+/// schema's own table of fields, so that no new enum field goes unchecked.
+std::string unknownEnumValue(const plan::Instruction &inst) {
+  const flatbuffers::TypeTable &schema = *plan::InstructionTypeTable();
+  const auto &table = reinterpret_cast<const flatbuffers::Table &>(inst);
+  for (size_t i = 0; i < schema.num_elems; ++i) {
+    const flatbuffers::TypeCode code = schema.type_codes[i];
+    const auto type = static_cast<flatbuffers::ElementaryType>(code.base_type);
+    const auto at = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(i));
+    if (code.is_repeating || code.sequence_ref < 0 || type == flatbuffers::ET_SEQUENCE ||
+        !table.GetOptionalFieldOffset(at))
+      continue; // not an enum, or absent: the schema's default, a value of its enum
+    int64_t value = 0;
+    switch (type) {
+    case flatbuffers::ET_CHAR: value = table.GetField<int8_t>(at, 0); break;
+    case flatbuffers::ET_UCHAR: value = table.GetField<uint8_t>(at, 0); break;
+    case flatbuffers::ET_SHORT: value = table.GetField<int16_t>(at, 0); break;
+    case flatbuffers::ET_USHORT: value = table.GetField<uint16_t>(at, 0); break;
+    case flatbuffers::ET_INT: value = table.GetField<int32_t>(at, 0); break;
+    default: value = table.GetField<uint32_t>(at, 0); break; // plan.fbs's widest enum
+    }
+    const flatbuffers::TypeTable &named = *schema.type_refs[code.sequence_ref]();
+    const int64_t n = static_cast<int64_t>(named.num_elems);
+    const bool known = named.values ? std::count(named.values, named.values + n, value) > 0
+                                    : value >= 0 && value < n;
+    if (!known)
+      return cat(schema.names[i], " ", value);
+  }
+  return "";
+}
+
 /// Every operand's element type as the opcode table says, then its shape rule.
 std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims> &in,
                           const std::vector<Dims> &out, const plan::Plan &p) {
@@ -443,8 +477,8 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   for (flatbuffers::uoffset_t i = 0; i < prog.instructions()->size(); ++i) {
     const plan::Instruction *inst = prog.instructions()->Get(i);
     std::string at = cat(where, " instruction ", i);
-    if (inst->opcode() > plan::Opcode::MAX)
-      return Status::failure(cat(at, ": unknown opcode ", static_cast<int>(inst->opcode())));
+    if (std::string why = unknownEnumValue(*inst); !why.empty())
+      return Status::failure(cat(at, ": unknown ", why));
     if (!inst->inputs() || !inst->outputs())
       return Status::failure(cat(at, ": missing operand lists"));
     const OpcodeInfo &info = opcodeInfo(inst->opcode());

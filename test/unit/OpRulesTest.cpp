@@ -64,13 +64,57 @@ TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
   ASSERT_TRUE(succeeded(
       cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
   EXPECT_EQ(inst.opcode, plan::Opcode::Attention);
-  EXPECT_EQ(inst.heads, 2);
-  EXPECT_EQ(inst.kvHeads, 1);
-  EXPECT_TRUE(inst.causal);
-  EXPECT_EQ(inst.rate, 0.25); // attention's `dropout`
-  EXPECT_EQ(inst.stream, 7);
-  EXPECT_TRUE(inst.headParallel);
-  EXPECT_FALSE(inst.vocabParallel);
+  // Written as the plan holds them, read back through the generated accessors.
+  flatbuffers::FlatBufferBuilder fbb;
+  auto written = mlir::mt::writeInstruction(fbb, attention.getOperation(), inst, {0}, {1, 2});
+  ASSERT_TRUE(succeeded(written));
+  fbb.Finish(*written);
+  auto *read = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
+  EXPECT_EQ(read->opcode(), plan::Opcode::Attention);
+  EXPECT_EQ(read->inputs()->size(), 1u);
+  EXPECT_EQ(read->outputs()->Get(1), 2u);
+  EXPECT_EQ(read->heads(), 2);
+  EXPECT_EQ(read->kv_heads(), 1);
+  EXPECT_TRUE(read->causal());
+  EXPECT_EQ(read->rate(), 0.25); // attention's `dropout`
+  EXPECT_EQ(read->stream(), 7);
+  EXPECT_TRUE(read->head_parallel());
+  EXPECT_FALSE(read->vocab_parallel());
+  EXPECT_EQ(read->num_classes(), 0); // unset: the schema's default
+}
+
+TEST_F(OpRulesTest, AFieldTheSchemaLacksOrCannotHoldIsRefusedByName) {
+  OpBuilder b(&context);
+  Block block;
+  b.setInsertionPointToStart(&block);
+  Operation *op = mlir::mt::ParamOp::create(
+      b, b.getUnknownLoc(), RankedTensorType::get({4}, b.getF32Type()), "w",
+      mlir::mt::InitKind::zeros, nullptr, nullptr, nullptr, false, nullptr);
+  std::string message;
+  ScopedDiagnosticHandler handler(&context, [&](Diagnostic &d) {
+    message = d.str();
+    return success();
+  });
+  auto refusal = [&](StringRef field, Attribute value) {
+    mlir::mt::PlanInstruction inst;
+    inst.set(field, value);
+    flatbuffers::FlatBufferBuilder fbb;
+    message.clear();
+    EXPECT_TRUE(failed(mlir::mt::writeInstruction(fbb, op, inst, {}, {})));
+    return message;
+  };
+  EXPECT_EQ(refusal("no_such_field", b.getUnitAttr()),
+            "'mt.param' op attribute 'no_such_field' has no field in a plan instruction");
+  EXPECT_EQ(refusal("inputs", b.getI64IntegerAttr(1)),
+            "'mt.param' op attribute 'inputs' has no field in a plan instruction");
+  EXPECT_EQ(refusal("heads", b.getF64FloatAttr(2)),
+            "'mt.param' op attribute 'heads' must be an integer to be written to a plan");
+  EXPECT_EQ(refusal("rate", b.getI64IntegerAttr(1)),
+            "'mt.param' op attribute 'rate' must be a float to be written to a plan");
+  EXPECT_EQ(refusal("causal", b.getI64IntegerAttr(1)),
+            "'mt.param' op attribute 'causal' must be a unit attribute to be written to a plan");
+  EXPECT_EQ(refusal("axis", b.getI64IntegerAttr(int64_t(1) << 40)),
+            "'mt.param' op attribute 'axis' does not fit its plan field: 1099511627776");
 }
 
 TEST_F(OpRulesTest, AnOpWithoutAnOpcodeIsRefusedByName) {

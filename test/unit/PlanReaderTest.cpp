@@ -374,6 +374,16 @@ TEST(PipelinedPlanTest, AnOpcodeWithoutGradientOutputsThatAccumulatesIsRefused) 
       << s.message();
 }
 
+TEST(PipelinedPlanTest, AnEnumValueOutsideItsEnumIsRefused) {
+  Status s = parseEdited([](plan::Plan &p) {
+    p.mutable_programs()->GetMutableObject(1)->mutable_instructions()->GetMutableObject(2)
+        ->mutate_opcode(static_cast<plan::Opcode>(999));
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("program 1 instruction 2: unknown opcode 999"), std::string::npos)
+      << s.message();
+}
+
 TEST(PipelinedPlanTest, AResidualGradientOfAnotherShapeIsRefused) {
   // A norm's gradient that sums the residual stream's (mt-fuse-norm-grad-add) is given
   // its weight, a vector, in its place.

@@ -297,16 +297,17 @@ template <typename T> struct Kernels {
 
   // Activations (core/SharedMath.h): elementwise math runs in T, as the result is
   // stored in T anyway.
-  template <typename F> static void activation(const TensorView &x, const TensorView &out) {
+  template <typename F> static void activation(F f, const TensorView &x, const TensorView &out) {
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
     for (int64_t i = 0; i < out.numel(); ++i)
-      ptr(out)[i] = F::value(ptr(x)[i]);
+      ptr(out)[i] = f.value(ptr(x)[i]);
   }
   template <typename F>
-  static void activationGrad(const TensorView &dy, const TensorView &x, const TensorView &dx) {
+  static void activationGrad(F f, const TensorView &dy, const TensorView &x,
+                             const TensorView &dx) {
 #pragma omp parallel for schedule(static) if (dx.numel() >= kParallelElements)
     for (int64_t i = 0; i < dx.numel(); ++i)
-      ptr(dx)[i] = ptr(dy)[i] * F::derivative(ptr(x)[i]);
+      ptr(dx)[i] = ptr(dy)[i] * f.derivative(ptr(x)[i]);
   }
 
   /// The fused QKV's query and key heads turned by position (core/SharedMath.h: Rope).
@@ -781,16 +782,16 @@ template <typename T> struct Kernels {
     case Opcode::LinearGelu: // the pair it fuses, bit for bit
       linear(in[0], in[1], inst.inputs()->size() == 3 ? &in[2] : nullptr, out[0]);
       stored(0);
-      activation<Gelu>(out[0], out[1]);
+      activation(Gelu{}, out[0], out[1]);
       break;
     case Opcode::Add:
       add(in[0], in[1], out[0]);
       break;
     case Opcode::Gelu:
-      activation<Gelu>(in[0], out[0]);
+      activation(activationOf<Gelu>(inst), in[0], out[0]);
       break;
     case Opcode::Silu:
-      activation<Silu>(in[0], out[0]);
+      activation(activationOf<Silu>(inst), in[0], out[0]);
       break;
     case Opcode::Swiglu:
       swiglu(in[0], in[1], out[0]);
@@ -911,7 +912,7 @@ template <typename T> struct Kernels {
     case Opcode::LinearGradInputGelu: // the pair: dy·W stored, then GELU's gradient in place
       linearGradInput(in[0], in[1], out[0]);
       stored(0);
-      activationGrad<Gelu>(out[0], in[2], out[0]);
+      activationGrad(Gelu{}, out[0], in[2], out[0]);
       break;
     case Opcode::LinearGradWeight:
       linearGradWeight(in[0], in[1], out[0]);
@@ -920,10 +921,10 @@ template <typename T> struct Kernels {
       biasGrad(in[0], out[0]);
       break;
     case Opcode::GeluGrad:
-      activationGrad<Gelu>(in[0], in[1], out[0]);
+      activationGrad(activationOf<Gelu>(inst), in[0], in[1], out[0]);
       break;
     case Opcode::SiluGrad:
-      activationGrad<Silu>(in[0], in[1], out[0]);
+      activationGrad(activationOf<Silu>(inst), in[0], in[1], out[0]);
       break;
     case Opcode::SwigluGrad:
       swigluGrad(in[0], in[1], in[2], out[0], out[1]);

@@ -46,14 +46,15 @@ template <typename T> __global__ void accumulateKernel(const T *g, float *into, 
 }
 
 /// An activation of core/SharedMath.h (Gelu, Silu), in f32.
-template <typename F, typename T> __global__ void activationKernel(const T *x, T *out, int64_t n) {
-  GRID_STRIDE(i, n) st(out, i, F::value(ld(x, i)));
+template <typename F, typename T>
+__global__ void activationKernel(F f, const T *x, T *out, int64_t n) {
+  GRID_STRIDE(i, n) st(out, i, f.value(ld(x, i)));
 }
 
 /// dx = dy · the activation's derivative at x, in f32.
 template <typename F, typename T>
-__global__ void activationGradKernel(const T *dy, const T *x, T *dx, int64_t n) {
-  GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * F::derivative(ld(x, i)));
+__global__ void activationGradKernel(F f, const T *dy, const T *x, T *dx, int64_t n) {
+  GRID_STRIDE(i, n) st(dx, i, ld(dy, i) * f.derivative(ld(x, i)));
 }
 
 /// out = silu(gate)·up, in f32.
@@ -146,8 +147,8 @@ void launchAccumulate(const T *g, float *into, int64_t n, cudaStream_t stream) {
 }
 
 template <typename F, typename T>
-void launchActivation(const T *x, T *out, int64_t n, cudaStream_t stream) {
-  activationKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(x, out, n);
+void launchActivation(F f, const T *x, T *out, int64_t n, cudaStream_t stream) {
+  activationKernel<<<blocksFor(n), kThreads, 0, stream>>>(f, x, out, n);
 }
 
 template <typename T>
@@ -169,8 +170,8 @@ void launchSwigluGrad(const T *dy, const T *gate, const T *up, T *dgate, T *dup,
 }
 
 template <typename F, typename T>
-void launchActivationGrad(const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
-  activationGradKernel<F><<<blocksFor(n), kThreads, 0, stream>>>(dy, x, dx, n);
+void launchActivationGrad(F f, const T *dy, const T *x, T *dx, int64_t n, cudaStream_t stream) {
+  activationGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(f, dy, x, dx, n);
 }
 
 } // namespace

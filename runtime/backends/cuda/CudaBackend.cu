@@ -636,12 +636,12 @@ private:
     withStorage(dtype, [&](auto tag) {
       using T = decltype(tag);
       if (epilogue.activation == Activation::Gelu)
-        launchActivation<Gelu>(static_cast<const T *>(stored), static_cast<T *>(c), count,
-                               stream_);
+        launchActivation(Gelu{}, static_cast<const T *>(stored), static_cast<T *>(c), count,
+                         stream_);
       else
-        launchActivationGrad<Gelu>(static_cast<const T *>(c),
-                                   static_cast<const T *>(epilogue.aux), static_cast<T *>(c),
-                                   count, stream_);
+        launchActivationGrad(Gelu{}, static_cast<const T *>(c),
+                             static_cast<const T *>(epilogue.aux), static_cast<T *>(c), count,
+                             stream_);
     });
     launched(epilogue.activation == Activation::Gelu ? "GELU" : "GELU's gradient");
   }
@@ -1007,6 +1007,30 @@ private:
     }
   }
 
+  /// The activations (core/SharedMath.h), each as its instruction makes it.
+  template <typename T> void runActivations(const Call<T> &c) {
+    const TensorView *in = c.in, *out = c.out;
+    switch (c.inst.opcode()) {
+    case Opcode::Gelu:
+      return launchActivation(activationOf<Gelu>(c.inst), c.p(in[0]), c.p(out[0]), c.n(), stream_);
+    case Opcode::GeluGrad:
+      return launchActivationGrad(activationOf<Gelu>(c.inst), c.p(in[0]), c.p(in[1]),
+                                  c.p(out[0]), c.n(), stream_);
+    case Opcode::Silu:
+      return launchActivation(activationOf<Silu>(c.inst), c.p(in[0]), c.p(out[0]), c.n(), stream_);
+    case Opcode::SiluGrad:
+      return launchActivationGrad(activationOf<Silu>(c.inst), c.p(in[0]), c.p(in[1]),
+                                  c.p(out[0]), c.n(), stream_);
+    case Opcode::Swiglu:
+      return launchSwiglu(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+    case Opcode::SwigluGrad:
+      return launchSwigluGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), c.p(out[1]), c.n(),
+                              stream_);
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runActivations");
+    }
+  }
+
   template <typename T>
   Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                   const StepContext &ctx) {
@@ -1067,27 +1091,16 @@ private:
       launchAdd(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
       break;
     case Opcode::Gelu:
-      launchActivation<Gelu>(c.p(in[0]), c.p(out[0]), c.n(), stream_);
-      break;
     case Opcode::GeluGrad:
-      launchActivationGrad<Gelu>(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
-      break;
     case Opcode::Silu:
-      launchActivation<Silu>(c.p(in[0]), c.p(out[0]), c.n(), stream_);
-      break;
     case Opcode::SiluGrad:
-      launchActivationGrad<Silu>(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
-      break;
     case Opcode::Swiglu:
-      launchSwiglu(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
+    case Opcode::SwigluGrad:
+      runActivations(c);
       break;
     case Opcode::Rotary:
       launchRotary(c.p(in[0]), c.p(out[0]), in[0].rows(), in[0].dim(1),
                    qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), stream_);
-      break;
-    case Opcode::SwigluGrad:
-      launchSwigluGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), c.p(out[1]), c.n(),
-                       stream_);
       break;
     case Opcode::TpCopy:
       convertOn(out[0].data, c.type(), in[0].data, c.type(), c.n());
