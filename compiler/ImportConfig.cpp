@@ -277,9 +277,12 @@ bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
   const double std = c.number("initializer_range", 0.02);
   const double embd = c.number("embd_pdrop", 0.1), attn = c.number("attn_pdrop", 0.1),
                resid = c.number("resid_pdrop", 0.1);
+  // Hugging Face's names for GELU's forms: the tanh approximation, or exact ("gelu").
   const std::string act = c.string("activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-    c.fail("'activation_function' " + act + " is not the tanh GELU (gelu_new) mtc computes");
+  const bool exactGelu = act == "gelu";
+  if (!exactGelu && act != "gelu_new" && act != "gelu_pytorch_tanh")
+    c.fail("'activation_function' " + act +
+           " is not a GELU mtc computes (gelu_new, gelu_pytorch_tanh or gelu)");
   if (!c.flag("scale_attn_weights", true))
     c.fail("'scale_attn_weights' is false: mtc's attention scales by 1/sqrt(head_dim)");
   if (c.flag("scale_attn_by_inverse_layer_idx", false))
@@ -330,7 +333,8 @@ bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
   w.param("fc_w", "mlp.fc.weight", normal, {ffn, h});
   w.param("fc_b", "mlp.fc.bias", "zeros", {ffn});
   w.linear("fc", "h2", "fc_w", h, ffn, "fc_b");
-  os << "    %g = mt.gelu %fc : (" << Writer::a(ffn) << ") -> " << Writer::a(ffn) << "\n";
+  os << "    %g = mt.gelu %fc" << (exactGelu ? " {approximate = \"none\"}" : "") << " : ("
+     << Writer::a(ffn) << ") -> " << Writer::a(ffn) << "\n";
   w.param("out_w", "mlp.proj.weight", output, {h, ffn});
   w.param("out_b", "mlp.proj.bias", "zeros", {h});
   w.linear("out", "g", "out_w", ffn, h, "out_b");

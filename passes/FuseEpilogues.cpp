@@ -7,8 +7,9 @@ namespace mlir::mt {
 
 namespace {
 
-/// The one GELU reading `linear`'s result; null where none or several do. Every other
-/// reader (GELU's gradient, a pipeline stash's return) reads the fused op's `pre`.
+/// The one GELU reading `linear`'s result; null where none or several do, or where it is
+/// exact (cuBLASLt's epilogues compute the tanh form only). Every other reader (GELU's
+/// gradient, a pipeline stash's return) reads the fused op's `pre`.
 GeluOp soleGelu(LinearOp linear) {
   GeluOp gelu;
   for (Operation *user : linear.getResult().getUsers())
@@ -17,16 +18,19 @@ GeluOp soleGelu(LinearOp linear) {
         return {};
       gelu = g;
     }
-  return gelu && samePlacement(linear, gelu) ? gelu : GeluOp();
+  return gelu && gelu.getApproximate() == "tanh" && samePlacement(linear, gelu) ? gelu
+                                                                                : GeluOp();
 }
 
-/// The GELU gradient that is the only reader of `product`, as its incoming gradient.
+/// The tanh GELU's gradient that is the only reader of `product`, as its incoming
+/// gradient.
 GeluGradOp soleGeluGrad(LinearGradInputOp product) {
   Value dx = product.getResult();
   if (!dx.hasOneUse())
     return {};
   auto grad = dyn_cast<GeluGradOp>(dx.use_begin()->getOwner());
-  return grad && grad.getGrad() == dx && grad.getInput() != dx && samePlacement(product, grad)
+  return grad && grad.getApproximate() == "tanh" && grad.getGrad() == dx &&
+                 grad.getInput() != dx && samePlacement(product, grad)
              ? grad
              : GeluGradOp();
 }

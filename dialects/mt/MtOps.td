@@ -185,10 +185,17 @@ def Mt_AddOp : Mt_ShapedOp<"add", [Pure, Mt_Pointwise, Mt_CostOpInterface,
   let results = (outs Mt_FloatTensor:$result);
 }
 
+// GELU's form: "tanh", the approximation GPT-2 and Megatron compute, or "none", x·Φ(x)
+// exactly (BERT; PyTorch's default). plan.fbs's GeluApproximation, by name.
+def Mt_GeluApproximation : ConfinedAttr<DefaultValuedStrAttr<StrAttr, "tanh">,
+    [AttrConstraint<CPred<"::llvm::is_contained({\"tanh\", \"none\"}, "
+                          "::llvm::cast<::mlir::StringAttr>($_self).getValue())">,
+                    "\"tanh\" or \"none\"">]>;
+
 def Mt_GeluOp : Mt_ShapedOp<"gelu", [Pure, Mt_Pointwise, Mt_ColumnParallelConsumer,
     Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
-  let summary = "GELU, tanh approximation (as GPT-2 and Megatron use)";
-  let arguments = (ins Mt_FloatTensor:$input);
+  let summary = "GELU, x·Φ(x), exact or by the tanh approximation (`approximate`)";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_GeluApproximation:$approximate);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -475,8 +482,9 @@ def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface,
 }
 
 def Mt_GeluGradOp : Mt_GradOp<"gelu_grad", [Mt_CostOpInterface]> {
-  let summary = "dx = dy·gelu'(x)";
-  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input);
+  let summary = "dx = dy·gelu'(x), GELU's form that of its forward";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,
+                       Mt_GeluApproximation:$approximate);
   let results = (outs Mt_FloatTensor:$result);
 }
 

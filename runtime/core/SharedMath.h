@@ -18,17 +18,33 @@ MT_HOST_DEVICE inline float tanhOf(float x) { return tanhf(x); }
 MT_HOST_DEVICE inline double tanhOf(double x) { return tanh(x); }
 MT_HOST_DEVICE inline float expOf(float x) { return expf(x); }
 MT_HOST_DEVICE inline double expOf(double x) { return exp(x); }
+MT_HOST_DEVICE inline float erfOf(float x) { return erff(x); }
+MT_HOST_DEVICE inline double erfOf(double x) { return erf(x); }
 
 // Activations: value(x) and derivative(x), so that dx = dy · derivative(x).
 
-/// GELU, tanh approximation (Hendrycks & Gimpel 2016), as GPT-2 and Megatron compute it:
-/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+/// GELU (Hendrycks & Gimpel 2016), x·Φ(x): exactly, 0.5·x·(1 + erf(x/√2)), as BERT and
+/// PyTorch's default compute it, or by the tanh approximation GPT-2 and Megatron use,
+/// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). An instruction's `approximate` chooses.
 struct Gelu {
-  template <typename T> MT_HOST_DEVICE static T value(T x) {
+  bool exact = false;
+  Gelu() = default;
+  template <typename Instruction>
+  explicit Gelu(const Instruction &inst)
+      : exact(inst.approximate() == decltype(inst.approximate())::None) {}
+
+  template <typename T> MT_HOST_DEVICE T value(T x) const {
+    if (exact)
+      return T(0.5) * x * (T(1) + erfOf(x * static_cast<T>(0.70710678118654752440))); // 1/√2
     const T c = static_cast<T>(0.79788456080286535588), a = static_cast<T>(0.044715); // √(2/π)
     return T(0.5) * x * (T(1) + tanhOf(c * (x + a * x * x * x)));
   }
-  template <typename T> MT_HOST_DEVICE static T derivative(T x) {
+  /// Φ(x) + x·φ(x) exactly.
+  template <typename T> MT_HOST_DEVICE T derivative(T x) const {
+    if (exact) {
+      const T cdf = T(0.5) * (T(1) + erfOf(x * static_cast<T>(0.70710678118654752440)));
+      return cdf + x * expOf(T(-0.5) * x * x) * static_cast<T>(0.39894228040143267794); // 1/√(2π)
+    }
     const T c = static_cast<T>(0.79788456080286535588), a = static_cast<T>(0.044715);
     const T t = tanhOf(c * (x + a * x * x * x));
     return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * a * x * x);

@@ -386,6 +386,43 @@ def main():
         print(f"{arch}: a table of {VOCAB} rows for a vocabulary of {VOCAB + 20} refused: {ok}")
         if not ok:
             failures.append(f"{arch} short table accepted or misnamed: {refused.stdout.strip()}")
+
+    # GPT-2 with GELU's exact form (activation_function "gelu", as BERT and PyTorch's
+    # default compute it), imported as mt.gelu {approximate = "none"}. The MLP's input
+    # weights are scaled so that its pre-activations spread over |x| of 1 to 3, where the
+    # two forms differ most.
+    exact = dict(GPT2, activation_function="gelu")
+    weights = gpt2_weights(exact, rng)
+    for name in weights:
+        if name.endswith("mlp.c_fc.weight"):
+            weights[name] *= 2.5
+    write_directory(work("gpt2_erf_hf"), exact, weights, "F32")
+    run([mtc, "import-config", work("gpt2_erf_hf", "config.json"), "-o", work("gpt2_erf.mlir")])
+    run([mtckpt, "import-hf", work("gpt2_erf_hf"), "-o", work("gpt2_erf_ckpt")])
+    mw = gpt2_in_mtc_layout(exact, {n: x.astype(np.float64) for n, x in weights.items()})
+    losses, norms = {}, {}
+    for form in (False, True):
+        model = Model(layers=2, h=64, heads=4, vocab=VOCAB, rate=0.0, exact_gelu=form)
+        grads = {n: np.zeros_like(x) for n, x in mw.items()}
+        losses[form] = 0.0
+        for mb in range(GLOBAL // MICRO):
+            l, g = model.loss_and_gradients(mw, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO),
+                                            (SEED, 0, mb))
+            losses[form] += l / (GLOBAL // MICRO)
+            for n in grads:
+                grads[n] += g[n] / (GLOBAL // MICRO)
+        norms[form] = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+    for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
+        got_loss, got_norm = first_loss(f"gpt2_erf_{ranks}", work("gpt2_erf.mlir"),
+                                        work("gpt2_erf_ckpt"), layout, ranks)
+        check(f"gpt2 exact GELU first loss, {ranks} rank(s)", got_loss, losses[True], 1e-6)
+        check(f"gpt2 exact GELU first gradient norm, {ranks} rank(s)", got_norm, norms[True], 1e-6)
+    # The forms must differ by far more than the bound, or the checks above prove nothing.
+    gap = abs(norms[True] - norms[False]) / norms[False]
+    print(f"gpt2 reference gradient norms, exact and tanh GELU, differ by {gap:.1e}; losses by "
+          f"{abs(losses[True] - losses[False]) / losses[False]:.1e}")
+    if gap <= 1e-5:
+        failures.append("exact and tanh GELU give nearly the same reference gradient norm")
     if failures:
         sys.exit("Hugging Face interop differs: " + ", ".join(failures))
     print("all passed")

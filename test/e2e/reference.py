@@ -139,11 +139,18 @@ def layer_norm_backward(dy, g, cache):
     return dx, (dy * xhat).sum((0, 1)), dy.sum((0, 1))
 
 
-def gelu(x):
+erf = np.vectorize(math.erf)
+
+
+def gelu(x, exact=False):
+    if exact:  # x·Φ(x)
+        return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
     return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x ** 3)))
 
 
-def gelu_backward(dy, x):
+def gelu_backward(dy, x, exact=False):
+    if exact:  # Φ(x) + x·φ(x)
+        return dy * (0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi))
     t = np.tanh(GELU_C * (x + 0.044715 * x ** 3))
     return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x))
 
@@ -154,8 +161,9 @@ class Model:
     embeddings' 0, then per layer the attention probabilities', the attention output's
     and the MLP output's."""
 
-    def __init__(self, layers, h, heads, vocab, rate):
+    def __init__(self, layers, h, heads, vocab, rate, exact_gelu=False):
         self.layers, self.h, self.heads, self.vocab, self.rate = layers, h, heads, vocab, rate
+        self.exact_gelu = exact_gelu  # x·Φ(x), not the tanh approximation
 
     def dropout_mask(self, ctx, stream, shape):
         if self.rate == 0:
@@ -189,7 +197,7 @@ class Model:
             x1 = x + (context @ p("attn.proj.weight").T + p("attn.proj.bias")) * keep_attn
             m_in, ln2 = layer_norm(x1, p("ln_2.weight"), p("ln_2.bias"))
             fc = m_in @ p("mlp.fc.weight").T + p("mlp.fc.bias")
-            act = gelu(fc)
+            act = gelu(fc, self.exact_gelu)
             keep_mlp = self.dropout_mask(ctx, streams[2], (b, s, h))
             x2 = x1 + (act @ p("mlp.proj.weight").T + p("mlp.proj.bias")) * keep_mlp
             saved.append((a_in, ln1, q, k, v, probs, keep_probs, context, keep_attn, m_in, ln2,
@@ -220,7 +228,7 @@ class Model:
             dout = dx * keep_mlp
             g[name("mlp.proj.weight")] = dout.reshape(-1, h).T @ act.reshape(-1, act.shape[-1])
             g[name("mlp.proj.bias")] = dout.sum((0, 1))
-            dfc = gelu_backward(dout @ p("mlp.proj.weight"), fc)
+            dfc = gelu_backward(dout @ p("mlp.proj.weight"), fc, self.exact_gelu)
             g[name("mlp.fc.weight")] = dfc.reshape(-1, dfc.shape[-1]).T @ m_in.reshape(-1, h)
             g[name("mlp.fc.bias")] = dfc.sum((0, 1))
             dm, g[name("ln_2.weight")], g[name("ln_2.bias")] = layer_norm_backward(

@@ -39,6 +39,10 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"gelu", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %logits = mt.gelu %x : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});
+  c.push_back({"gelu_exact", oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
+  %logits = mt.gelu %x {approximate = "none"} : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5),
+                 "", 3, 5});
   c.push_back({"silu", oneOpModel(R"(
   %x = mt.param "x" normal(2.0) : tensor<2x3x5xf32>
   %logits = mt.silu %x : (tensor<2x3x5xf32>) -> tensor<2x3x5xf32>)", 5), "", 3, 5});

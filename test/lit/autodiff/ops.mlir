@@ -21,6 +21,19 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 
 // -----
 
+// GELU's gradient takes its form.
+// CHECK-LABEL: func.func @train_step
+// CHECK: mt.gelu %{{.*}} {approximate = "none"}
+// CHECK: mt.gelu_grad %{{.*}}, %{{.*}} {approximate = "none"}
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "x" normal(1.0) : tensor<2x4x8xf32>
+  %y = mt.gelu %x {approximate = "none"} : (tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x8xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // silu: dx = silu_grad(dy, x); x is the saved activation.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[X:.*]] = mt.param "x"

@@ -969,3 +969,11 @@ func.func @grouped_context_width(%p: tensor<2x4x16x16xf32>, %qkv: tensor<2x16x50
   %0 = mt.attention_context %p, %qkv {kv_heads = 2 : i64} : (tensor<2x4x16x16xf32>, tensor<2x16x50xf32>) -> tensor<2x16x32xf32>
   return
 }
+
+// -----
+
+func.func @gelu_unknown_approximation(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  // expected-error@+1 {{'mt.gelu' op attribute 'approximate' failed to satisfy constraint: string attribute "tanh" or "none"}}
+  %0 = mt.gelu %x {approximate = "erf"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}

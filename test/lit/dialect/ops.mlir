@@ -119,11 +119,15 @@ func.func @add(%a: tensor<?x?x64xf32>, %b: tensor<?x?x64xf32>, %c: tensor<2x?x64
 // CHECK-SAME: %[[X:[^:]+]]: tensor<?x?x256xf32>, %[[Y:[^:]+]]: tensor<4x3072xf64>)
 // CHECK: %[[G0:.+]] = mt.gelu %[[X]] : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
 // CHECK: %[[G1:.+]] = mt.gelu %[[Y]] : (tensor<4x3072xf64>) -> tensor<4x3072xf64>
-// CHECK: return %[[G0]], %[[G1]]
-func.func @gelu(%x: tensor<?x?x256xf32>, %y: tensor<4x3072xf64>) -> (tensor<?x?x256xf32>, tensor<4x3072xf64>) {
+// CHECK: %[[G2:.+]] = mt.gelu %[[X]] {approximate = "none"} : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+// CHECK: %[[G3:.+]] = mt.gelu %[[X]] : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+// CHECK: return %[[G0]], %[[G1]], %[[G2]], %[[G3]]
+func.func @gelu(%x: tensor<?x?x256xf32>, %y: tensor<4x3072xf64>) -> (tensor<?x?x256xf32>, tensor<4x3072xf64>, tensor<?x?x256xf32>, tensor<?x?x256xf32>) {
   %0 = mt.gelu %x : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
   %1 = mt.gelu %y : (tensor<4x3072xf64>) -> tensor<4x3072xf64>
-  return %0, %1 : tensor<?x?x256xf32>, tensor<4x3072xf64>
+  %2 = mt.gelu %x {approximate = "none"} : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+  %3 = mt.gelu %x {approximate = "tanh"} : (tensor<?x?x256xf32>) -> tensor<?x?x256xf32>
+  return %0, %1, %2, %3 : tensor<?x?x256xf32>, tensor<4x3072xf64>, tensor<?x?x256xf32>, tensor<?x?x256xf32>
 }
 
 // CHECK-LABEL: func.func @attention(

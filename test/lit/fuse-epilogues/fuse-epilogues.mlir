@@ -22,6 +22,24 @@ func.func @pair(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %b1: tensor<8xf32>,
 
 // -----
 
+// The exact GELU stays as it is: cuBLASLt's epilogues compute the tanh form only.
+// CHECK-LABEL: func.func @exact
+// CHECK-NEXT: mt.linear %arg0, %arg1, %arg2 :
+// CHECK-NEXT: mt.gelu %{{.*}} {approximate = "none"}
+// CHECK: mt.linear_grad_input %arg4, %arg3 :
+// CHECK-NEXT: mt.gelu_grad %{{.*}}, %{{.*}} {approximate = "none"}
+// CHECK-NOT: _gelu
+func.func @exact(%x: tensor<2x3x4xf32>, %w1: tensor<8x4xf32>, %b1: tensor<8xf32>, %w2: tensor<5x8xf32>, %dy: tensor<2x3x5xf32>) -> (tensor<2x3x5xf32>, tensor<2x3x8xf32>) {
+  %h = mt.linear %x, %w1, %b1 : (tensor<2x3x4xf32>, tensor<8x4xf32>, tensor<8xf32>) -> tensor<2x3x8xf32>
+  %a = mt.gelu %h {approximate = "none"} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %y = mt.linear %a, %w2 : (tensor<2x3x8xf32>, tensor<5x8xf32>) -> tensor<2x3x5xf32>
+  %da = mt.linear_grad_input %dy, %w2 : (tensor<2x3x5xf32>, tensor<5x8xf32>) -> tensor<2x3x8xf32>
+  %dh = mt.gelu_grad %da, %h {approximate = "none"} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %y, %dh : tensor<2x3x5xf32>, tensor<2x3x8xf32>
+}
+
+// -----
+
 // Any other reader of the pre-activation (here a pipeline stage's return, which stashes
 // it for backward, and an add) reads the fused op's first result.
 // CHECK-LABEL: func.func @stash
