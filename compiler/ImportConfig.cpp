@@ -13,99 +13,7 @@
 namespace mtc {
 namespace {
 
-using llvm::json::Object;
-using llvm::json::Value;
-
-/// Reads the keys of a config.json, remembering which it used.
-class Config {
-public:
-  explicit Config(const Object &object) : object_(object) {}
-
-  std::optional<int64_t> integer(llvm::StringRef key, std::optional<int64_t> fallback = {}) {
-    used_.insert(key);
-    const Value *v = object_.get(key);
-    if (!v || v->kind() == Value::Null) {
-      if (!fallback)
-        fail("'" + key.str() + "' is missing");
-      return fallback;
-    }
-    // Up to 2^31, so that no product of a few dimensions overflows.
-    std::optional<int64_t> i = v->getAsInteger();
-    if (!i || *i <= 0 || *i > (int64_t{1} << 31)) {
-      fail("'" + key.str() + "' is not a positive integer up to 2^31");
-      return std::nullopt;
-    }
-    return i;
-  }
-  double number(llvm::StringRef key, double fallback) {
-    used_.insert(key);
-    const Value *v = object_.get(key);
-    if (!v || v->kind() == Value::Null)
-      return fallback;
-    std::optional<double> d = v->getAsNumber();
-    if (!d || !std::isfinite(*d) || *d < 0) {
-      fail("'" + key.str() + "' is not a non-negative number");
-      return fallback;
-    }
-    return *d;
-  }
-  bool flag(llvm::StringRef key, bool fallback) {
-    used_.insert(key);
-    const Value *v = object_.get(key);
-    if (!v || v->kind() == Value::Null)
-      return fallback;
-    std::optional<bool> b = v->getAsBoolean();
-    if (!b)
-      fail("'" + key.str() + "' is not true or false");
-    return b.value_or(fallback);
-  }
-  std::string string(llvm::StringRef key, llvm::StringRef fallback) {
-    used_.insert(key);
-    const Value *v = object_.get(key);
-    if (!v || v->kind() == Value::Null)
-      return fallback.str();
-    std::optional<llvm::StringRef> s = v->getAsString();
-    if (!s)
-      fail("'" + key.str() + "' is not a string");
-    return s.value_or(fallback).str();
-  }
-  const Value *get(llvm::StringRef key) {
-    used_.insert(key);
-    return object_.get(key);
-  }
-  /// Keys that do not change the model being trained.
-  void ignore(std::initializer_list<llvm::StringRef> keys) {
-    for (llvm::StringRef key : keys)
-      used_.insert(key);
-  }
-  void fail(const std::string &why) {
-    if (error_.empty())
-      error_ = why;
-  }
-  /// The first problem, or a key nothing used.
-  std::string error() const {
-    if (!error_.empty())
-      return error_;
-    std::vector<std::string> unknown;
-    for (const auto &[key, value] : object_)
-      if (!used_.count(key.str()))
-        unknown.push_back(key.str());
-    std::sort(unknown.begin(), unknown.end());
-    return unknown.empty() ? "" : "'" + unknown.front() + "' is not an option mtc supports";
-  }
-
-private:
-  const Object &object_;
-  llvm::StringSet<> used_;
-  std::string error_;
-};
-
-// Keys every transformers config may carry that change nothing mtc trains.
-void ignoreCommon(Config &c) {
-  c.ignore({"architectures", "model_type", "_name_or_path", "transformers_version",
-            "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
-            "pretraining_tp"});
-}
+using ::mt::hf::ModelConfig;
 
 /// The shortest decimal that reads back as `v`, in MLIR's float syntax (with a point).
 std::string real(double v) {
@@ -150,56 +58,19 @@ struct Writer {
   }
 };
 
-bool llama(Config &c, llvm::StringRef name, std::string &text) {
-  ignoreCommon(c);
-  const int64_t layers = c.integer("num_hidden_layers").value_or(1);
-  const int64_t h = c.integer("hidden_size").value_or(1);
-  const int64_t heads = c.integer("num_attention_heads").value_or(1);
-  const int64_t kv = c.integer("num_key_value_heads", heads).value_or(1);
-  const int64_t d = c.integer("head_dim", h / heads).value_or(1);
-  const int64_t ffn = c.integer("intermediate_size").value_or(1);
-  const int64_t vocab = c.integer("vocab_size").value_or(1);
-  const int64_t positions = c.integer("max_position_embeddings").value_or(1);
-  const double eps = c.number("rms_norm_eps", 1e-6), theta = c.number("rope_theta", 10000);
-  const double std = c.number("initializer_range", 0.02);
-  const double attentionDropout = c.number("attention_dropout", 0);
-  const bool tied = c.flag("tie_word_embeddings", false);
-  if (c.string("hidden_act", "silu") != "silu")
-    c.fail("'hidden_act' is not silu (mtc's LLaMA MLP is SwiGLU)");
-  for (const char *bias : {"attention_bias", "mlp_bias"})
-    if (c.flag(bias, false))
-      c.fail(std::string("'") + bias + "' is true: mtc's LLaMA has no biases");
-  if (heads % kv != 0)
-    c.fail("'num_key_value_heads' does not divide 'num_attention_heads'");
-  if (d % 2 != 0)
-    c.fail("'head_dim' is odd: rotary embeddings turn pairs of dimensions");
-  if (attentionDropout >= 1)
-    c.fail("'attention_dropout' is not below 1");
+std::string llama(const ModelConfig &c, llvm::StringRef name) {
+  const int64_t layers = c.layers, h = c.hidden, heads = c.heads, kv = c.kvHeads, d = c.headDim,
+                ffn = c.ffn, vocab = c.vocab, positions = c.positions;
+  const double eps = c.normEpsilon, std = c.initStd, attentionDropout = c.attentionDropout;
+  const bool tied = c.tied;
   std::string rope = "heads = " + std::to_string(heads) + " : i64, kv_heads = " +
-                     std::to_string(kv) + " : i64, theta = " + real(theta) + " : f64";
-  if (const Value *scaling = c.get("rope_scaling"); scaling && scaling->kind() != Value::Null) {
-    const Object *s = scaling->getAsObject();
-    if (!s) {
-      c.fail("'rope_scaling' is not an object");
-    } else {
-      Config r(*s);
-      std::string type = r.string("rope_type", r.string("type", ""));
-      if (type != "llama3") {
-        c.fail("'rope_scaling' of type '" + type + "' is not one mtc supports (llama3 is)");
-      } else {
-        rope += ", scaling_factor = " + real(r.number("factor", 8)) + " : f64";
-        rope += ", low_freq_factor = " + real(r.number("low_freq_factor", 1)) + " : f64";
-        rope += ", high_freq_factor = " + real(r.number("high_freq_factor", 4)) + " : f64";
-        rope += ", original_positions = " +
-                std::to_string(r.integer("original_max_position_embeddings", 8192).value_or(1)) +
-                " : i64";
-      }
-      if (std::string e = r.error(); !e.empty())
-        c.fail("rope_scaling: " + e);
-    }
+                     std::to_string(kv) + " : i64, theta = " + real(c.ropeTheta) + " : f64";
+  if (const auto &scaling = c.ropeScaling) {
+    rope += ", scaling_factor = " + real(scaling->factor) + " : f64";
+    rope += ", low_freq_factor = " + real(scaling->lowFreqFactor) + " : f64";
+    rope += ", high_freq_factor = " + real(scaling->highFreqFactor) + " : f64";
+    rope += ", original_positions = " + std::to_string(scaling->originalPositions) + " : i64";
   }
-  if (!c.error().empty())
-    return false;
 
   const int64_t q = heads * d, qkv = (heads + 2 * kv) * d;
   const std::string normal = "normal(" + real(std) + ")";
@@ -257,43 +128,14 @@ bool llama(Config &c, llvm::StringRef name, std::string &text) {
   w.linear("logits", "yn", tied ? "emb_w" : "head_w", h, vocab);
   os << "    %loss = mt.cross_entropy %logits, %targets : (" << Writer::a(vocab)
      << ", tensor<?x?xi32>) -> tensor<f32>\n    return %loss : tensor<f32>\n  }\n}\n";
-  text = w.text;
-  return true;
+  return w.text;
 }
 
-bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
-  ignoreCommon(c);
-  // GPT2DoubleHeadsModel's summary head and the legacy n_ctx (n_positions rules).
-  c.ignore({"summary_activation", "summary_first_dropout", "summary_proj_to_labels",
-            "summary_type", "summary_use_proj", "task_specific_params", "n_ctx",
-            "reorder_and_upcast_attn"});
-  const int64_t layers = c.integer("n_layer").value_or(1);
-  const int64_t h = c.integer("n_embd").value_or(1);
-  const int64_t heads = c.integer("n_head").value_or(1);
-  const int64_t ffn = c.integer("n_inner", 4 * h).value_or(1);
-  const int64_t vocab = c.integer("vocab_size").value_or(1);
-  const int64_t positions = c.integer("n_positions").value_or(1);
-  const double eps = c.number("layer_norm_epsilon", 1e-5);
-  const double std = c.number("initializer_range", 0.02);
-  const double embd = c.number("embd_pdrop", 0.1), attn = c.number("attn_pdrop", 0.1),
-               resid = c.number("resid_pdrop", 0.1);
-  // Hugging Face's names for GELU's forms: the tanh approximation, or exact ("gelu").
-  const std::string act = c.string("activation_function", "gelu_new");
-  const bool exactGelu = act == "gelu";
-  if (!exactGelu && act != "gelu_new" && act != "gelu_pytorch_tanh")
-    c.fail("'activation_function' " + act +
-           " is not a GELU mtc computes (gelu_new, gelu_pytorch_tanh or gelu)");
-  if (!c.flag("scale_attn_weights", true))
-    c.fail("'scale_attn_weights' is false: mtc's attention scales by 1/sqrt(head_dim)");
-  if (c.flag("scale_attn_by_inverse_layer_idx", false))
-    c.fail("'scale_attn_by_inverse_layer_idx' is true: mtc scales every layer alike");
-  if (h % heads != 0)
-    c.fail("'n_head' does not divide 'n_embd'");
-  for (double rate : {embd, attn, resid})
-    if (rate >= 1)
-      c.fail("a dropout rate is not below 1");
-  if (!c.error().empty())
-    return false;
+std::string gpt2(const ModelConfig &c, llvm::StringRef name) {
+  const int64_t layers = c.layers, h = c.hidden, heads = c.heads, ffn = c.ffn, vocab = c.vocab,
+                positions = c.positions;
+  const double eps = c.normEpsilon, std = c.initStd, embd = c.embeddingDropout,
+               attn = c.attentionDropout, resid = c.residualDropout;
 
   const std::string normal = "normal(" + real(std) + ")";
   const std::string output = "normal(" + real(std / std::sqrt(2.0 * layers)) + ")";
@@ -333,7 +175,7 @@ bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
   w.param("fc_w", "mlp.fc.weight", normal, {ffn, h});
   w.param("fc_b", "mlp.fc.bias", "zeros", {ffn});
   w.linear("fc", "h2", "fc_w", h, ffn, "fc_b");
-  os << "    %g = mt.gelu %fc" << (exactGelu ? " {approximate = \"none\"}" : "") << " : ("
+  os << "    %g = mt.gelu %fc" << (c.exactGelu ? " {approximate = \"none\"}" : "") << " : ("
      << Writer::a(ffn) << ") -> " << Writer::a(ffn) << "\n";
   w.param("out_w", "mlp.proj.weight", output, {h, ffn});
   w.param("out_b", "mlp.proj.bias", "zeros", {h});
@@ -364,13 +206,12 @@ bool gpt2(Config &c, llvm::StringRef name, std::string &text) {
   w.linear("logits", "yn", "wte", h, vocab);
   os << "    %loss = mt.cross_entropy %logits, %targets : (" << Writer::a(vocab)
      << ", tensor<?x?xi32>) -> tensor<f32>\n    return %loss : tensor<f32>\n  }\n}\n";
-  text = w.text;
-  return true;
+  return w.text;
 }
 
 } // namespace
 
-bool modelFromConfig(const Object &config, llvm::StringRef name, std::string &text,
+bool modelFromConfig(const ModelConfig &config, llvm::StringRef name, std::string &text,
                      std::string &error) {
   if (name.empty() || !llvm::all_of(name, [](char ch) {
         return llvm::isAlnum(ch) || ch == '-' || ch == '_' || ch == '.';
@@ -378,22 +219,8 @@ bool modelFromConfig(const Object &config, llvm::StringRef name, std::string &te
     error = "the model's name '" + name.str() + "' is not letters, digits, '-', '_' and '.'";
     return false;
   }
-  Config c(config);
-  std::string arch;
-  if (const llvm::json::Array *list = config.getArray("architectures"); list && list->size() == 1)
-    if (std::optional<llvm::StringRef> s = (*list)[0].getAsString())
-      arch = s->str();
-  bool ok = false;
-  if (arch == "LlamaForCausalLM") {
-    ok = llama(c, name, text);
-  } else if (arch == "GPT2LMHeadModel") {
-    ok = gpt2(c, name, text);
-  } else {
-    error = "'architectures' is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]";
-    return false;
-  }
-  error = c.error();
-  return ok && error.empty();
+  text = config.llama ? llama(config, name) : gpt2(config, name);
+  return true;
 }
 
 } // namespace mtc

@@ -9,7 +9,8 @@ never includes the compiler's folders, which it meets only at the plan schema.
   comm      communicators: local, MPI                                  (core)
   backends  CPU and CUDA kernels, NCCL beside CUDA                     (core, plan, comm)
   exec      the executor and its profile                               (... backends)
-  train     optimizer, checkpoints, the training loop                  (... exec, data)
+  train     optimizer, checkpoints, the training loop, and the file     (... exec, data)
+            formats they read (safetensors, Hugging Face's config.json)
 
 Prints every include that breaks the rule and exits 1, or says how many it read."""
 import pathlib

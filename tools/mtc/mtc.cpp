@@ -198,20 +198,16 @@ int runImportConfig(MLIRContext &context, const Flags &args) {
   };
   if (!args.values.count("o"))
     return usageError("import-config needs -o MODEL");
-  auto buffer = llvm::MemoryBuffer::getFile(args.model);
-  if (!buffer)
-    return fail(buffer.getError().message());
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse((*buffer)->getBuffer());
-  if (!json)
-    return fail("not JSON: " + llvm::toString(json.takeError()));
-  const llvm::json::Object *config = json->getAsObject();
-  if (!config)
-    return fail("not a JSON object");
+  ::mt::hf::ModelConfig config;
+  if (::mt::Status s = ::mt::hf::readModelConfig(args.model, config); !s.ok()) {
+    errs() << "mtc: " << s.message() << "\n";
+    return 1;
+  }
   std::string name = args.values.lookup("name");
   if (name.empty())
-    name = config->getString("model_type").value_or("model").str();
+    name = config.modelType;
   std::string text, error;
-  if (!mtc::modelFromConfig(*config, name, text, error))
+  if (!mtc::modelFromConfig(config, name, text, error))
     return fail(error);
   // What is written must be a model mtc reads.
   OwningOpRef<ModuleOp> module = parseSourceString<ModuleOp>(text, &context);

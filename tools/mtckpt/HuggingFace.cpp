@@ -1,4 +1,5 @@
 #include "HuggingFace.h"
+#include "train/HfConfig.h"
 #include "train/Safetensors.h"
 
 #include "core/Half.h"
@@ -22,105 +23,8 @@ namespace {
 
 using json = nlohmann::json;
 
-/// What the conversion needs of a config.json.
-struct Architecture {
-  bool llama = false; // LlamaForCausalLM; else GPT2LMHeadModel
-  int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0, ffn = 0,
-          positions = 0;
-  bool tied = false;
-  std::string dtype; // torch_dtype (newer transformers: dtype), as safetensors spells it
-  std::string modelType;
-  json config;
-};
-
-/// safetensors' name of a torch dtype ("bfloat16" -> "BF16"), or empty.
-std::string dtypeNamed(const std::string &torch) {
-  if (torch == "bfloat16")
-    return "BF16";
-  if (torch == "float16")
-    return "F16";
-  if (torch == "float32")
-    return "F32";
-  return "";
-}
 std::string torchName(const std::string &dtype) {
   return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
-}
-
-Status readConfig(const std::string &path, Architecture &a) {
-  auto fail = [&](const std::string &why) { return Status::failure(cat(path, ": ", why)); };
-  std::ifstream in(path);
-  if (!in)
-    return fail(cat("cannot open: ", std::strerror(errno)));
-  a.config = json::parse(in, nullptr, false);
-  if (a.config.is_discarded() || !a.config.is_object())
-    return fail("not JSON");
-  try {
-    const json &c = a.config;
-    const std::string arch =
-        c.contains("architectures") && c["architectures"].size() == 1 ? c["architectures"][0].get<std::string>() : "";
-    // Dimensions up to 2^31, so that no product of a few of them overflows.
-    auto integer = [&](const char *key) -> int64_t {
-      if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0 ||
-          c[key].get<int64_t>() > (int64_t{1} << 31))
-        throw std::runtime_error(cat("'", key, "' is not a positive integer up to 2^31"));
-      return c[key].get<int64_t>();
-    };
-    auto flag = [&](const char *key, bool fallback) {
-      if (!c.contains(key) || c[key].is_null())
-        return fallback;
-      if (!c[key].is_boolean())
-        throw std::runtime_error(cat("'", key, "' is not true or false"));
-      return c[key].get<bool>();
-    };
-    auto text = [&](const char *key, const char *fallback) -> std::string {
-      if (!c.contains(key) || c[key].is_null())
-        return fallback;
-      if (!c[key].is_string())
-        throw std::runtime_error(cat("'", key, "' is not a string"));
-      return c[key].get<std::string>();
-    };
-    if (arch == "LlamaForCausalLM") {
-      a.llama = true;
-      a.layers = integer("num_hidden_layers");
-      a.hidden = integer("hidden_size");
-      a.heads = integer("num_attention_heads");
-      a.kvHeads = c.contains("num_key_value_heads") && !c["num_key_value_heads"].is_null()
-                      ? integer("num_key_value_heads")
-                      : a.heads;
-      a.headDim = c.contains("head_dim") && !c["head_dim"].is_null() ? integer("head_dim")
-                                                                      : a.hidden / a.heads;
-      a.ffn = integer("intermediate_size");
-      a.tied = flag("tie_word_embeddings", false);
-      for (const char *bias : {"attention_bias", "mlp_bias"})
-        if (flag(bias, false))
-          return fail(cat("'", bias, "' is true: mtc's LLaMA has no biases"));
-      if (a.heads % a.kvHeads != 0)
-        return fail("num_key_value_heads does not divide num_attention_heads");
-    } else if (arch == "GPT2LMHeadModel") {
-      a.layers = integer("n_layer");
-      a.hidden = integer("n_embd");
-      a.heads = a.kvHeads = integer("n_head");
-      a.headDim = a.hidden / a.heads;
-      a.ffn = c.contains("n_inner") && !c["n_inner"].is_null() ? integer("n_inner") : 4 * a.hidden;
-      a.positions = integer("n_positions");
-      a.tied = true;
-      if (a.hidden % a.heads != 0)
-        return fail("n_head does not divide n_embd");
-    } else {
-      return fail(cat("architectures ", c.contains("architectures") ? c["architectures"].dump() : "(none)",
-                      " is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]"));
-    }
-    a.vocab = integer("vocab_size");
-    a.modelType = text("model_type", a.llama ? "llama" : "gpt2");
-    const std::string torch = text(c.contains("dtype") ? "dtype" : "torch_dtype", "float32");
-    a.dtype = dtypeNamed(torch);
-    if (a.dtype.empty())
-      return fail(cat("dtype '", torch, "' is not bfloat16, float16 or float32"));
-  } catch (const std::exception &e) {
-    return fail(e.what());
-  }
-  return Status::success();
 }
 
 /// One mtc tensor and the Hugging Face tensors it is made of. `fuse`: the Hugging Face
@@ -138,7 +42,7 @@ struct Mapping {
   bool transpose = false, fuse = false, vocab = false;
 };
 
-std::vector<Mapping> mappings(const Architecture &a, const std::string &prefix) {
+std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
   std::vector<Mapping> m;
   const int64_t h = a.hidden, q = a.heads * a.headDim, kv = a.kvHeads * a.headDim;
   auto copy = [&](std::string mtc, std::string hf, std::vector<int64_t> shape) {
@@ -244,7 +148,7 @@ std::vector<char> transposed(const std::vector<char> &in, int64_t rows, int64_t 
 
 /// Query rows [heads·d], key and value rows [kv·d] each of `rowBytes`, fused by group;
 /// and the inverse.
-std::vector<char> fused(const std::vector<char> &qkv, const Architecture &a, size_t rowBytes) {
+std::vector<char> fused(const std::vector<char> &qkv, const ModelConfig &a, size_t rowBytes) {
   const int64_t r = a.heads / a.kvHeads, d = a.headDim;
   const size_t block = d * rowBytes, qBytes = a.heads * block, kvBytes = a.kvHeads * block;
   std::vector<char> out;
@@ -258,7 +162,7 @@ std::vector<char> fused(const std::vector<char> &qkv, const Architecture &a, siz
   }
   return out;
 }
-std::vector<char> unfused(const std::vector<char> &grouped, const Architecture &a,
+std::vector<char> unfused(const std::vector<char> &grouped, const ModelConfig &a,
                           size_t rowBytes) {
   const int64_t r = a.heads / a.kvHeads, d = a.headDim;
   const size_t block = d * rowBytes, qBytes = a.heads * block, kvBytes = a.kvHeads * block;
@@ -352,8 +256,8 @@ std::string shapeText(const std::vector<int64_t> &shape) {
 
 Status importDirectory(const std::string &hfDir, const std::string &saveDir,
                        std::string &report) {
-  Architecture a;
-  MT_TRY(readConfig(hfDir + "/config.json", a));
+  ModelConfig a;
+  MT_TRY(readModelConfig(hfDir + "/config.json", a));
   Source source;
   MT_TRY(source.open(hfDir));
   // GPT-2's tensors are named with or without GPT2LMHeadModel's "transformer." prefix;
@@ -435,7 +339,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
 /// The checkpoint holds exactly the tensors `maps` name, of the shapes config.json
 /// (`config`, described by `a`) gives them (a vocabulary table may have padding rows),
 /// and optimizer state (`optimizerState` tensors of it), fused as `a` says.
-Status checkExportable(const checkpoint::CheckpointReader &reader, const Architecture &a,
+Status checkExportable(const checkpoint::CheckpointReader &reader, const ModelConfig &a,
                        const std::vector<Mapping> &maps, const std::string &config,
                        int64_t &optimizerState) {
   const checkpoint::Index &index = reader.index();
@@ -477,9 +381,13 @@ Status checkExportable(const checkpoint::CheckpointReader &reader, const Archite
 
 Status exportDirectory(const std::string &checkpointDir, const std::string &hfDir,
                        const ExportOptions &options, std::string &report) {
-  Architecture a;
-  MT_TRY(readConfig(options.config, a));
+  ModelConfig a;
+  std::string configText;
+  MT_TRY(readModelConfig(options.config, a, &configText));
   const std::string dtype = options.dtype.empty() ? a.dtype : options.dtype;
+  if (dtype.empty())
+    return Status::failure(cat(options.config, ": its dtype is not bfloat16, float16 or "
+                                               "float32; give --dtype"));
   if (dtype != "BF16" && dtype != "F16" && dtype != "F32")
     return Status::failure(cat("--dtype ", dtype, " is not bf16, fp16 or fp32"));
   checkpoint::CheckpointReader reader;
@@ -561,7 +469,7 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     MT_TRY(AtomicFile::writeWhole(hfDir + "/model.safetensors.index.json", text.data(),
                                   text.size()));
   }
-  json config = a.config;
+  json config = json::parse(configText); // read and checked by readModelConfig
   config[config.contains("dtype") ? "dtype" : "torch_dtype"] = torchName(dtype);
   const std::string text = config.dump(2) + "\n";
   MT_TRY(AtomicFile::writeWhole(hfDir + "/config.json", text.data(), text.size()));

@@ -1,0 +1,241 @@
+#include "train/HfConfig.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace mt::hf {
+namespace {
+
+using json = nlohmann::json;
+
+/// A config.json is a few kilobytes; anything near this is not one.
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
+
+/// Reads the keys of a JSON object, remembering which it used: the first problem, or
+/// else the first key nothing used, is the object's error.
+class Keys {
+public:
+  explicit Keys(const json &object) : object_(object) {}
+
+  /// A positive integer up to 2^31, or `fallback` where the key is absent or null (an
+  /// error without one).
+  int64_t integer(const char *key, std::optional<int64_t> fallback = {}) {
+    if (!fallback && !get(key))
+      fail(quote(key) + " is missing");
+    return value<int64_t>(
+        key, fallback.value_or(1),
+        [](const json &v) {
+          return v.is_number_integer() && v.get<int64_t>() > 0 &&
+                 v.get<int64_t>() <= (int64_t{1} << 31);
+        },
+        " is not a positive integer up to 2^31");
+  }
+  /// A finite number that is not negative, or `fallback`.
+  double number(const char *key, double fallback) {
+    return value<double>(
+        key, fallback,
+        [](const json &v) {
+          return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0;
+        },
+        " is not a non-negative number");
+  }
+  bool flag(const char *key, bool fallback) {
+    return value<bool>(key, fallback, [](const json &v) { return v.is_boolean(); },
+                       " is not true or false");
+  }
+  std::string string(const char *key, const std::string &fallback) {
+    return value<std::string>(key, fallback, [](const json &v) { return v.is_string(); },
+                              " is not a string");
+  }
+  /// The key's value; null where it is absent or null.
+  const json *get(const char *key) {
+    used_.insert(key);
+    auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  /// Keys that change nothing mtc trains.
+  void ignore(std::initializer_list<const char *> keys) { used_.insert(keys.begin(), keys.end()); }
+  void fail(const std::string &why) {
+    if (error_.empty())
+      error_ = why;
+  }
+  std::string error() const {
+    if (!error_.empty())
+      return error_;
+    std::vector<std::string> unknown;
+    for (const auto &item : object_.items())
+      if (!used_.count(item.key()))
+        unknown.push_back(item.key());
+    std::sort(unknown.begin(), unknown.end());
+    return unknown.empty() ? "" : quote(unknown.front()) + " is not an option mtc supports";
+  }
+  static std::string quote(const std::string &key) { return "'" + key + "'"; }
+
+private:
+  /// The key's value where `accepted` takes it; `fallback` where it is absent or null, or
+  /// (failing with `why`) where `accepted` refuses it.
+  template <typename T, typename Accepted>
+  T value(const char *key, T fallback, Accepted accepted, const char *why) {
+    const json *v = get(key);
+    if (!v)
+      return fallback;
+    if (!accepted(*v)) {
+      fail(quote(key) + why);
+      return fallback;
+    }
+    return v->get<T>();
+  }
+
+  const json &object_;
+  std::set<std::string> used_;
+  std::string error_;
+};
+
+/// safetensors' name of a torch dtype ("bfloat16" -> "BF16"), or empty.
+std::string dtypeNamed(const std::string &torch) {
+  if (torch == "bfloat16")
+    return "BF16";
+  if (torch == "float16")
+    return "F16";
+  if (torch == "float32")
+    return "F32";
+  return "";
+}
+
+void llama(Keys &k, ModelConfig &c) {
+  c.layers = k.integer("num_hidden_layers");
+  c.hidden = k.integer("hidden_size");
+  c.heads = k.integer("num_attention_heads");
+  c.kvHeads = k.integer("num_key_value_heads", c.heads);
+  c.headDim = k.integer("head_dim", c.hidden / c.heads);
+  c.ffn = k.integer("intermediate_size");
+  c.positions = k.integer("max_position_embeddings");
+  c.normEpsilon = k.number("rms_norm_eps", 1e-6);
+  c.ropeTheta = k.number("rope_theta", 10000);
+  c.attentionDropout = k.number("attention_dropout", 0);
+  c.tied = k.flag("tie_word_embeddings", false);
+  if (k.string("hidden_act", "silu") != "silu")
+    k.fail("'hidden_act' is not silu (mtc's LLaMA MLP is SwiGLU)");
+  for (const char *bias : {"attention_bias", "mlp_bias"})
+    if (k.flag(bias, false))
+      k.fail(Keys::quote(bias) + " is true: mtc's LLaMA has no biases");
+  if (c.heads % c.kvHeads != 0)
+    k.fail("'num_key_value_heads' does not divide 'num_attention_heads'");
+  if (c.headDim % 2 != 0)
+    k.fail("'head_dim' is odd: rotary embeddings turn pairs of dimensions");
+  if (c.attentionDropout >= 1)
+    k.fail("'attention_dropout' is not below 1");
+  const json *scaling = k.get("rope_scaling");
+  if (!scaling)
+    return;
+  if (!scaling->is_object())
+    return k.fail("'rope_scaling' is not an object");
+  Keys r(*scaling);
+  const std::string type = r.string("rope_type", r.string("type", ""));
+  if (type != "llama3")
+    return k.fail("'rope_scaling' of type '" + type + "' is not one mtc supports (llama3 is)");
+  c.ropeScaling = ModelConfig::RopeScaling{
+      r.number("factor", 8), r.number("low_freq_factor", 1), r.number("high_freq_factor", 4),
+      r.integer("original_max_position_embeddings", 8192)};
+  if (std::string e = r.error(); !e.empty())
+    k.fail("rope_scaling: " + e);
+}
+
+void gpt2(Keys &k, ModelConfig &c) {
+  // GPT2DoubleHeadsModel's summary head and the legacy n_ctx (n_positions rules).
+  k.ignore({"summary_activation", "summary_first_dropout", "summary_proj_to_labels",
+            "summary_type", "summary_use_proj", "task_specific_params", "n_ctx",
+            "reorder_and_upcast_attn"});
+  c.layers = k.integer("n_layer");
+  c.hidden = k.integer("n_embd");
+  c.heads = c.kvHeads = k.integer("n_head");
+  c.headDim = c.hidden / c.heads;
+  c.ffn = k.integer("n_inner", 4 * c.hidden);
+  c.positions = k.integer("n_positions");
+  c.tied = true;
+  c.normEpsilon = k.number("layer_norm_epsilon", 1e-5);
+  c.embeddingDropout = k.number("embd_pdrop", 0.1);
+  c.attentionDropout = k.number("attn_pdrop", 0.1);
+  c.residualDropout = k.number("resid_pdrop", 0.1);
+  // Hugging Face's names for GELU's forms: the tanh approximation, or exact ("gelu").
+  const std::string act = k.string("activation_function", "gelu_new");
+  c.exactGelu = act == "gelu";
+  if (!c.exactGelu && act != "gelu_new" && act != "gelu_pytorch_tanh")
+    k.fail("'activation_function' " + act +
+           " is not a GELU mtc computes (gelu_new, gelu_pytorch_tanh or gelu)");
+  if (!k.flag("scale_attn_weights", true))
+    k.fail("'scale_attn_weights' is false: mtc's attention scales by 1/sqrt(head_dim)");
+  if (k.flag("scale_attn_by_inverse_layer_idx", false))
+    k.fail("'scale_attn_by_inverse_layer_idx' is true: mtc scales every layer alike");
+  if (c.hidden % c.heads != 0)
+    k.fail("'n_head' does not divide 'n_embd'");
+  for (double rate : {c.embeddingDropout, c.attentionDropout, c.residualDropout})
+    if (rate >= 1)
+      k.fail("a dropout rate is not below 1");
+}
+
+} // namespace
+
+Status parseModelConfig(const std::string &text, ModelConfig &c) {
+  const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded())
+    return Status::failure("not JSON");
+  if (!object.is_object())
+    return Status::failure("not a JSON object");
+  Keys k(object);
+  const json *list = k.get("architectures");
+  const std::string arch = list && list->is_array() && list->size() == 1 && (*list)[0].is_string()
+                               ? (*list)[0].get<std::string>()
+                               : "";
+  if (arch != "LlamaForCausalLM" && arch != "GPT2LMHeadModel")
+    return Status::failure(
+        "'architectures' is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]");
+  c = ModelConfig{};
+  c.llama = arch == "LlamaForCausalLM";
+  // Keys every transformers config may carry that change nothing mtc trains.
+  k.ignore({"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id",
+            "pad_token_id", "use_cache", "pretraining_tp"});
+  c.modelType = k.string("model_type", c.llama ? "llama" : "gpt2");
+  c.dtype = dtypeNamed(k.string(object.contains("dtype") ? "dtype" : "torch_dtype", "float32"));
+  k.ignore({"dtype", "torch_dtype"});
+  c.vocab = k.integer("vocab_size");
+  c.initStd = k.number("initializer_range", 0.02);
+  if (c.llama)
+    llama(k, c);
+  else
+    gpt2(k, c);
+  if (std::string e = k.error(); !e.empty())
+    return Status::failure(e);
+  return Status::success();
+}
+
+Status readModelConfig(const std::string &path, ModelConfig &config, std::string *text) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec)
+    return Status::failure(path + ": " + ec.message());
+  if (!std::filesystem::is_regular_file(status))
+    return Status::failure(path + ": not a regular file");
+  if (std::filesystem::file_size(path, ec) > kMaxConfigBytes)
+    return Status::failure(path + ": over 16 MiB, which no config.json is");
+  std::ifstream in(path);
+  std::stringstream read;
+  read << in.rdbuf();
+  if (!in)
+    return Status::failure(path + ": cannot read");
+  if (Status s = parseModelConfig(read.str(), config); !s.ok())
+    return Status::failure(path + ": " + s.message());
+  if (text)
+    *text = read.str();
+  return Status::success();
+}
+
+} // namespace mt::hf

@@ -1,0 +1,46 @@
+// A transformers config.json of a model mtc trains (GPT2LMHeadModel, LlamaForCausalLM),
+// read once for everything that reads one: `mtc import-config`, which writes the model,
+// and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is either
+// honoured, known to change nothing mtc trains, or refused by name, so that no two readers
+// can disagree about what a config means.
+#ifndef MT_RUNTIME_TRAIN_HFCONFIG_H
+#define MT_RUNTIME_TRAIN_HFCONFIG_H
+
+#include "core/Status.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace mt::hf {
+
+struct ModelConfig {
+  bool llama = false;    // LlamaForCausalLM; else GPT2LMHeadModel
+  std::string modelType; // model_type, or the family's ("gpt2", "llama")
+  // Dimensions, each a positive integer up to 2^31 so that no product of a few overflows.
+  int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, ffn = 0, vocab = 0,
+          positions = 0;
+  bool tied = false; // the output layer is the embedding (always, in GPT-2)
+  double normEpsilon = 0, initStd = 0;
+  std::string dtype; // the weights' (torch_dtype, or dtype) as safetensors spells it; "" if
+                     // none of BF16, F16, F32
+  // GPT-2
+  double embeddingDropout = 0, attentionDropout = 0, residualDropout = 0;
+  bool exactGelu = false; // activation_function "gelu": x·Φ(x); else the tanh approximation
+  // LLaMA (attentionDropout too)
+  double ropeTheta = 0;
+  struct RopeScaling { // rope_scaling of type llama3 (LLaMA 3.1)
+    double factor = 0, lowFreqFactor = 0, highFreqFactor = 0;
+    int64_t originalPositions = 0;
+  };
+  std::optional<RopeScaling> ropeScaling;
+};
+
+/// `text` (a config.json's) as a model mtc trains; a failure says why, naming the key.
+Status parseModelConfig(const std::string &text, ModelConfig &config);
+/// The config.json at `path` (its text in `text`, where given); a failure names the file.
+Status readModelConfig(const std::string &path, ModelConfig &config, std::string *text = nullptr);
+
+} // namespace mt::hf
+
+#endif
