@@ -57,8 +57,7 @@ struct MtExpand : impl::MtExpandBase<MtExpand> {
     // Innermost first: a repeat is unrolled once its block repeats nothing, so nested
     // repeats compose their prefixes (o.1.i.0.w). No progress means recursion.
     while (true) {
-      SmallVector<RepeatOp> repeats, ready;
-      module.walk([&](RepeatOp op) { repeats.push_back(op); });
+      SmallVector<RepeatOp> repeats = opsOf<RepeatOp>(module), ready;
       if (repeats.empty())
         break;
       for (RepeatOp repeat : repeats) {

@@ -19,9 +19,7 @@ struct MtFuseBiasDropoutAdd : impl::MtFuseBiasDropoutAddBase<MtFuseBiasDropoutAd
   using Base::Base;
 
   void runOnOperation() override {
-    SmallVector<DropoutOp> dropouts;
-    getOperation().walk([&](DropoutOp dropout) { dropouts.push_back(dropout); });
-    for (DropoutOp dropout : dropouts) {
+    for (DropoutOp dropout : opsOf<DropoutOp>(getOperation())) {
       Value dropped = dropout.getResult();
       auto add = dropped.hasOneUse() ? dyn_cast<AddOp>(*dropped.getUsers().begin()) : AddOp();
       // The fused op stands at the add's place: the mask's readers must come after it.

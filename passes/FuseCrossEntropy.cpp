@@ -33,9 +33,7 @@ struct MtFuseCrossEntropy : impl::MtFuseCrossEntropyBase<MtFuseCrossEntropy> {
   using Base::Base;
 
   void runOnOperation() override {
-    SmallVector<CrossEntropyGradOp> grads;
-    getOperation().walk([&](CrossEntropyGradOp grad) { grads.push_back(grad); });
-    for (CrossEntropyGradOp grad : grads) {
+    for (CrossEntropyGradOp grad : opsOf<CrossEntropyGradOp>(getOperation())) {
       CrossEntropyOp loss = lossOf(grad);
       if (!loss || !availableAt(grad.getLossGrad(), loss))
         continue;

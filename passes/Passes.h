@@ -27,6 +27,14 @@ inline bool samePlacement(Operation *a, Operation *b) {
   return a->getDiscardableAttrDictionary() == b->getDiscardableAttrDictionary();
 }
 
+/// Every op of type OpT within `root`, in walk order: collected before a pass rewrites
+/// any of them.
+template <typename OpT> SmallVector<OpT> opsOf(Operation *root) {
+  SmallVector<OpT> ops;
+  root->walk([&](OpT op) { ops.push_back(op); });
+  return ops;
+}
+
 /// Numbers the ops of a differentiated training step in program order into `position`
 /// and returns where its backward starts: at the loss seed mt-autodiff writes (the
 /// first arith.constant), or -1 when there is none.

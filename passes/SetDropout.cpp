@@ -48,9 +48,7 @@ struct MtSetDropout : impl::MtSetDropoutBase<MtSetDropout> {
     });
     if (hidden < 0)
       return;
-    SmallVector<DropoutOp> dropped;
-    getOperation().walk([&](DropoutOp op) { dropped.push_back(op); });
-    for (DropoutOp op : dropped) {
+    for (DropoutOp op : opsOf<DropoutOp>(getOperation())) {
       if (hidden > 0) {
         op.setRateAttr(builder.getF64FloatAttr(hidden));
         continue;

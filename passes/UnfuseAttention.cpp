@@ -11,9 +11,7 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
   using Base::Base;
 
   void runOnOperation() override {
-    SmallVector<AttentionOp> attentions;
-    getOperation().walk([&](AttentionOp op) { attentions.push_back(op); });
-    for (AttentionOp op : attentions) {
+    for (AttentionOp op : opsOf<AttentionOp>(getOperation())) {
       if (op.getStats()) {
         op.emitOpError("mt-unfuse-attention: the attention keeps its row statistics for a "
                        "gradient (unfuse before mt-autodiff)");

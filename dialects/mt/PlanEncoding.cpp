@@ -1,10 +1,11 @@
 // The plan encoding by name, and the encodings of the other dialects' ops a plan holds.
 #include "dialects/mt/PlanEncoding.h"
 
+#include "flatbuffers/minireflect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "flatbuffers/minireflect.h"
+#include "plan/SchemaFields.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -164,30 +165,12 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
 
 /// Writes `s` as field `index` of the table being built.
 void addScalar(flatbuffers::FlatBufferBuilder &fbb, int index, const Scalar &s) {
-  const auto at = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(index));
-  switch (s.type) {
-  case flatbuffers::ET_BOOL:
-  case flatbuffers::ET_UCHAR:
-    return fbb.AddElement<uint8_t>(at, static_cast<uint8_t>(s.integer));
-  case flatbuffers::ET_CHAR:
-    return fbb.AddElement<int8_t>(at, static_cast<int8_t>(s.integer));
-  case flatbuffers::ET_SHORT:
-    return fbb.AddElement<int16_t>(at, static_cast<int16_t>(s.integer));
-  case flatbuffers::ET_USHORT:
-    return fbb.AddElement<uint16_t>(at, static_cast<uint16_t>(s.integer));
-  case flatbuffers::ET_INT:
-    return fbb.AddElement<int32_t>(at, static_cast<int32_t>(s.integer));
-  case flatbuffers::ET_UINT:
-    return fbb.AddElement<uint32_t>(at, static_cast<uint32_t>(s.integer));
-  case flatbuffers::ET_LONG:
-    return fbb.AddElement<int64_t>(at, s.integer);
-  case flatbuffers::ET_ULONG:
-    return fbb.AddElement<uint64_t>(at, static_cast<uint64_t>(s.integer));
-  case flatbuffers::ET_FLOAT:
-    return fbb.AddElement<float>(at, static_cast<float>(s.number));
-  default: // ET_DOUBLE: scalarOf refuses every other type
-    return fbb.AddElement<double>(at, s.number);
-  }
+  plan::withScalarType(s.type, [&](auto held) {
+    using T = decltype(held);
+    fbb.AddElement<T>(plan::fieldOffset(index), std::is_floating_point_v<T>
+                                                    ? static_cast<T>(s.number)
+                                                    : static_cast<T>(s.integer));
+  });
 }
 
 } // namespace

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <list>
 #include <map>
@@ -34,20 +35,13 @@ void hostCopy2D(char *dst, size_t dstPitch, const char *src, size_t srcPitch, si
     std::memcpy(dst + r * dstPitch, src + r * srcPitch, width);
 }
 
+/// MPI's type of each plan dtype, in plan.fbs's order: 16-bit floats move as their bits
+/// (the communicator sums them itself), I8 (dropout masks) as bytes.
 MPI_Datatype mpiType(plan::DType dtype) {
-  switch (dtype) {
-  case plan::DType::F64:
-    return MPI_DOUBLE;
-  case plan::DType::I32:
-    return MPI_INT32_T;
-  case plan::DType::I64:
-    return MPI_INT64_T;
-  case plan::DType::BF16:
-  case plan::DType::F16:
-    return MPI_UINT16_T;
-  default:
-    return MPI_FLOAT;
-  }
+  static const MPI_Datatype kTypes[] = {MPI_FLOAT,   MPI_DOUBLE,  MPI_UINT16_T, MPI_UINT16_T,
+                                        MPI_INT32_T, MPI_INT64_T, MPI_UINT8_T};
+  static_assert(std::size(kTypes) == static_cast<size_t>(plan::DType::MAX) + 1);
+  return kTypes[static_cast<size_t>(dtype)];
 }
 
 /// Sums of 16-bit floats, which MPI does not know: each pair is added in f32 and rounded

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -36,41 +37,42 @@ void storeLittleEndian(uint8_t *out, uint64_t value, size_t bytes) {
     out[i] = static_cast<uint8_t>(value >> (8 * i));
 }
 
+/// What indexed_dataset.py's DType says of each code, in code order from UInt8 (1).
+struct DTypeInfo {
+  const char *name;
+  size_t bytes;
+  bool integer, isSigned;
+};
+constexpr DTypeInfo kDTypes[] = {{"uint8", 1, true, false},   {"int8", 1, true, true},
+                                 {"int16", 2, true, true},    {"int32", 4, true, true},
+                                 {"int64", 8, true, true},    {"float64", 8, false, true},
+                                 {"float32", 4, false, true}, {"uint16", 2, true, false}};
+
+/// The row of `dtype`, or null for a code Megatron does not define.
+const DTypeInfo *infoOf(MegatronDType dtype) {
+  const size_t code = static_cast<size_t>(dtype);
+  return code >= 1 && code <= std::size(kDTypes) ? &kDTypes[code - 1] : nullptr;
+}
+
+/// The token id stored at `in` in an integer dtype.
 int64_t decodeToken(const uint8_t *in, MegatronDType dtype) {
-  switch (dtype) {
-  case MegatronDType::UInt8:
-    return in[0];
-  case MegatronDType::Int8:
-    return static_cast<int8_t>(in[0]);
-  case MegatronDType::Int16:
-    return static_cast<int16_t>(loadLittleEndian(in, 2));
-  case MegatronDType::UInt16:
-    return static_cast<uint16_t>(loadLittleEndian(in, 2));
-  case MegatronDType::Int32:
-    return static_cast<int32_t>(loadLittleEndian(in, 4));
-  case MegatronDType::Int64:
-    return static_cast<int64_t>(loadLittleEndian(in, 8));
-  case MegatronDType::Float32:
-  case MegatronDType::Float64:
-    break;
-  }
-  return 0;
+  const DTypeInfo &info = *infoOf(dtype);
+  const uint64_t raw = loadLittleEndian(in, info.bytes);
+  const unsigned unused = 64 - 8 * static_cast<unsigned>(info.bytes);
+  // Sign-extended from the item's top bit where the dtype is signed.
+  return info.isSigned ? static_cast<int64_t>(raw << unused) >> unused
+                       : static_cast<int64_t>(raw);
 }
 
 /// The token ids an integer dtype can represent.
 std::pair<int64_t, int64_t> tokenLimits(MegatronDType dtype) {
-  switch (dtype) {
-  case MegatronDType::UInt8:
-    return {0, std::numeric_limits<uint8_t>::max()};
-  case MegatronDType::Int8:
-    return {std::numeric_limits<int8_t>::min(), std::numeric_limits<int8_t>::max()};
-  case MegatronDType::Int16:
-    return {std::numeric_limits<int16_t>::min(), std::numeric_limits<int16_t>::max()};
-  case MegatronDType::UInt16:
-    return {0, std::numeric_limits<uint16_t>::max()};
-  default:
+  const DTypeInfo &info = *infoOf(dtype);
+  const unsigned bits = 8 * static_cast<unsigned>(info.bytes);
+  if (bits == 64)
     return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
-  }
+  if (info.isSigned)
+    return {-(int64_t{1} << (bits - 1)), (int64_t{1} << (bits - 1)) - 1};
+  return {0, (int64_t{1} << bits) - 1};
 }
 
 std::string describe(MegatronDType dtype) {
@@ -108,49 +110,12 @@ Status mapReadOnly(const std::string &path, const uint8_t *&data, size_t &size) 
 } // namespace
 
 const char *dtypeName(MegatronDType dtype) {
-  switch (dtype) {
-  case MegatronDType::UInt8:
-    return "uint8";
-  case MegatronDType::Int8:
-    return "int8";
-  case MegatronDType::Int16:
-    return "int16";
-  case MegatronDType::Int32:
-    return "int32";
-  case MegatronDType::Int64:
-    return "int64";
-  case MegatronDType::Float64:
-    return "float64";
-  case MegatronDType::Float32:
-    return "float32";
-  case MegatronDType::UInt16:
-    return "uint16";
-  }
-  return "unknown";
+  return infoOf(dtype) ? infoOf(dtype)->name : "unknown";
 }
 
-size_t itemBytes(MegatronDType dtype) {
-  switch (dtype) {
-  case MegatronDType::UInt8:
-  case MegatronDType::Int8:
-    return 1;
-  case MegatronDType::Int16:
-  case MegatronDType::UInt16:
-    return 2;
-  case MegatronDType::Int32:
-  case MegatronDType::Float32:
-    return 4;
-  case MegatronDType::Int64:
-  case MegatronDType::Float64:
-    return 8;
-  }
-  return 0;
-}
+size_t itemBytes(MegatronDType dtype) { return infoOf(dtype) ? infoOf(dtype)->bytes : 0; }
 
-bool holdsTokenIds(MegatronDType dtype) {
-  return itemBytes(dtype) != 0 && dtype != MegatronDType::Float32 &&
-         dtype != MegatronDType::Float64;
-}
+bool holdsTokenIds(MegatronDType dtype) { return infoOf(dtype) && infoOf(dtype)->integer; }
 
 MegatronDType tokenDTypeForVocabulary(int64_t vocabularySize) {
   return vocabularySize < 65500 ? MegatronDType::UInt16 : MegatronDType::Int32;

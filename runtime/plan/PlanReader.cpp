@@ -2,8 +2,7 @@
 #include "plan/Opcodes.h"
 #include "plan/PlanFormat.h"
 #include "plan/Schedule.h"
-
-#include "flatbuffers/minireflect.h"
+#include "plan/SchemaFields.h"
 
 #include <algorithm>
 #include <fstream>
@@ -363,19 +362,14 @@ std::string unknownEnumValue(const plan::Instruction &inst) {
   for (size_t i = 0; i < schema.num_elems; ++i) {
     const flatbuffers::TypeCode code = schema.type_codes[i];
     const auto type = static_cast<flatbuffers::ElementaryType>(code.base_type);
-    const auto at = flatbuffers::FieldIndexToOffset(static_cast<flatbuffers::voffset_t>(i));
-    if (code.is_repeating || code.sequence_ref < 0 || type == flatbuffers::ET_SEQUENCE ||
-        !table.GetOptionalFieldOffset(at))
+    const flatbuffers::voffset_t at = plan::fieldOffset(i);
+    if (code.is_repeating || code.sequence_ref < 0 || !table.GetOptionalFieldOffset(at))
       continue; // not an enum, or absent: the schema's default, a value of its enum
     int64_t value = 0;
-    switch (type) {
-    case flatbuffers::ET_CHAR: value = table.GetField<int8_t>(at, 0); break;
-    case flatbuffers::ET_UCHAR: value = table.GetField<uint8_t>(at, 0); break;
-    case flatbuffers::ET_SHORT: value = table.GetField<int16_t>(at, 0); break;
-    case flatbuffers::ET_USHORT: value = table.GetField<uint16_t>(at, 0); break;
-    case flatbuffers::ET_INT: value = table.GetField<int32_t>(at, 0); break;
-    default: value = table.GetField<uint32_t>(at, 0); break; // plan.fbs's widest enum
-    }
+    if (!plan::withScalarType(type, [&](auto held) {
+          value = static_cast<int64_t>(table.GetField<decltype(held)>(at, 0));
+        }))
+      continue; // a table's field
     const flatbuffers::TypeTable &named = *schema.type_refs[code.sequence_ref]();
     const int64_t n = static_cast<int64_t>(named.num_elems);
     const bool known = named.values ? std::count(named.values, named.values + n, value) > 0

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <unistd.h>
 
@@ -153,6 +154,43 @@ TEST(IndexedDatasetTest, RoundTripsUInt16InMegatronBytes) {
 
 TEST(IndexedDatasetTest, RoundTripsInt32InMegatronBytes) {
   expectRoundTrip(MegatronDType::Int32, 1 << 20);
+}
+
+// Each integer dtype keeps the extremes of its range, signed ones sign-extended as read,
+// and refuses an id one past either end.
+TEST(IndexedDatasetTest, EveryIntegerDTypeKeepsItsExtremesAndRefusesWhatItCannotHold) {
+  struct Case {
+    MegatronDType dtype;
+    int64_t lowest, highest;
+  };
+  const int64_t low32 = std::numeric_limits<int32_t>::min(),
+                high32 = std::numeric_limits<int32_t>::max();
+  for (const Case &c : {Case{MegatronDType::UInt8, 0, 255}, Case{MegatronDType::Int8, -128, 127},
+                        Case{MegatronDType::Int16, -32768, 32767},
+                        Case{MegatronDType::UInt16, 0, 65535},
+                        Case{MegatronDType::Int32, low32, high32},
+                        Case{MegatronDType::Int64, low32, high32}}) {
+    SCOPED_TRACE(dtypeName(c.dtype));
+    const std::string prefix = tempPrefix(std::string("extremes_") + dtypeName(c.dtype));
+    const std::vector<int32_t> ids = {static_cast<int32_t>(c.lowest),
+                                      static_cast<int32_t>(c.highest), 1};
+    ASSERT_TRUE(writeDataset(prefix, c.dtype, {ids}).ok());
+    IndexedDataset data;
+    ASSERT_TRUE(IndexedDataset::open(prefix, data).ok());
+    EXPECT_EQ(data.tokenAt(0), c.lowest);
+    EXPECT_EQ(data.tokenAt(1), c.highest);
+    EXPECT_EQ(data.minToken(), c.lowest);
+    EXPECT_EQ(data.maxToken(), c.highest);
+    for (int64_t outside : {c.lowest - 1, c.highest + 1}) {
+      if (outside < low32 || outside > high32)
+        continue; // not an int32 id at all
+      Status s = writeDataset(prefix + "_outside", c.dtype, {{static_cast<int32_t>(outside)}});
+      ASSERT_FALSE(s.ok()) << outside;
+      EXPECT_NE(s.message().find(cat("token ", outside, " of document 0 does not fit")),
+                std::string::npos)
+          << s.message();
+    }
+  }
 }
 
 TEST(IndexedDatasetTest, DTypeFollowsMegatronsOptimalDType) {

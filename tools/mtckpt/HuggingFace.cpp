@@ -110,31 +110,30 @@ bool derivedBuffer(const std::string &name) {
 
 // Element conversions: the checkpoint holds f32; Hugging Face files bf16, f16 or f32.
 // Widening is exact, narrowing rounds to nearest even: a round trip is bit-exact.
+/// Each element of `in`, a From, as convert makes it a To.
+template <typename From, typename To, typename Convert>
+std::vector<char> converted(const std::vector<char> &in, Convert convert) {
+  const size_t n = in.size() / sizeof(From);
+  std::vector<char> out(n * sizeof(To));
+  for (size_t i = 0; i < n; ++i) {
+    From x;
+    std::memcpy(&x, in.data() + i * sizeof(From), sizeof x);
+    const To y = convert(x);
+    std::memcpy(out.data() + i * sizeof(To), &y, sizeof y);
+  }
+  return out;
+}
 std::vector<char> toF32(const std::vector<char> &in, const std::string &dtype) {
   if (dtype == "F32")
     return in;
-  const size_t n = in.size() / 2;
-  std::vector<char> out(n * 4);
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, in.data() + 2 * i, 2);
-    const float f = dtype == "BF16" ? bf16ToFloat(h) : f16ToFloat(h);
-    std::memcpy(out.data() + 4 * i, &f, 4);
-  }
-  return out;
+  return converted<uint16_t, float>(
+      in, [&](uint16_t h) { return dtype == "BF16" ? bf16ToFloat(h) : f16ToFloat(h); });
 }
 std::vector<char> fromF32(const std::vector<char> &in, const std::string &dtype) {
   if (dtype == "F32")
     return in;
-  const size_t n = in.size() / 4;
-  std::vector<char> out(n * 2);
-  for (size_t i = 0; i < n; ++i) {
-    float f;
-    std::memcpy(&f, in.data() + 4 * i, 4);
-    const uint16_t h = dtype == "BF16" ? floatToBf16(f) : floatToF16(f);
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
+  return converted<float, uint16_t>(
+      in, [&](float f) { return dtype == "BF16" ? floatToBf16(f) : floatToF16(f); });
 }
 
 /// [rows, cols] of 4-byte elements -> [cols, rows].

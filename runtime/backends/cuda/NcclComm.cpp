@@ -31,6 +31,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,23 +53,12 @@ Status cudaStatus(cudaError_t code, const char *what) {
   return Status::failure(cat("nccl communicator: ", what, ": ", cudaGetErrorString(code)));
 }
 
+/// NCCL's type of each plan dtype, in plan.fbs's order (I8: dropout masks, as bytes).
 ncclDataType_t ncclType(plan::DType dtype) {
-  switch (dtype) {
-  case plan::DType::F64:
-    return ncclFloat64;
-  case plan::DType::BF16:
-    return ncclBfloat16;
-  case plan::DType::F16:
-    return ncclFloat16;
-  case plan::DType::I32:
-    return ncclInt32;
-  case plan::DType::I64:
-    return ncclInt64;
-  case plan::DType::I8:
-    return ncclUint8;
-  default:
-    return ncclFloat32;
-  }
+  static constexpr ncclDataType_t kTypes[] = {ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat16,
+                                              ncclInt32,   ncclInt64,   ncclUint8};
+  static_assert(std::size(kTypes) == static_cast<size_t>(plan::DType::MAX) + 1);
+  return kTypes[static_cast<size_t>(dtype)];
 }
 
 /// One strided device-to-device copy (AxisBlocks' reordering on the GPU).
