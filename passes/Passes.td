@@ -218,7 +218,8 @@ def MtFuseEpilogues : Pass<"mt-fuse-epilogues", "::mlir::ModuleOp"> {
       epilogue): dy·W is never stored.
 
     Both pairs must carry the same placement attributes (`mt.layer`, `mt.stage`,
-    `mt.recomputed`); a pair that differs is left as it is. The CPU backend runs a fused
+    `mt.recomputed`), and GELU its tanh form (cuBLASLt's epilogues compute no other);
+    a pair that differs, or an exact GELU (`approximate = "none"`), is left as it is. The CPU backend runs a fused
     op as the pair, bit for bit; the memory plan sees one buffer fewer per fused
     backward pair.
   }];

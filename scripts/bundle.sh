@@ -25,13 +25,13 @@ build=$(realpath -m "${MTC_BUILD_DIR:-build}")
 out=${out:-$build/mtc-runtime}
 limit=$((64 << 20))
 for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/tools/mtckpt" \
-  "$build/tools/mtdata" "$build/runtime/cuda_backend_test"; do
+  "$build/tools/mtdata" "$build/test/cuda_backend_test"; do
   [ -x "$built" ] || { echo "bundle: no $built: run scripts/build.sh first" >&2; exit 1; }
 done
 
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
-cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/runtime/cuda_backend_test" "$out/libexec/"
+cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/test/cuda_backend_test" "$out/libexec/"
 [ ! -x "$build/runtime/gpu_calibrate" ] || cp "$build/runtime/gpu_calibrate" "$out/libexec/"
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
@@ -76,7 +76,7 @@ done
 
 # Plans: every case of cuda_backend_test, gpt-tiny for the GPU training tests, and the
 # benchmark's models with what the benchmark needs to know of them.
-"$build/runtime/cuda_backend_test" --write-plans "$out/plans/cuda_backend_test" >/dev/null
+"$build/test/cuda_backend_test" --write-plans "$out/plans/cuda_backend_test" >/dev/null
 for precision in fp32 bf16; do
   for recompute in none selective full; do
     "$build/tools/mtc" compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \

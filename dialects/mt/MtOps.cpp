@@ -1215,9 +1215,15 @@ FailureOr<SmallVector<Value>> AddOp::buildGradients(OpBuilder &, ValueRange resu
 template <typename GradOp>
 FailureOr<SmallVector<Value>> activationGradient(OpBuilder &b, Operation *op, Value dy) {
   SmallVector<NamedAttribute> attributes;
-  for (StringAttr name : op->getName().getAttributeNames())
-    if (std::optional<Attribute> value = op->getInherentAttr(name); value && *value)
-      attributes.emplace_back(name, *value);
+  for (StringAttr name : op->getName().getAttributeNames()) {
+    std::optional<Attribute> value = op->getInherentAttr(name);
+    if (!value || !*value)
+      continue;
+    if (!llvm::is_contained(GradOp::getAttributeNames(), name.getValue()))
+      return op->emitOpError("its gradient ")
+             << GradOp::getOperationName() << " has no attribute '" << name.getValue() << "'";
+    attributes.emplace_back(name, *value);
+  }
   return SmallVector<Value>{
       GradOp::create(b, op->getLoc(), ValueRange{dy, op->getOperand(0)}, attributes)};
 }

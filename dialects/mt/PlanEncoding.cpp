@@ -65,13 +65,6 @@ void PlanInstruction::set(StringRef name, Attribute value) {
   fields.emplace_back(name, value);
 }
 
-Attribute PlanInstruction::get(StringRef name) const {
-  for (const auto &field : fields)
-    if (field.first == name)
-      return field.second;
-  return nullptr;
-}
-
 std::string mlir::mt::planOpcodeName(OperationName op) {
   return llvm::convertToCamelFromSnakeCase(op.stripDialect(), /*capitalizeFirst=*/true);
 }
@@ -116,6 +109,8 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
   const flatbuffers::TypeCode code = schema().type_codes[index];
   Scalar s{static_cast<flatbuffers::ElementaryType>(code.base_type)};
   auto refuse = [&](StringRef why) { return op->emitOpError("attribute '") << name << "' " << why; };
+  if (code.is_repeating)
+    return refuse("names a plan field that holds no value");
   switch (s.type) {
   case flatbuffers::ET_BOOL:
     if (auto flag = dyn_cast<BoolAttr>(value))
@@ -152,9 +147,11 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
     return refuse("has no plan value ") << text;
   }
   auto integer = dyn_cast<IntegerAttr>(value);
-  if (!integer)
+  if (!integer || isa<BoolAttr>(value))
     return refuse("must be an integer to be written to a plan");
-  s.integer = integer.getInt();
+  s.integer = integer.getType().isUnsignedInteger()
+                  ? static_cast<int64_t>(integer.getValue().getZExtValue())
+                  : integer.getValue().getSExtValue();
   const unsigned bits = 8 * static_cast<unsigned>(flatbuffers::InlineSize(s.type, nullptr));
   const bool isSigned = s.type == flatbuffers::ET_CHAR || s.type == flatbuffers::ET_SHORT ||
                         s.type == flatbuffers::ET_INT || s.type == flatbuffers::ET_LONG;
@@ -189,7 +186,7 @@ mlir::mt::writeInstruction(flatbuffers::FlatBufferBuilder &fbb, Operation *op,
       return failure();
     values.emplace_back(index, *scalar);
   }
-  // Widest first, as flatc's builders add them, so that no field needs padding.
+  // Widest first, as flatc's builders add them, so that the scalars need the least padding.
   llvm::stable_sort(values, [](const auto &a, const auto &b) {
     return flatbuffers::InlineSize(a.second.type, nullptr) >
            flatbuffers::InlineSize(b.second.type, nullptr);

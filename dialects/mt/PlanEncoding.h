@@ -21,8 +21,6 @@ struct PlanInstruction {
 
   /// Sets field `name` (replacing an earlier value).
   void set(StringRef name, Attribute value);
-  /// Field `name`'s value, or null where it is unset.
-  Attribute get(StringRef name) const;
 };
 
 /// The opcode name an op is encoded by: its name in CamelCase (mt.layer_norm: LayerNorm).

@@ -32,9 +32,9 @@ public:
       fail(quote(key) + " is missing");
     return value<int64_t>(
         key, fallback.value_or(1),
-        [](const json &v) {
-          return v.is_number_integer() && v.get<int64_t>() > 0 &&
-                 v.get<int64_t>() <= (int64_t{1} << 31);
+        [](const json &v) { // 4096, or 4096.0 as some writers give it
+          return v.is_number() && v.get<double>() > 0 && v.get<double>() <= 0x1p31 &&
+                 v.get<double>() == std::floor(v.get<double>());
         },
         " is not a positive integer up to 2^31");
   }
@@ -185,9 +185,12 @@ void gpt2(Keys &k, ModelConfig &c) {
 } // namespace
 
 Status parseModelConfig(const std::string &text, ModelConfig &c) {
-  const json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (object.is_discarded())
-    return Status::failure("not JSON");
+  json object;
+  try {
+    object = json::parse(text);
+  } catch (const json::parse_error &e) {
+    return Status::failure(std::string("not JSON: ") + e.what());
+  }
   if (!object.is_object())
     return Status::failure("not a JSON object");
   Keys k(object);
@@ -196,14 +199,14 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
                                ? (*list)[0].get<std::string>()
                                : "";
   if (arch != "LlamaForCausalLM" && arch != "GPT2LMHeadModel")
-    return Status::failure(
-        "'architectures' is not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]");
+    return Status::failure("'architectures' is " + (list ? list->dump() : std::string("missing")) +
+                           ", not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]");
   c = ModelConfig{};
   c.llama = arch == "LlamaForCausalLM";
   // Keys every transformers config may carry that change nothing mtc trains.
   k.ignore({"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id",
             "pad_token_id", "use_cache", "pretraining_tp"});
-  c.modelType = k.string("model_type", c.llama ? "llama" : "gpt2");
+  c.modelType = k.string("model_type", "");
   c.dtype = dtypeNamed(k.string(object.contains("dtype") ? "dtype" : "torch_dtype", "float32"));
   k.ignore({"dtype", "torch_dtype"});
   c.vocab = k.integer("vocab_size");

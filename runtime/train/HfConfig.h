@@ -16,7 +16,7 @@ namespace mt::hf {
 
 struct ModelConfig {
   bool llama = false;    // LlamaForCausalLM; else GPT2LMHeadModel
-  std::string modelType; // model_type, or the family's ("gpt2", "llama")
+  std::string modelType; // model_type; empty where the config has none
   // Dimensions, each a positive integer up to 2^31 so that no product of a few overflows.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, ffn = 0, vocab = 0,
           positions = 0;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -115,6 +116,30 @@ TEST_F(OpRulesTest, AFieldTheSchemaLacksOrCannotHoldIsRefusedByName) {
             "'mt.param' op attribute 'causal' must be a unit attribute to be written to a plan");
   EXPECT_EQ(refusal("axis", b.getI64IntegerAttr(int64_t(1) << 40)),
             "'mt.param' op attribute 'axis' does not fit its plan field: 1099511627776");
+  EXPECT_EQ(refusal("axis", b.getBoolAttr(true)),
+            "'mt.param' op attribute 'axis' must be an integer to be written to a plan");
+  EXPECT_EQ(refusal("approximate", b.getStringAttr("erf")),
+            "'mt.param' op attribute 'approximate' has no plan value \"erf\"");
+  EXPECT_EQ(refusal("approximate", b.getI64IntegerAttr(1)),
+            "'mt.param' op attribute 'approximate' must be a string to be written to a plan");
+}
+
+// A plan written before a field was added reads it as its default only where the field
+// came after every other: FlatBuffers numbers a table's fields by their place. These are
+// plan format 2's fields of an instruction, in their order; a new one goes after them.
+TEST(PlanSchema, InstructionFieldsAreOnlyAppended) {
+  const char *const format2[] = {
+      "opcode",          "inputs",           "outputs",           "epsilon",
+      "rate",            "value",            "heads",             "causal",
+      "stream",          "num_classes",      "count",             "axis",
+      "vocab_parallel",  "sequence_parallel", "feature_parallel", "head_parallel",
+      "loss_seed",       "theta",            "kv_heads",          "scaling_factor",
+      "low_freq_factor", "high_freq_factor", "original_positions", "inverse",
+      "accumulate",      "approximate"};
+  const flatbuffers::TypeTable &schema = *plan::InstructionTypeTable();
+  ASSERT_GE(schema.num_elems, std::size(format2));
+  for (size_t i = 0; i < std::size(format2); ++i)
+    EXPECT_STREQ(schema.names[i], format2[i]) << "field " << i;
 }
 
 TEST_F(OpRulesTest, AnOpWithoutAnOpcodeIsRefusedByName) {

@@ -7,6 +7,7 @@
 // parameter, an instruction that writes over or reads a parameter's gradient, and a norm
 // gradient's residual gradient of another shape.
 #include "CompileWithMtc.h"
+#include "OpCases.h"
 #include "StatusAssertions.h"
 #include "TestSeed.h"
 #include "backends/Backend.h"
@@ -17,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -382,6 +384,41 @@ TEST(PipelinedPlanTest, AnEnumValueOutsideItsEnumIsRefused) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("program 1 instruction 2: unknown opcode 999"), std::string::npos)
       << s.message();
+}
+
+// Any enum field, not the opcode alone: GELU's form beyond its two values.
+TEST(PlanReaderEnumTest, AnEnumFieldBeyondItsValuesIsRefusedByName) {
+  const auto cases = test::opCases();
+  const auto exact = std::find_if(cases.begin(), cases.end(),
+                                  [](const test::OpCase &c) { return c.name == "gelu_exact"; });
+  ASSERT_NE(exact, cases.end());
+  const std::string path = test::compileSource(
+      exact->mlir, "--micro-batch-size 2 --global-batch-size 2 --seq-length 3",
+      "plan_reader_gelu_exact");
+  ASSERT_FALSE(path.empty());
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  for (int bad : {2, -1}) {
+    std::vector<uint8_t> bytes = good;
+    int edited = 0;
+    auto *p = plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes);
+    for (flatbuffers::uoffset_t i = 0; i < p->programs()->size(); ++i) {
+      auto *program = p->mutable_programs()->GetMutableObject(i);
+      for (flatbuffers::uoffset_t j = 0; j < program->instructions()->size(); ++j) {
+        auto *inst = program->mutable_instructions()->GetMutableObject(j);
+        if (inst->opcode() == plan::Opcode::Gelu || inst->opcode() == plan::Opcode::GeluGrad)
+          edited += inst->mutate_approximate(static_cast<plan::GeluApproximation>(bad));
+      }
+    }
+    ASSERT_EQ(edited, 2) << "the exact GELU and its gradient, each with its form written";
+    reseal(bytes);
+    LoadedPlan loaded;
+    Status s = LoadedPlan::parse(std::move(bytes), "edited.mtp", loaded);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(cat(": unknown approximate ", bad)), std::string::npos)
+        << s.message();
+  }
 }
 
 TEST(PipelinedPlanTest, AResidualGradientOfAnotherShapeIsRefused) {

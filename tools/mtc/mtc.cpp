@@ -205,7 +205,7 @@ int runImportConfig(MLIRContext &context, const Flags &args) {
   }
   std::string name = args.values.lookup("name");
   if (name.empty())
-    name = config.modelType;
+    name = config.modelType.empty() ? "model" : config.modelType;
   std::string text, error;
   if (!mtc::modelFromConfig(config, name, text, error))
     return fail(error);

@@ -267,7 +267,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
   const std::vector<Mapping> maps = mappings(a, prefix);
   std::set<std::string> used;
   checkpoint::Index index;
-  index.model = a.modelType;
+  index.model = !a.modelType.empty() ? a.modelType : a.llama ? "llama" : "gpt2";
   index.layout = {{"imported_from", hfDir},
                   {"heads", std::to_string(a.heads)},
                   {"kv_heads", std::to_string(a.kvHeads)},

@@ -787,12 +787,11 @@ template <typename T> struct Kernels {
     case Opcode::Add:
       add(in[0], in[1], out[0]);
       break;
-    case Opcode::Gelu:
-      activation(activationOf<Gelu>(inst), in[0], out[0]);
-      break;
-    case Opcode::Silu:
-      activation(activationOf<Silu>(inst), in[0], out[0]);
-      break;
+#define MT_ACTIVATION(opcode, gradient, F)                                                     \
+  case Opcode::opcode:                                                                         \
+    activation(activationOf<F>(inst), in[0], out[0]);                                          \
+    break;
+#include "backends/Activations.def"
     case Opcode::Swiglu:
       swiglu(in[0], in[1], out[0]);
       break;
@@ -849,8 +848,8 @@ template <typename T> struct Kernels {
     case Opcode::LinearGradInputGelu:
     case Opcode::LinearGradWeight:
     case Opcode::BiasGrad:
-    case Opcode::GeluGrad:
-    case Opcode::SiluGrad:
+#define MT_ACTIVATION(opcode, gradient, F) case Opcode::gradient:
+#include "backends/Activations.def"
     case Opcode::SwigluGrad:
     case Opcode::RmsNormGrad:
     case Opcode::AttentionGrad:
@@ -920,12 +919,11 @@ template <typename T> struct Kernels {
     case Opcode::BiasGrad:
       biasGrad(in[0], out[0]);
       break;
-    case Opcode::GeluGrad:
-      activationGrad(activationOf<Gelu>(inst), in[0], in[1], out[0]);
-      break;
-    case Opcode::SiluGrad:
-      activationGrad(activationOf<Silu>(inst), in[0], in[1], out[0]);
-      break;
+#define MT_ACTIVATION(opcode, gradient, F)                                                     \
+  case Opcode::gradient:                                                                       \
+    activationGrad(activationOf<F>(inst), in[0], in[1], out[0]);                               \
+    break;
+#include "backends/Activations.def"
     case Opcode::SwigluGrad:
       swigluGrad(in[0], in[1], in[2], out[0], out[1]);
       break;

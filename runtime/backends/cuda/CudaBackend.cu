@@ -1011,16 +1011,14 @@ private:
   template <typename T> void runActivations(const Call<T> &c) {
     const TensorView *in = c.in, *out = c.out;
     switch (c.inst.opcode()) {
-    case Opcode::Gelu:
-      return launchActivation(activationOf<Gelu>(c.inst), c.p(in[0]), c.p(out[0]), c.n(), stream_);
-    case Opcode::GeluGrad:
-      return launchActivationGrad(activationOf<Gelu>(c.inst), c.p(in[0]), c.p(in[1]),
-                                  c.p(out[0]), c.n(), stream_);
-    case Opcode::Silu:
-      return launchActivation(activationOf<Silu>(c.inst), c.p(in[0]), c.p(out[0]), c.n(), stream_);
-    case Opcode::SiluGrad:
-      return launchActivationGrad(activationOf<Silu>(c.inst), c.p(in[0]), c.p(in[1]),
-                                  c.p(out[0]), c.n(), stream_);
+#define MT_ACTIVATION(opcode, gradient, F)                                                     \
+  case Opcode::opcode:                                                                         \
+    return launchActivation(activationOf<F>(c.inst), c.p(in[0]), c.p(out[0]), c.n(),           \
+                            stream_);                                                          \
+  case Opcode::gradient:                                                                       \
+    return launchActivationGrad(activationOf<F>(c.inst), c.p(in[0]), c.p(in[1]), c.p(out[0]),  \
+                                c.n(), stream_);
+#include "backends/Activations.def"
     case Opcode::Swiglu:
       return launchSwiglu(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
     case Opcode::SwigluGrad:
@@ -1090,10 +1088,10 @@ private:
     case Opcode::Add:
       launchAdd(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), stream_);
       break;
-    case Opcode::Gelu:
-    case Opcode::GeluGrad:
-    case Opcode::Silu:
-    case Opcode::SiluGrad:
+#define MT_ACTIVATION(opcode, gradient, F)                                                     \
+  case Opcode::opcode:                                                                         \
+  case Opcode::gradient:
+#include "backends/Activations.def"
     case Opcode::Swiglu:
     case Opcode::SwigluGrad:
       runActivations(c);
