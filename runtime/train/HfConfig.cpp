@@ -110,6 +110,44 @@ std::string dtypeNamed(const std::string &torch) {
   return "";
 }
 
+/// A rotary embedding's settings: `rope_type` (or 4.x's `type`), and with it LLaMA 3.1's
+/// frequency bands, from `r`; where `rope_theta` is among them (transformers 5), theta too.
+void ropeType(Keys &k, Keys &r, const char *key, ModelConfig &c) {
+  const std::string type = r.string("rope_type", r.string("type", "default"));
+  if (type == "llama3")
+    c.ropeScaling = ModelConfig::RopeScaling{
+        r.number("factor", 8), r.number("low_freq_factor", 1), r.number("high_freq_factor", 4),
+        r.integer("original_max_position_embeddings", 8192)};
+  else if (type != "default")
+    k.fail(Keys::quote(key) + " of type '" + type +
+           "' is not one mtc supports (default and llama3 are)");
+  if (std::string e = r.error(); !e.empty())
+    k.fail(std::string(key) + ": " + e);
+}
+
+/// LLaMA's rotary embedding, in either spelling: transformers 5's `rope_parameters`
+/// ({rope_type, rope_theta, and LLaMA 3.1's factor, low_freq_factor, high_freq_factor,
+/// original_max_position_embeddings}), or 4.x's `rope_theta` and `rope_scaling`.
+void rope(Keys &k, ModelConfig &c) {
+  if (const json *parameters = k.get("rope_parameters")) {
+    if (k.get("rope_theta") || k.get("rope_scaling"))
+      return k.fail("'rope_parameters' and 'rope_theta' or 'rope_scaling' are both given");
+    if (!parameters->is_object())
+      return k.fail("'rope_parameters' is not an object");
+    Keys r(*parameters);
+    c.ropeTheta = r.number("rope_theta", 10000);
+    return ropeType(k, r, "rope_parameters", c);
+  }
+  c.ropeTheta = k.number("rope_theta", 10000);
+  const json *scaling = k.get("rope_scaling");
+  if (!scaling)
+    return;
+  if (!scaling->is_object())
+    return k.fail("'rope_scaling' is not an object");
+  Keys r(*scaling);
+  ropeType(k, r, "rope_scaling", c);
+}
+
 void llama(Keys &k, ModelConfig &c) {
   c.layers = k.integer("num_hidden_layers");
   c.hidden = k.integer("hidden_size");
@@ -119,7 +157,6 @@ void llama(Keys &k, ModelConfig &c) {
   c.ffn = k.integer("intermediate_size");
   c.positions = k.integer("max_position_embeddings");
   c.normEpsilon = k.number("rms_norm_eps", 1e-6);
-  c.ropeTheta = k.number("rope_theta", 10000);
   c.attentionDropout = k.number("attention_dropout", 0);
   c.tied = k.flag("tie_word_embeddings", false);
   if (k.string("hidden_act", "silu") != "silu")
@@ -133,20 +170,7 @@ void llama(Keys &k, ModelConfig &c) {
     k.fail("'head_dim' is odd: rotary embeddings turn pairs of dimensions");
   if (c.attentionDropout >= 1)
     k.fail("'attention_dropout' is not below 1");
-  const json *scaling = k.get("rope_scaling");
-  if (!scaling)
-    return;
-  if (!scaling->is_object())
-    return k.fail("'rope_scaling' is not an object");
-  Keys r(*scaling);
-  const std::string type = r.string("rope_type", r.string("type", ""));
-  if (type != "llama3")
-    return k.fail("'rope_scaling' of type '" + type + "' is not one mtc supports (llama3 is)");
-  c.ropeScaling = ModelConfig::RopeScaling{
-      r.number("factor", 8), r.number("low_freq_factor", 1), r.number("high_freq_factor", 4),
-      r.integer("original_max_position_embeddings", 8192)};
-  if (std::string e = r.error(); !e.empty())
-    k.fail("rope_scaling: " + e);
+  rope(k, c);
 }
 
 void gpt2(Keys &k, ModelConfig &c) {
