@@ -3,6 +3,7 @@
 #include "data/TokenStream.h"
 #include "train/Checkpoint.h"
 #include "train/PipelinePasses.h"
+#include "train/TensorBoard.h"
 
 #include <chrono>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <cinttypes>
 #include <vector>
 
@@ -166,7 +168,7 @@ private:
   /// The update: the loss and gradient norm over the whole batch, the loss scale's
   /// verdict, AdamW.
   Status update(int64_t step, double lr);
-  void logStep(const StepRecord &record, double elapsed, int64_t done);
+  Status logStep(const StepRecord &record, double elapsed, int64_t done);
   /// A part of the step outside the programs, timed into the profile when there is one.
   template <typename Body> Status timed(const char *part, Body &&body);
   void reportSave();
@@ -190,6 +192,7 @@ private:
   std::unique_ptr<std::FILE, int (*)(std::FILE *)> metrics_{nullptr, [](std::FILE *f) {
                                                                return f ? std::fclose(f) : 0;
                                                              }};
+  std::optional<tensorboard::EventWriter> tensorboard_; // the first rank's, when asked for
   Timeline timeline_;
   PipelinePasses passes_;
   Faults faults_;
@@ -228,6 +231,8 @@ Status Run::start() {
     if (!metrics_)
       return Status::failure(config_.metricsPath + ": cannot write metrics");
   }
+  if (leader_ && !config_.tensorboardDir.empty())
+    MT_TRY(tensorboard::EventWriter::open(config_.tensorboardDir, tensorboard_.emplace()));
   // The trace's clock starts with the first step.
   timeline_ = Timeline(comm_.position().worldRank());
   started_ = std::chrono::steady_clock::now();
@@ -374,7 +379,7 @@ Status Run::step(int64_t step) {
                     done * microBatches_ * batch_ * seq_ / std::max(elapsed, 1e-9)};
   if (onStep_)
     onStep_(record);
-  logStep(record, elapsed, done);
+  MT_TRY(logStep(record, elapsed, done));
   const bool lastStep = state_.step == config_.steps;
   if (!config_.saveDir.empty() &&
       (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
@@ -405,14 +410,24 @@ Status Run::update(int64_t step, double lr) {
   });
 }
 
-void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
+Status Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
   if (metrics_) {
     std::fprintf(metrics_.get(), "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
                  record.step, record.loss, record.lr, record.gradNorm);
     std::fflush(metrics_.get());
   }
+  if (tensorboard_) { // Megatron's tags, so that its users' dashboards read ours
+    std::vector<std::pair<std::string, double>> scalars = {
+        {"lm loss", record.loss},
+        {"learning-rate", record.lr},
+        {"grad-norm", record.gradNorm},
+        {"tokens-per-second", record.tokensPerSecond}};
+    if (scaleLoss_)
+      scalars.emplace_back("loss-scale", lossScale_);
+    MT_TRY(tensorboard_->scalars(record.step, scalars));
+  }
   if (!log_)
-    return;
+    return Status::success();
   if (config_.logEvery > 0 &&
       (state_.step % config_.logEvery == 0 || state_.step == config_.steps || skipped_)) {
     std::fprintf(log_,
@@ -427,6 +442,7 @@ void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
     std::fprintf(log_, "\n");
   }
   std::fflush(log_);
+  return Status::success();
 }
 
 void Run::reportSave() {

@@ -27,6 +27,7 @@ struct TrainerConfig {
   double collectiveTimeout = 300;
   int64_t logEvery = 1;
   std::string metricsPath; // one line per step, full precision, when set
+  std::string tensorboardDir; // TensorBoard event files (train/TensorBoard.h), when set
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
   LossScaler lossScaler; // fp16 plans: the first scale and the scaler's settings

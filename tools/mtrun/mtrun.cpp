@@ -53,6 +53,9 @@ constexpr const char *kUsage = R"(usage:
                             the end of training
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
+  --tensorboard-dir DIR     TensorBoard event files in DIR (`tensorboard --logdir DIR`):
+                            per step lm loss, learning-rate, grad-norm, tokens-per-second
+                            and (fp16) loss-scale, as Megatron tags them
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and
@@ -83,6 +86,7 @@ const std::set<std::string> kFlags = {
     "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
     "clip-grad",  "save",           "save-every", "load",       "log-every", "backend",
     "metrics",    "trace",          "keep-checkpoints",         "checkpoint-buffer-mib",
+    "tensorboard-dir",
     "collective-timeout",
     "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
 /// Flags that take no value.
@@ -237,6 +241,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     config.collectiveTimeout = number("collective-timeout", config.collectiveTimeout);
     config.logEvery = integer("log-every", 1);
     config.metricsPath = text("metrics", "");
+    config.tensorboardDir = text("tensorboard-dir", "");
     config.tracePath = text("trace", "");
     mt::OptimizerConfig &o = config.optimizer;
     o.lr = number("lr", o.lr);

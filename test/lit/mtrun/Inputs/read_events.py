@@ -1,0 +1,124 @@
+"""Reads back mtrun's TensorBoard event files with a reader of its own (TFRecord framing
+with its CRC-32C checks, then tensorflow.Event's protocol-buffer fields), and compares
+each step's scalars with the --metrics file of the same run. Where the `tensorboard`
+package is installed, its own reader must see the same scalars.
+
+read_events.py DIR METRICS"""
+import glob
+import math
+import struct
+import sys
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+# CRC-32C's published check value, so that the checks below are the format's.
+assert crc32c(b"123456789") == 0xE3069283
+
+
+def masked(crc):
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def records(path):
+    data = open(path, "rb").read()
+    at = 0
+    while at < len(data):
+        (length,) = struct.unpack_from("<Q", data, at)
+        (length_crc,) = struct.unpack_from("<I", data, at + 8)
+        assert length_crc == masked(crc32c(data[at:at + 8])), "length checksum"
+        body = data[at + 12:at + 12 + length]
+        (body_crc,) = struct.unpack_from("<I", data, at + 12 + length)
+        assert body_crc == masked(crc32c(body)), "record checksum"
+        yield body
+        at += 16 + length
+
+
+def varint(data, at):
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, at
+
+
+def fields(data):
+    """(field number, value) of a message: ints, bytes, or raw 4/8-byte little-endian."""
+    at = 0
+    while at < len(data):
+        key, at = varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = varint(data, at)
+        elif wire == 1:
+            value, at = data[at:at + 8], at + 8
+        elif wire == 2:
+            n, at = varint(data, at)
+            value, at = data[at:at + n], at + n
+        elif wire == 5:
+            value, at = data[at:at + 4], at + 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield number, value
+
+
+def same(a, b):
+    """Equal to float32's rounding (a relative 2^-24), a NaN (a skipped step's gradient
+    norm) to a NaN."""
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=2 ** -23)
+
+
+def main():
+    directory, metrics = sys.argv[1], sys.argv[2]
+    files = glob.glob(f"{directory}/events.out.tfevents.*")
+    version, steps = None, {}
+    for path in files:
+        for body in records(path):
+            event = dict(fields(body))
+            if 3 in event:
+                version = event[3].decode()
+            if 5 in event:
+                scalars = {}
+                for number, value in fields(event[5]):
+                    if number == 1:
+                        v = dict(fields(value))
+                        scalars[v[1].decode()] = struct.unpack("<f", v[2])[0]
+                steps[event.get(2, 0)] = scalars
+    expected = {}
+    for line in open(metrics):
+        words = line.split()
+        expected[int(words[1])] = {"lm loss": float(words[3]), "learning-rate": float(words[5]),
+                                   "grad-norm": float(words[7])}
+    equal = sorted(steps) == sorted(expected) and all(
+        same(steps[s][tag], value) for s, want in expected.items() for tag, value in want.items())
+    tags = sorted({tag for scalars in steps.values() for tag in scalars})
+    print(f"events: {len(files)} file, version {version}, {len(steps)} steps, tags "
+          f"{', '.join(tags)}; equal to the metrics: {equal}")
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError:
+        print("tensorboard's reader: not installed")
+        return
+    accumulator = event_accumulator.EventAccumulator(directory)
+    accumulator.Reload()
+    theirs = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in tags}
+    agree = all(
+        len(theirs[tag]) == len(steps) and
+        all(step == s and same(value, steps[s][tag]) for (step, value), s in zip(theirs[tag], sorted(steps)))
+        for tag in tags)
+    print(f"tensorboard's reader: tags {', '.join(sorted(accumulator.Tags()['scalars']))}; "
+          f"the same scalars: {agree}")
+
+
+if __name__ == "__main__":
+    main()
