@@ -184,7 +184,12 @@ void gpt2(Keys &k, ModelConfig &c) {
   c.headDim = c.hidden / c.heads;
   c.ffn = k.integer("n_inner", 4 * c.hidden);
   c.positions = k.integer("n_positions");
-  c.tied = true;
+  // transformers 5 writes these for every GPT-2; mtc's has no cross-attention, and ties.
+  if (k.flag("add_cross_attention", false))
+    k.fail("'add_cross_attention' is true: mtc's GPT-2 has no cross-attention");
+  c.tied = k.flag("tie_word_embeddings", true);
+  if (!c.tied)
+    k.fail("'tie_word_embeddings' is false: mtc's GPT-2 ties its output layer to wte");
   c.normEpsilon = k.number("layer_norm_epsilon", 1e-5);
   c.embeddingDropout = k.number("embd_pdrop", 0.1);
   c.attentionDropout = k.number("attn_pdrop", 0.1);
@@ -231,8 +236,9 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   k.ignore({"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id",
             "pad_token_id", "use_cache", "pretraining_tp"});
   c.modelType = k.string("model_type", "");
-  c.dtype = dtypeNamed(k.string(object.contains("dtype") ? "dtype" : "torch_dtype", "float32"));
-  k.ignore({"dtype", "torch_dtype"});
+  // transformers 5's dtype, or 4.x's torch_dtype.
+  const std::string dtype = k.string("dtype", "");
+  c.dtype = dtypeNamed(!dtype.empty() ? dtype : k.string("torch_dtype", "float32"));
   c.vocab = k.integer("vocab_size");
   c.initStd = k.number("initializer_range", 0.02);
   if (c.llama)

@@ -5,11 +5,17 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 namespace mt::tensorboard {
 namespace {
+
+// TFRecord's framing and the protocol-buffer wire format are little-endian; this writes
+// the host's bytes as they are.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "event files are little-endian");
 
 /// The CRC-32C table: reflected polynomial 0x82F63B78.
 const std::array<uint32_t, 256> &table() {
@@ -98,7 +104,11 @@ Status EventWriter::scalars(int64_t step,
   for (const auto &[tag, value] : values) {
     std::string v;
     bytes(v, 1, tag);
-    fixed(v, 2, 5, static_cast<float>(value));
+    // A finite double beyond float's range is float's infinity, not undefined behaviour.
+    const double limit = std::numeric_limits<float>::max();
+    fixed(v, 2, 5, static_cast<float>(std::isfinite(value) && std::abs(value) > limit
+                                          ? std::copysign(HUGE_VAL, value)
+                                          : value));
     bytes(summary, 1, v);
   }
   std::string e = event(step);

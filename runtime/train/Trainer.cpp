@@ -168,7 +168,7 @@ private:
   /// The update: the loss and gradient norm over the whole batch, the loss scale's
   /// verdict, AdamW.
   Status update(int64_t step, double lr);
-  Status logStep(const StepRecord &record, double elapsed, int64_t done);
+  void logStep(const StepRecord &record, double elapsed, int64_t done);
   /// A part of the step outside the programs, timed into the profile when there is one.
   template <typename Body> Status timed(const char *part, Body &&body);
   void reportSave();
@@ -231,8 +231,11 @@ Status Run::start() {
     if (!metrics_)
       return Status::failure(config_.metricsPath + ": cannot write metrics");
   }
-  if (leader_ && !config_.tensorboardDir.empty())
-    MT_TRY(tensorboard::EventWriter::open(config_.tensorboardDir, tensorboard_.emplace()));
+  if (leader_ && !config_.tensorboardDir.empty()) {
+    tensorboard::EventWriter writer;
+    MT_TRY(tensorboard::EventWriter::open(config_.tensorboardDir, writer));
+    tensorboard_ = std::move(writer);
+  }
   // The trace's clock starts with the first step.
   timeline_ = Timeline(comm_.position().worldRank());
   started_ = std::chrono::steady_clock::now();
@@ -379,7 +382,7 @@ Status Run::step(int64_t step) {
                     done * microBatches_ * batch_ * seq_ / std::max(elapsed, 1e-9)};
   if (onStep_)
     onStep_(record);
-  MT_TRY(logStep(record, elapsed, done));
+  logStep(record, elapsed, done);
   const bool lastStep = state_.step == config_.steps;
   if (!config_.saveDir.empty() &&
       (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
@@ -410,7 +413,7 @@ Status Run::update(int64_t step, double lr) {
   });
 }
 
-Status Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
+void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
   if (metrics_) {
     std::fprintf(metrics_.get(), "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
                  record.step, record.loss, record.lr, record.gradNorm);
@@ -424,10 +427,15 @@ Status Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
         {"tokens-per-second", record.tokensPerSecond}};
     if (scaleLoss_)
       scalars.emplace_back("loss-scale", lossScale_);
-    MT_TRY(tensorboard_->scalars(record.step, scalars));
+    // A log that cannot be written costs the log, not the step or its checkpoint.
+    if (Status s = tensorboard_->scalars(record.step, scalars); !s.ok()) {
+      std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n",
+                   s.message().c_str());
+      tensorboard_.reset();
+    }
   }
   if (!log_)
-    return Status::success();
+    return;
   if (config_.logEvery > 0 &&
       (state_.step % config_.logEvery == 0 || state_.step == config_.steps || skipped_)) {
     std::fprintf(log_,
@@ -442,7 +450,6 @@ Status Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
     std::fprintf(log_, "\n");
   }
   std::fflush(log_);
-  return Status::success();
 }
 
 void Run::reportSave() {

@@ -469,7 +469,15 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
                                   text.size()));
   }
   json config = json::parse(configText); // read and checked by readModelConfig
-  config[config.contains("dtype") ? "dtype" : "torch_dtype"] = torchName(dtype);
+  // Every spelling the config carries (transformers 5's dtype, 4.x's torch_dtype) says it.
+  bool named = false;
+  for (const char *key : {"dtype", "torch_dtype"})
+    if (config.contains(key) && !config[key].is_null()) {
+      config[key] = torchName(dtype);
+      named = true;
+    }
+  if (!named)
+    config["torch_dtype"] = torchName(dtype);
   const std::string text = config.dump(2) + "\n";
   MT_TRY(AtomicFile::writeWhole(hfDir + "/config.json", text.data(), text.size()));
   report = cat("wrote ", hfDir, ": ", weightMap.size(), " tensors (", torchName(dtype), ") in ",

@@ -54,8 +54,9 @@ constexpr const char *kUsage = R"(usage:
   --log-every K             progress line every K steps (Megatron: --log-interval)
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --tensorboard-dir DIR     TensorBoard event files in DIR (`tensorboard --logdir DIR`):
-                            per step lm loss, learning-rate, grad-norm, tokens-per-second
-                            and (fp16) loss-scale, as Megatron tags them
+                            per step lm loss, learning-rate, grad-norm, loss-scale (fp16)
+                            as Megatron tags them, and tokens-per-second (the run's mean
+                            so far, as the log line's tok/s)
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and

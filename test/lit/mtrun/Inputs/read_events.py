@@ -3,11 +3,14 @@ with its CRC-32C checks, then tensorflow.Event's protocol-buffer fields), and co
 each step's scalars with the --metrics file of the same run. Where the `tensorboard`
 package is installed, its own reader must see the same scalars.
 
-read_events.py DIR METRICS"""
+Prints what it read; exits 1 where anything disagrees.
+
+read_events.py DIR METRICS [LOSS_SCALE]"""
 import glob
 import math
 import struct
 import sys
+import time
 
 
 def crc32c(data):
@@ -52,12 +55,21 @@ def varint(data, at):
             return value, at
 
 
-def fields(data):
-    """(field number, value) of a message: ints, bytes, or raw 4/8-byte little-endian."""
+# tensorflow.Event's fields and their wire types: wall_time (double), step (varint),
+# file_version (bytes), summary (bytes); Summary.value (bytes); Value's tag (bytes) and
+# simple_value (float).
+EVENT_WIRES = {1: 1, 2: 0, 3: 2, 5: 2}
+VALUE_WIRES = {1: 2, 2: 5}
+
+
+def fields(data, wires=None):
+    """(field number, value) of a message: ints, bytes, or raw 4/8-byte little-endian;
+    each field's wire type as `wires` has it, where given."""
     at = 0
     while at < len(data):
         key, at = varint(data, at)
         number, wire = key >> 3, key & 7
+        assert wires is None or wires.get(number) == wire, f"field {number}: wire type {wire}"
         if wire == 0:
             value, at = varint(data, at)
         elif wire == 1:
@@ -80,19 +92,20 @@ def same(a, b):
 
 def main():
     directory, metrics = sys.argv[1], sys.argv[2]
+    loss_scale = float(sys.argv[3]) if len(sys.argv) > 3 else None
     files = glob.glob(f"{directory}/events.out.tfevents.*")
-    version, steps = None, {}
+    version, steps, times = None, {}, []
     for path in files:
-        for body in records(path):
-            event = dict(fields(body))
-            if 3 in event:
-                version = event[3].decode()
+        for i, body in enumerate(records(path)):
+            event = dict(fields(body, EVENT_WIRES))
+            times.append(struct.unpack("<d", event[1])[0])
+            if i == 0:  # the file's first event names the format, and only that
+                version = event[3].decode() if 3 in event and 5 not in event else None
             if 5 in event:
                 scalars = {}
-                for number, value in fields(event[5]):
-                    if number == 1:
-                        v = dict(fields(value))
-                        scalars[v[1].decode()] = struct.unpack("<f", v[2])[0]
+                for number, value in fields(event[5], {1: 2}):
+                    v = dict(fields(value, VALUE_WIRES))
+                    scalars[v[1].decode()] = struct.unpack("<f", v[2])[0]
                 steps[event.get(2, 0)] = scalars
     expected = {}
     for line in open(metrics):
@@ -101,9 +114,16 @@ def main():
                                    "grad-norm": float(words[7])}
     equal = sorted(steps) == sorted(expected) and all(
         same(steps[s][tag], value) for s, want in expected.items() for tag, value in want.items())
+    # Seconds since the epoch, in order, within the last hour.
+    equal &= times == sorted(times) and all(0 < time.time() - t < 3600 for t in times)
+    equal &= all(s["tokens-per-second"] > 0 for s in steps.values())
+    if loss_scale is not None:
+        equal &= steps[1]["loss-scale"] == loss_scale
     tags = sorted({tag for scalars in steps.values() for tag in scalars})
     print(f"events: {len(files)} file, version {version}, {len(steps)} steps, tags "
           f"{', '.join(tags)}; equal to the metrics: {equal}")
+    if not equal:
+        sys.exit(1)
     try:
         from tensorboard.backend.event_processing import event_accumulator
     except ImportError:
@@ -118,6 +138,8 @@ def main():
         for tag in tags)
     print(f"tensorboard's reader: tags {', '.join(sorted(accumulator.Tags()['scalars']))}; "
           f"the same scalars: {agree}")
+    if not agree:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
