@@ -9,6 +9,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <limits>
+
 using namespace mlir;
 using namespace mlir::mt;
 namespace plan = ::mt::plan;
@@ -109,7 +111,7 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
   const flatbuffers::TypeCode code = schema().type_codes[index];
   Scalar s{static_cast<flatbuffers::ElementaryType>(code.base_type)};
   auto refuse = [&](StringRef why) { return op->emitOpError("attribute '") << name << "' " << why; };
-  if (code.is_repeating)
+  if (code.is_repeating || !plan::withScalarType(s.type, [](auto) {}))
     return refuse("names a plan field that holds no value");
   switch (s.type) {
   case flatbuffers::ET_BOOL:
@@ -127,14 +129,10 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
       return s;
     }
     return refuse("must be a float to be written to a plan");
-  case flatbuffers::ET_UTYPE:
-  case flatbuffers::ET_STRING:
-  case flatbuffers::ET_SEQUENCE:
-    return refuse("names a plan field that holds no value");
   default:
     break;
   }
-  if (!code.is_repeating && code.sequence_ref >= 0) { // an enum, by its names
+  if (code.sequence_ref >= 0) { // an enum, by its names
     auto text = dyn_cast<StringAttr>(value);
     if (!text)
       return refuse("must be a string to be written to a plan");
@@ -152,10 +150,14 @@ FailureOr<Scalar> scalarOf(Operation *op, StringRef name, int index, Attribute v
   s.integer = integer.getType().isUnsignedInteger()
                   ? static_cast<int64_t>(integer.getValue().getZExtValue())
                   : integer.getValue().getSExtValue();
-  const unsigned bits = 8 * static_cast<unsigned>(flatbuffers::InlineSize(s.type, nullptr));
-  const bool isSigned = s.type == flatbuffers::ET_CHAR || s.type == flatbuffers::ET_SHORT ||
-                        s.type == flatbuffers::ET_INT || s.type == flatbuffers::ET_LONG;
-  if (bits < 64 && (isSigned ? !llvm::isIntN(bits, s.integer) : !llvm::isUIntN(bits, s.integer)))
+  bool fits = true; // a 64-bit field holds any int64_t
+  plan::withScalarType(s.type, [&](auto held) {
+    using T = decltype(held);
+    if constexpr (sizeof(T) < sizeof(int64_t))
+      fits = s.integer >= std::numeric_limits<T>::min() &&
+             s.integer <= std::numeric_limits<T>::max();
+  });
+  if (!fits)
     return refuse("does not fit its plan field: ") << s.integer;
   return s;
 }

@@ -110,12 +110,19 @@ Status mapReadOnly(const std::string &path, const uint8_t *&data, size_t &size) 
 } // namespace
 
 const char *dtypeName(MegatronDType dtype) {
-  return infoOf(dtype) ? infoOf(dtype)->name : "unknown";
+  const DTypeInfo *info = infoOf(dtype);
+  return info ? info->name : "unknown";
 }
 
-size_t itemBytes(MegatronDType dtype) { return infoOf(dtype) ? infoOf(dtype)->bytes : 0; }
+size_t itemBytes(MegatronDType dtype) {
+  const DTypeInfo *info = infoOf(dtype);
+  return info ? info->bytes : 0;
+}
 
-bool holdsTokenIds(MegatronDType dtype) { return infoOf(dtype) && infoOf(dtype)->integer; }
+bool holdsTokenIds(MegatronDType dtype) {
+  const DTypeInfo *info = infoOf(dtype);
+  return info && info->integer;
+}
 
 MegatronDType tokenDTypeForVocabulary(int64_t vocabularySize) {
   return vocabularySize < 65500 ? MegatronDType::UInt16 : MegatronDType::Int32;

@@ -99,14 +99,15 @@ private:
   std::string error_;
 };
 
+/// The weights' dtypes a config may name: torch's name, safetensors'.
+const std::pair<const char *, const char *> kDTypes[] = {
+    {"bfloat16", "BF16"}, {"float16", "F16"}, {"float32", "F32"}};
+
 /// safetensors' name of a torch dtype ("bfloat16" -> "BF16"), or empty.
 std::string dtypeNamed(const std::string &torch) {
-  if (torch == "bfloat16")
-    return "BF16";
-  if (torch == "float16")
-    return "F16";
-  if (torch == "float32")
-    return "F32";
+  for (const auto &[t, safetensors] : kDTypes)
+    if (torch == t)
+      return safetensors;
   return "";
 }
 
@@ -212,6 +213,13 @@ void gpt2(Keys &k, ModelConfig &c) {
 }
 
 } // namespace
+
+std::string torchDtypeName(const std::string &dtype) {
+  for (const auto &[torch, safetensors] : kDTypes)
+    if (dtype == safetensors)
+      return torch;
+  return "";
+}
 
 Status parseModelConfig(const std::string &text, ModelConfig &c) {
   json object;

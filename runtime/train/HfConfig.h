@@ -36,6 +36,10 @@ struct ModelConfig {
   std::optional<RopeScaling> ropeScaling;
 };
 
+/// torch's name of a dtype safetensors calls `dtype` ("BF16" -> "bfloat16"), as config.json
+/// writes it; empty for one a config cannot name.
+std::string torchDtypeName(const std::string &dtype);
+
 /// `text` (a config.json's) as a model mtc trains; a failure says why, naming the key.
 Status parseModelConfig(const std::string &text, ModelConfig &config);
 /// The config.json at `path` (its text in `text`, where given); a failure names the file.

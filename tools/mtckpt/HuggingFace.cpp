@@ -23,10 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string torchName(const std::string &dtype) {
-  return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
-}
-
 /// One mtc tensor and the Hugging Face tensors it is made of. `fuse`: the Hugging Face
 /// tensors are the query, key and value projections (one tensor of the three stacked by
 /// rows, or three), which mtc fuses by key/value group: (group, {its heads/kv query
@@ -473,14 +469,14 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
   bool named = false;
   for (const char *key : {"dtype", "torch_dtype"})
     if (config.contains(key) && !config[key].is_null()) {
-      config[key] = torchName(dtype);
+      config[key] = torchDtypeName(dtype);
       named = true;
     }
   if (!named)
-    config["torch_dtype"] = torchName(dtype);
+    config["torch_dtype"] = torchDtypeName(dtype);
   const std::string text = config.dump(2) + "\n";
   MT_TRY(AtomicFile::writeWhole(hfDir + "/config.json", text.data(), text.size()));
-  report = cat("wrote ", hfDir, ": ", weightMap.size(), " tensors (", torchName(dtype), ") in ",
+  report = cat("wrote ", hfDir, ": ", weightMap.size(), " tensors (", torchDtypeName(dtype), ") in ",
                shards.size(), " file", shards.size() > 1 ? "s" : "", " from ",
                reader.directory(),
                optimizerState ? cat(" (weights only: its ", optimizerState,
