@@ -13,6 +13,7 @@
 # is built: the GPU node needs no compiler.
 #   on the build machine:  bash scripts/bundle.sh          (writes build/mtc-runtime)
 #   on the GPU node:       bash build/mtc-runtime/bench/gpu.sh [STEPS]
+# MT_BENCH_MODELS=gpt2-124m (a glob of the bundle's plans/bench/*.env) runs only those.
 # From a source tree it makes the bundle first (which needs the compiler).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +40,7 @@ python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 printf '%-12s %14s %14s %14s %7s %12s %6s %9s %10s %10s %7s %9s %9s %9s %9s\n' model \
   "mtc tok/s" "eager tok/s" "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "start s" "step s" "estimate s" error "plan GiB" \
   "held GiB" "mtc GiB" "torch GiB"
-for env in "$bundle"/plans/bench/*.env; do
+for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
   estimated=$estimated_h100
@@ -90,7 +91,7 @@ echo "mtc GiB less held GiB is what systems/*.json's gpu.reserved_gib allows for
 # Where each step's time goes: device time by opcode and the slowest instructions
 # (mtrun --profile). The host waits for every program there, so these steps are not
 # the ones timed above.
-for env in "$bundle"/plans/bench/*.env; do
+for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   eval "$(cat "$env")"
   echo
   echo "$model:"

@@ -39,7 +39,7 @@ for tool in mtrun mtckpt cuda_backend_test $([ ! -x "$out/libexec/gpu_calibrate"
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done
-cp test/gpu/test-gpu.sh test/gpu/follows.py "$out/"
+cp test/gpu/test-gpu.sh test/gpu/follows.py test/gpu/session.sh "$out/"
 cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py bench/calibrate.sh "$out/bench/"
 cp -r systems "$out/systems"
 
