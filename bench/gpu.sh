@@ -5,7 +5,8 @@
 # to (50304). Prints a table:
 #   model | mtc tok/s | mtc's tok/s kernel by kernel (MT_CUDA_GRAPHS=off) | PyTorch tok/s
 #   | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
-#   | mtrun's start-up (launch to the first step) | measured step s | `mtc estimate`'s step
+#   | mtrun's start-up (launch to the first step) | what the first 10 steps took beyond
+#   10 steady ones (choosing kernels, recording graphs) | measured step s | `mtc estimate`'s step
 #   s (--system dgx-h200 on an H200, else dgx-h100) | the estimate's error
 #   | memory: mtc's prediction, what mtrun held for the plan, mtrun's whole use, PyTorch's
 # then each model's profile (device time by opcode, slowest instructions).
@@ -24,6 +25,11 @@ if [ ! -x "$here/../bin/mtrun" ]; then
 fi
 bundle=$(cd "$here/.." && pwd)
 steps=${1:-30}
+# mtrun's tok/s is over the steps since its last line: the last line's leaves out the
+# first interval (the first step sizes and chooses the kernels, the second records the
+# CUDA graphs), as PyTorch's timing leaves out its warm-up steps.
+interval=10
+((steps >= 2 * interval)) || { echo "gpu.sh: STEPS must be at least $((2 * interval))" >&2; exit 2; }
 work=$(mktemp -d)
 peak=989e12
 
@@ -37,8 +43,8 @@ export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
 echo "MT_CUDA_ATTENTION=$MT_CUDA_ATTENTION"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 8000000
 
-printf '%-12s %14s %14s %14s %7s %12s %6s %9s %10s %10s %7s %9s %9s %9s %9s\n' model \
-  "mtc tok/s" "eager tok/s" "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "start s" "step s" "estimate s" error "plan GiB" \
+printf '%-12s %14s %14s %14s %7s %12s %6s %9s %9s %10s %10s %7s %9s %9s %9s %9s\n' model \
+  "mtc tok/s" "eager tok/s" "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "start s" "warm-up s" "step s" "estimate s" error "plan GiB" \
   "held GiB" "mtc GiB" "torch GiB"
 for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   # model seq batch flops layers hidden heads vocab
@@ -46,20 +52,22 @@ for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   estimated=$estimated_h100
   [ "$system" = dgx-h200 ] && estimated=$estimated_h200
   "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
-    --steps "$steps" --log-every "$steps" --lr 1e-4 >"$work/$model.run"
+    --steps "$steps" --log-every "$interval" --lr 1e-4 >"$work/$model.run"
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)
+  first=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | head -1)
   # The same run kernel by kernel: what recording the programs as CUDA graphs gains.
   MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda \
-    --data "$work/tokens" --steps "$steps" --log-every "$steps" --lr 1e-4 >"$work/$model.eager"
+    --data "$work/tokens" --steps "$steps" --log-every "$interval" --lr 1e-4 >"$work/$model.eager"
   eager=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.eager" | tail -1)
   python3 "$here/torch_gpt.py" --layers "$layers" --hidden "$hidden" --heads "$heads" \
     --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" \
     --attention-dropout "${attention_dropout:-0.1}" >"$work/$model.torch"
   python3 - "$model" "$ours" "$flops" "$((seq * batch))" "$peak" "$estimated" "$eager" \
-    "$work/$model.run" "$work/$model.torch" <<'PY'
+    "$first" "$interval" "$work/$model.run" "$work/$model.torch" <<'PY'
 import json, re, sys
-model, ours, flops, tokens, peak, estimated, eager = sys.argv[1], *map(float, sys.argv[2:8])
-run, torch = open(sys.argv[8]).read(), json.load(open(sys.argv[9]))
+model, ours, flops, tokens, peak, estimated, eager, first, interval = (
+    sys.argv[1], *map(float, sys.argv[2:10]))
+run, torch = open(sys.argv[10]).read(), json.load(open(sys.argv[11]))
 theirs = torch["tokens_per_second"]
 tflops = flops / tokens * ours / 1e12
 step = tokens / ours  # one micro-batch per step
@@ -76,8 +84,10 @@ gib = 2.0 ** 30
 start = re.search(r"start-up: ([0-9.]+) s from launch", run)
 if not start:
     sys.exit(f"gpu.sh: mtrun printed no start-up line for {model}")
+# What the first interval took beyond as many steady steps: choosing kernels, recording.
+warmup = interval * tokens * (1 / first - 1 / ours)
 print(f"{model:12s} {ours:14,.0f} {eager:14,.0f} {theirs:14,.0f} {ours / theirs:6.2f}x {tflops:12.1f} "
-      f"{tflops * 1e12 / peak:6.1%} {float(start.group(1)):9.2f} {step:10.4f} {estimated:10.4f} "
+      f"{tflops * 1e12 / peak:6.1%} {float(start.group(1)):9.2f} {warmup:9.2f} {step:10.4f} {estimated:10.4f} "
       f"{estimated / step - 1:+7.1%} "
       f"{predicted / gib:9.2f} {most / gib:9.2f} {(device - held + most) / gib:9.2f} "
       f"{torch['peak_bytes'] / gib:9.2f}")

@@ -168,7 +168,10 @@ private:
   /// The update: the loss and gradient norm over the whole batch, the loss scale's
   /// verdict, AdamW.
   Status update(int64_t step, double lr);
-  void logStep(const StepRecord &record, double elapsed, int64_t done);
+  void logStep(const StepRecord &record, std::chrono::steady_clock::time_point now);
+  /// The tokens of `steps` steps over the time from `from` to `to`, per second.
+  double tokensPerSecond(int64_t steps, std::chrono::steady_clock::time_point from,
+                         std::chrono::steady_clock::time_point to) const;
   /// A part of the step outside the programs, timed into the profile when there is one.
   template <typename Body> Status timed(const char *part, Body &&body);
   void reportSave();
@@ -197,7 +200,9 @@ private:
   PipelinePasses passes_;
   Faults faults_;
   std::vector<int32_t> inputs_, targets_;
-  std::chrono::steady_clock::time_point started_;
+  // The first step's start, the last step's end, and the last logged step's end.
+  std::chrono::steady_clock::time_point started_, stepEnded_, loggedAt_;
+  int64_t loggedStep_ = 0;
   // The step's figures.
   double lossScale_ = 1, lossSum_ = 0, gradNorm_ = 0;
   bool skipped_ = false;
@@ -238,7 +243,8 @@ Status Run::start() {
   }
   // The trace's clock starts with the first step.
   timeline_ = Timeline(comm_.position().worldRank());
-  started_ = std::chrono::steady_clock::now();
+  started_ = stepEnded_ = loggedAt_ = std::chrono::steady_clock::now();
+  loggedStep_ = state_.step;
   return Status::success();
 }
 
@@ -375,14 +381,12 @@ Status Run::step(int64_t step) {
   state_.step = step + 1;
   passes_.endStep();
 
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  const int64_t done = state_.step - firstStep_;
+  const auto now = std::chrono::steady_clock::now();
   StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_,
-                    done * microBatches_ * batch_ * seq_ / std::max(elapsed, 1e-9)};
+                    tokensPerSecond(1, std::exchange(stepEnded_, now), now)};
   if (onStep_)
     onStep_(record);
-  logStep(record, elapsed, done);
+  logStep(record, now);
   const bool lastStep = state_.step == config_.steps;
   if (!config_.saveDir.empty() &&
       (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
@@ -413,7 +417,13 @@ Status Run::update(int64_t step, double lr) {
   });
 }
 
-void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
+double Run::tokensPerSecond(int64_t steps, std::chrono::steady_clock::time_point from,
+                            std::chrono::steady_clock::time_point to) const {
+  return static_cast<double>(steps * microBatches_ * batch_ * seq_) /
+         std::max(std::chrono::duration<double>(to - from).count(), 1e-9);
+}
+
+void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_point now) {
   if (metrics_) {
     std::fprintf(metrics_.get(), "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
                  record.step, record.loss, record.lr, record.gradNorm);
@@ -438,12 +448,18 @@ void Run::logStep(const StepRecord &record, double elapsed, int64_t done) {
     return;
   if (config_.logEvery > 0 &&
       (state_.step % config_.logEvery == 0 || state_.step == config_.steps || skipped_)) {
+    // The throughput of the steps since the last line, as Megatron logs it (the first
+    // line's includes the first steps' warm-up); the ETA from the whole run's pace.
+    const double elapsed = std::chrono::duration<double>(now - started_).count();
     std::fprintf(log_,
                  "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
                  "%.0f tok/s | ETA %s",
                  state_.step, config_.steps, record.loss, record.lr, record.gradNorm,
-                 record.tokensPerSecond,
-                 duration(elapsed / done * (config_.steps - state_.step)).c_str());
+                 tokensPerSecond(state_.step - loggedStep_, loggedAt_, now),
+                 duration(elapsed / (state_.step - firstStep_) * (config_.steps - state_.step))
+                     .c_str());
+    loggedStep_ = state_.step;
+    loggedAt_ = now;
     if (scaleLoss_)
       std::fprintf(log_, " | loss scale %.0f | %s%" PRId64 " skipped", lossScale_,
                    skipped_ ? "overflow, step skipped | " : "", state_.skippedSteps);

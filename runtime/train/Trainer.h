@@ -39,7 +39,7 @@ struct TrainerConfig {
 /// One line per logged step; also what tests read.
 struct StepRecord {
   int64_t step; // 1-based
-  double loss, lr, gradNorm, tokensPerSecond;
+  double loss, lr, gradNorm, tokensPerSecond; // the step's own throughput
 };
 
 Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,

@@ -1,37 +1,67 @@
 #!/usr/bin/env bash
 # One GPU lease's checks from the runtime bundle, the most important first, each under its
 # own limit and all within BUDGET seconds (default 540), so that a lease of a few minutes
-# brings back what it had time for:
-#   1. bench/gpu.sh on GPT-2 124M (mtc with and without CUDA graphs, PyTorch, the profile)
-#   2. test-gpu.sh: every op against the CPU, bit-exact reruns and resume, GPT-2's curve
-#   3. bench/gpu.sh on the 1.3B model
-#   4. test-gpu.sh --sanitize-only
+# brings back what it had time for. The steps, in the order given (default: all but
+# backend and mtc-1.3b, which the others include):
+#   bench-gpt2   bench/gpu.sh on GPT-2 124M (mtc with and without CUDA graphs, PyTorch,
+#                the profile)
+#   backend      cuda_backend_test alone: every op against the CPU backend
+#   test-gpu     test-gpu.sh: every op, bit-exact reruns and resume, GPT-2's loss curve
+#   bench-1.3b   bench/gpu.sh on the 1.3B model
+#   mtc-1.3b     mtc alone on the 1.3B model: its throughput after 10 steps, its profile
+#   sanitize     test-gpu.sh --sanitize-only
 # Each step's output goes to $OUT/<step>.log, a line per step to $OUT/session.log, and the
-# tests' own logs to $OUT/logs.tgz.
-# usage: OUT=DIR bash session.sh [BUDGET]
+# tests' own logs (not their checkpoints) to $OUT/logs.tgz.
+# usage: OUT=DIR bash session.sh [BUDGET [STEP...]]
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:?session.sh: set OUT to the folder for its logs}
 budget=${1:-540}
+shift $(($# > 0))
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(bench-gpt2 test-gpu bench-1.3b sanitize)
 logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
-step() { # name limit command...
-  local name=$1 limit=$2 left
-  shift 2
-  left=$((budget - SECONDS))
+declare -A limits=([bench-gpt2]=200 [backend]=90 [test-gpu]=180 [bench-1.3b]=240 [mtc-1.3b]=90 [sanitize]=150)
+run_step() {
+  case "$1" in
+  bench-gpt2) MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
+  backend)
+    MT_REQUIRE_GPU=1 MT_TEST_PLANS="$here/plans/cuda_backend_test" "$here/bin/cuda_backend_test" \
+      >"$logs/cuda_backend_test.log" 2>&1
+    local status=$?
+    # What failed, with the lines that say why.
+    grep -E -B1 -A12 '^\[  FAILED  \]|Failure$' "$logs/cuda_backend_test.log" | head -200
+    grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$logs/cuda_backend_test.log"
+    return $status
+    ;;
+  test-gpu) LOGS="$logs/test-gpu" bash "$here/test-gpu.sh" ;;
+  bench-1.3b) MT_BENCH_MODELS=gpt3-1.3b bash "$here/bench/gpu.sh" 20 ;;
+  mtc-1.3b)
+    python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 &&
+      MT_CUDA_ATTENTION=cudnn "$here/bin/mtrun" "$here/plans/bench/gpt3-1.3b.mtp" --backend cuda \
+        --data "$logs/tokens" --steps 20 --log-every 10 --lr 1e-4 &&
+      MT_CUDA_ATTENTION=cudnn "$here/bin/mtrun" "$here/plans/bench/gpt3-1.3b.mtp" --backend cuda \
+        --data "$logs/tokens" --steps 6 --log-every 6 --lr 1e-4 --profile
+    ;;
+  sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
+  *) echo "session.sh: no step $1" >&2; return 2 ;;
+  esac
+}
+nvidia-smi >"$out/session.log" 2>&1
+say "commit $(cat "$here/COMMIT"), budget $budget s, steps ${steps[*]}"
+for name in "${steps[@]}"; do
+  limit=${limits[$name]:-60} left=$((budget - SECONDS))
   ((left < limit)) && limit=$left
   if ((limit < 20)); then
     say "$name: not run, $left s of the budget left"
-    return
+    continue
   fi
-  local began=$SECONDS
-  timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+  began=$SECONDS
+  # In a subshell under timeout: a step that hangs costs its limit, not the lease.
+  export -f run_step
+  export here logs
+  timeout -k 5 "$limit" bash -c "run_step $name" >"$out/$name.log" 2>&1
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
-}
-nvidia-smi >"$out/session.log" 2>&1
-say "commit $(cat "$here/COMMIT"), budget $budget s"
-step bench-gpt2 200 env MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20
-step test-gpu 180 env LOGS="$logs/test-gpu" bash "$here/test-gpu.sh"
-step bench-1.3b 240 env MT_BENCH_MODELS=gpt3-1.3b bash "$here/bench/gpu.sh" 20
-step sanitize 150 env LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only
-tar czf "$out/logs.tgz" -C "$logs" . 2>/dev/null
+done
+(cd "$logs" && find . -name '*.log' -o -name '*.metrics' | tar czf "$out/logs.tgz" -T -) 2>/dev/null

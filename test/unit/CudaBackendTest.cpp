@@ -37,6 +37,7 @@
 #include <regex>
 #include <sys/stat.h>
 #include <tuple>
+#include <utility>
 
 namespace mt {
 namespace {
@@ -109,6 +110,23 @@ std::vector<Case> cases() {
               ", tensor<?x?xi32>) -> tensor<f32>");
   for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
     all.push_back({{"column_sums", columnSums, "", 601, 70}, p});
+  // Norms whose rows a team of warps holds in registers (Norms.cuh), each norm's input
+  // gradient added to the residual stream's in its kernel (norm_grad_add's model, wider):
+  // one warp of one quad and of six (rows of 128, 768), two warps of eight (2048), four of
+  // five (2560); 6 rows, so the last block of four one-warp rows is part empty; and 200,
+  // which no team holds (a block per row).
+  for (const test::OpCase &op : test::opCases())
+    if (op.name == "norm_grad_add")
+      for (int h : {128, 768, 2048, 2560, 200}) {
+        std::string mlir = op.mlir;
+        const std::string width = std::to_string(h);
+        for (auto [from, to] : {std::pair<std::string, std::string>{"x5xf32", "x" + width + "xf32"},
+                                {"<5xf32>", "<" + width + "xf32>"}})
+          for (size_t at = 0; (at = mlir.find(from, at)) != std::string::npos; at += to.size())
+            mlir.replace(at, from.size(), to);
+        for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
+          all.push_back({{"norm_rows_" + width, mlir, "", 3, h}, p});
+      }
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});

@@ -51,12 +51,12 @@ constexpr const char *kUsage = R"(usage:
                             first copies its part to host memory); committed once every
                             rank's write has ended, at the latest by the next save or
                             the end of training
-  --log-every K             progress line every K steps (Megatron: --log-interval)
+  --log-every K             progress line every K steps (Megatron: --log-interval), its
+                            tok/s over the steps since the line before
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --tensorboard-dir DIR     TensorBoard event files in DIR (`tensorboard --logdir DIR`):
                             per step lm loss, learning-rate, grad-norm, loss-scale (fp16)
-                            as Megatron tags them, and tokens-per-second (the run's mean
-                            so far, as the log line's tok/s)
+                            as Megatron tags them, and tokens-per-second (the step's own)
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and

@@ -75,6 +75,53 @@ template <typename T> __device__ __forceinline__ float roundTo(float v) {
   return static_cast<float>(static_cast<T>(v));
 }
 
+/// Four consecutive elements as one access (8 bytes in 16 bits, 16 in f32, 4 of a mask):
+/// what a bandwidth-bound kernel's thread moves at once. A tensor's quads start at its
+/// first element; where its pointer is not aligned to them, or at a last quad of fewer
+/// than four, the elements are accessed one by one.
+template <typename T> struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+template <typename T> __host__ __device__ inline bool quadAligned(const T *p) {
+  return reinterpret_cast<uintptr_t>(p) % sizeof(Quad<T>) == 0;
+}
+/// Whether every pointer given (null ones aside) is aligned for quad accesses.
+template <typename... P> __host__ __device__ bool quadsAligned(const P *...p) {
+  return ((!p || quadAligned(p)) && ...);
+}
+__host__ __device__ inline int64_t quadsOf(int64_t n) { return (n + 3) / 4; }
+/// How many of the quad at element i (a multiple of 4) of n elements there are.
+__device__ __forceinline__ int quadCount(int64_t n, int64_t i) {
+  return n - i < 4 ? static_cast<int>(n - i) : 4;
+}
+/// Elements [i, i + count) into v (as floats, or as bytes for a mask): one access where
+/// `vector` (every pointer the kernel reads or writes by quads is aligned) and count is 4.
+template <typename T, typename V>
+__device__ __forceinline__ void loadQuad(const T *p, int64_t i, int count, bool vector,
+                                         V (&v)[4]) {
+  if (vector && count == 4) {
+    const Quad<T> q = *reinterpret_cast<const Quad<T> *>(p + i);
+    for (int k = 0; k < 4; ++k)
+      v[k] = static_cast<V>(q.v[k]);
+  } else {
+    for (int k = 0; k < count; ++k)
+      v[k] = static_cast<V>(p[i + k]);
+  }
+}
+template <typename T, typename V>
+__device__ __forceinline__ void storeQuad(T *p, int64_t i, int count, bool vector,
+                                          const V (&v)[4]) {
+  if (vector && count == 4) {
+    Quad<T> q;
+    for (int k = 0; k < 4; ++k)
+      q.v[k] = static_cast<T>(v[k]);
+    *reinterpret_cast<Quad<T> *>(p + i) = q;
+  } else {
+    for (int k = 0; k < count; ++k)
+      p[i + k] = static_cast<T>(v[k]);
+  }
+}
+
 __device__ __forceinline__ int64_t indexAt(const void *ids, bool wide, int64_t i) {
   return wide ? static_cast<const int64_t *>(ids)[i] : static_cast<const int32_t *>(ids)[i];
 }

@@ -10,19 +10,31 @@
 namespace mt {
 namespace {
 
+// Each thread takes four consecutive elements: one Philox block serves the four
+// (rng::DropoutMask), and they move as one access where `vector` (quadsAligned).
+
 /// Reads x, writes out = x·keep/(1 − rate) and, when given, the keep mask (one byte per
 /// element): the mask is drawn and applied in one pass.
 template <typename T>
 __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, double rate,
-                              uint32_t stream, ShardMap shard, const StepCounters *counters) {
+                              uint32_t stream, ShardMap shard, const StepCounters *counters,
+                              bool vector) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
   const StepCounters c = *counters;
-  GRID_STRIDE(i, n) {
-    const bool keep = rate == 0 ||
-                      rng::dropoutKeeps(c.seed, c.step, c.microBatch, stream, shard.global(i), rate);
-    st(out, i, keep ? ld(x, i) * scale : 0.f);
+  rng::DropoutMask draw(c.seed, c.step, c.microBatch, stream, rate);
+  GRID_STRIDE(q, quadsOf(n)) {
+    const int64_t i = 4 * q;
+    const int count = quadCount(n, i);
+    float v[4] = {};
+    uint8_t keep[4] = {};
+    loadQuad(x, i, count, vector, v);
+    for (int k = 0; k < count; ++k) {
+      keep[k] = rate == 0 || draw.keeps(shard.global(i + k));
+      v[k] = keep[k] ? v[k] * scale : 0.f;
+    }
+    storeQuad(out, i, count, vector, v);
     if (mask)
-      mask[i] = keep;
+      storeQuad(mask, i, count, vector, keep);
   }
 }
 
@@ -31,51 +43,74 @@ __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, doub
 /// kernels store it, so the sum has the three's bits.
 template <typename T>
 __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bias, int64_t cols,
-                                     T *out, uint8_t *mask, int64_t n, double rate,
-                                     uint32_t stream, ShardMap shard,
-                                     const StepCounters *counters) {
+                                     T *out, uint8_t *mask, int64_t n, double rate, uint32_t stream,
+                                     ShardMap shard, const StepCounters *counters, bool vector) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
   const StepCounters c = *counters;
+  rng::DropoutMask draw(c.seed, c.step, c.microBatch, stream, rate);
   // Each product and sum rounded on its own (no contraction into a fused multiply-add),
   // as the separate kernels compute them.
-  GRID_STRIDE(i, n) {
-    float v = ld(x, i);
-    if (bias)
-      v = roundTo<T>(__fadd_rn(v, ld(bias, i % cols)));
-    const bool keep = rate == 0 ||
-                      rng::dropoutKeeps(c.seed, c.step, c.microBatch, stream, shard.global(i), rate);
-    st(out, i, __fadd_rn(ld(residual, i), roundTo<T>(keep ? __fmul_rn(v, scale) : 0.f)));
+  GRID_STRIDE(q, quadsOf(n)) {
+    const int64_t i = 4 * q;
+    const int count = quadCount(n, i);
+    float v[4] = {}, r[4] = {};
+    uint8_t keep[4] = {};
+    loadQuad(x, i, count, vector, v);
+    loadQuad(residual, i, count, vector, r);
+    int64_t column = bias ? i % cols : 0;
+    for (int k = 0; k < count; ++k) {
+      if (bias) {
+        v[k] = roundTo<T>(__fadd_rn(v[k], ld(bias, column)));
+        column = column + 1 == cols ? 0 : column + 1;
+      }
+      keep[k] = rate == 0 || draw.keeps(shard.global(i + k));
+      v[k] = __fadd_rn(r[k], roundTo<T>(keep[k] ? __fmul_rn(v[k], scale) : 0.f));
+    }
+    storeQuad(out, i, count, vector, v);
     if (mask)
-      mask[i] = keep;
+      storeQuad(mask, i, count, vector, keep);
   }
 }
 
 /// Reads dy and the saved mask, writes dx = dy·mask·scale.
 template <typename T>
-__global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, T *dx, int64_t n,
-                                  float scale) {
-  GRID_STRIDE(i, n) st(dx, i, mask[i] ? ld(dy, i) * scale : 0.f);
+__global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, T *dx, int64_t n, float scale,
+                                  bool vector) {
+  GRID_STRIDE(q, quadsOf(n)) {
+    const int64_t i = 4 * q;
+    const int count = quadCount(n, i);
+    float v[4] = {};
+    uint8_t keep[4] = {};
+    loadQuad(dy, i, count, vector, v);
+    loadQuad(mask, i, count, vector, keep);
+    for (int k = 0; k < count; ++k)
+      v[k] = keep[k] ? v[k] * scale : 0.f;
+    storeQuad(dx, i, count, vector, v);
+  }
 }
 
 template <typename T>
 void launchDropout(const T *x, T *out, uint8_t *mask, int64_t n, double rate, uint32_t rngStream,
                    ShardMap shard, const StepCounters *c, cudaStream_t stream) {
-  dropoutKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, out, mask, n, rate, rngStream, shard,
-                                                       c);
+  const bool vector = quadsAligned(x, out, mask);
+  dropoutKernel<<<blocksFor(quadsOf(n)), kThreads, 0, stream>>>(x, out, mask, n, rate, rngStream,
+                                                                shard, c, vector);
 }
 
 template <typename T>
 void launchBiasDropoutAdd(const T *x, const T *residual, const T *bias, int64_t cols, T *out,
-                          uint8_t *mask, int64_t n, double rate, uint32_t rngStream,
-                          ShardMap shard, const StepCounters *c, cudaStream_t stream) {
-  biasDropoutAddKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, residual, bias, cols, out, mask,
-                                                              n, rate, rngStream, shard, c);
+                          uint8_t *mask, int64_t n, double rate, uint32_t rngStream, ShardMap shard,
+                          const StepCounters *c, cudaStream_t stream) {
+  const bool vector = quadsAligned(x, residual, out, mask);
+  biasDropoutAddKernel<<<blocksFor(quadsOf(n)), kThreads, 0, stream>>>(
+      x, residual, bias, cols, out, mask, n, rate, rngStream, shard, c, vector);
 }
 
 template <typename T>
 void launchDropoutGrad(const T *dy, const uint8_t *mask, T *dx, int64_t n, float scale,
                        cudaStream_t stream) {
-  dropoutGradKernel<<<blocksFor(n), kThreads, 0, stream>>>(dy, mask, dx, n, scale);
+  const bool vector = quadsAligned(dy, mask, dx);
+  dropoutGradKernel<<<blocksFor(quadsOf(n)), kThreads, 0, stream>>>(dy, mask, dx, n, scale, vector);
 }
 
 } // namespace

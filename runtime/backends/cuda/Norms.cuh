@@ -1,4 +1,5 @@
-// Layer and RMS normalisation, forward and backward: one block per row, the row's
+// Layer and RMS normalisation, forward and backward: rows held in registers by a team of
+// warps where the row's length allows (below), else one block per row with the row's
 // moments through the block reduction of Common.cuh; the weight and bias gradients as
 // column sums (ColumnSums.cuh).
 #ifndef MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
@@ -10,10 +11,245 @@
 namespace mt {
 namespace {
 
+//===----------------------------------------------------------------------===//
+// Rows held in registers: a team of W warps holds a row of h = 128·Q·W elements, each
+// thread Q quads of it (thread t's quad q starts at element 4·(t + 32·W·q), so a warp
+// reads 32 adjacent quads at once), for Q ≤ 8 and W a power of two up to 32: GPT-2's
+// 768 is one warp of six quads, 2048 two warps of eight. The row is read once and its
+// sums are warp shuffles, then (W > 1) the W warps' sums added in order through shared
+// memory: every thread gets the same bits. A one-warp team takes four rows per block, a
+// larger team a block of its own. Which kernel a norm runs depends on h alone, so a
+// fused norm and its unfused pair run the same one.
+//===----------------------------------------------------------------------===//
+
+struct RowTeam {
+  int warps = 1;
+  __host__ __device__ int threads() const { return 32 * warps; }
+  __host__ __device__ int rowsPerBlock() const { return warps == 1 ? 4 : 1; }
+};
+
+/// Q for rows of h elements, with `team` their team, or 0 where the block-per-row
+/// kernels run.
+inline int rowQuads(int64_t h, RowTeam &team) {
+  for (int warps = 1; warps <= 32; warps *= 2)
+    if (h % (128 * warps) == 0 && h / (128 * warps) <= 8) {
+      team.warps = warps;
+      return static_cast<int>(h / (128 * warps));
+    }
+  return 0;
+}
+
+/// f(std::integral_constant<int, quads>), for quads from Q to 8.
+template <int Q = 1, typename F> void withQuads(int quads, F &&f) {
+  if constexpr (Q <= 8) {
+    if (quads == Q)
+      f(std::integral_constant<int, Q>{});
+    else
+      withQuads<Q + 1>(quads, f);
+  }
+}
+
+/// launch(std::integral_constant<int, Q>, grid, block, team) for rows of h elements held
+/// in registers: false where h has no such shape.
+template <typename Launch> bool launchRows(int64_t rows, int64_t h, Launch &&launch) {
+  RowTeam team;
+  const int quads = rowQuads(h, team);
+  if (quads == 0)
+    return false;
+  const dim3 grid(static_cast<unsigned>((rows + team.rowsPerBlock() - 1) / team.rowsPerBlock())),
+      block(static_cast<unsigned>(team.threads() * team.rowsPerBlock()));
+  withQuads(quads, [&](auto q) { launch(q, grid, block, team); });
+  return true;
+}
+
+/// The team's row (from blockIdx.x), or -1 past the last: the whole team leaves together.
+__device__ __forceinline__ int64_t teamRow(RowTeam team, int64_t rows) {
+  const int64_t r = blockIdx.x * int64_t{team.rowsPerBlock()} + threadIdx.x / team.threads();
+  return r < rows ? r : -1;
+}
+
+/// This thread's quads of `row` into v, or from v.
+template <int Q, typename T>
+__device__ __forceinline__ void loadRow(const T *row, RowTeam team, bool vector, float (&v)[Q][4]) {
+  const int t = threadIdx.x % team.threads();
+  for (int q = 0; q < Q; ++q)
+    loadQuad(row, 4 * (t + team.threads() * q), 4, vector, v[q]);
+}
+template <int Q, typename T>
+__device__ __forceinline__ void storeRow(T *row, RowTeam team, bool vector,
+                                         const float (&v)[Q][4]) {
+  const int t = threadIdx.x % team.threads();
+  for (int q = 0; q < Q; ++q)
+    storeQuad(row, 4 * (t + team.threads() * q), 4, vector, v[q]);
+}
+
+/// Σ v over the team; `shared` holds 32 floats.
+__device__ __forceinline__ float teamSum(float v, RowTeam team, float *shared) {
+  v = warpSum(v);
+  if (team.warps == 1)
+    return v;
+  if ((threadIdx.x & 31) == 0)
+    shared[threadIdx.x / 32] = v;
+  __syncthreads();
+  float sum = 0;
+  for (int w = 0; w < team.warps; ++w)
+    sum += shared[w];
+  __syncthreads(); // read by all before it is written again
+  return sum;
+}
+
+/// Σ of the thread's values v[q][k]·u[q][k] (u = v where not given), over the team.
+template <int Q>
+__device__ __forceinline__ float rowSum(const float (&v)[Q][4], RowTeam team, float *shared) {
+  float sum = 0;
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      sum += v[q][k];
+  return teamSum(sum, team, shared);
+}
+
+/// The row's mean and 1/sqrt(variance + eps), in two passes over the registers.
+template <int Q>
+__device__ __forceinline__ void rowMoments(const float (&x)[Q][4], RowTeam team, float eps,
+                                           float *shared, float &mean, float &rstd) {
+  const float h = 128.f * Q * team.warps;
+  mean = rowSum(x, team, shared) / h;
+  float sq = 0;
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      sq += (x[q][k] - mean) * (x[q][k] - mean);
+  rstd = rsqrtf(teamSum(sq, team, shared) / h + eps);
+}
+
+/// The row's 1/sqrt(mean(x²) + eps).
+template <int Q>
+__device__ __forceinline__ float rowRms(const float (&x)[Q][4], RowTeam team, float eps,
+                                        float *shared) {
+  float sq = 0;
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      sq += x[q][k] * x[q][k];
+  return rsqrtf(teamSum(sq, team, shared) / (128.f * Q * team.warps) + eps);
+}
+
+/// out = (x − mean)·rstd·w + b, a row per team.
+template <int Q, typename T>
+__global__ void layerNormRowsKernel(const T *x, const T *w, const T *b, T *out, int64_t rows,
+                                    float eps, RowTeam team, bool vector) {
+  __shared__ float shared[32];
+  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
+  if (r < 0)
+    return;
+  float v[Q][4], wv[Q][4], bv[Q][4];
+  loadRow(x + r * h, team, vector, v);
+  loadRow(w, team, vector, wv);
+  loadRow(b, team, vector, bv);
+  float mean, rstd;
+  rowMoments(v, team, eps, shared, mean, rstd);
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      v[q][k] = (v[q][k] - mean) * rstd * wv[q][k] + bv[q][k];
+  storeRow(out + r * h, team, vector, v);
+}
+
+/// The input gradient v, rounded to T as stored; with the residual stream's gradient,
+/// added to it as the add kernel does (storeInputGrad, by rows).
+template <int Q, typename T>
+__device__ __forceinline__ void storeRowInputGrad(T *dx, const T *residual, RowTeam team,
+                                                  bool vector, float (&v)[Q][4]) {
+  if (residual) {
+    float rv[Q][4];
+    loadRow(residual, team, vector, rv);
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        v[q][k] = __fadd_rn(rv[q][k], roundTo<T>(v[q][k]));
+  }
+  storeRow(dx, team, vector, v);
+}
+
+/// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), a row per team; keeps the row's
+/// mean and rstd for the column sums.
+template <int Q, typename T>
+__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
+                                        T *dx, float2 *moments, int64_t rows, float eps,
+                                        RowTeam team, bool vector) {
+  __shared__ float shared[32];
+  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
+  if (r < 0)
+    return;
+  float xv[Q][4], g[Q][4], wv[Q][4];
+  loadRow(x + r * h, team, vector, xv);
+  loadRow(dy + r * h, team, vector, g);
+  loadRow(w, team, vector, wv);
+  float mean, rstd;
+  rowMoments(xv, team, eps, shared, mean, rstd);
+  float sumG = 0, sumGX = 0;
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k) {
+      xv[q][k] = (xv[q][k] - mean) * rstd; // x̂
+      g[q][k] *= wv[q][k];                 // dy·w
+      sumG += g[q][k];
+      sumGX += g[q][k] * xv[q][k];
+    }
+  const float meanG = teamSum(sumG, team, shared) / static_cast<float>(h),
+              meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      g[q][k] = rstd * (g[q][k] - meanG - xv[q][k] * meanGX);
+  storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
+  if (threadIdx.x % team.threads() == 0)
+    moments[r] = make_float2(mean, rstd);
+}
+
+/// out = x·rstd·w, a row per team.
+template <int Q, typename T>
+__global__ void rmsNormRowsKernel(const T *x, const T *w, T *out, int64_t rows, float eps,
+                                  RowTeam team, bool vector) {
+  __shared__ float shared[32];
+  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
+  if (r < 0)
+    return;
+  float v[Q][4], wv[Q][4];
+  loadRow(x + r * h, team, vector, v);
+  loadRow(w, team, vector, wv);
+  const float rstd = rowRms(v, team, eps, shared);
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      v[q][k] = v[q][k] * rstd * wv[q][k];
+  storeRow(out + r * h, team, vector, v);
+}
+
+/// dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd)), a row per team; keeps the row's rstd.
+template <int Q, typename T>
+__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual, T *dx,
+                                      float *rstds, int64_t rows, float eps, RowTeam team,
+                                      bool vector) {
+  __shared__ float shared[32];
+  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
+  if (r < 0)
+    return;
+  float xv[Q][4], g[Q][4], wv[Q][4];
+  loadRow(x + r * h, team, vector, xv);
+  loadRow(dy + r * h, team, vector, g);
+  loadRow(w, team, vector, wv);
+  const float rstd = rowRms(xv, team, eps, shared);
+  float sumGX = 0;
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      sumGX += g[q][k] * wv[q][k] * xv[q][k] * rstd;
+  const float meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      g[q][k] = rstd * (g[q][k] * wv[q][k] - xv[q][k] * rstd * meanGX);
+  storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
+  if (threadIdx.x % team.threads() == 0)
+    rstds[r] = rstd;
+}
+
 /// The whole block's mean and 1/sqrt(variance + eps) of the row x[0, h), in two passes.
 template <typename T>
-__device__ void rowMoments(const T *x, int64_t h, float eps, float &mean, float &rstd,
-                           float *shared) {
+__device__ void blockRowMoments(const T *x, int64_t h, float eps, float &mean, float &rstd,
+                                float *shared) {
   float sum = 0;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
     sum += ld(x, j);
@@ -28,12 +264,12 @@ __device__ void rowMoments(const T *x, int64_t h, float eps, float &mean, float 
 
 /// One block per row: reads x, w and b, writes out = (x − mean)·rstd·w + b.
 template <typename T>
-__global__ void layerNormKernel(const T *x, const T *w, const T *b, T *out, int64_t h,
-                                float eps) {
+__global__ void layerNormBlockKernel(const T *x, const T *w, const T *b, T *out, int64_t h,
+                                     float eps) {
   __shared__ float shared[32];
   const T *xr = x + blockIdx.x * h;
   float mean, rstd;
-  rowMoments(xr, h, eps, mean, rstd, shared);
+  blockRowMoments(xr, h, eps, mean, rstd, shared);
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
     st(out, blockIdx.x * h + j, (ld(xr, j) - mean) * rstd * ld(w, j) + ld(b, j));
 }
@@ -49,13 +285,13 @@ __device__ __forceinline__ void storeInputGrad(T *dx, const T *residual, int64_t
 /// given), writes dx (the row's moments recomputed rather than saved by the forward);
 /// the row's mean and rstd are kept for the column sums of dw and db.
 template <typename T>
-__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
-                                        T *dx, float2 *moments, int64_t h, float eps) {
+__global__ void layerNormGradBlockKernel(const T *dy, const T *x, const T *w, const T *residual,
+                                         T *dx, float2 *moments, int64_t h, float eps) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *xr = x + r * h, *g = dy + r * h;
   float mean, rstd;
-  rowMoments(xr, h, eps, mean, rstd, shared);
+  blockRowMoments(xr, h, eps, mean, rstd, shared);
   float sumG = 0, sumGX = 0;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x) {
     const float gw = ld(g, j) * ld(w, j), xhat = (ld(xr, j) - mean) * rstd;
@@ -87,7 +323,7 @@ template <typename T> struct LayerNormGradTerms {
 
 /// The whole block's 1/sqrt(mean(x²) + eps) of the row x[0, h).
 template <typename T>
-__device__ float rowRms(const T *x, int64_t h, float eps, float *shared) {
+__device__ float blockRowRms(const T *x, int64_t h, float eps, float *shared) {
   float sq = 0;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
     sq += ld(x, j) * ld(x, j);
@@ -96,10 +332,10 @@ __device__ float rowRms(const T *x, int64_t h, float eps, float *shared) {
 
 /// One block per row: reads x and w, writes out = x·rstd·w.
 template <typename T>
-__global__ void rmsNormKernel(const T *x, const T *w, T *out, int64_t h, float eps) {
+__global__ void rmsNormBlockKernel(const T *x, const T *w, T *out, int64_t h, float eps) {
   __shared__ float shared[32];
   const T *xr = x + blockIdx.x * h;
-  const float rstd = rowRms(xr, h, eps, shared);
+  const float rstd = blockRowRms(xr, h, eps, shared);
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
     st(out, blockIdx.x * h + j, ld(xr, j) * rstd * ld(w, j));
 }
@@ -107,12 +343,12 @@ __global__ void rmsNormKernel(const T *x, const T *w, T *out, int64_t h, float e
 /// One block per row: reads dy, x and w, writes dx = rstd·(g − x̂·mean(g·x̂)) with
 /// g = dy·w; keeps the row's rstd for the column sums of dw.
 template <typename T>
-__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
-                                      T *dx, float *rstds, int64_t h, float eps) {
+__global__ void rmsNormGradBlockKernel(const T *dy, const T *x, const T *w, const T *residual,
+                                       T *dx, float *rstds, int64_t h, float eps) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const T *xr = x + r * h, *g = dy + r * h;
-  const float rstd = rowRms(xr, h, eps, shared);
+  const float rstd = blockRowRms(xr, h, eps, shared);
   float sumGX = 0;
   for (int64_t j = threadIdx.x; j < h; j += blockDim.x)
     sumGX += ld(g, j) * ld(w, j) * ld(xr, j) * rstd;
@@ -134,50 +370,66 @@ template <typename T> struct RmsNormGradTerm {
   }
 };
 
+
 template <typename T>
 void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, float eps,
                    cudaStream_t stream) {
-  rmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, out, h, eps);
+  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
+        rmsNormRowsKernel<decltype(q)::value>
+            <<<grid, block, 0, stream>>>(x, w, out, rows, eps, team, quadsAligned(x, w, out));
+      }))
+    rmsNormBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, out, h, eps);
 }
 
 template <typename T>
 void launchRmsNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
-                           float *rstds, int64_t rows, int64_t h, float eps,
-                           cudaStream_t stream) {
-  rmsNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      dy, x, w, residual, dx, rstds, h, eps);
+                           float *rstds, int64_t rows, int64_t h, float eps, cudaStream_t stream) {
+  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
+        rmsNormGradRowsKernel<decltype(q)::value><<<grid, block, 0, stream>>>(
+            dy, x, w, residual, dx, rstds, rows, eps, team, quadsAligned(dy, x, w, residual, dx));
+      }))
+    rmsNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, residual,
+                                                                                 dx, rstds, h, eps);
 }
 
 /// dw = Σ over rows of dy·x·rstd (dw += it with `accumulate`); `partials` holds
 /// columnSumScratchBytes(1, rows, h).
 template <typename T, typename Out>
-void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *dw,
-                              int64_t rows, int64_t h, float *partials, bool accumulate,
-                              cudaStream_t stream) {
+void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *dw, int64_t rows,
+                              int64_t h, float *partials, bool accumulate, cudaStream_t stream) {
   launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, partials, dw,
                       static_cast<Out *>(nullptr), accumulate, stream);
 }
 
 template <typename T>
-void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, int64_t h,
-                     float eps, cudaStream_t stream) {
-  layerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, b, out, h, eps);
+void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, int64_t h, float eps,
+                     cudaStream_t stream) {
+  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
+        layerNormRowsKernel<decltype(q)::value>
+            <<<grid, block, 0, stream>>>(x, w, b, out, rows, eps, team, quadsAligned(x, w, b, out));
+      }))
+    layerNormBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, b, out, h,
+                                                                               eps);
 }
 
 template <typename T>
 void launchLayerNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
                              float2 *moments, int64_t rows, int64_t h, float eps,
                              cudaStream_t stream) {
-  layerNormGradRowsKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      dy, x, w, residual, dx, moments, h, eps);
+  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
+        layerNormGradRowsKernel<decltype(q)::value><<<grid, block, 0, stream>>>(
+            dy, x, w, residual, dx, moments, rows, eps, team, quadsAligned(dy, x, w, residual, dx));
+      }))
+    layerNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        dy, x, w, residual, dx, moments, h, eps);
 }
 
 /// dw = Σ over rows of dy·x̂, db = Σ dy (each added with `accumulate`); `partials` holds
 /// columnSumScratchBytes(2, rows, h).
 template <typename T, typename Out>
-void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, Out *dw,
-                                Out *db, int64_t rows, int64_t h, float *partials,
-                                bool accumulate, cudaStream_t stream) {
+void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, Out *dw, Out *db,
+                                int64_t rows, int64_t h, float *partials, bool accumulate,
+                                cudaStream_t stream) {
   launchColumnSums<2>(LayerNormGradTerms<T>{dy, x, moments, h}, rows, h, partials, dw, db,
                       accumulate, stream);
 }

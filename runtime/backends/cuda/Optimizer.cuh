@@ -40,16 +40,29 @@ void appendChunks(std::vector<Chunk> &chunks, int64_t n, F &&make) {
 }
 
 /// Block b updates chunk b in place: the moments and the decoupled weight decay in one
-/// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay).
+/// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay). A
+/// thread takes four consecutive elements, each array's four in one access where the
+/// chunk's arrays are all aligned to them (a parameter may start anywhere in the store).
 __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, double c2) {
   const AdamWChunk c = chunks[blockIdx.x];
   a.weightDecay = c.weightDecay;
-  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x) {
-    double mi = c.m[i], vi = c.v[i];
-    const double wi = a.update(c.w[i], c.g[i], mi, vi, c1, c2);
-    c.m[i] = static_cast<float>(mi);
-    c.v[i] = static_cast<float>(vi);
-    c.w[i] = static_cast<float>(wi);
+  const bool vector = quadsAligned(c.w, c.g, c.m, c.v);
+  for (int64_t i = 4 * threadIdx.x; i < c.n; i += 4 * blockDim.x) {
+    const int count = quadCount(c.n, i);
+    float w[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
+    loadQuad(c.w, i, count, vector, w);
+    loadQuad(c.g, i, count, vector, g);
+    loadQuad(c.m, i, count, vector, m);
+    loadQuad(c.v, i, count, vector, v);
+    for (int k = 0; k < count; ++k) {
+      double mk = m[k], vk = v[k];
+      w[k] = static_cast<float>(a.update(w[k], g[k], mk, vk, c1, c2));
+      m[k] = static_cast<float>(mk);
+      v[k] = static_cast<float>(vk);
+    }
+    storeQuad(c.w, i, count, vector, w);
+    storeQuad(c.m, i, count, vector, m);
+    storeQuad(c.v, i, count, vector, v);
   }
 }
 
@@ -58,9 +71,15 @@ __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, do
 __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) {
   __shared__ double shared[kThreads];
   const SquaresChunk c = chunks[blockIdx.x];
+  const bool vector = quadsAligned(c.x);
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < c.n; i += blockDim.x)
-    acc += static_cast<double>(c.x[i]) * c.x[i];
+  for (int64_t i = 4 * threadIdx.x; i < c.n; i += 4 * blockDim.x) {
+    const int count = quadCount(c.n, i);
+    float x[4] = {};
+    loadQuad(c.x, i, count, vector, x);
+    for (int k = 0; k < count; ++k)
+      acc += static_cast<double>(x[k]) * x[k];
+  }
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
@@ -75,7 +94,7 @@ __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) 
 inline void launchAdamw(const AdamWChunk *chunks, size_t count, const AdamWStep &a,
                         cudaStream_t stream) {
   adamwKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(chunks, a, a.correction1(),
-                                                                      a.correction2());
+                                                                     a.correction2());
 }
 
 inline void launchSumOfSquares(const SquaresChunk *chunks, size_t count, double *partial,
