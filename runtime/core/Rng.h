@@ -44,7 +44,12 @@ MT_HOST_DEVICE inline Philox::ctr_type dropoutBlock(uint64_t seed, uint32_t step
 /// micro-batch `microBatch` of `step`. One Philox block serves four elements.
 MT_HOST_DEVICE inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t microBatch,
                                         uint32_t stream, uint64_t index, double rate) {
-  return uniform24(dropoutBlock(seed, step, microBatch, stream, index).v[index & 3]) >= rate;
+  const Philox::ctr_type words = dropoutBlock(seed, step, microBatch, stream, index);
+  // Chosen by comparisons, not by indexing with a variable, which would put the block
+  // in a GPU thread's local memory.
+  const uint32_t j = index & 3;
+  return uniform24(j == 0 ? words.v[0] : j == 1 ? words.v[1] : j == 2 ? words.v[2] : words.v[3]) >=
+         rate;
 }
 
 /// dropoutKeeps over runs of consecutive indices: one Philox block serves four of them,

@@ -209,6 +209,15 @@ private:
 };
 
 Status Run::start() {
+  std::vector<TrainerConfig::StartStage> stages = config_.startStages;
+  // Each stage ends when the device has done its work, not when its kernels are queued.
+  auto ended = [&](std::string what) {
+    if (!config_.launched || !log_)
+      return Status::success();
+    MT_TRY(executor_.backend().finish());
+    stages.push_back({std::move(what), std::chrono::steady_clock::now()});
+    return Status::success();
+  };
   MT_TRY(IndexedDataset::open(config_.dataPrefix, dataset_));
   stream_ = std::make_unique<TokenStream>(dataset_, seq_, config_.seed);
   MT_TRY(stream_->checkVocabulary(plan_.vocab_size()));
@@ -216,17 +225,19 @@ Status Run::start() {
   state_.seed = config_.seed;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
-  const auto weightsStarted = std::chrono::steady_clock::now();
+  MT_TRY(ended("the data and the optimizer's state"));
   MT_TRY(loadOrInitialise(resumed_));
+  MT_TRY(ended(resumed_ ? "loading the weights" : "initialising the weights"));
   if (config_.launched && log_) {
-    // The weights are ready when the device says so, not when their kernels are queued.
-    MT_TRY(executor_.backend().finish());
-    const auto now = std::chrono::steady_clock::now();
-    std::fprintf(log_,
-                 "start-up: %.2f s from launch to the first step, %.2f s of it %s the weights\n",
-                 std::chrono::duration<double>(now - *config_.launched).count(),
-                 std::chrono::duration<double>(now - weightsStarted).count(),
-                 resumed_ ? "loading" : "initialising");
+    std::fprintf(log_, "start-up: %.2f s from launch to the first step:",
+                 std::chrono::duration<double>(stages.back().ended - *config_.launched).count());
+    auto from = *config_.launched;
+    for (const TrainerConfig::StartStage &stage : stages) {
+      std::fprintf(log_, "%s %s %.2f s", &stage == stages.data() ? "" : ",", stage.what.c_str(),
+                   std::chrono::duration<double>(stage.ended - from).count());
+      from = stage.ended;
+    }
+    std::fprintf(log_, "\n");
   }
   loadedStep_ = firstStep_ = state_.step;
   // Saves, and on the first rank a line of what each cost once it is committed.

@@ -12,6 +12,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -31,9 +32,16 @@ struct TrainerConfig {
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
   LossScaler lossScaler; // fp16 plans: the first scale and the scaler's settings
-  /// When the process started (mtrun sets it): the log says how long it took to reach
-  /// the first step, and how much of that went to initialising or loading the weights.
+  /// When the process started, and when each stage of its start-up before training
+  /// ended (mtrun sets them): the log says how long it took to reach the first step, and
+  /// where the time went (those stages, then the data and the optimizer's state, and
+  /// initialising or loading the weights).
   std::optional<std::chrono::steady_clock::time_point> launched;
+  struct StartStage {
+    std::string what;
+    std::chrono::steady_clock::time_point ended;
+  };
+  std::vector<StartStage> startStages;
 };
 
 /// One line per logged step; also what tests read.

@@ -341,7 +341,7 @@ bool makeDevices(const std::string &backendName, const mt::plan::Grid &grid, boo
 /// rank takes the whole job down, naming itself, so no rank is left waiting in a
 /// collective.
 int trainHere(const mt::LoadedPlan &plan, mt::Backend &backend, mt::Comm &comm,
-              const mt::TrainerConfig &config, bool underMpi, bool profiled) {
+              mt::TrainerConfig config, bool underMpi, bool profiled) {
   auto fail = [&](const mt::Status &s) -> int {
     if (underMpi)
       mt::abortAll(s.message());
@@ -363,6 +363,9 @@ int trainHere(const mt::LoadedPlan &plan, mt::Backend &backend, mt::Comm &comm,
     std::unique_ptr<mt::Executor> executor;
     if (mt::Status s = mt::Executor::create(plan, backend, comm, {}, executor); !s.ok())
       return fail(s);
+    if (mt::Status s = backend.finish(); !s.ok())
+      return fail(s);
+    config.startStages.push_back({"placing the plan in memory", std::chrono::steady_clock::now()});
     const bool leader = comm.position().worldRank() == 0;
     std::unique_ptr<mt::Profile> profile;
     if (profiled) {
@@ -420,6 +423,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return 1;
   }
+  config.startStages.push_back({"reading the plan", std::chrono::steady_clock::now()});
   // One rank needs no communicator, even under a launcher (srun -n 1 on a node without
   // MPI); several load the MPI plugin.
   const bool underMpi = mt::launchedByMpi() && worldSize() > 1;
@@ -430,5 +434,7 @@ int main(int argc, char **argv) {
   if (!makeDevices(backendName, *plan.plan().grid(), underMpi, config.collectiveTimeout,
                    backend, comm))
     return 1;
-  return trainHere(plan, *backend, *comm, config, underMpi, line.flags.count("profile") > 0);
+  config.startStages.push_back({"starting the device", std::chrono::steady_clock::now()});
+  return trainHere(plan, *backend, *comm, std::move(config), underMpi,
+                   line.flags.count("profile") > 0);
 }

@@ -46,8 +46,8 @@ struct CallSite {
   for (const char *c = at.file; *c; ++c)
     if (*c == '/')
       file = c + 1;
-  throw std::runtime_error(cat("cuda backend: ", what, ": ", reason, " (", file, ":", at.line,
-                               ")"));
+  throw std::runtime_error(
+      cat("cuda backend: ", what, ": ", reason, " (", file, ":", at.line, ")"));
 }
 
 inline void check(cudaError_t code, const char *what, CallSite at = MT_CALL_SITE) {
@@ -79,9 +79,7 @@ template <typename T> __device__ __forceinline__ float roundTo(float v) {
 /// what a bandwidth-bound kernel's thread moves at once. A tensor's quads start at its
 /// first element; where its pointer is not aligned to them, or at a last quad of fewer
 /// than four, the elements are accessed one by one.
-template <typename T> struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
-};
+template <typename T> struct alignas(4 * sizeof(T)) Quad { T v[4]; };
 template <typename T> __host__ __device__ inline bool quadAligned(const T *p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(Quad<T>) == 0;
 }
@@ -94,18 +92,24 @@ __host__ __device__ inline int64_t quadsOf(int64_t n) { return (n + 3) / 4; }
 __device__ __forceinline__ int quadCount(int64_t n, int64_t i) {
   return n - i < 4 ? static_cast<int>(n - i) : 4;
 }
+/// f(k) for k in [0, count), count ≤ 4, each k a constant once unrolled: a quad's arrays
+/// are indexed only by constants, so they stay in registers (an index the compiler cannot
+/// resolve puts the whole array in local memory, several times slower).
+template <typename F> __device__ __forceinline__ void forQuad(int count, F &&f) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (k < count)
+      f(k);
+}
 /// Elements [i, i + count) into v (as floats, or as bytes for a mask): one access where
 /// `vector` (every pointer the kernel reads or writes by quads is aligned) and count is 4.
 template <typename T, typename V>
-__device__ __forceinline__ void loadQuad(const T *p, int64_t i, int count, bool vector,
-                                         V (&v)[4]) {
+__device__ __forceinline__ void loadQuad(const T *p, int64_t i, int count, bool vector, V (&v)[4]) {
   if (vector && count == 4) {
     const Quad<T> q = *reinterpret_cast<const Quad<T> *>(p + i);
-    for (int k = 0; k < 4; ++k)
-      v[k] = static_cast<V>(q.v[k]);
+    forQuad(4, [&](int k) { v[k] = static_cast<V>(q.v[k]); });
   } else {
-    for (int k = 0; k < count; ++k)
-      v[k] = static_cast<V>(p[i + k]);
+    forQuad(count, [&](int k) { v[k] = static_cast<V>(p[i + k]); });
   }
 }
 template <typename T, typename V>
@@ -113,12 +117,10 @@ __device__ __forceinline__ void storeQuad(T *p, int64_t i, int count, bool vecto
                                           const V (&v)[4]) {
   if (vector && count == 4) {
     Quad<T> q;
-    for (int k = 0; k < 4; ++k)
-      q.v[k] = static_cast<T>(v[k]);
+    forQuad(4, [&](int k) { q.v[k] = static_cast<T>(v[k]); });
     *reinterpret_cast<Quad<T> *>(p + i) = q;
   } else {
-    for (int k = 0; k < count; ++k)
-      p[i + k] = static_cast<T>(v[k]);
+    forQuad(count, [&](int k) { p[i + k] = static_cast<T>(v[k]); });
   }
 }
 
@@ -145,8 +147,7 @@ __device__ __forceinline__ float warpSum(float v) { return warpReduce(v, SumOp{}
 /// Reduces v over a block of up to 1024 threads with `op`, through 32 floats of shared
 /// memory; `identity` stands in for the warps the block lacks. Every thread gets the
 /// result.
-template <typename Op>
-__device__ float blockReduce(float v, float *shared, float identity, Op op) {
+template <typename Op> __device__ float blockReduce(float v, float *shared, float identity, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warpReduce(v, op);
   __syncthreads();
@@ -201,8 +202,8 @@ inline unsigned blocksFor(int64_t n) {
   return static_cast<unsigned>(
       std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
 }
-#define GRID_STRIDE(i, n)                                                                      \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);      \
+#define GRID_STRIDE(i, n)                                                                          \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);           \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 /// f(value of the storage type `dtype` names): bf16, f16, or f32 for anything else.

@@ -10,8 +10,28 @@
 namespace mt {
 namespace {
 
-// Each thread takes four consecutive elements: one Philox block serves the four
-// (rng::DropoutMask), and they move as one access where `vector` (quadsAligned).
+// Each thread takes four consecutive elements: one Philox block serves the four, and they
+// move as one access where `vector` (quadsAligned).
+
+/// Whether dropout keeps each element of the quad at element i (count of them), as
+/// rng::dropoutKeeps decides: from one Philox block where the quad's global indices are
+/// one block's four (always, unsharded), else from each element's own block.
+__device__ __forceinline__ void quadKeeps(const StepCounters &c, uint32_t stream, ShardMap shard,
+                                          double rate, int64_t i, int count, uint8_t (&keep)[4]) {
+  if (rate == 0) {
+    forQuad(4, [&](int k) { keep[k] = 1; });
+    return;
+  }
+  const int64_t g = shard.global(i);
+  if (count == 4 && g % 4 == 0 && shard.global(i + 3) == g + 3) { // g..g+3: global() rises
+    const auto words = rng::dropoutBlock(c.seed, c.step, c.microBatch, stream, g);
+    forQuad(4, [&](int k) { keep[k] = rng::uniform24(words.v[k]) >= rate; });
+  } else {
+    forQuad(count, [&](int k) {
+      keep[k] = rng::dropoutKeeps(c.seed, c.step, c.microBatch, stream, shard.global(i + k), rate);
+    });
+  }
+}
 
 /// Reads x, writes out = x·keep/(1 − rate) and, when given, the keep mask (one byte per
 /// element): the mask is drawn and applied in one pass.
@@ -21,17 +41,14 @@ __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, doub
                               bool vector) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
   const StepCounters c = *counters;
-  rng::DropoutMask draw(c.seed, c.step, c.microBatch, stream, rate);
   GRID_STRIDE(q, quadsOf(n)) {
     const int64_t i = 4 * q;
     const int count = quadCount(n, i);
     float v[4] = {};
     uint8_t keep[4] = {};
     loadQuad(x, i, count, vector, v);
-    for (int k = 0; k < count; ++k) {
-      keep[k] = rate == 0 || draw.keeps(shard.global(i + k));
-      v[k] = keep[k] ? v[k] * scale : 0.f;
-    }
+    quadKeeps(c, stream, shard, rate, i, count, keep);
+    forQuad(count, [&](int k) { v[k] = keep[k] ? v[k] * scale : 0.f; });
     storeQuad(out, i, count, vector, v);
     if (mask)
       storeQuad(mask, i, count, vector, keep);
@@ -47,7 +64,6 @@ __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bia
                                      ShardMap shard, const StepCounters *counters, bool vector) {
   const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
   const StepCounters c = *counters;
-  rng::DropoutMask draw(c.seed, c.step, c.microBatch, stream, rate);
   // Each product and sum rounded on its own (no contraction into a fused multiply-add),
   // as the separate kernels compute them.
   GRID_STRIDE(q, quadsOf(n)) {
@@ -57,15 +73,15 @@ __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bia
     uint8_t keep[4] = {};
     loadQuad(x, i, count, vector, v);
     loadQuad(residual, i, count, vector, r);
+    quadKeeps(c, stream, shard, rate, i, count, keep);
     int64_t column = bias ? i % cols : 0;
-    for (int k = 0; k < count; ++k) {
+    forQuad(count, [&](int k) {
       if (bias) {
         v[k] = roundTo<T>(__fadd_rn(v[k], ld(bias, column)));
         column = column + 1 == cols ? 0 : column + 1;
       }
-      keep[k] = rate == 0 || draw.keeps(shard.global(i + k));
       v[k] = __fadd_rn(r[k], roundTo<T>(keep[k] ? __fmul_rn(v[k], scale) : 0.f));
-    }
+    });
     storeQuad(out, i, count, vector, v);
     if (mask)
       storeQuad(mask, i, count, vector, keep);
@@ -83,8 +99,7 @@ __global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, T *dx, int64
     uint8_t keep[4] = {};
     loadQuad(dy, i, count, vector, v);
     loadQuad(mask, i, count, vector, keep);
-    for (int k = 0; k < count; ++k)
-      v[k] = keep[k] ? v[k] * scale : 0.f;
+    forQuad(count, [&](int k) { v[k] = keep[k] ? v[k] * scale : 0.f; });
     storeQuad(dx, i, count, vector, v);
   }
 }

@@ -54,12 +54,12 @@ __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, do
     loadQuad(c.g, i, count, vector, g);
     loadQuad(c.m, i, count, vector, m);
     loadQuad(c.v, i, count, vector, v);
-    for (int k = 0; k < count; ++k) {
+    forQuad(count, [&](int k) {
       double mk = m[k], vk = v[k];
       w[k] = static_cast<float>(a.update(w[k], g[k], mk, vk, c1, c2));
       m[k] = static_cast<float>(mk);
       v[k] = static_cast<float>(vk);
-    }
+    });
     storeQuad(c.w, i, count, vector, w);
     storeQuad(c.m, i, count, vector, m);
     storeQuad(c.v, i, count, vector, v);
@@ -77,8 +77,7 @@ __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) 
     const int count = quadCount(c.n, i);
     float x[4] = {};
     loadQuad(c.x, i, count, vector, x);
-    for (int k = 0; k < count; ++k)
-      acc += static_cast<double>(x[k]) * x[k];
+    forQuad(count, [&](int k) { acc += static_cast<double>(x[k]) * x[k]; });
   }
   shared[threadIdx.x] = acc;
   __syncthreads();
