@@ -30,7 +30,8 @@ steps=${1:-30}
 # CUDA graphs), as PyTorch's timing leaves out its warm-up steps.
 interval=10
 ((steps >= 2 * interval)) || { echo "gpu.sh: STEPS must be at least $((2 * interval))" >&2; exit 2; }
-work=$(mktemp -d)
+work=${WORK:-$(mktemp -d)} # each run's log (session.sh brings them back)
+mkdir -p "$work"
 peak=989e12
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -47,6 +48,7 @@ printf '%-12s %14s %14s %14s %7s %12s %6s %9s %9s %10s %10s %7s %9s %9s %9s %9s\
   "mtc tok/s" "eager tok/s" "PyTorch tok/s" ratio "mtc TFLOP/s" MFU "start s" "warm-up s" "step s" "estimate s" error "plan GiB" \
   "held GiB" "mtc GiB" "torch GiB"
 for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
+  [ -e "$env" ] || { echo "gpu.sh: no model $(basename "$env" .env) in $bundle/plans/bench" >&2; exit 2; }
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
   estimated=$estimated_h100

@@ -6,6 +6,7 @@
 #define MT_RUNTIME_CORE_RNG_H
 
 #include "core/SharedMath.h"
+#include "core/Tensor.h"
 
 #include <Random123/philox.h>
 
@@ -50,6 +51,29 @@ MT_HOST_DEVICE inline bool dropoutKeeps(uint64_t seed, uint32_t step, uint32_t m
   const uint32_t j = index & 3;
   return uniform24(j == 0 ? words.v[0] : j == 1 ? words.v[1] : j == 2 ? words.v[2] : words.v[3]) >=
          rate;
+}
+
+/// dropoutKeeps for the local elements [i, i + count) (count ≤ 4, i a multiple of 4) of
+/// a tensor whose local element k is global element shard.global(k): the same decisions,
+/// from one Philox block where the four are one block's (always, unsharded), else from
+/// each element's own. The GPU's dropout kernels take four elements a thread this way;
+/// every index into `keep` and the block is a constant once the loops are unrolled.
+MT_HOST_DEVICE inline void dropoutKeepsQuad(uint64_t seed, uint32_t step, uint32_t microBatch,
+                                            uint32_t stream, const ShardMap &shard, int64_t i,
+                                            int count, double rate, uint8_t (&keep)[4]) {
+  const int64_t g = shard.global(i);
+  if (rate == 0) {
+    for (int k = 0; k < 4; ++k)
+      keep[k] = 1;
+  } else if (count == 4 && g % 4 == 0 && shard.global(i + 3) == g + 3) { // global() rises
+    const Philox::ctr_type words = dropoutBlock(seed, step, microBatch, stream, g);
+    for (int k = 0; k < 4; ++k)
+      keep[k] = uniform24(words.v[k]) >= rate;
+  } else {
+    for (int k = 0; k < 4; ++k)
+      if (k < count)
+        keep[k] = dropoutKeeps(seed, step, microBatch, stream, shard.global(i + k), rate);
+  }
 }
 
 /// dropoutKeeps over runs of consecutive indices: one Philox block serves four of them,

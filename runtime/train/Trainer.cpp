@@ -209,6 +209,17 @@ private:
 };
 
 Status Run::start() {
+  // The logs first: one that cannot be written is refused before the weights are made.
+  if (leader_ && !config_.metricsPath.empty()) {
+    metrics_.reset(std::fopen(config_.metricsPath.c_str(), "a"));
+    if (!metrics_)
+      return Status::failure(config_.metricsPath + ": cannot write metrics");
+  }
+  if (leader_ && !config_.tensorboardDir.empty()) {
+    tensorboard::EventWriter writer;
+    MT_TRY(tensorboard::EventWriter::open(config_.tensorboardDir, writer));
+    tensorboard_ = std::move(writer);
+  }
   std::vector<TrainerConfig::StartStage> stages = config_.startStages;
   // Each stage ends when the device has done its work, not when its kernels are queued.
   auto ended = [&](std::string what) {
@@ -242,16 +253,6 @@ Status Run::start() {
   loadedStep_ = firstStep_ = state_.step;
   // Saves, and on the first rank a line of what each cost once it is committed.
   saver_ = std::make_unique<CheckpointSaver>(executor_, *optimizer_, config_.checkpoint);
-  if (leader_ && !config_.metricsPath.empty()) {
-    metrics_.reset(std::fopen(config_.metricsPath.c_str(), "a"));
-    if (!metrics_)
-      return Status::failure(config_.metricsPath + ": cannot write metrics");
-  }
-  if (leader_ && !config_.tensorboardDir.empty()) {
-    tensorboard::EventWriter writer;
-    MT_TRY(tensorboard::EventWriter::open(config_.tensorboardDir, writer));
-    tensorboard_ = std::move(writer);
-  }
   // The trace's clock starts with the first step.
   timeline_ = Timeline(comm_.position().worldRank());
   started_ = stepEnded_ = loggedAt_ = std::chrono::steady_clock::now();
@@ -393,15 +394,23 @@ Status Run::step(int64_t step) {
   passes_.endStep();
 
   const auto now = std::chrono::steady_clock::now();
+  const auto begun = std::exchange(stepEnded_, now);
   StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_,
-                    tokensPerSecond(1, std::exchange(stepEnded_, now), now)};
+                    std::chrono::duration<double>(now - begun).count(),
+                    tokensPerSecond(1, begun, now)};
   if (onStep_)
     onStep_(record);
   logStep(record, now);
   const bool lastStep = state_.step == config_.steps;
   if (!config_.saveDir.empty() &&
-      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
-    return save();
+      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0))) {
+    // The time a save takes is not a step's: the throughput leaves it out, as Megatron's.
+    const Status saved = save();
+    const auto now = std::chrono::steady_clock::now();
+    loggedAt_ += now - stepEnded_;
+    stepEnded_ = now;
+    return saved;
+  }
   // An asynchronous save is committed once every rank's write has ended.
   MT_TRY(saver_->poll());
   reportSave();
@@ -445,7 +454,16 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
         {"lm loss", record.loss},
         {"learning-rate", record.lr},
         {"grad-norm", record.gradNorm},
-        {"tokens-per-second", record.tokensPerSecond}};
+        {"tokens-per-second", record.tokensPerSecond},
+        {"iteration-time", record.seconds}};
+    // Model TFLOP/s per GPU, as Megatron's --log-throughput: the plan's matrix products
+    // (one tp rank's, every stage's) times this data-parallel rank's micro-batches, over
+    // the pipeline's stages.
+    if (const plan::Accounting *a = plan_.accounting())
+      scalars.emplace_back("throughput",
+                           static_cast<double>(a->gemm_flops_per_micro_batch()) * microBatches_ /
+                               (comm_.size(Group::Data) * comm_.size(Group::Pipeline)) /
+                               std::max(record.seconds, 1e-9) / 1e12);
     if (scaleLoss_)
       scalars.emplace_back("loss-scale", lossScale_);
     // A log that cannot be written costs the log, not the step or its checkpoint.

@@ -47,7 +47,8 @@ struct TrainerConfig {
 /// One line per logged step; also what tests read.
 struct StepRecord {
   int64_t step; // 1-based
-  double loss, lr, gradNorm, tokensPerSecond; // the step's own throughput
+  double loss, lr, gradNorm;
+  double seconds, tokensPerSecond; // the step's wall time, and its throughput
 };
 
 Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,

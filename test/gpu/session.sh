@@ -17,15 +17,17 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:?session.sh: set OUT to the folder for its logs}
 budget=${1:-540}
+[[ $budget =~ ^[0-9]+$ ]] || { echo "usage: OUT=DIR bash session.sh [BUDGET [STEP...]]" >&2; exit 2; }
 shift $(($# > 0))
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(bench-gpt2 test-gpu bench-1.3b sanitize)
 logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
-declare -A limits=([bench-gpt2]=200 [backend]=90 [test-gpu]=180 [bench-1.3b]=240 [mtc-1.3b]=90 [sanitize]=150)
+# What each took on an H100 on 2026-11-26, with a margin; the default four fit 540 s.
+declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120)
 run_step() {
   case "$1" in
-  bench-gpt2) MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
+  bench-gpt2) WORK="$logs/bench" MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
   backend)
     MT_REQUIRE_GPU=1 MT_TEST_PLANS="$here/plans/cuda_backend_test" "$here/bin/cuda_backend_test" \
       >"$logs/cuda_backend_test.log" 2>&1
@@ -36,7 +38,7 @@ run_step() {
     return $status
     ;;
   test-gpu) LOGS="$logs/test-gpu" bash "$here/test-gpu.sh" ;;
-  bench-1.3b) MT_BENCH_MODELS=gpt3-1.3b bash "$here/bench/gpu.sh" 20 ;;
+  bench-1.3b) WORK="$logs/bench" MT_BENCH_MODELS=gpt3-1.3b bash "$here/bench/gpu.sh" 20 ;;
   mtc-1.3b)
     python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 &&
       MT_CUDA_ATTENTION=cudnn "$here/bin/mtrun" "$here/plans/bench/gpt3-1.3b.mtp" --backend cuda \
@@ -64,4 +66,5 @@ for name in "${steps[@]}"; do
   timeout -k 5 "$limit" bash -c "run_step $name" >"$out/$name.log" 2>&1
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
 done
-(cd "$logs" && find . -name '*.log' -o -name '*.metrics' | tar czf "$out/logs.tgz" -T -) 2>/dev/null
+(cd "$logs" && find . -name '*.log' -o -name '*.metrics' -o -name '*.run' -o -name '*.eager' \
+  -o -name '*.torch' | tar czf "$out/logs.tgz" -T -) 2>/dev/null

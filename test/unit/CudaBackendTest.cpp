@@ -124,8 +124,14 @@ std::vector<Case> cases() {
                                 {"<5xf32>", "<" + width + "xf32>"}})
           for (size_t at = 0; (at = mlir.find(from, at)) != std::string::npos; at += to.size())
             mlir.replace(at, from.size(), to);
-        for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
+        for (Precision p :
+             {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
           all.push_back({{"norm_rows_" + width, mlir, "", 3, h}, p});
+          if (h == 768 || h == 2048) // the fused rows kernels against their unfused pair
+            all.push_back({{"norm_rows_" + width + "_unfused", mlir, "", 3, h,
+                            "--no-norm-grad-add-fusion"},
+                           p});
+        }
       }
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
@@ -333,9 +339,10 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam())
 /// Fused kernels that round each step as the unfused kernels store it give their bits,
 /// in every precision: the residual branch's bias, dropout and add
 /// (mt-fuse-bias-dropout-add), and a norm's gradient with the residual stream's
-/// (mt-fuse-norm-grad-add).
+/// (mt-fuse-norm-grad-add), by the block-per-row kernels and by rows held in registers.
 TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
-  for (const std::string fusion : {"bias_dropout_add", "norm_grad_add"})
+  for (const std::string fusion :
+       {"bias_dropout_add", "norm_grad_add", "norm_rows_768", "norm_rows_2048"})
   for (const char *precision : {"fp32", "bf16", "fp16"}) {
     SCOPED_TRACE(fusion + " in " + precision);
     // One seed for the pair: the same weights and data for the fused and the unfused.

@@ -649,5 +649,34 @@ TEST(Rng, MasksOfHugeTensorsDoNotRepeat) {
   EXPECT_NEAR(static_cast<double>(same) / n, 0.5, 0.02);
 }
 
+TEST(Rng, QuadDrawsDecideAsEachElementDoes) {
+  // The GPU's four-at-a-time draw keeps exactly the elements dropoutKeeps keeps: unsharded
+  // (one block per quad), sharded along a middle axis whose shards' rows start mid-block
+  // (a local [2, 3, 5] of a global [2, 6, 5], shard 1: 15 elements a row, so the quads
+  // straddle), and at a tail of 1 to 3 elements; and keeps everything at rate 0.
+  TensorView local;
+  local.rank = 3;
+  local.shape = {2, 3, 5};
+  for (const ShardMap &shard : {ShardMap{}, ShardMap{local, 1, 1, 2}}) {
+    for (int64_t n : {30, 29, 28, 27}) {
+      for (double rate : {0.0, 0.3}) {
+        int64_t kept = 0;
+        for (int64_t i = 0; i < n; i += 4) {
+          const int count = static_cast<int>(std::min<int64_t>(4, n - i));
+          uint8_t keep[4] = {9, 9, 9, 9};
+          rng::dropoutKeepsQuad(5, 10, 2, 4, shard, i, count, rate, keep);
+          for (int k = 0; k < count; ++k) {
+            EXPECT_EQ(keep[k] != 0, rng::dropoutKeeps(5, 10, 2, 4, shard.global(i + k), rate))
+                << "element " << i + k << " of " << n << " at rate " << rate;
+            kept += keep[k];
+          }
+        }
+        if (rate == 0)
+          EXPECT_EQ(kept, n);
+      }
+    }
+  }
+}
+
 } // namespace
 } // namespace mt

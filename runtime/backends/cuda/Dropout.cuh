@@ -13,26 +13,6 @@ namespace {
 // Each thread takes four consecutive elements: one Philox block serves the four, and they
 // move as one access where `vector` (quadsAligned).
 
-/// Whether dropout keeps each element of the quad at element i (count of them), as
-/// rng::dropoutKeeps decides: from one Philox block where the quad's global indices are
-/// one block's four (always, unsharded), else from each element's own block.
-__device__ __forceinline__ void quadKeeps(const StepCounters &c, uint32_t stream, ShardMap shard,
-                                          double rate, int64_t i, int count, uint8_t (&keep)[4]) {
-  if (rate == 0) {
-    forQuad(4, [&](int k) { keep[k] = 1; });
-    return;
-  }
-  const int64_t g = shard.global(i);
-  if (count == 4 && g % 4 == 0 && shard.global(i + 3) == g + 3) { // g..g+3: global() rises
-    const auto words = rng::dropoutBlock(c.seed, c.step, c.microBatch, stream, g);
-    forQuad(4, [&](int k) { keep[k] = rng::uniform24(words.v[k]) >= rate; });
-  } else {
-    forQuad(count, [&](int k) {
-      keep[k] = rng::dropoutKeeps(c.seed, c.step, c.microBatch, stream, shard.global(i + k), rate);
-    });
-  }
-}
-
 /// Reads x, writes out = x·keep/(1 − rate) and, when given, the keep mask (one byte per
 /// element): the mask is drawn and applied in one pass.
 template <typename T>
@@ -47,7 +27,7 @@ __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, doub
     float v[4] = {};
     uint8_t keep[4] = {};
     loadQuad(x, i, count, vector, v);
-    quadKeeps(c, stream, shard, rate, i, count, keep);
+    rng::dropoutKeepsQuad(c.seed, c.step, c.microBatch, stream, shard, i, count, rate, keep);
     forQuad(count, [&](int k) { v[k] = keep[k] ? v[k] * scale : 0.f; });
     storeQuad(out, i, count, vector, v);
     if (mask)
@@ -73,7 +53,7 @@ __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bia
     uint8_t keep[4] = {};
     loadQuad(x, i, count, vector, v);
     loadQuad(residual, i, count, vector, r);
-    quadKeeps(c, stream, shard, rate, i, count, keep);
+    rng::dropoutKeepsQuad(c.seed, c.step, c.microBatch, stream, shard, i, count, rate, keep);
     int64_t column = bias ? i % cols : 0;
     forQuad(count, [&](int k) {
       if (bias) {

@@ -14,7 +14,7 @@ namespace {
 //===----------------------------------------------------------------------===//
 // Rows held in registers: a team of W warps holds a row of h = 128·Q·W elements, each
 // thread Q quads of it (thread t's quad q starts at element 4·(t + 32·W·q), so a warp
-// reads 32 adjacent quads at once), for Q ≤ 8 and W a power of two up to 32: GPT-2's
+// reads 32 adjacent quads at once), for Q ≤ 8 and W a power of two up to 8: GPT-2's
 // 768 is one warp of six quads, 2048 two warps of eight. The row is read once and its
 // sums are warp shuffles, then (W > 1) the W warps' sums added in order through shared
 // memory: every thread gets the same bits. A one-warp team takes four rows per block, a
@@ -31,7 +31,8 @@ struct RowTeam {
 /// Q for rows of h elements, with `team` their team, or 0 where the block-per-row
 /// kernels run.
 inline int rowQuads(int64_t h, RowTeam &team) {
-  for (int warps = 1; warps <= 32; warps *= 2)
+  // At most 8 warps, 256 threads: a team's registers (up to ~130 a thread) allow no more.
+  for (int warps = 1; warps <= 8; warps *= 2)
     if (h % (128 * warps) == 0 && h / (128 * warps) <= 8) {
       team.warps = warps;
       return static_cast<int>(h / (128 * warps));
@@ -50,8 +51,10 @@ template <int Q = 1, typename F> void withQuads(int quads, F &&f) {
 }
 
 /// launch(std::integral_constant<int, Q>, grid, block, team) for rows of h elements held
-/// in registers: false where h has no such shape.
+/// in registers: false where h has no such shape (and there are rows).
 template <typename Launch> bool launchRows(int64_t rows, int64_t h, Launch &&launch) {
+  if (rows == 0)
+    return true; // nothing to launch (and a grid of no blocks is a launch error)
   RowTeam team;
   const int quads = rowQuads(h, team);
   if (quads == 0)
@@ -98,7 +101,7 @@ __device__ __forceinline__ float teamSum(float v, RowTeam team, float *shared) {
   return sum;
 }
 
-/// Σ of the thread's values v[q][k]·u[q][k] (u = v where not given), over the team.
+/// Σ of the row's values, over the team.
 template <int Q>
 __device__ __forceinline__ float rowSum(const float (&v)[Q][4], RowTeam team, float *shared) {
   float sum = 0;

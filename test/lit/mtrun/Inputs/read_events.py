@@ -116,7 +116,14 @@ def main():
         same(steps[s][tag], value) for s, want in expected.items() for tag, value in want.items())
     # Seconds since the epoch, in order, within the last hour.
     equal &= times == sorted(times) and all(0 < time.time() - t < 3600 for t in times)
-    equal &= all(s["tokens-per-second"] > 0 for s in steps.values())
+    equal &= all(s["tokens-per-second"] > 0 and s["iteration-time"] > 0 and s["throughput"] > 0
+                 for s in steps.values())
+    # Each step's tokens (tokens/s times seconds) and model FLOPs per token (TFLOP/s over
+    # tokens/s) are the plan's: the same for every step, to float's precision.
+    for figure in (lambda s: s["tokens-per-second"] * s["iteration-time"],
+                   lambda s: s["throughput"] / s["tokens-per-second"]):
+        values = [figure(s) for s in steps.values()]
+        equal &= max(values) - min(values) <= 1e-5 * max(values)
     if loss_scale is not None:
         equal &= steps[1]["loss-scale"] == loss_scale
     tags = sorted({tag for scalars in steps.values() for tag in scalars})
