@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin                               # CPU communicator, launcher
   libopenblas-dev                                          # CPU GEMMs
   libsentencepiece-dev sentencepiece                       # tokenizer for mtdata
+  libpcre2-dev                                             # byte-level BPE's patterns
   librandom123-dev                                         # counter-based RNG (Philox)
   nlohmann-json3-dev                                       # safetensors headers
   fortunes                                                 # demo corpus

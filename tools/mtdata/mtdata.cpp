@@ -4,10 +4,13 @@
 // id, and becomes one sequence.
 //
 //   mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
-//          (--tokenizer MODEL.model | --train-tokenizer MODEL_PREFIX --vocab-size N)
+//          (--tokenizer MODEL.model | --tokenizer tokenizer.json [--eod-token TEXT]
+//           | --train-tokenizer MODEL_PREFIX --vocab-size N)
 //          [--split-on LINE]
+#include "data/ByteBpe.h"
 #include "data/IndexedDataset.h"
 
+#include <nlohmann/json.hpp>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -15,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -29,13 +33,19 @@ namespace {
 
 constexpr const char *kUsage = R"(usage:
   mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
-         (--tokenizer MODEL.model | --train-tokenizer MODEL_PREFIX --vocab-size N)
+         (--tokenizer MODEL.model | --tokenizer tokenizer.json [--eod-token TEXT]
+          | --train-tokenizer MODEL_PREFIX --vocab-size N)
          [--split-on LINE]
 
   --input FILE            text to tokenize; each file is one document unless
                           --split-on splits it
   --output-prefix PREFIX  writes PREFIX.bin and PREFIX.idx, Megatron's indexed dataset
-  --tokenizer MODEL       encodes with an existing SentencePiece model
+  --tokenizer MODEL       encodes with an existing SentencePiece model, or with the
+                          byte-level BPE of a Hugging Face tokenizer.json (GPT-2,
+                          LLaMA 3, Qwen, ...: the ids the `tokenizers` library gives)
+  --eod-token TEXT        with a tokenizer.json: the added token that ends each
+                          document (default: tokenizer_config.json's eos_token beside
+                          it, else <|endoftext|>, <|end_of_text|> or </s>)
   --train-tokenizer MODEL_PREFIX
                           first trains a SentencePiece BPE model of --vocab-size N
                           pieces on the inputs: MODEL_PREFIX.model, MODEL_PREFIX.vocab
@@ -53,9 +63,14 @@ int inputError(const std::string &message) {
   return 1;
 }
 
+/// A Hugging Face tokenizer.json, by its name; anything else is a SentencePiece model.
+bool isTokenizerJson(const std::string &path) {
+  return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+}
+
 struct Options {
   std::vector<std::string> inputs;
-  std::string outputPrefix, tokenizer, trainTokenizer, splitOn;
+  std::string outputPrefix, tokenizer, trainTokenizer, splitOn, eodToken;
   bool splitting = false, help = false;
   int vocabularySize = 0;
 };
@@ -69,7 +84,8 @@ std::string parseArgs(int argc, char **argv, Options &options) {
       {"tokenizer", &options.tokenizer},
       {"train-tokenizer", &options.trainTokenizer},
       {"vocab-size", &vocabulary},
-      {"split-on", &options.splitOn}};
+      {"split-on", &options.splitOn},
+      {"eod-token", &options.eodToken}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -106,6 +122,8 @@ std::string parseArgs(int argc, char **argv, Options &options) {
     return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
   if (!options.tokenizer.empty() && !vocabulary.empty())
     return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
+  if (!options.eodToken.empty() && !isTokenizerJson(options.tokenizer))
+    return "--eod-token applies to a --tokenizer tokenizer.json";
   if (!options.trainTokenizer.empty()) {
     if (vocabulary.empty())
       return "--train-tokenizer needs --vocab-size N";
@@ -337,6 +355,101 @@ bool trainTokenizer(const Options &options, std::string &error) {
   return true;
 }
 
+/// What encodes the documents: a SentencePiece model, or byte-level BPE.
+struct Encoder {
+  std::function<bool(const std::string &, std::vector<int32_t> &, std::string &)> encode;
+  int64_t vocabularySize = 0;
+  int32_t endOfDocument = -1;
+};
+
+/// A SentencePiece model, ending documents with its end-of-sequence piece.
+bool loadSentencePiece(const std::string &path, sentencepiece::SentencePieceProcessor &model,
+                       Encoder &encoder, std::string &error) {
+  error = openError(path, "rb");
+  if (!error.empty()) {
+    error = "cannot read " + path + ": " + error;
+    return false;
+  }
+  if (sentencepiece::util::Status loaded = model.Load(path); !loaded.ok()) {
+    error = "cannot load tokenizer " + path + ": " +
+            sentencePieceReason(loaded, "not a SentencePiece model");
+    return false;
+  }
+  encoder.vocabularySize = model.GetPieceSize();
+  encoder.endOfDocument = model.eos_id();
+  if (encoder.endOfDocument < 0) {
+    error = "tokenizer " + path + " has no end-of-sequence piece to end documents with";
+    return false;
+  }
+  encoder.encode = [&model, pieces = std::vector<int>()](const std::string &text,
+                                                         std::vector<int32_t> &ids,
+                                                         std::string &why) mutable {
+    if (sentencepiece::util::Status s = model.Encode(text, &pieces); !s.ok()) {
+      why = sentencePieceReason(s, "no reason given");
+      return false;
+    }
+    ids.assign(pieces.begin(), pieces.end());
+    return true;
+  };
+  return true;
+}
+
+/// The end-of-sequence token tokenizer_config.json beside `tokenizer` names, or "".
+std::string configuredEndOfSequence(const std::string &tokenizer) {
+  const size_t slash = tokenizer.find_last_of('/');
+  std::ifstream file((slash == std::string::npos ? "" : tokenizer.substr(0, slash + 1)) +
+                     "tokenizer_config.json");
+  if (!file)
+    return "";
+  const nlohmann::json config = nlohmann::json::parse(file, nullptr, false);
+  if (config.is_discarded() || !config.is_object() || !config.contains("eos_token"))
+    return "";
+  const nlohmann::json &eos = config["eos_token"];
+  if (eos.is_string())
+    return eos.get<std::string>();
+  if (eos.is_object() && eos.contains("content") && eos["content"].is_string())
+    return eos["content"].get<std::string>();
+  return "";
+}
+
+/// A tokenizer.json's byte-level BPE, ending documents with --eod-token's added token,
+/// else the eos_token of tokenizer_config.json beside it, else the first it has of
+/// <|endoftext|> (GPT-2, Qwen), <|end_of_text|> (LLaMA 3) and </s>.
+bool openByteBpe(const Options &options, Encoder &encoder, std::string &error) {
+  auto bpe = std::make_shared<mt::ByteBpe>();
+  if (mt::Status s = mt::ByteBpe::open(options.tokenizer, *bpe); !s.ok()) {
+    error = s.message();
+    return false;
+  }
+  std::vector<std::string> names;
+  if (!options.eodToken.empty())
+    names = {options.eodToken};
+  else if (std::string configured = configuredEndOfSequence(options.tokenizer); !configured.empty())
+    names = {configured};
+  else
+    names = {"<|endoftext|>", "<|end_of_text|>", "</s>"};
+  for (const std::string &name : names)
+    if (std::optional<int32_t> id = bpe->addedToken(name)) {
+      encoder.endOfDocument = *id;
+      break;
+    }
+  if (encoder.endOfDocument < 0) {
+    error = options.tokenizer + " has no added token " + names.front() +
+            (names.size() > 1 ? " (nor " + names[1] + ", " + names[2] + ")" : "") +
+            " to end documents with: name one with --eod-token";
+    return false;
+  }
+  encoder.vocabularySize = bpe->vocabularySize();
+  encoder.encode = [bpe](const std::string &text, std::vector<int32_t> &ids, std::string &why) {
+    if (mt::Status s = bpe->encode(text, ids); !s.ok()) {
+      why = s.message();
+      return false;
+    }
+    return true;
+  };
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -364,61 +477,48 @@ int main(int argc, char **argv) {
                         (options.splitting ? " and separators '" + options.splitOn + "'" : ""));
   }
 
-  sentencepiece::SentencePieceProcessor tokenizer;
+  Encoder encoder;
+  auto tokenizer = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const bool training = !options.trainTokenizer.empty();
+  const bool byteLevel = !training && isTokenizerJson(options.tokenizer);
   const std::string modelPath = training ? options.trainTokenizer + ".model" : options.tokenizer;
-  int vocabularySize = options.vocabularySize;
-  if (training) {
+  if (byteLevel) {
+    if (!openByteBpe(options, encoder, error))
+      return inputError(error);
+  } else if (training) {
+    encoder.vocabularySize = options.vocabularySize;
     error = openError(modelPath, "ab");
     if (!error.empty())
       return inputError("cannot create " + modelPath + ": " + error);
-  } else {
-    error = openError(modelPath, "rb");
-    if (!error.empty())
-      return inputError("cannot read " + modelPath + ": " + error);
-    sentencepiece::util::Status loaded = tokenizer.Load(modelPath);
-    if (!loaded.ok())
-      return inputError("cannot load tokenizer " + modelPath + ": " +
-                        sentencePieceReason(loaded, "not a SentencePiece model"));
-    vocabularySize = tokenizer.GetPieceSize();
+  } else if (!loadSentencePiece(modelPath, *tokenizer, encoder, error)) {
+    return inputError(error);
   }
 
   // Opened before training, so that an unwritable output fails before the wait.
   mt::IndexedDatasetWriter writer;
-  const mt::MegatronDType dtype = mt::tokenDTypeForVocabulary(vocabularySize);
+  const mt::MegatronDType dtype = mt::tokenDTypeForVocabulary(encoder.vocabularySize);
   mt::Status opened = mt::IndexedDatasetWriter::open(options.outputPrefix, dtype, writer);
   if (!opened.ok())
     return inputError(opened.message());
 
   if (training) {
-    if (!trainTokenizer(options, error))
+    if (!trainTokenizer(options, error) || !loadSentencePiece(modelPath, *tokenizer, encoder, error))
       return inputError(error);
-    sentencepiece::util::Status loaded = tokenizer.Load(modelPath);
-    if (!loaded.ok())
-      return inputError("cannot load the trained tokenizer " + modelPath + ": " +
-                        sentencePieceReason(loaded, "not a SentencePiece model"));
-    if (tokenizer.GetPieceSize() != vocabularySize)
+    if (encoder.vocabularySize != options.vocabularySize)
       return inputError("the trained tokenizer " + modelPath + " has " +
-                        std::to_string(tokenizer.GetPieceSize()) + " pieces, not the " +
-                        std::to_string(vocabularySize) + " asked for");
+                        std::to_string(encoder.vocabularySize) + " pieces, not the " +
+                        std::to_string(options.vocabularySize) + " asked for");
   }
-  const int endOfDocument = tokenizer.eos_id();
-  if (endOfDocument < 0)
-    return inputError("tokenizer " + modelPath +
-                      " has no end-of-sequence piece to end documents with");
 
-  std::vector<int> pieces;
   std::vector<int32_t> tokens;
   for (const std::string &path : options.inputs) {
     auto encode = [&](const std::string &document) {
-      sentencepiece::util::Status encoded = tokenizer.Encode(document, &pieces);
-      if (!encoded.ok()) {
-        error = "cannot encode a document of " + path + ": " +
-                sentencePieceReason(encoded, "no reason given");
+      tokens.clear();
+      if (!encoder.encode(document, tokens, error)) {
+        error = "cannot encode a document of " + path + ": " + error;
         return false;
       }
-      tokens.assign(pieces.begin(), pieces.end());
-      tokens.push_back(endOfDocument);
+      tokens.push_back(encoder.endOfDocument);
       mt::Status added = writer.addDocument(tokens);
       if (!added.ok())
         error = added.message();
@@ -433,7 +533,7 @@ int main(int argc, char **argv) {
 
   std::cout << "mtdata: " << counted(writer.numDocuments(), "document") << ", "
             << counted(writer.numTokens(), "token") << ", vocabulary "
-            << withCommas(static_cast<uint64_t>(vocabularySize)) << " -> "
+            << withCommas(static_cast<uint64_t>(encoder.vocabularySize)) << " -> "
             << (training ? modelPath + ", " : "") << options.outputPrefix << ".bin, "
             << options.outputPrefix << ".idx (" << mt::dtypeName(dtype) << ")\n";
   return 0;

@@ -10,7 +10,8 @@ library only, and prints what a test can check:
     documents ending in EOD 2: 14 of 14
     token ids below 400: all
 
-usage: read_megatron_index.py PREFIX [EOD [VOCABULARY_SIZE]]   (EOD defaults to 2)
+usage: read_megatron_index.py [--ids] PREFIX [EOD [VOCABULARY_SIZE]]   (EOD defaults to 2)
+--ids: then each document's token ids, a line each.
 """
 import struct
 import sys
@@ -29,9 +30,12 @@ DTYPES = {
 
 
 def main():
-    prefix = sys.argv[1]
-    eod = int(sys.argv[2]) if len(sys.argv) > 2 else 2
-    vocabulary_size = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    args = sys.argv[1:]
+    ids = args[:1] == ["--ids"]
+    args = args[ids:]
+    prefix = args[0]
+    eod = int(args[1]) if len(args) > 1 else 2
+    vocabulary_size = int(args[2]) if len(args) > 2 else None
 
     # _IndexReader.__init__: the header field by field, then the three arrays.
     with open(prefix + ".idx", "rb") as stream:
@@ -83,6 +87,10 @@ def main():
         outside = sum(1 for s in sequences for t in s if not 0 <= t < vocabulary_size)
         verdict = "all" if outside == 0 else f"{outside:,} are not"
         print(f"token ids below {vocabulary_size}: {verdict}")
+    if ids:
+        for d in range(documents):
+            document = [t for s in sequences[document_indices[d]:document_indices[d + 1]] for t in s]
+            print(" ".join(map(str, document)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,436 @@
+#include "data/ByteBpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <nlohmann/json.hpp>
+#include <pcre2.h>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <queue>
+#include <sstream>
+
+namespace mt {
+namespace {
+
+using Json = nlohmann::json;
+
+/// GPT-2's pre-tokenizer pattern: the ByteLevel pre-tokenizer's own (use_regex).
+constexpr const char *kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+/// GPT-2's printable stand-ins for bytes, which byte-level vocabularies are written in:
+/// the printable Latin-1 bytes stand for themselves, the other 68 for U+0100 onwards.
+std::array<uint32_t, 256> byteCodePoints() {
+  std::array<uint32_t, 256> points{};
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    points[b] = printable ? b : next++;
+  }
+  return points;
+}
+
+/// The code points of valid UTF-8 `s`.
+std::vector<uint32_t> codePoints(std::string_view s) {
+  std::vector<uint32_t> points;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int length = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    uint32_t c = length == 1 ? b : b & (0x3F >> (length - 1));
+    for (int k = 1; k < length && i + k < s.size(); ++k)
+      c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    points.push_back(c);
+    i += length;
+  }
+  return points;
+}
+
+/// A vocabulary entry written in byte stand-ins, as its bytes; nullopt where a character
+/// stands for no byte (an added token's text, say).
+std::optional<std::string> standInBytes(std::string_view written,
+                                        const std::unordered_map<uint32_t, char> &byteOf) {
+  std::string bytes;
+  for (uint32_t c : codePoints(written)) {
+    auto found = byteOf.find(c);
+    if (found == byteOf.end())
+      return std::nullopt;
+    bytes += found->second;
+  }
+  return bytes;
+}
+
+struct PairHash {
+  size_t operator()(uint64_t key) const {
+    return std::hash<uint64_t>()(key * 0x9E3779B97F4A7C15ull);
+  }
+};
+uint64_t pairKey(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+} // namespace
+
+std::string validUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const std::string_view replacement = "\xEF\xBF\xBD";
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      out += static_cast<char>(b);
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range its second byte must lie in (Unicode's table
+    // of well-formed UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF).
+    int length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF)
+      length = 2;
+    else if (b >= 0xE0 && b <= 0xEF) {
+      length = 3;
+      low = b == 0xE0 ? 0xA0 : 0x80;
+      high = b == 0xED ? 0x9F : 0xBF;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      length = 4;
+      low = b == 0xF0 ? 0x90 : 0x80;
+      high = b == 0xF4 ? 0x8F : 0xBF;
+    }
+    // The longest well-formed prefix: one U+FFFD stands for it where it is cut short.
+    int good = length == 0 ? 0 : 1;
+    for (int k = 1; k < length && i + k < text.size(); ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if (c < (k == 1 ? low : 0x80) || c > (k == 1 ? high : 0xBF))
+        break;
+      ++good;
+    }
+    if (length > 0 && good == length)
+      out.append(text.substr(i, length));
+    else
+      out.append(replacement);
+    i += std::max(good, 1);
+  }
+  return out;
+}
+
+struct ByteBpe::Impl {
+  std::string path;
+  std::unordered_map<std::string, int32_t> ids; // a token's bytes → its id
+  std::array<int32_t, 256> byteIds{};           // each single byte's id
+  struct Merge {
+    int32_t rank, id;
+  };
+  std::unordered_map<uint64_t, Merge, PairHash> merges; // (left, right) → rank, merged id
+  std::vector<std::pair<std::string, int32_t>> added;   // added tokens, longest first
+  std::array<bool, 256> startsAdded{};                  // the first bytes of added tokens
+  pcre2_code *pattern = nullptr;
+  pcre2_match_data *match = nullptr;
+  bool addPrefixSpace = false, ignoreMerges = false;
+  int64_t size = 0;
+
+  ~Impl() {
+    if (match)
+      pcre2_match_data_free(match);
+    if (pattern)
+      pcre2_code_free(pattern);
+  }
+
+  Status compile(const std::string &regex) {
+    int code = 0;
+    PCRE2_SIZE offset = 0;
+    pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
+                            PCRE2_UTF | PCRE2_UCP, &code, &offset, nullptr);
+    if (!pattern) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(code, message, sizeof message);
+      return Status::failure(cat(path, ": the pre-tokenizer's pattern does not compile at ", offset,
+                                 ": ", reinterpret_cast<const char *>(message)));
+    }
+    pcre2_jit_compile(pattern, PCRE2_JIT_COMPLETE); // faster where it can; else interpreted
+    match = pcre2_match_data_create_from_pattern(pattern, nullptr);
+    return Status::success();
+  }
+
+  /// The pieces of valid UTF-8 `text`: each match of the pattern, and the text between
+  /// matches ("Isolated").
+  Status split(std::string_view text, std::vector<std::string_view> &pieces) const {
+    size_t at = 0, from = 0;
+    while (at <= text.size()) {
+      const int found = pcre2_match(pattern, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                                    at, PCRE2_NO_UTF_CHECK, match, nullptr);
+      if (found == PCRE2_ERROR_NOMATCH)
+        break;
+      if (found < 0)
+        return Status::failure(
+            cat(path, ": the pre-tokenizer's pattern failed (PCRE2 error ", found, ")"));
+      const PCRE2_SIZE *span = pcre2_get_ovector_pointer(match);
+      if (span[0] > from)
+        pieces.push_back(text.substr(from, span[0] - from));
+      if (span[1] > span[0]) {
+        pieces.push_back(text.substr(span[0], span[1] - span[0]));
+        at = from = span[1];
+      } else { // an empty match: go on from the next character
+        at = span[1] + 1;
+        while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80)
+          ++at;
+      }
+    }
+    if (from < text.size())
+      pieces.push_back(text.substr(from));
+    return Status::success();
+  }
+
+  /// Appends the ids of one piece's bytes.
+  void mergePiece(std::string_view bytes, std::vector<int32_t> &out) const {
+    if (ignoreMerges)
+      if (auto whole = ids.find(std::string(bytes)); whole != ids.end()) {
+        out.push_back(whole->second);
+        return;
+      }
+    struct Symbol {
+      int32_t id;
+      int prev, next;
+    };
+    std::vector<Symbol> symbols(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i)
+      symbols[i] = {byteIds[static_cast<unsigned char>(bytes[i])], static_cast<int>(i) - 1,
+                    i + 1 < bytes.size() ? static_cast<int>(i + 1) : -1};
+    // The pairs that can merge, lowest rank first, then leftmost; an entry whose symbols
+    // have changed since it was queued is stale and skipped.
+    struct Candidate {
+      int32_t rank;
+      int left;
+      int32_t leftId, rightId;
+      bool operator>(const Candidate &o) const {
+        return rank != o.rank ? rank > o.rank : left > o.left;
+      }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+    auto consider = [&](int left) {
+      if (left < 0 || symbols[left].next < 0)
+        return;
+      const int32_t a = symbols[left].id, b = symbols[symbols[left].next].id;
+      if (auto m = merges.find(pairKey(a, b)); m != merges.end())
+        queue.push({m->second.rank, left, a, b});
+    };
+    for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i)
+      consider(i);
+    while (!queue.empty()) {
+      const Candidate c = queue.top();
+      queue.pop();
+      Symbol &left = symbols[c.left];
+      if (left.id != c.leftId || left.next < 0 || symbols[left.next].id != c.rightId)
+        continue;
+      const int right = left.next;
+      left.id = merges.at(pairKey(c.leftId, c.rightId)).id;
+      left.next = symbols[right].next;
+      if (left.next >= 0)
+        symbols[left.next].prev = c.left;
+      symbols[right].id = -1; // merged away
+      consider(left.prev);
+      consider(c.left);
+    }
+    for (int i = 0; i >= 0 && !symbols.empty(); i = symbols[i].next)
+      out.push_back(symbols[i].id);
+  }
+};
+
+ByteBpe::ByteBpe() : impl_(std::make_unique<Impl>()) {}
+ByteBpe::~ByteBpe() = default;
+ByteBpe::ByteBpe(ByteBpe &&) noexcept = default;
+ByteBpe &ByteBpe::operator=(ByteBpe &&) noexcept = default;
+
+Status ByteBpe::open(const std::string &path, ByteBpe &out) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return Status::failure(path + ": cannot read");
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (!file && !file.eof())
+    return Status::failure(path + ": cannot read");
+  return fromJson(text.str(), path, out);
+}
+
+Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteBpe &out) {
+  const Json json = Json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object())
+    return Status::failure(path + ": not a tokenizer.json (not a JSON object)");
+  ByteBpe made;
+  Impl &t = *made.impl_;
+  t.path = path;
+  auto refuse = [&](const std::string &what) {
+    return Status::failure(cat(path, ": ", what, ": mtdata reads byte-level BPE tokenizers"));
+  };
+  auto typeOf = [](const Json &j) {
+    return j.is_object() && j.contains("type") && j["type"].is_string()
+               ? j["type"].get<std::string>()
+               : std::string("?");
+  };
+  try {
+    const Json &model = json.at("model");
+    if (typeOf(model) != "BPE")
+      return refuse("model type " + typeOf(model));
+    for (const char *flag : {"byte_fallback", "fuse_unk"})
+      if (model.value(flag, false))
+        return refuse(std::string(flag) + " is set");
+    for (const char *affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+      if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
+        return refuse(std::string(affix) + " is set");
+    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
+      return refuse("BPE dropout is set");
+    t.ignoreMerges = model.value("ignore_merges", false);
+    if (json.contains("normalizer") && !json["normalizer"].is_null())
+      return refuse("normalizer " + typeOf(json["normalizer"]));
+
+    // The pre-tokenizer: ByteLevel (GPT-2's pattern), or a Split by a pattern and then
+    // ByteLevel without one.
+    const Json &pre = json.at("pre_tokenizer");
+    std::vector<Json> stages = typeOf(pre) == "Sequence"
+                                   ? pre.at("pretokenizers").get<std::vector<Json>>()
+                                   : std::vector<Json>{pre};
+    std::string regex;
+    bool byteLevel = false;
+    for (const Json &stage : stages) {
+      const std::string type = typeOf(stage);
+      if (type == "Split" && regex.empty() && !byteLevel) {
+        const Json &p = stage.at("pattern");
+        if (p.contains("Regex"))
+          regex = p["Regex"].get<std::string>();
+        else
+          return refuse("a Split pre-tokenizer on a plain string");
+        if (stage.value("behavior", std::string()) != "Isolated" || stage.value("invert", false))
+          return refuse("a Split pre-tokenizer that does not isolate its matches");
+      } else if (type == "ByteLevel" && !byteLevel) {
+        byteLevel = true;
+        t.addPrefixSpace = stage.value("add_prefix_space", false);
+        if (stage.value("use_regex", true)) {
+          if (!regex.empty())
+            return refuse("a Split pre-tokenizer before ByteLevel's own pattern");
+          regex = kGpt2Pattern;
+        }
+      } else {
+        return refuse("pre-tokenizer " + type);
+      }
+    }
+    if (!byteLevel || regex.empty())
+      return refuse("no ByteLevel pre-tokenizer with a pattern");
+    MT_TRY(t.compile(regex));
+
+    // The vocabulary, written in byte stand-ins; added tokens may also be in it.
+    std::unordered_map<uint32_t, char> byteOf;
+    const std::array<uint32_t, 256> points = byteCodePoints();
+    for (int b = 0; b < 256; ++b)
+      byteOf[points[b]] = static_cast<char>(b);
+    std::unordered_map<std::string, int32_t> written;
+    for (const auto &[token, id] : model.at("vocab").items()) {
+      const int64_t value = id.get<int64_t>();
+      if (value < 0 || value > INT32_MAX)
+        return Status::failure(cat(path, ": token '", token, "' has id ", value));
+      written[token] = static_cast<int32_t>(value);
+      t.size = std::max<int64_t>(t.size, value + 1);
+      if (std::optional<std::string> bytes = standInBytes(token, byteOf))
+        t.ids.emplace(*bytes, static_cast<int32_t>(value));
+    }
+    for (int b = 0; b < 256; ++b) {
+      auto found = t.ids.find(std::string(1, static_cast<char>(b)));
+      if (found == t.ids.end())
+        return Status::failure(cat(path, ": the vocabulary has no token for byte ", b));
+      t.byteIds[b] = found->second;
+    }
+    // Merges, "left right" or [left, right], in rank order.
+    const Json &merges = model.at("merges");
+    for (size_t rank = 0; rank < merges.size(); ++rank) {
+      std::string left, right;
+      if (merges[rank].is_string()) {
+        const std::string both = merges[rank].get<std::string>();
+        const size_t space = both.find(' ');
+        if (space == std::string::npos)
+          return Status::failure(cat(path, ": merge ", rank, " '", both, "' is not two tokens"));
+        left = both.substr(0, space);
+        right = both.substr(space + 1);
+      } else {
+        left = merges[rank].at(0).get<std::string>();
+        right = merges[rank].at(1).get<std::string>();
+      }
+      auto a = written.find(left), b = written.find(right), ab = written.find(left + right);
+      if (a == written.end() || b == written.end() || ab == written.end())
+        return Status::failure(cat(path, ": merge ", rank, " ('", left, "', '", right,
+                                   "') names a token the vocabulary lacks"));
+      t.merges.emplace(pairKey(a->second, b->second),
+                       Impl::Merge{static_cast<int32_t>(rank), ab->second});
+    }
+    // Added tokens, matched in the text before anything else, the longest first.
+    if (json.contains("added_tokens") && json["added_tokens"].is_array())
+      for (const Json &token : json["added_tokens"]) {
+        const std::string content = token.at("content").get<std::string>();
+        for (const char *flag : {"single_word", "lstrip", "rstrip"})
+          if (token.value(flag, false))
+            return refuse("added token '" + content + "' sets " + flag);
+        const int64_t id = token.at("id").get<int64_t>();
+        if (content.empty() || id < 0 || id > INT32_MAX)
+          return Status::failure(cat(path, ": added token '", content, "' with id ", id));
+        t.added.emplace_back(validUtf8(content), static_cast<int32_t>(id));
+        t.startsAdded[static_cast<unsigned char>(t.added.back().first[0])] = true;
+        t.size = std::max<int64_t>(t.size, id + 1);
+      }
+    std::stable_sort(t.added.begin(), t.added.end(),
+                     [](const auto &a, const auto &b) { return a.first.size() > b.first.size(); });
+  } catch (const Json::exception &e) {
+    return Status::failure(cat(path, ": not a tokenizer.json mtdata reads: ", e.what()));
+  }
+  out = std::move(made);
+  return Status::success();
+}
+
+Status ByteBpe::encode(std::string_view raw, std::vector<int32_t> &ids) const {
+  const Impl &t = *impl_;
+  const std::string text = validUtf8(raw);
+  std::vector<std::string_view> pieces;
+  // Encodes the text between two added tokens.
+  auto encodeSegment = [&](std::string_view segment) -> Status {
+    if (segment.empty())
+      return Status::success();
+    std::string prefixed;
+    if (t.addPrefixSpace && segment.front() != ' ') {
+      prefixed = " " + std::string(segment);
+      segment = prefixed;
+    }
+    pieces.clear();
+    MT_TRY(t.split(segment, pieces));
+    for (std::string_view piece : pieces)
+      t.mergePiece(piece, ids);
+    return Status::success();
+  };
+  // The leftmost added token, the longest of those that start there.
+  size_t from = 0;
+  for (size_t at = 0; at < text.size();) {
+    const std::pair<std::string, int32_t> *found = nullptr;
+    if (t.startsAdded[static_cast<unsigned char>(text[at])])
+      for (const auto &token : t.added)
+        if (text.compare(at, token.first.size(), token.first) == 0) {
+          found = &token;
+          break;
+        }
+    if (!found) {
+      ++at;
+      continue;
+    }
+    MT_TRY(encodeSegment(std::string_view(text).substr(from, at - from)));
+    ids.push_back(found->second);
+    at = from = at + found->first.size();
+  }
+  return encodeSegment(std::string_view(text).substr(from));
+}
+
+std::optional<int32_t> ByteBpe::addedToken(std::string_view content) const {
+  for (const auto &[text, id] : impl_->added)
+    if (text == content)
+      return id;
+  return std::nullopt;
+}
+
+int64_t ByteBpe::vocabularySize() const { return impl_->size; }
+
+} // namespace mt
