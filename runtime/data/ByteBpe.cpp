@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
+#include <cstdlib>
 #include <fstream>
 #include <queue>
 #include <sstream>
@@ -18,6 +20,38 @@ using Json = nlohmann::json;
 /// GPT-2's pre-tokenizer pattern: the ByteLevel pre-tokenizer's own (use_regex).
 constexpr const char *kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+/// LLaMA 3's pattern, which is tiktoken's cl100k_base's.
+constexpr const char *kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+/// The bytes base64 `text` encodes (RFC 4648, with or without padding); nullopt where it
+/// is not base64.
+std::optional<std::string> fromBase64(std::string_view text) {
+  std::string out;
+  uint32_t bits = 0;
+  int held = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    int value = c >= 'A' && c <= 'Z'   ? c - 'A'
+                : c >= 'a' && c <= 'z' ? c - 'a' + 26
+                : c >= '0' && c <= '9' ? c - '0' + 52
+                : c == '+'             ? 62
+                : c == '/'             ? 63
+                                       : -1;
+    if (c == '=' && text.find_first_not_of('=', i) == std::string_view::npos)
+      break;
+    if (value < 0)
+      return std::nullopt;
+    bits = (bits << 6) | static_cast<uint32_t>(value);
+    held += 6;
+    if (held >= 8) {
+      held -= 8;
+      out += static_cast<char>((bits >> held) & 0xFF);
+    }
+  }
+  return out;
+}
 
 /// GPT-2's printable stand-ins for bytes, which byte-level vocabularies are written in:
 /// the printable Latin-1 bytes stand for themselves, the other 68 for U+0100 onwards.
@@ -125,6 +159,7 @@ struct ByteBpe::Impl {
   std::unordered_map<uint64_t, Merge, PairHash> merges; // (left, right) → rank, merged id
   std::vector<std::pair<std::string, int32_t>> added;   // added tokens, longest first
   std::array<bool, 256> startsAdded{};                  // the first bytes of added tokens
+  std::unordered_map<std::string, int32_t> named;       // tokens named, not matched in text
   pcre2_code *pattern = nullptr;
   pcre2_match_data *match = nullptr;
   bool addPrefixSpace = false, ignoreMerges = false;
@@ -250,7 +285,10 @@ Status ByteBpe::open(const std::string &path, ByteBpe &out) {
   text << file.rdbuf();
   if (!file && !file.eof())
     return Status::failure(path + ": cannot read");
-  return fromJson(text.str(), path, out);
+  const std::string content = text.str();
+  return looksLikeTiktoken(std::string_view(content).substr(0, 4096))
+             ? fromTiktoken(content, path, out)
+             : fromJson(content, path, out);
 }
 
 Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteBpe &out) {
@@ -428,7 +466,66 @@ std::optional<int32_t> ByteBpe::addedToken(std::string_view content) const {
   for (const auto &[text, id] : impl_->added)
     if (text == content)
       return id;
+  if (auto found = impl_->named.find(std::string(content)); found != impl_->named.end())
+    return found->second;
   return std::nullopt;
+}
+
+bool ByteBpe::looksLikeTiktoken(std::string_view start) {
+  // "base64 rank" on the first line.
+  const size_t space = start.find(' ');
+  if (space == 0 || space == std::string_view::npos)
+    return false;
+  const size_t end = start.find('\n');
+  const std::string_view rank = start.substr(
+      space + 1, end == std::string_view::npos ? std::string_view::npos : end - space - 1);
+  return fromBase64(start.substr(0, space)).has_value() && !rank.empty() &&
+         rank.find_first_not_of("0123456789\r") == std::string_view::npos;
+}
+
+Status ByteBpe::fromTiktoken(const std::string &text, const std::string &path, ByteBpe &out) {
+  ByteBpe made;
+  Impl &t = *made.impl_;
+  t.path = path;
+  t.ignoreMerges = true; // tiktoken takes a piece it holds whole as it is
+  std::istringstream lines(text);
+  std::string line;
+  for (int64_t number = 1; std::getline(lines, line); ++number) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty())
+      continue;
+    const size_t space = line.find(' ');
+    std::optional<std::string> bytes =
+        space == std::string::npos ? std::nullopt : fromBase64(line.substr(0, space));
+    char *end = nullptr;
+    const long long rank = bytes ? std::strtoll(line.c_str() + space + 1, &end, 10) : -1;
+    if (!bytes || bytes->empty() || end == line.c_str() + space + 1 || *end != '\0' || rank < 0 ||
+        rank >= INT32_MAX - 256)
+      return Status::failure(cat(path, ": line ", number, " is not 'base64 rank'"));
+    if (!t.ids.emplace(*bytes, static_cast<int32_t>(rank)).second)
+      return Status::failure(cat(path, ": line ", number, " repeats a token"));
+    t.size = std::max<int64_t>(t.size, rank + 1);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto found = t.ids.find(std::string(1, static_cast<char>(b)));
+    if (found == t.ids.end())
+      return Status::failure(cat(path, ": no token for byte ", b));
+    t.byteIds[b] = found->second;
+  }
+  // A pair merges where its two tokens joined are a token, at that token's rank.
+  for (const auto &[bytes, id] : t.ids)
+    for (size_t k = 1; k < bytes.size(); ++k) {
+      auto a = t.ids.find(bytes.substr(0, k)), b = t.ids.find(bytes.substr(k));
+      if (a != t.ids.end() && b != t.ids.end())
+        t.merges.emplace(pairKey(a->second, b->second), Impl::Merge{id, id});
+    }
+  t.named = {{"<|begin_of_text|>", static_cast<int32_t>(t.size)},
+             {"<|end_of_text|>", static_cast<int32_t>(t.size + 1)}};
+  t.size += 256;
+  MT_TRY(t.compile(kLlama3Pattern));
+  out = std::move(made);
+  return Status::success();
 }
 
 int64_t ByteBpe::vocabularySize() const { return impl_->size; }

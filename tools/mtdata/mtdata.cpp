@@ -4,7 +4,7 @@
 // id, and becomes one sequence.
 //
 //   mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
-//          (--tokenizer MODEL.model | --tokenizer tokenizer.json [--eod-token TEXT]
+//          (--tokenizer MODEL.model | --tokenizer tokenizer.json|tiktoken [--eod-token TEXT]
 //           | --train-tokenizer MODEL_PREFIX --vocab-size N)
 //          [--split-on LINE]
 #include "data/ByteBpe.h"
@@ -33,19 +33,21 @@ namespace {
 
 constexpr const char *kUsage = R"(usage:
   mtdata --input FILE [--input FILE ...] --output-prefix PREFIX
-         (--tokenizer MODEL.model | --tokenizer tokenizer.json [--eod-token TEXT]
+         (--tokenizer MODEL.model | --tokenizer tokenizer.json|tiktoken [--eod-token TEXT]
           | --train-tokenizer MODEL_PREFIX --vocab-size N)
          [--split-on LINE]
 
   --input FILE            text to tokenize; each file is one document unless
                           --split-on splits it
   --output-prefix PREFIX  writes PREFIX.bin and PREFIX.idx, Megatron's indexed dataset
-  --tokenizer MODEL       encodes with an existing SentencePiece model, or with the
+  --tokenizer MODEL       encodes with an existing SentencePiece model, with the
                           byte-level BPE of a Hugging Face tokenizer.json (GPT-2,
-                          LLaMA 3, Qwen, ...: the ids the `tokenizers` library gives)
-  --eod-token TEXT        with a tokenizer.json: the added token that ends each
-                          document (default: tokenizer_config.json's eos_token beside
-                          it, else <|endoftext|>, <|end_of_text|> or </s>)
+                          LLaMA 3, Qwen, ...: the ids the `tokenizers` library gives),
+                          or with a tiktoken file (LLaMA 3's original tokenizer.model:
+                          the ids tiktoken's encode_ordinary gives, LLaMA 3's pattern)
+  --eod-token TEXT        with a tokenizer.json or tiktoken file: the added token that
+                          ends each document (default: tokenizer_config.json's eos_token
+                          beside it, else <|endoftext|>, <|end_of_text|> or </s>)
   --train-tokenizer MODEL_PREFIX
                           first trains a SentencePiece BPE model of --vocab-size N
                           pieces on the inputs: MODEL_PREFIX.model, MODEL_PREFIX.vocab
@@ -63,9 +65,16 @@ int inputError(const std::string &message) {
   return 1;
 }
 
-/// A Hugging Face tokenizer.json, by its name; anything else is a SentencePiece model.
-bool isTokenizerJson(const std::string &path) {
-  return path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+/// Whether `path` is a byte-level BPE tokenizer: a Hugging Face tokenizer.json (by its
+/// name) or a tiktoken file (by its first line); anything else is a SentencePiece model.
+bool isByteLevel(const std::string &path) {
+  if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+    return true;
+  std::ifstream file(path, std::ios::binary);
+  std::string start(4096, '\0');
+  file.read(start.data(), static_cast<std::streamsize>(start.size()));
+  start.resize(static_cast<size_t>(file.gcount()));
+  return mt::ByteBpe::looksLikeTiktoken(start);
 }
 
 struct Options {
@@ -122,8 +131,8 @@ std::string parseArgs(int argc, char **argv, Options &options) {
     return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
   if (!options.tokenizer.empty() && !vocabulary.empty())
     return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
-  if (!options.eodToken.empty() && !isTokenizerJson(options.tokenizer))
-    return "--eod-token applies to a --tokenizer tokenizer.json";
+  if (!options.eodToken.empty() && !isByteLevel(options.tokenizer))
+    return "--eod-token applies to a --tokenizer tokenizer.json or tiktoken file";
   if (!options.trainTokenizer.empty()) {
     if (vocabulary.empty())
       return "--train-tokenizer needs --vocab-size N";
@@ -412,9 +421,9 @@ std::string configuredEndOfSequence(const std::string &tokenizer) {
   return "";
 }
 
-/// A tokenizer.json's byte-level BPE, ending documents with --eod-token's added token,
-/// else the eos_token of tokenizer_config.json beside it, else the first it has of
-/// <|endoftext|> (GPT-2, Qwen), <|end_of_text|> (LLaMA 3) and </s>.
+/// A tokenizer.json's or tiktoken file's byte-level BPE, ending documents with the token
+/// --eod-token names, else the eos_token of tokenizer_config.json beside it, else the
+/// first it has of <|endoftext|> (GPT-2, Qwen), <|end_of_text|> (LLaMA 3) and </s>.
 bool openByteBpe(const Options &options, Encoder &encoder, std::string &error) {
   auto bpe = std::make_shared<mt::ByteBpe>();
   if (mt::Status s = mt::ByteBpe::open(options.tokenizer, *bpe); !s.ok()) {
@@ -480,7 +489,7 @@ int main(int argc, char **argv) {
   Encoder encoder;
   auto tokenizer = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const bool training = !options.trainTokenizer.empty();
-  const bool byteLevel = !training && isTokenizerJson(options.tokenizer);
+  const bool byteLevel = !training && isByteLevel(options.tokenizer);
   const std::string modelPath = training ? options.trainTokenizer + ".model" : options.tokenizer;
   if (byteLevel) {
     if (!openByteBpe(options, encoder, error))

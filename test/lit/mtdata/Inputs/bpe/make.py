@@ -5,9 +5,10 @@ GPT-2 builds its (ByteLevel with its own pattern), with add_prefix_space (RoBERT
 and as LLaMA 3 builds its (Split by LLaMA 3's pattern, then ByteLevel, ignore_merges);
 hostile.txt, text that byte-level tokenizers get wrong; and for each tokenizer and each
 text the ids the library gives (TOKENIZER.TEXT.ids, a line per document, each ending in
-the end-of-document id), as mtdata must write them.
+the end-of-document id), as mtdata must write them. Then the LLaMA 3 one's ranks as a
+tiktoken file, llama3.tiktoken, and the ids PyPI's `tiktoken` gives (tiktoken.TEXT.ids).
 
-usage: python3 make.py        (in this folder; needs `pip install tokenizers`)
+usage: python3 make.py        (in this folder; needs `pip install tokenizers tiktoken`)
 """
 import os
 
@@ -32,6 +33,19 @@ HOSTILE = (
     "mid<|endoftext|>word and <|end_of_text|>too <|begin_of_text|>\n"
     "    indented code:\n\tif x == 1:\n\t\treturn {'a': [1, 2]}\n"
 ).encode()
+
+
+def bytes_to_unicode():
+    """GPT-2's printable stand-ins for the 256 bytes, in byte order."""
+    printable = [b for b in range(256) if 33 <= b <= 126 or 161 <= b <= 172 or b >= 174]
+    stand_ins, extra = [], 256
+    for b in range(256):
+        if b in printable:
+            stand_ins.append(chr(b))
+        else:
+            stand_ins.append(chr(extra))
+            extra += 1
+    return stand_ins
 
 
 def documents(data, separator=None):
@@ -81,6 +95,30 @@ def main():
             ["<|begin_of_text|>", "<|end_of_text|>"], ignore_merges=True, name="llama3"),
             "<|end_of_text|>"),
     }
+    # The LLaMA 3 tokenizer's ranks as a tiktoken file (its tokens' bytes, renumbered from
+    # 0 without the two special tokens, which follow the ranks), and the ids tiktoken's
+    # encode_ordinary gives with LLaMA 3's pattern.
+    import base64
+    import tiktoken
+    byte_of = {c: b for b, c in enumerate(bytes_to_unicode())}
+    vocab = made["llama3"][0].get_vocab()
+    ranks = {}
+    for token, _ in sorted(vocab.items(), key=lambda item: item[1]):
+        if token not in ("<|begin_of_text|>", "<|end_of_text|>"):
+            ranks[bytes(byte_of[c] for c in token)] = len(ranks)
+    with open("llama3.tiktoken", "w") as f:
+        for token, rank in ranks.items():
+            f.write(f"{base64.b64encode(token).decode()} {rank}\n")
+    encoding = tiktoken.Encoding("llama3-tiny", pat_str=LLAMA3, mergeable_ranks=ranks,
+                                 special_tokens={"<|begin_of_text|>": len(ranks),
+                                                 "<|end_of_text|>": len(ranks) + 1})
+    for text, found in (("hostile", documents(HOSTILE)),
+                        ("lighthouse", documents(open("../lighthouse.txt", "rb").read(), b"%"))):
+        with open(f"tiktoken.{text}.ids", "w") as f:
+            for document in found:
+                ids = encoding.encode_ordinary(document.decode("utf-8", errors="replace"))
+                f.write(" ".join(map(str, ids + [len(ranks) + 1])) + "\n")
+
     for name, (tokenizer, eod) in made.items():
         end = tokenizer.token_to_id(eod)
         for text, found in (("hostile", documents(HOSTILE)),
