@@ -466,6 +466,13 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
                                std::max(record.seconds, 1e-9) / 1e12);
     if (scaleLoss_)
       scalars.emplace_back("loss-scale", lossScale_);
+    // Memory, as Megatron's --log-memory-to-tensorboard names it: what the first rank
+    // holds for the plan now and at most, and the device's memory in use where known.
+    const Backend &backend = executor_.backend();
+    scalars.emplace_back("mem-allocated-bytes", static_cast<double>(backend.heldBytes()));
+    scalars.emplace_back("mem-max-allocated-bytes", static_cast<double>(backend.heldPeakBytes()));
+    if (uint64_t used = 0, total = 0; backend.deviceMemory(used, total))
+      scalars.emplace_back("mem-reserved-bytes", static_cast<double>(used));
     // A log that cannot be written costs the log, not the step or its checkpoint.
     if (Status s = tensorboard_->scalars(record.step, scalars); !s.ok()) {
       std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n",

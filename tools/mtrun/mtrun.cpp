@@ -56,8 +56,9 @@ constexpr const char *kUsage = R"(usage:
   --metrics FILE            append "step N loss X lr X grad_norm X" per step
   --tensorboard-dir DIR     TensorBoard event files in DIR (`tensorboard --logdir DIR`):
                             per step lm loss, learning-rate, grad-norm, loss-scale (fp16),
-                            iteration-time (s) and throughput (model TFLOP/s per GPU) as
-                            Megatron tags them, and tokens-per-second
+                            iteration-time (s), throughput (model TFLOP/s per GPU) and
+                            mem-allocated-bytes, mem-max-allocated-bytes (and the device's
+                            mem-reserved-bytes) as Megatron tags them, and tokens-per-second
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and

@@ -118,6 +118,10 @@ def main():
     equal &= times == sorted(times) and all(0 < time.time() - t < 3600 for t in times)
     equal &= all(s["tokens-per-second"] > 0 and s["iteration-time"] > 0 and s["throughput"] > 0
                  for s in steps.values())
+    # What the rank holds for the plan: the same at every step, at most its peak.
+    equal &= all(0 < s["mem-allocated-bytes"] <= s["mem-max-allocated-bytes"]
+                 for s in steps.values())
+    equal &= len({s["mem-allocated-bytes"] for s in steps.values()}) == 1
     # Each step's tokens (tokens/s times seconds) and model FLOPs per token (TFLOP/s over
     # tokens/s) are the plan's: the same for every step, to float's precision.
     for figure in (lambda s: s["tokens-per-second"] * s["iteration-time"],
