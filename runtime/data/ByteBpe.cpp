@@ -11,6 +11,7 @@
 #include <fstream>
 #include <queue>
 #include <sstream>
+#include <stdexcept>
 
 namespace mt {
 namespace {
@@ -22,12 +23,21 @@ constexpr const char *kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 /// LLaMA 3's pattern, which is tiktoken's cl100k_base's.
+/// The longest token a tiktoken file may hold: its merge table splits each token at every
+/// byte (cl100k_base's longest is 128 bytes).
+constexpr size_t kLongestToken = 1024;
+
+/// The longest piece mtdata merges: the merge works on every byte of a piece at once (a
+/// run of letters or of spaces longer than this is refused).
+constexpr size_t kLongestPiece = size_t{1} << 24;
+
 constexpr const char *kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-/// The bytes base64 `text` encodes (RFC 4648, with or without padding); nullopt where it
-/// is not base64.
+/// The bytes base64 `text` encodes (RFC 4648, padded); nullopt where it is not base64.
 std::optional<std::string> fromBase64(std::string_view text) {
+  if (text.size() % 4 != 0) // padded, as Python's b64decode and tiktoken's files have it
+    return std::nullopt;
   std::string out;
   uint32_t bits = 0;
   int held = 0;
@@ -94,6 +104,81 @@ std::optional<std::string> standInBytes(std::string_view written,
   return bytes;
 }
 
+/// `pattern` with \s and \S spelled as Unicode's White_Space, which Oniguruma (tokenizers)
+/// and Rust's regex (tiktoken) mean by them; PCRE2's \s also takes U+180E.
+Status unicodeWhiteSpace(const std::string &pattern, std::string &out) {
+  const std::string space = "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}"
+                            "\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+  bool inClass = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char next = pattern[++i];
+      if (next == 's')
+        out += inClass ? space : "[" + space + "]";
+      else if (next == 'S' && !inClass)
+        out += "[^" + space + "]";
+      else if (next == 'S')
+        return Status::failure("the pre-tokenizer's pattern has \\S inside a class");
+      else
+        out += {c, next};
+      continue;
+    }
+    if (c == '[' && !inClass) {
+      inClass = true;
+      out += c;
+      // A ']' (after an optional '^') first in a class is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^')
+        out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']')
+        out += pattern[++i];
+      continue;
+    }
+    if (c == ']' && inClass)
+      inClass = false;
+    out += c;
+  }
+  return Status::success();
+}
+
+/// Added tokens, matched in the text before anything else: at the leftmost place one
+/// starts, the longest.
+struct AddedTokens {
+  std::vector<std::pair<std::string, int32_t>> tokens; // longest first
+  std::array<bool, 256> starts{};                      // their first bytes
+
+  void add(std::string content, int32_t id) {
+    starts[static_cast<unsigned char>(content[0])] = true;
+    tokens.emplace_back(std::move(content), id);
+    std::stable_sort(tokens.begin(), tokens.end(),
+                     [](const auto &a, const auto &b) { return a.first.size() > b.first.size(); });
+  }
+  /// The token at `at`, or null.
+  const std::pair<std::string, int32_t> *at(std::string_view text, size_t at) const {
+    if (starts[static_cast<unsigned char>(text[at])])
+      for (const auto &token : tokens)
+        if (text.compare(at, token.first.size(), token.first) == 0)
+          return &token;
+    return nullptr;
+  }
+  /// segment(text between tokens) and token(id), in the order of the text.
+  template <typename Segment, typename Token>
+  Status cut(std::string_view text, Segment &&segment, Token &&token) const {
+    size_t from = 0;
+    for (size_t i = 0; i < text.size();) {
+      const std::pair<std::string, int32_t> *found = at(text, i);
+      if (!found) {
+        ++i;
+        continue;
+      }
+      MT_TRY(segment(text.substr(from, i - from)));
+      token(found->second);
+      i = from = i + found->first.size();
+    }
+    return segment(text.substr(from));
+  }
+};
+
 struct PairHash {
   size_t operator()(uint64_t key) const {
     return std::hash<uint64_t>()(key * 0x9E3779B97F4A7C15ull);
@@ -157,9 +242,10 @@ struct ByteBpe::Impl {
     int32_t rank, id;
   };
   std::unordered_map<uint64_t, Merge, PairHash> merges; // (left, right) → rank, merged id
-  std::vector<std::pair<std::string, int32_t>> added;   // added tokens, longest first
-  std::array<bool, 256> startsAdded{};                  // the first bytes of added tokens
-  std::unordered_map<std::string, int32_t> named;       // tokens named, not matched in text
+  // Added tokens, as tokenizers extracts them: those matched in the text as written
+  // first, then in what is left those matched in normalized text (here the same text).
+  AddedTokens added, addedNormalized;
+  std::unordered_map<std::string, int32_t> named; // tokens named, not matched in text
   pcre2_code *pattern = nullptr;
   pcre2_match_data *match = nullptr;
   bool addPrefixSpace = false, ignoreMerges = false;
@@ -172,11 +258,15 @@ struct ByteBpe::Impl {
       pcre2_code_free(pattern);
   }
 
-  Status compile(const std::string &regex) {
+  Status compile(const std::string &written) {
+    std::string regex;
+    if (Status s = unicodeWhiteSpace(written, regex); !s.ok())
+      return Status::failure(cat(path, ": ", s.message()));
     int code = 0;
     PCRE2_SIZE offset = 0;
-    pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
-                            PCRE2_UTF | PCRE2_UCP, &code, &offset, nullptr);
+    pattern =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &code, &offset, nullptr);
     if (!pattern) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(code, message, sizeof message);
@@ -197,9 +287,12 @@ struct ByteBpe::Impl {
                                     at, PCRE2_NO_UTF_CHECK, match, nullptr);
       if (found == PCRE2_ERROR_NOMATCH)
         break;
-      if (found < 0)
-        return Status::failure(
-            cat(path, ": the pre-tokenizer's pattern failed (PCRE2 error ", found, ")"));
+      if (found < 0) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(found, message, sizeof message);
+        return Status::failure(cat(path, ": the pre-tokenizer's pattern failed: ",
+                                   reinterpret_cast<const char *>(message)));
+      }
       const PCRE2_SIZE *span = pcre2_get_ovector_pointer(match);
       if (span[0] > from)
         pieces.push_back(text.substr(from, span[0] - from));
@@ -207,6 +300,7 @@ struct ByteBpe::Impl {
         pieces.push_back(text.substr(span[0], span[1] - span[0]));
         at = from = span[1];
       } else { // an empty match: go on from the next character
+        from = span[0];
         at = span[1] + 1;
         while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80)
           ++at;
@@ -301,6 +395,12 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
   auto refuse = [&](const std::string &what) {
     return Status::failure(cat(path, ": ", what, ": mtdata reads byte-level BPE tokenizers"));
   };
+  // An id: an integer in [0, 2^31), or a Json::exception naming `what`.
+  auto integer = [&](const Json &j, const std::string &what) -> int64_t {
+    if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX)
+      throw std::out_of_range(what + " has id " + j.dump() + ", not an integer in [0, 2^31)");
+    return j.get<int64_t>();
+  };
   auto typeOf = [](const Json &j) {
     return j.is_object() && j.contains("type") && j["type"].is_string()
                ? j["type"].get<std::string>()
@@ -343,6 +443,8 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
       } else if (type == "ByteLevel" && !byteLevel) {
         byteLevel = true;
         t.addPrefixSpace = stage.value("add_prefix_space", false);
+        if (t.addPrefixSpace && !regex.empty()) // tokenizers adds one to every Split piece
+          return refuse("ByteLevel's add_prefix_space after a Split pre-tokenizer");
         if (stage.value("use_regex", true)) {
           if (!regex.empty())
             return refuse("a Split pre-tokenizer before ByteLevel's own pattern");
@@ -363,9 +465,7 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
       byteOf[points[b]] = static_cast<char>(b);
     std::unordered_map<std::string, int32_t> written;
     for (const auto &[token, id] : model.at("vocab").items()) {
-      const int64_t value = id.get<int64_t>();
-      if (value < 0 || value > INT32_MAX)
-        return Status::failure(cat(path, ": token '", token, "' has id ", value));
+      const int64_t value = integer(id, "token '" + token + "'");
       written[token] = static_cast<int32_t>(value);
       t.size = std::max<int64_t>(t.size, value + 1);
       if (std::optional<std::string> bytes = standInBytes(token, byteOf))
@@ -384,7 +484,7 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
       if (merges[rank].is_string()) {
         const std::string both = merges[rank].get<std::string>();
         const size_t space = both.find(' ');
-        if (space == std::string::npos)
+        if (space == std::string::npos || both.find(' ', space + 1) != std::string::npos)
           return Status::failure(cat(path, ": merge ", rank, " '", both, "' is not two tokens"));
         left = both.substr(0, space);
         right = both.substr(space + 1);
@@ -396,27 +496,31 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
       if (a == written.end() || b == written.end() || ab == written.end())
         return Status::failure(cat(path, ": merge ", rank, " ('", left, "', '", right,
                                    "') names a token the vocabulary lacks"));
-      t.merges.emplace(pairKey(a->second, b->second),
-                       Impl::Merge{static_cast<int32_t>(rank), ab->second});
+      // A pair given twice merges at its last rank, as tokenizers reads it.
+      t.merges.insert_or_assign(pairKey(a->second, b->second),
+                                Impl::Merge{static_cast<int32_t>(rank), ab->second});
     }
-    // Added tokens, matched in the text before anything else, the longest first.
+    // Added tokens. One the vocabulary holds has its id there, as tokenizers gives it.
     if (json.contains("added_tokens") && json["added_tokens"].is_array())
       for (const Json &token : json["added_tokens"]) {
         const std::string content = token.at("content").get<std::string>();
         for (const char *flag : {"single_word", "lstrip", "rstrip"})
           if (token.value(flag, false))
             return refuse("added token '" + content + "' sets " + flag);
-        const int64_t id = token.at("id").get<int64_t>();
-        if (content.empty() || id < 0 || id > INT32_MAX)
-          return Status::failure(cat(path, ": added token '", content, "' with id ", id));
-        t.added.emplace_back(validUtf8(content), static_cast<int32_t>(id));
-        t.startsAdded[static_cast<unsigned char>(t.added.back().first[0])] = true;
+        const int64_t id = integer(token.at("id"), "added token '" + content + "'");
+        if (content.empty() || content != validUtf8(content))
+          return Status::failure(cat(path, ": an added token is empty or not UTF-8"));
+        if (auto held = written.find(content); held != written.end() && held->second != id)
+          return Status::failure(cat(path, ": added token '", content, "' has id ", id,
+                                     ", the vocabulary ", held->second));
+        (token.value("normalized", false) ? t.addedNormalized : t.added)
+            .add(content, static_cast<int32_t>(id));
         t.size = std::max<int64_t>(t.size, id + 1);
       }
-    std::stable_sort(t.added.begin(), t.added.end(),
-                     [](const auto &a, const auto &b) { return a.first.size() > b.first.size(); });
   } catch (const Json::exception &e) {
     return Status::failure(cat(path, ": not a tokenizer.json mtdata reads: ", e.what()));
+  } catch (const std::out_of_range &e) {
+    return Status::failure(cat(path, ": ", e.what()));
   }
   out = std::move(made);
   return Status::success();
@@ -437,35 +541,28 @@ Status ByteBpe::encode(std::string_view raw, std::vector<int32_t> &ids) const {
     }
     pieces.clear();
     MT_TRY(t.split(segment, pieces));
-    for (std::string_view piece : pieces)
+    for (std::string_view piece : pieces) {
+      if (piece.size() > kLongestPiece)
+        return Status::failure(
+            cat("a piece of ", piece.size(), " bytes: mtdata merges at most ", kLongestPiece));
       t.mergePiece(piece, ids);
+    }
     return Status::success();
   };
-  // The leftmost added token, the longest of those that start there.
-  size_t from = 0;
-  for (size_t at = 0; at < text.size();) {
-    const std::pair<std::string, int32_t> *found = nullptr;
-    if (t.startsAdded[static_cast<unsigned char>(text[at])])
-      for (const auto &token : t.added)
-        if (text.compare(at, token.first.size(), token.first) == 0) {
-          found = &token;
-          break;
-        }
-    if (!found) {
-      ++at;
-      continue;
-    }
-    MT_TRY(encodeSegment(std::string_view(text).substr(from, at - from)));
-    ids.push_back(found->second);
-    at = from = at + found->first.size();
-  }
-  return encodeSegment(std::string_view(text).substr(from));
+  auto token = [&](int32_t id) { ids.push_back(id); };
+  return t.added.cut(
+      text,
+      [&](std::string_view between) {
+        return t.addedNormalized.cut(between, encodeSegment, token);
+      },
+      token);
 }
 
 std::optional<int32_t> ByteBpe::addedToken(std::string_view content) const {
-  for (const auto &[text, id] : impl_->added)
-    if (text == content)
-      return id;
+  for (const AddedTokens *list : {&impl_->added, &impl_->addedNormalized})
+    for (const auto &[text, id] : list->tokens)
+      if (text == content)
+        return id;
   if (auto found = impl_->named.find(std::string(content)); found != impl_->named.end())
     return found->second;
   return std::nullopt;
@@ -503,9 +600,15 @@ Status ByteBpe::fromTiktoken(const std::string &text, const std::string &path, B
     if (!bytes || bytes->empty() || end == line.c_str() + space + 1 || *end != '\0' || rank < 0 ||
         rank >= INT32_MAX - 256)
       return Status::failure(cat(path, ": line ", number, " is not 'base64 rank'"));
+    if (bytes->size() > kLongestToken)
+      return Status::failure(cat(path, ": line ", number, " has a token of ", bytes->size(),
+                                 " bytes (at most ", kLongestToken, ")"));
+    if (rank != t.size)
+      return Status::failure(cat(path, ": line ", number, " has rank ", rank, ", not ", t.size,
+                                 ": ranks are 0, 1, 2... in order"));
     if (!t.ids.emplace(*bytes, static_cast<int32_t>(rank)).second)
       return Status::failure(cat(path, ": line ", number, " repeats a token"));
-    t.size = std::max<int64_t>(t.size, rank + 1);
+    ++t.size;
   }
   for (int b = 0; b < 256; ++b) {
     auto found = t.ids.find(std::string(1, static_cast<char>(b)));

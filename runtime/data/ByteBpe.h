@@ -1,4 +1,4 @@
-// Byte-level BPE, the tokenizer of GPT-2, LLaMA 3, Qwen and most models that ship a
+// Byte-level BPE, the tokenizer of GPT-2, LLaMA 3 and many models that ship a
 // Hugging Face tokenizer.json: text is cut around the added (special) tokens, split into
 // pieces by the pre-tokenizer's regular expression (PCRE2, Unicode properties), and each
 // piece's UTF-8 bytes are merged pair by pair, the lowest-ranked pair first (the leftmost

@@ -467,7 +467,8 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
     if (scaleLoss_)
       scalars.emplace_back("loss-scale", lossScale_);
     // Memory, as Megatron's --log-memory-to-tensorboard names it: what the first rank
-    // holds for the plan now and at most, and the device's memory in use where known.
+    // holds for the plan now and at most; and where the backend knows it, the device's
+    // memory in use, all of it (Megatron's mem-reserved-bytes is its allocator's reserve).
     const Backend &backend = executor_.backend();
     scalars.emplace_back("mem-allocated-bytes", static_cast<double>(backend.heldBytes()));
     scalars.emplace_back("mem-max-allocated-bytes", static_cast<double>(backend.heldPeakBytes()));

@@ -42,7 +42,7 @@ constexpr const char *kUsage = R"(usage:
   --output-prefix PREFIX  writes PREFIX.bin and PREFIX.idx, Megatron's indexed dataset
   --tokenizer MODEL       encodes with an existing SentencePiece model, with the
                           byte-level BPE of a Hugging Face tokenizer.json (GPT-2,
-                          LLaMA 3, Qwen, ...: the ids the `tokenizers` library gives),
+                          LLaMA 3, ...: the ids the `tokenizers` library gives),
                           or with a tiktoken file (LLaMA 3's original tokenizer.model:
                           the ids tiktoken's encode_ordinary gives, LLaMA 3's pattern)
   --eod-token TEXT        with a tokenizer.json or tiktoken file: the added token that
@@ -122,6 +122,8 @@ std::string parseArgs(int argc, char **argv, Options &options) {
       *single->second = value;
     if (name == "split-on")
       options.splitting = true;
+    if (name == "eod-token" && value.empty())
+      return "--eod-token needs the text of a token";
   }
   if (options.inputs.empty())
     return "needs at least one --input FILE";
@@ -131,7 +133,10 @@ std::string parseArgs(int argc, char **argv, Options &options) {
     return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
   if (!options.tokenizer.empty() && !vocabulary.empty())
     return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
-  if (!options.eodToken.empty() && !isByteLevel(options.tokenizer))
+  // (A tokenizer that cannot be read is reported as such later.)
+  if (!options.eodToken.empty() &&
+      (options.tokenizer.empty() ||
+       (std::ifstream(options.tokenizer) && !isByteLevel(options.tokenizer))))
     return "--eod-token applies to a --tokenizer tokenizer.json or tiktoken file";
   if (!options.trainTokenizer.empty()) {
     if (vocabulary.empty())
@@ -373,14 +378,14 @@ struct Encoder {
 
 /// A SentencePiece model, ending documents with its end-of-sequence piece.
 bool loadSentencePiece(const std::string &path, sentencepiece::SentencePieceProcessor &model,
-                       Encoder &encoder, std::string &error) {
+                       Encoder &encoder, std::string &error, const char *what = "tokenizer") {
   error = openError(path, "rb");
   if (!error.empty()) {
     error = "cannot read " + path + ": " + error;
     return false;
   }
   if (sentencepiece::util::Status loaded = model.Load(path); !loaded.ok()) {
-    error = "cannot load tokenizer " + path + ": " +
+    error = std::string("cannot load ") + what + " " + path + ": " +
             sentencePieceReason(loaded, "not a SentencePiece model");
     return false;
   }
@@ -423,7 +428,7 @@ std::string configuredEndOfSequence(const std::string &tokenizer) {
 
 /// A tokenizer.json's or tiktoken file's byte-level BPE, ending documents with the token
 /// --eod-token names, else the eos_token of tokenizer_config.json beside it, else the
-/// first it has of <|endoftext|> (GPT-2, Qwen), <|end_of_text|> (LLaMA 3) and </s>.
+/// first it has of <|endoftext|> (GPT-2), <|end_of_text|> (LLaMA 3) and </s>.
 bool openByteBpe(const Options &options, Encoder &encoder, std::string &error) {
   auto bpe = std::make_shared<mt::ByteBpe>();
   if (mt::Status s = mt::ByteBpe::open(options.tokenizer, *bpe); !s.ok()) {
@@ -459,9 +464,21 @@ bool openByteBpe(const Options &options, Encoder &encoder, std::string &error) {
   return true;
 }
 
+int run(int argc, char **argv);
+
 } // namespace
 
 int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return inputError("out of memory");
+  }
+}
+
+namespace {
+
+int run(int argc, char **argv) {
   Options options;
   std::string error = parseArgs(argc, argv, options);
   if (options.help) {
@@ -511,7 +528,8 @@ int main(int argc, char **argv) {
     return inputError(opened.message());
 
   if (training) {
-    if (!trainTokenizer(options, error) || !loadSentencePiece(modelPath, *tokenizer, encoder, error))
+    if (!trainTokenizer(options, error) ||
+        !loadSentencePiece(modelPath, *tokenizer, encoder, error, "the trained tokenizer"))
       return inputError(error);
     if (encoder.vocabularySize != options.vocabularySize)
       return inputError("the trained tokenizer " + modelPath + " has " +
@@ -547,3 +565,5 @@ int main(int argc, char **argv) {
             << options.outputPrefix << ".idx (" << mt::dtypeName(dtype) << ")\n";
   return 0;
 }
+
+} // namespace

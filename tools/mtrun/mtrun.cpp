@@ -57,8 +57,10 @@ constexpr const char *kUsage = R"(usage:
   --tensorboard-dir DIR     TensorBoard event files in DIR (`tensorboard --logdir DIR`):
                             per step lm loss, learning-rate, grad-norm, loss-scale (fp16),
                             iteration-time (s), throughput (model TFLOP/s per GPU) and
-                            mem-allocated-bytes, mem-max-allocated-bytes (and the device's
-                            mem-reserved-bytes) as Megatron tags them, and tokens-per-second
+                            mem-allocated-bytes, mem-max-allocated-bytes (and as
+                            mem-reserved-bytes the device's whole use, as its driver says,
+                            where Megatron's is its allocator's reserve) as Megatron tags
+                            them, and tokens-per-second
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and

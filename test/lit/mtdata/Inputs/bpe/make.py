@@ -27,7 +27,7 @@ HOSTILE = (
     "مرحبا بالعالم — עברית.\n"
 ).encode() + b"bad \xff byte, cut \xc3, overlong \xc0\xaf, surrogate \xed\xa0\x80, big \xf4\x90\x80\x80, end \xf0\x9f\x98\n" + (
     "spaces:" + " " * 1000 + "end\ttabs\t\t\t\there\r\n\r\n\n\n"
-    "nbsp\u00a0here\u3000ideographic\u2003em\u200bzero-width\u0085nel.\n"
+    "nbsp\u00a0here\u3000ideographic\u2003em\u200bzero-width\u0085nel\u180e mongolian.\n"
     "digits 1234567890 3.14159 1,000,000 and 007.\n"
     "I'M sure you'RE right; don't, can't, it's, we'll, they'd, I've.\n"
     "mid<|endoftext|>word and <|end_of_text|>too <|begin_of_text|>\n"
@@ -46,6 +46,13 @@ def bytes_to_unicode():
             stand_ins.append(chr(extra))
             extra += 1
     return stand_ins
+
+
+# Documents that end where a UTF-8 sequence is cut, or are one added token alone, and
+# added tokens that overlap, or are matched before others as tokenizers does (those it
+# matches in the text as written first, then in what is left those it normalizes).
+ENDS = (b"a cut at the end \xe6\x97\n%\n<|endoftext|>\n%\nthe keeper kept <|end and <|endoftext|>"
+        b" keepers\n%\n\xf0\x9f\n%\nonly<|end")
 
 
 def documents(data, separator=None):
@@ -80,7 +87,7 @@ def train(pre, specials, ignore_merges=False, name=""):
 
 
 def main():
-    from tokenizers import Regex, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
     os.chdir(os.path.dirname(os.path.abspath(__file__)))
     with open("hostile.txt", "wb") as f:
         f.write(HOSTILE)
@@ -119,10 +126,24 @@ def main():
                 ids = encoding.encode_ordinary(document.decode("utf-8", errors="replace"))
                 f.write(" ".join(map(str, ids + [len(ranks) + 1])) + "\n")
 
+    # The GPT-2 one with added tokens that overlap ("<|end" within "<|endoftext|>"), and one
+    # the text as written matches ("eper") before a normalized one ("keep") in "keeper".
+    from tokenizers import AddedToken
+    with open("ends.txt", "wb") as f:
+        f.write(ENDS)
+    added = Tokenizer.from_file("gpt2.json")
+    added.add_special_tokens([AddedToken("<|end", normalized=False)])
+    added.add_tokens([AddedToken("keep", normalized=True), AddedToken("eper", normalized=False)])
+    added.save("added.json")
+    made["added"] = (added, "<|endoftext|>")
+
     for name, (tokenizer, eod) in made.items():
         end = tokenizer.token_to_id(eod)
         for text, found in (("hostile", documents(HOSTILE)),
-                            ("lighthouse", documents(open("../lighthouse.txt", "rb").read(), b"%"))):
+                            ("lighthouse", documents(open("../lighthouse.txt", "rb").read(), b"%")),
+                            ("ends", documents(ENDS, b"%"))):
+            if (name == "added") != (text == "ends"):
+                continue
             with open(f"{name}.{text}.ids", "w") as f:
                 for document in found:
                     decoded = document.decode("utf-8", errors="replace")
