@@ -258,6 +258,12 @@ struct ByteBpe::Impl {
       pcre2_code_free(pattern);
   }
 
+  /// From a tokenizer.json (Refused, Malformed or Json::exception where it cannot):
+  /// the vocabulary and merges, with each token's text as written in `written`; the added
+  /// tokens.
+  void readVocabulary(const Json &model, std::unordered_map<std::string, int32_t> &written);
+  void readAddedTokens(const Json &json, const std::unordered_map<std::string, int32_t> &written);
+
   Status compile(const std::string &written) {
     std::string regex;
     if (Status s = unicodeWhiteSpace(written, regex); !s.ok())
@@ -385,6 +391,149 @@ Status ByteBpe::open(const std::string &path, ByteBpe &out) {
              : fromJson(content, path, out);
 }
 
+namespace {
+
+/// What mtdata does not compute, named.
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// What is wrong with the file otherwise.
+struct Malformed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::string typeOf(const Json &j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : std::string("?");
+}
+
+/// An id: an integer in [0, 2^31).
+int32_t idOf(const Json &j, const std::string &what) {
+  if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX)
+    throw Malformed(what + " has id " + j.dump() + ", not an integer in [0, 2^31)");
+  return static_cast<int32_t>(j.get<int64_t>());
+}
+
+/// The BPE model's settings mtdata computes; refuses the others.
+void checkModel(const Json &json, const Json &model) {
+  if (typeOf(model) != "BPE")
+    throw Refused("model type " + typeOf(model));
+  for (const char *flag : {"byte_fallback", "fuse_unk"})
+    if (model.value(flag, false))
+      throw Refused(std::string(flag) + " is set");
+  for (const char *affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
+      throw Refused(std::string(affix) + " is set");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
+    throw Refused("BPE dropout is set");
+  if (json.contains("normalizer") && !json["normalizer"].is_null())
+    throw Refused("normalizer " + typeOf(json["normalizer"]));
+}
+
+/// The pattern the pre-tokenizer splits by: ByteLevel's own (GPT-2's), or a Split's
+/// before a ByteLevel without one; and whether ByteLevel adds a space in front.
+std::string preTokenizerPattern(const Json &pre, bool &addPrefixSpace) {
+  std::vector<Json> stages = typeOf(pre) == "Sequence"
+                                 ? pre.at("pretokenizers").get<std::vector<Json>>()
+                                 : std::vector<Json>{pre};
+  std::string regex;
+  bool byteLevel = false;
+  for (const Json &stage : stages) {
+    const std::string type = typeOf(stage);
+    if (type == "Split" && regex.empty() && !byteLevel) {
+      const Json &p = stage.at("pattern");
+      if (!p.contains("Regex"))
+        throw Refused("a Split pre-tokenizer on a plain string");
+      regex = p["Regex"].get<std::string>();
+      if (stage.value("behavior", std::string()) != "Isolated" || stage.value("invert", false))
+        throw Refused("a Split pre-tokenizer that does not isolate its matches");
+    } else if (type == "ByteLevel" && !byteLevel) {
+      byteLevel = true;
+      addPrefixSpace = stage.value("add_prefix_space", false);
+      if (addPrefixSpace && !regex.empty()) // tokenizers adds one to every Split piece
+        throw Refused("ByteLevel's add_prefix_space after a Split pre-tokenizer");
+      if (stage.value("use_regex", true)) {
+        if (!regex.empty())
+          throw Refused("a Split pre-tokenizer before ByteLevel's own pattern");
+        regex = kGpt2Pattern;
+      }
+    } else {
+      throw Refused("pre-tokenizer " + type);
+    }
+  }
+  if (!byteLevel || regex.empty())
+    throw Refused("no ByteLevel pre-tokenizer with a pattern");
+  return regex;
+}
+
+} // namespace
+
+void ByteBpe::Impl::readVocabulary(const Json &model,
+                                   std::unordered_map<std::string, int32_t> &written) {
+  // Written in byte stand-ins; added tokens may also be in it.
+  std::unordered_map<uint32_t, char> byteOf;
+  const std::array<uint32_t, 256> points = byteCodePoints();
+  for (int b = 0; b < 256; ++b)
+    byteOf[points[b]] = static_cast<char>(b);
+  for (const auto &[token, id] : model.at("vocab").items()) {
+    const int32_t value = idOf(id, "token '" + token + "'");
+    written[token] = value;
+    size = std::max<int64_t>(size, int64_t{value} + 1);
+    if (std::optional<std::string> bytes = standInBytes(token, byteOf))
+      ids.emplace(*bytes, value);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto found = ids.find(std::string(1, static_cast<char>(b)));
+    if (found == ids.end())
+      throw Malformed(cat("the vocabulary has no token for byte ", b));
+    byteIds[b] = found->second;
+  }
+  // Merges, "left right" or [left, right], in rank order; a pair given twice merges at
+  // its last rank, as tokenizers reads it.
+  const Json &list = model.at("merges");
+  for (size_t rank = 0; rank < list.size(); ++rank) {
+    std::string left, right;
+    if (list[rank].is_string()) {
+      const std::string both = list[rank].get<std::string>();
+      const size_t space = both.find(' ');
+      if (space == std::string::npos || both.find(' ', space + 1) != std::string::npos)
+        throw Malformed(cat("merge ", rank, " '", both, "' is not two tokens"));
+      left = both.substr(0, space);
+      right = both.substr(space + 1);
+    } else {
+      left = list[rank].at(0).get<std::string>();
+      right = list[rank].at(1).get<std::string>();
+    }
+    auto a = written.find(left), b = written.find(right), ab = written.find(left + right);
+    if (a == written.end() || b == written.end() || ab == written.end())
+      throw Malformed(
+          cat("merge ", rank, " ('", left, "', '", right, "') names a token the vocabulary lacks"));
+    merges.insert_or_assign(pairKey(a->second, b->second),
+                            Merge{static_cast<int32_t>(rank), ab->second});
+  }
+}
+
+void ByteBpe::Impl::readAddedTokens(const Json &json,
+                                    const std::unordered_map<std::string, int32_t> &written) {
+  if (!json.contains("added_tokens") || !json["added_tokens"].is_array())
+    return;
+  // One the vocabulary holds has its id there, as tokenizers gives it.
+  for (const Json &token : json["added_tokens"]) {
+    const std::string content = token.at("content").get<std::string>();
+    for (const char *flag : {"single_word", "lstrip", "rstrip"})
+      if (token.value(flag, false))
+        throw Refused("added token '" + content + "' sets " + flag);
+    const int32_t id = idOf(token.at("id"), "added token '" + content + "'");
+    if (content.empty() || content != validUtf8(content))
+      throw Malformed("an added token is empty or not UTF-8");
+    if (auto held = written.find(content); held != written.end() && held->second != id)
+      throw Malformed(
+          cat("added token '", content, "' has id ", id, ", the vocabulary ", held->second));
+    (token.value("normalized", false) ? addedNormalized : added).add(content, id);
+    size = std::max<int64_t>(size, int64_t{id} + 1);
+  }
+}
+
 Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteBpe &out) {
   const Json json = Json::parse(text, nullptr, false);
   if (json.is_discarded() || !json.is_object())
@@ -392,135 +541,20 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
   ByteBpe made;
   Impl &t = *made.impl_;
   t.path = path;
-  auto refuse = [&](const std::string &what) {
-    return Status::failure(cat(path, ": ", what, ": mtdata reads byte-level BPE tokenizers"));
-  };
-  // An id: an integer in [0, 2^31), or a Json::exception naming `what`.
-  auto integer = [&](const Json &j, const std::string &what) -> int64_t {
-    if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX)
-      throw std::out_of_range(what + " has id " + j.dump() + ", not an integer in [0, 2^31)");
-    return j.get<int64_t>();
-  };
-  auto typeOf = [](const Json &j) {
-    return j.is_object() && j.contains("type") && j["type"].is_string()
-               ? j["type"].get<std::string>()
-               : std::string("?");
-  };
   try {
     const Json &model = json.at("model");
-    if (typeOf(model) != "BPE")
-      return refuse("model type " + typeOf(model));
-    for (const char *flag : {"byte_fallback", "fuse_unk"})
-      if (model.value(flag, false))
-        return refuse(std::string(flag) + " is set");
-    for (const char *affix : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
-        return refuse(std::string(affix) + " is set");
-    if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
-      return refuse("BPE dropout is set");
+    checkModel(json, model);
     t.ignoreMerges = model.value("ignore_merges", false);
-    if (json.contains("normalizer") && !json["normalizer"].is_null())
-      return refuse("normalizer " + typeOf(json["normalizer"]));
-
-    // The pre-tokenizer: ByteLevel (GPT-2's pattern), or a Split by a pattern and then
-    // ByteLevel without one.
-    const Json &pre = json.at("pre_tokenizer");
-    std::vector<Json> stages = typeOf(pre) == "Sequence"
-                                   ? pre.at("pretokenizers").get<std::vector<Json>>()
-                                   : std::vector<Json>{pre};
-    std::string regex;
-    bool byteLevel = false;
-    for (const Json &stage : stages) {
-      const std::string type = typeOf(stage);
-      if (type == "Split" && regex.empty() && !byteLevel) {
-        const Json &p = stage.at("pattern");
-        if (p.contains("Regex"))
-          regex = p["Regex"].get<std::string>();
-        else
-          return refuse("a Split pre-tokenizer on a plain string");
-        if (stage.value("behavior", std::string()) != "Isolated" || stage.value("invert", false))
-          return refuse("a Split pre-tokenizer that does not isolate its matches");
-      } else if (type == "ByteLevel" && !byteLevel) {
-        byteLevel = true;
-        t.addPrefixSpace = stage.value("add_prefix_space", false);
-        if (t.addPrefixSpace && !regex.empty()) // tokenizers adds one to every Split piece
-          return refuse("ByteLevel's add_prefix_space after a Split pre-tokenizer");
-        if (stage.value("use_regex", true)) {
-          if (!regex.empty())
-            return refuse("a Split pre-tokenizer before ByteLevel's own pattern");
-          regex = kGpt2Pattern;
-        }
-      } else {
-        return refuse("pre-tokenizer " + type);
-      }
-    }
-    if (!byteLevel || regex.empty())
-      return refuse("no ByteLevel pre-tokenizer with a pattern");
-    MT_TRY(t.compile(regex));
-
-    // The vocabulary, written in byte stand-ins; added tokens may also be in it.
-    std::unordered_map<uint32_t, char> byteOf;
-    const std::array<uint32_t, 256> points = byteCodePoints();
-    for (int b = 0; b < 256; ++b)
-      byteOf[points[b]] = static_cast<char>(b);
+    MT_TRY(t.compile(preTokenizerPattern(json.at("pre_tokenizer"), t.addPrefixSpace)));
     std::unordered_map<std::string, int32_t> written;
-    for (const auto &[token, id] : model.at("vocab").items()) {
-      const int64_t value = integer(id, "token '" + token + "'");
-      written[token] = static_cast<int32_t>(value);
-      t.size = std::max<int64_t>(t.size, value + 1);
-      if (std::optional<std::string> bytes = standInBytes(token, byteOf))
-        t.ids.emplace(*bytes, static_cast<int32_t>(value));
-    }
-    for (int b = 0; b < 256; ++b) {
-      auto found = t.ids.find(std::string(1, static_cast<char>(b)));
-      if (found == t.ids.end())
-        return Status::failure(cat(path, ": the vocabulary has no token for byte ", b));
-      t.byteIds[b] = found->second;
-    }
-    // Merges, "left right" or [left, right], in rank order.
-    const Json &merges = model.at("merges");
-    for (size_t rank = 0; rank < merges.size(); ++rank) {
-      std::string left, right;
-      if (merges[rank].is_string()) {
-        const std::string both = merges[rank].get<std::string>();
-        const size_t space = both.find(' ');
-        if (space == std::string::npos || both.find(' ', space + 1) != std::string::npos)
-          return Status::failure(cat(path, ": merge ", rank, " '", both, "' is not two tokens"));
-        left = both.substr(0, space);
-        right = both.substr(space + 1);
-      } else {
-        left = merges[rank].at(0).get<std::string>();
-        right = merges[rank].at(1).get<std::string>();
-      }
-      auto a = written.find(left), b = written.find(right), ab = written.find(left + right);
-      if (a == written.end() || b == written.end() || ab == written.end())
-        return Status::failure(cat(path, ": merge ", rank, " ('", left, "', '", right,
-                                   "') names a token the vocabulary lacks"));
-      // A pair given twice merges at its last rank, as tokenizers reads it.
-      t.merges.insert_or_assign(pairKey(a->second, b->second),
-                                Impl::Merge{static_cast<int32_t>(rank), ab->second});
-    }
-    // Added tokens. One the vocabulary holds has its id there, as tokenizers gives it.
-    if (json.contains("added_tokens") && json["added_tokens"].is_array())
-      for (const Json &token : json["added_tokens"]) {
-        const std::string content = token.at("content").get<std::string>();
-        for (const char *flag : {"single_word", "lstrip", "rstrip"})
-          if (token.value(flag, false))
-            return refuse("added token '" + content + "' sets " + flag);
-        const int64_t id = integer(token.at("id"), "added token '" + content + "'");
-        if (content.empty() || content != validUtf8(content))
-          return Status::failure(cat(path, ": an added token is empty or not UTF-8"));
-        if (auto held = written.find(content); held != written.end() && held->second != id)
-          return Status::failure(cat(path, ": added token '", content, "' has id ", id,
-                                     ", the vocabulary ", held->second));
-        (token.value("normalized", false) ? t.addedNormalized : t.added)
-            .add(content, static_cast<int32_t>(id));
-        t.size = std::max<int64_t>(t.size, id + 1);
-      }
+    t.readVocabulary(model, written);
+    t.readAddedTokens(json, written);
+  } catch (const Refused &e) {
+    return Status::failure(cat(path, ": ", e.what(), ": mtdata reads byte-level BPE tokenizers"));
+  } catch (const Malformed &e) {
+    return Status::failure(cat(path, ": ", e.what()));
   } catch (const Json::exception &e) {
     return Status::failure(cat(path, ": not a tokenizer.json mtdata reads: ", e.what()));
-  } catch (const std::out_of_range &e) {
-    return Status::failure(cat(path, ": ", e.what()));
   }
   out = std::move(made);
   return Status::success();
