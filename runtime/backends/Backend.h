@@ -156,7 +156,15 @@ public:
   virtual void release(void *data) noexcept = 0;
   virtual Status copyToDevice(void *device, const void *host, size_t bytes) = 0;
   virtual Status copyToHost(void *host, const void *device, size_t bytes) = 0;
-  virtual Status setZero(void *device, size_t bytes) = 0;
+  /// `bytes` of device memory set to `value`, in the order of the backend's work.
+  virtual Status setBytes(void *device, uint8_t value, size_t bytes) = 0;
+  Status setZero(void *device, size_t bytes) { return setBytes(device, 0, bytes); }
+  /// In `extent`, how many of `bytes` of device memory come before the run of `value`s
+  /// that ends them (all of them where the last byte is not `value`, 0 where every byte
+  /// is): how far work reached into memory that held only `value`. Read on the device:
+  /// the memory may be larger than the host's.
+  virtual Status extentNot(const void *device, uint8_t value, size_t bytes,
+                           uint64_t &extent) = 0;
   /// `bytes` from `src` to `dst`, both device memory, in the order of the backend's work.
   virtual Status copyOnDevice(void *dst, const void *src, size_t bytes) = 0;
   /// dst = src element by element, between any float types (rounding to nearest even).

@@ -190,22 +190,14 @@ uint64_t Executor::stashBytes(uint32_t program) const {
 }
 
 Status Executor::fillArena(uint8_t sentinel) {
-  if (!arena_)
-    return Status::success();
-  std::vector<uint8_t> fill(arenaBytes_ + kGuardBytes, sentinel);
-  return backend_.copyToDevice(arena_, fill.data(), fill.size());
+  return arena_ ? backend_.setBytes(arena_, sentinel, arenaBytes_ + kGuardBytes)
+                : Status::success();
 }
 
 Status Executor::arenaBytesWritten(uint8_t sentinel, uint64_t &written) {
   written = 0;
-  if (!arena_)
-    return Status::success();
-  std::vector<uint8_t> bytes(arenaBytes_ + kGuardBytes);
-  MT_TRY(backend_.copyToHost(bytes.data(), arena_, bytes.size()));
-  written = bytes.size();
-  while (written > 0 && bytes[written - 1] == sentinel)
-    --written;
-  return Status::success();
+  return arena_ ? backend_.extentNot(arena_, sentinel, arenaBytes_ + kGuardBytes, written)
+                : Status::success();
 }
 
 int64_t Executor::tokensPerMicroBatch() const {

@@ -171,7 +171,12 @@ public:
   Status copyToHost(void *host, const void *device, size_t bytes) override {
     return cpu_->copyToHost(host, device, bytes);
   }
-  Status setZero(void *device, size_t bytes) override { return cpu_->setZero(device, bytes); }
+  Status setBytes(void *device, uint8_t value, size_t bytes) override {
+    return cpu_->setBytes(device, value, bytes);
+  }
+  Status extentNot(const void *device, uint8_t value, size_t bytes, uint64_t &extent) override {
+    return cpu_->extentNot(device, value, bytes, extent);
+  }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return cpu_->copyOnDevice(dst, src, bytes);
   }

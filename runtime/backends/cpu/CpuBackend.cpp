@@ -1111,8 +1111,15 @@ public:
     std::memcpy(host, device, bytes);
     return Status::success();
   }
-  Status setZero(void *device, size_t bytes) override {
-    std::memset(device, 0, bytes);
+  Status setBytes(void *device, uint8_t value, size_t bytes) override {
+    std::memset(device, value, bytes);
+    return Status::success();
+  }
+  Status extentNot(const void *device, uint8_t value, size_t bytes, uint64_t &extent) override {
+    const auto *p = static_cast<const uint8_t *>(device);
+    extent = bytes;
+    while (extent > 0 && p[extent - 1] == value)
+      --extent;
     return Status::success();
   }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {

@@ -206,6 +206,26 @@ inline unsigned blocksFor(int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n);           \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+/// *last = the largest i + 1 with p[i] != value, where it is larger (an integer maximum,
+/// the same whatever the order): each thread's, then its warp's, then one atomic a warp.
+__global__ void extentNotKernel(const uint8_t *p, int64_t n, uint8_t value,
+                                unsigned long long *last) {
+  unsigned long long mine = 0;
+  GRID_STRIDE(i, n) {
+    if (p[i] != value)
+      mine = static_cast<unsigned long long>(i) + 1;
+  }
+  for (int offset = 16; offset > 0; offset >>= 1)
+    mine = max(mine, __shfl_xor_sync(0xffffffffu, mine, offset));
+  if ((threadIdx.x & 31) == 0 && mine > 0)
+    atomicMax(last, mine);
+}
+
+inline void launchExtentNot(const uint8_t *p, int64_t n, uint8_t value, unsigned long long *last,
+                            cudaStream_t stream) {
+  extentNotKernel<<<blocksFor(n), kThreads, 0, stream>>>(p, n, value, last);
+}
+
 /// f(value of the storage type `dtype` names): bf16, f16, or f32 for anything else.
 template <typename F> decltype(auto) withStorage(DType dtype, F &&f) {
   switch (dtype) {

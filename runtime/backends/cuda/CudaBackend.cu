@@ -122,9 +122,20 @@ public:
   Status copyToHost(void *host, const void *device, size_t bytes) override {
     return guarded([&] { copyNow(host, device, bytes, cudaMemcpyDeviceToHost, "to the host"); });
   }
-  Status setZero(void *device, size_t bytes) override {
+  Status setBytes(void *device, uint8_t value, size_t bytes) override {
     return guarded(
-        [&] { check(cudaMemsetAsync(device, 0, bytes, stream_), "zeroing device memory"); });
+        [&] { check(cudaMemsetAsync(device, value, bytes, stream_), "setting device memory"); });
+  }
+  Status extentNot(const void *device, uint8_t value, size_t bytes, uint64_t &extent) override {
+    return guarded([&] {
+      auto *last = static_cast<unsigned long long *>(scratch(sizeof(unsigned long long)));
+      check(cudaMemsetAsync(last, 0, sizeof *last, stream_), "zeroing a counter");
+      launchExtentNot(static_cast<const uint8_t *>(device), bytes, value, last, stream_);
+      launched("the extent of written memory");
+      unsigned long long host = 0;
+      copyNow(&host, last, sizeof host, cudaMemcpyDeviceToHost, "an extent to the host");
+      extent = host;
+    });
   }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
