@@ -22,7 +22,6 @@ using Json = nlohmann::json;
 constexpr const char *kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-/// LLaMA 3's pattern, which is tiktoken's cl100k_base's.
 /// The longest token a tiktoken file may hold: its merge table splits each token at every
 /// byte (cl100k_base's longest is 128 bytes).
 constexpr size_t kLongestToken = 1024;
@@ -31,6 +30,7 @@ constexpr size_t kLongestToken = 1024;
 /// run of letters or of spaces longer than this is refused).
 constexpr size_t kLongestPiece = size_t{1} << 24;
 
+/// LLaMA 3's pattern, which is tiktoken's cl100k_base's.
 constexpr const char *kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -179,6 +179,13 @@ struct AddedTokens {
   }
 };
 
+/// PCRE2's words for its error `code`.
+std::string pcre2Message(int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof message);
+  return reinterpret_cast<const char *>(message);
+}
+
 struct PairHash {
   size_t operator()(uint64_t key) const {
     return std::hash<uint64_t>()(key * 0x9E3779B97F4A7C15ull);
@@ -258,6 +265,17 @@ struct ByteBpe::Impl {
       pcre2_code_free(pattern);
   }
 
+  /// Each single byte's id, from `ids`: -1, or the first byte that has none.
+  int findByteIds() {
+    for (int b = 0; b < 256; ++b) {
+      auto found = ids.find(std::string(1, static_cast<char>(b)));
+      if (found == ids.end())
+        return b;
+      byteIds[b] = found->second;
+    }
+    return -1;
+  }
+
   /// From a tokenizer.json (Refused, Malformed or Json::exception where it cannot):
   /// the vocabulary and merges, with each token's text as written in `written`; the added
   /// tokens.
@@ -273,12 +291,9 @@ struct ByteBpe::Impl {
     pattern =
         pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
                       PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &code, &offset, nullptr);
-    if (!pattern) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(code, message, sizeof message);
+    if (!pattern)
       return Status::failure(cat(path, ": the pre-tokenizer's pattern does not compile at ", offset,
-                                 ": ", reinterpret_cast<const char *>(message)));
-    }
+                                 ": ", pcre2Message(code)));
     pcre2_jit_compile(pattern, PCRE2_JIT_COMPLETE); // faster where it can; else interpreted
     match = pcre2_match_data_create_from_pattern(pattern, nullptr);
     return Status::success();
@@ -293,12 +308,9 @@ struct ByteBpe::Impl {
                                     at, PCRE2_NO_UTF_CHECK, match, nullptr);
       if (found == PCRE2_ERROR_NOMATCH)
         break;
-      if (found < 0) {
-        PCRE2_UCHAR message[256];
-        pcre2_get_error_message(found, message, sizeof message);
-        return Status::failure(cat(path, ": the pre-tokenizer's pattern failed: ",
-                                   reinterpret_cast<const char *>(message)));
-      }
+      if (found < 0)
+        return Status::failure(
+            cat(path, ": the pre-tokenizer's pattern failed: ", pcre2Message(found)));
       const PCRE2_SIZE *span = pcre2_get_ovector_pointer(match);
       if (span[0] > from)
         pieces.push_back(text.substr(from, span[0] - from));
@@ -337,7 +349,7 @@ struct ByteBpe::Impl {
     struct Candidate {
       int32_t rank;
       int left;
-      int32_t leftId, rightId;
+      int32_t leftId, rightId, merged;
       bool operator>(const Candidate &o) const {
         return rank != o.rank ? rank > o.rank : left > o.left;
       }
@@ -348,7 +360,7 @@ struct ByteBpe::Impl {
         return;
       const int32_t a = symbols[left].id, b = symbols[symbols[left].next].id;
       if (auto m = merges.find(pairKey(a, b)); m != merges.end())
-        queue.push({m->second.rank, left, a, b});
+        queue.push({m->second.rank, left, a, b, m->second.id});
     };
     for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i)
       consider(i);
@@ -359,7 +371,7 @@ struct ByteBpe::Impl {
       if (left.id != c.leftId || left.next < 0 || symbols[left.next].id != c.rightId)
         continue;
       const int right = left.next;
-      left.id = merges.at(pairKey(c.leftId, c.rightId)).id;
+      left.id = c.merged;
       left.next = symbols[right].next;
       if (left.next >= 0)
         symbols[left.next].prev = c.left;
@@ -482,12 +494,8 @@ void ByteBpe::Impl::readVocabulary(const Json &model,
     if (std::optional<std::string> bytes = standInBytes(token, byteOf))
       ids.emplace(*bytes, value);
   }
-  for (int b = 0; b < 256; ++b) {
-    auto found = ids.find(std::string(1, static_cast<char>(b)));
-    if (found == ids.end())
-      throw Malformed(cat("the vocabulary has no token for byte ", b));
-    byteIds[b] = found->second;
-  }
+  if (int missing = findByteIds(); missing >= 0)
+    throw Malformed(cat("the vocabulary has no token for byte ", missing));
   // Merges, "left right" or [left, right], in rank order; a pair given twice merges at
   // its last rank, as tokenizers reads it.
   const Json &list = model.at("merges");
@@ -644,12 +652,8 @@ Status ByteBpe::fromTiktoken(const std::string &text, const std::string &path, B
       return Status::failure(cat(path, ": line ", number, " repeats a token"));
     ++t.size;
   }
-  for (int b = 0; b < 256; ++b) {
-    auto found = t.ids.find(std::string(1, static_cast<char>(b)));
-    if (found == t.ids.end())
-      return Status::failure(cat(path, ": no token for byte ", b));
-    t.byteIds[b] = found->second;
-  }
+  if (int missing = t.findByteIds(); missing >= 0)
+    return Status::failure(cat(path, ": no token for byte ", missing));
   // A pair merges where its two tokens joined are a token, at that token's rank.
   for (const auto &[bytes, id] : t.ids)
     for (size_t k = 1; k < bytes.size(); ++k) {

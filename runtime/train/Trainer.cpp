@@ -169,9 +169,8 @@ private:
   /// verdict, AdamW.
   Status update(int64_t step, double lr);
   void logStep(const StepRecord &record, std::chrono::steady_clock::time_point now);
-  /// The tokens of `steps` steps over the time from `from` to `to`, per second.
-  double tokensPerSecond(int64_t steps, std::chrono::steady_clock::time_point from,
-                         std::chrono::steady_clock::time_point to) const;
+  /// The tokens of `steps` steps over `seconds`, per second.
+  double tokensPerSecond(int64_t steps, double seconds) const;
   /// A part of the step outside the programs, timed into the profile when there is one.
   template <typename Body> Status timed(const char *part, Body &&body);
   void reportSave();
@@ -394,10 +393,10 @@ Status Run::step(int64_t step) {
   passes_.endStep();
 
   const auto now = std::chrono::steady_clock::now();
-  const auto begun = std::exchange(stepEnded_, now);
-  StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_,
-                    std::chrono::duration<double>(now - begun).count(),
-                    tokensPerSecond(1, begun, now)};
+  const double seconds =
+      std::chrono::duration<double>(now - std::exchange(stepEnded_, now)).count();
+  StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_, seconds,
+                    tokensPerSecond(1, seconds)};
   if (onStep_)
     onStep_(record);
   logStep(record, now);
@@ -437,10 +436,8 @@ Status Run::update(int64_t step, double lr) {
   });
 }
 
-double Run::tokensPerSecond(int64_t steps, std::chrono::steady_clock::time_point from,
-                            std::chrono::steady_clock::time_point to) const {
-  return static_cast<double>(steps * microBatches_ * batch_ * seq_) /
-         std::max(std::chrono::duration<double>(to - from).count(), 1e-9);
+double Run::tokensPerSecond(int64_t steps, double seconds) const {
+  return static_cast<double>(steps * microBatches_ * batch_ * seq_) / std::max(seconds, 1e-9);
 }
 
 void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_point now) {
@@ -492,7 +489,8 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
                  "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
                  "%.0f tok/s | ETA %s",
                  state_.step, config_.steps, record.loss, record.lr, record.gradNorm,
-                 tokensPerSecond(state_.step - loggedStep_, loggedAt_, now),
+                 tokensPerSecond(state_.step - loggedStep_,
+                                 std::chrono::duration<double>(now - loggedAt_).count()),
                  duration(elapsed / (state_.step - firstStep_) * (config_.steps - state_.step))
                      .c_str());
     loggedStep_ = state_.step;

@@ -504,7 +504,7 @@ int run(int argc, char **argv) {
   }
 
   Encoder encoder;
-  auto tokenizer = std::make_shared<sentencepiece::SentencePieceProcessor>();
+  sentencepiece::SentencePieceProcessor tokenizer; // what encoder.encode calls, when used
   const bool training = !options.trainTokenizer.empty();
   const bool byteLevel = !training && isByteLevel(options.tokenizer);
   const std::string modelPath = training ? options.trainTokenizer + ".model" : options.tokenizer;
@@ -516,7 +516,7 @@ int run(int argc, char **argv) {
     error = openError(modelPath, "ab");
     if (!error.empty())
       return inputError("cannot create " + modelPath + ": " + error);
-  } else if (!loadSentencePiece(modelPath, *tokenizer, encoder, error)) {
+  } else if (!loadSentencePiece(modelPath, tokenizer, encoder, error)) {
     return inputError(error);
   }
 
@@ -529,7 +529,7 @@ int run(int argc, char **argv) {
 
   if (training) {
     if (!trainTokenizer(options, error) ||
-        !loadSentencePiece(modelPath, *tokenizer, encoder, error, "the trained tokenizer"))
+        !loadSentencePiece(modelPath, tokenizer, encoder, error, "the trained tokenizer"))
       return inputError(error);
     if (encoder.vocabularySize != options.vocabularySize)
       return inputError("the trained tokenizer " + modelPath + " has " +
