@@ -31,7 +31,16 @@ struct StepContext {
   /// The factor of the loss seed (a Fill marked `loss_seed`): fp16's dynamic loss
   /// scale, else 1.
   double lossScale = 1;
+  /// False in evaluation: every dropout is the identity (dropoutRate), and a program
+  /// runs forward only, up to its loss.
+  bool training = true;
 };
+
+/// The rate at which a dropout instruction (or attention's probability dropout) drops:
+/// its own while training, 0 in evaluation.
+inline double dropoutRate(const plan::Instruction &inst, const StepContext &ctx) {
+  return ctx.training ? inst.rate() : 0.0;
+}
 
 /// Where a dropout's (block of a) tensor lies in the whole one, so that its mask is
 /// drawn per global element: its block of dimension 1 (the sequence, or the heads of

@@ -366,6 +366,11 @@ uint64_t IndexedDataset::sequenceStart(uint64_t sequence) const {
   return static_cast<uint64_t>(pointerEntry(sequence)) / itemBytes(dtype_);
 }
 
+uint64_t IndexedDataset::documentStart(uint64_t document) const {
+  const auto sequence = static_cast<uint64_t>(documentIndexEntry(document));
+  return sequence < numSequences_ ? sequenceStart(sequence) : numTokens_;
+}
+
 uint64_t IndexedDataset::documentOf(uint64_t position) const {
   // The last sequence that starts at or before `position` holds it (empty sequences
   // share their successor's start and come before it).

@@ -106,6 +106,9 @@ public:
   uint64_t sequenceLength(uint64_t sequence) const;
   /// Position of the sequence's first token in the token stream.
   uint64_t sequenceStart(uint64_t sequence) const;
+  /// Position of document `document`'s first token in the token stream; numTokens() for
+  /// `document` == numDocuments().
+  uint64_t documentStart(uint64_t document) const;
   /// The document that holds the token at `position`.
   uint64_t documentOf(uint64_t position) const;
 

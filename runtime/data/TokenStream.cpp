@@ -1,5 +1,9 @@
 #include "data/TokenStream.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <sstream>
 #include <utility>
 
@@ -43,20 +47,69 @@ std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t ep
   return order;
 }
 
-TokenStream::TokenStream(const IndexedDataset &data, int64_t seqLength, uint64_t seed)
+Status parseSplit(const std::string &text, std::array<double, 3> &sizes) {
+  std::vector<double> parts;
+  for (size_t i = 0; i < text.size();) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i])) && text[i] != '.') {
+      if (text[i] == '-')
+        return Status::failure(cat("--split ", text, ": sizes cannot be negative"));
+      ++i;
+      continue;
+    }
+    const size_t end = text.find_first_not_of("0123456789.", i);
+    const std::string number = text.substr(i, end == std::string::npos ? end : end - i);
+    char *stop = nullptr;
+    const double value = std::strtod(number.c_str(), &stop);
+    if (*stop || !std::isfinite(value))
+      return Status::failure(cat("--split ", text, ": '", number, "' is not a number"));
+    parts.push_back(value);
+    i = end == std::string::npos ? text.size() : end;
+  }
+  if (parts.empty() || parts.size() > 3)
+    return Status::failure(cat("--split ", text,
+                               ": expected up to three sizes (training, validation, test), "
+                               "as in 949,50,1"));
+  sizes = {0, 0, 0};
+  std::copy(parts.begin(), parts.end(), sizes.begin());
+  if (!(sizes[0] + sizes[1] + sizes[2] > 0))
+    return Status::failure(cat("--split ", text, ": the sizes add up to 0"));
+  return Status::success();
+}
+
+std::array<uint64_t, 4> splitDocuments(const std::array<double, 3> &sizes, uint64_t documents) {
+  const double total = sizes[0] + sizes[1] + sizes[2];
+  std::array<int64_t, 4> bounds = {0, 0, 0, 0};
+  for (int i = 0; i < 3; ++i) // nearbyint rounds half to even, as Python's round
+    bounds[i + 1] =
+        bounds[i] +
+        static_cast<int64_t>(std::nearbyint(sizes[i] / total * static_cast<double>(documents)));
+  const int64_t excess = bounds[3] - static_cast<int64_t>(documents);
+  std::array<uint64_t, 4> out = {0, 0, 0, documents};
+  for (int i = 1; i < 3; ++i) // kept in order and in range where rounding would not
+    out[i] = static_cast<uint64_t>(std::clamp<int64_t>(
+        bounds[i] - excess, static_cast<int64_t>(out[i - 1]), static_cast<int64_t>(documents)));
+  return out;
+}
+
+TokenStream::TokenStream(const IndexedDataset &data, int64_t seqLength, uint64_t seed,
+                         DocumentRange documents)
     : data_(data), seqLength_(seqLength), seed_(seed) {
   if (seqLength <= 0) {
     unusable_ = cat(data.prefix(), ": sequence length must be positive, got ", seqLength);
     return;
   }
+  const uint64_t end = std::min(documents.end, data.numDocuments());
+  const uint64_t first = std::min(documents.first, end);
+  firstToken_ = data.documentStart(first);
+  const uint64_t tokens = data.documentStart(end) - firstToken_;
   const uint64_t window = static_cast<uint64_t>(seqLength) + 1;
-  if (data.numTokens() < window) {
-    unusable_ = cat(data.prefix(), ": data has ", data.numTokens(),
+  if (tokens < window) {
+    unusable_ = cat(data.prefix(), ": ", documents.name, " has ", tokens,
                     " tokens, fewer than one sequence of ", seqLength, "+1");
     return;
   }
   // The last window needs one token past its inputs, for the last target.
-  numSamples_ = (data.numTokens() - 1) / static_cast<uint64_t>(seqLength);
+  numSamples_ = (tokens - 1) / static_cast<uint64_t>(seqLength);
 }
 
 Status TokenStream::sampleIndex(uint64_t position, uint64_t &index) {
@@ -78,7 +131,7 @@ Status TokenStream::sample(uint64_t position, int32_t *inputs, int32_t *targets)
   if (!found.ok())
     return found;
   const auto length = static_cast<uint64_t>(seqLength_);
-  const uint64_t first = index * length;
+  const uint64_t first = firstToken_ + index * length;
   Status copied = data_.copyTokens(first, length, inputs);
   if (!copied.ok())
     return copied;

@@ -20,12 +20,17 @@
 //
 // Position p (samples consumed since the start of training) reads sample
 // order[p mod N] of epoch p / N.
+//
+// A stream may read a run of documents only: a split of the data into training,
+// validation and test documents, cut as Megatron's --split cuts them (splitDocuments).
+// Its samples are then the windows of that run's tokens, counted from its first.
 #ifndef MT_RUNTIME_DATA_TOKENSTREAM_H
 #define MT_RUNTIME_DATA_TOKENSTREAM_H
 
 #include "core/Status.h"
 #include "data/IndexedDataset.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -35,11 +40,29 @@ namespace mt {
 /// The order in which epoch `epoch` visits `numSamples` samples (see above).
 std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t epoch);
 
+/// Megatron's --split: the relative sizes of the training, validation and test splits,
+/// written "949,50,1" (any characters but digits and '.' separate them; missing sizes
+/// are 0). Refuses a negative size, more than three, and sizes that add up to 0.
+Status parseSplit(const std::string &text, std::array<double, 3> &sizes);
+
+/// The documents of each split, as Megatron cuts them (_get_split_indices): with the
+/// sizes normalised to fractions f, b0 = 0 and b(i+1) = b(i) + round(f(i)·documents),
+/// half to even; then every boundary after b0 moves by the same amount so that b3 =
+/// documents. Split i holds documents [b(i), b(i+1)).
+std::array<uint64_t, 4> splitDocuments(const std::array<double, 3> &sizes, uint64_t documents);
+
+/// Documents [first, end) of a dataset, and what messages call them.
+struct DocumentRange {
+  uint64_t first = 0, end = UINT64_MAX; // UINT64_MAX: to the last document
+  std::string name = "data";
+};
+
 class TokenStream {
 public:
-  /// `data` must outlive the stream. A sequence length that is not positive, or data
-  /// shorter than one sample, is reported by every call that reads samples.
-  TokenStream(const IndexedDataset &data, int64_t seqLength, uint64_t seed);
+  /// `data` must outlive the stream. A sequence length that is not positive, or
+  /// documents shorter than one sample, is reported by every call that reads samples.
+  TokenStream(const IndexedDataset &data, int64_t seqLength, uint64_t seed,
+              DocumentRange documents = {});
 
   int64_t seqLength() const { return seqLength_; }
   /// Samples per epoch: (tokens - 1) / seqLength.
@@ -51,6 +74,10 @@ public:
   /// Copies the sample at `position` into seqLength inputs and seqLength targets.
   Status sample(uint64_t position, int32_t *inputs, int32_t *targets);
 
+  /// Whether there is at least one sample; why not, if not.
+  bool usable() const { return unusable_.empty(); }
+  const std::string &whyUnusable() const { return unusable_; }
+
   /// Fails, naming the token id, its position and document, and the vocabulary size,
   /// when a token id is negative or not below `vocabularySize`.
   Status checkVocabulary(int64_t vocabularySize) const;
@@ -59,6 +86,7 @@ private:
   const IndexedDataset &data_;
   int64_t seqLength_;
   uint64_t seed_;
+  uint64_t firstToken_ = 0; // of the documents read
   uint64_t numSamples_ = 0;
   std::string unusable_;
   std::vector<uint64_t> order_;

@@ -18,6 +18,11 @@ TensorView viewOf(const flatbuffers::Vector<int64_t> &shape, plan::DType dtype, 
   return v;
 }
 
+bool writes(const plan::Instruction &inst, uint32_t buffer) {
+  const auto &outputs = *inst.outputs();
+  return std::find(outputs.begin(), outputs.end(), buffer) != outputs.end();
+}
+
 } // namespace
 
 // The backend's waits for its queue are watched as the communicator's own are: under
@@ -293,13 +298,16 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   MT_TRY(setInput(views[prog.targets()], targets));
   std::vector<Profile::Entry *> timed;
   Status ran = Status::success();
-  if (profile_) {
+  // An evaluation is neither timed nor recorded: it is not the step's work.
+  const bool timing = profile_ && context.training;
+  if (timing) {
     profile_->forget(); // whatever a failed run before left
     MT_TRY(profile_->mark());
     ran = runInstructions(program, context, &timed);
   } else {
     bool replayed = false;
-    ran = runRecorded(program, context, replayed);
+    if (context.training)
+      ran = runRecorded(program, context, replayed);
     if (ran.ok() && !replayed)
       ran = runInstructions(program, context, nullptr);
   }
@@ -309,7 +317,7 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
     return call < backendRuns_[program].size() ? failedAt(program, backendRuns_[program][call], s)
                                                : s;
   MT_TRY(ran);
-  return profile_ ? profile_->record(timed) : Status::success();
+  return timing ? profile_->record(timed) : Status::success();
 }
 
 Status Executor::runInstructions(uint32_t program, const StepContext &context,
@@ -318,8 +326,14 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
   const std::vector<TensorView> &views = views_[program];
   TensorView in[8], out[8];
   const auto &instructions = *prog.instructions();
+  // An evaluation ends with the instruction that completes the loss.
+  flatbuffers::uoffset_t end = instructions.size();
+  if (!context.training && prog.loss() >= 0) {
+    while (end > 0 && !writes(*instructions.Get(end - 1), static_cast<uint32_t>(prog.loss())))
+      --end;
+  }
   bool backward = false;
-  for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i) {
+  for (flatbuffers::uoffset_t i = 0; i < end; ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
     // Backward starts at the loss seed: the fused loss (CrossEntropyWithGrad), which the
     // seed precedes, is counted with the gradients it mostly computes.
@@ -473,11 +487,13 @@ Status Executor::runPiece(uint32_t program, const int32_t *tokens, const int32_t
   // The stashed tensors, one after another in the slot: a forward writes them there, its
   // backward reads them back into its own buffers.
   const auto &stashIds = *prog.stash();
-  if (stashIds.size() > 0 && (slot < 0 || slot >= stashSlots_))
+  // An evaluation has no backward to stash for.
+  const bool stashes = stashIds.size() > 0 && context.training;
+  if (stashes && (slot < 0 || slot >= stashSlots_))
     return Status::failure(cat(prog.name()->str(), ": no stash slot ", slot, " (of ",
                                stashSlots_, ")"));
   auto stashCopy = [&](bool save) -> Status {
-    if (stashIds.size() == 0)
+    if (!stashes)
       return Status::success();
     std::byte *at = static_cast<std::byte *>(stashes_) + slot * stashSlotBytes_;
     for (uint32_t id : stashIds) {

@@ -96,15 +96,26 @@ public:
   Status refreshComputeWeights(int64_t begin, int64_t end);
   Status zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
-  /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each.
+  /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each. In
+  /// evaluation (`context.training` false) the program runs forward only, up to the
+  /// instruction that completes its loss, every dropout the identity; nothing it writes
+  /// outlives the call, and it is neither timed nor recorded.
   Status forwardBackward(const int32_t *tokens, const int32_t *targets, StepContext context,
                          double &loss);
+  /// forwardBackward in evaluation: the loss of one micro-batch, forward only, without
+  /// dropout.
+  Status evaluate(const int32_t *tokens, const int32_t *targets, StepContext context,
+                  double &loss) {
+    context.training = false;
+    return forwardBackward(tokens, targets, context, loss);
+  }
 
   /// Under pipeline parallelism: one program of this stage (a virtual stage's forward or
   /// backward) for one micro-batch. `received` is the neighbour's tensor (if the program
   /// receives one); a forward keeps what its backward needs in stash slot `slot` (of
   /// stashSlots()), and that backward reads it from the same slot; `sent` gets the tensor
-  /// for the neighbour, `loss` the loss (last forward only).
+  /// for the neighbour, `loss` the loss (last forward only). A forward in evaluation
+  /// stashes nothing (`slot` unused).
   Status runPiece(uint32_t program, const int32_t *tokens, const int32_t *targets,
                   StepContext context, const std::vector<char> *received, int slot,
                   std::vector<char> &sent, double &loss);

@@ -182,6 +182,8 @@ std::map<std::string, std::string> stateText(const plan::Plan &plan, const Train
   std::map<std::string, std::string> meta = {{"step", std::to_string(state.step)},
                                              {"data_position", std::to_string(state.dataPosition)},
                                              {"seed", std::to_string(state.seed)}};
+  if (state.trainDocuments)
+    meta["train_documents"] = cat(state.trainDocuments->first, ",", state.trainDocuments->second);
   if (plan.precision() == plan::DType::F16) { // the loss scaler's state
     meta["loss_scale"] = roundTrip(state.lossScaler.scale);
     meta["loss_scale_good_steps"] = std::to_string(state.lossScaler.goodSteps);
@@ -213,6 +215,21 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
       !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
     return fail("bad training state in its index");
   loaded.step = static_cast<int64_t>(step);
+  if (auto it = meta.find("train_documents"); it != meta.end()) {
+    const std::string &text = it->second;
+    const size_t comma = text.find(',');
+    auto count = [&](const std::string &digits) { // at most 18 digits: no overflow
+      const bool ok = !digits.empty() && digits.size() <= 18 &&
+                      std::all_of(digits.begin(), digits.end(),
+                                  [](unsigned char c) { return std::isdigit(c); });
+      return ok ? std::optional<uint64_t>(std::stoull(digits)) : std::nullopt;
+    };
+    const auto first = count(text.substr(0, comma));
+    const auto end = comma == std::string::npos ? std::nullopt : count(text.substr(comma + 1));
+    if (!first || !end || *first > *end)
+      return fail("bad training documents in its index");
+    loaded.trainDocuments = {*first, *end};
+  }
   // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).
   if (auto it = meta.find("loss_scale"); it != meta.end()) {
     uint64_t good = 0, hysteresis = 0, skipped = 0;

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mt {
@@ -26,6 +27,9 @@ struct TrainingState {
   uint64_t seed = 0;
   LossScaler lossScaler;     // fp16 only
   int64_t skippedSteps = 0;  // fp16: steps whose gradients overflowed
+  /// The documents training reads (Megatron's --split): [first, end). Checkpoints written
+  /// before splits existed have none: all documents.
+  std::optional<std::pair<uint64_t, uint64_t>> trainDocuments;
 };
 
 struct CheckpointOptions {

@@ -19,6 +19,44 @@ int PipelinePasses::tagOf(int64_t mb, int64_t v, bool backward) const {
   return static_cast<int>(((mb % 1024) * virtualStages_ + v) * 2 + backward) % 32768;
 }
 
+Status PipelinePasses::receive(uint32_t program, int64_t v, int64_t mb, bool backward,
+                               std::vector<char> &received) {
+  if (backward ? v + 1 == virtualStages_ : v == 0)
+    return Status::success();
+  const int64_t from = backward ? v + 1 : v - 1;
+  received.resize(executor_.receiveBytes(program));
+  return comm_.recv(Group::Pipeline, static_cast<int>(from % stages_), received.data(),
+                    received.size(), tagOf(mb, v, backward));
+}
+
+Status PipelinePasses::sendOn(int64_t v, int64_t mb, bool backward, const std::vector<char> &sent) {
+  if (backward ? v == 0 : v + 1 == virtualStages_)
+    return Status::success();
+  const int64_t to = backward ? v - 1 : v + 1;
+  return comm_.send(Group::Pipeline, static_cast<int>(to % stages_), sent.data(), sent.size(),
+                    tagOf(mb, to, backward));
+}
+
+Status PipelinePasses::evaluate(int64_t mb, const int32_t *tokens, const int32_t *targets,
+                                const StepContext &context, double &loss, bool &hasLoss) {
+  hasLoss = false;
+  for (int64_t chunk = 0; chunk < executor_.plan().virtual_stages(); ++chunk) {
+    const int64_t v = chunk * stages_ + stage_;
+    const auto program = static_cast<uint32_t>(2 * v);
+    std::vector<char> received, sent;
+    MT_TRY(receive(program, v, mb, false, received));
+    double pieceLoss = 0;
+    MT_TRY(executor_.runPiece(program, tokens, targets, context, v > 0 ? &received : nullptr, -1,
+                              sent, pieceLoss));
+    MT_TRY(sendOn(v, mb, false, sent));
+    if (v + 1 == virtualStages_) {
+      hasLoss = true;
+      loss = pieceLoss;
+    }
+  }
+  return Status::success();
+}
+
 Status PipelinePasses::run(const plan::Action &action, int64_t mb, const int32_t *tokens,
                            const int32_t *targets, const StepContext &context, Pass &out) {
   const bool backward = action.kind() == plan::ActionKind::Backward;
@@ -26,12 +64,7 @@ Status PipelinePasses::run(const plan::Action &action, int64_t mb, const int32_t
   const uint32_t program = static_cast<uint32_t>(2 * v + backward);
   std::vector<char> received, sent;
   const bool receives = backward ? v + 1 < virtualStages_ : v > 0;
-  if (receives) {
-    const int64_t from = backward ? v + 1 : v - 1;
-    received.resize(executor_.receiveBytes(program));
-    MT_TRY(comm_.recv(Group::Pipeline, static_cast<int>(from % stages_), received.data(),
-                      received.size(), tagOf(mb, v, backward)));
-  }
+  MT_TRY(receive(program, v, mb, backward, received));
   // Waiting for the neighbour is the bubble; the pass starts once its input is here.
   out.begin = Clock::now();
   const std::pair<int64_t, int64_t> key{action.chunk(), mb};
@@ -68,13 +101,8 @@ Status PipelinePasses::run(const plan::Action &action, int64_t mb, const int32_t
     stashHeld_ += stashBytes;
     stashPeak_ = std::max(stashPeak_, stashHeld_);
   }
-  const bool sends = backward ? v > 0 : v + 1 < virtualStages_;
-  if (sends) {
-    const int64_t to = backward ? v - 1 : v + 1;
-    MT_TRY(comm_.send(Group::Pipeline, static_cast<int>(to % stages_), sent.data(), sent.size(),
-                      tagOf(mb, to, backward)));
-  }
-  out.hasLoss = !sends && !backward; // the last virtual stage computes the loss
+  MT_TRY(sendOn(v, mb, backward, sent));
+  out.hasLoss = !backward && v + 1 == virtualStages_; // the last virtual stage's forward
   out.loss = loss;
   out.end = Clock::now();
   if (stepStart_ == Clock::time_point())

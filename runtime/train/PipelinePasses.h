@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <utility>
+#include <vector>
 
 namespace mt {
 
@@ -32,6 +33,12 @@ public:
   Status run(const plan::Action &action, int64_t mb, const int32_t *tokens,
              const int32_t *targets, const StepContext &context, Pass &out);
 
+  /// Evaluation (`context.training` false): micro-batch `mb` forward through each of this
+  /// rank's virtual stages in turn, receiving and sending as a forward pass does, with
+  /// no stash and outside the bubble's measure. `hasLoss` on the last virtual stage's rank.
+  Status evaluate(int64_t mb, const int32_t *tokens, const int32_t *targets,
+                  const StepContext &context, double &loss, bool &hasLoss);
+
   /// Closes a step's passes for the bubble's measurement.
   void endStep();
   /// The mean over the steps measured of idle over busy time between a step's first and
@@ -43,6 +50,11 @@ public:
 
 private:
   int tagOf(int64_t mb, int64_t v, bool backward) const;
+  /// The input of virtual stage `v`'s pass from its neighbour, if it has one.
+  Status receive(uint32_t program, int64_t v, int64_t mb, bool backward,
+                 std::vector<char> &received);
+  /// The output of virtual stage `v`'s pass to its neighbour, if it has one.
+  Status sendOn(int64_t v, int64_t mb, bool backward, const std::vector<char> &sent);
 
   Executor &executor_;
   Comm &comm_;

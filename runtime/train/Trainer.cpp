@@ -6,14 +6,15 @@
 #include "train/TensorBoard.h"
 
 #include <chrono>
-#include <fstream>
-#include <nlohmann/json.hpp>
+#include <cinttypes>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
-#include <cinttypes>
+#include <tuple>
 #include <vector>
 
 namespace mt {
@@ -161,14 +162,26 @@ public:
 
 private:
   Status loadOrInitialise(bool &resumed);
-  /// Micro-batch mb of this data-parallel rank's share, into inputs_ and targets_.
-  Status load(int64_t mb);
+  /// The data's splits: the training stream, and the validation and test streams where
+  /// they are evaluated.
+  Status openSplits();
+  /// The micro-batch of `stream` that starts at sample `position`, into inputs_ and
+  /// targets_.
+  Status load(TokenStream &stream, uint64_t position);
+  /// The mean loss of config_.evalIters global batches of `stream` (forward only, no
+  /// dropout), logged as `split`'s.
+  Status evaluate(TokenStream &stream, const char *split);
+  /// After the step's record: the evaluations and the save that are due.
+  Status afterStep();
   /// The counters of a micro-batch's random numbers, and the loss seed's scale.
   StepContext contextOf(int64_t step, int64_t mb) const;
   /// The update: the loss and gradient norm over the whole batch, the loss scale's
   /// verdict, AdamW.
   Status update(int64_t step, double lr);
   void logStep(const StepRecord &record, std::chrono::steady_clock::time_point now);
+  /// TensorBoard's scalars of a step, when it is written. A log that cannot be written
+  /// costs the log, not the step or its checkpoint.
+  void logScalars(int64_t step, const std::vector<std::pair<std::string, double>> &scalars);
   /// The tokens of `steps` steps over `seconds`, per second.
   double tokensPerSecond(int64_t steps, double seconds) const;
   /// A part of the step outside the programs, timed into the profile when there is one.
@@ -185,7 +198,8 @@ private:
   const int64_t microBatches_, firstMicroBatch_, batch_, seq_;
   const bool scaleLoss_;
   IndexedDataset dataset_;
-  std::unique_ptr<TokenStream> stream_;
+  std::unique_ptr<TokenStream> stream_, validation_, test_;
+  std::pair<uint64_t, uint64_t> trainDocuments_; // [first, end) of the data's documents
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<CheckpointSaver> saver_;
   TrainingState state_;
@@ -229,10 +243,11 @@ Status Run::start() {
     return Status::success();
   };
   MT_TRY(IndexedDataset::open(config_.dataPrefix, dataset_));
-  stream_ = std::make_unique<TokenStream>(dataset_, seq_, config_.seed);
+  MT_TRY(openSplits());
   MT_TRY(stream_->checkVocabulary(plan_.vocab_size()));
   MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
   state_.seed = config_.seed;
+  state_.trainDocuments = trainDocuments_;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
   MT_TRY(ended("the data and the optimizer's state"));
@@ -256,6 +271,36 @@ Status Run::start() {
   timeline_ = Timeline(comm_.position().worldRank());
   started_ = stepEnded_ = loggedAt_ = std::chrono::steady_clock::now();
   loggedStep_ = state_.step;
+  return Status::success();
+}
+
+Status Run::openSplits() {
+  const uint64_t documents = dataset_.numDocuments();
+  const std::array<uint64_t, 4> bounds = splitDocuments(config_.split, documents);
+  trainDocuments_ = {bounds[0], bounds[1]};
+  char sizes[96];
+  std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
+                config_.split[2]);
+  auto documentsOf = [&](int split, const char *name) {
+    DocumentRange d{bounds[split], bounds[split + 1], "data"};
+    if (d.first > 0 || d.end < documents)
+      d.name = cat("the ", name, " split (documents [", d.first, ", ", d.end, ") of ", documents,
+                   ", --split ", sizes, ")");
+    return d;
+  };
+  stream_ = std::make_unique<TokenStream>(dataset_, seq_, config_.seed, documentsOf(0, "training"));
+  if (bounds[1] == bounds[0])
+    return Status::failure(cat(config_.dataPrefix, ": --split ", sizes, " leaves no training ",
+                               "documents (of ", documents, ")"));
+  // The held-out splits are evaluated from the same seed's order of their own samples.
+  for (auto [split, name, stream] :
+       {std::tuple{1, "validation", &validation_}, std::tuple{2, "test", &test_}}) {
+    if (config_.evalIters <= 0 || bounds[split + 1] == bounds[split])
+      continue;
+    *stream = std::make_unique<TokenStream>(dataset_, seq_, config_.seed, documentsOf(split, name));
+    if (!(*stream)->usable())
+      return Status::failure((*stream)->whyUnusable());
+  }
   return Status::success();
 }
 
@@ -287,6 +332,15 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure("checkpoint in " + config_.loadDir + " was trained with seed " +
                            std::to_string(state_.seed) + ", not " +
                            std::to_string(config_.seed));
+  // The data position counts samples of the training split: another split's are others.
+  const auto trained =
+      state_.trainDocuments.value_or(std::pair<uint64_t, uint64_t>{0, dataset_.numDocuments()});
+  if (trained != trainDocuments_)
+    return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
+                               trained.first, ", ", trained.second, ") of the data, this run's ",
+                               "training split is [", trainDocuments_.first, ", ",
+                               trainDocuments_.second, "): resume with the same --split"));
+  state_.trainDocuments = trainDocuments_;
   if (state_.step > config_.steps)
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +
@@ -300,10 +354,9 @@ Status Run::loadOrInitialise(bool &resumed) {
   return Status::success();
 }
 
-Status Run::load(int64_t mb) {
+Status Run::load(TokenStream &stream, uint64_t position) {
   for (int64_t b = 0; b < batch_; ++b)
-    MT_TRY(stream_->sample(state_.dataPosition + mb * batch_ + b, &inputs_[b * seq_],
-                           &targets_[b * seq_]));
+    MT_TRY(stream.sample(position + b, &inputs_[b * seq_], &targets_[b * seq_]));
   return Status::success();
 }
 
@@ -343,7 +396,7 @@ Status Run::step(int64_t step) {
     auto begin = Timeline::Clock::now();
     switch (action->kind()) {
     case plan::ActionKind::ForwardBackward: {
-      MT_TRY(load(mb));
+      MT_TRY(load(*stream_, state_.dataPosition + mb * batch_));
       begin = Timeline::Clock::now();
       double loss = 0;
       if (Status s = executor_.forwardBackward(inputs_.data(), targets_.data(),
@@ -358,7 +411,7 @@ Status Run::step(int64_t step) {
     }
     case plan::ActionKind::Forward:
     case plan::ActionKind::Backward: {
-      MT_TRY(load(mb));
+      MT_TRY(load(*stream_, state_.dataPosition + mb * batch_));
       PipelinePasses::Pass pass;
       if (Status s = passes_.run(*action, mb, inputs_.data(), targets_.data(),
                                  contextOf(step, mb), pass);
@@ -400,19 +453,75 @@ Status Run::step(int64_t step) {
   if (onStep_)
     onStep_(record);
   logStep(record, now);
+  // Evaluations and saves are not the step's work: the throughput leaves their time out,
+  // as Megatron's does.
+  const Status after = afterStep();
+  const auto end = std::chrono::steady_clock::now();
+  loggedAt_ += end - stepEnded_;
+  stepEnded_ = end;
+  return after;
+}
+
+Status Run::afterStep() {
   const bool lastStep = state_.step == config_.steps;
+  if (validation_ &&
+      (lastStep || (config_.evalInterval > 0 && state_.step % config_.evalInterval == 0)))
+    MT_TRY(evaluate(*validation_, "validation"));
+  if (test_ && lastStep)
+    MT_TRY(evaluate(*test_, "test"));
   if (!config_.saveDir.empty() &&
-      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0))) {
-    // The time a save takes is not a step's: the throughput leaves it out, as Megatron's.
-    const Status saved = save();
-    const auto now = std::chrono::steady_clock::now();
-    loggedAt_ += now - stepEnded_;
-    stepEnded_ = now;
-    return saved;
-  }
+      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
+    return save();
   // An asynchronous save is committed once every rank's write has ended.
   MT_TRY(saver_->poll());
   reportSave();
+  return Status::success();
+}
+
+Status Run::evaluate(TokenStream &stream, const char *split) {
+  comm_.setActivity(cat("the ", split, " loss after step ", state_.step));
+  const auto began = std::chrono::steady_clock::now();
+  // Each data-parallel rank takes its share of each batch's micro-batches, as in training.
+  const int64_t share = microBatches_ / comm_.size(Group::Data);
+  double sum = 0;
+  for (int64_t batch = 0; batch < config_.evalIters; ++batch)
+    for (int64_t mb = firstMicroBatch_; mb < firstMicroBatch_ + share; ++mb) {
+      const int64_t global = batch * microBatches_ + mb;
+      MT_TRY(load(stream, static_cast<uint64_t>(global * batch_)));
+      StepContext context = contextOf(state_.step, mb);
+      context.training = false;
+      double loss = 0;
+      bool hasLoss = true;
+      if (Status s = plan_.grid()->pp() > 1
+                         ? passes_.evaluate(global, inputs_.data(), targets_.data(), context, loss,
+                                            hasLoss)
+                         : executor_.evaluate(inputs_.data(), targets_.data(), context, loss);
+          !s.ok())
+        return Status::failure(
+            cat("the ", split, " loss after step ", state_.step, ": ", s.message()));
+      if (hasLoss)
+        sum += loss;
+    }
+  for (Group group : {Group::Pipeline, Group::Data})
+    MT_TRY(comm_.allReduceSum(group, sum));
+  const double loss = sum / static_cast<double>(config_.evalIters * microBatches_);
+  // Megatron's perplexity, exp of the loss clamped at 20.
+  const double perplexity = std::exp(std::min(loss, 20.0));
+  if (metrics_) {
+    std::fprintf(metrics_.get(), "%s step %" PRId64 " loss %.17g\n", split, state_.step, loss);
+    std::fflush(metrics_.get());
+  }
+  const std::string tag = cat("lm loss ", split); // Megatron's tags
+  logScalars(state_.step, {{tag, loss}, {tag + " ppl", perplexity}});
+  if (log_) {
+    std::fprintf(log_,
+                 "%s loss at step %" PRId64 ": %.4f | perplexity %.3f | %" PRId64
+                 " batch%s of %" PRId64 " x %" PRId64 " tokens in %.2f s\n",
+                 split, state_.step, loss, perplexity, config_.evalIters,
+                 config_.evalIters == 1 ? "" : "es", microBatches_ * batch_, seq_,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    std::fflush(log_);
+  }
   return Status::success();
 }
 
@@ -471,12 +580,7 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
     scalars.emplace_back("mem-max-allocated-bytes", static_cast<double>(backend.heldPeakBytes()));
     if (uint64_t used = 0, total = 0; backend.deviceMemory(used, total))
       scalars.emplace_back("mem-reserved-bytes", static_cast<double>(used));
-    // A log that cannot be written costs the log, not the step or its checkpoint.
-    if (Status s = tensorboard_->scalars(record.step, scalars); !s.ok()) {
-      std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n",
-                   s.message().c_str());
-      tensorboard_.reset();
-    }
+    logScalars(record.step, scalars);
   }
   if (!log_)
     return;
@@ -501,6 +605,15 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
     std::fprintf(log_, "\n");
   }
   std::fflush(log_);
+}
+
+void Run::logScalars(int64_t step, const std::vector<std::pair<std::string, double>> &scalars) {
+  if (!tensorboard_)
+    return;
+  if (Status s = tensorboard_->scalars(step, scalars); !s.ok()) {
+    std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n", s.message().c_str());
+    tensorboard_.reset();
+  }
 }
 
 void Run::reportSave() {

@@ -7,6 +7,7 @@
 #include "train/Checkpoint.h"
 #include "train/Optimizer.h"
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -18,6 +19,15 @@ namespace mt {
 
 struct TrainerConfig {
   std::string dataPrefix;
+  /// Megatron's --split: the relative sizes of the training, validation and test splits
+  /// of the data's documents (data/TokenStream.h). By default training reads them all.
+  std::array<double, 3> split = {1, 0, 0};
+  /// Evaluation, where the split holds validation (test) documents: the mean loss of
+  /// evalIters global batches of them, forward only and without dropout — the same
+  /// batches each time, the first of the split's shuffled order. Validation after every
+  /// evalInterval steps (0: none between) and after the last, the test split after the
+  /// last. 0 evalIters: none.
+  int64_t evalInterval = 0, evalIters = 0;
   int64_t steps = 0;
   uint64_t seed = 1234;
   std::string saveDir, loadDir;

@@ -72,15 +72,15 @@ if [ "$gpus" -eq 0 ]; then
   exit $((failures > 0))
 fi
 
-# 2. Bit-exact reruns and resume on the GPU. The -flash plan's attention must go
-# through cuDNN.
+# 2. Bit-exact reruns and resume on the GPU, the validation losses included. The -flash
+# plan's attention must go through cuDNN.
 train() { # plan name steps [flags...]
   local plan=$1 name=$2 steps=$3 path=${MT_CUDA_ATTENTION:-}
   shift 3
   case "$plan" in *-flash) path=cudnn ;; esac
   MT_CUDA_ATTENTION=$path "$here/bin/mtrun" "$here/plans/$plan.mtp" --backend cuda --data "$here/data/tiny" \
     --steps "$steps" --seed 7 --warmup-steps 1 --lr-decay-steps 6 \
-    --metrics "$logs/$name.metrics" "$@" >"$logs/$name.log" 2>&1 ||
+    --split 9,1,0 --eval-interval 3 --eval-iters 2 --metrics "$logs/$name.metrics" "$@" >"$logs/$name.log" 2>&1 ||
     failed "mtrun $name (see $logs/$name.log)"
 }
 for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full gpt-tiny-bf16-flash; do

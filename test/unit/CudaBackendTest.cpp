@@ -211,6 +211,7 @@ struct DeviceBuffers {
 struct Result {
   double loss = 0;
   std::vector<std::vector<float>> gradients;
+  double evaluated = 0; // the loss in evaluation: forward only, no dropout
 };
 
 /// Norm-wise relative difference of two vectors.
@@ -270,7 +271,7 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> drawBatch(const LoadedPlan
 }
 
 /// One forward and backward of `plan` on `backend` from weights of `seed`: the loss and
-/// every gradient.
+/// every gradient; then the batch's loss in evaluation.
 void step(const LoadedPlan &plan, Backend &backend, uint64_t seed,
           const std::pair<std::vector<int32_t>, std::vector<int32_t>> &batch, Result &out) {
   std::unique_ptr<Comm> comm = makeLocalComm();
@@ -286,6 +287,8 @@ void step(const LoadedPlan &plan, Backend &backend, uint64_t seed,
     ASSERT_OK(backend.copyToHost(g.data(), p.grad.data, sizeof(float) * g.size()));
     out.gradients.push_back(std::move(g));
   }
+  ASSERT_OK(executor->evaluate(batch.first.data(), batch.second.data(), StepContext{seed, 5, 2},
+                               out.evaluated));
   // The measured arena stays inside the plan.
   uint64_t written = 0;
   ASSERT_OK(executor->arenaBytesWritten(Executor::kSentinel, written));
@@ -295,6 +298,8 @@ void step(const LoadedPlan &plan, Backend &backend, uint64_t seed,
 /// Two results with the same bits.
 void expectSameBits(const Result &a, const Result &b, const std::string &what) {
   EXPECT_EQ(std::memcmp(&a.loss, &b.loss, sizeof a.loss), 0) << "the loss differs " << what;
+  EXPECT_EQ(std::memcmp(&a.evaluated, &b.evaluated, sizeof a.evaluated), 0)
+      << "the evaluated loss differs " << what;
   ASSERT_EQ(a.gradients.size(), b.gradients.size());
   for (size_t i = 0; i < a.gradients.size(); ++i)
     EXPECT_EQ(std::memcmp(a.gradients[i].data(), b.gradients[i].data(),
@@ -326,6 +331,7 @@ void matchesTheCpuBackend(const Case &c) {
   expectSameBits(gpu, again, "between two GPU runs");
   const double tolerance = c.precision.tolerance;
   EXPECT_NEAR(gpu.loss, reference.loss, tolerance * std::abs(reference.loss));
+  EXPECT_NEAR(gpu.evaluated, reference.evaluated, tolerance * std::abs(reference.evaluated));
   ASSERT_EQ(gpu.gradients.size(), reference.gradients.size());
   for (size_t i = 0; i < gpu.gradients.size(); ++i)
     EXPECT_LE(relative(gpu.gradients[i], reference.gradients[i]), tolerance)

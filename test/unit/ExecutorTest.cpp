@@ -86,6 +86,45 @@ TEST_F(ExecutorTest, PlannedReuseEqualsSeparateBuffersBitForBit) {
     EXPECT_EQ(std::memcmp(a[i].grad.data, b[i].grad.data, a[i].bytes), 0) << a[i].name;
 }
 
+/// Evaluation runs a program forward to its loss and no further, without dropout: the
+/// gradients a step accumulated are untouched, the loss is the one a plan without
+/// dropout computes, whatever the random numbers' counters, and nothing is timed.
+TEST_F(ExecutorTest, EvaluationIsTheForwardWithoutDropout) {
+  LoadedPlan plain;
+  const std::string path = test::compileModel(
+      test::zooModel("gpt-tiny"),
+      "--micro-batch-size 2 --global-batch-size 2 --attention-dropout 0 --hidden-dropout 0",
+      "executor_test_plain");
+  ASSERT_FALSE(path.empty());
+  ASSERT_OK(LoadedPlan::read(path, plain));
+  StepRun withDropout, without;
+  runStep(plan, {}, withDropout);
+  runStep(plain, {}, without);
+  ASSERT_NE(withDropout.loss, without.loss) << "the plan must drop something in training";
+
+  std::vector<int32_t> tokens(withDropout.executor->tokensPerMicroBatch()), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) { // runStep's batch
+    tokens[i] = static_cast<int32_t>((i * 37) % 256);
+    targets[i] = static_cast<int32_t>((i * 11 + 5) % 256);
+  }
+  auto &params = withDropout.executor->parameters();
+  std::vector<std::vector<char>> grads;
+  for (auto &p : params)
+    grads.emplace_back(static_cast<char *>(p.grad.data),
+                       static_cast<char *>(p.grad.data) + p.bytes);
+  Profile profile(withDropout.backend->stopwatch());
+  withDropout.executor->setProfile(&profile);
+  for (StepContext context : {StepContext{7, 0, 0}, StepContext{8, 3, 1}}) {
+    double loss = 0;
+    ASSERT_OK(withDropout.executor->evaluate(tokens.data(), targets.data(), context, loss));
+    EXPECT_EQ(loss, without.loss);
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_EQ(std::memcmp(params[i].grad.data, grads[i].data(), params[i].bytes), 0)
+        << params[i].name << "'s gradient changed";
+  EXPECT_TRUE(profile.entries().empty());
+}
+
 /// The profile times every instruction of every run, names each by its opcode, and
 /// its table counts each opcode's runs per step exactly.
 TEST_F(ExecutorTest, ProfileTimesEveryInstructionOfEveryRun) {

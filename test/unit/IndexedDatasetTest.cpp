@@ -3,11 +3,13 @@
 // the windows Megatron's GPT dataset cuts, in an order that depends on the seed and
 // the epoch and on nothing else.
 #include "data/IndexedDataset.h"
+#include "StatusAssertions.h"
 #include "data/TokenStream.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -497,6 +499,58 @@ TEST(TokenStreamOrderTest, MatchesTheSpecifiedAlgorithm) {
   EXPECT_EQ(epochOrder(10, 1234, 1), (std::vector<uint64_t>{3, 7, 8, 9, 1, 6, 4, 2, 5, 0}));
   EXPECT_EQ(epochOrder(10, 0, 0), (std::vector<uint64_t>{6, 3, 2, 9, 8, 1, 4, 7, 0, 5}));
   EXPECT_EQ(epochOrder(1, 5, 3), (std::vector<uint64_t>{0}));
+}
+
+TEST(DataSplitTest, CutsDocumentsAsMegatronDoes) {
+  // From Megatron's _get_split_indices, run by hand: rounding half to even, then every
+  // boundary moved by what the rounding gained or lost.
+  using Bounds = std::array<uint64_t, 4>;
+  EXPECT_EQ(splitDocuments({949, 50, 1}, 1000), (Bounds{0, 949, 999, 1000}));
+  EXPECT_EQ(splitDocuments({969, 30, 1}, 431), (Bounds{0, 418, 431, 431}));
+  EXPECT_EQ(splitDocuments({1, 1, 0}, 862), (Bounds{0, 431, 862, 862}));
+  EXPECT_EQ(splitDocuments({1, 1, 1}, 10), (Bounds{0, 4, 7, 10}));
+  EXPECT_EQ(splitDocuments({1, 1, 1}, 2), (Bounds{0, 0, 1, 2}));
+  EXPECT_EQ(splitDocuments({5, 5, 0}, 5), (Bounds{0, 3, 5, 5}));
+  EXPECT_EQ(splitDocuments({0.5, 0.25, 0.25}, 7), (Bounds{0, 3, 5, 7}));
+  EXPECT_EQ(splitDocuments({98, 1, 1}, 50), (Bounds{0, 50, 50, 50}));
+  EXPECT_EQ(splitDocuments({1, 0, 0}, 0), (Bounds{0, 0, 0, 0}));
+}
+
+TEST(DataSplitTest, ParsesMegatronsSpellings) {
+  std::array<double, 3> sizes{};
+  ASSERT_OK(parseSplit("949,50,1", sizes));
+  EXPECT_EQ(sizes, (std::array<double, 3>{949, 50, 1}));
+  ASSERT_OK(parseSplit("969, 30, 1", sizes));
+  EXPECT_EQ(sizes, (std::array<double, 3>{969, 30, 1}));
+  ASSERT_OK(parseSplit("0.9/0.05/0.05", sizes));
+  EXPECT_EQ(sizes, (std::array<double, 3>{0.9, 0.05, 0.05}));
+  ASSERT_OK(parseSplit("100", sizes)); // the missing sizes are 0
+  EXPECT_EQ(sizes, (std::array<double, 3>{100, 0, 0}));
+  for (const char *bad : {"", ",", "1,2,3,4", "1,-2", "0,0,0", "1..2", "."})
+    EXPECT_FALSE(parseSplit(bad, sizes).ok()) << "'" << bad << "'";
+}
+
+TEST_F(TokenStreamTest, ADocumentRangeReadsOnlyItsTokens) {
+  // Documents of 7 tokens: documents [10, 20) are tokens [70, 140), 6 windows of 10 + 1.
+  TokenStream stream(data, 10, 1234, {10, 20, "the validation split"});
+  ASSERT_EQ(stream.numSamples(), 6u);
+  std::vector<int32_t> inputs(10), targets(10);
+  for (uint64_t p = 0; p < 12; ++p) {
+    uint64_t index = 0;
+    ASSERT_OK(stream.sampleIndex(p, index));
+    ASSERT_OK(stream.sample(p, inputs.data(), targets.data()));
+    EXPECT_EQ(inputs[0], static_cast<int32_t>(70 + index * 10)) << "position " << p;
+    EXPECT_LT(targets[9], 140) << "position " << p;
+  }
+  // The same order as a whole stream of as many samples: the seed's.
+  EXPECT_EQ(visitOrder(stream, 0, 6), std::vector<uint64_t>(epochOrder(6, 1234, 0)));
+  TokenStream tooShort(data, 10, 1234, {10, 11, "the test split"});
+  ASSERT_FALSE(tooShort.usable());
+  EXPECT_MESSAGE(tooShort.whyUnusable(),
+                 "the test split has 7 tokens, fewer than one sequence of 10+1");
+  // The last document's range ends at the stream's end.
+  TokenStream last(data, 10, 1234, {140, UINT64_MAX, "the end"});
+  EXPECT_EQ(last.numSamples(), 2u); // documents 140-142: tokens 980-1000
 }
 
 TEST_F(TokenStreamTest, TooLittleDataIsNamed) {

@@ -2,6 +2,7 @@
 #include "backends/Backend.h"
 #include "backends/cpu/CpuThreads.h"
 #include "comm/Comm.h"
+#include "data/TokenStream.h"
 #include "exec/Executor.h"
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
@@ -27,6 +28,14 @@ constexpr const char *kUsage = R"(usage:
                             several ranks also runs under an outside mpirun or srun)
 
   --data PREFIX             Megatron indexed dataset PREFIX.bin / PREFIX.idx (mtdata)
+  --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
+                            next B/(A+B+C) for validation and the rest for test, cut
+                            as Megatron cuts them (default: train on all of them)
+  --eval-interval K         with --split: the validation loss every K steps and after
+                            the last (default 1000; 0: after the last only), and the
+                            test loss after the last
+  --eval-iters N            global batches each evaluation reads: the same N every
+                            time, forward only, without dropout (default 100; 0: none)
   --steps N                 optimizer steps (Megatron: --train-iters)
   --seed S                  parameter init, dropout and data order (default 1234)
   --lr X, --min-lr X        peak and final learning rate (default 6e-4, 0)
@@ -86,14 +95,37 @@ const std::map<std::string, std::string> kAliases = {
     {"train-iters", "steps"},        {"lr-warmup-iters", "warmup-steps"},
     {"lr-decay-style", "lr-decay"},  {"lr-decay-iters", "lr-decay-steps"},
     {"save-interval", "save-every"}, {"log-interval", "log-every"}};
-const std::set<std::string> kFlags = {
-    "data",       "steps",          "seed",       "lr",         "min-lr",   "warmup-steps",
-    "lr-decay",   "lr-decay-steps", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-    "clip-grad",  "save",           "save-every", "load",       "log-every", "backend",
-    "metrics",    "trace",          "keep-checkpoints",         "checkpoint-buffer-mib",
-    "tensorboard-dir",
-    "collective-timeout",
-    "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"};
+const std::set<std::string> kFlags = {"data",
+                                      "steps",
+                                      "seed",
+                                      "lr",
+                                      "min-lr",
+                                      "warmup-steps",
+                                      "lr-decay",
+                                      "lr-decay-steps",
+                                      "adam-beta1",
+                                      "adam-beta2",
+                                      "adam-eps",
+                                      "weight-decay",
+                                      "clip-grad",
+                                      "save",
+                                      "save-every",
+                                      "load",
+                                      "log-every",
+                                      "backend",
+                                      "metrics",
+                                      "trace",
+                                      "keep-checkpoints",
+                                      "checkpoint-buffer-mib",
+                                      "tensorboard-dir",
+                                      "split",
+                                      "eval-interval",
+                                      "eval-iters",
+                                      "collective-timeout",
+                                      "initial-loss-scale",
+                                      "min-loss-scale",
+                                      "loss-scale-window",
+                                      "hysteresis"};
 /// Flags that take no value.
 const std::set<std::string> kSwitches = {"async-save", "profile"};
 
@@ -264,8 +296,27 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     scaler.minScale = number("min-loss-scale", scaler.minScale);
     scaler.window = integer("loss-scale-window", scaler.window);
     scaler.hysteresis = scaler.hysteresisLeft = integer("hysteresis", scaler.hysteresis);
+    if (flags.count("split")) { // Megatron's defaults
+      config.evalInterval = integer("eval-interval", 1000);
+      config.evalIters = integer("eval-iters", 100);
+    }
   } catch (const std::exception &e) {
     error = std::string("bad number for --") + e.what();
+    return false;
+  }
+  const bool evaluates = flags.count("eval-interval") || flags.count("eval-iters");
+  if (auto split = flags.find("split"); split != flags.end()) {
+    if (mt::Status s = mt::parseSplit(split->second, config.split); !s.ok()) {
+      error = s.message();
+      return false;
+    }
+    if (evaluates && config.split[1] == 0 && config.split[2] == 0) {
+      error = "--split " + split->second + " holds out no documents to evaluate";
+      return false;
+    }
+  } else if (evaluates) {
+    error = "--eval-interval and --eval-iters evaluate held-out documents: name them with "
+            "--split (as in 949,50,1)";
     return false;
   }
   const mt::LossScaler &scaler = config.lossScaler;

@@ -749,7 +749,7 @@ template <typename T> struct Kernels {
   /// Attention-probability dropout, by global head.
   static ProbsDropout probsDropout(const plan::Instruction &inst, const StepContext &ctx) {
     ProbsDropout drop;
-    drop.rate = inst.rate();
+    drop.rate = dropoutRate(inst, ctx);
     drop.stream = inst.stream();
     drop.index = ProbsMaskIndex(inst.heads(), inst.head_parallel(), ctx);
     return drop;
@@ -803,8 +803,8 @@ template <typename T> struct Kernels {
                 probsDropout(inst, ctx), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
       break;
     case Opcode::Dropout:
-      dropout(in[0], inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
-              inst.outputs()->size() == 2 ? &out[1] : nullptr);
+      dropout(in[0], dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx,
+              out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
       break;
     case Opcode::BiasDropoutAdd: { // the ops in turn, each result stored as theirs is
       // The output is written before the residual is read: they must not share a buffer
@@ -815,8 +815,8 @@ template <typename T> struct Kernels {
         stored(0);
         x = &out[0];
       }
-      dropout(*x, inst.rate(), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
-              inst.outputs()->size() == 2 ? &out[1] : nullptr);
+      dropout(*x, dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx,
+              out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
       stored(0);
       add(in[1], out[0], out[0]);
       break;

@@ -381,7 +381,7 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool 
   a.h = heads * a.d;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
   a.causal = causal;
-  a.rate = dropout ? inst.rate() : 0.0;
+  a.rate = dropout ? dropoutRate(inst, ctx) : 0.0;
   a.stream = static_cast<uint32_t>(inst.stream());
   a.maskIndex = ProbsMaskIndex(heads, inst.head_parallel(), ctx);
   a.counters = counters;

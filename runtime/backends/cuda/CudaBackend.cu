@@ -1121,7 +1121,7 @@ private:
       launchBiasDropoutAdd(
           c.p(in[0]), c.p(in[1]), inst.inputs()->size() == 3 ? c.p(in[2]) : nullptr, in[0].cols(),
           c.p(out[0]), inst.outputs()->size() == 2 ? static_cast<uint8_t *>(out[1].data) : nullptr,
-          c.n(), inst.rate(), static_cast<uint32_t>(inst.stream()),
+          c.n(), dropoutRate(inst, c.ctx), static_cast<uint32_t>(inst.stream()),
           dropoutShard(inst, in[0], c.ctx), c.step, stream_);
       break;
     case Opcode::Dropout:
@@ -1136,7 +1136,7 @@ private:
       uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
                           ? static_cast<uint8_t *>(out[1].data)
                           : nullptr;
-      launchDropout(c.p(in[0]), c.p(out[0]), mask, c.n(), inst.rate(),
+      launchDropout(c.p(in[0]), c.p(out[0]), mask, c.n(), dropoutRate(inst, c.ctx),
                     static_cast<uint32_t>(inst.stream()), shard, c.step, stream_);
       break;
     }

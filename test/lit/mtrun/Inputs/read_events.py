@@ -1,6 +1,7 @@
 """Reads back mtrun's TensorBoard event files with a reader of its own (TFRecord framing
 with its CRC-32C checks, then tensorflow.Event's protocol-buffer fields), and compares
-each step's scalars with the --metrics file of the same run. Where the `tensorboard`
+each step's scalars (and each evaluation's loss and perplexity) with the --metrics file of
+the same run. Where the `tensorboard`
 package is installed, its own reader must see the same scalars.
 
 Prints what it read; exits 1 where anything disagrees.
@@ -106,14 +107,22 @@ def main():
                 for number, value in fields(event[5], {1: 2}):
                     v = dict(fields(value, VALUE_WIRES))
                     scalars[v[1].decode()] = struct.unpack("<f", v[2])[0]
-                steps[event.get(2, 0)] = scalars
+                steps.setdefault(event.get(2, 0), {}).update(scalars)
     expected = {}
     for line in open(metrics):
         words = line.split()
-        expected[int(words[1])] = {"lm loss": float(words[3]), "learning-rate": float(words[5]),
-                                   "grad-norm": float(words[7])}
+        if words[0] == "step":
+            expected.setdefault(int(words[1]), {}).update({
+                "lm loss": float(words[3]), "learning-rate": float(words[5]),
+                "grad-norm": float(words[7])})
+        else:  # "validation step N loss X", or test's; perplexity as Megatron's, clamped
+            tag = f"lm loss {words[0]}"
+            loss = float(words[4])
+            expected.setdefault(int(words[2]), {}).update(
+                {tag: loss, f"{tag} ppl": math.exp(min(loss, 20))})
     equal = sorted(steps) == sorted(expected) and all(
-        same(steps[s][tag], value) for s, want in expected.items() for tag, value in want.items())
+        tag in steps[s] and same(steps[s][tag], value)
+        for s, want in expected.items() for tag, value in want.items())
     # Seconds since the epoch, in order, within the last hour.
     equal &= times == sorted(times) and all(0 < time.time() - t < 3600 for t in times)
     equal &= all(s["tokens-per-second"] > 0 and s["iteration-time"] > 0 and s["throughput"] > 0
@@ -144,8 +153,8 @@ def main():
     accumulator.Reload()
     theirs = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in tags}
     agree = all(
-        len(theirs[tag]) == len(steps) and
-        all(step == s and same(value, steps[s][tag]) for (step, value), s in zip(theirs[tag], sorted(steps)))
+        [step for step, _ in theirs[tag]] == sorted(s for s in steps if tag in steps[s]) and
+        all(same(value, steps[step][tag]) for step, value in theirs[tag])
         for tag in tags)
     print(f"tensorboard's reader: tags {', '.join(sorted(accumulator.Tags()['scalars']))}; "
           f"the same scalars: {agree}")
