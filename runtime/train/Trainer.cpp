@@ -184,6 +184,9 @@ private:
   void logScalars(int64_t step, const std::vector<std::pair<std::string, double>> &scalars);
   /// The tokens of `steps` steps over `seconds`, per second.
   double tokensPerSecond(int64_t steps, double seconds) const;
+  /// Model TFLOP/s per GPU of `steps` steps over `seconds` (0 without the plan's
+  /// accounting).
+  double tflopsPerGpu(int64_t steps, double seconds) const;
   /// A part of the step outside the programs, timed into the profile when there is one.
   template <typename Body> Status timed(const char *part, Body &&body);
   void reportSave();
@@ -549,6 +552,16 @@ double Run::tokensPerSecond(int64_t steps, double seconds) const {
   return static_cast<double>(steps * microBatches_ * batch_ * seq_) / std::max(seconds, 1e-9);
 }
 
+double Run::tflopsPerGpu(int64_t steps, double seconds) const {
+  // Megatron's --log-throughput: the plan's matrix products (one tp rank's, every
+  // stage's) times this data-parallel rank's micro-batches, over the pipeline's stages.
+  const plan::Accounting *a = plan_.accounting();
+  if (!a)
+    return 0;
+  return static_cast<double>(a->gemm_flops_per_micro_batch()) * microBatches_ * steps /
+         (comm_.size(Group::Data) * comm_.size(Group::Pipeline)) / std::max(seconds, 1e-9) / 1e12;
+}
+
 void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_point now) {
   if (metrics_) {
     std::fprintf(metrics_.get(), "step %" PRId64 " loss %.17g lr %.17g grad_norm %.17g\n",
@@ -562,14 +575,12 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
         {"grad-norm", record.gradNorm},
         {"tokens-per-second", record.tokensPerSecond},
         {"iteration-time", record.seconds}};
-    // Model TFLOP/s per GPU, as Megatron's --log-throughput: the plan's matrix products
-    // (one tp rank's, every stage's) times this data-parallel rank's micro-batches, over
-    // the pipeline's stages.
-    if (const plan::Accounting *a = plan_.accounting())
-      scalars.emplace_back("throughput",
-                           static_cast<double>(a->gemm_flops_per_micro_batch()) * microBatches_ /
-                               (comm_.size(Group::Data) * comm_.size(Group::Pipeline)) /
-                               std::max(record.seconds, 1e-9) / 1e12);
+    if (plan_.accounting()) {
+      const double tflops = tflopsPerGpu(1, record.seconds);
+      scalars.emplace_back("throughput", tflops);
+      if (config_.peakTflops > 0) // the fraction of the device's peak
+        scalars.emplace_back("mfu", tflops / config_.peakTflops);
+    }
     if (scaleLoss_)
       scalars.emplace_back("loss-scale", lossScale_);
     // Memory, as Megatron's --log-memory-to-tensorboard names it: what the first rank
@@ -589,14 +600,20 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
     // The throughput of the steps since the last line, as Megatron logs it (the first
     // line's includes the first steps' warm-up); the ETA from the whole run's pace.
     const double elapsed = std::chrono::duration<double>(now - started_).count();
+    const double interval = std::chrono::duration<double>(now - loggedAt_).count();
     std::fprintf(log_,
                  "step %" PRId64 "/%" PRId64 " | loss %.4f | lr %.3e | grad norm %.3f | "
-                 "%.0f tok/s | ETA %s",
+                 "%.0f tok/s",
                  state_.step, config_.steps, record.loss, record.lr, record.gradNorm,
-                 tokensPerSecond(state_.step - loggedStep_,
-                                 std::chrono::duration<double>(now - loggedAt_).count()),
-                 duration(elapsed / (state_.step - firstStep_) * (config_.steps - state_.step))
-                     .c_str());
+                 tokensPerSecond(state_.step - loggedStep_, interval));
+    if (config_.peakTflops > 0 && plan_.accounting()) {
+      const double tflops = tflopsPerGpu(state_.step - loggedStep_, interval);
+      std::fprintf(log_, " | %.1f TFLOP/s per GPU | MFU %.1f%%", tflops,
+                   100 * tflops / config_.peakTflops);
+    }
+    std::fprintf(
+        log_, " | ETA %s",
+        duration(elapsed / (state_.step - firstStep_) * (config_.steps - state_.step)).c_str());
     loggedStep_ = state_.step;
     loggedAt_ = now;
     if (scaleLoss_)

@@ -39,6 +39,9 @@ struct TrainerConfig {
   int64_t logEvery = 1;
   std::string metricsPath; // one line per step, full precision, when set
   std::string tensorboardDir; // TensorBoard event files (train/TensorBoard.h), when set
+  /// The device's dense peak TFLOP/s in the plan's precision: when set, the log and
+  /// TensorBoard give the model FLOP utilisation (MFU) beside the TFLOP/s per GPU.
+  double peakTflops = 0;
   std::string tracePath;   // Chrome-trace / Perfetto timeline, one file per rank
   OptimizerConfig optimizer;
   LossScaler lossScaler; // fp16 plans: the first scale and the scaler's settings

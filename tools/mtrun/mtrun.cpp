@@ -69,7 +69,11 @@ constexpr const char *kUsage = R"(usage:
                             mem-allocated-bytes, mem-max-allocated-bytes (and as
                             mem-reserved-bytes the device's whole use, as its driver says,
                             where Megatron's is its allocator's reserve) as Megatron tags
-                            them, and tokens-per-second
+                            them, and tokens-per-second; with --split, lm loss
+                            validation (test) and its ppl; with --peak-tflops, mfu
+  --peak-tflops X           the device's dense peak TFLOP/s in the plan's precision (989.4
+                            for an H100 or H200 in bf16): the log and TensorBoard give the
+                            model FLOP utilisation beside the TFLOP/s per GPU
   --trace FILE              Chrome-trace / Perfetto timeline (FILE.rank<N>.json per rank
                             when there are several)
   --profile                 after training, rank 0's device time per step by opcode and
@@ -95,37 +99,15 @@ const std::map<std::string, std::string> kAliases = {
     {"train-iters", "steps"},        {"lr-warmup-iters", "warmup-steps"},
     {"lr-decay-style", "lr-decay"},  {"lr-decay-iters", "lr-decay-steps"},
     {"save-interval", "save-every"}, {"log-interval", "log-every"}};
-const std::set<std::string> kFlags = {"data",
-                                      "steps",
-                                      "seed",
-                                      "lr",
-                                      "min-lr",
-                                      "warmup-steps",
-                                      "lr-decay",
-                                      "lr-decay-steps",
-                                      "adam-beta1",
-                                      "adam-beta2",
-                                      "adam-eps",
-                                      "weight-decay",
-                                      "clip-grad",
-                                      "save",
-                                      "save-every",
-                                      "load",
-                                      "log-every",
-                                      "backend",
-                                      "metrics",
-                                      "trace",
-                                      "keep-checkpoints",
-                                      "checkpoint-buffer-mib",
-                                      "tensorboard-dir",
-                                      "split",
-                                      "eval-interval",
-                                      "eval-iters",
-                                      "collective-timeout",
-                                      "initial-loss-scale",
-                                      "min-loss-scale",
-                                      "loss-scale-window",
-                                      "hysteresis"};
+// clang-format off
+const std::set<std::string> kFlags = {
+    "data", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
+    "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
+    "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
+    "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
+    "peak-tflops", "collective-timeout", "initial-loss-scale", "min-loss-scale",
+    "loss-scale-window", "hysteresis"};
+// clang-format on
 /// Flags that take no value.
 const std::set<std::string> kSwitches = {"async-save", "profile"};
 
@@ -279,6 +261,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     config.logEvery = integer("log-every", 1);
     config.metricsPath = text("metrics", "");
     config.tensorboardDir = text("tensorboard-dir", "");
+    config.peakTflops = number("peak-tflops", 0);
     config.tracePath = text("trace", "");
     mt::OptimizerConfig &o = config.optimizer;
     o.lr = number("lr", o.lr);
@@ -320,8 +303,10 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     return false;
   }
   const mt::LossScaler &scaler = config.lossScaler;
-  if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
-      scaler.hysteresis < 1)
+  if (config.peakTflops < 0)
+    error = "--peak-tflops must be positive";
+  else if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
+           scaler.hysteresis < 1)
     error = "loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
             "--loss-scale-window >= 1 and --hysteresis >= 1";
   else if (const std::string &d = config.optimizer.decayStyle;

@@ -6,7 +6,8 @@ package is installed, its own reader must see the same scalars.
 
 Prints what it read; exits 1 where anything disagrees.
 
-read_events.py DIR METRICS [LOSS_SCALE]"""
+read_events.py DIR METRICS [LOSS_SCALE] [--peak-tflops X]   (X: mtrun's, whose mfu is then
+the throughput over X at every step)"""
 import glob
 import math
 import struct
@@ -92,8 +93,14 @@ def same(a, b):
 
 
 def main():
-    directory, metrics = sys.argv[1], sys.argv[2]
-    loss_scale = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    args = sys.argv[1:]
+    peak = None
+    if "--peak-tflops" in args:
+        at = args.index("--peak-tflops")
+        peak = float(args[at + 1])
+        del args[at:at + 2]
+    directory, metrics = args[0], args[1]
+    loss_scale = float(args[2]) if len(args) > 2 else None
     files = glob.glob(f"{directory}/events.out.tfevents.*")
     version, steps, times = None, {}, []
     for path in files:
@@ -139,6 +146,8 @@ def main():
         equal &= max(values) - min(values) <= 1e-5 * max(values)
     if loss_scale is not None:
         equal &= steps[1]["loss-scale"] == loss_scale
+    if peak is not None:
+        equal &= all(same(s["mfu"], s["throughput"] / peak) for s in steps.values())
     tags = sorted({tag for scalars in steps.values() for tag in scalars})
     print(f"events: {len(files)} file, version {version}, {len(steps)} steps, tags "
           f"{', '.join(tags)}; equal to the metrics: {equal}")
