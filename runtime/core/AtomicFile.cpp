@@ -1,11 +1,12 @@
 #include "core/AtomicFile.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 namespace mt {
@@ -17,11 +18,6 @@ std::pair<std::string, std::string> splitPath(const std::string &path) {
   if (slash == std::string::npos)
     return {".", path};
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-std::string temporaryPrefix(const std::string &path) {
-  auto [dir, name] = splitPath(path);
-  return cat(dir, "/.", name, ".tmp.");
 }
 
 } // namespace
@@ -41,29 +37,32 @@ AtomicFile &AtomicFile::operator=(AtomicFile &&other) noexcept {
 
 AtomicFile::~AtomicFile() { discard(); }
 
-std::string AtomicFile::temporaryPath(const std::string &path) {
-  return cat(temporaryPrefix(path), ::getpid());
-}
-
-void AtomicFile::removeStale(const std::string &path) {
-  const auto [dir, name] = splitPath(path);
-  const std::string prefix = cat(".", name, ".tmp.");
-  DIR *d = ::opendir(dir.c_str());
-  if (!d)
-    return;
-  while (dirent *e = ::readdir(d))
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
-      ::unlink((dir + "/" + e->d_name).c_str());
-  ::closedir(d);
-}
-
 Status AtomicFile::create(const std::string &path, AtomicFile &out) {
+  const auto [dir, name] = splitPath(path);
+  std::random_device entropy;
   AtomicFile file;
   file.path_ = path;
-  file.temporary_ = temporaryPath(path);
-  file.file_ = std::fopen(file.temporary_.c_str(), "wb");
+  // A name no one can guess, and a file no one can have made first: O_EXCL fails on
+  // anything already there (a planted link included), and then another name is tried.
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    const uint64_t random = (uint64_t{entropy()} << 32) ^ entropy();
+    char suffix[24];
+    std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(random));
+    file.temporary_ = cat(dir, "/.", name, ".tmp.", ::getpid(), ".", suffix);
+    fd =
+        ::open(file.temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST)
+      break;
+  }
+  if (fd >= 0)
+    file.file_ = ::fdopen(fd, "wb");
   if (!file.file_) {
     Status failed = Status::failure(cat("cannot create ", path, ": ", std::strerror(errno)));
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(file.temporary_.c_str());
+    }
     file.temporary_.clear(); // nothing to remove
     return failed;
   }

@@ -1,9 +1,11 @@
-// A file written whole or not at all: what mtc's plans, mtdata's datasets and
-// checkpoints are written through. The bytes go to a hidden temporary beside the file,
-// named by the writing process; commit() makes them durable (fsync), renames the
-// temporary over the file, and makes the rename durable (fsync of the directory). A
-// writer that fails or is dropped before commit() removes its temporary; one that dies
-// leaves it to removeStale().
+// A file written whole or not at all: what mtc's plans, mtdata's datasets, checkpoints
+// and every other output are written through. The bytes go to a hidden temporary beside
+// the file, ".<name>.tmp.<pid>.<random>", created exclusively and never through a
+// symbolic link (O_CREAT | O_EXCL | O_NOFOLLOW), so that nothing planted in a shared
+// directory, a link to another user's file say, is written through; commit() makes the
+// bytes durable (fsync), renames the temporary over the file (replacing a link there,
+// not its target), and makes the rename durable (fsync of the directory). A writer that
+// fails or is dropped before commit() removes its temporary; one that dies leaves it.
 #ifndef MT_RUNTIME_CORE_ATOMICFILE_H
 #define MT_RUNTIME_CORE_ATOMICFILE_H
 
@@ -25,12 +27,8 @@ public:
 
   /// Starts writing `path`; fails, naming it, where its temporary cannot be created.
   static Status create(const std::string &path, AtomicFile &out);
-  /// "<dir>/.<name>.tmp.<pid>": where this process writes `path` until commit().
-  static std::string temporaryPath(const std::string &path);
   /// `path` holds exactly these bytes, or is as it was.
   static Status writeWhole(const std::string &path, const void *data, size_t bytes);
-  /// Removes the temporaries of `path` that writers which died left behind.
-  static void removeStale(const std::string &path);
 
   Status write(const void *data, size_t bytes);
   /// Overwrites bytes already written, from byte `offset` (a header completed last).
@@ -47,6 +45,8 @@ public:
   void discard();
 
   const std::string &path() const { return path_; }
+  /// Where the bytes go until commit(); empty once committed or discarded.
+  const std::string &temporary() const { return temporary_; }
   bool isOpen() const { return file_ != nullptr; }
 
 private:

@@ -1,5 +1,5 @@
 // A file written through AtomicFile holds all the new bytes or is as it was: after a
-// commit, a failed or dropped write, and a writer that died (its temporary left behind).
+// commit, a failed or dropped write; and nothing planted beside it is written through.
 #include "core/AtomicFile.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <vector>
 
 namespace mt {
 namespace {
@@ -31,26 +32,29 @@ TEST(AtomicFileTest, CommitReplacesTheFileAndLeavesNoTemporary) {
   ASSERT_TRUE(AtomicFile::writeWhole(path, "old", 3).ok());
   AtomicFile file;
   ASSERT_TRUE(AtomicFile::create(path, file).ok());
-  EXPECT_TRUE(exists(AtomicFile::temporaryPath(path)));
+  const std::string temporary = file.temporary();
+  EXPECT_TRUE(exists(temporary));
   ASSERT_TRUE(file.write("new ", 4).ok());
   EXPECT_EQ(contents(path), "old") << "the file changes only at the commit";
   ASSERT_TRUE(file.write("bytes", 5).ok());
   ASSERT_TRUE(file.commit().ok());
   EXPECT_EQ(contents(path), "new bytes");
-  EXPECT_FALSE(exists(AtomicFile::temporaryPath(path)));
+  EXPECT_FALSE(exists(temporary));
   EXPECT_FALSE(file.write("more", 4).ok()) << "a committed file takes no more bytes";
 }
 
 TEST(AtomicFileTest, ADroppedWriterLeavesTheFileAsItWas) {
   const std::string path = directory() + "/dropped.bin";
   ASSERT_TRUE(AtomicFile::writeWhole(path, "old", 3).ok());
+  std::string temporary;
   {
     AtomicFile file;
     ASSERT_TRUE(AtomicFile::create(path, file).ok());
+    temporary = file.temporary();
     ASSERT_TRUE(file.write("partial", 7).ok());
   }
   EXPECT_EQ(contents(path), "old");
-  EXPECT_FALSE(exists(AtomicFile::temporaryPath(path)));
+  EXPECT_FALSE(exists(temporary));
 }
 
 TEST(AtomicFileTest, FilesSyncedTogetherChangeOnlyWhenPublished) {
@@ -80,15 +84,40 @@ TEST(AtomicFileTest, AnUncreatableFileIsNamedInTheError) {
   EXPECT_FALSE(file.isOpen());
 }
 
-TEST(AtomicFileTest, StaleTemporariesOfDeadWritersAreRemoved) {
-  const std::string dir = directory(), path = dir + "/stale.bin";
-  for (const char *pid : {"1", "99999"})
-    std::ofstream(dir + "/.stale.bin.tmp." + pid) << "left by a crash";
-  std::ofstream(dir + "/.other.bin.tmp.1") << "another file's";
-  AtomicFile::removeStale(path);
-  EXPECT_FALSE(exists(dir + "/.stale.bin.tmp.1"));
-  EXPECT_FALSE(exists(dir + "/.stale.bin.tmp.99999"));
-  EXPECT_TRUE(exists(dir + "/.other.bin.tmp.1")) << "only this file's temporaries go";
+// A shared directory where another user planted links: at the names a temporary of this
+// process could have had were it named by the process alone, and at the file itself. The
+// file is written; what the links point to is not.
+TEST(AtomicFileTest, PlantedLinksAreNotWrittenThrough) {
+  const std::string dir = directory(), path = dir + "/shared.bin", victim = dir + "/victim";
+  std::ofstream(victim) << "another user's";
+  const std::string pid = std::to_string(::getpid());
+  for (const std::string &name :
+       std::vector<std::string>{".shared.bin.tmp." + pid, ".shared.bin.tmp", "shared.bin"})
+    ASSERT_EQ(::symlink(victim.c_str(), (dir + "/" + name).c_str()), 0) << name;
+  ASSERT_TRUE(AtomicFile::writeWhole(path, "mine", 4).ok());
+  EXPECT_EQ(contents(victim), "another user's");
+  EXPECT_EQ(contents(path), "mine");
+  struct stat st;
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link at the file is replaced, not followed";
+}
+
+TEST(AtomicFileTest, EachWriterHasItsOwnUnguessableTemporary) {
+  const std::string path = directory() + "/two.bin";
+  AtomicFile first, second;
+  ASSERT_TRUE(AtomicFile::create(path, first).ok());
+  ASSERT_TRUE(AtomicFile::create(path, second).ok());
+  EXPECT_NE(first.temporary(), second.temporary());
+  const std::string prefix = directory() + "/.two.bin.tmp." + std::to_string(::getpid()) + ".";
+  for (const AtomicFile *f : {&first, &second}) {
+    EXPECT_EQ(f->temporary().rfind(prefix, 0), 0u) << f->temporary();
+    EXPECT_EQ(f->temporary().size(), prefix.size() + 16) << "64 random bits, in hex";
+  }
+  ASSERT_TRUE(second.write("2", 1).ok());
+  ASSERT_TRUE(second.commit().ok());
+  ASSERT_TRUE(first.write("1", 1).ok());
+  ASSERT_TRUE(first.commit().ok());
+  EXPECT_EQ(contents(path), "1") << "the last commit wins, whole";
 }
 
 } // namespace
