@@ -48,22 +48,27 @@ std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t ep
 }
 
 Status parseSplit(const std::string &text, std::array<double, 3> &sizes) {
+  // Sizes separated by commas, or by slashes where there is no comma; each a whole number
+  // (spaces around it allowed), finite and not negative.
+  const char separator = text.find(',') != std::string::npos ? ',' : '/';
   std::vector<double> parts;
-  for (size_t i = 0; i < text.size();) {
-    if (!std::isdigit(static_cast<unsigned char>(text[i])) && text[i] != '.') {
-      if (text[i] == '-')
-        return Status::failure(cat("--split ", text, ": sizes cannot be negative"));
-      ++i;
-      continue;
-    }
-    const size_t end = text.find_first_not_of("0123456789.", i);
-    const std::string number = text.substr(i, end == std::string::npos ? end : end - i);
+  for (size_t begin = 0;;) {
+    const size_t end = std::min(text.find(separator, begin), text.size());
+    const size_t first = text.find_first_not_of(' ', begin);
+    const size_t last = text.find_last_not_of(' ', end == 0 ? 0 : end - 1);
+    const std::string field = first < end && last != std::string::npos && last >= first
+                                  ? text.substr(first, last + 1 - first)
+                                  : std::string();
     char *stop = nullptr;
-    const double value = std::strtod(number.c_str(), &stop);
-    if (*stop || !std::isfinite(value))
-      return Status::failure(cat("--split ", text, ": '", number, "' is not a number"));
+    const double value = field.empty() ? 0 : std::strtod(field.c_str(), &stop);
+    if (field.empty() || *stop || !std::isfinite(value))
+      return Status::failure(cat("--split ", text, ": '", field, "' is not a number"));
+    if (value < 0)
+      return Status::failure(cat("--split ", text, ": sizes cannot be negative"));
     parts.push_back(value);
-    i = end == std::string::npos ? text.size() : end;
+    if (end == text.size())
+      break;
+    begin = end + 1;
   }
   if (parts.empty() || parts.size() > 3)
     return Status::failure(cat("--split ", text,

@@ -41,8 +41,9 @@ namespace mt {
 std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t epoch);
 
 /// Megatron's --split: the relative sizes of the training, validation and test splits,
-/// written "949,50,1" (any characters but digits and '.' separate them; missing sizes
-/// are 0). Refuses a negative size, more than three, and sizes that add up to 0.
+/// written "949,50,1" or "949/50/1" (spaces around a size allowed; missing sizes are 0).
+/// Refuses what is not a number, a negative size, more than three, and sizes that add up
+/// to 0.
 Status parseSplit(const std::string &text, std::array<double, 3> &sizes);
 
 /// The documents of each split, as Megatron cuts them (_get_split_indices): with the

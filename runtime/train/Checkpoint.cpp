@@ -215,6 +215,7 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
       !number("seed", loaded.seed) || step > (uint64_t{1} << 40))
     return fail("bad training state in its index");
   loaded.step = static_cast<int64_t>(step);
+  loaded.trainDocuments.reset(); // none recorded: all documents
   if (auto it = meta.find("train_documents"); it != meta.end()) {
     const std::string &text = it->second;
     const size_t comma = text.find(',');
@@ -227,7 +228,7 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
     const auto first = count(text.substr(0, comma));
     const auto end = comma == std::string::npos ? std::nullopt : count(text.substr(comma + 1));
     if (!first || !end || *first > *end)
-      return fail("bad training documents in its index");
+      return fail("bad training documents '" + text.substr(0, 40) + "' in its index");
     loaded.trainDocuments = {*first, *end};
   }
   // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).

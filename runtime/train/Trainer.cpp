@@ -171,8 +171,10 @@ private:
   /// The mean loss of config_.evalIters global batches of `stream` (forward only, no
   /// dropout), logged as `split`'s.
   Status evaluate(TokenStream &stream, const char *split);
-  /// After the step's record: the evaluations and the save that are due.
+  /// After the step's record: the save and the evaluations that are due.
   Status afterStep();
+  /// The test split's loss, where there is one (after the last step).
+  Status evaluateTest();
   /// The counters of a micro-batch's random numbers, and the loss seed's scale.
   StepContext contextOf(int64_t step, int64_t mb) const;
   /// The update: the loss and gradient norm over the whole batch, the loss scale's
@@ -298,8 +300,11 @@ Status Run::openSplits() {
   // The held-out splits are evaluated from the same seed's order of their own samples.
   for (auto [split, name, stream] :
        {std::tuple{1, "validation", &validation_}, std::tuple{2, "test", &test_}}) {
-    if (config_.evalIters <= 0 || bounds[split + 1] == bounds[split])
+    if (config_.evalIters <= 0 || config_.split[split] == 0)
       continue;
+    if (bounds[split + 1] == bounds[split]) // evaluation asked for, and nothing to evaluate
+      return Status::failure(cat(config_.dataPrefix, ": --split ", sizes, " gives the ", name,
+                                 " split none of the ", documents, " documents"));
     *stream = std::make_unique<TokenStream>(dataset_, seq_, config_.seed, documentsOf(split, name));
     if (!(*stream)->usable())
       return Status::failure((*stream)->whyUnusable());
@@ -342,7 +347,7 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
                                trained.first, ", ", trained.second, ") of the data, this run's ",
                                "training split is [", trainDocuments_.first, ", ",
-                               trainDocuments_.second, "): resume with the same --split"));
+                               trainDocuments_.second, "): resume with the same data and --split"));
   state_.trainDocuments = trainDocuments_;
   if (state_.step > config_.steps)
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
@@ -466,20 +471,25 @@ Status Run::step(int64_t step) {
 }
 
 Status Run::afterStep() {
+  // The save first: an evaluation that fails or is cut short loses no training.
   const bool lastStep = state_.step == config_.steps;
+  if (!config_.saveDir.empty() &&
+      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0))) {
+    MT_TRY(save());
+  } else {
+    // An asynchronous save is committed once every rank's write has ended.
+    MT_TRY(saver_->poll());
+    reportSave();
+  }
   if (validation_ &&
       (lastStep || (config_.evalInterval > 0 && state_.step % config_.evalInterval == 0)))
     MT_TRY(evaluate(*validation_, "validation"));
-  if (test_ && lastStep)
-    MT_TRY(evaluate(*test_, "test"));
-  if (!config_.saveDir.empty() &&
-      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0)))
-    return save();
-  // An asynchronous save is committed once every rank's write has ended.
-  MT_TRY(saver_->poll());
-  reportSave();
+  if (lastStep)
+    MT_TRY(evaluateTest());
   return Status::success();
 }
+
+Status Run::evaluateTest() { return test_ ? evaluate(*test_, "test") : Status::success(); }
 
 Status Run::evaluate(TokenStream &stream, const char *split) {
   comm_.setActivity(cat("the ", split, " loss after step ", state_.step));
@@ -653,6 +663,12 @@ Status Run::finish() {
   if (resumed_ && loadedStep_ == config_.steps && !config_.saveDir.empty() &&
       config_.saveDir != config_.loadDir)
     MT_TRY(save());
+  // ... and evaluates it, as after a last step: a finished run can be evaluated again.
+  if (resumed_ && loadedStep_ == config_.steps) {
+    if (validation_)
+      MT_TRY(evaluate(*validation_, "validation"));
+    MT_TRY(evaluateTest());
+  }
   // The end of training waits for a save still in flight.
   comm_.setActivity("finishing the save of step " + std::to_string(state_.step));
   {

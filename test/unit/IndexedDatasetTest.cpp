@@ -541,7 +541,10 @@ TEST(DataSplitTest, ParsesMegatronsSpellings) {
   EXPECT_EQ(sizes, (std::array<double, 3>{0.9, 0.05, 0.05}));
   ASSERT_OK(parseSplit("100", sizes)); // the missing sizes are 0
   EXPECT_EQ(sizes, (std::array<double, 3>{100, 0, 0}));
-  for (const char *bad : {"", ",", "1,2,3,4", "1,-2", "0,0,0", "1..2", "."})
+  ASSERT_OK(parseSplit("1e3,1", sizes)); // a number as strtod reads one
+  EXPECT_EQ(sizes, (std::array<double, 3>{1000, 1, 0}));
+  for (const char *bad : {"", ",", "1,2,3,4", "1,-2", "0,0,0", "1..2", ".", "1,,1", "1,2x", "1 1 1",
+                          "98,1,1abc", "inf,1", "nan"})
     EXPECT_FALSE(parseSplit(bad, sizes).ok()) << "'" << bad << "'";
 }
 

@@ -293,7 +293,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
       error = s.message();
       return false;
     }
-    if (evaluates && config.split[1] == 0 && config.split[2] == 0) {
+    if (evaluates && config.evalIters > 0 && config.split[1] == 0 && config.split[2] == 0) {
       error = "--split " + split->second + " holds out no documents to evaluate";
       return false;
     }
@@ -304,7 +304,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
   }
   const mt::LossScaler &scaler = config.lossScaler;
   if (config.peakTflops < 0)
-    error = "--peak-tflops must be positive";
+    error = "--peak-tflops cannot be negative (0: no MFU)";
   else if (!(scaler.minScale > 0) || scaler.scale < scaler.minScale || scaler.window < 1 ||
            scaler.hysteresis < 1)
     error = "loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
