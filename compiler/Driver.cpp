@@ -1,5 +1,6 @@
 #include "compiler/Driver.h"
 #include "compiler/Pipeline.h"
+#include "core/InputFile.h"
 #include "passes/Passes.h"
 #include "plan/Schedule.h"
 
@@ -212,13 +213,14 @@ int readSystem(const Flags &args, SystemSpec &system) {
 }
 
 bool loadModel(MLIRContext &context, const std::string &path, ModelFile &model) {
-  std::string error;
-  auto file = openInputFile(path, &error);
-  if (!file) {
-    errs() << "mtc: " << error << "\n";
+  std::string text;
+  if (::mt::Status s = ::mt::readRegularFile(path, ::mt::limits::kModelBytes, "a model file", text);
+      !s.ok()) {
+    errs() << "mtc: " << s.message() << "\n";
     return false;
   }
-  model.sources->AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  model.sources->AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, path),
+                                    llvm::SMLoc());
   model.diagnostics = std::make_unique<SourceMgrDiagnosticHandler>(*model.sources, &context);
   model.module = parseSourceFile<ModuleOp>(model.sources, ParserConfig(&context));
   return static_cast<bool>(model.module);

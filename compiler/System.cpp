@@ -1,5 +1,6 @@
 #include "compiler/System.h"
 #include "compiler/GemmModel.h"
+#include "core/InputFile.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -193,12 +194,15 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
 }
 
 bool SystemSpec::load(const std::string &path, SystemSpec &out, std::string &error) {
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  if (!buffer) {
-    error = path + ": " + buffer.getError().message();
+  std::string text;
+  if (::mt::Status s =
+          ::mt::readRegularFile(path, ::mt::limits::kConfigBytes, "a system file", text);
+      !s.ok()) {
+    error = s.message();
     return false;
   }
-  if (!parse((*buffer)->getBuffer(), out, error)) {
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(text, path);
+  if (!parse(buffer->getBuffer(), out, error)) {
     error = path + ": " + error;
     return false;
   }

@@ -1,4 +1,5 @@
 #include "data/ByteBpe.h"
+#include "core/InputFile.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <nlohmann/json.hpp>
@@ -390,14 +391,8 @@ ByteBpe::ByteBpe(ByteBpe &&) noexcept = default;
 ByteBpe &ByteBpe::operator=(ByteBpe &&) noexcept = default;
 
 Status ByteBpe::open(const std::string &path, ByteBpe &out) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return Status::failure(path + ": cannot read");
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (!file && !file.eof())
-    return Status::failure(path + ": cannot read");
-  const std::string content = text.str();
+  std::string content;
+  MT_TRY(readRegularFile(path, limits::kTokenizerBytes, "a tokenizer", content));
   return looksLikeTiktoken(std::string_view(content).substr(0, 4096))
              ? fromTiktoken(content, path, out)
              : fromJson(content, path, out);

@@ -1,4 +1,5 @@
 #include "data/IndexedDataset.h"
+#include "core/InputFile.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -80,30 +81,20 @@ std::string describe(MegatronDType dtype) {
 }
 
 Status mapReadOnly(const std::string &path, const uint8_t *&data, size_t &size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status::failure(cat(path, ": cannot open: ", systemError()));
-  struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    std::string error = systemError();
-    ::close(fd);
-    return Status::failure(cat(path, ": cannot stat: ", error));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return Status::failure(cat(path, ": not a regular file"));
-  }
-  if (info.st_size == 0) {
+  int fd = -1;
+  uint64_t bytes = 0;
+  MT_TRY(openRegularFile(path, fd, bytes));
+  if (bytes == 0) {
     ::close(fd);
     return Status::failure(cat(path, ": empty file"));
   }
-  void *mapped = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_SHARED, fd, 0);
+  void *mapped = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ, MAP_SHARED, fd, 0);
   std::string error = mapped == MAP_FAILED ? systemError() : "";
   ::close(fd);
   if (mapped == MAP_FAILED)
     return Status::failure(cat(path, ": cannot map: ", error));
   data = static_cast<const uint8_t *>(mapped);
-  size = static_cast<size_t>(info.st_size);
+  size = static_cast<size_t>(bytes);
   return Status::success();
 }
 

@@ -1,4 +1,5 @@
 #include "plan/PlanReader.h"
+#include "core/InputFile.h"
 #include "plan/Opcodes.h"
 #include "plan/PlanFormat.h"
 #include "plan/Schedule.h"
@@ -780,14 +781,9 @@ Status LoadedPlan::parse(std::vector<uint8_t> file, const std::string &name,
 }
 
 Status LoadedPlan::read(const std::string &path, LoadedPlan &out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::failure(cat(path, ": cannot open plan"));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad())
-    return Status::failure(cat(path, ": read error"));
-  return parse(std::move(bytes), path, out);
+  std::string text;
+  MT_TRY(readRegularFile(path, limits::kPlanBytes, "a plan", text));
+  return parse(std::vector<uint8_t>(text.begin(), text.end()), path, out);
 }
 
 } // namespace mt

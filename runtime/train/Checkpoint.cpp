@@ -637,6 +637,32 @@ struct Loaded {
   uint64_t bytesRead = 0;
 };
 
+/// The first value of state `kind` (elements from flat index `first` on, of `layout`)
+/// that no training writes: a weight or a moment that is not finite, a negative second
+/// moment (Adam's running mean of squares). Such a state would train to NaN weights.
+template <typename T>
+Status checkValues(const std::vector<char> &host, int kind, int64_t first, const FlatLayout &layout,
+                   const plan::Plan &plan, const std::string &where) {
+  const T *values = reinterpret_cast<const T *>(host.data());
+  const size_t n = host.size() / sizeof(T);
+  for (size_t i = 0; i < n; ++i) {
+    const T v = values[i];
+    if (std::isfinite(v) && !(kind == 2 && v < 0))
+      continue;
+    const int64_t at = first + static_cast<int64_t>(i);
+    std::string tensor = "padding";
+    for (const FlatLayout::Slot &slot : layout.slots)
+      if (at >= slot.offset && at < slot.offset + slot.numel)
+        tensor = stateTensorName(kind, plan.params()->Get(slot.index)->name()->str());
+    return Status::failure(cat(where, ": tensor '", tensor, "' holds ",
+                               std::isnan(v)       ? "a NaN"
+                               : !std::isfinite(v) ? "an infinity"
+                                                   : "a negative second moment",
+                               ", which no training writes: the checkpoint is corrupt"));
+  }
+  return Status::success();
+}
+
 Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       size_t stagingBytes, Loaded &out) {
   CheckpointReader reader;
@@ -711,6 +737,12 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                             element * (slot.offset + localIndex(box, local) - optimizer.first())));
   }
   out.bytesRead = reader.bytesRead();
+  for (int kind = 0; kind < kinds; ++kind) {
+    const int64_t first = kind == 0 ? 0 : optimizer.first();
+    MT_TRY(storeType(plan) == plan::DType::F64
+               ? checkValues<double>(host[kind], kind, first, layout, plan, where)
+               : checkValues<float>(host[kind], kind, first, layout, plan, where));
+  }
   return Status::success();
 }
 

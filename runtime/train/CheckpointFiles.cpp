@@ -1,4 +1,5 @@
 #include "train/CheckpointFiles.h"
+#include "core/InputFile.h"
 #include "train/Safetensors.h"
 
 #include <nlohmann/json.hpp>
@@ -44,12 +45,9 @@ uint32_t crcOf(const void *data, size_t bytes) {
       ::crc32(::crc32(0L, Z_NULL, 0), static_cast<const Bytef *>(data), static_cast<uInt>(bytes)));
 }
 
-bool readWhole(const std::string &path, std::string &text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return false;
-  text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  return !in.bad();
+/// The latest-iteration marker's text (a step number and a newline).
+Status readMarker(const std::string &path, std::string &text) {
+  return readRegularFile(path, limits::kMarkerBytes, "a checkpoint marker", text);
 }
 
 bool exists(const std::string &path) {
@@ -189,7 +187,8 @@ Status publish(const std::string &dir, const std::string &temporary, const Index
     // exchange, so that a kill leaves one of the two in place; any other (a save killed
     // before it moved the marker) is removed first.
     std::string text;
-    const bool live = readWhole(dir + "/" + kLatest, text) && text == std::to_string(step) + "\n";
+    const bool live =
+        readMarker(dir + "/" + kLatest, text).ok() && text == std::to_string(step) + "\n";
     std::error_code ignored;
     if (live &&
         ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
@@ -438,10 +437,8 @@ struct CheckpointReader::State {
       f.status = parseHeader(i);
       ++openFiles;
     } else if (f.status.ok() && f.fd < 0) {
-      f.fd = ::open(pathOf(i).c_str(), O_RDONLY | O_CLOEXEC);
-      if (f.fd < 0)
-        return Status::failure(cat(pathOf(i), ": cannot open checkpoint file: ",
-                                   std::strerror(errno)));
+      uint64_t size = 0;
+      MT_TRY(openRegularFile(pathOf(i), f.fd, size));
       ++openFiles;
     }
     if (openFiles > kOpenFiles) // many ranks' files: close the others
@@ -459,14 +456,9 @@ struct CheckpointReader::State {
     auto fail = [&](const std::string &why) {
       return Status::failure(cat(path, ": corrupt checkpoint file: ", why));
     };
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f.fd < 0)
-      return Status::failure(cat(path, ": cannot open checkpoint file: ", std::strerror(errno),
-                                 " (the index names it)"));
-    struct stat info;
-    if (::fstat(f.fd, &info) != 0)
-      return Status::failure(cat(path, ": ", std::strerror(errno)));
-    const uint64_t size = static_cast<uint64_t>(info.st_size);
+    uint64_t size = 0;
+    if (Status s = openRegularFile(path, f.fd, size); !s.ok())
+      return Status::failure(cat(s.message(), " (the index names it)"));
     json header;
     if (Status s = safetensors::readHeader(f.fd, size, header, f.dataStart); !s.ok())
       return fail(s.message());
@@ -512,22 +504,36 @@ struct CheckpointReader::State {
 
   /// Rows [first, end) of chunk `c` of `tensor`, read and checked against their blocks'
   /// checksums; `data` points at them in the staging buffer.
-  Status readRows(const std::string &tensor, const TensorEntry &entry, const Chunk &c,
-                  int64_t first, int64_t end, const char *&data) {
+  /// Chunk `c` of `tensor` as its file stores it, checked against the index: there, of
+  /// the index's dtype and shape, its bytes inside the file.
+  Status storedChunk(const std::string &tensor, const TensorEntry &entry, const Chunk &c,
+                     const StoredChunk *&out) {
     MT_TRY(open(c.file));
-    const std::string path = pathOf(c.file);
     const std::string name = chunkName(tensor, c.box);
     auto it = files[c.file].chunks.find(name);
     if (it == files[c.file].chunks.end())
-      return Status::failure(cat(path, ": holds no chunk ", name, " of tensor '", tensor,
+      return Status::failure(cat(pathOf(c.file), ": holds no chunk ", name, " of tensor '", tensor,
                                  "' (the index says it does)"));
     const StoredChunk &stored = it->second;
-    const uint64_t element = elementBytes(entry.dtype);
-    const uint64_t rowBytes = element * static_cast<uint64_t>(c.box.numel() / rowsOf(c.box));
+    const uint64_t rowBytes =
+        elementBytes(entry.dtype) * static_cast<uint64_t>(c.box.numel() / rowsOf(c.box));
     if (stored.dtype != entry.dtype || stored.shape != c.box.sizes ||
         stored.end - stored.begin != rowBytes * rowsOf(c.box))
-      return Status::failure(cat(path, ": chunk ", name, " of tensor '", tensor,
+      return Status::failure(cat(pathOf(c.file), ": chunk ", name, " of tensor '", tensor,
                                  "' is not the dtype and shape the index gives"));
+    out = &stored;
+    return Status::success();
+  }
+
+  Status readRows(const std::string &tensor, const TensorEntry &entry, const Chunk &c,
+                  int64_t first, int64_t end, const char *&data) {
+    const StoredChunk *found = nullptr;
+    MT_TRY(storedChunk(tensor, entry, c, found));
+    const StoredChunk &stored = *found;
+    const std::string path = pathOf(c.file);
+    const std::string name = chunkName(tensor, c.box);
+    const uint64_t rowBytes =
+        elementBytes(entry.dtype) * static_cast<uint64_t>(c.box.numel() / rowsOf(c.box));
     const uint64_t from = rowBytes * first, to = rowBytes * end;
     const uint64_t blockFirst = from / kBlockBytes;
     const uint64_t readFrom = blockFirst * kBlockBytes;
@@ -556,43 +562,88 @@ CheckpointReader::~CheckpointReader() = default;
 CheckpointReader::CheckpointReader(CheckpointReader &&) noexcept = default;
 CheckpointReader &CheckpointReader::operator=(CheckpointReader &&) noexcept = default;
 
+namespace {
+
+/// The newest complete checkpoint in save directory `dir` (an iter_* folder with an
+/// index): its path, or empty.
+std::string newestComplete(const std::string &dir) {
+  int64_t newest = -1;
+  std::string path;
+  std::error_code error;
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, error)) {
+    const int64_t s = stepOfName(e.path().filename().string());
+    if (s > newest && exists(e.path().string() + "/" + kIndex)) {
+      newest = s;
+      path = e.path().string();
+    }
+  }
+  return path;
+}
+
+/// The checkpoint a save directory's marker names; where the marker is missing, a
+/// dangling link, or names a checkpoint that is gone, the newest complete one.
+Status latestIn(const std::string &dir, std::string &path) {
+  const std::string marker = dir + "/" + kLatest;
+  path.clear();
+  if (exists(marker)) {
+    std::string text;
+    MT_TRY(readMarker(marker, text));
+    char *end = nullptr;
+    const long long step = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end == text.c_str() || (*end && std::strcmp(end, "\n") != 0) || step < 0 ||
+        !std::isdigit(static_cast<unsigned char>(text[0])))
+      return Status::failure(cat(marker, ": corrupt: not a step number"));
+    path = dir + "/" + iterationName(step);
+  }
+  if (path.empty() || !exists(path + "/" + kIndex))
+    path = newestComplete(dir);
+  if (path.empty())
+    return Status::failure(cat(dir, ": holds no checkpoint (no ",
+                               exists(marker) ? "" : cat(kLatest, ", "), kIndex,
+                               " or complete iter_* folder",
+                               exists(marker) ? cat("; ", kLatest, " names none") : "", ")"));
+  return Status::success();
+}
+
+/// The step numbers a checkpoint carries (its folder's name, the index's iteration,
+/// the training state's step) must agree: a resume would otherwise start at one while
+/// reports name another.
+Status checkStepNumbers(const std::string &dir, const Index &index) {
+  const std::string folder = fs::path(dir).filename().string();
+  const int64_t named = stepOfName(folder);
+  // (A step that is not a number is the training state's reader's to refuse.)
+  auto state = index.state.find("step");
+  if (state != index.state.end() && (state->second.empty() || state->second.size() > 18 ||
+                                     !std::all_of(state->second.begin(), state->second.end(),
+                                                  [](unsigned char c) { return std::isdigit(c); })))
+    state = index.state.end();
+  const bool stateDisagrees =
+      state != index.state.end() && state->second != std::to_string(index.iteration);
+  if ((named >= 0 && named != index.iteration) || stateDisagrees)
+    return Status::failure(cat(
+        dir, "/", kIndex, ": the checkpoint's step numbers disagree: ",
+        named >= 0 ? cat("folder ", folder, ", ") : std::string(), "index iteration ",
+        index.iteration,
+        state != index.state.end() ? cat(", training state step ", state->second) : std::string()));
+  return Status::success();
+}
+
+} // namespace
+
 bool holdsCheckpoint(const std::string &dir) {
-  return exists(dir + "/" + kLatest) || exists(dir + "/" + kIndex);
+  return exists(dir + "/" + kLatest) || exists(dir + "/" + kIndex) || !newestComplete(dir).empty();
 }
 
 Status CheckpointReader::open(const std::string &dir, CheckpointReader &out) {
   auto state = std::make_unique<State>();
   state->dir = dir;
-  if (!exists(dir + "/" + kIndex)) {
-    const std::string marker = dir + "/" + kLatest;
-    std::string text;
-    if (!readWhole(marker, text))
-      return Status::failure(cat(dir, ": holds no checkpoint (no ", kLatest, " and no ",
-                                 kIndex, ")"));
-    char *end = nullptr;
-    const long long step = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || end == text.c_str() || (*end && std::strcmp(end, "\n") != 0) ||
-        step < 0)
-      return Status::failure(cat(marker, ": corrupt: not a step number"));
-    state->dir = dir + "/" + iterationName(step);
-    if (!exists(state->dir + "/" + kIndex)) {
-      // The marker names a checkpoint that is gone: the newest complete one stands in.
-      int64_t newest = -1;
-      std::error_code error;
-      for (const fs::directory_entry &e : fs::directory_iterator(dir, error)) {
-        const int64_t s = stepOfName(e.path().filename().string());
-        if (s > newest && exists(e.path().string() + "/" + kIndex)) {
-          newest = s;
-          state->dir = e.path().string();
-        }
-      }
-    }
-  }
+  if (!exists(dir + "/" + kIndex))
+    MT_TRY(latestIn(dir, state->dir));
   const std::string path = state->dir + "/" + kIndex;
   std::string text;
-  if (!readWhole(path, text))
-    return Status::failure(cat(path, ": cannot open checkpoint index: ", std::strerror(errno)));
+  MT_TRY(readRegularFile(path, limits::kIndexBytes, "a checkpoint index", text));
   MT_TRY(parseIndex(path, text, state->index));
+  MT_TRY(checkStepNumbers(state->dir, state->index));
   state->files.resize(state->index.files.size());
   out.state_ = std::move(state);
   return Status::success();
@@ -628,6 +679,15 @@ Status CheckpointReader::read(const std::string &tensor, const Box &box, void *t
       copyRegion(*intersect(rows, *region), rows, data, box, target, element);
     }
   }
+  return Status::success();
+}
+
+Status CheckpointReader::checkChunks() {
+  for (const auto &[tensor, entry] : state_->index.tensors)
+    for (const Chunk &c : entry.chunks) {
+      const StoredChunk *stored = nullptr;
+      MT_TRY(state_->storedChunk(tensor, entry, c, stored));
+    }
   return Status::success();
 }
 

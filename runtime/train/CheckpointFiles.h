@@ -138,6 +138,10 @@ public:
               size_t stagingBytes = size_t{256} << 20);
   /// Bytes read from the files so far.
   uint64_t bytesRead() const;
+  /// Every chunk the index names is in its file, of the index's dtype and shape, its bytes
+  /// there: what a reader of whole tensors checks before it allocates any (an index alone
+  /// can declare any shape).
+  Status checkChunks();
   /// Reads every chunk of every file whole: what `mtckpt verify` does.
   Status verifyAll(size_t stagingBytes = size_t{256} << 20);
 

@@ -1,4 +1,5 @@
 #include "train/HfConfig.h"
+#include "core/InputFile.h"
 
 #include <nlohmann/json.hpp>
 
@@ -15,9 +16,6 @@ namespace mt::hf {
 namespace {
 
 using json = nlohmann::json;
-
-/// A config.json is a few kilobytes; anything near this is not one.
-constexpr uintmax_t kMaxConfigBytes = uintmax_t{16} << 20;
 
 /// Reads the keys of a JSON object, remembering which it used: the first problem, or
 /// else the first key nothing used, is the object's error.
@@ -225,8 +223,8 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   json object;
   try {
     object = json::parse(text);
-  } catch (const json::parse_error &e) {
-    return Status::failure(std::string("not JSON: ") + e.what());
+  } catch (const json::parse_error &e) { // its position only: never the text it read
+    return Status::failure(cat("not JSON (a syntax error at byte ", e.byte, ")"));
   }
   if (!object.is_object())
     return Status::failure("not a JSON object");
@@ -259,23 +257,12 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
 }
 
 Status readModelConfig(const std::string &path, ModelConfig &config, std::string *text) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec)
-    return Status::failure(path + ": " + ec.message());
-  if (!std::filesystem::is_regular_file(status))
-    return Status::failure(path + ": not a regular file");
-  if (std::filesystem::file_size(path, ec) > kMaxConfigBytes)
-    return Status::failure(path + ": over 16 MiB, which no config.json is");
-  std::ifstream in(path);
-  std::stringstream read;
-  read << in.rdbuf();
-  if (!in)
-    return Status::failure(path + ": cannot read");
-  if (Status s = parseModelConfig(read.str(), config); !s.ok())
+  std::string read;
+  MT_TRY(readRegularFile(path, limits::kConfigBytes, "a config.json", read));
+  if (Status s = parseModelConfig(read, config); !s.ok())
     return Status::failure(path + ": " + s.message());
   if (text)
-    *text = read.str();
+    *text = std::move(read);
   return Status::success();
 }
 

@@ -1,4 +1,5 @@
 #include "train/Safetensors.h"
+#include "core/InputFile.h"
 
 #include "core/AtomicFile.h"
 #include "train/CheckpointFiles.h"
@@ -27,11 +28,13 @@ Status readHeader(int fd, uint64_t size, json &header, uint64_t &dataStart) {
   uint64_t headerBytes = 0;
   for (int i = 0; i < 8; ++i)
     headerBytes |= static_cast<uint64_t>(length[i]) << (8 * i);
+  // The length is the file's first 8 bytes: a message never repeats it (a file that is not
+  // safetensors, a link to another's, would have its first bytes printed).
   if (headerBytes > kMaxHeaderBytes)
-    return Status::failure(cat("a header of ", headerBytes, " bytes, more than the ",
-                               kMaxHeaderBytes, " safetensors allows"));
+    return Status::failure(cat("an impossible header length (more than the ", kMaxHeaderBytes,
+                               " bytes safetensors allows), in a file of ", size, " bytes"));
   if (headerBytes > size - 8)
-    return Status::failure(cat("a header of ", headerBytes, " bytes in a file of ", size));
+    return Status::failure(cat("a header longer than the file of ", size, " bytes"));
   std::string text(headerBytes, '\0');
   if (!checkpoint::readAt(fd, 8, text.data(), headerBytes))
     return Status::failure("cannot read its header");
@@ -59,13 +62,8 @@ Status File::open(const std::string &path, File &out) {
   auto fail = [&](const std::string &why) { return Status::failure(cat(path, ": ", why)); };
   File file;
   file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file.fd_ < 0)
-    return fail(cat("cannot open: ", std::strerror(errno)));
-  struct stat info;
-  if (::fstat(file.fd_, &info) != 0)
-    return fail(cat("cannot stat: ", std::strerror(errno)));
-  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  uint64_t size = 0;
+  MT_TRY(openRegularFile(path, file.fd_, size));
   json header;
   uint64_t dataStart = 0;
   if (Status s = readHeader(file.fd_, size, header, dataStart); !s.ok())

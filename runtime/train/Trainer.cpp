@@ -545,6 +545,11 @@ Status Run::update(int64_t step, double lr) {
     return Status::failure("the loss is not finite");
   const double gradScale = 1.0 / (microBatches_ * lossScale_);
   MT_TRY(timed("gradient norm", [&] { return optimizer_->gradientNorm(gradScale, gradNorm_); }));
+  // Without loss scaling to skip it, a gradient that is not finite ends the run before it
+  // reaches the weights, and so any checkpoint.
+  if (!scaleLoss_ && !std::isfinite(gradNorm_))
+    return Status::failure(cat("the gradient norm is ", std::isnan(gradNorm_) ? "NaN" : "infinite",
+                               ": the update is not applied"));
   if (scaleLoss_) { // an overflow anywhere skips the step
     skipped_ = !std::isfinite(gradNorm_) || !std::isfinite(lossSum_);
     state_.lossScaler.update(skipped_);

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <numeric>
 #include <random>
 
@@ -103,6 +105,84 @@ TEST(Boxes, IntersectionsAndTilingsAgreeWithElementSets) {
   Box outside{{0, 3}, {1, 2}};
   EXPECT_FALSE(tilesExactly({outside}, {2, 4}, problem));
   EXPECT_NE(problem.find("not inside"), std::string::npos) << problem;
+  // As many elements as the tensor, one row twice and the other not at all.
+  EXPECT_FALSE(tilesExactly({Box{{0, 0}, {1, 4}}, Box{{0, 0}, {1, 4}}}, {2, 4}, problem));
+  EXPECT_EQ(problem, "boxes [0:1, 0:4] and [0:1, 0:4] overlap in [0:1, 0:4]");
+}
+
+/// The brute-force answer: every element counted.
+bool coversOnce(const std::vector<Box> &boxes, const std::vector<int64_t> &shape) {
+  std::vector<int> count(static_cast<size_t>(wholeBox(shape).numel()), 0);
+  for (const Box &b : boxes) {
+    if (!(intersect(b, wholeBox(shape)) == b))
+      return false;
+    for (int64_t i = 0; i < b.sizes[0]; ++i)
+      for (int64_t j = 0; j < b.sizes[1]; ++j)
+        for (int64_t k = 0; k < b.sizes[2]; ++k)
+          ++count[((b.offsets[0] + i) * shape[1] + b.offsets[1] + j) * shape[2] + b.offsets[2] + k];
+  }
+  return std::all_of(count.begin(), count.end(), [](int c) { return c == 1; });
+}
+
+/// Cut `box` in two along a random dimension, recursively: a random exact tiling.
+void cut(const Box &box, std::mt19937_64 &rng, int depth, std::vector<Box> &out) {
+  std::vector<int> cuttable;
+  for (int d = 0; d < 3; ++d)
+    if (box.sizes[d] > 1)
+      cuttable.push_back(d);
+  if (depth == 0 || cuttable.empty()) {
+    out.push_back(box);
+    return;
+  }
+  const int d = cuttable[rng() % cuttable.size()];
+  const int64_t at = 1 + static_cast<int64_t>(rng() % (box.sizes[d] - 1));
+  Box low = box, high = box;
+  low.sizes[d] = at;
+  high.offsets[d] += at;
+  high.sizes[d] -= at;
+  cut(low, rng, depth - 1, out);
+  cut(high, rng, depth - 1, out);
+}
+
+/// The corner test against counting every element, on random tilings of a 3-d tensor and
+/// on each moved by one element somewhere (the same number of elements, now wrong).
+TEST(Boxes, TilingAgreesWithCountingEveryElement) {
+  std::mt19937_64 rng(11);
+  const std::vector<int64_t> shape = {6, 5, 7};
+  int rejected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<Box> tiling;
+    cut(wholeBox(shape), rng, 1 + trial % 7, tiling);
+    std::string problem;
+    ASSERT_TRUE(tilesExactly(tiling, shape, problem)) << problem;
+    std::vector<Box> moved = tiling;
+    Box &b = moved[rng() % moved.size()];
+    const int d = static_cast<int>(rng() % 3);
+    b.offsets[d] += b.offsets[d] > 0 ? -1 : 1;
+    const bool exact = coversOnce(moved, shape);
+    EXPECT_EQ(tilesExactly(moved, shape, problem), exact) << problem;
+    rejected += !exact;
+  }
+  EXPECT_GT(rejected, 250) << "the moved tilings must mostly be wrong";
+}
+
+/// A million chunks: a 1000 x 1000 tensor in single elements, in a shuffled order, is
+/// checked in a moment; moving one element onto another is found, at its corner.
+TEST(Boxes, AMillionChunksAreCheckedInLinearithmicTime) {
+  std::vector<Box> boxes;
+  boxes.reserve(1000000);
+  for (int64_t i = 0; i < 1000; ++i)
+    for (int64_t j = 0; j < 1000; ++j)
+      boxes.push_back(Box{{i, j}, {1, 1}});
+  std::shuffle(boxes.begin(), boxes.end(), std::mt19937_64(5));
+  std::string problem;
+  EXPECT_TRUE(tilesExactly(boxes, {1000, 1000}, problem)) << problem;
+  for (Box &b : boxes)
+    if (b.offsets == std::vector<int64_t>{999, 999})
+      b.offsets = {0, 0};
+  EXPECT_FALSE(tilesExactly(boxes, {1000, 1000}, problem));
+  EXPECT_EQ(problem,
+            "the boxes overlap (and leave as many elements uncovered) at the corner (0, 0)");
 }
 
 TEST(Boxes, ACopiedRegionLandsWhereIndexingPutsIt) {

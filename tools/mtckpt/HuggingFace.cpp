@@ -2,8 +2,9 @@
 #include "train/HfConfig.h"
 #include "train/Safetensors.h"
 
-#include "core/Half.h"
 #include "core/AtomicFile.h"
+#include "core/Half.h"
+#include "core/InputFile.h"
 #include "train/CheckpointFiles.h"
 
 #include <nlohmann/json.hpp>
@@ -189,8 +190,9 @@ struct Source {
       if (single)
         return Status::failure(cat(dir, ": holds both model.safetensors and "
                                         "model.safetensors.index.json; remove the stale one"));
-      std::ifstream in(index);
-      json j = json::parse(in, nullptr, false);
+      std::string text;
+      MT_TRY(readRegularFile(index, limits::kIndexBytes, "a model.safetensors.index.json", text));
+      json j = json::parse(text, nullptr, false);
       if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
         return Status::failure(cat(index, ": not JSON with a weight_map"));
       std::map<std::string, std::string> map;
@@ -387,6 +389,7 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
     return Status::failure(cat("--dtype ", dtype, " is not bf16, fp16 or fp32"));
   checkpoint::CheckpointReader reader;
   MT_TRY(checkpoint::CheckpointReader::open(checkpointDir, reader));
+  MT_TRY(reader.checkChunks());
   const std::vector<Mapping> maps = mappings(a, a.llama ? "model." : "transformer.");
   int64_t optimizerState = 0;
   MT_TRY(checkExportable(reader, a, maps, options.config, optimizerState));

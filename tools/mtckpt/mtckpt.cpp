@@ -120,7 +120,7 @@ int verify(const std::string &dir) {
 
 int exportFile(const std::string &dir, const std::string &out, bool withOptimizer) {
   CheckpointReader reader;
-  if (Status s = CheckpointReader::open(dir, reader); !s.ok()) {
+  if (Status s = CheckpointReader::open(dir, reader); !s.ok() || !(s = reader.checkChunks()).ok()) {
     std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
     return 1;
   }
@@ -151,7 +151,8 @@ int exportFile(const std::string &dir, const std::string &out, bool withOptimize
 int diff(const std::string &a, const std::string &b) {
   CheckpointReader readers[2];
   for (int i = 0; i < 2; ++i)
-    if (Status s = CheckpointReader::open(i ? b : a, readers[i]); !s.ok()) {
+    if (Status s = CheckpointReader::open(i ? b : a, readers[i]);
+        !s.ok() || !(s = readers[i].checkChunks()).ok()) {
       std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
       return 2;
     }

@@ -7,6 +7,7 @@
 //          (--tokenizer MODEL.model | --tokenizer tokenizer.json|tiktoken [--eod-token TEXT]
 //           | --train-tokenizer MODEL_PREFIX --vocab-size N)
 //          [--split-on LINE]
+#include "core/InputFile.h"
 #include "data/ByteBpe.h"
 #include "data/IndexedDataset.h"
 
@@ -25,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -70,10 +72,14 @@ int inputError(const std::string &message) {
 bool isByteLevel(const std::string &path) {
   if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
     return true;
-  std::ifstream file(path, std::ios::binary);
+  int fd = -1;
+  uint64_t bytes = 0;
+  if (!mt::openRegularFile(path, fd, bytes).ok()) // reported when it is loaded
+    return false;
   std::string start(4096, '\0');
-  file.read(start.data(), static_cast<std::streamsize>(start.size()));
-  start.resize(static_cast<size_t>(file.gcount()));
+  const ssize_t n = ::read(fd, start.data(), start.size());
+  ::close(fd);
+  start.resize(n > 0 ? static_cast<size_t>(n) : 0);
   return mt::ByteBpe::looksLikeTiktoken(start);
 }
 
@@ -205,11 +211,21 @@ public:
       std::fclose(file_);
   }
 
+  /// A regular file only: the input is read twice (counted, then encoded), which a pipe
+  /// cannot be, and a device such as /dev/zero never ends.
   bool open(const std::string &path, std::string &error) {
     path_ = path;
-    file_ = std::fopen(path.c_str(), "rb");
-    if (!file_)
+    int fd = -1;
+    uint64_t bytes = 0;
+    if (mt::Status s = mt::openRegularFile(path, fd, bytes); !s.ok()) {
+      error = s.message();
+      return false;
+    }
+    file_ = ::fdopen(fd, "rb");
+    if (!file_) {
       error = "cannot read " + path + ": " + std::strerror(errno);
+      ::close(fd);
+    }
     return file_ != nullptr;
   }
 
@@ -379,12 +395,13 @@ struct Encoder {
 /// A SentencePiece model, ending documents with its end-of-sequence piece.
 bool loadSentencePiece(const std::string &path, sentencepiece::SentencePieceProcessor &model,
                        Encoder &encoder, std::string &error, const char *what = "tokenizer") {
-  error = openError(path, "rb");
-  if (!error.empty()) {
-    error = "cannot read " + path + ": " + error;
+  std::string bytes;
+  if (mt::Status s = mt::readRegularFile(path, mt::limits::kTokenizerBytes, "a tokenizer", bytes);
+      !s.ok()) {
+    error = s.message();
     return false;
   }
-  if (sentencepiece::util::Status loaded = model.Load(path); !loaded.ok()) {
+  if (sentencepiece::util::Status loaded = model.LoadFromSerializedProto(bytes); !loaded.ok()) {
     error = std::string("cannot load ") + what + " " + path + ": " +
             sentencePieceReason(loaded, "not a SentencePiece model");
     return false;
@@ -411,11 +428,18 @@ bool loadSentencePiece(const std::string &path, sentencepiece::SentencePieceProc
 /// The end-of-sequence token tokenizer_config.json beside `tokenizer` names, or "".
 std::string configuredEndOfSequence(const std::string &tokenizer) {
   const size_t slash = tokenizer.find_last_of('/');
-  std::ifstream file((slash == std::string::npos ? "" : tokenizer.substr(0, slash + 1)) +
-                     "tokenizer_config.json");
-  if (!file)
+  const std::string path =
+      (slash == std::string::npos ? "" : tokenizer.substr(0, slash + 1)) + "tokenizer_config.json";
+  std::string text;
+  if (::access(path.c_str(), F_OK) != 0)
     return "";
-  const nlohmann::json config = nlohmann::json::parse(file, nullptr, false);
+  if (mt::Status s =
+          mt::readRegularFile(path, mt::limits::kConfigBytes, "a tokenizer_config.json", text);
+      !s.ok()) {
+    std::fprintf(stderr, "mtdata: warning: %s; its eos_token is not used\n", s.message().c_str());
+    return "";
+  }
+  const nlohmann::json config = nlohmann::json::parse(text, nullptr, false);
   if (config.is_discarded() || !config.is_object() || !config.contains("eos_token"))
     return "";
   const nlohmann::json &eos = config["eos_token"];
