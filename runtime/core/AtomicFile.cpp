@@ -1,6 +1,7 @@
 #include "core/AtomicFile.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -36,6 +37,21 @@ AtomicFile &AtomicFile::operator=(AtomicFile &&other) noexcept {
 }
 
 AtomicFile::~AtomicFile() { discard(); }
+
+Status openForAppending(const std::string &path, std::FILE *&out) {
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::failure(cat("cannot write ", path, ": ",
+                               errno == ELOOP ? "it is a symbolic link" : std::strerror(errno)));
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) ||
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(out = ::fdopen(fd, "a"))) {
+    ::close(fd);
+    return Status::failure(cat("cannot write ", path, ": not a regular file"));
+  }
+  return Status::success();
+}
 
 Status AtomicFile::create(const std::string &path, AtomicFile &out) {
   const auto [dir, name] = splitPath(path);

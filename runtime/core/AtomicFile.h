@@ -18,6 +18,11 @@
 
 namespace mt {
 
+/// Opens `path` to append to it (creating it), as a regular file only and never through a
+/// symbolic link: a link planted at the name fails the open rather than redirecting the
+/// writes, and a FIFO cannot block it. What is appended is not atomic.
+Status openForAppending(const std::string &path, std::FILE *&out);
+
 class AtomicFile {
 public:
   AtomicFile() = default;

@@ -1,4 +1,5 @@
 #include "train/Trainer.h"
+#include "core/AtomicFile.h"
 #include "data/IndexedDataset.h"
 #include "data/TokenStream.h"
 #include "train/Checkpoint.h"
@@ -10,7 +11,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -73,9 +73,9 @@ public:
   }
 
   Status write(const std::string &path) const {
-    std::ofstream out(path);
-    out << nlohmann::json{{"traceEvents", events_}, {"displayTimeUnit", "ms"}}.dump();
-    return out ? Status::success() : Status::failure(path + ": cannot write the trace");
+    const std::string text =
+        nlohmann::json{{"traceEvents", events_}, {"displayTimeUnit", "ms"}}.dump();
+    return AtomicFile::writeWhole(path, text.data(), text.size());
   }
 
 private:
@@ -229,9 +229,9 @@ private:
 Status Run::start() {
   // The logs first: one that cannot be written is refused before the weights are made.
   if (leader_ && !config_.metricsPath.empty()) {
-    metrics_.reset(std::fopen(config_.metricsPath.c_str(), "a"));
-    if (!metrics_)
-      return Status::failure(config_.metricsPath + ": cannot write metrics");
+    std::FILE *file = nullptr;
+    MT_TRY(openForAppending(config_.metricsPath, file));
+    metrics_.reset(file);
   }
   if (leader_ && !config_.tensorboardDir.empty()) {
     tensorboard::EventWriter writer;

@@ -10,7 +10,6 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -270,14 +269,16 @@ int runCompile(MLIRContext &context, const Flags &args) {
     return 1;
   }
   if (args.values.count("emit-mlir")) {
-    std::string error;
-    auto out = openOutputFile(args.values.lookup("emit-mlir"), &error);
-    if (!out) {
-      errs() << "mtc: " << error << "\n";
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    model.module->print(os);
+    os.flush();
+    if (::mt::Status s =
+            ::mt::AtomicFile::writeWhole(args.values.lookup("emit-mlir"), text.data(), text.size());
+        !s.ok()) {
+      errs() << "mtc: " << s.message() << "\n";
       return 1;
     }
-    model.module->print(out->os());
-    out->keep();
   }
   mtc::printCompile(step, layout, precision, output,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - started)

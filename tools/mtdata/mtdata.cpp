@@ -7,6 +7,7 @@
 //          (--tokenizer MODEL.model | --tokenizer tokenizer.json|tiktoken [--eod-token TEXT]
 //           | --train-tokenizer MODEL_PREFIX --vocab-size N)
 //          [--split-on LINE]
+#include "core/AtomicFile.h"
 #include "core/InputFile.h"
 #include "data/ByteBpe.h"
 #include "data/IndexedDataset.h"
@@ -355,7 +356,6 @@ private:
 /// breaks as they are, so decoding gives back the text exactly.
 bool trainTokenizer(const Options &options, std::string &error) {
   const std::unordered_map<std::string, std::string> settings = {
-      {"model_prefix", options.trainTokenizer},
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocabularySize)},
       {"byte_fallback", "true"},
@@ -375,11 +375,20 @@ bool trainTokenizer(const Options &options, std::string &error) {
   // The sample, and so the model, is the same on every run.
   sentencepiece::SetRandomGeneratorSeed(1);
   TrainingLines lines(options);
+  // The model comes back as bytes, written here as every output is (AtomicFile: never
+  // through a link planted at its name).
+  std::string model;
   sentencepiece::util::Status trained =
-      sentencepiece::SentencePieceTrainer::Train(settings, &lines);
+      sentencepiece::SentencePieceTrainer::Train(settings, &lines, &model);
   if (!trained.ok()) {
     error = "cannot train a tokenizer of " + std::to_string(options.vocabularySize) +
             " pieces on the inputs: " + sentencePieceReason(trained, "no reason given");
+    return false;
+  }
+  if (mt::Status s =
+          mt::AtomicFile::writeWhole(options.trainTokenizer + ".model", model.data(), model.size());
+      !s.ok()) {
+    error = s.message();
     return false;
   }
   return true;
