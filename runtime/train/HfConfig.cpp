@@ -225,6 +225,8 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
     object = json::parse(text);
   } catch (const json::parse_error &e) { // its position only: never the text it read
     return Status::failure(cat("not JSON (a syntax error at byte ", e.byte, ")"));
+  } catch (const json::exception &) { // a number past a double's range, as 1E8000
+    return Status::failure("not JSON mtc reads (a number out of range)");
   }
   if (!object.is_object())
     return Status::failure("not a JSON object");

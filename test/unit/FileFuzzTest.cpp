@@ -1,0 +1,244 @@
+// Bounded random-mutation fuzz of the readers of files that come from elsewhere, beside the
+// plan reader's (PlanReaderTest): a sharded checkpoint's index.json, and a Hugging Face
+// directory's config.json and safetensors header. Each mutation is either a few bytes
+// changed, or — so that the mutations get past the JSON parser to the checks behind it —
+// a JSON value replaced by one a hostile file would hold, a key removed, or an array
+// element repeated. Every mutated file must be read or refused with a message; none may
+// crash, hang or throw. The seed is printed and replays from MT_FUZZ_SEED.
+#include "StatusAssertions.h"
+#include "TestSeed.h"
+#include "train/CheckpointFiles.h"
+#include "train/HfConfig.h"
+#include "train/Safetensors.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace mt {
+namespace {
+
+using json = nlohmann::json;
+
+std::string readText(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeText(const std::string &path, const std::string &text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+/// Every place in `j` that holds a value, as JSON pointers.
+void leaves(const json &j, const json::json_pointer &at, std::vector<json::json_pointer> &out) {
+  out.push_back(at);
+  if (j.is_object())
+    for (const auto &[key, value] : j.items())
+      leaves(value, at / key, out);
+  else if (j.is_array())
+    for (size_t i = 0; i < j.size(); ++i)
+      leaves(j[i], at / i, out);
+}
+
+/// What a hostile or careless file puts where a value should be.
+json hostileValue(std::mt19937_64 &rng) {
+  static const json values[] = {-1,
+                                0,
+                                1,
+                                3,
+                                int64_t{1} << 40,
+                                INT64_MAX,
+                                INT64_MIN,
+                                1.5,
+                                -0.0,
+                                1e308,
+                                "",
+                                "x",
+                                "F32",
+                                "BF16",
+                                "../../etc/passwd",
+                                nullptr,
+                                true,
+                                json::array(),
+                                json::array({0}),
+                                json::array({-1, 2}),
+                                json::array({int64_t{1} << 40, int64_t{1} << 40}),
+                                json::object()};
+  return values[rng() % std::size(values)];
+}
+
+/// `text` (JSON) mutated once: bytes changed, a value replaced, a key removed, or an
+/// array element repeated.
+std::string mutate(const std::string &text, std::mt19937_64 &rng) {
+  std::string bad = text;
+  const int kind = static_cast<int>(rng() % 4);
+  if (kind == 0) {
+    for (int k = 1 + static_cast<int>(rng() % 4); k > 0; --k)
+      bad[rng() % bad.size()] = static_cast<char>(rng() % 256);
+    return bad;
+  }
+  json j = json::parse(text);
+  std::vector<json::json_pointer> at;
+  leaves(j, json::json_pointer(), at);
+  const json::json_pointer where = at[1 + rng() % (at.size() - 1)]; // not the root
+  if (kind == 1) {
+    j[where] = hostileValue(rng);
+  } else if (kind == 2) {
+    json &parent = j[where.parent_pointer()];
+    if (parent.is_object())
+      parent.erase(where.back());
+    else
+      parent.erase(parent.begin() + static_cast<std::ptrdiff_t>(std::stoul(where.back())));
+  } else {
+    json &parent = j[where.parent_pointer()];
+    if (parent.is_array())
+      parent.push_back(j[where]);
+    else
+      j[where] = hostileValue(rng);
+  }
+  return j.dump();
+}
+
+struct Tally {
+  int accepted = 0, refused = 0;
+};
+
+/// A checkpoint of two tensors (one split into chunks by rows) in a fresh directory; its
+/// iter_ directory.
+std::string writeCheckpoint() {
+  const std::string dir = ::testing::TempDir() + "fuzz-ckpt-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  checkpoint::Index index;
+  index.iteration = 3;
+  index.model = "fuzz";
+  index.state = {{"step", "3"}, {"data_position", "12"}, {"seed", "1"}};
+  index.tensors["w"] = {"F32", {4, 3}, {}, 0};
+  index.tensors["b"] = {"F32", {5}, {}, 0};
+  std::string written;
+  Status s = checkpoint::writeWholeCheckpoint(
+      dir, index,
+      [](const std::string &name, std::vector<char> &bytes) {
+        bytes.assign(name == "w" ? 48 : 20, static_cast<char>(name[0]));
+        return Status::success();
+      },
+      written);
+  EXPECT_TRUE(s.ok()) << s.message();
+  return written;
+}
+
+TEST(FileFuzz, CheckpointIndexMutationsAreReadOrRefused) {
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = writeCheckpoint(), indexPath = dir + "/" + checkpoint::kIndex;
+  const std::string good = readText(indexPath);
+  ASSERT_FALSE(good.empty());
+  Tally tally;
+  for (int i = 0; i < 2000; ++i) {
+    writeText(indexPath, mutate(good, rng));
+    checkpoint::CheckpointReader reader;
+    Status s = checkpoint::CheckpointReader::open(dir, reader);
+    if (s.ok())
+      s = reader.checkChunks();
+    if (s.ok())
+      s = reader.verifyAll(64);
+    if (s.ok()) {
+      // What is accepted reads whole: every tensor, into as many bytes as it declares.
+      for (const auto &[name, entry] : reader.index().tensors) {
+        uint64_t bytes = 0;
+        ASSERT_TRUE(checkpoint::tensorBytes(entry.dtype, entry.shape, bytes)) << name;
+        std::vector<char> data(bytes);
+        s = reader.read(name, wholeBox(entry.shape), data.data());
+        if (!s.ok())
+          break;
+      }
+    }
+    if (s.ok()) {
+      ++tally.accepted;
+    } else {
+      ++tally.refused;
+      EXPECT_FALSE(s.message().empty());
+    }
+  }
+  writeText(indexPath, good);
+  checkpoint::CheckpointReader reader;
+  ASSERT_OK(checkpoint::CheckpointReader::open(dir, reader));
+  std::printf("checkpoint index: 2000 mutations, %d read, %d refused\n", tally.accepted,
+              tally.refused);
+  EXPECT_GT(tally.refused, 1000);
+}
+
+TEST(FileFuzz, HuggingFaceConfigMutationsAreReadOrRefused) {
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Tally tally;
+  for (const char *file : {"llama-tiny.json", "gpt2.json", "llama3.1-405b.json"}) {
+    const std::string good = readText(std::string(MTC_SOURCE_DIR) + "/test/lit/hf/Inputs/" + file);
+    ASSERT_FALSE(good.empty()) << file;
+    hf::ModelConfig config;
+    ASSERT_OK(hf::parseModelConfig(good, config));
+    for (int i = 0; i < 1000; ++i) {
+      Status s = hf::parseModelConfig(mutate(good, rng), config);
+      if (s.ok()) {
+        ++tally.accepted;
+        // Accepted dimensions are the ones the reader promises.
+        EXPECT_GT(config.hidden, 0);
+        EXPECT_GT(config.layers, 0);
+        EXPECT_GT(config.vocab, 0);
+      } else {
+        ++tally.refused;
+        EXPECT_FALSE(s.message().empty());
+      }
+    }
+  }
+  std::printf("config.json: 3000 mutations, %d read, %d refused\n", tally.accepted,
+              tally.refused);
+  EXPECT_GT(tally.refused, 1000);
+}
+
+TEST(FileFuzz, SafetensorsHeaderMutationsAreReadOrRefused) {
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::string header =
+      R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]}})";
+  const std::string path = ::testing::TempDir() + "fuzz-" + std::to_string(::getpid()) +
+                           ".safetensors";
+  Tally tally;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string text = mutate(header, rng);
+    std::string bytes(8, '\0');
+    for (int k = 0; k < 8; ++k)
+      bytes[k] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * k));
+    writeText(path, bytes + text + std::string(32, '\1'));
+    safetensors::File file;
+    Status s = safetensors::File::open(path, file);
+    if (s.ok()) {
+      for (const std::string &name : {std::string("a"), std::string("b")}) {
+        std::vector<char> data;
+        if (!file.read(name, data).ok())
+          break;
+        EXPECT_LE(data.size(), 32u) << "read past the file";
+      }
+    }
+    if (s.ok()) {
+      ++tally.accepted;
+    } else {
+      ++tally.refused;
+      EXPECT_FALSE(s.message().empty());
+    }
+  }
+  std::printf("safetensors header: 2000 mutations, %d read, %d refused\n", tally.accepted,
+              tally.refused);
+  EXPECT_GT(tally.refused, 1000);
+}
+
+} // namespace
+} // namespace mt
