@@ -28,9 +28,14 @@ const char *kindOf(mode_t mode) {
 } // namespace
 
 Status openRegularFile(const std::string &path, int &fd, uint64_t &bytes) {
-  fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return Status::failure(cat(path, ": cannot open: ", std::strerror(errno)));
+  fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    struct stat info; // a socket cannot be opened at all: name it
+    if (error == ENXIO && ::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+      return Status::failure(cat(path, ": not a regular file (", kindOf(info.st_mode), ")"));
+    return Status::failure(cat(path, ": cannot open: ", std::strerror(error)));
+  }
   struct stat info;
   Status failed = Status::success();
   if (::fstat(fd, &info) != 0)

@@ -1,5 +1,6 @@
 #include "train/Boxes.h"
 
+#include "core/DType.h"
 #include "core/Status.h"
 
 #include <algorithm>
@@ -111,28 +112,33 @@ std::optional<Box> intersect(const Box &a, const Box &b) {
 namespace {
 
 using Key = unsigned __int128;
+/// At most this many corners are sorted (512 MiB of keys): a checkpoint of a million
+/// chunks of two dimensions has 4 million.
+constexpr size_t kMaxCorners = size_t{1} << 25;
 
-/// The signed corners of a box: each of its 2^rank corners (offset, or offset + size,
-/// per dimension) as a mixed-radix key over the tensor's shape + 1, among the positive
-/// ones where an even number of dimensions take the upper end, else the negative ones.
-void addCorners(const Box &b, const std::vector<int64_t> &shape, std::vector<Key> &positive,
-                std::vector<Key> &negative) {
-  const size_t rank = shape.size();
-  for (uint64_t mask = 0; mask < (uint64_t{1} << rank); ++mask) {
+/// The signed corners of a box: each of its 2^k corners over the tensor's dimensions
+/// `live` (offset, or offset + size, per dimension) as a mixed-radix key over the shape
+/// + 1, among the positive ones where an even number of dimensions take the upper end,
+/// else the negative ones.
+void addCorners(const Box &b, const std::vector<int64_t> &shape, const std::vector<size_t> &live,
+                std::vector<Key> &positive, std::vector<Key> &negative) {
+  for (uint64_t mask = 0; mask < (uint64_t{1} << live.size()); ++mask) {
     Key key = 0;
-    for (size_t d = 0; d < rank; ++d)
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t d = live[i];
       key = key * static_cast<Key>(shape[d] + 1) +
-            static_cast<Key>(b.offsets[d] + ((mask >> d) & 1 ? b.sizes[d] : 0));
+            static_cast<Key>(b.offsets[d] + ((mask >> i) & 1 ? b.sizes[d] : 0));
+    }
     (__builtin_popcountll(mask) % 2 ? negative : positive).push_back(key);
   }
 }
 
-/// The point a corner key stands for, "(i, j, ...)".
-std::string pointOf(Key key, const std::vector<int64_t> &shape) {
-  std::vector<int64_t> point(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    point[d] = static_cast<int64_t>(key % static_cast<Key>(shape[d] + 1));
-    key /= static_cast<Key>(shape[d] + 1);
+/// The point a corner key stands for, "(i, j, ...)" (0 in the dimensions of size 1).
+std::string pointOf(Key key, const std::vector<int64_t> &shape, const std::vector<size_t> &live) {
+  std::vector<int64_t> point(shape.size(), 0);
+  for (size_t i = live.size(); i-- > 0;) {
+    point[live[i]] = static_cast<int64_t>(key % static_cast<Key>(shape[live[i]] + 1));
+    key /= static_cast<Key>(shape[live[i]] + 1);
   }
   std::string text = "(";
   for (size_t d = 0; d < point.size(); ++d)
@@ -145,8 +151,9 @@ std::string pointOf(Key key, const std::vector<int64_t> &shape) {
 bool tilesExactly(const std::vector<Box> &boxes, const std::vector<int64_t> &shape,
                   std::string &problem) {
   const Box whole = wholeBox(shape);
-  if (shape.size() > 60) {
-    problem = cat("a tensor of ", shape.size(), " dimensions");
+  if (shape.size() > static_cast<size_t>(kMaxRank)) {
+    problem =
+        cat("a tensor of ", shape.size(), " dimensions, more than the ", kMaxRank, " mtc holds");
     return false;
   }
   int64_t covered = 0;
@@ -172,13 +179,23 @@ bool tilesExactly(const std::vector<Box> &boxes, const std::vector<int64_t> &sha
   // dimension, of +1 and -1 at its corners, and that running sum is invertible: so iff
   // the boxes' signed corners, with the tensor's taken away, cancel. Sorting them is
   // O(n log n) where comparing every pair was O(n²) (minutes at 200,000 chunks).
+  // Dimensions of size 1 have the same two ends in every box: they are left out.
+  std::vector<size_t> live;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] > 1)
+      live.push_back(d);
+  const size_t corners = (boxes.size() + 1) << live.size();
+  if (corners > kMaxCorners) {
+    problem = cat(boxes.size(), " boxes of ", live.size(), " dimensions: more than the ",
+                  kMaxCorners, " corners mtc compares");
+    return false;
+  }
   std::vector<Key> positive, negative;
-  const size_t corners = (boxes.size() + 1) * ((size_t{1} << shape.size()) / 2 + 1);
-  positive.reserve(corners);
-  negative.reserve(corners);
+  positive.reserve(corners / 2 + 1);
+  negative.reserve(corners / 2 + 1);
   for (const Box &b : boxes)
-    addCorners(b, shape, positive, negative);
-  addCorners(whole, shape, negative, positive); // taken away: its signs swap
+    addCorners(b, shape, live, positive, negative);
+  addCorners(whole, shape, live, negative, positive); // taken away: its signs swap
   std::sort(positive.begin(), positive.end());
   std::sort(negative.begin(), negative.end());
   if (positive == negative)
@@ -189,7 +206,7 @@ bool tilesExactly(const std::vector<Box> &boxes, const std::vector<int64_t> &sha
                     : at.second == negative.end() ? *at.first
                                                   : std::min(*at.first, *at.second);
   problem = cat("the boxes overlap (and leave as many elements uncovered) at the corner ",
-                pointOf(where, shape));
+                pointOf(where, shape, live));
   // A few boxes: name two that overlap.
   if (boxes.size() <= 4096)
     for (size_t i = 0; i < boxes.size(); ++i)

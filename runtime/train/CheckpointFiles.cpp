@@ -1,4 +1,5 @@
 #include "train/CheckpointFiles.h"
+#include "core/DType.h"
 #include "core/InputFile.h"
 #include "train/Safetensors.h"
 
@@ -70,6 +71,8 @@ Box slab(const Box &box, int64_t first, int64_t end) {
 
 /// Dimensions that are positive, and a tensor of them whose bytes fit in 2^62.
 bool sane(const std::vector<int64_t> &shape, size_t element) {
+  if (shape.size() > static_cast<size_t>(kMaxRank)) // no plan holds more dimensions
+    return false;
   int64_t bytes = static_cast<int64_t>(element);
   for (int64_t d : shape)
     if (d <= 0 || __builtin_mul_overflow(bytes, d, &bytes) || bytes > (int64_t{1} << 62))
@@ -183,18 +186,13 @@ Status publish(const std::string &dir, const std::string &temporary, const Index
     if (errno != ENOTEMPTY && errno != EEXIST)
       return Status::failure(
           cat("cannot rename ", temporary, " to ", final, ": ", std::strerror(errno)));
-    // A checkpoint of this step exists. The latest one is swapped out in a single
-    // exchange, so that a kill leaves one of the two in place; any other (a save killed
-    // before it moved the marker) is removed first.
-    std::string text;
-    const bool live =
-        readMarker(dir + "/" + kLatest, text).ok() && text == std::to_string(step) + "\n";
+    // A checkpoint of this step exists: it is swapped out in a single exchange, so that a
+    // kill leaves one of the two in place (it may be the only one: the latest).
     std::error_code ignored;
-    if (live &&
-        ::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
+    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
       fs::remove_all(temporary, ignored);
     } else {
-      // Not the latest, or a file system without the exchange (NFS): remove, rename.
+      // A file system without the exchange (NFS): remove, rename.
       fs::remove_all(final, ignored);
       if (::rename(temporary.c_str(), final.c_str()) != 0)
         return Status::failure(
@@ -594,14 +592,22 @@ Status latestIn(const std::string &dir, std::string &path) {
         !std::isdigit(static_cast<unsigned char>(text[0])))
       return Status::failure(cat(marker, ": corrupt: not a step number"));
     path = dir + "/" + iterationName(step);
+    // A folder without its index is a corrupt checkpoint, not a missing one.
+    if (exists(path) && !exists(path + "/" + kIndex))
+      return Status::failure(cat(marker, " names ", iterationName(step), ", which holds no ",
+                                 kIndex, ": an incomplete checkpoint"));
   }
-  if (path.empty() || !exists(path + "/" + kIndex))
+  const std::string named = path;
+  if (path.empty() || !exists(path))
     path = newestComplete(dir);
   if (path.empty())
-    return Status::failure(cat(dir, ": holds no checkpoint (no ",
-                               exists(marker) ? "" : cat(kLatest, ", "), kIndex,
-                               " or complete iter_* folder",
-                               exists(marker) ? cat("; ", kLatest, " names none") : "", ")"));
+    return Status::failure(cat(
+        dir, ": holds no checkpoint (no ", named.empty() ? cat(kLatest, ", ") : "", kIndex,
+        " or complete iter_* folder",
+        named.empty()
+            ? ""
+            : cat("; ", kLatest, " names ", fs::path(named).filename().string(), ", which is gone"),
+        ")"));
   return Status::success();
 }
 
@@ -617,8 +623,8 @@ Status checkStepNumbers(const std::string &dir, const Index &index) {
                                      !std::all_of(state->second.begin(), state->second.end(),
                                                   [](unsigned char c) { return std::isdigit(c); })))
     state = index.state.end();
-  const bool stateDisagrees =
-      state != index.state.end() && state->second != std::to_string(index.iteration);
+  const bool stateDisagrees = state != index.state.end() &&
+                              std::stoll(state->second) != static_cast<long long>(index.iteration);
   if ((named >= 0 && named != index.iteration) || stateDisagrees)
     return Status::failure(cat(
         dir, "/", kIndex, ": the checkpoint's step numbers disagree: ",

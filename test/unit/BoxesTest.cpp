@@ -166,6 +166,21 @@ TEST(Boxes, TilingAgreesWithCountingEveryElement) {
   EXPECT_GT(rejected, 250) << "the moved tilings must mostly be wrong";
 }
 
+/// Dimensions of size 1 cost nothing; more dimensions than a plan holds are refused.
+TEST(Boxes, TilingLeavesOutDimensionsOfSizeOne) {
+  std::string problem;
+  const std::vector<int64_t> shape = {1, 1, 1, 1, 1, 1, 4, 3};
+  std::vector<Box> rows;
+  for (int64_t r = 0; r < 4; ++r)
+    rows.push_back(Box{{0, 0, 0, 0, 0, 0, r, 0}, {1, 1, 1, 1, 1, 1, 1, 3}});
+  EXPECT_TRUE(tilesExactly(rows, shape, problem)) << problem;
+  rows[3].offsets[6] = 2;
+  EXPECT_FALSE(tilesExactly(rows, shape, problem));
+  EXPECT_FALSE(tilesExactly({Box{std::vector<int64_t>(9, 0), std::vector<int64_t>(9, 1)}},
+                            std::vector<int64_t>(9, 1), problem));
+  EXPECT_EQ(problem, "a tensor of 9 dimensions, more than the 8 mtc holds");
+}
+
 /// A million chunks: a 1000 x 1000 tensor in single elements, in a shuffled order, is
 /// checked in a moment; moving one element onto another is found, at its corner.
 TEST(Boxes, AMillionChunksAreCheckedInLinearithmicTime) {

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace {
@@ -53,7 +54,7 @@ constexpr const char *kUsage = R"(usage:
                           beside it, else <|endoftext|>, <|end_of_text|> or </s>)
   --train-tokenizer MODEL_PREFIX
                           first trains a SentencePiece BPE model of --vocab-size N
-                          pieces on the inputs: MODEL_PREFIX.model, MODEL_PREFIX.vocab
+                          pieces on the inputs: MODEL_PREFIX.model
   --split-on LINE         a line that is exactly LINE separates documents
                           (--split-on % reads fortune files)
 )";
@@ -66,6 +67,12 @@ int usageError(const std::string &message) {
 int inputError(const std::string &message) {
   std::cerr << "mtdata: " << message << "\n";
   return 1;
+}
+
+/// Whether `path` names a regular file (without opening it: a FIFO would block).
+bool isRegularFile(const std::string &path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
 /// Whether `path` is a byte-level BPE tokenizer: a Hugging Face tokenizer.json (by its
@@ -143,7 +150,7 @@ std::string parseArgs(int argc, char **argv, Options &options) {
   // (A tokenizer that cannot be read is reported as such later.)
   if (!options.eodToken.empty() &&
       (options.tokenizer.empty() ||
-       (std::ifstream(options.tokenizer) && !isByteLevel(options.tokenizer))))
+       (isRegularFile(options.tokenizer) && !isByteLevel(options.tokenizer))))
     return "--eod-token applies to a --tokenizer tokenizer.json or tiktoken file";
   if (!options.trainTokenizer.empty()) {
     if (vocabulary.empty())
@@ -184,20 +191,6 @@ std::string sentencePieceReason(const sentencepiece::util::Status &status,
   if (reason != std::string::npos)
     message = message.substr(reason + 2);
   return message.empty() ? whenSilent : message;
-}
-
-/// "" when `path` can be opened with `mode`, else why not. SentencePiece reports a
-/// missing or unwritable file in its own words; this names it plainly, and before
-/// any work is done.
-std::string openError(const std::string &path, const char *mode) {
-  const bool existed = ::access(path.c_str(), F_OK) == 0;
-  std::FILE *file = std::fopen(path.c_str(), mode);
-  if (!file)
-    return std::strerror(errno);
-  std::fclose(file);
-  if (!existed)
-    std::remove(path.c_str());
-  return "";
 }
 
 /// The lines of one file, without their line ends.
@@ -546,9 +539,10 @@ int run(int argc, char **argv) {
       return inputError(error);
   } else if (training) {
     encoder.vocabularySize = options.vocabularySize;
-    error = openError(modelPath, "ab");
-    if (!error.empty())
-      return inputError("cannot create " + modelPath + ": " + error);
+    // Whether the model can be written, before the work: a temporary beside it, dropped.
+    mt::AtomicFile probe;
+    if (mt::Status s = mt::AtomicFile::create(modelPath, probe); !s.ok())
+      return inputError(s.message());
   } else if (!loadSentencePiece(modelPath, tokenizer, encoder, error)) {
     return inputError(error);
   }
