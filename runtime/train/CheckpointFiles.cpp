@@ -578,39 +578,6 @@ std::string newestComplete(const std::string &dir) {
   return path;
 }
 
-/// The checkpoint a save directory's marker names; where the marker is missing, a
-/// dangling link, or names a checkpoint that is gone, the newest complete one.
-Status latestIn(const std::string &dir, std::string &path) {
-  const std::string marker = dir + "/" + kLatest;
-  path.clear();
-  if (exists(marker)) {
-    std::string text;
-    MT_TRY(readMarker(marker, text));
-    char *end = nullptr;
-    const long long step = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || end == text.c_str() || (*end && std::strcmp(end, "\n") != 0) || step < 0 ||
-        !std::isdigit(static_cast<unsigned char>(text[0])))
-      return Status::failure(cat(marker, ": corrupt: not a step number"));
-    path = dir + "/" + iterationName(step);
-    // A folder without its index is a corrupt checkpoint, not a missing one.
-    if (exists(path) && !exists(path + "/" + kIndex))
-      return Status::failure(cat(marker, " names ", iterationName(step), ", which holds no ",
-                                 kIndex, ": an incomplete checkpoint"));
-  }
-  const std::string named = path;
-  if (path.empty() || !exists(path))
-    path = newestComplete(dir);
-  if (path.empty())
-    return Status::failure(cat(
-        dir, ": holds no checkpoint (no ", named.empty() ? cat(kLatest, ", ") : "", kIndex,
-        " or complete iter_* folder",
-        named.empty()
-            ? ""
-            : cat("; ", kLatest, " names ", fs::path(named).filename().string(), ", which is gone"),
-        ")"));
-  return Status::success();
-}
-
 /// The step numbers a checkpoint carries (its folder's name, the index's iteration,
 /// the training state's step) must agree: a resume would otherwise start at one while
 /// reports name another.
@@ -636,6 +603,49 @@ Status checkStepNumbers(const std::string &dir, const Index &index) {
 
 } // namespace
 
+Status latestCheckpoint(const std::string &dir, std::string &path, std::string &note) {
+  note.clear();
+  if (exists(dir + "/" + kIndex)) {
+    path = dir;
+    return Status::success();
+  }
+  const std::string marker = dir + "/" + kLatest;
+  path.clear();
+  if (exists(marker)) {
+    std::string text;
+    MT_TRY(readMarker(marker, text));
+    char *end = nullptr;
+    const long long step = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || end == text.c_str() || (*end && std::strcmp(end, "\n") != 0) || step < 0 ||
+        !std::isdigit(static_cast<unsigned char>(text[0])))
+      return Status::failure(cat(marker, ": corrupt: not a step number"));
+    path = dir + "/" + iterationName(step);
+    // A folder without its index is a corrupt checkpoint, not a missing one.
+    if (exists(path) && !exists(path + "/" + kIndex))
+      return Status::failure(cat(marker, " names ", iterationName(step), ", which holds no ",
+                                 kIndex, ": an incomplete checkpoint"));
+  }
+  const std::string named = path;
+  if (path.empty() || !exists(path)) {
+    path = newestComplete(dir);
+    if (!path.empty())
+      note = cat(
+          marker,
+          named.empty() ? " is missing"
+                        : cat(" names ", fs::path(named).filename().string(), ", which is gone"),
+          ": the newest complete checkpoint, ", fs::path(path).filename().string(), ", stands in");
+  }
+  if (path.empty())
+    return Status::failure(cat(
+        dir, ": holds no checkpoint (no ", named.empty() ? cat(kLatest, ", ") : "", kIndex,
+        " or complete iter_* folder",
+        named.empty()
+            ? ""
+            : cat("; ", kLatest, " names ", fs::path(named).filename().string(), ", which is gone"),
+        ")"));
+  return Status::success();
+}
+
 bool holdsCheckpoint(const std::string &dir) {
   return exists(dir + "/" + kLatest) || exists(dir + "/" + kIndex) || !newestComplete(dir).empty();
 }
@@ -643,8 +653,8 @@ bool holdsCheckpoint(const std::string &dir) {
 Status CheckpointReader::open(const std::string &dir, CheckpointReader &out) {
   auto state = std::make_unique<State>();
   state->dir = dir;
-  if (!exists(dir + "/" + kIndex))
-    MT_TRY(latestIn(dir, state->dir));
+  std::string note;
+  MT_TRY(latestCheckpoint(dir, state->dir, note));
   const std::string path = state->dir + "/" + kIndex;
   std::string text;
   MT_TRY(readRegularFile(path, limits::kIndexBytes, "a checkpoint index", text));

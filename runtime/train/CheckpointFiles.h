@@ -158,6 +158,12 @@ using Produce = std::function<Status(const std::string &name, std::vector<char> 
 Status writeWholeCheckpoint(const std::string &dir, Index index, const Produce &produce,
                             std::string &written);
 
+/// The checkpoint `dir` names: itself (a checkpoint's directory), else the one its latest
+/// marker names; where the marker is missing, a link to nothing, or names a checkpoint
+/// that is gone, the newest complete one, and `note` says so. A marker that is not a step
+/// number, or names a folder without its index, is refused.
+Status latestCheckpoint(const std::string &dir, std::string &path, std::string &note);
+
 /// Whether `dir` holds a complete checkpoint: a save directory whose latest marker
 /// exists, or a checkpoint directory with its index.
 bool holdsCheckpoint(const std::string &dir);

@@ -3,6 +3,7 @@
 #include "data/IndexedDataset.h"
 #include "data/TokenStream.h"
 #include "train/Checkpoint.h"
+#include "train/CheckpointFiles.h"
 #include "train/PipelinePasses.h"
 #include "train/TensorBoard.h"
 
@@ -353,6 +354,10 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +
                            std::to_string(config_.steps));
+  // A lost marker does not stop the resume, and the log says what stood in for it.
+  if (std::string path, note;
+      log_ && checkpoint::latestCheckpoint(config_.loadDir, path, note).ok() && !note.empty())
+    std::fprintf(log_, "%s\n", note.c_str());
   if (log_)
     std::fprintf(log_,
                  "resumed from %s at step %" PRId64 ": %" PRIu64 " bytes read by %d ranks in "
