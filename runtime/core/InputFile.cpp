@@ -54,8 +54,11 @@ Status openRegularFile(const std::string &path, int &fd, uint64_t &bytes) {
   return Status::success();
 }
 
-Status readRegularFile(const std::string &path, uint64_t limit, const char *what,
-                       std::string &out) {
+namespace {
+
+/// readRegularFile into a string or a byte vector.
+template <typename Bytes>
+Status readInto(const std::string &path, uint64_t limit, const char *what, Bytes &out) {
   int fd = -1;
   uint64_t bytes = 0;
   MT_TRY(openRegularFile(path, fd, bytes));
@@ -68,12 +71,12 @@ Status readRegularFile(const std::string &path, uint64_t limit, const char *what
     return tooLarge(bytes);
   }
   // The size may change while it is read: read to the end, never past the limit.
-  out.assign(static_cast<size_t>(bytes), '\0');
+  out.assign(static_cast<size_t>(bytes), 0);
   uint64_t done = 0;
   for (;;) {
     if (done == out.size())
       out.resize(static_cast<size_t>(std::min<uint64_t>(limit + 1, done + 65536)));
-    const ssize_t n = ::read(fd, &out[done], out.size() - done);
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0) {
@@ -92,6 +95,18 @@ Status readRegularFile(const std::string &path, uint64_t limit, const char *what
   ::close(fd);
   out.resize(static_cast<size_t>(done));
   return Status::success();
+}
+
+} // namespace
+
+Status readRegularFile(const std::string &path, uint64_t limit, const char *what,
+                       std::string &out) {
+  return readInto(path, limit, what, out);
+}
+
+Status readRegularFile(const std::string &path, uint64_t limit, const char *what,
+                       std::vector<uint8_t> &out) {
+  return readInto(path, limit, what, out);
 }
 
 } // namespace mt

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -23,6 +24,8 @@ Status openRegularFile(const std::string &path, int &fd, uint64_t &bytes);
 /// "<path>: <bytes> bytes, more than the <limit> bytes <what> can hold".
 Status readRegularFile(const std::string &path, uint64_t limit, const char *what,
                        std::string &out);
+Status readRegularFile(const std::string &path, uint64_t limit, const char *what,
+                       std::vector<uint8_t> &out);
 
 /// The limits of what is read whole, each derived from what such a file holds.
 namespace limits {

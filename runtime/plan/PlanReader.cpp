@@ -781,9 +781,9 @@ Status LoadedPlan::parse(std::vector<uint8_t> file, const std::string &name,
 }
 
 Status LoadedPlan::read(const std::string &path, LoadedPlan &out) {
-  std::string text;
-  MT_TRY(readRegularFile(path, limits::kPlanBytes, "a plan", text));
-  return parse(std::vector<uint8_t>(text.begin(), text.end()), path, out);
+  std::vector<uint8_t> bytes;
+  MT_TRY(readRegularFile(path, limits::kPlanBytes, "a plan", bytes));
+  return parse(std::move(bytes), path, out);
 }
 
 } // namespace mt
