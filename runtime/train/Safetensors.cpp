@@ -134,14 +134,18 @@ Status write(const std::string &path, const std::vector<Entry> &entries,
   MT_TRY(AtomicFile::create(path, file));
   MT_TRY(file.write(length, 8));
   MT_TRY(file.write(text.data(), text.size()));
-  std::vector<char> data;
   for (size_t i = 0; i < entries.size(); ++i) {
-    data.clear();
-    MT_TRY(produce(i, data));
-    if (data.size() != bytesOf(entries[i].dtype, entries[i].shape))
-      return Status::failure(cat(path, ": tensor '", entries[i].name, "' came out at ",
-                                 data.size(), " bytes"));
-    MT_TRY(file.write(data.data(), data.size()));
+    const uint64_t expected = bytesOf(entries[i].dtype, entries[i].shape);
+    uint64_t written = 0;
+    MT_TRY(produce(i, [&](const void *data, size_t bytes) {
+      if ((written += bytes) > expected)
+        return Status::failure(cat(path, ": tensor '", entries[i].name, "' came out at more than ",
+                                   expected, " bytes"));
+      return file.write(data, bytes);
+    }));
+    if (written != expected)
+      return Status::failure(cat(path, ": tensor '", entries[i].name, "' came out at ", written,
+                                 " bytes, not ", expected));
   }
   return file.commit();
 }

@@ -58,8 +58,13 @@ struct Entry {
   std::string name, dtype;
   std::vector<int64_t> shape;
 };
-using Produce = std::function<Status(size_t entry, std::vector<char> &bytes)>;
-/// Writes `entries` in their order, atomically, with `metadata` (strings) in the header.
+/// Appends bytes of the tensor being written.
+using Sink = std::function<Status(const void *data, size_t bytes)>;
+/// Gives entry `entry`'s bytes to `sink`, in order, in as many pieces as it likes: a large
+/// tensor can be streamed through a bounded buffer.
+using Produce = std::function<Status(size_t entry, const Sink &sink)>;
+/// Writes `entries` in their order, atomically, with `metadata` (strings) in the header;
+/// each tensor must come to exactly its bytes.
 Status write(const std::string &path, const std::vector<Entry> &entries,
              const std::map<std::string, std::string> &metadata, const Produce &produce);
 

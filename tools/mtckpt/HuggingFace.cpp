@@ -457,8 +457,10 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
       weightMap[o.entry.name] = file;
     }
     MT_TRY(safetensors::write(hfDir + "/" + file, entries, {{"format", "pt"}},
-                              [&](size_t i, std::vector<char> &bytes) {
-                                return produce(shards[s][i], bytes);
+                              [&](size_t i, const safetensors::Sink &sink) {
+                                std::vector<char> bytes;
+                                MT_TRY(produce(shards[s][i], bytes));
+                                return sink(bytes.data(), bytes.size());
                               }));
   }
   if (shards.size() > 1) {

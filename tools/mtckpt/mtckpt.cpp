@@ -26,12 +26,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -118,6 +120,39 @@ int verify(const std::string &dir) {
   return 0;
 }
 
+/// What a whole tensor is read through at most, so that no tensor, however large, is held
+/// whole in memory.
+constexpr uint64_t kStreamBytes = uint64_t{4} << 20;
+
+/// Calls `body` with each block of whole rows (along the first dimension) of a tensor of
+/// `t`'s shape, about kStreamBytes each (at least one row), in order: the block's box and
+/// its bytes.
+Status forEachRowBlock(const TensorEntry &t,
+                       const std::function<Status(const Box &, uint64_t)> &body) {
+  const Box whole = wholeBox(t.shape);
+  if (t.shape.empty())
+    return body(whole, bytesOf(t));
+  const uint64_t rowBytes = bytesOf(t) / static_cast<uint64_t>(t.shape[0]);
+  const int64_t step = static_cast<int64_t>(std::max<uint64_t>(1, kStreamBytes / rowBytes));
+  for (int64_t first = 0; first < t.shape[0]; first += step) {
+    Box rows = whole;
+    rows.offsets[0] = first;
+    rows.sizes[0] = std::min(step, t.shape[0] - first);
+    MT_TRY(body(rows, rowBytes * static_cast<uint64_t>(rows.sizes[0])));
+  }
+  return Status::success();
+}
+
+/// Tensor `name` into `sink`, block by block through `buffer`.
+Status streamTensor(CheckpointReader &reader, const std::string &name, std::vector<char> &buffer,
+                    const safetensors::Sink &sink) {
+  return forEachRowBlock(reader.index().tensors.at(name), [&](const Box &rows, uint64_t bytes) {
+    buffer.resize(bytes);
+    MT_TRY(reader.read(name, rows, buffer.data()));
+    return sink(buffer.data(), bytes);
+  });
+}
+
 int exportFile(const std::string &dir, const std::string &out, bool withOptimizer) {
   CheckpointReader reader;
   if (Status s = CheckpointReader::open(dir, reader); !s.ok() || !(s = reader.checkChunks()).ok()) {
@@ -132,11 +167,12 @@ int exportFile(const std::string &dir, const std::string &out, bool withOptimize
   for (const auto &[name, t] : index.tensors)
     if (withOptimizer || !isOptimizerState(name))
       entries.push_back({name, t.dtype, t.shape});
+  // Each tensor streams through a buffer of at most kStreamBytes (or one row), whatever
+  // its size.
+  std::vector<char> buffer;
   if (Status s = safetensors::write(out, entries, meta,
-                                    [&](size_t i, std::vector<char> &data) {
-                                      data.resize(bytesOf(index.tensors.at(entries[i].name)));
-                                      return reader.read(entries[i].name,
-                                                         wholeBox(entries[i].shape), data.data());
+                                    [&](size_t i, const safetensors::Sink &sink) {
+                                      return streamTensor(reader, entries[i].name, buffer, sink);
                                     });
       !s.ok()) {
     std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
@@ -178,19 +214,29 @@ int diff(const std::string &a, const std::string &b) {
       return differ(cat("tensor '", name, "' is only in the first"));
     if (other->second.dtype != t.dtype || other->second.shape != t.shape)
       return differ(cat("tensor '", name, "' has another dtype or shape"));
-    for (int i = 0; i < 2; ++i) {
-      data[i].resize(bytesOf(t));
-      if (Status s = readers[i].read(name, wholeBox(t.shape), data[i].data()); !s.ok()) {
-        std::fprintf(stderr, "mtckpt: %s\n", s.message().c_str());
-        return 2;
+    // Block by block, so that no tensor is held whole.
+    uint64_t before = 0, firstDifference = UINT64_MAX;
+    Status read = forEachRowBlock(t, [&](const Box &rows, uint64_t bytes) {
+      for (int i = 0; i < 2; ++i) {
+        data[i].resize(bytes);
+        MT_TRY(readers[i].read(name, rows, data[i].data()));
       }
+      if (data[0] != data[1] && firstDifference == UINT64_MAX) {
+        size_t at = 0;
+        while (data[0][at] == data[1][at])
+          ++at;
+        firstDifference = before + at;
+      }
+      before += bytes;
+      return Status::success();
+    });
+    if (!read.ok()) {
+      std::fprintf(stderr, "mtckpt: %s\n", read.message().c_str());
+      return 2;
     }
-    if (data[0] != data[1]) {
-      size_t at = 0;
-      while (data[0][at] == data[1][at])
-        ++at;
-      return differ(cat("tensor '", name, "', first at element ", at / elementBytes(t.dtype)));
-    }
+    if (firstDifference != UINT64_MAX)
+      return differ(
+          cat("tensor '", name, "', first at element ", firstDifference / elementBytes(t.dtype)));
   }
   for (const auto &[name, t] : y.tensors)
     if (!x.tensors.count(name))
