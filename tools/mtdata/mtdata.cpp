@@ -196,56 +196,79 @@ std::string sentencePieceReason(const sentencepiece::util::Status &status,
 /// The lines of one file, without their line ends.
 class LineReader {
 public:
+  /// A line longer than this is refused: a sparse file of zeros is one endless line.
+  static constexpr size_t kLineBytes = size_t{256} << 20;
+
   LineReader() = default;
   LineReader(const LineReader &) = delete;
   LineReader &operator=(const LineReader &) = delete;
   ~LineReader() {
-    std::free(buffer_);
-    if (file_)
-      std::fclose(file_);
+    if (fd_ >= 0)
+      ::close(fd_);
   }
 
   /// A regular file only: the input is read twice (counted, then encoded), which a pipe
   /// cannot be, and a device such as /dev/zero never ends.
   bool open(const std::string &path, std::string &error) {
     path_ = path;
-    int fd = -1;
-    uint64_t bytes = 0;
-    if (mt::Status s = mt::openRegularFile(path, fd, bytes); !s.ok()) {
+    uint64_t size = 0;
+    if (mt::Status s = mt::openRegularFile(path, fd_, size); !s.ok()) {
       error = s.message();
       return false;
     }
-    file_ = ::fdopen(fd, "rb");
-    if (!file_) {
-      error = "cannot read " + path + ": " + std::strerror(errno);
-      ::close(fd);
-    }
-    return file_ != nullptr;
-  }
-
-  /// False at the end of the file or on a read error; error() tells which.
-  bool next(std::string &line) {
-    ssize_t n = ::getline(&buffer_, &capacity_, file_);
-    if (n < 0)
-      return false;
-    bytes_ += static_cast<uint64_t>(n);
-    if (n > 0 && buffer_[n - 1] == '\n')
-      --n;
-    line.assign(buffer_, static_cast<size_t>(n));
+    buffer_.resize(size_t{1} << 20);
     return true;
   }
 
-  std::string error() const {
-    return std::ferror(file_) ? "cannot read " + path_ + ": " + std::strerror(errno) : "";
+  /// False at the end of the file, on a read error, or at a line longer than kLineBytes;
+  /// error() tells which.
+  bool next(std::string &line) {
+    line.clear();
+    bool any = false;
+    const uint64_t lineStart = bytes_;
+    for (;;) {
+      if (at_ == filled_ && !fill())
+        return error_.empty() && any;
+      const char *start = buffer_.data() + at_;
+      const char *newline = static_cast<const char *>(std::memchr(start, '\n', filled_ - at_));
+      const size_t n = newline ? static_cast<size_t>(newline - start) : filled_ - at_;
+      if (line.size() + n > kLineBytes) {
+        error_ = mt::cat(path_, ": the line from byte ", lineStart, " is longer than ", kLineBytes,
+                         " bytes");
+        return false;
+      }
+      line.append(start, n);
+      any = true;
+      const size_t used = n + (newline ? 1 : 0);
+      at_ += used;
+      bytes_ += used;
+      if (newline)
+        return true;
+    }
   }
+
+  const std::string &error() const { return error_; }
   uint64_t bytes() const { return bytes_; }
 
 private:
-  std::string path_;
-  std::FILE *file_ = nullptr;
-  char *buffer_ = nullptr;
-  size_t capacity_ = 0;
-  uint64_t bytes_ = 0;
+  /// The next bytes into the buffer; false at the end of the file or on an error.
+  bool fill() {
+    ssize_t n;
+    do
+      n = ::read(fd_, buffer_.data(), buffer_.size());
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+      error_ = "cannot read " + path_ + ": " + std::strerror(errno);
+    at_ = 0;
+    filled_ = n > 0 ? static_cast<size_t>(n) : 0;
+    return n > 0;
+  }
+
+  std::string path_, error_;
+  int fd_ = -1;
+  std::vector<char> buffer_;
+  size_t at_ = 0, filled_ = 0;
+  uint64_t bytes_ = 0; // consumed, line ends included
 };
 
 /// Whether `line` is the separator (ignoring a CRLF line end's '\r').
