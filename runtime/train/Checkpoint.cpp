@@ -633,7 +633,7 @@ namespace {
 struct Loaded {
   TrainingState state;
   std::vector<char> host[kStateKinds]; // its weights and moments, as its stores hold them
-  std::string saveId;
+  std::string saveId, note;
   uint64_t bytesRead = 0;
 };
 
@@ -737,6 +737,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                             element * (slot.offset + localIndex(box, local) - optimizer.first())));
   }
   out.bytesRead = reader.bytesRead();
+  out.note = reader.note();
   for (int kind = 0; kind < kinds; ++kind) {
     const int64_t first = kind == 0 ? 0 : optimizer.first();
     MT_TRY(storeType(plan) == plan::DType::F64
@@ -773,8 +774,8 @@ Status install(Executor &executor, const AdamW &optimizer, const Loaded &loaded)
 } // namespace
 
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      TrainingState &state, const CheckpointOptions &options,
-                      uint64_t *bytesRead) {
+                      TrainingState &state, const CheckpointOptions &options, uint64_t *bytesRead,
+                      std::string *note) {
   Comm &comm = executor.comm();
   Loaded loaded;
   loaded.state = state; // what the index does not say stays as it was
@@ -792,6 +793,8 @@ Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
                "load"));
   MT_TRY(agree(comm, install(executor, optimizer, loaded), "load"));
   state = loaded.state;
+  if (note)
+    *note = loaded.note;
   if (bytesRead) {
     double bytes = static_cast<double>(loaded.bytesRead);
     MT_TRY(comm.allReduceSumWorld(bytes));

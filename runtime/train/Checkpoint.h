@@ -108,10 +108,11 @@ private:
 
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
 /// Nothing changes unless every rank read and checked all it needs, of one save. `bytesRead`, if
-/// given, is what all ranks read from the files.
+/// given, is what all ranks read from the files; `note`, why the save directory's marker
+/// was passed over, if it was.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options = {},
-                      uint64_t *bytesRead = nullptr);
+                      uint64_t *bytesRead = nullptr, std::string *note = nullptr);
 
 } // namespace mt
 

@@ -411,7 +411,7 @@ Status parseIndex(const std::string &path, const std::string &text, Index &index
 } // namespace
 
 struct CheckpointReader::State {
-  std::string dir;
+  std::string dir, note;
   Index index;
   std::vector<OpenFile> files;
   std::vector<char> staging;
@@ -653,8 +653,7 @@ bool holdsCheckpoint(const std::string &dir) {
 Status CheckpointReader::open(const std::string &dir, CheckpointReader &out) {
   auto state = std::make_unique<State>();
   state->dir = dir;
-  std::string note;
-  MT_TRY(latestCheckpoint(dir, state->dir, note));
+  MT_TRY(latestCheckpoint(dir, state->dir, state->note));
   const std::string path = state->dir + "/" + kIndex;
   std::string text;
   MT_TRY(readRegularFile(path, limits::kIndexBytes, "a checkpoint index", text));
@@ -697,6 +696,8 @@ Status CheckpointReader::read(const std::string &tensor, const Box &box, void *t
   }
   return Status::success();
 }
+
+const std::string &CheckpointReader::note() const { return state_->note; }
 
 Status CheckpointReader::checkChunks() {
   for (const auto &[tensor, entry] : state_->index.tensors)

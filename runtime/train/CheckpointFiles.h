@@ -132,6 +132,8 @@ public:
   const Index &index() const;
   /// The checkpoint's own directory (iter_NNNNNNN).
   const std::string &directory() const;
+  /// Why the save directory's marker was passed over, if it was (latestCheckpoint).
+  const std::string &note() const;
   /// Copies elements `box` of `tensor` into `target` (row-major over the box), reading
   /// at most about `stagingBytes` at a time.
   Status read(const std::string &tensor, const Box &box, void *target,

@@ -3,7 +3,6 @@
 #include "data/IndexedDataset.h"
 #include "data/TokenStream.h"
 #include "train/Checkpoint.h"
-#include "train/CheckpointFiles.h"
 #include "train/PipelinePasses.h"
 #include "train/TensorBoard.h"
 
@@ -329,8 +328,9 @@ Status Run::loadOrInitialise(bool &resumed) {
   IoWatchdog io(comm_, config_.collectiveTimeout);
   const auto loadStarted = std::chrono::steady_clock::now();
   uint64_t bytesRead = 0;
+  std::string note; // why the marker was passed over, if it was
   MT_TRY(loadCheckpoint(config_.loadDir, executor_, *optimizer_, state_, config_.checkpoint,
-                        &bytesRead));
+                        &bytesRead, &note));
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted).count();
   // The checkpoint has the scaler's state; its settings are this run's.
@@ -355,8 +355,7 @@ Status Run::loadOrInitialise(bool &resumed) {
                            std::to_string(state_.step) + ", past --steps " +
                            std::to_string(config_.steps));
   // A lost marker does not stop the resume, and the log says what stood in for it.
-  if (std::string path, note;
-      log_ && checkpoint::latestCheckpoint(config_.loadDir, path, note).ok() && !note.empty())
+  if (log_ && !note.empty())
     std::fprintf(log_, "%s\n", note.c_str());
   if (log_)
     std::fprintf(log_,

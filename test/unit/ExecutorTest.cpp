@@ -30,14 +30,21 @@ struct StepRun {
   double loss = 0;
 };
 
-void runStep(const LoadedPlan &plan, ExecutorOptions options, StepRun &run) {
-  ASSERT_TRUE(Executor::create(plan, *run.backend, *run.comm, options, run.executor).ok());
-  ASSERT_TRUE(run.executor->initParameters(42).ok());
-  std::vector<int32_t> tokens(run.executor->tokensPerMicroBatch()), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
+/// runStep's micro-batch of `n` tokens and targets.
+void stepBatch(size_t n, std::vector<int32_t> &tokens, std::vector<int32_t> &targets) {
+  tokens.resize(n);
+  targets.resize(n);
+  for (size_t i = 0; i < n; ++i) {
     tokens[i] = static_cast<int32_t>((i * 37) % 256);
     targets[i] = static_cast<int32_t>((i * 11 + 5) % 256);
   }
+}
+
+void runStep(const LoadedPlan &plan, ExecutorOptions options, StepRun &run) {
+  ASSERT_TRUE(Executor::create(plan, *run.backend, *run.comm, options, run.executor).ok());
+  ASSERT_TRUE(run.executor->initParameters(42).ok());
+  std::vector<int32_t> tokens, targets;
+  stepBatch(run.executor->tokensPerMicroBatch(), tokens, targets);
   Status s = run.executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, run.loss);
   ASSERT_TRUE(s.ok()) << s.message();
 }
@@ -102,11 +109,8 @@ TEST_F(ExecutorTest, EvaluationIsTheForwardWithoutDropout) {
   runStep(plain, {}, without);
   ASSERT_NE(withDropout.loss, without.loss) << "the plan must drop something in training";
 
-  std::vector<int32_t> tokens(withDropout.executor->tokensPerMicroBatch()), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) { // runStep's batch
-    tokens[i] = static_cast<int32_t>((i * 37) % 256);
-    targets[i] = static_cast<int32_t>((i * 11 + 5) % 256);
-  }
+  std::vector<int32_t> tokens, targets;
+  stepBatch(withDropout.executor->tokensPerMicroBatch(), tokens, targets);
   auto &params = withDropout.executor->parameters();
   std::vector<std::vector<char>> grads;
   for (auto &p : params)
