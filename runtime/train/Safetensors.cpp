@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 #include <utility>
 
 namespace mt::safetensors {
@@ -112,6 +113,77 @@ Status File::read(const std::string &name, std::vector<char> &bytes) const {
   return checkpoint::readAt(fd_, it->second.offset, bytes.data(), bytes.size())
              ? Status::success()
              : Status::failure(cat(path_, ": cannot read tensor '", name, "'"));
+}
+
+Status Shards::open(const std::string &dir, Shards &out) {
+  out = Shards();
+  const std::string index = dir + "/model.safetensors.index.json";
+  struct stat info;
+  const bool single = ::stat((dir + "/model.safetensors").c_str(), &info) == 0;
+  if (::stat(index.c_str(), &info) != 0) {
+    if (!single)
+      return Status::failure(cat(dir, ": holds neither model.safetensors nor "
+                                      "model.safetensors.index.json"));
+    return out.openFiles(dir, {"model.safetensors"});
+  }
+  if (single)
+    return Status::failure(cat(dir, ": holds both model.safetensors and "
+                                    "model.safetensors.index.json; remove the stale one"));
+  std::string text;
+  MT_TRY(readRegularFile(index, limits::kIndexBytes, "a model.safetensors.index.json", text));
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    return Status::failure(cat(index, ": not JSON with a weight_map"));
+  std::map<std::string, std::string> shardOf;
+  std::vector<std::string> names; // each shard once, in the order the map first names it
+  std::set<std::string> seen;
+  for (const auto &[tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
+      return Status::failure(cat(index, ": tensor '", tensor, "' has a bad file"));
+    const std::string &shard = shardOf[tensor] = file.get<std::string>();
+    if (seen.insert(shard).second)
+      names.push_back(shard);
+  }
+  MT_TRY(out.openFiles(dir, names));
+  for (const auto &[tensor, shard] : shardOf) {
+    auto it = out.fileOf_.find(tensor);
+    if (it == out.fileOf_.end() || out.files_[it->second].path() != dir + "/" + shard)
+      return Status::failure(cat(index, ": tensor '", tensor, "' is not in ", shard));
+  }
+  if (out.fileOf_.size() != shardOf.size())
+    return Status::failure(cat(index, ": the shards hold tensors its weight_map does not name"));
+  return Status::success();
+}
+
+Status Shards::openFiles(const std::string &dir, const std::vector<std::string> &names) {
+  for (const std::string &name : names) {
+    File file;
+    MT_TRY(File::open(dir + "/" + name, file));
+    for (const auto &[tensor, t] : file.tensors())
+      if (!fileOf_.emplace(tensor, files_.size()).second)
+        return Status::failure(cat(dir, ": tensor '", tensor, "' is in two files"));
+    files_.push_back(std::move(file));
+  }
+  return Status::success();
+}
+
+const Tensor *Shards::find(const std::string &name) const {
+  auto it = fileOf_.find(name);
+  return it == fileOf_.end() ? nullptr : &files_[it->second].tensors().at(name);
+}
+
+std::vector<std::string> Shards::names() const {
+  std::vector<std::string> out;
+  for (const auto &[name, file] : fileOf_)
+    out.push_back(name);
+  return out;
+}
+
+Status Shards::read(const std::string &name, std::vector<char> &bytes) const {
+  auto it = fileOf_.find(name);
+  if (it == fileOf_.end())
+    return Status::failure(cat("no shard holds tensor '", name, "'"));
+  return files_[it->second].read(name, bytes);
 }
 
 Status write(const std::string &path, const std::vector<Entry> &entries,

@@ -2,7 +2,8 @@
 // JSON header naming each tensor's dtype, shape and byte range, then the bytes). Every
 // reader of one starts with readHeader, the one bound on a header's size: the sharded
 // checkpoint's files (CheckpointFiles.h, which adds checksums), mtckpt's consolidated
-// files and Hugging Face checkpoints (File, whole tensor by whole tensor).
+// files and Hugging Face checkpoints (File, whole tensor by whole tensor; Shards, a
+// directory of them).
 #ifndef MT_RUNTIME_TRAIN_SAFETENSORS_H
 #define MT_RUNTIME_TRAIN_SAFETENSORS_H
 
@@ -51,6 +52,24 @@ private:
   int fd_ = -1;
   std::map<std::string, Tensor> tensors_;
   nlohmann::json metadata_ = nlohmann::json::object();
+};
+
+/// The tensors of a directory in Hugging Face's layout: model.safetensors, or the shards
+/// its model.safetensors.index.json maps each tensor to. Each shard is a file of that
+/// directory, each tensor is in exactly the shard the map names, and none is left unnamed.
+class Shards {
+public:
+  static Status open(const std::string &dir, Shards &out);
+  /// The tensor named `name`, or null.
+  const Tensor *find(const std::string &name) const;
+  /// Every tensor's name, in order.
+  std::vector<std::string> names() const;
+  Status read(const std::string &name, std::vector<char> &bytes) const;
+
+private:
+  Status openFiles(const std::string &dir, const std::vector<std::string> &names);
+  std::vector<File> files_;
+  std::map<std::string, size_t> fileOf_;
 };
 
 /// A tensor to write: its name, dtype and shape; its bytes come from `produce`.

@@ -1,8 +1,8 @@
 // Bounded random-mutation fuzz of the readers of files that come from elsewhere, beside the
 // plan reader's (PlanReaderTest): a sharded checkpoint's index.json, and a Hugging Face
-// directory's config.json and safetensors header. Each mutation is either a few bytes
-// changed, or — so that the mutations get past the JSON parser to the checks behind it —
-// a JSON value replaced by one a hostile file would hold, a key removed, or an array
+// directory's config.json, safetensors header and model.safetensors.index.json. Each mutation is
+// either a few bytes changed, or — so that the mutations get past the JSON parser to the checks
+// behind it — a JSON value replaced by one a hostile file would hold, a key removed, or an array
 // element repeated. Every mutated file must be read or refused with a message; none may
 // crash, hang or throw. The seed is printed and replays from MT_FUZZ_SEED.
 #include "StatusAssertions.h"
@@ -16,6 +16,7 @@
 
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -233,6 +234,69 @@ TEST(FileFuzz, SafetensorsHeaderMutationsAreReadOrRefused) {
     tally.count(s);
   }
   tally.report("safetensors header");
+}
+
+/// `tensors` (name → F32 elements, each a vector) as a safetensors file at `path`.
+void writeShard(const std::string &path, const std::map<std::string, int64_t> &tensors) {
+  std::vector<safetensors::Entry> entries;
+  for (const auto &[name, n] : tensors)
+    entries.push_back({name, "F32", {n}});
+  ASSERT_OK(safetensors::write(path, entries, {}, [&](size_t i, const safetensors::Sink &sink) {
+    const std::vector<float> values(entries[i].shape[0], static_cast<float>(i));
+    return sink(values.data(), values.size() * sizeof(float));
+  }));
+}
+
+TEST(FileFuzz, HuggingFaceShardIndexMutationsAreReadOrRefused) {
+  const uint64_t seed = test::testSeed("MT_FUZZ_SEED");
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::string dir = ::testing::TempDir() + "fuzz-hf-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  writeShard(dir + "/model-00001-of-00002.safetensors", {{"a", 3}, {"b", 2}});
+  writeShard(dir + "/model-00002-of-00002.safetensors", {{"c", 4}});
+  const std::string indexPath = dir + "/model.safetensors.index.json";
+  const json good = {{"metadata", {{"total_size", 36}}},
+                     {"weight_map",
+                      {{"a", "model-00001-of-00002.safetensors"},
+                       {"b", "model-00001-of-00002.safetensors"},
+                       {"c", "model-00002-of-00002.safetensors"}}}};
+  safetensors::Shards shards;
+  writeText(indexPath, good.dump());
+  ASSERT_OK(safetensors::Shards::open(dir, shards));
+  Tally tally;
+  for (int i = 0; i < 2000; ++i) {
+    writeText(indexPath, mutate(good.dump(), rng));
+    Status s = safetensors::Shards::open(dir, shards);
+    if (s.ok()) { // what is accepted is tensors the map names (a shard it leaves out is
+                  // not part of the model), each read whole from its shard
+      for (const std::string &name : shards.names()) {
+        EXPECT_TRUE(name == "a" || name == "b" || name == "c") << name;
+        std::vector<char> bytes;
+        ASSERT_OK(shards.read(name, bytes));
+        EXPECT_EQ(bytes.size(), 4 * static_cast<size_t>(shards.find(name)->shape[0]));
+      }
+    }
+    tally.count(s);
+  }
+  tally.report("model.safetensors.index.json");
+}
+
+// A map of a million tensors to a million shards is refused at the first shard that is not
+// there, in time linear in the map (the shards' names were gathered by a linear search
+// each, 5·10^11 comparisons).
+TEST(FileFuzz, AMillionShardNamesAreRefusedAtTheFirstAbsentShard) {
+  const std::string dir = ::testing::TempDir() + "fuzz-hf-many-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  std::string text = R"({"weight_map":{)";
+  for (int i = 0; i < 1000000; ++i)
+    text += (i ? "," : "") + cat("\"t", 1000000 + i, "\":\"s", 1000000 + i, ".safetensors\"");
+  writeText(dir + "/model.safetensors.index.json", text + "}}");
+  safetensors::Shards shards;
+  const Status s = safetensors::Shards::open(dir, shards);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("s1000000.safetensors: cannot open"), std::string::npos)
+      << s.message();
 }
 
 } // namespace

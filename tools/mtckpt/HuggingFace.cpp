@@ -175,72 +175,13 @@ std::vector<char> unfused(const std::vector<char> &grouped, const ModelConfig &a
 /// The bytes of a row of a mapping's mtc tensor (all of it for a vector).
 size_t rowBytesOf(const Mapping &m) { return 4 * (m.shape.size() == 2 ? m.shape[1] : 1); }
 
-/// A Hugging Face directory's tensors: model.safetensors, or the shards its
-/// model.safetensors.index.json names.
-struct Source {
-  std::vector<safetensors::File> files;
-  std::map<std::string, size_t> fileOf;
-
-  Status open(const std::string &dir) {
-    const std::string index = dir + "/model.safetensors.index.json";
-    std::vector<std::string> names;
-    struct stat info;
-    const bool single = ::stat((dir + "/model.safetensors").c_str(), &info) == 0;
-    if (::stat(index.c_str(), &info) == 0) {
-      if (single)
-        return Status::failure(cat(dir, ": holds both model.safetensors and "
-                                        "model.safetensors.index.json; remove the stale one"));
-      std::string text;
-      MT_TRY(readRegularFile(index, limits::kIndexBytes, "a model.safetensors.index.json", text));
-      json j = json::parse(text, nullptr, false);
-      if (j.is_discarded() || !j.contains("weight_map") || !j["weight_map"].is_object())
-        return Status::failure(cat(index, ": not JSON with a weight_map"));
-      std::map<std::string, std::string> map;
-      for (const auto &[tensor, file] : j["weight_map"].items()) {
-        if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-          return Status::failure(cat(index, ": tensor '", tensor, "' has a bad file"));
-        map[tensor] = file.get<std::string>();
-        if (std::find(names.begin(), names.end(), map[tensor]) == names.end())
-          names.push_back(map[tensor]);
-      }
-      MT_TRY(openFiles(dir, names));
-      for (const auto &[tensor, file] : map) {
-        auto it = fileOf.find(tensor);
-        if (it == fileOf.end() || names[it->second] != file)
-          return Status::failure(cat(index, ": tensor '", tensor, "' is not in ", file));
-      }
-      if (fileOf.size() != map.size())
-        return Status::failure(cat(index, ": the shards hold tensors its weight_map does not name"));
-      return Status::success();
-    }
-    if (::stat((dir + "/model.safetensors").c_str(), &info) != 0)
-      return Status::failure(cat(dir, ": holds neither model.safetensors nor "
-                                      "model.safetensors.index.json"));
-    return openFiles(dir, {"model.safetensors"});
-  }
-  Status openFiles(const std::string &dir, const std::vector<std::string> &names) {
-    for (const std::string &name : names) {
-      safetensors::File file;
-      MT_TRY(safetensors::File::open(dir + "/" + name, file));
-      for (const auto &[tensor, t] : file.tensors())
-        if (!fileOf.emplace(tensor, files.size()).second)
-          return Status::failure(cat(dir, ": tensor '", tensor, "' is in two files"));
-      files.push_back(std::move(file));
-    }
-    return Status::success();
-  }
-  const safetensors::Tensor *find(const std::string &name) const {
-    auto it = fileOf.find(name);
-    return it == fileOf.end() ? nullptr : &files[it->second].tensors().at(name);
-  }
-  /// The tensor as f32 bytes.
-  Status readF32(const std::string &name, std::vector<char> &out) const {
-    std::vector<char> raw;
-    MT_TRY(files[fileOf.at(name)].read(name, raw));
-    out = toF32(raw, find(name)->dtype);
-    return Status::success();
-  }
-};
+/// Tensor `name` of `source` as f32 bytes.
+Status readF32(const safetensors::Shards &source, const std::string &name, std::vector<char> &out) {
+  std::vector<char> raw;
+  MT_TRY(source.read(name, raw));
+  out = toF32(raw, source.find(name)->dtype);
+  return Status::success();
+}
 
 std::string shapeText(const std::vector<int64_t> &shape) {
   std::string s = "[";
@@ -255,8 +196,8 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
                        std::string &report) {
   ModelConfig a;
   MT_TRY(readModelConfig(hfDir + "/config.json", a));
-  Source source;
-  MT_TRY(source.open(hfDir));
+  safetensors::Shards source;
+  MT_TRY(safetensors::Shards::open(hfDir, source));
   // GPT-2's tensors are named with or without GPT2LMHeadModel's "transformer." prefix;
   // LLaMA's carry LlamaForCausalLM's "model.".
   const std::string prefix = a.llama ? "model."
@@ -290,7 +231,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
   // A tied output layer stored anyway must be the embedding, bit for bit.
   const std::string embedding = prefix + (a.llama ? "embed_tokens.weight" : "wte.weight");
   int64_t buffers = 0;
-  for (const auto &[name, file] : source.fileOf) {
+  for (const std::string &name : source.names()) {
     if (used.count(name))
       continue;
     if (derivedBuffer(name)) {
@@ -299,8 +240,8 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
     }
     if (a.tied && name == "lm_head.weight") {
       std::vector<char> head, embed;
-      MT_TRY(source.files[file].read(name, head));
-      MT_TRY(source.files[source.fileOf.at(embedding)].read(embedding, embed));
+      MT_TRY(source.read(name, head));
+      MT_TRY(source.read(embedding, embed));
       if (head != embed)
         return Status::failure(cat(hfDir, ": lm_head.weight differs from ", embedding,
                                    ", but config.json ties them"));
@@ -317,7 +258,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
         std::vector<char> joined;
         for (const std::string &hf : m.hf) {
           std::vector<char> part;
-          MT_TRY(source.readF32(hf, part));
+          MT_TRY(readF32(source, hf, part));
           if (m.transpose)
             part = transposed(part, m.hfShapes[0][0], m.hfShapes[0][1]);
           joined.insert(joined.end(), part.begin(), part.end());
