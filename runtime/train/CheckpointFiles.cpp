@@ -183,11 +183,12 @@ Status publish(const std::string &dir, const std::string &temporary, const Index
   phase("before-rename");
   const std::string final = dir + "/" + iterationName(step);
   if (::rename(temporary.c_str(), final.c_str()) != 0) {
-    if (errno != ENOTEMPTY && errno != EEXIST)
+    if (errno != ENOTEMPTY && errno != EEXIST && errno != ENOTDIR)
       return Status::failure(
           cat("cannot rename ", temporary, " to ", final, ": ", std::strerror(errno)));
     // A checkpoint of this step exists: it is swapped out in a single exchange, so that a
-    // kill leaves one of the two in place (it may be the only one: the latest).
+    // kill leaves one of the two in place (it may be the only one: the latest). A file or a
+    // link in its place is swapped out alike, and removed (a link, not what it names).
     std::error_code ignored;
     if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
       fs::remove_all(temporary, ignored);

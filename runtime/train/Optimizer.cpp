@@ -116,7 +116,8 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
   Comm &comm = executor_.comm();
   const int64_t last = first_ + expAvg_.numel();
   if (!std::isfinite(gradNorm))
-    return Status::failure("the gradient norm is not finite; the weights are left as they were");
+    return Status::failure(cat("the gradient norm is ", std::isnan(gradNorm) ? "NaN" : "infinite",
+                               ": the update is not applied"));
   double clip = 1.0;
   if (config_.clipGrad > 0 && gradNorm > config_.clipGrad)
     clip = config_.clipGrad / gradNorm;

@@ -549,11 +549,6 @@ Status Run::update(int64_t step, double lr) {
     return Status::failure("the loss is not finite");
   const double gradScale = 1.0 / (microBatches_ * lossScale_);
   MT_TRY(timed("gradient norm", [&] { return optimizer_->gradientNorm(gradScale, gradNorm_); }));
-  // Without loss scaling to skip it, a gradient that is not finite ends the run before it
-  // reaches the weights, and so any checkpoint.
-  if (!scaleLoss_ && !std::isfinite(gradNorm_))
-    return Status::failure(cat("the gradient norm is ", std::isnan(gradNorm_) ? "NaN" : "infinite",
-                               ": the update is not applied"));
   if (scaleLoss_) { // an overflow anywhere skips the step
     skipped_ = !std::isfinite(gradNorm_) || !std::isfinite(lossSum_);
     state_.lossScaler.update(skipped_);
@@ -561,7 +556,9 @@ Status Run::update(int64_t step, double lr) {
   }
   if (skipped_)
     return Status::success();
-  // Adam counts the updates it made, not the steps skipped.
+  // Adam counts the updates it made, not the steps skipped. Without loss scaling to skip
+  // it, a gradient that is not finite ends the run in AdamW::step, before it reaches the
+  // weights, and so any checkpoint.
   return timed("optimizer", [&] {
     return optimizer_->step(step + 1 - state_.skippedSteps, lr, gradScale, gradNorm_);
   });
