@@ -1,6 +1,8 @@
 #include "compiler/Estimate.h"
+#include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 
@@ -22,6 +24,20 @@ llvm::StringRef computeType(Type type) {
   if (element.isF64())
     return "f64";
   return "f32";
+}
+
+/// Seconds of a run of `family` from its calibrated rate, where the system has one, else
+/// the memory-bound roofline with the kernel overhead.
+double familySeconds(const SystemSpec &system, const std::string &family, double flops,
+                     int64_t bytes) {
+  auto it = system.kernels.find(family);
+  if (it != system.kernels.end()) {
+    if (it->second.flops > 0 && flops > 0)
+      return flops / it->second.flops;
+    if (it->second.bytes > 0)
+      return static_cast<double>(bytes) / it->second.bytes;
+  }
+  return system.kernelOverhead + memorySeconds(system, bytes);
 }
 
 /// A group whose ranks lie in blocks of `span` consecutive ranks (of `world`) stays on
@@ -93,12 +109,38 @@ double productSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) 
   return seconds;
 }
 
+/// The family a kernel or collective is profiled under: its plan opcode's name ("" for an
+/// op that writes no instruction).
+std::string familyOf(Operation *op) {
+  auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
+  mlir::mt::PlanInstruction inst;
+  if (!encodable || isa<arith::ConstantOp>(op) || failed(encodable.encodeInstruction(inst)))
+    return "";
+  return ::mt::plan::EnumNameOpcode(inst.opcode);
+}
+
 /// Costs one op of a pass on one rank.
 void costOp(Operation *op, const SystemSpec &system, const Placement &placement, int64_t tp,
             PassCost &pass) {
+  auto record = [&](double seconds, double flops, double bytes) {
+    const std::string family = familyOf(op);
+    if (family.empty())
+      return;
+    ++pass.launches;
+    pass.families[family].add({1, seconds, flops, bytes});
+  };
   if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
     const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
+    record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
+    return;
+  }
+  if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op)) {
+    // Adds the gradient into its parameter's buffer: reads both, writes the buffer.
+    const int64_t bytes = 3 * mlir::mt::tensorBytes(grad.getGrad().getType());
+    const double seconds = familySeconds(system, "ParamGrad", 0, bytes);
+    pass.compute += seconds;
+    record(seconds, 0, static_cast<double>(bytes));
     return;
   }
   // Sequence parallelism gathers and scatters [b, s, h] activations along s; every
@@ -122,6 +164,8 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   }
   const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
   const int64_t sent = ringBytesSent(kind, bytes, tp);
+  pass.collectives = true;
+  record(seconds, 0, static_cast<double>(sent));
   if (!sequence) {
     pass.tensorParallel += seconds;
     pass.tensorParallelBytes += sent;
@@ -131,12 +175,21 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   }
 }
 
+/// The device waiting for the host: a gap per kernel launched one by one; one launch per
+/// micro-batch for a pass the runtime records as a graph (mtrun records a program without
+/// collectives).
+void addHostGaps(const SystemSpec &system, PassCost &pass) {
+  const bool recorded = system.graphs && !pass.collectives;
+  pass.host = system.launchGap * static_cast<double>(recorded ? 1 : pass.launches);
+}
+
 /// What a stage's rank spends after its last backward (mtrun's GradSync and
 /// OptimizerStep): reducing its gradients (seconds, and bytes it sends) and stepping
 /// Adam over its share.
 struct StageTail {
   double gradients = 0, optimizer = 0;
   int64_t sent = 0;
+  Families families; // zeroing, the gradient norm and the update
 };
 StageTail stageTail(const StageParameters &params, const std::map<std::string, int64_t> &holders,
                     const BytesPerParameter &b, const StepLayout &layout,
@@ -176,21 +229,59 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
   if (layout.distributedOptimizer)
     reduce(Collective::AllReduce, 8, o.dp, placement.data);
 
-  // Adam over this rank's share: the norm reads the gradients, the update reads them
-  // again, reads and writes the moments and the master weights (or the weights), and
-  // mixed precision rounds the master weights into the compute copy.
+  // Before the passes the gradients are zeroed; after them, over this rank's share, the
+  // norm reads the gradients, and Adam reads them again, reads and writes the moments and
+  // the master weights (or the weights), and mixed precision rounds the master weights
+  // into the compute copy.
   const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
-  const int64_t perElement = 2 * b.gradients + 2 * b.optimizer + (b.mixed ? 1 : 2) * b.weights;
-  tail.optimizer = 2 * system.kernelOverhead + memorySeconds(system, updated * perElement);
+  auto part = [&](const char *family, int64_t bytes) {
+    const double seconds = familySeconds(system, family, 0, bytes);
+    tail.optimizer += seconds;
+    tail.families[family].add({1, seconds, 0, static_cast<double>(bytes)});
+  };
+  part(kZeroGradients, params.all * b.gradients);
+  part(kGradientNorm, updated * b.gradients);
+  part(kOptimizer, updated * (b.gradients + 2 * b.optimizer + (b.mixed ? 1 : 2) * b.weights));
   return tail;
 }
 
 } // namespace
 
+void FamilyCost::add(const FamilyCost &other, double times) {
+  runs += times * other.runs;
+  seconds += times * other.seconds;
+  flops += times * other.flops;
+  bytes += times * other.bytes;
+}
+
+double profileFlops(Operation *op) {
+  auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
+  auto attention = [&](bool causal, double times) {
+    return times * (causal ? 0.5 : 1) *
+           static_cast<double>(gemms[0].flops() + gemms[1].flops()); // QKᵀ and P·V
+  };
+  if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
+    return attention(forward.getCausal(), 1);
+  if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
+    return attention(backward.getCausal(), 2.5);
+  if (!isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
+           mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp>(op))
+    return 0;
+  double flops = 0;
+  for (const mlir::mt::GemmShape &g : gemms)
+    flops += static_cast<double>(g.flops());
+  return flops;
+}
+
 double kernelSeconds(Operation *op, const SystemSpec &system) {
   auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
   if (!cost)
     return 0;
+  if (const std::string family = familyOf(op); system.kernels.count(family))
+    return familySeconds(system, family, profileFlops(op), cost.getBytesMoved());
   const double product = productSeconds(cost, system);
   // In f32 the CUDA backend runs a GELU epilogue as the pair (CudaBackend.cu, gemm): the
   // GEMM stores its product, then GELU's kernel reads it (and the pre-activation).
@@ -239,6 +330,15 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
              forward ? chunks[*v].forward : chunks[*v].backward);
     });
   });
+  // Without a pipeline the step is one program: recorded whole, or not at all.
+  if (chunks.size() == 1 && (chunks[0].forward.collectives || chunks[0].backward.collectives))
+    chunks[0].forward.collectives = chunks[0].backward.collectives = true;
+  for (ChunkProfile &c : chunks) {
+    addHostGaps(system, c.forward);
+    addHostGaps(system, c.backward);
+  }
+  if (chunks.size() == 1 && system.graphs && !chunks[0].forward.collectives)
+    chunks[0].forward.host = 0; // the forward and backward are one graph: one launch
   return chunks;
 }
 
@@ -301,15 +401,19 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   double iteration = -1;
   for (int64_t s = 0; s < p; ++s) {
     const StageTail tail = stageTail(stages[s], holders, b, layout, placement, system);
-    const double gradients = tail.gradients, optimizer = tail.optimizer;
-    const int64_t sent = tail.sent;
-    const double end = timing.finish[s] + gradients + optimizer;
+    // Zeroing, the norm and the update are launched one by one.
+    const double host = system.launchGap * static_cast<double>(tail.families.size());
+    const double end = timing.finish[s] + tail.gradients + tail.optimizer + host;
     if (end > iteration) {
       iteration = end;
       e.criticalStage = s;
-      e.parts.gradients = gradients;
-      e.parts.optimizer = optimizer;
-      e.gradientBytes = sent;
+      e.parts.gradients = tail.gradients;
+      e.parts.optimizer = tail.optimizer;
+      e.parts.host = host;
+      e.gradientBytes = tail.sent;
+      e.families = tail.families;
+      if (tail.gradients > 0)
+        e.families["gradient sync"] = {1, tail.gradients, 0, static_cast<double>(tail.sent)};
     }
   }
   if (!std::isfinite(iteration) || iteration <= 0)
@@ -322,6 +426,10 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
     const PassCost &f = chunks[c].forward, &bw = chunks[c].backward;
     e.parts.forward += mb * f.compute;
     e.parts.backward += mb * bw.compute;
+    e.parts.host += mb * (f.host + bw.host);
+    for (const Families *families : {&f.families, &bw.families})
+      for (const auto &[name, cost] : *families)
+        e.families[name].add(cost, mb);
     e.parts.recompute += mb * (f.recompute + bw.recompute);
     e.parts.tensorParallel += mb * (f.tensorParallel + bw.tensorParallel);
     e.parts.sequenceParallel += mb * (f.sequenceParallel + bw.sequenceParallel);

@@ -22,14 +22,26 @@
 
 namespace mtc {
 
+/// What the kernels of one family (a plan opcode, as `mtrun --profile` names it) cost:
+/// their runs, seconds, FLOPs (counted as the profile counts them) and bytes moved.
+struct FamilyCost {
+  double runs = 0, seconds = 0, flops = 0, bytes = 0;
+  void add(const FamilyCost &other, double times = 1);
+};
+using Families = std::map<std::string, FamilyCost>;
+
 /// What one pass (forward or backward) of one chunk costs one rank per micro-batch.
 struct PassCost {
   double compute = 0;          // kernels, recomputation apart
   double recompute = 0;        // kernels mt-recompute copied into backward
   double tensorParallel = 0;   // the tensor-parallel group's collectives, but for
   double sequenceParallel = 0; // its gathers and scatters along the sequence
+  double host = 0;             // the device waiting for the host to launch kernels
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
-  double total() const { return compute + recompute + tensorParallel + sequenceParallel; }
+  int64_t launches = 0;                                       // kernels and collectives
+  bool collectives = false; // whether any collective runs in the pass
+  Families families;        // the kernels and collectives, by family
+  double total() const { return compute + recompute + tensorParallel + sequenceParallel + host; }
 };
 
 /// One chunk (virtual pipeline stage) as one rank runs it.
@@ -44,9 +56,14 @@ std::vector<ChunkProfile> profileChunks(mlir::ModuleOp module, const SystemSpec 
                                         const CompileOptions &options);
 
 /// Seconds one kernel (an op with costs: mt.linear, mt.attention_grad…) takes on one
-/// rank: its matrix products or its bytes, whichever is longer, plus the kernel overhead;
-/// 0 for ops that launch none.
+/// rank: by its family's calibrated rate where the system has one; else its matrix
+/// products or its bytes, whichever is longer, plus the kernel overhead; 0 for ops that
+/// launch none.
 double kernelSeconds(mlir::Operation *op, const SystemSpec &system);
+/// The FLOPs of one run of a kernel as `mtrun --profile` counts them (runtime/exec/
+/// Executor.cpp): a linear's products, 2·m·n·k each; fused attention's QKᵀ and P·V, half
+/// of them under a causal mask, 2.5 times that backward; 0 for the rest.
+double profileFlops(mlir::Operation *op);
 
 /// A layout as `mtc compile` takes it, beyond what lowering needs.
 struct StepLayout {
@@ -73,10 +90,15 @@ struct StepEstimate {
   struct Parts {
     double forward = 0, backward = 0, recompute = 0; // kernels
     double tensorParallel = 0, sequenceParallel = 0; // collectives inside the passes
+    double host = 0;      // the device waiting for kernels to be launched
     double pipeline = 0;  // waiting: the bubble and the messages on its critical path
     double gradients = 0; // reduction after the last backward (none of it overlapped)
-    double optimizer = 0; // Adam over the parameters this rank updates
+    double optimizer = 0; // zeroing the gradients, their norm, Adam over this rank's share
   } parts;
+  /// The critical stage's kernels per step by family, with the step's parts beyond its
+  /// instructions ("zero gradients", "gradient norm", "optimizer"), as `mtrun --profile`
+  /// lists them.
+  Families families;
   int64_t criticalStage = 0;
   double bubble = 0; // the critical stage's waiting over its busy time
   unsigned __int128 modelFlops = 0, hardwareFlops = 0; // per step, every rank

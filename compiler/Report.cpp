@@ -49,15 +49,15 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
       {"model_flops_per_step", static_cast<double>(e.modelFlops)},
       {"bubble", e.bubble},
       {"critical_stage", e.criticalStage},
-      {"parts",
-       llvm::json::Object{{"forward", p.forward},
-                          {"backward", p.backward},
-                          {"recompute", p.recompute},
-                          {"tensor_parallel", p.tensorParallel},
-                          {"sequence_parallel", p.sequenceParallel},
-                          {"pipeline_bubble", p.pipeline},
-                          {"gradient_reduction", p.gradients},
-                          {"optimizer", p.optimizer}}},
+      {"parts", llvm::json::Object{{"forward", p.forward},
+                                   {"backward", p.backward},
+                                   {"recompute", p.recompute},
+                                   {"tensor_parallel", p.tensorParallel},
+                                   {"sequence_parallel", p.sequenceParallel},
+                                   {"host_gaps", p.host},
+                                   {"pipeline_bubble", p.pipeline},
+                                   {"gradient_reduction", p.gradients},
+                                   {"optimizer", p.optimizer}}},
       {"bytes_sent_per_rank",
        llvm::json::Object{{"tensor_parallel_per_micro_batch", e.tensorParallelBytes},
                           {"sequence_parallel_per_micro_batch", e.sequenceParallelBytes},
@@ -160,9 +160,39 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
   row("  total") << withCommas(m.total()) << "  (" << binarySize(m.total()) << ")\n";
 }
 
+/// The critical stage's kernels by family, per step, in `mtrun --profile`'s names and
+/// columns (and the bytes each family moves, where the profile cannot know them).
+void printFamilies(const StepEstimate &e) {
+  std::vector<std::pair<std::string, FamilyCost>> rows(e.families.begin(), e.families.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) {
+    return a.second.seconds > b.second.seconds;
+  });
+  FamilyCost total;
+  for (const auto &row : rows)
+    total.add(row.second);
+  const double step = total.seconds + e.parts.host;
+  outs() << "  by kernel family: the critical stage's rank, per step (mtrun --profile's names)\n"
+         << llvm::format("  %-26s %9s %11s %7s %9s %10s\n", "opcode or part", "runs/step",
+                         "ms/step", "share", "TFLOP/s", "GB/s");
+  auto print = [&](const std::string &name, const FamilyCost &c) {
+    std::string tflops, gbs;
+    if (c.flops > 0 && c.seconds > 0)
+      tflops = llvm::formatv("{0:F1}", c.flops / c.seconds / 1e12).str();
+    if (c.bytes > 0 && c.seconds > 0)
+      gbs = llvm::formatv("{0:F1}", c.bytes / c.seconds / 1e9).str();
+    outs() << llvm::format("  %-26s %9.0f %11.3f %6.1f%% %9s %10s\n", name.c_str(), c.runs,
+                           c.seconds * 1e3, 100.0 * c.seconds / step, tflops.c_str(), gbs.c_str());
+  };
+  for (const auto &[name, cost] : rows)
+    print(name, cost);
+  if (e.parts.host > 0)
+    print("(host gaps)", {0, e.parts.host, 0, 0});
+  print("total", {total.runs, step, total.flops, total.bytes});
+}
+
 void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLayout &layout,
                    const std::string &model, const std::string &precision, int64_t seqLength,
-                   double trainTokens, bool json) {
+                   double trainTokens, bool json, bool explain) {
   const Figures f = figuresOf(e, system, layout, seqLength);
   const double days = trainTokens / f.tokensPerSecond / 86400.0;
   const double gpuHours = days * 24.0 * static_cast<double>(layout.gpus());
@@ -175,6 +205,11 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
       o["train_days"] = days;
       o["gpu_hours"] = gpuHours;
     }
+    llvm::json::Object families;
+    for (const auto &[name, c] : e.families)
+      families[name] = llvm::json::Object{
+          {"runs", c.runs}, {"seconds", c.seconds}, {"flops", c.flops}, {"bytes", c.bytes}};
+    o["families"] = std::move(families);
     outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(o))) << "\n";
     return;
   }
@@ -213,6 +248,10 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
                         (o.pp - 1.0) / (static_cast<double>(o.virtualStages) *
                                         static_cast<double>(layout.microBatches())),
                         withCommas(e.pipelineMessageBytes).c_str());
+  if (system.launchGap > 0)
+    part("  host gaps", p.host) << llvm::format(
+        "  (%.1f us a launch, %s)\n", system.launchGap * 1e6,
+        system.graphs ? "passes without collectives replayed as graphs" : "no graphs");
   part("  gradient reduction", p.gradients)
       << "  (" << withCommas(e.gradientBytes) << " bytes sent; not overlapped)\n";
   part("  optimizer", p.optimizer) << "  (Adam, memory-bound)\n";
@@ -231,6 +270,8 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
   if (trainTokens > 0)
     row("training") << llvm::format("%.4g tokens: %.1f days, %.3g GPU-hours\n", trainTokens,
                                     days, gpuHours);
+  if (explain)
+    printFamilies(e);
 }
 
 int printTune(const TuneResult &result, const TuneRequest &request, const SystemSpec &system,

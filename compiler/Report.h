@@ -19,7 +19,7 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
 /// GPU-hours to train on them.
 void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLayout &layout,
                    const std::string &model, const std::string &precision, int64_t seqLength,
-                   double trainTokens, bool json);
+                   double trainTokens, bool json, bool explain = false);
 /// `mtc tune`'s ranking: the `top` fastest layouts that fit, and why the rest were
 /// rejected (as JSON with `json`). 1 when none fits (said on stderr), else 0.
 int printTune(const TuneResult &result, const TuneRequest &request, const SystemSpec &system,

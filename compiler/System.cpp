@@ -1,6 +1,7 @@
 #include "compiler/System.h"
 #include "compiler/GemmModel.h"
 #include "core/InputFile.h"
+#include "dialects/mt/PlanEncoding.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -75,6 +76,25 @@ public:
     out = s->str();
     return true;
   }
+  bool flag(llvm::StringRef key, bool &out) {
+    const llvm::json::Value *v = get(key);
+    if (!v)
+      return false;
+    std::optional<bool> b = v->getAsBoolean();
+    if (!b)
+      return fail(key, "must be true or false");
+    out = *b;
+    return true;
+  }
+  bool has(llvm::StringRef key) const { return object_.get(key) != nullptr; }
+  /// The object's keys, sorted.
+  std::vector<llvm::StringRef> keys() const {
+    std::vector<llvm::StringRef> out;
+    for (const auto &entry : object_)
+      out.push_back(entry.first);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   /// A nested object, read by `body`.
   template <typename F> bool object(llvm::StringRef key, F body) {
     const llvm::json::Value *v = get(key);
@@ -100,6 +120,26 @@ private:
   std::string &error_;
   llvm::StringSet<> read_;
 };
+
+/// A family's rate: {"tflops": X} or {"gbs": X}, achieved.
+bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
+  for (llvm::StringRef family : f.keys()) {
+    const bool part = family == kZeroGradients || family == kGradientNorm || family == kOptimizer;
+    if (!part && failed(mlir::mt::planOpcodeNamed(family)))
+      return f.fail(family, "is neither a plan opcode nor one of '" + std::string(kZeroGradients) +
+                                "', '" + kGradientNorm + "', '" + kOptimizer + "'");
+    KernelRate rate;
+    if (!f.object(family, [&](Fields &r) {
+          if (r.has("tflops") == r.has("gbs"))
+            return r.fail("tflops", "or 'gbs' must be given, not both");
+          return r.has("tflops") ? r.number("tflops", 1e12, rate.flops)
+                                 : r.number("gbs", 1e9, rate.bytes);
+        }))
+      return false;
+    out[family.str()] = rate;
+  }
+  return true;
+}
 
 bool readLink(Fields &f, Link &link) {
   return f.number("bandwidth_gbs", 1e9, link.bandwidth) &&
@@ -174,6 +214,14 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                }) &&
       f.object("intra_node", [&](Fields &l) { return readLink(l, s.intraNode); }) &&
       f.object("inter_node", [&](Fields &l) { return readLink(l, s.interNode); });
+  // Optional: calibrated kernel families, and how the runtime launches kernels.
+  if (ok && root->get("kernels"))
+    ok = f.object("kernels", [&](Fields &k) { return readKernels(k, s.kernels); });
+  if (ok && root->get("runtime"))
+    ok = f.object("runtime", [&](Fields &r) {
+      return r.flag("cuda_graphs", s.graphs) &&
+             r.number("launch_gap_us", 1e-6, s.launchGap, /*zeroAllowed=*/true);
+    });
   // Where each constant comes from: free text by field, required for none of them.
   if (ok && root->get("sources")) {
     const llvm::json::Value *sources = f.get("sources");

@@ -9,6 +9,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace mtc {
@@ -18,6 +19,19 @@ struct Link {
   double bandwidth = 0; // bytes per second, per GPU and direction
   double latency = 0;   // seconds per step of a ring
 };
+
+/// A family of kernels as calibrated on the system (bench/calibrate.sh): a plan opcode,
+/// or one of the step's parts, named as `mtrun --profile` names them. A run's device time
+/// is its FLOPs, counted as the profile counts them, over `flops`, or else the bytes it
+/// moves over `bytes` (rates achieved, per second).
+struct KernelRate {
+  double flops = 0, bytes = 0;
+};
+
+/// The step's parts beyond its instructions, named as `mtrun --profile` names them.
+constexpr const char *kZeroGradients = "zero gradients";
+constexpr const char *kGradientNorm = "gradient norm";
+constexpr const char *kOptimizer = "optimizer";
 
 struct SystemSpec {
   std::string name;
@@ -34,6 +48,13 @@ struct SystemSpec {
   double memoryEfficiency = 1;  // of the bandwidth, reached by a streaming kernel
   double kernelOverhead = 0;    // seconds each kernel adds (launch, tail)
   Link intraNode, interNode;
+  /// Calibrated families; a family not here is costed by the peaks and efficiencies.
+  std::map<std::string, KernelRate> kernels;
+  /// How the runtime issues kernels: one by one, the device waiting `launchGap` seconds
+  /// of host time for each; or, with `graphs`, a pass without collectives as one recorded
+  /// graph, a single launch per micro-batch.
+  bool graphs = false;
+  double launchGap = 0;
 
   /// The HBM a plan's arena and stores may take: the capacity less the reserve.
   int64_t planBytes() const { return memoryBytes - reservedBytes; }

@@ -38,7 +38,7 @@ constexpr const char *kUsage = R"(usage:
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
-              [--json]
+              [--json] [--explain]
   mtc tune MODEL --system S --gpus N --global-batch-size B [--top K] [--json]
               [--seq-length S] [--precision P | --bf16 | --fp16]
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
@@ -61,7 +61,8 @@ constexpr const char *kUsage = R"(usage:
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
            FLOPs per step and bytes per rank before anything runs
   estimate the iteration time of the compiled step on a described system (systems/*.json,
-           or a file), by part, with TFLOP/s, MFU, memory per rank and days to train
+           or a file), by part, with TFLOP/s, MFU, memory per rank and days to train;
+           --explain adds the kernels by family, as mtrun --profile lists them
   tune     every layout of N GPUs that divides and fits, estimated, the fastest first
 )";
 
@@ -102,16 +103,14 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
   for (auto [flag, on] : mtc::kFusionSwitches)
     fusionSwitches.push_back(flag);
   static const llvm::StringMap<std::vector<std::string>> switchFlags = {
-      {"estimate",
-       with(fusionSwitches,
-            {"sp", "distributed-optimizer", "recompute-activations", "bf16", "fp16", "json"})},
+      {"estimate", with(fusionSwitches, {"sp", "distributed-optimizer", "recompute-activations",
+                                         "bf16", "fp16", "json", "explain"})},
       {"tune", with(fusionSwitches, {"bf16", "fp16", "json"})},
       {"info", {}},
       {"schedule", {}},
       {"import-config", {}},
-      {"compile",
-       with(fusionSwitches, {"print-ir-after-all", "sp", "distributed-optimizer",
-                             "recompute-activations", "bf16", "fp16"})}};
+      {"compile", with(fusionSwitches, {"print-ir-after-all", "sp", "distributed-optimizer",
+                                        "recompute-activations", "bf16", "fp16"})}};
   // Megatron's spellings of the same flags.
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
@@ -320,7 +319,7 @@ int runEstimate(MLIRContext &context, const Flags &args) {
     return 1;
   }
   mtc::printEstimate(e, system, layout, mtc::modelName(module, args.model), precision, seqLength,
-                     trainTokens, args.switches.lookup("json"));
+                     trainTokens, args.switches.lookup("json"), args.switches.lookup("explain"));
   return 0;
 }
 
