@@ -112,9 +112,15 @@ double productSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) 
 /// The family a kernel or collective is profiled under: its plan opcode's name ("" for an
 /// op that writes no instruction).
 std::string familyOf(Operation *op) {
+  // A constant is written only as a splat (a Fill); asking another to encode itself
+  // would report an error.
+  if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+    auto dense = dyn_cast<DenseFPElementsAttr>(constant.getValue());
+    return dense && dense.isSplat() ? "Fill" : "";
+  }
   auto encodable = dyn_cast<mlir::mt::PlanOpInterface>(op);
   mlir::mt::PlanInstruction inst;
-  if (!encodable || isa<arith::ConstantOp>(op) || failed(encodable.encodeInstruction(inst)))
+  if (!encodable || failed(encodable.encodeInstruction(inst)))
     return "";
   return ::mt::plan::EnumNameOpcode(inst.opcode);
 }
@@ -135,14 +141,6 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
     return;
   }
-  if (auto grad = dyn_cast<mlir::mt::ParamGradOp>(op)) {
-    // Adds the gradient into its parameter's buffer: reads both, writes the buffer.
-    const int64_t bytes = 3 * mlir::mt::tensorBytes(grad.getGrad().getType());
-    const double seconds = familySeconds(system, "ParamGrad", 0, bytes);
-    pass.compute += seconds;
-    record(seconds, 0, static_cast<double>(bytes));
-    return;
-  }
   // Sequence parallelism gathers and scatters [b, s, h] activations along s; every
   // other collective of the group is tensor parallelism's.
   Collective kind;
@@ -160,7 +158,19 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     bytes = mlir::mt::tensorBytes(scatter.getInput().getType());
     sequence = scatter.getScatterAxis() == 1;
   } else {
-    return; // parameters, gradients' homes, returns: no kernel
+    // Any other instruction is a memory-bound kernel (a TpCopy, the Fill of the loss's
+    // seed, a ParamGrad adding a gradient into its parameter's buffer: reading both,
+    // writing the buffer), but for a ParamGrad whose gradient its producer added there.
+    auto grad = dyn_cast<mlir::mt::ParamGradOp>(op);
+    const std::string family = familyOf(op);
+    if (family.empty() || (grad && mlir::mt::isAccumulated(grad.getGrad())))
+      return; // parameters, gradients' homes, returns: no kernel
+    const int64_t moved = grad ? 3 * mlir::mt::tensorBytes(grad.getGrad().getType())
+                               : mlir::mt::defaultBytesMoved(op);
+    const double seconds = familySeconds(system, family, 0, moved);
+    pass.compute += seconds;
+    record(seconds, 0, static_cast<double>(moved));
+    return;
   }
   const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
   const int64_t sent = ringBytesSent(kind, bytes, tp);
@@ -412,8 +422,7 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
       e.parts.host = host;
       e.gradientBytes = tail.sent;
       e.families = tail.families;
-      if (tail.gradients > 0)
-        e.families["gradient sync"] = {1, tail.gradients, 0, static_cast<double>(tail.sent)};
+      e.families["gradient sync"] = {1, tail.gradients, 0, static_cast<double>(tail.sent)};
     }
   }
   if (!std::isfinite(iteration) || iteration <= 0)

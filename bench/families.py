@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A measured step beside its estimate, by kernel family, and calibration from it.
+
+`mtrun --profile` lists a step's device time by family (a plan opcode, or a part of the
+step: zero gradients, gradient norm, optimizer, gradient sync); `mtc estimate --json`
+gives the same families for the same plan, with the FLOPs and bytes of each.
+
+  families.py compare PROFILE.log ESTIMATE.json [--runs-must-match] [--within PCT]
+      prints both side by side, with the estimate's error per family and for the step;
+      --runs-must-match exits 1 unless every family has as many runs in both, --within
+      unless every family the profile times at --min-ms or more is estimated within PCT%.
+  families.py calibrate PROFILE.log ESTIMATE.json --system BASE.json --source TEXT -o OUT
+      writes BASE with a `kernels` section: each family's achieved rate, FLOPs over
+      time where the estimate counts FLOPs (linears, fused attention) and else bytes
+      over time, each with TEXT as its source. Families the profile times below
+      --min-ms per step are left out (their time is mostly rounding).
+"""
+import argparse
+import json
+import re
+import sys
+
+ROW = re.compile(r"^\s+(\S.*?)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)%(?:\s+([0-9.]+))?\s*$")
+
+
+def read_profile(path):
+    """{family: (runs, seconds)} from the first profile table of an mtrun log."""
+    families, inside = {}, False
+    with open(path) as f:
+        for line in f:
+            if "opcode or part" in line:
+                inside = True
+                continue
+            if not inside:
+                continue
+            m = ROW.match(line)
+            if not m:
+                continue
+            name = m.group(1)
+            if name == "total":
+                break
+            families[name] = (int(m.group(2)), float(m.group(3)) / 1e3)
+    if not families:
+        sys.exit(f"families.py: {path}: no mtrun --profile table")
+    return families
+
+
+def read_estimate(path):
+    """The estimate's object, and {family: {runs, seconds, flops, bytes}}."""
+    with open(path) as f:
+        estimate = json.load(f)
+    if "families" not in estimate:
+        sys.exit(f"families.py: {path}: not mtc estimate --json output")
+    return estimate, estimate["families"]
+
+
+def compare(args):
+    profile = read_profile(args.profile)
+    estimate, families = read_estimate(args.estimate)
+    names = sorted(set(profile) | set(families),
+                   key=lambda n: -max(profile.get(n, (0, 0))[1],
+                                      families.get(n, {}).get("seconds", 0)))
+    print(f"  {'opcode or part':26} {'runs':>6} {'est.':>6} {'ms/step':>9} {'est. ms':>9} "
+          f"{'error':>8}")
+    mismatched, wrong = [], []
+    for name in names:
+        runs, seconds = profile.get(name, (0, 0.0))
+        e = families.get(name, {"runs": 0, "seconds": 0.0})
+        error = f"{100 * (e['seconds'] - seconds) / seconds:+.1f}%" if seconds > 0 else ""
+        print(f"  {name:26} {runs:6d} {e['runs']:6.0f} {seconds * 1e3:9.3f} "
+              f"{e['seconds'] * 1e3:9.3f} {error:>8}")
+        if runs != round(e["runs"]):
+            mismatched.append(f"{name} ({runs} measured, {e['runs']:.0f} estimated)")
+        if (args.within is not None and seconds * 1e3 >= args.min_ms and
+                abs(e["seconds"] - seconds) > args.within / 100 * seconds):
+            wrong.append(f"{name} ({error})")
+    device = sum(s for _, s in profile.values())
+    estimated = sum(f["seconds"] for f in families.values())
+    print(f"  {'device time':26} {'':6} {'':6} {device * 1e3:9.3f} {estimated * 1e3:9.3f} "
+          f"{100 * (estimated - device) / device:+7.1f}%")
+    print(f"  estimated step {estimate['iteration_seconds'] * 1e3:.3f} ms "
+          f"(host gaps {estimate['parts']['host_gaps'] * 1e3:.3f} ms)")
+    if args.runs_must_match and mismatched:
+        sys.exit("families.py: runs differ: " + "; ".join(mismatched))
+    if wrong:
+        sys.exit(f"families.py: estimated beyond {args.within}%: " + "; ".join(wrong))
+
+
+def calibrate(args):
+    profile = read_profile(args.profile)
+    _, families = read_estimate(args.estimate)
+    with open(args.system) as f:
+        system = json.load(f)
+    kernels = system.setdefault("kernels", {})
+    sources = system.setdefault("sources", {})
+    for name, (runs, seconds) in sorted(profile.items()):
+        e = families.get(name)
+        if e is None or seconds * 1e3 < args.min_ms or runs != round(e["runs"]):
+            continue
+        if e["flops"] > 0:
+            kernels[name] = {"tflops": float(f"{e['flops'] / seconds / 1e12:.6g}")}
+        elif e["bytes"] > 0:
+            kernels[name] = {"gbs": float(f"{e['bytes'] / seconds / 1e9:.6g}")}
+        else:
+            continue
+        sources[f"kernels.{name}"] = args.source
+    with open(args.output, "w") as f:
+        json.dump(system, f, indent=2)
+        f.write("\n")
+    print(f"families.py: {len(kernels)} families calibrated -> {args.output}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("profile")
+    c.add_argument("estimate")
+    c.add_argument("--runs-must-match", action="store_true")
+    c.add_argument("--within", type=float)
+    c.add_argument("--min-ms", type=float, default=0.005)
+    k = sub.add_parser("calibrate")
+    k.add_argument("profile")
+    k.add_argument("estimate")
+    k.add_argument("--system", required=True)
+    k.add_argument("--source", required=True)
+    k.add_argument("--min-ms", type=float, default=0.005)
+    k.add_argument("-o", dest="output", required=True)
+    args = parser.parse_args()
+    compare(args) if args.command == "compare" else calibrate(args)
+
+
+if __name__ == "__main__":
+    main()
