@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # On one GPU: the micro-benchmarks behind `mtc estimate`'s constants (bench/calibrate.cu),
 # and the system file they make: SYSTEM.json with the GPU's measured GEMM efficiency,
-# streaming-memory efficiency and kernel overhead in place of the specification's, each
-# field's source naming this command, the GPU and the date.
+# streaming-memory efficiency and kernel overhead in place of the specification's; then,
+# from the bundle's calibration model (GPT-2 350M, plans/calibrate), each kernel family's
+# achieved rate under `mtrun --profile` (bench/families.py: `kernels`) and the host's gap
+# per launch when kernels are launched one by one (`runtime`). Each field's source names
+# this command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
 #     OUT     where to write (default: SYSTEM's name with -measured.json); the raw
@@ -38,3 +41,23 @@ sources["gpu.kernel_overhead_us"] = "10,000 empty kernels launched back to back;
 json.dump(system, open(out, "w"), indent=2)
 print(f"calibrate: wrote {out}")
 PY
+
+# The kernel families, on a model the benchmark's are not: its profile (device time by
+# family), and its step kernel by kernel, whose excess over the device time is the host's.
+plan=$bundle/plans/calibrate/gpt2-350m.mtp
+estimate=$bundle/plans/calibrate/gpt2-350m.$(basename "${system%.json}").estimate.json
+[ -e "$estimate" ] || estimate=$bundle/plans/calibrate/gpt2-350m.dgx-h100.estimate.json
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
+python3 "$here/random_tokens.py" "$work/tokens" 50257 400000
+export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
+MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$plan" --backend cuda --data "$work/tokens" --steps 20 \
+  --log-every 10 --lr 1e-4 >"$work/calibrate-eager.log"
+"$bundle/bin/mtrun" "$plan" --backend cuda --data "$work/tokens" --steps 10 --log-every 10 \
+  --lr 1e-4 --profile >"$work/calibrate-profile.log"
+cp "$work/calibrate-profile.log" "${out%.json}.profile.log"
+rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/calibrate-eager.log" | tail -1)
+python3 "$here/families.py" calibrate "$work/calibrate-profile.log" "$estimate" --system "$out" \
+  --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
+  --source "mtrun --profile of GPT-2 350M (bf16, s1024, micro-batch 4; bench/calibrate.sh) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)" \
+  -o "$out"

@@ -10,10 +10,14 @@ gives the same families for the same plan, with the FLOPs and bytes of each.
       --runs-must-match exits 1 unless every family has as many runs in both, --within
       unless every family the profile times at --min-ms or more is estimated within PCT%.
   families.py calibrate PROFILE.log ESTIMATE.json --system BASE.json --source TEXT -o OUT
+                        [--eager-step-seconds S]
       writes BASE with a `kernels` section: each family's achieved rate, FLOPs over
       time where the estimate counts FLOPs (linears, fused attention) and else bytes
       over time, each with TEXT as its source. Families the profile times below
-      --min-ms per step are left out (their time is mostly rounding).
+      --min-ms per step are left out (their time is mostly rounding). With the step's
+      time when run kernel by kernel (S), a `runtime` section too: CUDA graphs, as mtrun
+      records them, and the host's gap per launch, (S - the profile's device time) over
+      the profile's launches.
 """
 import argparse
 import json
@@ -23,8 +27,9 @@ import sys
 ROW = re.compile(r"^\s+(\S.*?)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)%(?:\s+([0-9.]+))?\s*$")
 
 
-def read_profile(path):
-    """{family: (runs, seconds)} from the first profile table of an mtrun log."""
+def read_profile(path, total=None):
+    """{family: (runs, seconds)} from the first profile table of an mtrun log; `total`,
+    a list, receives the table's total (runs, seconds)."""
     families, inside = {}, False
     with open(path) as f:
         for line in f:
@@ -38,6 +43,8 @@ def read_profile(path):
                 continue
             name = m.group(1)
             if name == "total":
+                if total is not None:
+                    total.extend((int(m.group(2)), float(m.group(3)) / 1e3))
                 break
             families[name] = (int(m.group(2)), float(m.group(3)) / 1e3)
     if not families:
@@ -87,7 +94,8 @@ def compare(args):
 
 
 def calibrate(args):
-    profile = read_profile(args.profile)
+    total = []
+    profile = read_profile(args.profile, total)
     _, families = read_estimate(args.estimate)
     with open(args.system) as f:
         system = json.load(f)
@@ -104,6 +112,13 @@ def calibrate(args):
         else:
             continue
         sources[f"kernels.{name}"] = args.source
+    if args.eager_step_seconds is not None:
+        launches, device = total
+        gap = max(0.0, (args.eager_step_seconds - device) / launches)
+        system["runtime"] = {"cuda_graphs": True, "launch_gap_us": float(f"{gap * 1e6:.4g}")}
+        sources["runtime"] = (f"{args.eager_step_seconds * 1e3:.3f} ms a step kernel by kernel "
+                              f"(MT_CUDA_GRAPHS=off), less {device * 1e3:.3f} ms of device time, "
+                              f"over {launches} launches; " + args.source)
     with open(args.output, "w") as f:
         json.dump(system, f, indent=2)
         f.write("\n")
@@ -126,6 +141,7 @@ def main():
     k.add_argument("--system", required=True)
     k.add_argument("--source", required=True)
     k.add_argument("--min-ms", type=float, default=0.005)
+    k.add_argument("--eager-step-seconds", type=float)
     k.add_argument("-o", dest="output", required=True)
     args = parser.parse_args()
     compare(args) if args.command == "compare" else calibrate(args)

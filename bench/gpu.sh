@@ -108,5 +108,10 @@ for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   echo
   echo "$model:"
   "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
-    --steps 10 --log-every 10 --lr 1e-4 --profile | sed -n '/^profile:/,/^arena:/{/^arena:/!p}'
+    --steps 10 --log-every 10 --lr 1e-4 --profile >"$work/$model.profile"
+  sed -n '/^profile:/,/^arena:/{/^arena:/!p}' "$work/$model.profile"
+  # The profile beside what mtc estimate --system $system predicted for each family.
+  echo "$model: measured beside mtc estimate --system $system, by family:"
+  python3 "$here/families.py" compare "$work/$model.profile" \
+    "$bundle/plans/bench/$model.$system.estimate.json"
 done

@@ -30,7 +30,7 @@ for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/tools/mtckpt" \
 done
 
 rm -rf "$out"
-mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,data,bench}
+mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,plans/calibrate,data,bench}
 cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/test/cuda_backend_test" "$out/libexec/"
 [ ! -x "$build/runtime/gpu_calibrate" ] || cp "$build/runtime/gpu_calibrate" "$out/libexec/"
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
@@ -40,7 +40,8 @@ for tool in mtrun mtckpt cuda_backend_test $([ ! -x "$out/libexec/gpu_calibrate"
   chmod +x "$out/bin/$tool"
 done
 cp test/gpu/test-gpu.sh test/gpu/follows.py test/gpu/session.sh "$out/"
-cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py bench/calibrate.sh "$out/bench/"
+cp bench/gpu.sh bench/torch_gpt.py bench/random_tokens.py bench/calibrate.sh bench/families.py \
+  "$out/bench/"
 cp -r systems "$out/systems"
 
 # Every library ldd resolves, except the C and C++ runtimes every Linux has and CUDA's,
@@ -137,6 +138,17 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
     "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" "${estimates[0]}" \
     "${estimates[1]}" "$attention_dropout" \
     >"$out/plans/bench/$model.env"
+done
+# The model bench/calibrate.sh profiles to calibrate the kernel families, apart from the
+# benchmark's models, which the calibration is then checked on: GPT-2 350M (hidden 1024,
+# 16 heads of 64), sequence 1024, micro-batch 4; with the estimate of its families.
+"$build/tools/mtc" compile models/gpt2-350m.mlir --bf16 --seq-length 1024 --micro-batch-size 4 \
+  --global-batch-size 4 --attention-dropout "$attention_dropout" \
+  -o "$out/plans/calibrate/gpt2-350m.mtp" >/dev/null
+for system in dgx-h100 dgx-h200; do
+  "$build/tools/mtc" estimate models/gpt2-350m.mlir --system "$system" --gpus 1 --bf16 \
+    --seq-length 1024 --micro-batch-size 4 --global-batch-size 4 \
+    --attention-dropout "$attention_dropout" --json >"$out/plans/calibrate/gpt2-350m.$system.estimate.json"
 done
 git rev-parse HEAD >"$out/COMMIT" 2>/dev/null || echo unknown >"$out/COMMIT"
 

@@ -10,6 +10,9 @@
 #   bench-1.3b   bench/gpu.sh on the 1.3B model
 #   mtc-1.3b     mtc alone on the 1.3B model: its throughput after 10 steps, its profile
 #   sanitize     test-gpu.sh --sanitize-only
+#   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs, copies,
+#                launches, then the kernel families of a GPT-2 350M profile; the system
+#                file it writes goes to $OUT, its raw figures and the profile to logs.tgz
 # Each step's output goes to $OUT/<step>.log, a line per step to $OUT/session.log, and the
 # tests' own logs (not their checkpoints) to $OUT/logs.tgz.
 # usage: OUT=DIR bash session.sh [BUDGET [STEP...]]
@@ -24,7 +27,8 @@ steps=("$@")
 logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin; the default four fit 540 s.
-declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120)
+declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
+  [calibrate]=120)
 run_step() {
   case "$1" in
   bench-gpt2) WORK="$logs/bench" MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
@@ -47,6 +51,14 @@ run_step() {
         --data "$logs/tokens" --steps 6 --log-every 6 --lr 1e-4 --profile
     ;;
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
+  calibrate)
+    local system=dgx-h100
+    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
+    mkdir -p "$logs/calibrate"
+    WORK="$logs/calibrate" bash "$here/bench/calibrate.sh" "$here/systems/$system.json" \
+      "$logs/calibrate/$system-measured.json" &&
+      cp "$logs/calibrate/$system-measured.json" "$out/"
+    ;;
   *) echo "session.sh: no step $1" >&2; return 2 ;;
   esac
 }
@@ -62,9 +74,10 @@ for name in "${steps[@]}"; do
   began=$SECONDS
   # In a subshell under timeout: a step that hangs costs its limit, not the lease.
   export -f run_step
-  export here logs
+  export here logs out
   timeout -k 5 "$limit" bash -c "run_step $name" >"$out/$name.log" 2>&1
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
 done
 (cd "$logs" && find . -name '*.log' -o -name '*.metrics' -o -name '*.run' -o -name '*.eager' \
-  -o -name '*.torch' | tar czf "$out/logs.tgz" -T -) 2>/dev/null
+  -o -name '*.torch' -o -name '*.profile' -o -name '*-measured*.json' |
+  tar czf "$out/logs.tgz" -T -) 2>/dev/null
