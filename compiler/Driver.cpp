@@ -209,6 +209,21 @@ int readSystem(const Flags &args, SystemSpec &system) {
     errs() << "mtc: " << error << "\n";
     return 1;
   }
+  // --runtime: the software described apart, in place of the system file's own.
+  if (args.values.count("runtime")) {
+    const std::string runtime = args.values.lookup("runtime");
+    const std::string file = runtimePath(runtime);
+    if (!llvm::sys::fs::exists(file)) {
+      errs() << "mtc: no runtime '" << runtime << "': give a file, or one of " << runtimeNames()
+             << "\n";
+      return 1;
+    }
+    system.runtime = RuntimeSpec();
+    if (!RuntimeSpec::load(file, system.runtime, error)) {
+      errs() << "mtc: " << error << "\n";
+      return 1;
+    }
+  }
   return 0;
 }
 

@@ -189,18 +189,35 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
 /// micro-batch for a pass the runtime records as a graph (mtrun records a program without
 /// collectives).
 void addHostGaps(const SystemSpec &system, PassCost &pass) {
-  const bool recorded = system.graphs && !pass.collectives;
-  pass.host = system.launchGap * static_cast<double>(recorded ? 1 : pass.launches);
+  const bool recorded = system.runtime.graphs && !pass.collectives;
+  pass.host = system.runtime.launchGap * static_cast<double>(recorded ? 1 : pass.launches);
 }
 
 /// What a stage's rank spends after its last backward (mtrun's GradSync and
 /// OptimizerStep): reducing its gradients (seconds, and bytes it sends) and stepping
-/// Adam over its share.
+/// Adam over its share. Of the reduction, the data-parallel part (the gradients'
+/// all-reduce or reduce-scatter, `data`, in buckets of `dataBucket` seconds at most) and
+/// the distributed optimizer's all-gather of the weights (`gather`, `gatherBucket`) are
+/// kept apart: a runtime may overlap them with the passes.
 struct StageTail {
   double gradients = 0, optimizer = 0;
+  double data = 0, dataBucket = 0, gather = 0, gatherBucket = 0;
   int64_t sent = 0;
   Families families; // zeroing, the gradient norm and the update
 };
+
+/// `bytes` reduced over `ranks` in buckets of at most `bucketBytes`: the seconds of all
+/// of them and of the largest.
+std::pair<double, double> bucketed(Collective kind, int64_t bytes, int64_t bucketBytes,
+                                   int64_t ranks, const Link &link, int64_t &sent) {
+  const int64_t bucket = std::max<int64_t>(1, std::min(bytes, bucketBytes));
+  const int64_t whole = bytes / bucket, rest = bytes % bucket;
+  const double one = collectiveSeconds(kind, bucket, ranks, link);
+  sent += whole * ringBytesSent(kind, bucket, ranks) + ringBytesSent(kind, rest, ranks);
+  return {static_cast<double>(whole) * one +
+              (rest > 0 ? collectiveSeconds(kind, rest, ranks, link) : 0),
+          one};
+}
 StageTail stageTail(const StageParameters &params, const std::map<std::string, int64_t> &holders,
                     const BytesPerParameter &b, const StepLayout &layout,
                     const Placement &placement, const SystemSpec &system) {
@@ -217,19 +234,24 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
     if (holders.at(name) > 1)
       reduce(Collective::AllReduce, elements * b.gradients, holders.at(name),
              placement.pipeline);
+  // mtrun's buckets: whole ones of the bucket size (whole gradients), and the rest; the
+  // distributed optimizer reduce-scatters and gathers in one piece each (a runtime that
+  // overlaps them buckets them alike).
   const int64_t gradientBytes = params.all * b.gradients;
+  const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
   if (o.dp > 1 && layout.distributedOptimizer) {
-    reduce(Collective::ReduceScatter, gradientBytes, o.dp, placement.data);
-    reduce(Collective::AllGather, params.all * b.weights, o.dp, placement.data);
+    std::tie(tail.data, tail.dataBucket) =
+        bucketed(Collective::ReduceScatter, gradientBytes,
+                 system.runtime.overlapGradientReduction ? bucket : gradientBytes, o.dp,
+                 placement.data, tail.sent);
+    const int64_t weightBytes = params.all * b.weights;
+    std::tie(tail.gather, tail.gatherBucket) = bucketed(
+        Collective::AllGather, weightBytes,
+        system.runtime.overlapParameterGather ? bucket / b.gradients * b.weights : weightBytes,
+        o.dp, placement.data, tail.sent);
   } else if (o.dp > 1) {
-    // mtrun's buckets: whole ones of the bucket size, and the rest.
-    const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
-    const int64_t whole = gradientBytes / bucket, rest = gradientBytes % bucket;
-    tail.gradients += static_cast<double>(whole) *
-                      collectiveSeconds(Collective::AllReduce, bucket, o.dp, placement.data);
-    tail.sent += whole * ringBytesSent(Collective::AllReduce, bucket, o.dp);
-    if (rest > 0)
-      reduce(Collective::AllReduce, rest, o.dp, placement.data);
+    std::tie(tail.data, tail.dataBucket) =
+        bucketed(Collective::AllReduce, gradientBytes, bucket, o.dp, placement.data, tail.sent);
   }
   // The loss, and the gradient norm's sum of squares: one number each.
   reduce(Collective::AllReduce, 8, p, placement.pipeline);
@@ -347,9 +369,20 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
     addHostGaps(system, c.forward);
     addHostGaps(system, c.backward);
   }
-  if (chunks.size() == 1 && system.graphs && !chunks[0].forward.collectives)
+  if (chunks.size() == 1 && system.runtime.graphs && !chunks[0].forward.collectives)
     chunks[0].forward.host = 0; // the forward and backward are one graph: one launch
   return chunks;
+}
+
+double pipelineMessageSeconds(const SystemSpec &system, const StepLayout &layout,
+                              const Placement &placement, int64_t bytes) {
+  const int64_t tp = layout.options.tp;
+  if (!system.runtime.pipelineScatterGather || tp == 1)
+    return static_cast<double>(bytes) / placement.pipeline.bandwidth + placement.pipeline.latency;
+  // Scattered: each tensor-parallel rank sends its share, and the receivers gather it.
+  return static_cast<double>(bytes / tp) / placement.pipeline.bandwidth +
+         placement.pipeline.latency +
+         collectiveSeconds(Collective::AllGather, bytes, tp, placement.tensor);
 }
 
 std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSpec &system,
@@ -370,9 +403,8 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
         !error.empty())
       return error;
     e.pipelineMessageBytes = chunks[0].footprint.messageBytes;
-    const double message = static_cast<double>(e.pipelineMessageBytes) /
-                               placement.pipeline.bandwidth +
-                           placement.pipeline.latency;
+    const double message =
+        pipelineMessageSeconds(system, layout, placement, e.pipelineMessageBytes);
     ::mt::ScheduleCheck check = ::mt::timeSchedule(
         schedule,
         [&](int64_t stage, bool forward) {
@@ -407,22 +439,34 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   }
 
   // After its last backward, each stage reduces its gradients and steps its optimizer
-  // (mtrun's GradSync and OptimizerStep); none of it overlaps the passes.
+  // (mtrun's GradSync and OptimizerStep). A runtime that overlaps the data-parallel
+  // reduction hides it behind the stage's last backward (its first chunk's), and the
+  // weights' gather behind its first forward, but for a bucket each.
+  const RuntimeSpec &runtime = system.runtime;
   double iteration = -1;
   for (int64_t s = 0; s < p; ++s) {
     const StageTail tail = stageTail(stages[s], holders, b, layout, placement, system);
+    auto exposed = [](bool overlapped, double all, double bucket, double behind) {
+      return overlapped ? std::max(bucket, all - behind) : all;
+    };
+    const double data = exposed(runtime.overlapGradientReduction, tail.data, tail.dataBucket,
+                                chunks[s].backward.total());
+    const double gather = exposed(runtime.overlapParameterGather, tail.gather, tail.gatherBucket,
+                                  chunks[s].forward.total());
+    const double gradients = tail.gradients + data + gather;
     // Zeroing, the norm and the update are launched one by one.
-    const double host = system.launchGap * static_cast<double>(tail.families.size());
-    const double end = timing.finish[s] + tail.gradients + tail.optimizer + host;
+    const double host = runtime.launchGap * static_cast<double>(tail.families.size());
+    const double end = timing.finish[s] + gradients + tail.optimizer + host;
     if (end > iteration) {
       iteration = end;
       e.criticalStage = s;
-      e.parts.gradients = tail.gradients;
+      e.parts.gradients = gradients;
+      e.parts.overlapped = tail.data + tail.gather - data - gather;
       e.parts.optimizer = tail.optimizer;
       e.parts.host = host;
       e.gradientBytes = tail.sent;
       e.families = tail.families;
-      e.families["gradient sync"] = {1, tail.gradients, 0, static_cast<double>(tail.sent)};
+      e.families["gradient sync"] = {1, gradients, 0, static_cast<double>(tail.sent)};
     }
   }
   if (!std::isfinite(iteration) || iteration <= 0)

@@ -84,6 +84,12 @@ struct Placement {
 };
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout);
 
+/// Seconds a pipeline message of `bytes` takes from one stage to the next: over the
+/// pipeline's link whole, or, where the runtime scatters and gathers it, a tensor-parallel
+/// share of it there and an all-gather in the group.
+double pipelineMessageSeconds(const SystemSpec &system, const StepLayout &layout,
+                              const Placement &placement, int64_t bytes);
+
 struct StepEstimate {
   double iteration = 0;
   /// The parts of the slowest stage's iteration; they add up to `iteration`.
@@ -92,7 +98,9 @@ struct StepEstimate {
     double tensorParallel = 0, sequenceParallel = 0; // collectives inside the passes
     double host = 0;      // the device waiting for kernels to be launched
     double pipeline = 0;  // waiting: the bubble and the messages on its critical path
-    double gradients = 0; // reduction after the last backward (none of it overlapped)
+    double gradients = 0; // reduction after the last backward, what is not overlapped
+    double overlapped = 0; // of the reduction, what the runtime hides behind the passes
+                           // (not a part of the iteration)
     double optimizer = 0; // zeroing the gradients, their norm, Adam over this rank's share
   } parts;
   /// The critical stage's kernels per step by family, with the step's parts beyond its

@@ -57,6 +57,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
                                    {"host_gaps", p.host},
                                    {"pipeline_bubble", p.pipeline},
                                    {"gradient_reduction", p.gradients},
+                                   {"gradient_reduction_overlapped", p.overlapped},
                                    {"optimizer", p.optimizer}}},
       {"bytes_sent_per_rank",
        llvm::json::Object{{"tensor_parallel_per_micro_batch", e.tensorParallelBytes},
@@ -225,6 +226,7 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
   outs() << "mtc estimate: " << model << " on " << layout.gpus()
          << " x " << system.gpu << " (" << system.name << ")\n";
   row("layout") << layoutFlags(layout) << ", " << precision << "\n";
+  row("runtime") << system.runtime.name << "\n";
   row("iteration") << llvm::format("%10.4f s", e.iteration) << "  (stage " << e.criticalStage
                    << " finishes last)\n";
   part("  forward", p.forward) << "  (kernels)\n";
@@ -248,12 +250,16 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
                         (o.pp - 1.0) / (static_cast<double>(o.virtualStages) *
                                         static_cast<double>(layout.microBatches())),
                         withCommas(e.pipelineMessageBytes).c_str());
-  if (system.launchGap > 0)
+  const RuntimeSpec &runtime = system.runtime;
+  if (runtime.launchGap > 0)
     part("  host gaps", p.host) << llvm::format(
-        "  (%.1f us a launch, %s)\n", system.launchGap * 1e6,
-        system.graphs ? "passes without collectives replayed as graphs" : "no graphs");
+        "  (%.1f us a launch, %s)\n", runtime.launchGap * 1e6,
+        runtime.graphs ? "passes without collectives replayed as graphs" : "no graphs");
   part("  gradient reduction", p.gradients)
-      << "  (" << withCommas(e.gradientBytes) << " bytes sent; not overlapped)\n";
+      << "  (" << withCommas(e.gradientBytes) << " bytes sent; "
+      << (p.overlapped > 0 ? llvm::formatv("{0:F4} s more overlapped", p.overlapped).str()
+                           : std::string("not overlapped"))
+      << ")\n";
   part("  optimizer", p.optimizer) << "  (Adam, memory-bound)\n";
   row("model FLOPs/step") << withCommas(e.modelFlops) << "\n";
   row("throughput") << llvm::format(

@@ -19,8 +19,9 @@ namespace {
 /// nobody reads (a misspelling) is refused by its path.
 class Fields {
 public:
-  Fields(const llvm::json::Object &object, std::string path, std::string &error)
-      : object_(object), path_(std::move(path)), error_(error) {}
+  Fields(const llvm::json::Object &object, std::string path, std::string &error,
+         const char *kind = "a system description")
+      : object_(object), path_(std::move(path)), error_(error), kind_(kind) {}
 
   std::string where(llvm::StringRef key) const {
     return path_.empty() ? key.str() : path_ + "." + key.str();
@@ -103,14 +104,14 @@ public:
     const llvm::json::Object *o = v->getAsObject();
     if (!o)
       return fail(key, "must be an object");
-    Fields inner(*o, where(key), error_);
+    Fields inner(*o, where(key), error_, kind_);
     return body(inner) && inner.done();
   }
   /// Every field was read.
   bool done() {
     for (const auto &entry : object_)
       if (!read_.contains(entry.first))
-        return fail(entry.first, "is not a field of a system description");
+        return fail(entry.first, std::string("is not a field of ") + kind_);
     return true;
   }
 
@@ -119,6 +120,7 @@ private:
   std::string path_;
   std::string &error_;
   llvm::StringSet<> read_;
+  const char *kind_;
 };
 
 /// A family's rate: {"tflops": X} or {"gbs": X}, achieved.
@@ -139,6 +141,35 @@ bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
     out[family.str()] = rate;
   }
   return true;
+}
+
+/// Where each constant comes from: free text by field, required for none of them.
+bool readSources(Fields &f) {
+  if (!f.has("sources"))
+    return true;
+  const llvm::json::Object *sources = f.get("sources")->getAsObject();
+  if (!sources)
+    return f.fail("sources", "must be an object of strings");
+  for (const auto &entry : *sources)
+    if (!entry.second.getAsString())
+      return f.fail("sources",
+                    "must be an object of strings ('" + entry.first.str() + "' is not a string)");
+  return true;
+}
+
+/// A runtime's fields, each optional: one absent keeps its value.
+bool readRuntime(Fields &f, RuntimeSpec &r) {
+  const std::pair<const char *, bool *> flags[] = {
+      {"cuda_graphs", &r.graphs},
+      {"overlap_gradient_reduction", &r.overlapGradientReduction},
+      {"overlap_parameter_gather", &r.overlapParameterGather},
+      {"pipeline_scatter_gather", &r.pipelineScatterGather}};
+  for (auto [key, value] : flags)
+    if (f.has(key) && !f.flag(key, *value))
+      return false;
+  return (!f.has("name") || f.string("name", r.name)) &&
+         (!f.has("launch_gap_us") ||
+          f.number("launch_gap_us", 1e-6, r.launchGap, /*zeroAllowed=*/true));
 }
 
 bool readLink(Fields &f, Link &link) {
@@ -218,27 +249,53 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
   if (ok && root->get("kernels"))
     ok = f.object("kernels", [&](Fields &k) { return readKernels(k, s.kernels); });
   if (ok && root->get("runtime"))
-    ok = f.object("runtime", [&](Fields &r) {
-      return r.flag("cuda_graphs", s.graphs) &&
-             r.number("launch_gap_us", 1e-6, s.launchGap, /*zeroAllowed=*/true);
-    });
-  // Where each constant comes from: free text by field, required for none of them.
-  if (ok && root->get("sources")) {
-    const llvm::json::Value *sources = f.get("sources");
-    if (!sources->getAsObject())
-      ok = f.fail("sources", "must be an object of strings");
-    else
-      for (const auto &entry : *sources->getAsObject())
-        if (!entry.second.getAsString()) {
-          ok = f.fail("sources", "must be an object of strings ('" + entry.first.str() +
-                                     "' is not a string)");
-          break;
-        }
-  }
-  if (!ok || !f.done())
+    ok = f.object("runtime", [&](Fields &r) { return readRuntime(r, s.runtime); });
+  if (!ok || !readSources(f) || !f.done())
     return false;
   out = s;
   return true;
+}
+
+bool RuntimeSpec::parse(llvm::StringRef text, RuntimeSpec &out, std::string &error) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json) {
+    error = "not JSON: " + llvm::toString(json.takeError());
+    return false;
+  }
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root) {
+    error = "not a JSON object";
+    return false;
+  }
+  RuntimeSpec r = out;
+  Fields f(*root, "", error, "a runtime description");
+  if (!readRuntime(f, r) || !readSources(f) || !f.done())
+    return false;
+  out = r;
+  return true;
+}
+
+bool RuntimeSpec::load(const std::string &path, RuntimeSpec &out, std::string &error) {
+  std::string text;
+  if (::mt::Status s =
+          ::mt::readRegularFile(path, ::mt::limits::kConfigBytes, "a runtime file", text);
+      !s.ok()) {
+    error = s.message();
+    return false;
+  }
+  if (!parse(text, out, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+std::string runtimePath(const std::string &nameOrPath) {
+  if (llvm::sys::fs::exists(nameOrPath))
+    return nameOrPath;
+  llvm::SmallString<256> path(MTC_SYSTEMS_DIR);
+  llvm::sys::path::append(path, "runtimes", nameOrPath + ".json");
+  return std::string(path);
 }
 
 bool SystemSpec::load(const std::string &path, SystemSpec &out, std::string &error) {
@@ -265,11 +322,12 @@ std::string systemPath(const std::string &nameOrPath) {
   return std::string(path);
 }
 
-std::string systemNames() {
+namespace {
+/// The names of DIR/*.json, comma-separated.
+std::string jsonNames(llvm::StringRef dir) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (llvm::sys::fs::directory_iterator it(MTC_SYSTEMS_DIR, ec), end; it != end && !ec;
-       it.increment(ec))
+  for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec))
     if (llvm::sys::path::extension(it->path()) == ".json")
       names.push_back(llvm::sys::path::stem(it->path()).str());
   std::sort(names.begin(), names.end());
@@ -277,6 +335,15 @@ std::string systemNames() {
   for (const std::string &n : names)
     list += (list.empty() ? "" : ", ") + n;
   return list;
+}
+} // namespace
+
+std::string systemNames() { return jsonNames(MTC_SYSTEMS_DIR); }
+
+std::string runtimeNames() {
+  llvm::SmallString<256> dir(MTC_SYSTEMS_DIR);
+  llvm::sys::path::append(dir, "runtimes");
+  return jsonNames(dir);
 }
 
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,

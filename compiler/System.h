@@ -33,6 +33,38 @@ constexpr const char *kZeroGradients = "zero gradients";
 constexpr const char *kGradientNorm = "gradient norm";
 constexpr const char *kOptimizer = "optimizer";
 
+/// The software that runs the step: how it launches kernels and what it overlaps. The
+/// default is none of it: every collective waits for the kernels before it, and the
+/// kernels for it.
+struct RuntimeSpec {
+  std::string name = "no overlap";
+  /// Kernels launched one by one, the device waiting `launchGap` seconds of host time
+  /// for each; with `graphs`, a pass without collectives is one recorded graph, a single
+  /// launch per micro-batch.
+  bool graphs = false;
+  double launchGap = 0;
+  /// The data-parallel gradient reduction, bucket by bucket, during the last micro-batch's
+  /// backward (Megatron-Core's --overlap-grad-reduce): what backward cannot hide, and at
+  /// least the last bucket, is exposed.
+  bool overlapGradientReduction = false;
+  /// The distributed optimizer's all-gather of the updated weights during the next
+  /// step's first forward (--overlap-param-gather): at least the first bucket is exposed.
+  bool overlapParameterGather = false;
+  /// A pipeline message under tensor parallelism sent as tp pieces, one per rank, then
+  /// all-gathered within the node (Megatron's scatter/gather optimisation).
+  bool pipelineScatterGather = false;
+
+  /// Reads a runtime's fields from a system file's `runtime` or a runtime file
+  /// (systems/runtimes/*.json); a field absent keeps its value.
+  static bool parse(llvm::StringRef text, RuntimeSpec &out, std::string &error);
+  static bool load(const std::string &path, RuntimeSpec &out, std::string &error);
+};
+
+/// The file `--runtime` names: a path, or the name of one of systems/runtimes/*.json.
+std::string runtimePath(const std::string &nameOrPath);
+/// The names of systems/runtimes/*.json, comma-separated.
+std::string runtimeNames();
+
 struct SystemSpec {
   std::string name;
   int64_t gpusPerNode = 0;
@@ -50,11 +82,7 @@ struct SystemSpec {
   Link intraNode, interNode;
   /// Calibrated families; a family not here is costed by the peaks and efficiencies.
   std::map<std::string, KernelRate> kernels;
-  /// How the runtime issues kernels: one by one, the device waiting `launchGap` seconds
-  /// of host time for each; or, with `graphs`, a pass without collectives as one recorded
-  /// graph, a single launch per micro-batch.
-  bool graphs = false;
-  double launchGap = 0;
+  RuntimeSpec runtime;
 
   /// The HBM a plan's arena and stores may take: the capacity less the reserve.
   int64_t planBytes() const { return memoryBytes - reservedBytes; }

@@ -127,7 +127,7 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
   # the measure on whichever the benchmark finds.
   estimates=()
   for system in dgx-h100 dgx-h200; do
-    "$build/tools/mtc" estimate "models/$model.mlir" --system "$system" --gpus 1 --bf16 \
+    "$build/tools/mtc" estimate "models/$model.mlir" --system "$system" --runtime mtrun --gpus 1 --bf16 \
       --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
       --attention-dropout "$attention_dropout" --json \
       >"$out/plans/bench/$model.$system.estimate.json"
@@ -146,7 +146,7 @@ done
   --global-batch-size 4 --attention-dropout "$attention_dropout" \
   -o "$out/plans/calibrate/gpt2-350m.mtp" >/dev/null
 for system in dgx-h100 dgx-h200; do
-  "$build/tools/mtc" estimate models/gpt2-350m.mlir --system "$system" --gpus 1 --bf16 \
+  "$build/tools/mtc" estimate models/gpt2-350m.mlir --system "$system" --runtime mtrun --gpus 1 --bf16 \
     --seq-length 1024 --micro-batch-size 4 --global-batch-size 4 \
     --attention-dropout "$attention_dropout" --json >"$out/plans/calibrate/gpt2-350m.$system.estimate.json"
 done

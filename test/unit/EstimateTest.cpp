@@ -168,7 +168,7 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
   EXPECT_TRUE(e.modelFlops == decoderModelFlops(g, 16, 32));
   const StepEstimate::Parts &p = e.parts;
   EXPECT_NEAR(p.forward + p.backward + p.recompute + p.tensorParallel + p.sequenceParallel +
-                  p.pipeline + p.gradients + p.optimizer,
+                  p.host + p.pipeline + p.gradients + p.optimizer,
               e.iteration, 1e-12);
   EXPECT_GT(p.pipeline, 0.0);
   EXPECT_GT(p.sequenceParallel, 0.0);
@@ -264,6 +264,76 @@ TEST_F(LoweredTest, GeluEpiloguesCostWhatTheCudaBackendRuns) {
       EXPECT_LT(kernelSeconds(ops[5], s), backwardPair - 3e-6);
     }
   }
+}
+
+} // namespace
+
+namespace {
+
+// A runtime that overlaps the data-parallel reduction with the last micro-batch's backward
+// hides min(all but a bucket, that backward) of it, and nothing else changes. gpt-tiny's
+// 134,912 fp32 gradients (539,648 bytes) in buckets of 65,536 bytes: 8 whole and one of
+// 15,360, over 2 ranks of a node. The distributed optimizer's gather of the bf16 weights
+// (269,824 bytes) likewise behind the first forward, in buckets of 32,768 weights' bytes
+// (where it does not overlap it, in one piece).
+TEST_F(LoweredTest, AnOverlappedReductionHidesAllButABucketBehindBackward) {
+  SystemSpec s = a100();
+  StepLayout l;
+  l.options.microBatchSize = 1;
+  l.options.globalBatchSize = 8;
+  l.options.dp = 2;
+  l.options.precision = "bf16";
+  l.bucketBytes = 65536;
+  const Link &link = s.intraNode;
+  const double bucket = collectiveSeconds(Collective::AllReduce, 65536, 2, link);
+  const double all = 8 * bucket + collectiveSeconds(Collective::AllReduce, 15360, 2, link);
+  const StepEstimate plain = estimate(l, s);
+  s.runtime.overlapGradientReduction = true;
+  const StepEstimate overlapped = estimate(l, s);
+  const double backward = plain.parts.backward / 4; // one micro-batch's, of 4
+  EXPECT_NEAR(overlapped.parts.overlapped, std::min(all - bucket, backward), 1e-15);
+  EXPECT_NEAR(overlapped.parts.gradients + overlapped.parts.overlapped, plain.parts.gradients,
+              1e-15);
+  EXPECT_NEAR(overlapped.iteration, plain.iteration - overlapped.parts.overlapped, 1e-15);
+  EXPECT_EQ(plain.parts.overlapped, 0.0);
+
+  l.distributedOptimizer = true;
+  s.runtime = RuntimeSpec();
+  const StepEstimate sharded = estimate(l, s);
+  s.runtime.overlapParameterGather = true;
+  const StepEstimate gathered = estimate(l, s);
+  // Unoverlapped, one gather; overlapped, in pieces (each with its latency).
+  const double whole = collectiveSeconds(Collective::AllGather, 269824, 2, link);
+  const double piece = collectiveSeconds(Collective::AllGather, 32768, 2, link);
+  const double gather = 8 * piece + collectiveSeconds(Collective::AllGather, 7680, 2, link);
+  const double exposed = std::max(piece, gather - sharded.parts.forward / 4);
+  EXPECT_NEAR(gathered.parts.overlapped, gather - exposed, 1e-15);
+  EXPECT_NEAR(gathered.parts.gradients, sharded.parts.gradients - whole + exposed, 1e-15);
+  EXPECT_NEAR(gathered.iteration, sharded.iteration - whole + exposed, 1e-15);
+}
+
+// A pipeline message scattered over tp ranks crosses the network in tp shares and is
+// gathered over NVLink: worth it for a large message between nodes, not for a small one.
+TEST(CostModel, AScatteredPipelineMessageSendsAShareAndGathersIt) {
+  SystemSpec s = a100();
+  StepLayout l;
+  l.options.tp = 4;
+  l.options.pp = 4;
+  Placement p{s.intraNode, s.intraNode, s.interNode};
+  const int64_t bytes = 1 << 24;
+  EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
+                   bytes / s.interNode.bandwidth + s.interNode.latency);
+  s.runtime.pipelineScatterGather = true;
+  EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
+                   bytes / 4 / s.interNode.bandwidth + s.interNode.latency +
+                       3.0 * bytes / 4 / s.intraNode.bandwidth + 3 * s.intraNode.latency);
+  EXPECT_LT(pipelineMessageSeconds(s, l, p, bytes),
+            bytes / s.interNode.bandwidth + s.interNode.latency);
+  EXPECT_GT(pipelineMessageSeconds(s, l, p, 1024),
+            1024 / s.interNode.bandwidth + s.interNode.latency);
+  l.options.tp = 1; // nothing to scatter over
+  EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
+                   bytes / s.interNode.bandwidth + s.interNode.latency);
 }
 
 } // namespace

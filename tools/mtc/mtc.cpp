@@ -37,9 +37,9 @@ constexpr const char *kUsage = R"(usage:
               [--no-gradient-accumulation-fusion] [--no-norm-grad-add-fusion]
               [--emit-mlir FILE] [--print-ir-after-all]
 
-  mtc estimate MODEL --system S --gpus N [the layout flags of compile] [--train-tokens T]
-              [--json] [--explain]
-  mtc tune MODEL --system S --gpus N --global-batch-size B [--top K] [--json]
+  mtc estimate MODEL --system S [--runtime R] --gpus N [the layout flags of compile]
+              [--train-tokens T] [--json] [--explain]
+  mtc tune MODEL --system S [--runtime R] --gpus N --global-batch-size B [--top K] [--json]
               [--seq-length S] [--precision P | --bf16 | --fp16]
               [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
               [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
@@ -89,12 +89,12 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
     return flags;
   };
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
-      {"estimate", with(layoutValues, {"system", "gpus", "train-tokens"})},
+      {"estimate", with(layoutValues, {"system", "runtime", "gpus", "train-tokens"})},
       {"tune",
-       {"system", "gpus", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-        "precision", "tp", "pp", "vpp", "micro-batch-size", "recompute", "max-tp",
-        "max-micro-batch-size", "ddp-bucket-size", "top", "attention-dropout",
-        "hidden-dropout"}},
+       {"system", "runtime", "gpus", "global-batch-size", "seq-length",
+        "make-vocab-size-divisible-by", "precision", "tp", "pp", "vpp", "micro-batch-size",
+        "recompute", "max-tp", "max-micro-batch-size", "ddp-bucket-size", "top",
+        "attention-dropout", "hidden-dropout"}},
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
