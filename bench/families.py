@@ -11,9 +11,11 @@ gives the same families for the same plan, with the FLOPs and bytes of each.
       unless every family the profile times at --min-ms or more is estimated within PCT%.
   families.py calibrate PROFILE.log ESTIMATE.json --system BASE.json --source TEXT -o OUT
                         [--eager-step-seconds S]
-      writes BASE with a `kernels` section: each family's achieved rate, FLOPs over
-      time where the estimate counts FLOPs (linears, fused attention) and else bytes
-      over time, each with TEXT as its source. Families the profile times below
+      writes BASE with a `kernels` section: for families of matrix products (linears,
+      fused attention) the estimate's time over the measured, an efficiency that keeps
+      the model's tiles and waves for other shapes; for the rest the bytes moved over
+      the time; each with TEXT as its source. ESTIMATE must come from BASE as it is
+      (its families not yet calibrated). Families the profile times below
       --min-ms per step are left out (their time is mostly rounding). With the step's
       time when run kernel by kernel (S), a `runtime` section too: CUDA graphs, as mtrun
       records them, and the host's gap per launch, (S - the profile's device time) over
@@ -105,8 +107,8 @@ def calibrate(args):
         e = families.get(name)
         if e is None or seconds * 1e3 < args.min_ms or runs != round(e["runs"]):
             continue
-        if e["flops"] > 0:
-            kernels[name] = {"tflops": float(f"{e['flops'] / seconds / 1e12:.6g}")}
+        if e["flops"] > 0:  # the model's time over the measured: waves of tiles kept
+            kernels[name] = {"efficiency": float(f"{e['seconds'] / seconds:.6g}")}
         elif e["bytes"] > 0:
             kernels[name] = {"gbs": float(f"{e['bytes'] / seconds / 1e9:.6g}")}
         else:

@@ -26,18 +26,26 @@ llvm::StringRef computeType(Type type) {
   return "f32";
 }
 
-/// Seconds of a run of `family` from its calibrated rate, where the system has one, else
-/// the memory-bound roofline with the kernel overhead.
-double familySeconds(const SystemSpec &system, const std::string &family, double flops,
-                     int64_t bytes) {
+/// Seconds of a run of `family` as the system calibrates it, given the model's own
+/// `seconds` (the peaks and efficiencies): the run's FLOPs or bytes at the family's rate,
+/// or the model's time over the family's efficiency; the model's time where the system
+/// calibrates no such family.
+double calibrated(const SystemSpec &system, const std::string &family, double flops, int64_t bytes,
+                  double seconds) {
   auto it = system.kernels.find(family);
-  if (it != system.kernels.end()) {
-    if (it->second.flops > 0 && flops > 0)
-      return flops / it->second.flops;
-    if (it->second.bytes > 0)
-      return static_cast<double>(bytes) / it->second.bytes;
-  }
-  return system.kernelOverhead + memorySeconds(system, bytes);
+  if (it == system.kernels.end())
+    return seconds;
+  const KernelRate &rate = it->second;
+  if (rate.efficiency > 0)
+    return seconds / rate.efficiency;
+  if (rate.flops > 0 && flops > 0)
+    return flops / rate.flops;
+  return rate.bytes > 0 ? static_cast<double>(bytes) / rate.bytes : seconds;
+}
+
+/// Seconds of a memory-bound kernel of `family` moving `bytes`.
+double familySeconds(const SystemSpec &system, const std::string &family, int64_t bytes) {
+  return calibrated(system, family, 0, bytes, system.kernelOverhead + memorySeconds(system, bytes));
 }
 
 /// A group whose ranks lie in blocks of `span` consecutive ranks (of `world`) stays on
@@ -167,7 +175,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
       return; // parameters, gradients' homes, returns: no kernel
     const int64_t moved = grad ? 3 * mlir::mt::tensorBytes(grad.getGrad().getType())
                                : mlir::mt::defaultBytesMoved(op);
-    const double seconds = familySeconds(system, family, 0, moved);
+    const double seconds = familySeconds(system, family, moved);
     pass.compute += seconds;
     record(seconds, 0, static_cast<double>(moved));
     return;
@@ -267,7 +275,7 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
   // into the compute copy.
   const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
   auto part = [&](const char *family, int64_t bytes) {
-    const double seconds = familySeconds(system, family, 0, bytes);
+    const double seconds = familySeconds(system, family, bytes);
     tail.optimizer += seconds;
     tail.families[family].add({1, seconds, 0, static_cast<double>(bytes)});
   };
@@ -308,12 +316,12 @@ double profileFlops(Operation *op) {
   return flops;
 }
 
-double kernelSeconds(Operation *op, const SystemSpec &system) {
-  auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
-  if (!cost)
-    return 0;
-  if (const std::string family = familyOf(op); system.kernels.count(family))
-    return familySeconds(system, family, profileFlops(op), cost.getBytesMoved());
+namespace {
+
+/// A kernel's seconds by the peaks and efficiencies: its matrix products or its bytes,
+/// whichever is longer, plus the kernel overhead.
+double modelSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
+  Operation *op = cost.getOperation();
   const double product = productSeconds(cost, system);
   // In f32 the CUDA backend runs a GELU epilogue as the pair (CudaBackend.cu, gemm): the
   // GEMM stores its product, then GELU's kernel reads it (and the pre-activation).
@@ -326,6 +334,16 @@ double kernelSeconds(Operation *op, const SystemSpec &system) {
            memorySeconds(system, (forward ? 2 : 3) * t);
   }
   return system.kernelOverhead + std::max(product, memorySeconds(system, cost.getBytesMoved()));
+}
+
+} // namespace
+
+double kernelSeconds(Operation *op, const SystemSpec &system) {
+  auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
+  if (!cost)
+    return 0;
+  return calibrated(system, familyOf(op), profileFlops(op), cost.getBytesMoved(),
+                    modelSeconds(cost, system));
 }
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {

@@ -123,7 +123,8 @@ private:
   const char *kind_;
 };
 
-/// A family's rate: {"tflops": X} or {"gbs": X}, achieved.
+/// A family's rate: {"tflops": X} or {"gbs": X}, achieved, or {"efficiency": X} of the
+/// model's time.
 bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
   for (llvm::StringRef family : f.keys()) {
     const bool part = family == kZeroGradients || family == kGradientNorm || family == kOptimizer;
@@ -132,10 +133,12 @@ bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
                                 "', '" + kGradientNorm + "', '" + kOptimizer + "'");
     KernelRate rate;
     if (!f.object(family, [&](Fields &r) {
-          if (r.has("tflops") == r.has("gbs"))
-            return r.fail("tflops", "or 'gbs' must be given, not both");
+          const int given = r.has("tflops") + r.has("gbs") + r.has("efficiency");
+          if (given != 1)
+            return r.fail("tflops", "or 'gbs' or 'efficiency' must be given, one of them");
           return r.has("tflops") ? r.number("tflops", 1e12, rate.flops)
-                                 : r.number("gbs", 1e9, rate.bytes);
+                 : r.has("gbs")  ? r.number("gbs", 1e9, rate.bytes)
+                                 : r.number("efficiency", 1, rate.efficiency);
         }))
       return false;
     out[family.str()] = rate;
