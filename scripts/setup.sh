@@ -10,6 +10,7 @@ packages=(
   libgtest-dev                                             # C++ unit tests
   libopenmpi-dev openmpi-bin                               # CPU communicator, launcher
   libopenblas-dev                                          # CPU GEMMs
+  libsleef-dev                                             # CPU vectorised tanh, erf, exp
   libsentencepiece-dev sentencepiece                       # tokenizer for mtdata
   libpcre2-dev                                             # byte-level BPE's patterns
   librandom123-dev                                         # counter-based RNG (Philox)

@@ -3,10 +3,11 @@
 // other backends and every parallel layout are checked against, so it favours clarity
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
-#include "core/SharedMath.h"
+#include "backends/cpu/VectorMath.h"
 #include "core/DType.h"
 #include "core/Half.h"
 #include "core/Rng.h"
+#include "core/SharedMath.h"
 #include "plan/Opcodes.h"
 
 #include <cblas.h>
@@ -19,6 +20,7 @@
 #include <limits>
 #include <new>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 namespace mt {
@@ -31,6 +33,8 @@ using plan::Opcode;
 /// the machine is oversubscribed (ranks, or tests, sharing its cores). Each element is
 /// computed alike either way.
 constexpr int64_t kParallelElements = int64_t{1} << 15;
+/// The pieces vectorised elementwise work is cut into for the threads.
+constexpr int64_t kPiece = 4096;
 
 /// Token ids and targets are i32 or i64 tensors.
 int64_t indexAt(const TensorView &t, int64_t i) {
@@ -295,19 +299,39 @@ template <typename T> struct Kernels {
       ptr(into)[i] += ptr(g)[i];
   }
 
+  /// `body(begin, count)` over n elements in pieces of kPiece, on the threads when n is
+  /// large: the f32 math of backends/cpu/VectorMath.h gives the same bits however n is cut.
+  template <typename Body> static void pieces(int64_t n, Body body) {
+    const int64_t count = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t p = 0; p < count; ++p)
+      body(p * kPiece, std::min(kPiece, n - p * kPiece));
+  }
+
   // Activations (core/SharedMath.h): elementwise math runs in T, as the result is
-  // stored in T anyway.
+  // stored in T anyway; in f32 vectorised (VectorMath.h), in f64 element by element.
   template <typename F> static void activation(F f, const TensorView &x, const TensorView &out) {
+    if constexpr (std::is_same_v<T, float>) {
+      pieces(out.numel(),
+             [&](int64_t b, int64_t m) { cpu::values(f, ptr(x) + b, ptr(out) + b, m); });
+    } else {
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
-    for (int64_t i = 0; i < out.numel(); ++i)
-      ptr(out)[i] = f.value(ptr(x)[i]);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        ptr(out)[i] = f.value(ptr(x)[i]);
+    }
   }
   template <typename F>
   static void activationGrad(F f, const TensorView &dy, const TensorView &x,
                              const TensorView &dx) {
+    if constexpr (std::is_same_v<T, float>) {
+      pieces(dx.numel(), [&](int64_t b, int64_t m) {
+        cpu::gradients(f, ptr(dy) + b, ptr(x) + b, ptr(dx) + b, m);
+      });
+    } else {
 #pragma omp parallel for schedule(static) if (dx.numel() >= kParallelElements)
-    for (int64_t i = 0; i < dx.numel(); ++i)
-      ptr(dx)[i] = ptr(dy)[i] * f.derivative(ptr(x)[i]);
+      for (int64_t i = 0; i < dx.numel(); ++i)
+        ptr(dx)[i] = ptr(dy)[i] * f.derivative(ptr(x)[i]);
+    }
   }
 
   /// The fused QKV's query and key heads turned by position (core/SharedMath.h: Rope).
@@ -340,17 +364,29 @@ template <typename T> struct Kernels {
   }
 
   static void swiglu(const TensorView &gate, const TensorView &up, const TensorView &out) {
+    if constexpr (std::is_same_v<T, float>) {
+      pieces(out.numel(), [&](int64_t b, int64_t m) {
+        cpu::swiglu(ptr(gate) + b, ptr(up) + b, ptr(out) + b, m);
+      });
+    } else {
 #pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
-    for (int64_t i = 0; i < out.numel(); ++i)
-      ptr(out)[i] = Swiglu::value(ptr(gate)[i], ptr(up)[i]);
+      for (int64_t i = 0; i < out.numel(); ++i)
+        ptr(out)[i] = Swiglu::value(ptr(gate)[i], ptr(up)[i]);
+    }
   }
   static void swigluGrad(const TensorView &dy, const TensorView &gate, const TensorView &up,
                          const TensorView &dgate, const TensorView &dup) {
+    if constexpr (std::is_same_v<T, float>) {
+      pieces(dy.numel(), [&](int64_t b, int64_t m) {
+        cpu::swigluGrad(ptr(dy) + b, ptr(gate) + b, ptr(up) + b, ptr(dgate) + b, ptr(dup) + b, m);
+      });
+    } else {
 #pragma omp parallel for schedule(static) if (dy.numel() >= kParallelElements)
-    for (int64_t i = 0; i < dy.numel(); ++i) {
-      const T g = ptr(dy)[i], a = ptr(gate)[i];
-      ptr(dgate)[i] = Swiglu::gateGrad(g, a, ptr(up)[i]);
-      ptr(dup)[i] = Swiglu::upGrad(g, a);
+      for (int64_t i = 0; i < dy.numel(); ++i) {
+        const T g = ptr(dy)[i], a = ptr(gate)[i];
+        ptr(dgate)[i] = Swiglu::gateGrad(g, a, ptr(up)[i]);
+        ptr(dup)[i] = Swiglu::upGrad(g, a);
+      }
     }
   }
 

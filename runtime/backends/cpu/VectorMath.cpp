@@ -1,0 +1,147 @@
+#include "backends/cpu/VectorMath.h"
+
+#include <sleef.h>
+
+#include <algorithm>
+
+namespace mt::cpu {
+namespace avx { // VectorMathAvx.cpp: the elements done, a multiple of 8
+int64_t tanhOf(const float *x, float *y, int64_t n);
+int64_t erfOf(const float *x, float *y, int64_t n);
+int64_t expOf(const float *x, float *y, int64_t n);
+} // namespace avx
+namespace {
+
+// SLEEF's deterministic functions by width: AVX where the machine has it
+// (VectorMathAvx.cpp), else SSE2 (every x86-64 has it), the scalar one for what is left
+// over; elsewhere the scalar one. All three give the same bits.
+#if defined(__x86_64__)
+const bool kAvx = __builtin_cpu_supports("avx");
+#define MT_SLEEF(name)                                                                         \
+  int64_t i = kAvx ? avx::name##Of(x, y, n) : 0;                                               \
+  for (; i + 4 <= n; i += 4)                                                                   \
+    _mm_storeu_ps(y + i, Sleef_cinz_##name##f4_u10sse2(_mm_loadu_ps(x + i)));                  \
+  for (; i < n; ++i)                                                                           \
+    y[i] = Sleef_cinz_##name##f1_u10purec(x[i]);
+#else
+#define MT_SLEEF(name)                                                                         \
+  for (int64_t i = 0; i < n; ++i)                                                              \
+    y[i] = Sleef_cinz_##name##f1_u10purec(x[i]);
+#endif
+
+/// Blocks of a few hundred elements: the transcendental runs over a block at a time.
+constexpr int64_t kBlock = 256;
+
+/// `body(begin, count, t)` for each block of n, with t a block of scratch.
+template <typename Body> void blocks(int64_t n, Body body) {
+  float t[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock)
+    body(b, std::min(kBlock, n - b), t);
+}
+
+// The constants of core/SharedMath.h, rounded to f32 as its templates round them.
+const float kHalfSqrt2 = static_cast<float>(0.70710678118654752440);   // 1/√2
+const float kSqrt2OverPi = static_cast<float>(0.79788456080286535588); // √(2/π)
+const float kCubic = static_cast<float>(0.044715);
+const float kInvSqrt2Pi = static_cast<float>(0.39894228040143267794); // 1/√(2π)
+
+} // namespace
+
+void tanhOf(const float *x, float *y, int64_t n) { MT_SLEEF(tanh) }
+void erfOf(const float *x, float *y, int64_t n) { MT_SLEEF(erf) }
+void expOf(const float *x, float *y, int64_t n) { MT_SLEEF(exp) }
+#undef MT_SLEEF
+
+void values(const Gelu &f, const float *x, float *y, int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    const float *v = x + b;
+    if (f.exact) {
+      for (int64_t i = 0; i < m; ++i)
+        t[i] = v[i] * kHalfSqrt2;
+      erfOf(t, t, m);
+    } else {
+      for (int64_t i = 0; i < m; ++i)
+        t[i] = kSqrt2OverPi * (v[i] + kCubic * v[i] * v[i] * v[i]);
+      tanhOf(t, t, m);
+    }
+    for (int64_t i = 0; i < m; ++i)
+      y[b + i] = 0.5f * v[i] * (1.0f + t[i]);
+  });
+}
+
+void gradients(const Gelu &f, const float *dy, const float *x, float *dx, int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    const float *v = x + b;
+    if (f.exact) {
+      float e[kBlock];
+      for (int64_t i = 0; i < m; ++i) {
+        t[i] = v[i] * kHalfSqrt2;
+        e[i] = -0.5f * v[i] * v[i];
+      }
+      erfOf(t, t, m);
+      expOf(e, e, m);
+      for (int64_t i = 0; i < m; ++i) {
+        const float cdf = 0.5f * (1.0f + t[i]);
+        dx[b + i] = dy[b + i] * (cdf + v[i] * e[i] * kInvSqrt2Pi);
+      }
+      return;
+    }
+    for (int64_t i = 0; i < m; ++i)
+      t[i] = kSqrt2OverPi * (v[i] + kCubic * v[i] * v[i] * v[i]);
+    tanhOf(t, t, m);
+    for (int64_t i = 0; i < m; ++i)
+      dx[b + i] = dy[b + i] * (0.5f * (1.0f + t[i]) + 0.5f * v[i] * (1.0f - t[i] * t[i]) *
+                                                           kSqrt2OverPi *
+                                                           (1.0f + 3.0f * kCubic * v[i] * v[i]));
+  });
+}
+
+namespace {
+/// σ(x) over a block, as SharedMath's Silu computes it: 1 / (1 + exp(−x)).
+void sigmoids(const float *x, float *s, int64_t m) {
+  for (int64_t i = 0; i < m; ++i)
+    s[i] = -x[i];
+  expOf(s, s, m);
+}
+} // namespace
+
+void values(const Silu &, const float *x, float *y, int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    sigmoids(x + b, t, m); // t = exp(−x)
+    for (int64_t i = 0; i < m; ++i)
+      y[b + i] = x[b + i] / (1.0f + t[i]);
+  });
+}
+
+void gradients(const Silu &, const float *dy, const float *x, float *dx, int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    sigmoids(x + b, t, m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float s = 1.0f / (1.0f + t[i]);
+      dx[b + i] = dy[b + i] * (s * (1.0f + x[b + i] * (1.0f - s)));
+    }
+  });
+}
+
+void swiglu(const float *gate, const float *up, float *out, int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    sigmoids(gate + b, t, m);
+    for (int64_t i = 0; i < m; ++i)
+      out[b + i] = gate[b + i] / (1.0f + t[i]) * up[b + i];
+  });
+}
+
+void swigluGrad(const float *dy, const float *gate, const float *up, float *dgate, float *dup,
+                int64_t n) {
+  blocks(n, [&](int64_t b, int64_t m, float *t) {
+    sigmoids(gate + b, t, m);
+    for (int64_t i = 0; i < m; ++i) {
+      const float g = gate[b + i], s = 1.0f / (1.0f + t[i]);
+      const float dyi = dy[b + i], upi = up[b + i];
+      dgate[b + i] = dyi * upi * (s * (1.0f + g * (1.0f - s)));
+      dup[b + i] = dyi * (g / (1.0f + t[i]));
+    }
+  });
+}
+
+} // namespace mt::cpu
