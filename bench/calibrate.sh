@@ -2,10 +2,10 @@
 # On one GPU: the micro-benchmarks behind `mtc estimate`'s constants (bench/calibrate.cu),
 # and the system file they make: SYSTEM.json with the GPU's measured GEMM efficiency,
 # streaming-memory efficiency and kernel overhead in place of the specification's; then,
-# from the bundle's calibration model (GPT-2 350M, plans/calibrate), each kernel family's
-# achieved rate under `mtrun --profile` (bench/families.py: `kernels`) and the host's gap
-# per launch when kernels are launched one by one (`runtime`). Each field's source names
-# this command, the GPU and the date.
+# from the bundle's calibration model (GPT-2 350M, plans/calibrate), OUT's name with
+# .families.json: SYSTEM with each kernel family's achieved rate under `mtrun --profile`
+# (bench/families.py: `kernels`) and the host's gap per launch when kernels are launched
+# one by one (`runtime`). Each field's source names this command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
 #     OUT     where to write (default: SYSTEM's name with -measured.json); the raw
@@ -57,7 +57,9 @@ MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$plan" --backend cuda --data "$work/toke
   --lr 1e-4 --profile >"$work/calibrate-profile.log"
 cp "$work/calibrate-profile.log" "${out%.json}.profile.log"
 rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/calibrate-eager.log" | tail -1)
-python3 "$here/families.py" calibrate "$work/calibrate-profile.log" "$estimate" --system "$out" \
+# Against the description the bundle's estimate was made from (an efficiency is relative
+# to its model), into a file of its own.
+python3 "$here/families.py" calibrate "$work/calibrate-profile.log" "$estimate" --system "$system" \
   --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
   --source "mtrun --profile of GPT-2 350M (bf16, s1024, micro-batch 4; bench/calibrate.sh) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)" \
-  -o "$out"
+  -o "${out%.json}.families.json"

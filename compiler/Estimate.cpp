@@ -141,6 +141,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     if (family.empty())
       return;
     ++pass.launches;
+    pass.queue.launch(system.runtime.launchGap, seconds);
     pass.families[family].add({1, seconds, flops, bytes});
   };
   if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
@@ -193,12 +194,12 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   }
 }
 
-/// The device waiting for the host: a gap per kernel launched one by one; one launch per
-/// micro-batch for a pass the runtime records as a graph (mtrun records a program without
-/// collectives).
+/// The device waiting for the host: as the launch queue has it for kernels launched one by
+/// one; for a pass the runtime records as a graph (mtrun records a program without
+/// collectives), one launch per micro-batch.
 void addHostGaps(const SystemSpec &system, PassCost &pass) {
   const bool recorded = system.runtime.graphs && !pass.collectives;
-  pass.host = system.runtime.launchGap * static_cast<double>(recorded ? 1 : pass.launches);
+  pass.host = recorded ? system.runtime.launchGap : pass.queue.waiting();
 }
 
 /// What a stage's rank spends after its last backward (mtrun's GradSync and
@@ -394,8 +395,9 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
 
 double pipelineMessageSeconds(const SystemSpec &system, const StepLayout &layout,
                               const Placement &placement, int64_t bytes) {
+  // Under sequence parallelism the message is each rank's share already.
   const int64_t tp = layout.options.tp;
-  if (!system.runtime.pipelineScatterGather || tp == 1)
+  if (!system.runtime.pipelineScatterGather || tp == 1 || layout.options.sequenceParallel)
     return static_cast<double>(bytes) / placement.pipeline.bandwidth + placement.pipeline.latency;
   // Scattered: each tensor-parallel rank sends its share, and the receivers gather it.
   return static_cast<double>(bytes / tp) / placement.pipeline.bandwidth +
@@ -483,8 +485,11 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
       e.parts.optimizer = tail.optimizer;
       e.parts.host = host;
       e.gradientBytes = tail.sent;
+      // As mtrun's profile has them: the distributed optimizer's gather of the weights
+      // within "optimizer", the rest of the reduction as "gradient sync".
       e.families = tail.families;
-      e.families["gradient sync"] = {1, gradients, 0, static_cast<double>(tail.sent)};
+      e.families[kOptimizer].seconds += gather;
+      e.families["gradient sync"] = {1, gradients - gather, 0, static_cast<double>(tail.sent)};
     }
   }
   if (!std::isfinite(iteration) || iteration <= 0)

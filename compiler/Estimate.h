@@ -16,6 +16,7 @@
 #include "compiler/System.h"
 #include "plan/Schedule.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,20 @@ struct FamilyCost {
 };
 using Families = std::map<std::string, FamilyCost>;
 
+/// Kernels launched one by one into the device's queue: the host takes `gap` seconds per
+/// launch, and a kernel starts when it is launched and the one before it has finished.
+/// What the device waits for the host is the time to the last kernel's end less the
+/// kernels' own.
+struct LaunchQueue {
+  double host = 0, device = 0, kernels = 0;
+  void launch(double gap, double seconds) {
+    host += gap;
+    device = std::max(device, host) + seconds;
+    kernels += seconds;
+  }
+  double waiting() const { return device - kernels; }
+};
+
 /// What one pass (forward or backward) of one chunk costs one rank per micro-batch.
 struct PassCost {
   double compute = 0;          // kernels, recomputation apart
@@ -39,6 +54,7 @@ struct PassCost {
   double host = 0;             // the device waiting for the host to launch kernels
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
   int64_t launches = 0;                                       // kernels and collectives
+  LaunchQueue queue;                                          // the pass launched kernel by kernel
   bool collectives = false; // whether any collective runs in the pass
   Families families;        // the kernels and collectives, by family
   double total() const { return compute + recompute + tensorParallel + sequenceParallel + host; }

@@ -171,7 +171,7 @@ void printFamilies(const StepEstimate &e) {
   FamilyCost total;
   for (const auto &row : rows)
     total.add(row.second);
-  const double step = total.seconds + e.parts.host;
+  const double step = total.seconds + e.parts.host + e.parts.pipeline;
   outs() << "  by kernel family: the critical stage's rank, per step (mtrun --profile's names)\n"
          << llvm::format("  %-26s %9s %11s %7s %9s %10s\n", "opcode or part", "runs/step",
                          "ms/step", "share", "TFLOP/s", "GB/s");
@@ -188,6 +188,8 @@ void printFamilies(const StepEstimate &e) {
     print(name, cost);
   if (e.parts.host > 0)
     print("(host gaps)", {0, e.parts.host, 0, 0});
+  if (e.parts.pipeline > 0)
+    print("(pipeline bubble)", {0, e.parts.pipeline, 0, 0});
   print("total", {total.runs, step, total.flops, total.bytes});
 }
 
@@ -260,7 +262,7 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
       << (p.overlapped > 0 ? llvm::formatv("{0:F4} s more overlapped", p.overlapped).str()
                            : std::string("not overlapped"))
       << ")\n";
-  part("  optimizer", p.optimizer) << "  (Adam, memory-bound)\n";
+  part("  optimizer", p.optimizer) << "  (zeroing, gradient norm, Adam; memory-bound)\n";
   row("model FLOPs/step") << withCommas(e.modelFlops) << "\n";
   row("throughput") << llvm::format(
       "%.1f TFLOP/s per GPU (model), %.1f (hardware), MFU %.1f%% of %.0f TFLOP/s; "

@@ -2,6 +2,7 @@
 #include "compiler/GemmModel.h"
 #include "core/InputFile.h"
 #include "dialects/mt/PlanEncoding.h"
+#include "plan/Opcodes.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -128,9 +129,12 @@ private:
 bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
   for (llvm::StringRef family : f.keys()) {
     const bool part = family == kZeroGradients || family == kGradientNorm || family == kOptimizer;
-    if (!part && failed(mlir::mt::planOpcodeNamed(family)))
+    mlir::FailureOr<::mt::plan::Opcode> opcode = mlir::mt::planOpcodeNamed(family);
+    if (!part && failed(opcode))
       return f.fail(family, "is neither a plan opcode nor one of '" + std::string(kZeroGradients) +
                                 "', '" + kGradientNorm + "', '" + kOptimizer + "'");
+    if (!part && ::mt::opcodeInfo(*opcode).runsOn == ::mt::RunsOn::Comm)
+      return f.fail(family, "is a collective: the links cost it (intra_node, inter_node)");
     KernelRate rate;
     if (!f.object(family, [&](Fields &r) {
           const int given = r.has("tflops") + r.has("gbs") + r.has("efficiency");
@@ -251,8 +255,10 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
   // Optional: calibrated kernel families, and how the runtime launches kernels.
   if (ok && root->get("kernels"))
     ok = f.object("kernels", [&](Fields &k) { return readKernels(k, s.kernels); });
-  if (ok && root->get("runtime"))
+  if (ok && root->get("runtime")) {
+    s.runtime.name = "as the system file describes it";
     ok = f.object("runtime", [&](Fields &r) { return readRuntime(r, s.runtime); });
+  }
   if (!ok || !readSources(f) || !f.done())
     return false;
   out = s;
@@ -286,6 +292,7 @@ bool RuntimeSpec::load(const std::string &path, RuntimeSpec &out, std::string &e
     error = s.message();
     return false;
   }
+  out.name = llvm::sys::path::stem(path).str(); // unless the file names itself
   if (!parse(text, out, error)) {
     error = path + ": " + error;
     return false;
@@ -294,7 +301,8 @@ bool RuntimeSpec::load(const std::string &path, RuntimeSpec &out, std::string &e
 }
 
 std::string runtimePath(const std::string &nameOrPath) {
-  if (llvm::sys::fs::exists(nameOrPath))
+  // A bare name is a preset's (a file of that name, such as the mtrun binary, is not).
+  if (nameOrPath.find('/') != std::string::npos || llvm::StringRef(nameOrPath).ends_with(".json"))
     return nameOrPath;
   llvm::SmallString<256> path(MTC_SYSTEMS_DIR);
   llvm::sys::path::append(path, "runtimes", nameOrPath + ".json");

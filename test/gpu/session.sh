@@ -12,7 +12,7 @@
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs, copies,
 #                launches, then the kernel families of a GPT-2 350M profile; the system
-#                file it writes goes to $OUT, its raw figures and the profile to logs.tgz
+#                files it writes, its raw figures and the profile go to logs.tgz
 # Each step's output goes to $OUT/<step>.log, a line per step to $OUT/session.log, and the
 # tests' own logs (not their checkpoints) to $OUT/logs.tgz.
 # usage: OUT=DIR bash session.sh [BUDGET [STEP...]]
@@ -56,8 +56,7 @@ run_step() {
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
     mkdir -p "$logs/calibrate"
     WORK="$logs/calibrate" bash "$here/bench/calibrate.sh" "$here/systems/$system.json" \
-      "$logs/calibrate/$system-measured.json" &&
-      cp "$logs/calibrate/$system-measured.json" "$out/"
+      "$logs/calibrate/$system-measured.json"
     ;;
   *) echo "session.sh: no step $1" >&2; return 2 ;;
   esac
@@ -74,7 +73,7 @@ for name in "${steps[@]}"; do
   began=$SECONDS
   # In a subshell under timeout: a step that hangs costs its limit, not the lease.
   export -f run_step
-  export here logs out
+  export here logs
   timeout -k 5 "$limit" bash -c "run_step $name" >"$out/$name.log" 2>&1
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
 done

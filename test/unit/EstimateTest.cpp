@@ -312,6 +312,22 @@ TEST_F(LoweredTest, AnOverlappedReductionHidesAllButABucketBehindBackward) {
   EXPECT_NEAR(gathered.iteration, sharded.iteration - whole + exposed, 1e-15);
 }
 
+// Kernels launched one by one, 10 us of host time each: the device waits at the start,
+// and behind a short kernel, but a long one lets the host run ahead. Kernels of 5, 30, 1,
+// 1 and 1 us are launched at 10, 20, 30, 40 and 50 and run 10-15, 20-50, 50-51, 51-52 and
+// 52-53: 53 us for 38 of kernels.
+TEST(CostModel, TheLaunchQueueWaitsOnlyForAHostBehindTheDevice) {
+  LaunchQueue q;
+  for (double t : {5e-6, 30e-6, 1e-6, 1e-6, 1e-6})
+    q.launch(10e-6, t);
+  EXPECT_NEAR(q.device, 53e-6, 1e-18);
+  EXPECT_NEAR(q.waiting(), 15e-6, 1e-18);
+  LaunchQueue free;
+  for (double t : {5e-6, 30e-6})
+    free.launch(0, t);
+  EXPECT_EQ(free.waiting(), 0.0);
+}
+
 // A pipeline message scattered over tp ranks crosses the network in tp shares and is
 // gathered over NVLink: worth it for a large message between nodes, not for a small one.
 TEST(CostModel, AScatteredPipelineMessageSendsAShareAndGathersIt) {
@@ -332,6 +348,10 @@ TEST(CostModel, AScatteredPipelineMessageSendsAShareAndGathersIt) {
   EXPECT_GT(pipelineMessageSeconds(s, l, p, 1024),
             1024 / s.interNode.bandwidth + s.interNode.latency);
   l.options.tp = 1; // nothing to scatter over
+  EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
+                   bytes / s.interNode.bandwidth + s.interNode.latency);
+  l.options.tp = 4; // sequence parallelism has split the message already
+  l.options.sequenceParallel = true;
   EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
                    bytes / s.interNode.bandwidth + s.interNode.latency);
 }
