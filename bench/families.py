@@ -143,7 +143,9 @@ def calibrate(args):
         sources["runtime"] = (f"{args.eager_step_seconds * 1e3:.3f} ms a step kernel by kernel "
                               f"(MT_CUDA_GRAPHS=off) against {device * 1e3:.3f} ms of device "
                               f"time in {launches} launches: the gap g for which each launch "
-                              f"takes max(its kernel, g); " + args.source)
+                              f"takes max(its kernel, g) (an upper bound on the wait mtc "
+                              f"estimate's launch queue finds, which needs the kernels' "
+                              f"order); " + args.source)
     with open(args.output, "w") as f:
         json.dump(system, f, indent=2)
         f.write("\n")
