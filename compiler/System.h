@@ -39,9 +39,9 @@ constexpr const char *kOptimizer = "optimizer";
 /// kernels for it.
 struct RuntimeSpec {
   std::string name = "no overlap";
-  /// Kernels launched one by one, the device waiting `launchGap` seconds of host time
-  /// for each; with `graphs`, a pass without collectives is one recorded graph, a single
-  /// launch per micro-batch.
+  /// The host's seconds per launch: kernels launched one by one go through a launch
+  /// queue (Estimate.h: LaunchQueue); with `graphs`, a pass without collectives is one
+  /// recorded graph, a single launch per micro-batch.
   bool graphs = false;
   double launchGap = 0;
   /// The data-parallel gradient reduction, bucket by bucket, during the last micro-batch's
