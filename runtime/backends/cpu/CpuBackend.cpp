@@ -446,6 +446,27 @@ template <typename T> struct Kernels {
     }
   };
 
+  /// `use(j, e)` for each j < n in order, e = exp(x[j] − shift) (the difference in T, as
+  /// the scalar code wrote it); in f32 over blocks, vectorised (VectorMath.h). A block is
+  /// read whole before `use` sees it: `use` may write x.
+  template <typename Use> static void expsShifted(const T *x, int64_t n, T shift, Use use) {
+    if constexpr (std::is_same_v<T, float>) {
+      constexpr int64_t kBlock = 256;
+      float t[kBlock];
+      for (int64_t b = 0; b < n; b += kBlock) {
+        const int64_t m = std::min(kBlock, n - b);
+        for (int64_t k = 0; k < m; ++k)
+          t[k] = x[b + k] - shift;
+        cpu::expOf(t, t, m);
+        for (int64_t k = 0; k < m; ++k)
+          use(b + k, t[k]);
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        use(j, std::exp(x[j] - shift));
+    }
+  }
+
   /// Scores P = softmax(scale·QKᵀ) of one (batch, head), causal rows stopping at the
   /// diagonal; masked entries are exactly 0. With `lse`, each row's log-sum-exp of its
   /// scaled scores goes to lse[i] (attention's statistics).
@@ -459,8 +480,7 @@ template <typename T> struct Kernels {
       for (int64_t j = 0; j < valid; ++j)
         max = std::max(max, row[j]);
       double sum = 0;
-      for (int64_t j = 0; j < valid; ++j)
-        sum += row[j] = std::exp(row[j] - max);
+      expsShifted(row, valid, max, [&](int64_t j, T e) { sum += row[j] = e; });
       const T inverse = static_cast<T>(1.0 / sum);
       for (int64_t j = 0; j < valid; ++j)
         row[j] *= inverse;
@@ -478,8 +498,7 @@ template <typename T> struct Kernels {
     for (int64_t i = 0; i < s; ++i) {
       T *row = p + i * s;
       const int64_t valid = causal ? i + 1 : s;
-      for (int64_t j = 0; j < valid; ++j)
-        row[j] = std::exp(row[j] - lse[i]);
+      expsShifted(row, valid, lse[i], [&](int64_t j, T e) { row[j] = e; });
       std::fill(row + valid, row + s, T(0));
     }
   }
@@ -668,8 +687,7 @@ template <typename T> struct Kernels {
       const T *row = ptr(logits) + r * v;
       const T max = *std::max_element(row, row + c);
       double sum = 0;
-      for (int64_t j = 0; j < c; ++j)
-        sum += std::exp(row[j] - max);
+      expsShifted(row, c, max, [&](int64_t, T e) { sum += e; });
       rowLoss[r] = std::log(sum) + max - row[indexAt(targets, r)];
     }
     double total = 0; // summed in row order, whatever the threads did
@@ -694,8 +712,7 @@ template <typename T> struct Kernels {
       T *g = ptr(dlogits) + r * v;
       const T max = *std::max_element(row, row + c);
       double sum = 0;
-      for (int64_t j = 0; j < c; ++j)
-        sum += g[j] = std::exp(row[j] - max);
+      expsShifted(row, c, max, [&](int64_t j, T e) { sum += g[j] = e; });
       const T scale = static_cast<T>(factor / sum);
       for (int64_t j = 0; j < c; ++j)
         g[j] *= scale;
@@ -725,8 +742,7 @@ template <typename T> struct Kernels {
       for (int64_t j = 0; j < valid; ++j)
         max = std::max(max, row[j]);
       double sum = 0;
-      for (int64_t j = 0; j < valid; ++j)
-        sum += std::exp(row[j] - max);
+      expsShifted(row, valid, max, [&](int64_t, T e) { sum += e; });
       int64_t t = indexAt(targets, r) - first;
       maxOut[r] = max;
       sumOut[r] = static_cast<T>(sum);
