@@ -16,7 +16,8 @@ namespace {
 // (VectorMathAvx.cpp), else SSE2 (every x86-64 has it), the scalar one for what is left
 // over; elsewhere the scalar one. All three give the same bits.
 #if defined(__x86_64__)
-const bool kAvx = __builtin_cpu_supports("avx");
+// Read at load time, so the CPU's features are read first (__builtin_cpu_init).
+const bool kAvx = (__builtin_cpu_init(), __builtin_cpu_supports("avx"));
 #define MT_SLEEF(name)                                                                         \
   int64_t i = kAvx ? avx::name##Of(x, y, n) : 0;                                               \
   for (; i + 4 <= n; i += 4)                                                                   \
