@@ -67,11 +67,18 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
   struct Row {
     double runs = 0, seconds = 0, flops = 0;
   };
-  // TFLOP/s where the FLOPs are known, else blank.
-  auto rate = [](double flops, double seconds) {
+  // FLOP/s where the FLOPs are known, else blank: in TFLOP/s, or in GFLOP/s where no
+  // instruction reaches one TFLOP/s (a CPU).
+  double fastest = 0;
+  for (const std::unique_ptr<Entry> &e : entries_)
+    if (e->flops > 0 && e->median() > 0)
+      fastest = std::max(fastest, e->flops / e->median());
+  const double unit = fastest >= 1e12 ? 1e12 : 1e9;
+  const char *unitName = unit == 1e12 ? "TFLOP/s" : "GFLOP/s";
+  auto rate = [&](double flops, double seconds) {
     char text[16] = "";
     if (flops > 0 && seconds > 0)
-      std::snprintf(text, sizeof text, "%.1f", flops / seconds / 1e12);
+      std::snprintf(text, sizeof text, "%.1f", flops / seconds / unit);
     return std::string(text);
   };
   std::map<std::string, Row> byWhat;
@@ -98,7 +105,7 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
                "run x its runs per step)\n",
                static_cast<long long>(steps));
   std::fprintf(out, "  %-24s %10s %11s %7s %9s\n", "opcode or part", "runs/step", "ms/step",
-               "share", "TFLOP/s");
+               "share", unitName);
   auto share = [&](double seconds) { return total > 0 ? 100 * seconds / total : 0.0; };
   for (const auto &[what, row] : rows)
     std::fprintf(out, "  %-24s %10.0f %11.3f %6.1f%% %9s\n", what.c_str(), row.runs,
@@ -110,8 +117,8 @@ void Profile::print(std::FILE *out, int64_t steps, size_t slowest) const {
     each.resize(slowest);
   if (each.empty())
     return;
-  std::fprintf(out, "  slowest instructions:\n  %-24s %-28s %-24s %10s %11s %9s\n",
-               "instruction", "opcode", "output", "ms/run", "ms/step", "TFLOP/s");
+  std::fprintf(out, "  slowest instructions:\n  %-24s %-28s %-24s %10s %11s %9s\n", "instruction",
+               "opcode", "output", "ms/run", "ms/step", unitName);
   for (const auto &[seconds, e] : each)
     std::fprintf(out, "  %-24s %-28s %-24s %10.4f %11.3f %9s\n", e->where.c_str(),
                  e->what.c_str(), e->shape.c_str(), e->median() * 1e3, seconds * 1e3,
