@@ -7,7 +7,6 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
@@ -150,6 +149,38 @@ bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
   return true;
 }
 
+/// The JSON object `text` holds (kept alive in `value`), or null with `error` set.
+const llvm::json::Object *parseObject(llvm::StringRef text, std::optional<llvm::json::Value> &value,
+                                      std::string &error) {
+  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
+  if (!json) {
+    error = "not JSON: " + llvm::toString(json.takeError());
+    return nullptr;
+  }
+  value = std::move(*json);
+  const llvm::json::Object *root = value->getAsObject();
+  if (!root)
+    error = "not a JSON object";
+  return root;
+}
+
+/// Reads the file at `path` (`kind`, for messages) and parses it into `out` with
+/// Spec::parse; an error names the file.
+template <typename Spec>
+bool loadFile(const std::string &path, const char *kind, Spec &out, std::string &error) {
+  std::string text;
+  if (::mt::Status s = ::mt::readRegularFile(path, ::mt::limits::kConfigBytes, kind, text);
+      !s.ok()) {
+    error = s.message();
+    return false;
+  }
+  if (!Spec::parse(text, out, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
 /// Where each constant comes from: free text by field, required for none of them.
 bool readSources(Fields &f) {
   if (!f.has("sources"))
@@ -197,16 +228,10 @@ double SystemSpec::peak(llvm::StringRef elementType) const {
 }
 
 bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error) {
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
-  if (!json) {
-    error = "not JSON: " + llvm::toString(json.takeError());
+  std::optional<llvm::json::Value> json;
+  const llvm::json::Object *root = parseObject(text, json, error);
+  if (!root)
     return false;
-  }
-  const llvm::json::Object *root = json->getAsObject();
-  if (!root) {
-    error = "not a JSON object";
-    return false;
-  }
   SystemSpec s;
   Fields f(*root, "", error);
   bool ok =
@@ -266,16 +291,10 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
 }
 
 bool RuntimeSpec::parse(llvm::StringRef text, RuntimeSpec &out, std::string &error) {
-  llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
-  if (!json) {
-    error = "not JSON: " + llvm::toString(json.takeError());
+  std::optional<llvm::json::Value> json;
+  const llvm::json::Object *root = parseObject(text, json, error);
+  if (!root)
     return false;
-  }
-  const llvm::json::Object *root = json->getAsObject();
-  if (!root) {
-    error = "not a JSON object";
-    return false;
-  }
   RuntimeSpec r = out;
   Fields f(*root, "", error, "a runtime description");
   if (!readRuntime(f, r) || !readSources(f) || !f.done())
@@ -285,19 +304,8 @@ bool RuntimeSpec::parse(llvm::StringRef text, RuntimeSpec &out, std::string &err
 }
 
 bool RuntimeSpec::load(const std::string &path, RuntimeSpec &out, std::string &error) {
-  std::string text;
-  if (::mt::Status s =
-          ::mt::readRegularFile(path, ::mt::limits::kConfigBytes, "a runtime file", text);
-      !s.ok()) {
-    error = s.message();
-    return false;
-  }
   out.name = llvm::sys::path::stem(path).str(); // unless the file names itself
-  if (!parse(text, out, error)) {
-    error = path + ": " + error;
-    return false;
-  }
-  return true;
+  return loadFile(path, "a runtime file", out, error);
 }
 
 std::string runtimePath(const std::string &nameOrPath) {
@@ -310,19 +318,7 @@ std::string runtimePath(const std::string &nameOrPath) {
 }
 
 bool SystemSpec::load(const std::string &path, SystemSpec &out, std::string &error) {
-  std::string text;
-  if (::mt::Status s =
-          ::mt::readRegularFile(path, ::mt::limits::kConfigBytes, "a system file", text);
-      !s.ok()) {
-    error = s.message();
-    return false;
-  }
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(text, path);
-  if (!parse(buffer->getBuffer(), out, error)) {
-    error = path + ": " + error;
-    return false;
-  }
-  return true;
+  return loadFile(path, "a system file", out, error);
 }
 
 std::string systemPath(const std::string &nameOrPath) {
