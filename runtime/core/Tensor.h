@@ -62,6 +62,11 @@ struct ShardMap {
     offset = static_cast<int64_t>(index) * localAxis;
     globalAxis = localAxis * parts;
   }
+  /// Local elements from a multiple of run() on, run() of them, have consecutive global
+  /// indices (a shard's whole block along its axis).
+  MT_HOST_DEVICE int64_t run() const {
+    return globalAxis == localAxis ? INT64_MAX : localAxis * inner;
+  }
   MT_HOST_DEVICE int64_t global(int64_t local) const {
     if (globalAxis == localAxis)
       return local;

@@ -3,6 +3,7 @@
 // other backends and every parallel layout are checked against, so it favours clarity
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
+#include "backends/cpu/DropoutMask.h"
 #include "backends/cpu/VectorMath.h"
 #include "core/DType.h"
 #include "core/Half.h"
@@ -59,21 +60,34 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alph
               transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/// Large GEMMs are split into fixed blocks of output rows, one OpenMP task each. The
-/// blocks do not depend on the thread count, so neither do the results; OpenBLAS
-/// itself runs single-threaded (see CpuBackend), which avoids oversubscribing cores.
-constexpr int64_t kRowBlock = 128;
+/// Large GEMMs are split into fixed tiles of the output, one OpenMP iteration each, each
+/// a whole product over k. The tiles follow from the shape alone, never from the thread
+/// count, so neither do the results; OpenBLAS itself runs single-threaded (see
+/// CpuBackend), which avoids oversubscribing cores. Blocks of 128 whole rows where there
+/// are at least kMinTiles of them (each block of the right operand packed once); else
+/// 128×128 tiles, or 64×64 where those are still too few (a weight gradient of a narrow
+/// layer: few rows and columns, many tokens in k).
+constexpr int64_t kTile = 128, kMinTiles = 4;
 
 template <typename T>
 void parallelGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, const T *a,
                   int64_t lda, const T *b, int64_t ldb, T *c, int64_t ldc) {
-  const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t row = blk * kRowBlock, rows = std::min(kRowBlock, m - row);
-    // Row `row` of op(A) starts at a + row·lda untransposed, at a + row transposed.
-    gemm(transA, transB, rows, n, k, T(1), a + (transA ? row : row * lda), lda, b, ldb, T(0),
-         c + row * ldc, ldc);
+  const auto blocks = [](int64_t extent, int64_t tile) { return (extent + tile - 1) / tile; };
+  int64_t rows = kTile, cols = n;
+  if (blocks(m, kTile) < kMinTiles) {
+    cols = kTile;
+    if (blocks(m, kTile) * blocks(n, kTile) < kMinTiles)
+      rows = cols = kTile / 2;
+  }
+  const int64_t across = blocks(n, cols), tiles = blocks(m, rows) * across;
+#pragma omp parallel for schedule(static) if (tiles > 1)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t row = t / across * rows, col = t % across * cols;
+    // Row `row` of op(A) starts at a + row·lda untransposed, at a + row transposed;
+    // column `col` of op(B) at b + col transposed, at b + col·ldb untransposed.
+    gemm(transA, transB, std::min(rows, m - row), std::min(cols, n - col), k, T(1),
+         a + (transA ? row : row * lda), lda, b + (transB ? col * ldb : col), ldb, T(0),
+         c + row * ldc + col, ldc);
   }
 }
 
@@ -174,34 +188,56 @@ template <typename T> struct Kernels {
   }
 
   /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; dw = Σ dy·x̂; db = Σ dy.
+  /// out[j] = Σ_r term(r, j) in double over r < rows in order, for j < cols: a parameter's
+  /// gradient summed over tokens. Threads take whole columns, so every column is summed
+  /// in the same order whatever the thread count.
+  template <typename Term> static void columnSums(int64_t rows, int64_t cols, Term term, T *out) {
+    constexpr int64_t kColumns = 16;
+    const int64_t blocks = (cols + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelElements)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t first = blk * kColumns, count = std::min(kColumns, cols - first);
+      double acc[kColumns] = {};
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < count; ++j)
+          acc[j] += term(r, first + j);
+      for (int64_t j = 0; j < count; ++j)
+        out[first + j] = static_cast<T>(acc[j]);
+    }
+  }
+
   static void layerNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
                             double eps, const TensorView &dx, const TensorView &dw,
                             const TensorView &db) {
-    const int64_t h = x.cols();
-    std::vector<double> dwAcc(h, 0.0), dbAcc(h, 0.0), xhat(h);
-    for (int64_t r = 0; r < x.rows(); ++r) {
-      const T *xr = ptr(x) + r * h, *g = ptr(dy) + r * h;
-      double mean, rstd, meanG = 0, meanGX = 0;
-      rowMoments(xr, h, eps, mean, rstd);
+    const int64_t h = x.cols(), rows = x.rows();
+    std::vector<double> means(rows), rstds(rows);
+    const auto xhat = [&](int64_t r, int64_t j) {
+      return (ptr(x)[r * h + j] - means[r]) * rstds[r];
+    };
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *g = ptr(dy) + r * h;
+      rowMoments(ptr(x) + r * h, h, eps, means[r], rstds[r]);
+      double meanG = 0, meanGX = 0;
       for (int64_t j = 0; j < h; ++j) {
-        xhat[j] = (xr[j] - mean) * rstd;
-        double gw = static_cast<double>(g[j]) * ptr(w)[j];
+        const double gw = static_cast<double>(g[j]) * ptr(w)[j];
         meanG += gw;
-        meanGX += gw * xhat[j];
-        dwAcc[j] += static_cast<double>(g[j]) * xhat[j];
-        dbAcc[j] += g[j];
+        meanGX += gw * xhat(r, j);
       }
       meanG /= h;
       meanGX /= h;
       T *d = ptr(dx) + r * h;
       for (int64_t j = 0; j < h; ++j)
-        d[j] = static_cast<T>(rstd * (static_cast<double>(g[j]) * ptr(w)[j] - meanG -
-                                      xhat[j] * meanGX));
+        d[j] = static_cast<T>(
+            rstds[r] * (static_cast<double>(g[j]) * ptr(w)[j] - meanG - xhat(r, j) * meanGX));
     }
-    for (int64_t j = 0; j < h; ++j) {
-      ptr(dw)[j] = static_cast<T>(dwAcc[j]);
-      ptr(db)[j] = static_cast<T>(dbAcc[j]);
-    }
+    columnSums(
+        rows, h,
+        [&](int64_t r, int64_t j) { return static_cast<double>(ptr(dy)[r * h + j]) * xhat(r, j); },
+        ptr(dw));
+    columnSums(
+        rows, h, [&](int64_t r, int64_t j) { return static_cast<double>(ptr(dy)[r * h + j]); },
+        ptr(db));
   }
 
   /// 1/sqrt(mean(x²) + eps) of one row, accumulated in double.
@@ -228,25 +264,27 @@ template <typename T> struct Kernels {
   /// dx = rstd·(g − x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd; dw = Σ dy·x̂.
   static void rmsNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
                           double eps, const TensorView &dx, const TensorView &dw) {
-    const int64_t h = x.cols();
-    std::vector<double> dwAcc(h, 0.0);
-    for (int64_t r = 0; r < x.rows(); ++r) {
+    const int64_t h = x.cols(), rows = x.rows();
+    std::vector<double> rstds(rows);
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
+    for (int64_t r = 0; r < rows; ++r) {
       const T *xr = ptr(x) + r * h, *g = ptr(dy) + r * h;
-      const double rstd = rowRms(xr, h, eps);
+      const double rstd = rstds[r] = rowRms(xr, h, eps);
       double meanGX = 0;
-      for (int64_t j = 0; j < h; ++j) {
-        const double xhat = xr[j] * rstd;
-        meanGX += static_cast<double>(g[j]) * ptr(w)[j] * xhat;
-        dwAcc[j] += static_cast<double>(g[j]) * xhat;
-      }
+      for (int64_t j = 0; j < h; ++j)
+        meanGX += static_cast<double>(g[j]) * ptr(w)[j] * (xr[j] * rstd);
       meanGX /= h;
       T *d = ptr(dx) + r * h;
       for (int64_t j = 0; j < h; ++j)
         d[j] = static_cast<T>(rstd * (static_cast<double>(g[j]) * ptr(w)[j] -
                                       xr[j] * rstd * meanGX));
     }
-    for (int64_t j = 0; j < h; ++j)
-      ptr(dw)[j] = static_cast<T>(dwAcc[j]);
+    columnSums(
+        rows, h,
+        [&](int64_t r, int64_t j) {
+          return static_cast<double>(ptr(dy)[r * h + j]) * (ptr(x)[r * h + j] * rstds[r]);
+        },
+        ptr(dw));
   }
 
   /// out[M×N] = x[M×K]·W[N×K]ᵀ (+ b)
@@ -274,16 +312,14 @@ template <typename T> struct Kernels {
 
   static void biasGrad(const TensorView &dy, const TensorView &db) {
     const int64_t n = dy.cols();
-    std::vector<double> acc(n, 0.0);
-    for (int64_t r = 0; r < dy.rows(); ++r)
-      for (int64_t j = 0; j < n; ++j)
-        acc[j] += ptr(dy)[r * n + j];
-    for (int64_t j = 0; j < n; ++j)
-      ptr(db)[j] = static_cast<T>(acc[j]);
+    columnSums(
+        dy.rows(), n, [&](int64_t r, int64_t j) { return static_cast<double>(ptr(dy)[r * n + j]); },
+        ptr(db));
   }
 
   static void biasAdd(const TensorView &x, const TensorView &b, const TensorView &out) {
     const int64_t n = x.cols();
+#pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
     for (int64_t r = 0; r < x.rows(); ++r)
       for (int64_t j = 0; j < n; ++j)
         ptr(out)[r * n + j] = ptr(x)[r * n + j] + ptr(b)[j];
@@ -390,23 +426,33 @@ template <typename T> struct Kernels {
     }
   }
 
+  static cpu::DropoutStream dropoutStream(const StepContext &ctx, int64_t stream, double rate) {
+    return {ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream), rate};
+  }
+
   /// The mask is drawn per global element: `shard` maps a block's elements to their
   /// places in the whole tensor. `mask`, if given, receives it (1: kept).
   static void dropout(const TensorView &x, double rate, int64_t stream, const ShardMap &shard,
                       const StepContext &ctx, const TensorView &out, const TensorView *mask) {
-    const int64_t n = out.numel();
+    const int64_t n = out.numel(), run = shard.run();
     const T scale = static_cast<T>(1.0 / (1.0 - rate));
-#pragma omp parallel if (n >= kParallelElements)
-    {
-      rng::DropoutMask draw(ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream),
-                            rate);
-#pragma omp for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const bool keep = rate == 0 || draw.keeps(shard.global(i));
-        ptr(out)[i] = keep ? ptr(x)[i] * (rate == 0 ? T(1) : scale) : T(0);
-        if (mask)
-          mask->as<uint8_t>()[i] = keep;
+    const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
+    constexpr int64_t kChunk = 4096;
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t m = std::min(kChunk, n - c);
+      uint8_t keep[kChunk];
+      if (rate == 0)
+        std::fill_n(keep, m, uint8_t(1));
+      for (int64_t k = 0; rate != 0 && k < m;) { // by runs of consecutive global indices
+        const int64_t length = std::min(m - k, run - (c + k) % run);
+        cpu::dropoutKeeps(draw, shard.global(c + k), length, keep + k);
+        k += length;
       }
+      for (int64_t k = 0; k < m; ++k)
+        ptr(out)[c + k] = keep[k] ? ptr(x)[c + k] * (rate == 0 ? T(1) : scale) : T(0);
+      if (mask)
+        std::copy_n(keep, m, mask->as<uint8_t>() + c);
     }
   }
 
@@ -429,14 +475,16 @@ template <typename T> struct Kernels {
 
     bool active() const { return rate > 0; }
     uint64_t first(int64_t bi, int64_t hi, int64_t s) const { return index(bi, hi, 0, 0, s); }
-    /// The keep mask of an s×s block.
-    void mask(std::vector<uint8_t> &keep, int64_t s, uint64_t first,
+    /// The keep mask of an s×s block; under a causal mask only what it lets through is
+    /// drawn (the probabilities past the diagonal are 0, kept or not).
+    void mask(std::vector<uint8_t> &keep, int64_t s, uint64_t first, bool causal,
               const StepContext &ctx) const {
-      rng::DropoutMask draw(ctx.seed, ctx.step, ctx.microBatch, static_cast<uint32_t>(stream),
-                            rate);
-      keep.resize(s * s);
-      for (int64_t e = 0; e < s * s; ++e)
-        keep[e] = draw.keeps(first + e);
+      const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
+      keep.assign(s * s, 0);
+      if (!causal)
+        cpu::dropoutKeeps(draw, first, s * s, keep.data());
+      for (int64_t i = 0; causal && i < s; ++i)
+        cpu::dropoutKeeps(draw, first + i * s, i + 1, keep.data() + i * s);
     }
     /// p ← p·mask/(1 − rate), in place, over an s×s block.
     void apply(T *p, const std::vector<uint8_t> &keep) const {
@@ -518,20 +566,23 @@ template <typename T> struct Kernels {
                         const TensorView &out, const TensorView *stats) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
-    for (int64_t bh = 0; bh < b * l.heads; ++bh) {
-      const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
-      std::vector<T> p(s * s);
-      const T *row = ptr(qkv) + bi * s * w;
-      attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data(),
-                      stats ? ptr(*stats) + bh * s : nullptr);
-      if (drop.active()) {
-        std::vector<uint8_t> keep;
-        drop.mask(keep, s, drop.first(bi, hi, s), ctx);
-        drop.apply(p.data(), keep);
+#pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
+    {
+      std::vector<T> p(s * s); // a thread's, for every (batch, head) it takes
+      std::vector<uint8_t> keep;
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < b * l.heads; ++bh) {
+        const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
+        const T *row = ptr(qkv) + bi * s * w;
+        attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data(),
+                        stats ? ptr(*stats) + bh * s : nullptr);
+        if (drop.active()) {
+          drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
+          drop.apply(p.data(), keep);
+        }
+        gemm(false, false, s, d, s, T(1), p.data(), s, row + l.value(g), w, T(0),
+             ptr(out) + bi * s * h + hi * d, h);
       }
-      gemm(false, false, s, d, s, T(1), p.data(), s, row + l.value(g), w, T(0),
-           ptr(out) + bi * s * h + hi * d, h);
     }
   }
 
@@ -544,43 +595,46 @@ template <typename T> struct Kernels {
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-#pragma omp parallel for schedule(static) if (attentionWork(qkv, l) >= kParallelElements)
-    for (int64_t bg = 0; bg < b * l.kv; ++bg) {
-      const int64_t bi = bg / l.kv, g = bg % l.kv;
-      std::vector<T> p(s * s), dropped, dp(s * s);
+#pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
+    {
+      std::vector<T> p(s * s), dropped, dp(s * s); // a thread's, for every group it takes
       std::vector<uint8_t> keep;
-      const T *row = ptr(qkv) + bi * s * w, *k = row + l.key(g), *v = row + l.value(g);
-      T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
-      for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
-        const T *q = row + l.query(hi);
-        const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
-        const T sum = hi == g * l.perGroup() ? T(0) : T(1); // the group's first head sets
-        if (stats) // [B, heads, S]: this (batch, head)'s rows
-          attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * s, s, d, w, scale,
-                              causal, p.data());
-        else
-          attentionScores(q, k, s, d, w, scale, causal, p.data());
-        const T *pv = p.data(); // what multiplied V
-        if (drop.active()) {
-          drop.mask(keep, s, drop.first(bi, hi, s), ctx);
-          dropped = p;
-          drop.apply(dropped.data(), keep);
-          pv = dropped.data();
+#pragma omp for schedule(static)
+      for (int64_t bg = 0; bg < b * l.kv; ++bg) {
+        const int64_t bi = bg / l.kv, g = bg % l.kv;
+        const T *row = ptr(qkv) + bi * s * w, *k = row + l.key(g), *v = row + l.value(g);
+        T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
+        for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
+          const T *q = row + l.query(hi);
+          const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
+          const T sum = hi == g * l.perGroup() ? T(0) : T(1); // the group's first head sets
+          if (stats) // [B, heads, S]: this (batch, head)'s rows
+            attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * s, s, d, w, scale, causal,
+                                p.data());
+          else
+            attentionScores(q, k, s, d, w, scale, causal, p.data());
+          const T *pv = p.data(); // what multiplied V
+          if (drop.active()) {
+            drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
+            dropped = p;
+            drop.apply(dropped.data(), keep);
+            pv = dropped.data();
+          }
+          gemm(true, false, s, d, s, T(1), pv, s, dO, h, sum, dv, w);
+          gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), dp.data(), s);
+          if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
+            drop.apply(dp.data(), keep);
+          for (int64_t i = 0; i < s; ++i) {
+            double delta = 0;
+            for (int64_t j = 0; j < d; ++j)
+              delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+            for (int64_t j = 0; j < s; ++j)
+              dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+          }
+          gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, w, T(0),
+               drow + l.query(hi), w);
+          gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, w, sum, dk, w);
         }
-        gemm(true, false, s, d, s, T(1), pv, s, dO, h, sum, dv, w);
-        gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), dp.data(), s);
-        if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
-          drop.apply(dp.data(), keep);
-        for (int64_t i = 0; i < s; ++i) {
-          double delta = 0;
-          for (int64_t j = 0; j < d; ++j)
-            delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-          for (int64_t j = 0; j < s; ++j)
-            dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
-        }
-        gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, w, T(0),
-             drow + l.query(hi), w);
-        gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, w, sum, dk, w);
       }
     }
   }
