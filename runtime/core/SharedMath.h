@@ -109,7 +109,11 @@ struct Rope {
   /// Pair (a, b) = (x[i], x[i + d/2]) of a head, turned by `angle`.
   template <typename T, typename O>
   MT_HOST_DEVICE static void turn(T a, T b, double angle, O &outA, O &outB) {
-    const double c = cos(angle), s = sin(angle);
+    turn(a, b, cos(angle), sin(angle), outA, outB);
+  }
+  /// The same, given the angle's cosine c and sine s.
+  template <typename T, typename O>
+  MT_HOST_DEVICE static void turn(T a, T b, double c, double s, O &outA, O &outB) {
     outA = static_cast<O>(a * c - b * s);
     outB = static_cast<O>(b * c + a * s);
   }

@@ -375,12 +375,17 @@ template <typename T> struct Kernels {
                      const TensorView &out) {
     const int64_t s = qkv.dim(1), width = layout.width(), perGroup = layout.perGroup();
     const int64_t kv = layout.kv, d = layout.d, half = d / 2;
-    std::vector<double> frequency(half);
-    for (int64_t i = 0; i < half; ++i)
-      frequency[i] = rope.frequency(i, d);
+    std::vector<double> cosine(s * half), sine(s * half); // of pair i at position p
+    for (int64_t i = 0; i < half; ++i) {
+      const double frequency = rope.frequency(i, d);
+      for (int64_t p = 0; p < s; ++p) {
+        cosine[p * half + i] = std::cos(rope.angle(p, frequency));
+        sine[p * half + i] = std::sin(rope.angle(p, frequency));
+      }
+    }
 #pragma omp parallel for schedule(static) if (qkv.numel() >= kParallelElements)
     for (int64_t row = 0; row < qkv.rows(); ++row) {
-      const int64_t p = row % s;
+      const double *c = cosine.data() + row % s * half, *sn = sine.data() + row % s * half;
       const T *x = ptr(qkv) + row * width;
       T *y = ptr(out) + row * width;
       for (int64_t g = 0; g < kv; ++g)
@@ -389,7 +394,7 @@ template <typename T> struct Kernels {
           for (int64_t i = 0; i < half; ++i) {
             const T a = x[head + i], b = x[head + i + half];
             if (Rope::turns(j, perGroup)) {
-              Rope::turn(a, b, rope.angle(p, frequency[i]), y[head + i], y[head + i + half]);
+              Rope::turn(a, b, c[i], sn[i], y[head + i], y[head + i + half]);
             } else {
               y[head + i] = a;
               y[head + i + half] = b;
@@ -486,11 +491,11 @@ template <typename T> struct Kernels {
       for (int64_t i = 0; causal && i < s; ++i)
         cpu::dropoutKeeps(draw, first + i * s, i + 1, keep.data() + i * s);
     }
-    /// p ← p·mask/(1 − rate), in place, over an s×s block.
-    void apply(T *p, const std::vector<uint8_t> &keep) const {
+    /// out ← p·mask/(1 − rate) over an s×s block; out may be p.
+    void apply(const T *p, const std::vector<uint8_t> &keep, T *out) const {
       const T scale = static_cast<T>(1.0 / (1.0 - rate));
       for (size_t e = 0; e < keep.size(); ++e)
-        p[e] = keep[e] ? p[e] * scale : T(0);
+        out[e] = keep[e] ? p[e] * scale : T(0);
     }
   };
 
@@ -578,7 +583,7 @@ template <typename T> struct Kernels {
                         stats ? ptr(*stats) + bh * s : nullptr);
         if (drop.active()) {
           drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
-          drop.apply(p.data(), keep);
+          drop.apply(p.data(), keep, p.data());
         }
         gemm(false, false, s, d, s, T(1), p.data(), s, row + l.value(g), w, T(0),
              ptr(out) + bi * s * h + hi * d, h);
@@ -597,7 +602,7 @@ template <typename T> struct Kernels {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      std::vector<T> p(s * s), dropped, dp(s * s); // a thread's, for every group it takes
+      std::vector<T> p(s * s), dropped(s * s), dp(s * s); // a thread's, for all it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bg = 0; bg < b * l.kv; ++bg) {
@@ -616,20 +621,21 @@ template <typename T> struct Kernels {
           const T *pv = p.data(); // what multiplied V
           if (drop.active()) {
             drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
-            dropped = p;
-            drop.apply(dropped.data(), keep);
+            drop.apply(p.data(), keep, dropped.data());
             pv = dropped.data();
           }
           gemm(true, false, s, d, s, T(1), pv, s, dO, h, sum, dv, w);
           gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), dp.data(), s);
           if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
-            drop.apply(dp.data(), keep);
-          for (int64_t i = 0; i < s; ++i) {
+            drop.apply(dp.data(), keep, dp.data());
+          for (int64_t i = 0; i < s; ++i) { // past the diagonal P is 0, and so is dS
+            const int64_t valid = causal ? i + 1 : s;
             double delta = 0;
             for (int64_t j = 0; j < d; ++j)
               delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-            for (int64_t j = 0; j < s; ++j)
+            for (int64_t j = 0; j < valid; ++j)
               dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
+            std::fill(dp.begin() + i * s + valid, dp.begin() + (i + 1) * s, T(0));
           }
           gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, w, T(0),
                drow + l.query(hi), w);
@@ -776,6 +782,44 @@ template <typename T> struct Kernels {
       if (const int64_t t = indexAt(targets, r); t >= 0 && t < c)
         g[t] -= static_cast<T>(factor);
     }
+    return Status::success();
+  }
+
+  /// The pair (crossEntropy, then crossEntropyGrad) in one pass over each row: the row's
+  /// max and sum of exps give both its loss and its gradient, the same bits as the pair's.
+  /// The target's logit is read before the gradient may overwrite it.
+  static Status crossEntropyWithGrad(const TensorView &dloss, const TensorView &logits,
+                                     const TensorView &targets, int64_t numClasses,
+                                     const TensorView &loss, const TensorView &dlogits) {
+    const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
+    if (Status st = checkTargets(targets, c); !st.ok())
+      return st;
+    const double factor = static_cast<double>(ptr(dloss)[0]) / m;
+    std::vector<double> rowLoss(m);
+#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
+    for (int64_t r = 0; r < m; ++r) {
+      const T *row = ptr(logits) + r * v;
+      T *g = ptr(dlogits) + r * v;
+      // Checked again: a corrupt plan may alias the targets with dlogits, which this
+      // loop writes.
+      const int64_t t = indexAt(targets, r);
+      const bool valid = t >= 0 && t < c;
+      const T target = valid ? row[t] : T(0);
+      const T max = *std::max_element(row, row + c);
+      double sum = 0;
+      expsShifted(row, c, max, [&](int64_t j, T e) { sum += g[j] = e; });
+      rowLoss[r] = std::log(sum) + max - target;
+      const T scale = static_cast<T>(factor / sum);
+      for (int64_t j = 0; j < c; ++j)
+        g[j] *= scale;
+      std::fill(g + c, g + v, T(0));
+      if (valid)
+        g[t] -= static_cast<T>(factor);
+    }
+    double total = 0; // summed in row order, whatever the threads did
+    for (double l : rowLoss)
+      total += l;
+    ptr(loss)[0] = static_cast<T>(total / m);
     return Status::success();
   }
 
@@ -1044,11 +1088,12 @@ template <typename T> struct Kernels {
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
-    case Opcode::CrossEntropyWithGrad: // the pair; the gradient may overwrite the logits
-      if (Status s = crossEntropy(in[1], in[2], inst.num_classes(), out[0]); !s.ok())
-        return s;
+    case Opcode::CrossEntropyWithGrad: { // the pair; the gradient may overwrite the logits
+      const Status s =
+          crossEntropyWithGrad(in[0], in[1], in[2], inst.num_classes(), out[0], out[1]);
       stored(0);
-      return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[1]);
+      return s;
+    }
     case Opcode::ParamGrad:
       accumulate(in[0], out[0]);
       break;
