@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, then configures (once) and builds mtc into build/.
+# Installs what is missing, then configures (once) and builds mtc into build/: every
+# target, or only those named (scripts/build.sh mtc mtrun).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,4 +9,4 @@ if [ ! -f build/build.ninja ]; then
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
 fi
-cmake --build build
+cmake --build build ${1:+--target "$@"}

@@ -4,7 +4,7 @@
 # shows the loss falling.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh mtdata mtc mtrun # what the demo runs: not the tests, not the CUDA-only tools
 bin=build/tools
 mkdir -p out
 
@@ -22,7 +22,7 @@ echo; echo "== compile: gpt-mini"
 
 echo; echo "== train on CPU"
 rm -f out/metrics.txt
-"$bin/mtrun" out/gpt-mini.mtp --data out/fortunes --steps "${DEMO_STEPS:-1000}" --lr 3e-3 \
+"$bin/mtrun" out/gpt-mini.mtp --data out/fortunes --steps "${DEMO_STEPS:-800}" --lr 3e-3 \
   --min-lr 3e-4 --warmup-steps 20 --log-every 25 --metrics out/metrics.txt --save out/checkpoint
 
 # The loss at the end: the mean of the last 10 steps (single steps are noisy).
@@ -31,5 +31,5 @@ awk '{ loss[NR] = $4 }
        for (i = NR - 9; i <= NR; i++) end += loss[i] / 10
        drop = 100 * (loss[1] - end) / loss[1]
        printf "\nloss %.3f at step 1 -> %.3f over the last 10 steps: %.0f%% lower\n", loss[1], end, drop
-       exit drop >= 40 ? 0 : 1
+       exit drop >= 35 ? 0 : 1
      }' out/metrics.txt
