@@ -326,11 +326,13 @@ template <typename T> struct Kernels {
   }
 
   static void add(const TensorView &a, const TensorView &b, const TensorView &out) {
+#pragma omp parallel for schedule(static) if (out.numel() >= kParallelElements)
     for (int64_t i = 0; i < out.numel(); ++i)
       ptr(out)[i] = ptr(a)[i] + ptr(b)[i];
   }
 
   static void accumulate(const TensorView &g, const TensorView &into) {
+#pragma omp parallel for schedule(static) if (into.numel() >= kParallelElements)
     for (int64_t i = 0; i < into.numel(); ++i)
       ptr(into)[i] += ptr(g)[i];
   }
@@ -1149,6 +1151,7 @@ template <typename T> struct Kernels {
   static void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
                     const TensorView &v, const AdamWStep &a) {
     const double c1 = a.correction1(), c2 = a.correction2();
+#pragma omp parallel for schedule(static) if (w.numel() >= kParallelElements)
     for (int64_t i = 0; i < w.numel(); ++i) {
       double mi = ptr(m)[i], vi = ptr(v)[i];
       const double wi = a.update(ptr(w)[i], ptr(g)[i], mi, vi, c1, c2);
