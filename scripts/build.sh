@@ -9,4 +9,8 @@ if [ ! -f build/build.ninja ]; then
     -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir \
     -DLLVM_EXTERNAL_LIT=/usr/lib/llvm-22/bin/lit
 fi
-cmake --build build ${1:+--target "$@"}
+if (($#)); then
+  cmake --build build --target "$@"
+else
+  cmake --build build
+fi

@@ -39,8 +39,8 @@ TEST(DropoutMask, EqualsThePerElementDecisionAtEveryStartAndLength) {
 
 TEST(DropoutMask, RatesAtAndBetweenTheEdges) {
   // 2⁻²⁴ steps: a rate exactly on a 24-bit uniform, and one just above it.
-  for (double rate : {0.0, 0.1, 1.0 / 3.0, 0.5, 0.75, 0.999, 5.0 / 16777216.0,
-                      5.0 / 16777216.0 + 1e-12}) {
+  for (double rate :
+       {0.0, 0.1, 1.0 / 3.0, 0.5, 0.75, 0.999, 1.0, 5.0 / 16777216.0, 5.0 / 16777216.0 + 1e-12}) {
     DropoutStream s{42, 1, 0, 2, rate};
     std::vector<uint8_t> keep(4096);
     dropoutKeeps(s, 8, 4096, keep.data());

@@ -124,6 +124,13 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.attention %qkv {causal, dropout = 3.0e-01 : f64, heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x24xf32>) -> tensor<2x3x8xf32>)", 8);
   c.push_back({"attention_dropout", dropped, "", 3, 8});
   c.push_back({"attention_dropout_unfused", dropped, "", 3, 8, "--attention unfused"});
+  // Without a causal mask every probability is drawn.
+  const std::string droppedAll = oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x24xf32>
+  %logits = mt.attention %qkv {dropout = 3.0e-01 : f64, heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x24xf32>) -> tensor<2x3x8xf32>)",
+                                            8);
+  c.push_back({"attention_dropout_noncausal", droppedAll, "", 3, 8});
+  c.push_back({"attention_dropout_noncausal_unfused", droppedAll, "", 3, 8, "--attention unfused"});
   // Grouped-query attention (4 query heads sharing 2 keys and values of 4 dims) with
   // dropped probabilities, fused and unfused, and multi-query attention (3 query heads,
   // one key and value): the key and value gradients sum over their group.

@@ -187,7 +187,6 @@ template <typename T> struct Kernels {
     }
   }
 
-  /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; dw = Σ dy·x̂; db = Σ dy.
   /// out[j] = Σ_r term(r, j) in double over r < rows in order, for j < cols: a parameter's
   /// gradient summed over tokens. Threads take whole columns, so every column is summed
   /// in the same order whatever the thread count.
@@ -206,6 +205,7 @@ template <typename T> struct Kernels {
     }
   }
 
+  /// dx = rstd·(g − mean(g) − x̂·mean(g·x̂)) with g = dy·w; dw = Σ dy·x̂; db = Σ dy.
   static void layerNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
                             double eps, const TensorView &dx, const TensorView &dw,
                             const TensorView &db) {

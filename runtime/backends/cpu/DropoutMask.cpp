@@ -13,8 +13,13 @@ namespace mt::cpu {
 namespace {
 
 /// uniform24(w) ≥ rate ⟺ (w >> 8) ≥ ⌈rate·2²⁴⌉: w >> 8 is an integer and rate·2²⁴ is
-/// exact in a double, so the integer comparison decides as the double one does.
-uint32_t threshold(double rate) { return static_cast<uint32_t>(std::ceil(rate * 16777216.0)); }
+/// exact in a double, so the integer comparison decides as the double one does. The plan
+/// reader admits rates in [0, 1); anything else is taken to its edge, never cast as is.
+uint32_t threshold(double rate) {
+  if (!(rate > 0))
+    return 0;
+  return rate >= 1 ? 1u << 24 : static_cast<uint32_t>(std::ceil(rate * 16777216.0));
+}
 
 /// The four decisions of Philox block `block` (elements 4·block … 4·block + 3), those of
 /// [from, to) written to keep[element − 4·block].
