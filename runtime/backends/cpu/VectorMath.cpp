@@ -53,6 +53,15 @@ void erfOf(const float *x, float *y, int64_t n) { MT_SLEEF(erf) }
 void expOf(const float *x, float *y, int64_t n) { MT_SLEEF(exp) }
 #undef MT_SLEEF
 
+namespace {
+/// −2u = −2·√(2/π)·(x + 0.044715·x³) over a block: tanh-GELU is x·σ(2u) = x/(1 + exp(−2u)),
+/// 0.5·x·(1 + tanh(u)) written with one exp, which costs a quarter of SLEEF's tanh here.
+void minusTwiceU(const float *x, float *t, int64_t m) {
+  for (int64_t i = 0; i < m; ++i)
+    t[i] = -2.0f * (kSqrt2OverPi * (x[i] + kCubic * x[i] * x[i] * x[i]));
+}
+} // namespace
+
 void values(const Gelu &f, const float *x, float *y, int64_t n) {
   blocks(n, [&](int64_t b, int64_t m, float *t) {
     const float *v = x + b;
@@ -60,13 +69,14 @@ void values(const Gelu &f, const float *x, float *y, int64_t n) {
       for (int64_t i = 0; i < m; ++i)
         t[i] = v[i] * kHalfSqrt2;
       erfOf(t, t, m);
-    } else {
       for (int64_t i = 0; i < m; ++i)
-        t[i] = kSqrt2OverPi * (v[i] + kCubic * v[i] * v[i] * v[i]);
-      tanhOf(t, t, m);
+        y[b + i] = 0.5f * v[i] * (1.0f + t[i]);
+      return;
     }
+    minusTwiceU(v, t, m);
+    expOf(t, t, m);
     for (int64_t i = 0; i < m; ++i)
-      y[b + i] = 0.5f * v[i] * (1.0f + t[i]);
+      y[b + i] = v[i] / (1.0f + t[i]);
   });
 }
 
@@ -87,13 +97,15 @@ void gradients(const Gelu &f, const float *dy, const float *x, float *dx, int64_
       }
       return;
     }
-    for (int64_t i = 0; i < m; ++i)
-      t[i] = kSqrt2OverPi * (v[i] + kCubic * v[i] * v[i] * v[i]);
-    tanhOf(t, t, m);
-    for (int64_t i = 0; i < m; ++i)
-      dx[b + i] = dy[b + i] * (0.5f * (1.0f + t[i]) + 0.5f * v[i] * (1.0f - t[i] * t[i]) *
-                                                           kSqrt2OverPi *
-                                                           (1.0f + 3.0f * kCubic * v[i] * v[i]));
+    minusTwiceU(v, t, m);
+    expOf(t, t, m);
+    for (int64_t i = 0; i < m; ++i) {
+      // s = σ(2u) and s·(1 − s) = 1/(2 + e + 1/e): a sum of positive terms, without
+      // 1 − s's cancellation, and 0 where e is 0 or infinite, as it should be.
+      const float e = t[i], s = 1.0f / (1.0f + e), spread = 1.0f / (2.0f + e + 1.0f / e);
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kCubic * v[i] * v[i]);
+      dx[b + i] = dy[b + i] * (s + 2.0f * v[i] * spread * du);
+    }
   });
 }
 

@@ -19,7 +19,9 @@ void erfOf(const float *x, float *y, int64_t n);
 void expOf(const float *x, float *y, int64_t n);
 
 /// The activations of core/SharedMath.h over n floats, with the same formulas in the
-/// same order of operations; only their tanh, erf and exp are SLEEF's.
+/// same order of operations, their erf and exp SLEEF's; but tanh-approximated GELU as its
+/// algebraic equal x·σ(2u) = x/(1 + exp(−2u)) (u its tanh's argument), one exp instead of
+/// a tanh, four times as fast (within 2e-6 of the tanh form: VectorMathTest).
 void values(const Gelu &f, const float *x, float *y, int64_t n);
 void values(const Silu &f, const float *x, float *y, int64_t n);
 /// dx[i] = dy[i] · f'(x[i]).
