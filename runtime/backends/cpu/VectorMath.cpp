@@ -6,7 +6,6 @@
 
 namespace mt::cpu {
 namespace avx { // VectorMathAvx.cpp: the elements done, a multiple of 8
-int64_t tanhOf(const float *x, float *y, int64_t n);
 int64_t erfOf(const float *x, float *y, int64_t n);
 int64_t expOf(const float *x, float *y, int64_t n);
 } // namespace avx
@@ -53,7 +52,6 @@ const float kInvSqrt2Pi = static_cast<float>(0.39894228040143267794); // 1/√(2
 
 } // namespace
 
-void tanhOf(const float *x, float *y, int64_t n) { MT_SLEEF(tanh) }
 void erfOf(const float *x, float *y, int64_t n) { MT_SLEEF(erf) }
 void expOf(const float *x, float *y, int64_t n) { MT_SLEEF(exp) }
 #undef MT_SLEEF

@@ -1,4 +1,4 @@
-// The CPU backend's elementwise transcendental math in f32, vectorised: tanh, erf and exp
+// The CPU backend's elementwise transcendental math in f32, vectorised: erf and exp
 // of whole blocks through SLEEF's deterministic functions (the `cinz` ones: no fused
 // multiply-add, so the scalar, SSE2 and AVX variants return the same bits). A result
 // therefore depends neither on the machine nor on where a block or a row is cut, and the
@@ -13,8 +13,7 @@
 
 namespace mt::cpu {
 
-/// y[i] = tanh(x[i]), erf(x[i]), exp(x[i]) for i < n; y may be x.
-void tanhOf(const float *x, float *y, int64_t n);
+/// y[i] = erf(x[i]), exp(x[i]) for i < n; y may be x.
 void erfOf(const float *x, float *y, int64_t n);
 void expOf(const float *x, float *y, int64_t n);
 

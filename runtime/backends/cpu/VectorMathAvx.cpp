@@ -14,7 +14,6 @@ namespace mt::cpu::avx {
       _mm256_storeu_ps(y + i, Sleef_cinz_##name##f8_u10avx(_mm256_loadu_ps(x + i)));          \
     return i;                                                                                  \
   }
-MT_SLEEF_AVX(tanh)
 MT_SLEEF_AVX(erf)
 MT_SLEEF_AVX(exp)
 #undef MT_SLEEF_AVX
