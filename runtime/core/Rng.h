@@ -76,32 +76,6 @@ MT_HOST_DEVICE inline void dropoutKeepsQuad(uint64_t seed, uint32_t step, uint32
   }
 }
 
-/// dropoutKeeps over runs of consecutive indices: one Philox block serves four of them,
-/// so it is computed once per four, not once per element. The same bits.
-class DropoutMask {
-public:
-  MT_HOST_DEVICE DropoutMask(uint64_t seed, uint32_t step, uint32_t microBatch,
-                             uint32_t stream, double rate)
-      : seed_(seed), step_(step), microBatch_(microBatch), stream_(stream), rate_(rate) {}
-
-  MT_HOST_DEVICE bool keeps(uint64_t index) {
-    if ((index >> 2) != blockIndex_ || !valid_) {
-      words_ = dropoutBlock(seed_, step_, microBatch_, stream_, index);
-      blockIndex_ = index >> 2;
-      valid_ = true;
-    }
-    return uniform24(words_.v[index & 3]) >= rate_;
-  }
-
-private:
-  uint64_t seed_;
-  uint32_t step_, microBatch_, stream_;
-  double rate_;
-  uint64_t blockIndex_ = 0;
-  bool valid_ = false;
-  Philox::ctr_type words_{};
-};
-
 /// FNV-1a: the stream of a parameter is its name, so init is independent of order.
 inline uint64_t nameHash(std::string_view name) {
   uint64_t h = 1469598103934665603ull;

@@ -381,8 +381,9 @@ template <typename T> struct Kernels {
     for (int64_t i = 0; i < half; ++i) {
       const double frequency = rope.frequency(i, d);
       for (int64_t p = 0; p < s; ++p) {
-        cosine[p * half + i] = std::cos(rope.angle(p, frequency));
-        sine[p * half + i] = std::sin(rope.angle(p, frequency));
+        const double angle = rope.angle(p, frequency);
+        cosine[p * half + i] = std::cos(angle);
+        sine[p * half + i] = std::sin(angle);
       }
     }
 #pragma omp parallel for schedule(static) if (qkv.numel() >= kParallelElements)
@@ -457,7 +458,7 @@ template <typename T> struct Kernels {
         k += length;
       }
       for (int64_t k = 0; k < m; ++k)
-        ptr(out)[c + k] = keep[k] ? ptr(x)[c + k] * (rate == 0 ? T(1) : scale) : T(0);
+        ptr(out)[c + k] = keep[k] ? ptr(x)[c + k] * scale : T(0); // scale is 1 at rate 0
       if (mask)
         std::copy_n(keep, m, mask->as<uint8_t>() + c);
     }
@@ -759,45 +760,19 @@ template <typename T> struct Kernels {
     return Status::success();
   }
 
-  /// Each element of a row is read (for the row's max, then once more) before the same
-  /// element of the gradient is written: dlogits may be the logits' buffer.
+  /// dlogits = dloss·(softmax(logits) − onehot(target))/M over the first C classes, 0 past
+  /// them; with `loss`, also the mean of the rows' losses, from the same max and sum of
+  /// exps (the pair CrossEntropy, CrossEntropyGrad in one pass, with the pair's bits). Each
+  /// element of a row, and the target's logit, is read before the same element of the
+  /// gradient is written: dlogits may be the logits' buffer.
   static Status crossEntropyGrad(const TensorView &dloss, const TensorView &logits,
                                  const TensorView &targets, int64_t numClasses,
-                                 const TensorView &dlogits) {
+                                 const TensorView &dlogits, const TensorView *loss = nullptr) {
     const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
     if (Status st = checkTargets(targets, c); !st.ok())
       return st;
     const double factor = static_cast<double>(ptr(dloss)[0]) / m;
-#pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
-    for (int64_t r = 0; r < m; ++r) {
-      const T *row = ptr(logits) + r * v;
-      T *g = ptr(dlogits) + r * v;
-      const T max = *std::max_element(row, row + c);
-      double sum = 0;
-      expsShifted(row, c, max, [&](int64_t j, T e) { sum += g[j] = e; });
-      const T scale = static_cast<T>(factor / sum);
-      for (int64_t j = 0; j < c; ++j)
-        g[j] *= scale;
-      std::fill(g + c, g + v, T(0));
-      // Checked again here: a corrupt plan may alias the targets with dlogits, which
-      // this loop writes.
-      if (const int64_t t = indexAt(targets, r); t >= 0 && t < c)
-        g[t] -= static_cast<T>(factor);
-    }
-    return Status::success();
-  }
-
-  /// The pair (crossEntropy, then crossEntropyGrad) in one pass over each row: the row's
-  /// max and sum of exps give both its loss and its gradient, the same bits as the pair's.
-  /// The target's logit is read before the gradient may overwrite it.
-  static Status crossEntropyWithGrad(const TensorView &dloss, const TensorView &logits,
-                                     const TensorView &targets, int64_t numClasses,
-                                     const TensorView &loss, const TensorView &dlogits) {
-    const int64_t m = logits.rows(), v = logits.cols(), c = numClasses ? numClasses : v;
-    if (Status st = checkTargets(targets, c); !st.ok())
-      return st;
-    const double factor = static_cast<double>(ptr(dloss)[0]) / m;
-    std::vector<double> rowLoss(m);
+    std::vector<double> rowLoss(loss ? m : 0);
 #pragma omp parallel for schedule(static) if (logits.numel() >= kParallelElements)
     for (int64_t r = 0; r < m; ++r) {
       const T *row = ptr(logits) + r * v;
@@ -810,7 +785,8 @@ template <typename T> struct Kernels {
       const T max = *std::max_element(row, row + c);
       double sum = 0;
       expsShifted(row, c, max, [&](int64_t j, T e) { sum += g[j] = e; });
-      rowLoss[r] = std::log(sum) + max - target;
+      if (loss)
+        rowLoss[r] = std::log(sum) + max - target;
       const T scale = static_cast<T>(factor / sum);
       for (int64_t j = 0; j < c; ++j)
         g[j] *= scale;
@@ -818,10 +794,12 @@ template <typename T> struct Kernels {
       if (valid)
         g[t] -= static_cast<T>(factor);
     }
-    double total = 0; // summed in row order, whatever the threads did
-    for (double l : rowLoss)
-      total += l;
-    ptr(loss)[0] = static_cast<T>(total / m);
+    if (loss) {
+      double total = 0; // summed in row order, whatever the threads did
+      for (double l : rowLoss)
+        total += l;
+      ptr(*loss)[0] = static_cast<T>(total / m);
+    }
     return Status::success();
   }
 
@@ -1091,8 +1069,7 @@ template <typename T> struct Kernels {
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
     case Opcode::CrossEntropyWithGrad: { // the pair; the gradient may overwrite the logits
-      const Status s =
-          crossEntropyWithGrad(in[0], in[1], in[2], inst.num_classes(), out[0], out[1]);
+      const Status s = crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[1], &out[0]);
       stored(0);
       return s;
     }
