@@ -4,7 +4,9 @@
 #include "passes/Passes.h"
 #include "plan/Schedule.h"
 
+#include "dialects/mt/Collectives.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FileSystem.h"
@@ -84,6 +86,7 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
       !positiveFlag(args, "seq-length", 1, options.seqLength) ||
       !positiveFlag(args, "make-vocab-size-divisible-by", 128, options.vocabMultiple) ||
       !positiveFlag(args, "tp", 1, options.tp) || !positiveFlag(args, "dp", 1, options.dp) ||
+      !positiveFlag(args, "cp", 1, options.cp) ||
       !positiveFlag(args, "ddp-bucket-size", 40000000, layout.bucketBytes) ||
       !positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
       !positiveFlag(args, "pp", 1, options.pp) ||
@@ -102,22 +105,24 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
     int64_t gpus;
     if (!positiveFlag(args, "gpus", 1, gpus))
       return 1;
-    if (options.tp > gpus || options.pp > gpus) {
-      errs() << "mtc: tp " << options.tp << " x pp " << options.pp << " is more than " << gpus
-             << " GPUs\n";
+    // Each bounded before the product, which could overflow.
+    if (options.tp > gpus || options.pp > gpus / options.tp ||
+        options.cp > gpus / (options.tp * options.pp)) {
+      errs() << "mtc: tp " << options.tp << " x cp " << options.cp << " x pp " << options.pp
+             << " is more than " << gpus << " GPUs\n";
       return 1;
     }
-    const int64_t modelParallel = options.tp * options.pp;
+    const int64_t modelParallel = options.tp * options.cp * options.pp;
     if (!args.values.count("dp")) {
       if (gpus % modelParallel != 0) {
-        errs() << "mtc: " << gpus << " GPUs are not a multiple of tp x pp = " << modelParallel
+        errs() << "mtc: " << gpus << " GPUs are not a multiple of tp x cp x pp = " << modelParallel
                << "\n";
         return 1;
       }
       options.dp = gpus / modelParallel;
     } else if (gpus != modelParallel * options.dp) {
-      errs() << "mtc: --gpus " << gpus << " is not tp x pp x dp = " << modelParallel * options.dp
-             << "\n";
+      errs() << "mtc: --gpus " << gpus
+             << " is not tp x cp x pp x dp = " << modelParallel * options.dp << "\n";
       return 1;
     }
   }
@@ -155,6 +160,16 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
   if (options.sequenceParallel && options.tp == 1)
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
+  // Megatron's --cp-comm-type: how attention reaches the other ranks' keys and values.
+  const std::string commType = args.values.lookup("cp-comm-type");
+  if (!commType.empty() && commType != "all-gather")
+    return usageError("--cp-comm-type must be all-gather (the K/V ring, p2p, is not built "
+                      "yet), got '" +
+                      commType + "'");
+  if (options.cp > 1 && options.attention == "unfused")
+    return usageError("--cp splits attention's queries over the context-parallel group, "
+                      "which only fused attention does: it cannot be used with unfused "
+                      "attention or --recompute selective");
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
   return readPrecision(args, precision, options.precision);
 }
@@ -253,6 +268,8 @@ int64_t loweredSeqLength(ModuleOp module) {
     if (fn.getNumArguments() > 0)
       seqLength = cast<RankedTensorType>(fn.getArgumentTypes()[0]).getDimSize(1);
   });
+  if (auto grid = module.lookupSymbol<shard::GridOp>("grid"))
+    seqLength *= grid.getShape()[mlir::mt::kCpAxis];
   return seqLength;
 }
 
@@ -293,14 +310,16 @@ int compileStep(const Flags &args, ModuleOp module, const std::string &path,
   header.vocabSize = vocab;
   header.tp = options.tp;
   header.dp = options.dp;
+  header.cp = options.cp;
   header.pp = options.pp;
   header.virtualStages = options.virtualStages;
   header.schedule = layout.schedule;
   header.sequenceParallel = options.sequenceParallel;
   header.distributedOptimizer = layout.distributedOptimizer;
   header.ddpBucketBytes = static_cast<uint64_t>(layout.bucketBytes);
-  out.account = accountStep(module, options.precision, options.pp, inFlight, options.dp,
-                            layout.distributedOptimizer);
+  // The distributed optimizer shares its state over data x context parallel ranks.
+  out.account = accountStep(module, options.precision, options.pp, inFlight,
+                            options.dp * options.cp, layout.distributedOptimizer);
   const StepAccount &account = out.account;
   if (account.costs.overflowed || account.recompute.overflowed) {
     errs() << "mtc: " << kFlopsOverflow << "\n";

@@ -72,7 +72,8 @@ struct ModelFile {
 bool loadModel(mlir::MLIRContext &context, const std::string &path, ModelFile &model);
 /// The model's name: its mt.model attribute, else its file's stem.
 std::string modelName(mlir::ModuleOp module, const std::string &path);
-/// The sequence length of a lowered step: its programs' token arguments are [b, s].
+/// The sequence length of a lowered step: its programs' token arguments are [b, s], each
+/// context-parallel rank's share s/cp under context parallelism.
 int64_t loweredSeqLength(mlir::ModuleOp module);
 
 /// A training step compiled for one rank: the plan's bytes, its header and account, and

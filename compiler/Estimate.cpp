@@ -1,4 +1,5 @@
 #include "compiler/Estimate.h"
+#include "dialects/mt/Collectives.h"
 #include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
 
@@ -134,8 +135,8 @@ std::string familyOf(Operation *op) {
 }
 
 /// Costs one op of a pass on one rank.
-void costOp(Operation *op, const SystemSpec &system, const Placement &placement, int64_t tp,
-            PassCost &pass) {
+void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
+            const CompileOptions &options, PassCost &pass) {
   auto record = [&](double seconds, double flops, double bytes) {
     const std::string family = familyOf(op);
     if (family.empty())
@@ -155,17 +156,21 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   Collective kind;
   int64_t bytes;
   bool sequence = false;
-  if (isa<shard::AllReduceOp>(op)) {
+  ArrayRef<int16_t> axes;
+  if (auto reduce = dyn_cast<shard::AllReduceOp>(op)) {
     kind = Collective::AllReduce;
     bytes = mlir::mt::tensorBytes(op->getResult(0).getType());
+    axes = reduce.getGridAxes();
   } else if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
     kind = Collective::AllGather;
     bytes = mlir::mt::tensorBytes(gather.getResult().getType());
     sequence = gather.getGatherAxis() == 1;
+    axes = gather.getGridAxes();
   } else if (auto scatter = dyn_cast<shard::ReduceScatterOp>(op)) {
     kind = Collective::ReduceScatter;
     bytes = mlir::mt::tensorBytes(scatter.getInput().getType());
     sequence = scatter.getScatterAxis() == 1;
+    axes = scatter.getGridAxes();
   } else {
     // Any other instruction is a memory-bound kernel (a TpCopy, the Fill of the loss's
     // seed, a ParamGrad adding a gradient into its parameter's buffer: reading both,
@@ -181,11 +186,19 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     record(seconds, 0, static_cast<double>(moved));
     return;
   }
-  const double seconds = collectiveSeconds(kind, bytes, tp, placement.tensor);
-  const int64_t sent = ringBytesSent(kind, bytes, tp);
+  // Context parallelism's gathers of attention's QKV and their reduce-scatters run over
+  // the context-parallel group.
+  const bool context = axes.size() == 1 && axes[0] == mlir::mt::kCpAxis;
+  const int64_t ranks = context ? options.cp : options.tp;
+  const double seconds =
+      collectiveSeconds(kind, bytes, ranks, context ? placement.context : placement.tensor);
+  const int64_t sent = ringBytesSent(kind, bytes, ranks);
   pass.collectives = true;
   record(seconds, 0, static_cast<double>(sent));
-  if (!sequence) {
+  if (context) {
+    pass.contextParallel += seconds;
+    pass.contextParallelBytes += sent;
+  } else if (!sequence) {
     pass.tensorParallel += seconds;
     pass.tensorParallelBytes += sent;
   } else {
@@ -248,33 +261,34 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
   // overlaps them buckets them alike).
   const int64_t gradientBytes = params.all * b.gradients;
   const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
-  if (o.dp > 1 && layout.distributedOptimizer) {
+  const int64_t d = layout.dataParts(); // context-parallel ranks reduce with data-parallel
+  if (d > 1 && layout.distributedOptimizer) {
     std::tie(tail.data, tail.dataBucket) =
         bucketed(Collective::ReduceScatter, gradientBytes,
-                 system.runtime.overlapGradientReduction ? bucket : gradientBytes, o.dp,
+                 system.runtime.overlapGradientReduction ? bucket : gradientBytes, d,
                  placement.data, tail.sent);
     const int64_t weightBytes = params.all * b.weights;
     std::tie(tail.gather, tail.gatherBucket) = bucketed(
         Collective::AllGather, weightBytes,
-        system.runtime.overlapParameterGather ? bucket / b.gradients * b.weights : weightBytes,
-        o.dp, placement.data, tail.sent);
-  } else if (o.dp > 1) {
+        system.runtime.overlapParameterGather ? bucket / b.gradients * b.weights : weightBytes, d,
+        placement.data, tail.sent);
+  } else if (d > 1) {
     std::tie(tail.data, tail.dataBucket) =
-        bucketed(Collective::AllReduce, gradientBytes, bucket, o.dp, placement.data, tail.sent);
+        bucketed(Collective::AllReduce, gradientBytes, bucket, d, placement.data, tail.sent);
   }
   // The loss, and the gradient norm's sum of squares: one number each.
   reduce(Collective::AllReduce, 8, p, placement.pipeline);
-  reduce(Collective::AllReduce, 8, o.dp, placement.data);
+  reduce(Collective::AllReduce, 8, d, placement.data);
   reduce(Collective::AllReduce, 8, o.tp, placement.tensor);
   reduce(Collective::AllReduce, 8, p, placement.pipeline);
   if (layout.distributedOptimizer)
-    reduce(Collective::AllReduce, 8, o.dp, placement.data);
+    reduce(Collective::AllReduce, 8, d, placement.data);
 
   // Before the passes the gradients are zeroed; after them, over this rank's share, the
   // norm reads the gradients, and Adam reads them again, reads and writes the moments and
   // the master weights (or the weights), and mixed precision rounds the master weights
   // into the compute copy.
-  const int64_t updated = params.all / (layout.distributedOptimizer ? o.dp : 1);
+  const int64_t updated = params.all / (layout.distributedOptimizer ? d : 1);
   auto part = [&](const char *family, int64_t bytes) {
     const double seconds = familySeconds(system, family, bytes);
     tail.optimizer += seconds;
@@ -349,9 +363,10 @@ double kernelSeconds(Operation *op, const SystemSpec &system) {
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {
   const CompileOptions &o = layout.options;
-  const int64_t world = o.tp * o.dp * o.pp;
-  return {linkFor(system, o.tp, world), linkFor(system, o.tp * o.dp, world),
-          linkFor(system, world, world)};
+  // Ranks run tp fastest, then cp, then dp: a group spans the ranks up to its own axis.
+  const int64_t world = o.tp * o.cp * o.dp * o.pp;
+  return {linkFor(system, o.tp, world), linkFor(system, o.tp * o.cp, world),
+          linkFor(system, o.tp * o.cp * o.dp, world), linkFor(system, world, world)};
 }
 
 std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &system,
@@ -368,7 +383,7 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
       DenseMap<Operation *, int64_t> position;
       const int64_t backwardStart = mlir::mt::numberOps(body, position);
       for (Operation &op : body)
-        costOp(&op, system, placement, options.tp,
+        costOp(&op, system, placement, options,
                position[&op] < backwardStart ? chunks[0].forward : chunks[0].backward);
       return;
     }
@@ -377,8 +392,7 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
     if (!v || *v >= static_cast<int64_t>(chunks.size()))
       return;
     fn.walk([&](Operation *op) {
-      costOp(op, system, placement, options.tp,
-             forward ? chunks[*v].forward : chunks[*v].backward);
+      costOp(op, system, placement, options, forward ? chunks[*v].forward : chunks[*v].backward);
     });
   });
   // Without a pipeline the step is one program: recorded whole, or not at all.
@@ -404,6 +418,29 @@ double pipelineMessageSeconds(const SystemSpec &system, const StepLayout &layout
          placement.pipeline.latency +
          collectiveSeconds(Collective::AllGather, bytes, tp, placement.tensor);
 }
+
+namespace {
+
+/// Adds a chunk's forward and backward passes, `mb` micro-batches of each, to the parts,
+/// families and bytes of `e`.
+void addPasses(const ChunkProfile &chunk, double mb, StepEstimate &e) {
+  const PassCost &f = chunk.forward, &bw = chunk.backward;
+  e.parts.forward += mb * f.compute;
+  e.parts.backward += mb * bw.compute;
+  e.parts.host += mb * (f.host + bw.host);
+  for (const Families *families : {&f.families, &bw.families})
+    for (const auto &[name, cost] : *families)
+      e.families[name].add(cost, mb);
+  e.parts.recompute += mb * (f.recompute + bw.recompute);
+  e.parts.tensorParallel += mb * (f.tensorParallel + bw.tensorParallel);
+  e.parts.sequenceParallel += mb * (f.sequenceParallel + bw.sequenceParallel);
+  e.parts.contextParallel += mb * (f.contextParallel + bw.contextParallel);
+  e.tensorParallelBytes += f.tensorParallelBytes + bw.tensorParallelBytes;
+  e.sequenceParallelBytes += f.sequenceParallelBytes + bw.sequenceParallelBytes;
+  e.contextParallelBytes += f.contextParallelBytes + bw.contextParallelBytes;
+}
+
+} // namespace
 
 std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSpec &system,
                          const StepLayout &layout, StepEstimate &out) {
@@ -443,7 +480,7 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   std::vector<ChunkFootprint> footprints;
   for (const ChunkProfile &c : chunks)
     footprints.push_back(c.footprint);
-  e.account = accountChunks(footprints, o.precision, p, e.inFlight, o.dp,
+  e.account = accountChunks(footprints, o.precision, p, e.inFlight, layout.dataParts(),
                             layout.distributedOptimizer);
   if (e.account.costs.overflowed || e.account.recompute.overflowed)
     return kFlopsOverflow;
@@ -497,25 +534,13 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
            "file's rates)";
   e.iteration = iteration;
   const int64_t crit = e.criticalStage;
-  const double mb = static_cast<double>(m);
-  for (int64_t c = crit; c < p * v; c += p) {
-    const PassCost &f = chunks[c].forward, &bw = chunks[c].backward;
-    e.parts.forward += mb * f.compute;
-    e.parts.backward += mb * bw.compute;
-    e.parts.host += mb * (f.host + bw.host);
-    for (const Families *families : {&f.families, &bw.families})
-      for (const auto &[name, cost] : *families)
-        e.families[name].add(cost, mb);
-    e.parts.recompute += mb * (f.recompute + bw.recompute);
-    e.parts.tensorParallel += mb * (f.tensorParallel + bw.tensorParallel);
-    e.parts.sequenceParallel += mb * (f.sequenceParallel + bw.sequenceParallel);
-    e.tensorParallelBytes += f.tensorParallelBytes + bw.tensorParallelBytes;
-    e.sequenceParallelBytes += f.sequenceParallelBytes + bw.sequenceParallelBytes;
-  }
+  for (int64_t c = crit; c < p * v; c += p)
+    addPasses(chunks[c], static_cast<double>(m), e);
   e.parts.pipeline = timing.finish[crit] - timing.busy[crit];
   e.bubble = timing.busy[crit] > 0 ? e.parts.pipeline / timing.busy[crit] : 0;
   using U = unsigned __int128;
-  const U replicas = static_cast<U>(m) * static_cast<U>(o.tp) * static_cast<U>(o.dp);
+  const U replicas =
+      static_cast<U>(m) * static_cast<U>(o.tp) * static_cast<U>(o.cp) * static_cast<U>(o.dp);
   e.modelFlops = static_cast<U>(e.account.costs.gemmFlops) * replicas;
   e.hardwareFlops =
       (static_cast<U>(e.account.costs.gemmFlops) + static_cast<U>(e.account.recompute.gemmFlops)) *

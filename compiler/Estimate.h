@@ -51,13 +51,17 @@ struct PassCost {
   double recompute = 0;        // kernels mt-recompute copied into backward
   double tensorParallel = 0;   // the tensor-parallel group's collectives, but for
   double sequenceParallel = 0; // its gathers and scatters along the sequence
+  double contextParallel = 0;  // the context-parallel group's (attention's keys and values)
   double host = 0;             // the device waiting for the host to launch kernels
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
+  int64_t contextParallelBytes = 0;
   int64_t launches = 0;                                       // kernels and collectives
   LaunchQueue queue;                                          // the pass launched kernel by kernel
   bool collectives = false; // whether any collective runs in the pass
   Families families;        // the kernels and collectives, by family
-  double total() const { return compute + recompute + tensorParallel + sequenceParallel + host; }
+  double total() const {
+    return compute + recompute + tensorParallel + sequenceParallel + contextParallel + host;
+  }
 };
 
 /// One chunk (virtual pipeline stage) as one rank runs it.
@@ -90,13 +94,15 @@ struct StepLayout {
   int64_t microBatches() const {
     return options.globalBatchSize / (options.microBatchSize * options.dp);
   }
-  int64_t gpus() const { return options.tp * options.pp * options.dp; }
+  int64_t gpus() const { return options.tp * options.cp * options.pp * options.dp; }
+  /// The ranks that reduce gradients and share the distributed optimizer's state.
+  int64_t dataParts() const { return options.dp * options.cp; }
 };
 
 /// The links the groups of a layout cross, with Megatron's rank order (tp fastest, then
 /// dp, then pp): a group stays on NVLink while it fits in one node.
 struct Placement {
-  Link tensor, data, pipeline;
+  Link tensor, context, data, pipeline;
 };
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout);
 
@@ -112,6 +118,7 @@ struct StepEstimate {
   struct Parts {
     double forward = 0, backward = 0, recompute = 0; // kernels
     double tensorParallel = 0, sequenceParallel = 0; // collectives inside the passes
+    double contextParallel = 0;
     double host = 0;      // the device waiting for kernels to be launched
     double pipeline = 0;  // waiting: the bubble and the messages on its critical path
     double gradients = 0; // reduction after the last backward, what is not overlapped
@@ -127,6 +134,7 @@ struct StepEstimate {
   double bubble = 0; // the critical stage's waiting over its busy time
   unsigned __int128 modelFlops = 0, hardwareFlops = 0; // per step, every rank
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // per micro-batch, one rank
+  int64_t contextParallelBytes = 0;                           // per micro-batch, one rank
   int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
   StepAccount account; // memory, exactly as `mtc compile` accounts it
   std::vector<int64_t> inFlight;

@@ -31,8 +31,9 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtExpand());
     pm.addPass(mt::createMtSpecialize(
         {options.microBatchSize, options.seqLength, options.precision}));
-    pm.addPass(mt::createMtTensorParallel(
-        {options.tp, options.dp, options.sequenceParallel}));
+    pm.addPass(mt::createMtContextParallel({options.cp, options.dp, options.tp}));
+    pm.addPass(
+        mt::createMtTensorParallel({options.tp, options.dp, options.cp, options.sequenceParallel}));
     if (options.attention == "unfused")
       pm.addPass(mt::createMtUnfuseAttention());
     if (options.pp > 1)

@@ -37,6 +37,7 @@ struct CompileOptions {
   double attentionDropout = -1, hiddenDropout = -1;
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
+  int64_t cp = 1; // context parallelism (Megatron's --context-parallel-size)
   int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
   bool sequenceParallel = false;
   std::string attention = "fused"; // fused | unfused (mt-unfuse-attention)
@@ -51,9 +52,9 @@ struct CompileOptions {
 /// and mt-set-dropout where a rate is given. Running it again for a larger tp pads further.
 mlir::LogicalResult prepareModel(mlir::ModuleOp module, const CompileOptions &options);
 
-/// expand → specialize → tensor parallel → autodiff → recompute → keep attention statistics →
-/// pipeline partition → fuse epilogues → fuse cross-entropy → memory
-/// plan: @forward becomes a memory-planned @train_step for one rank. The verifier runs after every pass.
+/// expand → specialize → context parallel → tensor parallel → autodiff → recompute → keep attention
+/// statistics → pipeline partition → fuse epilogues → fuse cross-entropy → memory plan: @forward
+/// becomes a memory-planned @train_step for one rank. The verifier runs after every pass.
 mlir::LogicalResult lowerToTrainStep(mlir::ModuleOp module, const CompileOptions &options);
 
 } // namespace mtc

@@ -317,7 +317,7 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
   auto root = plan::CreatePlan(
       fbb, fbb.CreateString(header.model),
       plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), static_cast<int32_t>(header.pp),
-                       static_cast<int32_t>(header.dp)),
+                       static_cast<int32_t>(header.dp), static_cast<int32_t>(header.cp)),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
       precisionType(header.precision), header.sequenceParallel,
       static_cast<int32_t>(header.virtualStages), header.distributedOptimizer,

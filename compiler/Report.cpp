@@ -54,6 +54,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
                                    {"recompute", p.recompute},
                                    {"tensor_parallel", p.tensorParallel},
                                    {"sequence_parallel", p.sequenceParallel},
+                                   {"context_parallel", p.contextParallel},
                                    {"host_gaps", p.host},
                                    {"pipeline_bubble", p.pipeline},
                                    {"gradient_reduction", p.gradients},
@@ -62,6 +63,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
       {"bytes_sent_per_rank",
        llvm::json::Object{{"tensor_parallel_per_micro_batch", e.tensorParallelBytes},
                           {"sequence_parallel_per_micro_batch", e.sequenceParallelBytes},
+                          {"context_parallel_per_micro_batch", e.contextParallelBytes},
                           {"pipeline_message", e.pipelineMessageBytes},
                           {"gradient_reduction", e.gradientBytes}}}};
 }
@@ -77,10 +79,11 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
   const std::optional<DecoderShape> &decoder = step.decoder;
   const std::optional<int64_t> &layerBytes = step.layerBytes;
   const ::mt::ScheduleKind scheduleKind = layout.schedule;
-  const int64_t ranks = options.tp * options.dp * options.pp;
+  const int64_t ranks = options.tp * options.cp * options.dp * options.pp;
   int64_t microBatches = options.globalBatchSize / (options.microBatchSize * options.dp);
-  // The ops of every pipeline stage are in the module: one copy per tp x dp rank.
-  const int64_t replicas = options.tp * options.dp;
+  // The ops of every pipeline stage are in the module: one copy per tp x cp x dp rank
+  // (a context-parallel rank's ops are its share of the micro-batch's).
+  const int64_t replicas = options.tp * options.cp * options.dp;
   unsigned __int128 gemmPerStep =
       static_cast<unsigned __int128>(header.costs.gemmFlops) * microBatches * replicas;
   const unsigned __int128 recomputePerStep =
@@ -97,14 +100,14 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
          << " bytes) in " << llvm::format("%.2f", seconds) << " s\n";
   const std::string &fp = precision;
   const std::string master = precision == "fp64" ? "fp64" : "fp32";
-  row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp
-                << ", pp " << options.pp << ", dp " << options.dp << ")"
+  row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp << ", pp "
+                << options.pp << ", dp " << options.dp
+                << (options.cp > 1 ? ", cp " + std::to_string(options.cp) : std::string()) << ")"
                 << (options.pp > 1
                         ? ", " + std::string(::mt::scheduleName(scheduleKind)) + " schedule"
                         : std::string())
                 << (options.sequenceParallel ? ", sequence parallel" : "")
-                << (distributedOptimizer ? ", distributed optimizer" : "") << ", " << fp
-                << "\n";
+                << (distributedOptimizer ? ", distributed optimizer" : "") << ", " << fp << "\n";
   row("batch") << "micro-batch " << options.microBatchSize << " x " << microBatches
                << " micro-batches x dp " << options.dp << " = global batch "
                << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
@@ -150,7 +153,10 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
   row("  optimizer state") << withCommas(m.optimizer) << "  ("
                            << (bytes.mixed ? "fp32 master weights, " : "") << "Adam m and v, "
                            << bytes.optimizer << " B/param"
-                           << (distributedOptimizer ? " / dp" : "") << ")\n";
+                           << (!distributedOptimizer ? ""
+                               : options.cp > 1      ? " / (dp x cp)"
+                                                     : " / dp")
+                           << ")\n";
   row("  activations") << withCommas(m.activations)
                        << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"
                                           : "  (peak of the arena, one micro-batch)\n");
@@ -243,6 +249,10 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
     part("  sp collectives", p.sequenceParallel)
         << "  (" << withCommas(e.sequenceParallelBytes)
         << " bytes sent per micro-batch; along the sequence)\n";
+  if (o.cp > 1)
+    part("  cp collectives", p.contextParallel)
+        << "  (" << withCommas(e.contextParallelBytes)
+        << " bytes sent per micro-batch; attention's keys and values)\n";
   if (o.pp > 1)
     part("  pipeline bubble", p.pipeline)
         << llvm::format("  (%s, %lld micro-batches: %.4f of busy time; (p-1)/(vm) = %.4f; "

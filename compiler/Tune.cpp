@@ -43,9 +43,8 @@ int64_t parameterState(const std::vector<ChunkProfile> &one, const StepLayout &l
     f.layerTpReduced *= perChunk;
     footprints.push_back(std::move(f));
   }
-  const StepAccount a =
-      accountChunks(footprints, o.precision, o.pp, std::vector<int64_t>(o.pp, 0), o.dp,
-                    layout.distributedOptimizer);
+  const StepAccount a = accountChunks(footprints, o.precision, o.pp, std::vector<int64_t>(o.pp, 0),
+                                      layout.dataParts(), layout.distributedOptimizer);
   return a.memory.weights + a.memory.gradients + a.memory.optimizer;
 }
 
@@ -56,6 +55,8 @@ std::string layoutFlags(const StepLayout &layout) {
   std::string f = "--tp " + std::to_string(o.tp) + " --pp " + std::to_string(o.pp);
   if (o.virtualStages > 1)
     f += " --vpp " + std::to_string(o.virtualStages);
+  if (o.cp > 1)
+    f += " --cp " + std::to_string(o.cp);
   f += " --dp " + std::to_string(o.dp) + " --micro-batch-size " +
        std::to_string(o.microBatchSize) + " --global-batch-size " +
        std::to_string(o.globalBatchSize);
@@ -80,8 +81,8 @@ public:
       : model_(model), system_(system), result_(result) {}
 
   /// The chunks of the model cut to `parts` chunks of `perChunk` layers and lowered with
-  /// `o` (dp 1, pp `parts`), lowered once per (tp, sp, micro-batch size, recomputation,
-  /// layers per chunk, chunks).
+  /// `o` (dp 1, pp `parts`), lowered once per (tp, cp, sp, micro-batch size,
+  /// recomputation, layers per chunk, chunks).
   const Profiled &profile(const CompileOptions &o, int64_t perChunk, int64_t parts);
   void reject(const StepLayout &layout, std::string why) {
     result_.rejected.push_back({layout, {}, std::move(why)});
@@ -96,12 +97,13 @@ private:
   ModuleOp model_;
   const SystemSpec &system_;
   TuneResult &result_;
-  std::map<std::tuple<int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled> cache_;
+  std::map<std::tuple<int64_t, int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled>
+      cache_;
 };
 
 const Profiled &Tuner::profile(const CompileOptions &o, int64_t perChunk, int64_t parts) {
-  auto key = std::make_tuple(o.tp, o.sequenceParallel, o.microBatchSize, o.recompute, perChunk,
-                             parts);
+  auto key = std::make_tuple(o.tp, o.cp, o.sequenceParallel, o.microBatchSize, o.recompute,
+                             perChunk, parts);
   auto found = cache_.find(key);
   if (found != cache_.end())
     return found->second;
@@ -134,6 +136,8 @@ void Tuner::estimateVariants(StepLayout layout, int64_t layers,
     if (sp && o.tp == 1)
       continue;
     for (const std::string &recompute : recomputes) {
+      if (o.cp > 1 && recompute == "selective")
+        continue; // it re-runs unfused attention, which context parallelism cannot split
       layout.options.sequenceParallel = sp;
       layout.options.recompute = recompute;
       layout.options.attention = recompute == "selective" ? "unfused" : "fused";
@@ -146,7 +150,7 @@ void Tuner::estimateVariants(StepLayout layout, int64_t layers,
       plain.attention = "fused";
       const Profiled &one = profile(plain, 1, 3);
       for (bool distributed : {false, true}) {
-        if (distributed && o.dp == 1)
+        if (distributed && layout.dataParts() == 1)
           continue;
         layout.distributedOptimizer = distributed;
         if (!one.error.empty()) {
@@ -193,6 +197,18 @@ void Tuner::estimateVariants(StepLayout layout, int64_t layers,
 
 } // namespace
 
+/// The (pp, cp) pairs searched beside tensor parallelism `tp`: each fixed, or a divisor of
+/// what remains (cp up to `maxCp`, and cutting the sequence into 2·cp chunks).
+std::vector<std::pair<int64_t, int64_t>> modelParallel(const TuneRequest &r, int64_t tp,
+                                                       int64_t maxCp) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (int64_t pp : r.pp ? std::vector<int64_t>{*r.pp} : divisors(r.gpus / tp))
+    for (int64_t cp : r.cp ? std::vector<int64_t>{*r.cp} : divisors(r.gpus / tp))
+      if (r.cp || (cp <= maxCp && (cp == 1 || r.seqLength % (2 * cp) == 0)))
+        pairs.emplace_back(pp, cp);
+  return pairs;
+}
+
 TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) {
   TuneResult result;
   mlir::mt::RepeatOp repeat;
@@ -209,6 +225,9 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
   }
   const int64_t layers = static_cast<int64_t>(repeat.getCount());
   const int64_t maxTp = r.maxTp > 0 ? r.maxTp : system.gpusPerNode;
+  const int64_t maxCp = r.maxCp > 0                    ? r.maxCp
+                        : r.seqLength >= kLongSequence ? system.gpusPerNode
+                                                       : 1;
   Tuner tuner(model, system, result);
   auto fixedOr = [](const std::optional<int64_t> &fixed, std::vector<int64_t> all) {
     return fixed ? std::vector<int64_t>{*fixed} : all;
@@ -228,17 +247,19 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
     }
     if (!r.tp && tp > maxTp)
       continue;
-    for (int64_t pp : fixedOr(r.pp, divisors(r.gpus / tp))) {
-      if ((r.gpus / tp) % pp != 0) {
-        if (r.pp)
-          result.error = "--pp " + std::to_string(pp) + " does not divide " +
-                         std::to_string(r.gpus / tp) + " GPUs per tensor-parallel group";
+    for (auto [pp, cp] : modelParallel(r, tp, maxCp)) {
+      if ((r.gpus / tp) % (pp * cp) != 0) {
+        if ((r.pp || r.cp) && r.tp) // else another tp leaves them room
+          result.error = "--pp " + std::to_string(pp) + " x --cp " + std::to_string(cp) +
+                         " does not divide " + std::to_string(r.gpus / tp) +
+                         " GPUs per tensor-parallel group";
         continue;
       }
       StepLayout base;
       base.options.tp = tp;
       base.options.pp = pp;
-      base.options.dp = r.gpus / (tp * pp);
+      base.options.cp = cp;
+      base.options.dp = r.gpus / (tp * pp * cp);
       base.options.globalBatchSize = r.globalBatchSize;
       base.options.seqLength = r.seqLength;
       base.options.vocabMultiple = r.vocabMultiple;

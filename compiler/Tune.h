@@ -21,9 +21,12 @@ struct TuneRequest {
   std::string precision = "f32";
   int64_t bucketBytes = 40000000;
   int64_t maxTp = 0;           // 0: the GPUs of a node
+  // Context parallelism is searched up to this (0: a node's GPUs for a sequence of
+  // kLongSequence positions or more, else none).
+  int64_t maxCp = 0;
   int64_t maxMicroBatch = 8;   // micro-batch sizes 1, 2, 4, ... up to this
   // Fixed by the user, else searched.
-  std::optional<int64_t> tp, pp, vpp, microBatchSize;
+  std::optional<int64_t> tp, pp, vpp, cp, microBatchSize;
   std::optional<std::string> recompute;
   Fusions fusions;
 };
@@ -41,7 +44,10 @@ struct TuneResult {
   std::string error;                   // why nothing could be searched
 };
 
-/// Searches tp, pp, vpp, dp, micro-batch size, sequence parallelism, recomputation and
+/// The sequence from which `mtc tune` searches context parallelism by default.
+inline constexpr int64_t kLongSequence = 16384;
+
+/// Searches tp, pp, vpp, cp, dp, micro-batch size, sequence parallelism, recomputation and
 /// the distributed optimizer for `model` (parsed, vocabulary padded, not lowered).
 TuneResult tune(mlir::ModuleOp model, const SystemSpec &system, const TuneRequest &request);
 

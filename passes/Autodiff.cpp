@@ -51,9 +51,10 @@ struct MtAutodiff : impl::MtAutodiffBase<MtAutodiff> {
       if (d.getKeepMask())
         continue;
       OpBuilder before(d);
-      auto kept = DropoutOp::create(before, d.getLoc(), d.getInput(), d.getRateAttr(),
-                                    d.getStreamAttr(), d.getSequenceParallelAttr(),
-                                    d.getFeatureParallelAttr(), before.getUnitAttr());
+      auto kept =
+          DropoutOp::create(before, d.getLoc(), d.getInput(), d.getRateAttr(), d.getStreamAttr(),
+                            d.getSequenceParallelAttr(), d.getFeatureParallelAttr(),
+                            before.getUnitAttr(), d.getContextParallelAttr());
       kept->setDiscardableAttrs(d->getDiscardableAttrDictionary());
       d.getResult().replaceAllUsesWith(kept.getResult());
       d.erase();

@@ -39,7 +39,8 @@ struct MtFuseBiasDropoutAdd : impl::MtFuseBiasDropoutAddBase<MtFuseBiasDropoutAd
       auto fused = BiasDropoutAddOp::create(
           b, dropout.getLoc(), input, residual, bias, dropout.getRateAttr(),
           dropout.getStreamAttr(), dropout.getSequenceParallelAttr(),
-          dropout.getFeatureParallelAttr(), dropout.getKeepMaskAttr());
+          dropout.getFeatureParallelAttr(), dropout.getKeepMaskAttr(),
+          dropout.getContextParallelAttr());
       fused->setDiscardableAttrs(dropout->getDiscardableAttrDictionary());
       add.getResult().replaceAllUsesWith(fused.getResult());
       if (dropout.getMask())

@@ -30,9 +30,9 @@ struct MtKeepAttentionStats : impl::MtKeepAttentionStatsBase<MtKeepAttentionStat
       if (!forward.getStats()) {
         OpBuilder b(forward);
         auto keeping = AttentionOp::create(
-            b, forward.getLoc(), forward.getQkv(), forward.getHeadsAttr(),
-            forward.getKvHeadsAttr(), forward.getCausalAttr(), forward.getDropoutAttr(),
-            forward.getStreamAttr(), forward.getHeadParallelAttr(), b.getUnitAttr());
+            b, forward.getLoc(), forward.getQkv(), forward.getHeadsAttr(), forward.getKvHeadsAttr(),
+            forward.getCausalAttr(), forward.getDropoutAttr(), forward.getStreamAttr(),
+            forward.getHeadParallelAttr(), b.getUnitAttr(), forward.getContextParallelAttr());
         keeping->setDiscardableAttrs(forward->getDiscardableAttrDictionary());
         forward.getResult().replaceAllUsesWith(keeping.getResult());
         forward.erase();

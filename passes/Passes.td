@@ -79,7 +79,7 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
   let summary = "Megatron's tensor (and sequence) parallel layout of a specialized step";
   let description = [{
     Partitions the forward function over the tensor-parallel axis of the rank grid
-    `shard.grid @grid(shape = dp x tp)`, as Megatron-LM lays out a GPT (Shoeybi et al.
+    `shard.grid @grid(shape = dp x cp x tp)`, as Megatron-LM lays out a GPT (Shoeybi et al.
     2019), each op by its own rule (TensorParallelOpInterface; an Mt_Pointwise op takes
     its operands' layout): a linear whose result feeds an Mt_ColumnParallelConsumer
     (attention, GELU, SiLU, the loss) is column-parallel (weight rows
@@ -100,9 +100,38 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel size">,
-    Option<"dp", "dp", "int64_t", "1", "data-parallel size (the grid's other axis)">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel size (the grid's first axis)">,
+    Option<"cp", "cp", "int64_t", "1", "context-parallel size (the grid's second axis)">,
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "shard LayerNorm, dropout and residual regions along the sequence">
+  ];
+  let dependentDialects = ["::mlir::shard::ShardDialect"];
+}
+
+def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron's context parallelism: every activation holds 1/cp of the sequence";
+  let description = [{
+    Splits the sequence of a specialized step over the context-parallel axis of the
+    rank grid `shard.grid @grid(shape = dp x cp x tp)`, as Megatron-Core's
+    `--context-parallel-size` does, balanced for causal attention: the sequence is cut
+    into 2·cp chunks and context rank r holds chunks r and 2·cp − 1 − r. The tokens and
+    targets become each rank's share [B, S/cp] (the runtime cuts the batch), so every
+    activation follows; the ops that depend on positions (position embeddings, rotary,
+    dropout masks) are marked `context_parallel` and take their rows' own positions.
+    Attention gathers the group's keys and values (the all-gather form, LLaMA 3's):
+    a `shard.all_gather` of the fused QKV along dimension 0 over the cp axis, then
+    `mt.context_order` into sequence order, and the attention computes this rank's
+    queries over the whole sequence; their gradients are the order's inverse and a
+    `shard.reduce_scatter`. Parameters' gradients are partial per context rank and are
+    reduced with the data-parallel ones (the runtime folds cp into that group).
+
+    Refuses a sequence that 2·cp does not divide, and attention it cannot split (the
+    unfused chain). Runs after mt-specialize and before mt-tensor-parallel.
+  }];
+  let options = [
+    Option<"cp", "cp", "int64_t", "1", "context-parallel size">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel size (the grid's first axis)">,
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel size (the grid's last axis)">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

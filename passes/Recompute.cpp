@@ -73,6 +73,7 @@ struct MtRecompute : impl::MtRecomputeBase<MtRecompute> {
             grad.setStreamAttr(d.getStreamAttr());
             grad.setSequenceParallel(d.getSequenceParallel());
             grad.setFeatureParallel(d.getFeatureParallel());
+            grad.setContextParallelAttr(d.getContextParallelAttr());
           }
       if (clone->use_empty()) {
         clone->erase();

@@ -10,6 +10,7 @@
 // tensor-parallel axis of one `shard.grid`, so later passes and the plan see standard
 // IR.
 #include "dialects/mt/TensorParallel.h"
+#include "dialects/mt/Collectives.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -44,6 +45,8 @@ LogicalResult partition(FunctionOpInterface fn, TensorParallelRewriter &tp) {
         if (tp.layoutOf(v) != TpLayout::Replicated)
           return ret.emitOpError("mt-tensor-parallel: returns a value that is split across "
                                  "the tensor-parallel group");
+    } else if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
+      result = tp.partitionContextGather(gather);
     } else if (auto rule = dyn_cast<TensorParallelOpInterface>(op)) {
       result = rule.partition(tp);
     } else if (op->hasTrait<Pointwise>()) {
@@ -62,18 +65,15 @@ struct MtTensorParallel : impl::MtTensorParallelBase<MtTensorParallel> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (tp < 1 || dp < 1) {
-      module.emitError("mt-tensor-parallel: tp ") << tp << " and dp " << dp
-                                                  << " must be positive";
+    if (tp < 1 || dp < 1 || cp < 1) {
+      module.emitError("mt-tensor-parallel: tp ")
+          << tp << ", dp " << dp << " and cp " << cp << " must be positive";
       return signalPassFailure();
     }
-    OpBuilder b(module.getBodyRegion());
-    if (!module.lookupSymbol("grid"))
-      shard::GridOp::create(b, module.getLoc(), "grid", ArrayRef<int64_t>{dp, tp});
+    FlatSymbolRefAttr grid = getOrCreateGrid(module, dp, cp, tp);
     if (tp == 1)
       return;
-    TensorParallelRewriter rewriter(tp, sequenceParallel,
-                                    FlatSymbolRefAttr::get(&getContext(), "grid"));
+    TensorParallelRewriter rewriter(tp, sequenceParallel, grid);
     for (auto fn : module.getOps<FunctionOpInterface>())
       if (!fn.isExternal() && !fn.isPrivate() && failed(partition(fn, rewriter)))
         return signalPassFailure();

@@ -30,9 +30,10 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
       probs.getDefiningOp()->setDiscardableAttrs(placement);
       if (rate > 0) {
         // Head-parallel probabilities hold this rank's block of dimension 1.
-        auto dropout = DropoutOp::create(
-            b, op.getLoc(), probs, op.getDropoutAttr(), op.getStreamAttr(),
-            op.getHeadParallel() ? b.getUnitAttr() : UnitAttr(), UnitAttr(), UnitAttr());
+        auto dropout =
+            DropoutOp::create(b, op.getLoc(), probs, op.getDropoutAttr(), op.getStreamAttr(),
+                              op.getHeadParallel() ? b.getUnitAttr() : UnitAttr(), UnitAttr(),
+                              UnitAttr(), IntegerAttr());
         dropout->setDiscardableAttrs(placement);
         probs = dropout.getResult();
       }

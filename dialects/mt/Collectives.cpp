@@ -14,6 +14,14 @@
 using namespace mlir;
 using namespace mlir::mt;
 
+FlatSymbolRefAttr mlir::mt::getOrCreateGrid(ModuleOp module, int64_t dp, int64_t cp, int64_t tp) {
+  if (!module.lookupSymbol("grid")) {
+    OpBuilder b(module.getBodyRegion());
+    shard::GridOp::create(b, module.getLoc(), "grid", ArrayRef<int64_t>{dp, cp, tp});
+  }
+  return FlatSymbolRefAttr::get(module.getContext(), "grid");
+}
+
 Value mlir::mt::createTpAllReduce(OpBuilder &b, Location loc, Value input,
                                   FlatSymbolRefAttr grid, int64_t axis) {
   return shard::AllReduceOp::create(b, loc, input.getType(), grid,

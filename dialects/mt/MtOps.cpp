@@ -438,11 +438,27 @@ static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef
   return heads * *d;
 }
 
-/// The rows' statistics of attention over `qkv` ([B, S, width]) with `heads` query heads:
-/// [B, heads, S] in the loss's type.
-static RankedTensorType attentionStatsType(RankedTensorType qkv, int64_t heads) {
-  return RankedTensorType::get({qkv.getDimSize(0), heads, qkv.getDimSize(1)},
-                               accumulatorType(qkv));
+/// The rows' statistics of attention whose output is `out` ([B, rows, heads·d]) with
+/// `heads` query heads: [B, heads, rows] in the loss's type.
+static RankedTensorType attentionStatsType(RankedTensorType out, int64_t heads) {
+  return RankedTensorType::get({out.getDimSize(0), heads, out.getDimSize(1)}, accumulatorType(out));
+}
+
+/// Attention's output over `qkv` ([B, S, width]): [B, S, hidden], or, under context
+/// parallelism `cp`, this rank's share of the rows, S/cp (S cut into 2·cp chunks).
+static FailureOr<RankedTensorType> attentionResultType(std::optional<Location> loc, StringRef op,
+                                                       RankedTensorType qkv, int64_t hidden,
+                                                       std::optional<uint64_t> cp) {
+  RankedTensorType out = withLastDim(qkv, hidden);
+  if (!cp)
+    return out;
+  const int64_t s = qkv.getDimSize(1), parts = static_cast<int64_t>(*cp);
+  if (ShapedType::isDynamic(s) || s % (2 * parts) != 0)
+    return emitOptionalError(loc, op, ": the sequence of qkv ", str(qkv),
+                             " is not cut into 2·context_parallel = ", 2 * parts, " chunks");
+  SmallVector<int64_t> shape(out.getShape());
+  shape[1] = s / parts;
+  return RankedTensorType::get(shape, out.getElementType());
 }
 
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
@@ -453,29 +469,42 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       attentionHidden(loc, "mt.attention", qkv, adaptor.getHeads(), adaptor.getKvHeads());
   if (failed(hidden))
     return failure();
-  types.push_back(withLastDim(qkv, *hidden));
+  FailureOr<RankedTensorType> out =
+      attentionResultType(loc, "mt.attention", qkv, *hidden, adaptor.getContextParallel());
+  if (failed(out))
+    return failure();
+  types.push_back(*out);
   if (adaptor.getKeepStats())
-    types.push_back(attentionStatsType(qkv, adaptor.getHeads()));
+    types.push_back(attentionStatsType(*out, adaptor.getHeads()));
   return success();
 }
 
-/// The products of attention over `out` ([B, S, heads·d]) per (sequence, head): QKᵀ
-/// (S x d by d x S), and those of the same shape as P·V (S x S by S x d). Counted in full
-/// for causal attention, as the model-FLOPs formula does.
-static GemmShape attentionScores(RankedTensorType out, int64_t heads) {
-  if (!out.hasStaticShape() || heads <= 0)
+/// The products of attention over `qkv` ([B, S, width]) with output `out` ([B, R,
+/// heads·d]: R = S, or a context-parallel share) per (sequence, head): QKᵀ (R x d by d x
+/// S), and those of the same shape as P·V (R x S by S x d). Counted in full for causal
+/// attention, as the model-FLOPs formula does.
+static GemmShape attentionScores(RankedTensorType qkv, RankedTensorType out, int64_t heads) {
+  if (!out.hasStaticShape() || !qkv.hasStaticShape() || heads <= 0)
     return {0, 0, 0, 0};
-  int64_t s = out.getDimSize(1);
-  return {out.getDimSize(0) * heads, s, s, out.getDimSize(2) / heads};
+  return {out.getDimSize(0) * heads, out.getDimSize(1), qkv.getDimSize(1),
+          out.getDimSize(2) / heads};
 }
-static GemmShape attentionValues(RankedTensorType out, int64_t heads) {
-  GemmShape g = attentionScores(out, heads);
+static GemmShape attentionValues(RankedTensorType qkv, RankedTensorType out, int64_t heads) {
+  GemmShape g = attentionScores(qkv, out, heads);
   return {g.batch, g.m, g.k, g.n};
 }
 
+/// The same for the unfused ops, whose queries are all of qkv's sequence.
+static GemmShape attentionScores(RankedTensorType out, int64_t heads) {
+  return attentionScores(out, out, heads);
+}
+static GemmShape attentionValues(RankedTensorType out, int64_t heads) {
+  return attentionValues(out, out, heads);
+}
+
 SmallVector<GemmShape> AttentionOp::getGemms() {
-  auto out = ranked(getResult());
-  return {attentionScores(out, getHeads()), attentionValues(out, getHeads())};
+  auto qkv = ranked(getQkv()), out = ranked(getResult());
+  return {attentionScores(qkv, out, getHeads()), attentionValues(qkv, out, getHeads())};
 }
 
 /// A dropout rate in [0, 1) and a non-negative stream, where given.
@@ -775,6 +804,35 @@ static int64_t logitRows(RankedTensorType logits) {
   return n ? n : ShapedType::kDynamic;
 }
 
+// [cp·B, S/cp, F] -> [B, S, F], or back; S cut into 2·cp whole chunks.
+LogicalResult ContextOrderOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput());
+  const int64_t cp = adaptor.getContextParallel();
+  StringRef op = "mt.context_order";
+  if (failed(expectRank(loc, op, "input", input, 3,
+                        adaptor.getInverse() ? "[B, S, F]" : "[cp·B, S/cp, F]")))
+    return failure();
+  SmallVector<int64_t> shape(input.getShape());
+  if (!input.hasStaticShape())
+    return emitOptionalError(loc, op, ": input ", str(input), " needs a static shape");
+  if (adaptor.getInverse()) {
+    if (shape[1] % (2 * cp) != 0)
+      return emitOptionalError(loc, op, ": the sequence of ", str(input),
+                               " is not cut into 2·context_parallel = ", 2 * cp, " chunks");
+    shape[0] *= cp;
+    shape[1] /= cp;
+  } else {
+    if (shape[0] % cp != 0 || shape[1] % 2 != 0)
+      return emitOptionalError(loc, op, ": input ", str(input), " is not ", cp,
+                               " shares of two chunks each, stacked along dimension 0");
+    shape[0] /= cp;
+    shape[1] *= cp;
+  }
+  types.push_back(RankedTensorType::get(shape, input.getElementType()));
+  return success();
+}
+
 LogicalResult CrossEntropyStatsOp::inferReturnTypes(MLIRContext *,
                                                     std::optional<Location> loc,
                                                     Adaptor adaptor,
@@ -1058,13 +1116,16 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   StringRef op = "mt.attention_grad";
   FailureOr<int64_t> hidden =
       attentionHidden(loc, op, qkv, adaptor.getHeads(), adaptor.getKvHeads());
-  if (failed(hidden) || failed(expectSameShape(loc, op, "grad", grad, "output", output)) ||
-      failed(expectSameShape(loc, op, "output", output, "attention of qkv",
-                             withLastDim(qkv, *hidden))))
+  if (failed(hidden))
+    return failure();
+  FailureOr<RankedTensorType> expectedOut =
+      attentionResultType(loc, op, qkv, *hidden, adaptor.getContextParallel());
+  if (failed(expectedOut) || failed(expectSameShape(loc, op, "grad", grad, "output", output)) ||
+      failed(expectSameShape(loc, op, "output", output, "attention of qkv", *expectedOut)))
     return failure();
   if (Value statsValue = adaptor.getStats()) {
     auto stats = ranked(statsValue);
-    auto expected = attentionStatsType(qkv, adaptor.getHeads());
+    auto expected = attentionStatsType(*expectedOut, adaptor.getHeads());
     if (!stats || stats.getShape() != expected.getShape() ||
         stats.getElementType() != expected.getElementType())
       return emitOptionalError(loc, op, ": stats ", str(stats), " must be ", str(expected),
@@ -1076,8 +1137,9 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 
 /// dV, dP, dQ and dK: twice the forward's GEMM work.
 SmallVector<GemmShape> AttentionGradOp::getGemms() {
-  auto out = ranked(getOutput());
-  GemmShape scores = attentionScores(out, getHeads()), values = attentionValues(out, getHeads());
+  auto qkv = ranked(getQkv()), out = ranked(getOutput());
+  GemmShape scores = attentionScores(qkv, out, getHeads()),
+            values = attentionValues(qkv, out, getHeads());
   return {scores, values, values, values};
 }
 
@@ -1148,7 +1210,7 @@ FailureOr<SmallVector<Value>> PositionEmbeddingOp::buildGradients(OpBuilder &b,
                                                                  ValueRange resultGrads) {
   Value table = PositionEmbeddingGradOp::create(
       b, getLoc(), resultGrads[0], b.getI64IntegerAttr(ranked(getTable()).getDimSize(0)),
-      getSequenceParallelAttr());
+      getSequenceParallelAttr(), getContextParallelAttr());
   return SmallVector<Value>{resultGrads[0], table};
 }
 
@@ -1189,10 +1251,11 @@ FailureOr<SmallVector<Value>> SwigluOp::buildGradients(OpBuilder &b, ValueRange 
 
 // A rotation's inverse is its transpose: the gradient turns back.
 FailureOr<SmallVector<Value>> RotaryOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
-  auto grad = RotaryOp::create(b, getLoc(), resultGrads[0], getHeadsAttr(), getKvHeadsAttr(),
-                               getThetaAttr(), getScalingFactorAttr(), getLowFreqFactorAttr(),
-                               getHighFreqFactorAttr(), getOriginalPositionsAttr(),
-                               getInverse() ? UnitAttr() : b.getUnitAttr());
+  auto grad =
+      RotaryOp::create(b, getLoc(), resultGrads[0], getHeadsAttr(), getKvHeadsAttr(),
+                       getThetaAttr(), getScalingFactorAttr(), getLowFreqFactorAttr(),
+                       getHighFreqFactorAttr(), getOriginalPositionsAttr(),
+                       getInverse() ? UnitAttr() : b.getUnitAttr(), getContextParallelAttr());
   return SmallVector<Value>{grad.getResult()};
 }
 
@@ -1238,10 +1301,17 @@ FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b, ValueRange re
 
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
-  return SmallVector<Value>{AttentionGradOp::create(
-      b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(), getHeadsAttr(),
-      getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(), getStreamAttr(),
-      getHeadParallelAttr())};
+  return SmallVector<Value>{
+      AttentionGradOp::create(b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(),
+                              getHeadsAttr(), getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(),
+                              getStreamAttr(), getHeadParallelAttr(), getContextParallelAttr())};
+}
+
+// A permutation's gradient is its inverse.
+FailureOr<SmallVector<Value>> ContextOrderOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  return SmallVector<Value>{ContextOrderOp::create(b, getLoc(), resultGrads[0],
+                                                   getContextParallelAttr(),
+                                                   getInverse() ? UnitAttr() : b.getUnitAttr())};
 }
 
 FailureOr<SmallVector<Value>> AttentionProbsOp::buildGradients(OpBuilder &b,
@@ -1264,7 +1334,7 @@ FailureOr<SmallVector<Value>> DropoutOp::buildGradients(OpBuilder &b,
     return emitOpError("keeps no mask to differentiate with (mt-autodiff asks for one)");
   return SmallVector<Value>{DropoutGradOp::create(b, getLoc(), resultGrads[0], getMask(),
                                                   getRateAttr(), IntegerAttr(), UnitAttr(),
-                                                  UnitAttr())};
+                                                  UnitAttr(), IntegerAttr())};
 }
 
 FailureOr<SmallVector<Value>> CrossEntropyOp::buildGradients(OpBuilder &b,

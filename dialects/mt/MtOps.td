@@ -121,10 +121,12 @@ def Mt_PositionEmbeddingOp : Mt_ShapedOp<"position_embedding", [Pure,
   let summary = "adds learned positions: x[b, s, :] + table[s, :]";
   let description = [{
     With `sequence_parallel`, x is this tensor-parallel rank's block of the sequence,
-    which starts at position rank × S_local.
+    which starts at position rank × S_local. With `context_parallel` (cp, set by
+    mt-context-parallel), the sequence x holds (or its block) is this context-parallel
+    rank r's share: chunks r and 2·cp − 1 − r of 2·cp, whose positions it takes.
   }];
   let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$table,
-                       UnitAttr:$sequence_parallel);
+                       UnitAttr:$sequence_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -242,12 +244,18 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     result `stats` [B, heads, S] in the loss's type holds each query row's log-sum-exp
     of its scaled, masked scores (before any dropout), from which the gradient forms the
     probabilities again without running the forward twice: flash attention's backward.
+
+    With `context_parallel` (cp, set by mt-context-parallel), `qkv` holds the whole
+    sequence S of the context-parallel group, in order, and the op computes the queries
+    of this rank r's share only: chunks r and 2·cp − 1 − r of 2·cp, so the result (and
+    `stats`) has S/cp rows, and each causal query sees the keys up to its own position
+    (Megatron's load-balanced context parallelism, the all-gather form).
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel,
-                       UnitAttr:$keep_stats);
+                       UnitAttr:$keep_stats, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result, Optional<Mt_FloatTensor>:$stats);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
@@ -285,7 +293,9 @@ def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_Cos
     dims i and i + d/2 form pair i, turned by the angle p·theta^(−2i/d); values pass
     through. `scaling_factor` adds LLaMA 3.1's frequency scaling (with
     `low_freq_factor`, `high_freq_factor` and `original_positions`). `inverse` turns the
-    other way: the op's gradient, as a rotation's inverse is its transpose.
+    other way: the op's gradient, as a rotation's inverse is its transpose. With
+    `context_parallel` (cp), the rows are this context-parallel rank's share of the
+    sequence (mt.position_embedding's), turned at their own positions.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
@@ -294,7 +304,7 @@ def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_Cos
                        DefaultValuedAttr<F64Attr, "1.0">:$low_freq_factor,
                        DefaultValuedAttr<F64Attr, "4.0">:$high_freq_factor,
                        ConfinedAttr<DefaultValuedAttr<I64Attr, "8192">, [IntPositive]>:$original_positions,
-                       UnitAttr:$inverse);
+                       UnitAttr:$inverse, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
@@ -311,11 +321,13 @@ def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
     gradient reads, as Megatron keeps it. With `sequence_parallel`
     (`feature_parallel`), the input is this rank's block of dimension 1 (the sequence;
     the heads of attention probabilities) (of the last dimension), and the mask is
-    drawn at the elements' global indices.
+    drawn at the elements' global indices. With `context_parallel` (cp), dimension 1
+    is (a block of) this context-parallel rank's share of the sequence
+    (mt.position_embedding's).
   }];
   let arguments = (ins Mt_FloatTensor:$input, F64Attr:$rate,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
-                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask);
+                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result, Optional<Mt_MaskTensor>:$mask);
   let hasVerifier = 1;
 }
@@ -352,6 +364,26 @@ def Mt_TpCopyOp : Mt_ShapedOp<"tp_copy", [Pure,
     axis `grid_axis` (an upstream `shard.all_reduce`).
   }];
   let arguments = (ins Mt_FloatTensor:$input, FlatSymbolRefAttr:$grid, I64Attr:$grid_axis);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Context parallelism (written by mt-context-parallel)
+//===----------------------------------------------------------------------===//
+
+def Mt_ContextOrderOp : Mt_ShapedOp<"context_order", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+  let summary = "context-parallel shares gathered by rank [cp·B, S/cp, F] -> the sequence in order [B, S, F]";
+  let description = [{
+    Each context-parallel rank r holds chunks r and 2·cp − 1 − r of the 2·cp chunks of
+    every sequence; a `shard.all_gather` of the shares along dimension 0 stacks them by
+    rank, and this op puts the chunks in sequence order. With `inverse`, back: the
+    gradient, which a `shard.reduce_scatter` then sums into each rank's share.
+  }];
+  let arguments = (ins Mt_FloatTensor:$input,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$context_parallel,
+                       UnitAttr:$inverse);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -411,7 +443,7 @@ def Mt_PositionEmbeddingGradOp : Mt_GradOp<"position_embedding_grad", [Mt_CostOp
   let summary = "sums [B, S, H] gradients over the batch into a [num_positions, H] table";
   let arguments = (ins Mt_FloatTensor:$grad,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_positions,
-                       UnitAttr:$sequence_parallel);
+                       UnitAttr:$sequence_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 
@@ -505,14 +537,16 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
   let description = [{
     With `stats`, the forward's rows' log-sum-exp (mt.attention's `keep_stats`): the
-    probabilities are formed from them rather than normalised again.
+    probabilities are formed from them rather than normalised again. With
+    `context_parallel`, as the forward's: dqkv covers the whole sequence of qkv (the
+    queries' rows outside this rank's share are zero).
   }];
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
                        Mt_FloatTensor:$output, Optional<Mt_FloatTensor>:$stats,
                        ConfinedAttr<I64Attr, [IntPositive]>:$heads, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,
-                       UnitAttr:$head_parallel);
+                       UnitAttr:$head_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
@@ -544,7 +578,7 @@ def Mt_DropoutGradOp : Mt_GradOp<"dropout_grad", [Mt_CostOpInterface]> {
   }];
   let arguments = (ins Mt_FloatTensor:$grad, Optional<Mt_MaskTensor>:$mask, F64Attr:$rate,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
-                       UnitAttr:$feature_parallel);
+                       UnitAttr:$feature_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
 }
@@ -580,7 +614,7 @@ def Mt_BiasDropoutAddOp : Mt_ShapedOp<"bias_dropout_add", [
   let arguments = (ins Mt_FloatTensor:$input, Mt_FloatTensor:$residual,
                        Optional<Mt_FloatTensor>:$bias, F64Attr:$rate,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$sequence_parallel,
-                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask);
+                       UnitAttr:$feature_parallel, UnitAttr:$keep_mask, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
   let results = (outs Mt_FloatTensor:$result, Optional<Mt_MaskTensor>:$mask);
   let hasVerifier = 1;
 }

@@ -1,5 +1,6 @@
 // The plan encoding by name, and the encodings of the other dialects' ops a plan holds.
 #include "dialects/mt/PlanEncoding.h"
+#include "dialects/mt/Collectives.h"
 
 #include "flatbuffers/minireflect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -222,10 +223,21 @@ struct ConstantEncoding
   }
 };
 
+/// The group of the grid a collective over `axes` runs in: the tensor-parallel one, or
+/// the context-parallel one (plan.fbs: CommGroup).
+LogicalResult setGroup(Operation *op, ArrayRef<int16_t> axes, PlanInstruction &inst) {
+  if (axes.size() != 1 || (axes[0] != kTpAxis && axes[0] != kCpAxis))
+    return op->emitOpError("plan: a collective runs over one axis of the grid, the tensor- "
+                           "or the context-parallel one");
+  if (axes[0] == kCpAxis) // the tensor-parallel group is the schema's default
+    inst.set("group", StringAttr::get(op->getContext(), "Context"));
+  return success();
+}
+
 struct AllReduceEncoding : PlanOpInterface::ExternalModel<AllReduceEncoding, shard::AllReduceOp> {
-  LogicalResult encodeInstruction(Operation *, PlanInstruction &inst) const {
+  LogicalResult encodeInstruction(Operation *op, PlanInstruction &inst) const {
     inst.opcode = plan::Opcode::AllReduce;
-    return success();
+    return setGroup(op, cast<shard::AllReduceOp>(op).getGridAxes(), inst);
   }
 };
 
@@ -233,7 +245,7 @@ struct AllGatherEncoding : PlanOpInterface::ExternalModel<AllGatherEncoding, sha
   LogicalResult encodeInstruction(Operation *op, PlanInstruction &inst) const {
     inst.opcode = plan::Opcode::AllGather;
     inst.set("axis", cast<shard::AllGatherOp>(op).getGatherAxisAttr());
-    return success();
+    return setGroup(op, cast<shard::AllGatherOp>(op).getGridAxes(), inst);
   }
 };
 
@@ -242,7 +254,7 @@ struct ReduceScatterEncoding
   LogicalResult encodeInstruction(Operation *op, PlanInstruction &inst) const {
     inst.opcode = plan::Opcode::ReduceScatter;
     inst.set("axis", cast<shard::ReduceScatterOp>(op).getScatterAxisAttr());
-    return success();
+    return setGroup(op, cast<shard::ReduceScatterOp>(op).getGridAxes(), inst);
   }
 };
 

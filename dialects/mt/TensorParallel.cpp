@@ -8,6 +8,8 @@
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/MtDialect.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+
 using namespace mlir;
 using namespace mlir::mt;
 
@@ -107,9 +109,34 @@ LogicalResult TensorParallelRewriter::partitionPointwise(Operation *op) {
   return setResultLayout(op, layout.value_or(TpLayout::Replicated));
 }
 
+LogicalResult TensorParallelRewriter::partitionContextGather(Operation *op) {
+  auto gather = cast<shard::AllGatherOp>(op);
+  if (gather.getGridAxes().size() != 1 || gather.getGridAxes()[0] != kCpAxis ||
+      gather.getGatherAxis().getSExtValue() != 0)
+    return gather.emitOpError("mt-tensor-parallel: only mt-context-parallel's gather (along "
+                              "dimension 0, over the context-parallel axis) may precede it");
+  auto in = cast<RankedTensorType>(gather.getInput().getType());
+  auto out = cast<RankedTensorType>(gather.getResult().getType());
+  SmallVector<int64_t> shape(in.getShape());
+  shape[0] = out.getDimSize(0);
+  gather.getResult().setType(RankedTensorType::get(shape, in.getElementType()));
+  layouts_[gather.getResult()] = layoutOf(gather.getInput());
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // The rules
 //===----------------------------------------------------------------------===//
+
+/// Whether `v` reaches an Mt_ColumnParallelConsumer: directly, or through
+/// mt-context-parallel's gather and order in front of attention.
+static bool feedsColumnConsumer(Value v) {
+  return llvm::any_of(v.getUsers(), [](Operation *user) {
+    if (user->hasTrait<ColumnParallelConsumer>())
+      return true;
+    return isa<shard::AllGatherOp, ContextOrderOp>(user) && feedsColumnConsumer(user->getResult(0));
+  });
+}
 
 /// Ops a layer's partitioning inserts belong to that layer (mt.layer).
 static void tagLike(Operation *original, Value inserted) {
@@ -140,10 +167,7 @@ LogicalResult LinearOp::partition(TensorParallelRewriter &tp) {
     erase();
     return success();
   }
-  bool column = llvm::any_of(getOperation()->getUsers(), [](Operation *user) {
-    return user->hasTrait<ColumnParallelConsumer>();
-  });
-  if (!column) {
+  if (!feedsColumnConsumer(getResult())) {
     // A replicated linear: every rank applies all of W to its rows (under SP, its block
     // of the sequence, so its gradients are partial).
     tp.markGradReduce(getWeight());
@@ -252,7 +276,20 @@ LogicalResult DropoutOp::partition(TensorParallelRewriter &tp) {
   TpLayout layout = tp.layoutOf(getInput());
   if (layout == TpLayout::Sequence)
     setSequenceParallel(true);
-  if (layout == TpLayout::Split)
+  if (layout == TpLayout::Split) {
+    if (getContextParallel())
+      return emitOpError("mt-tensor-parallel: dropout of a tensor split along both its "
+                         "sequence (context parallelism) and its features (tensor "
+                         "parallelism)");
     setFeatureParallel(true);
+  }
   return tp.setResultLayout(*this, layout);
+}
+
+// The shares of a context-parallel group put in order: whole rows, in any layout of their
+// features, but never split along the sequence it orders.
+LogicalResult ContextOrderOp::partition(TensorParallelRewriter &tp) {
+  if (tp.layoutOf(getInput()) == TpLayout::Sequence)
+    return emitOpError("mt-tensor-parallel: context_order of a sequence-parallel tensor");
+  return tp.setResultLayout(*this, tp.layoutOf(getInput()));
 }

@@ -22,9 +22,6 @@ enum class TpLayout {
 
 class TensorParallelRewriter {
 public:
-  /// The grid is dp x tp: tensor parallelism is its axis 1.
-  static constexpr int64_t kTpAxis = 1;
-
   TensorParallelRewriter(int64_t tp, bool sequenceParallel, FlatSymbolRefAttr grid)
       : tp_(tp), sp_(sequenceParallel), grid_(grid) {}
 
@@ -56,6 +53,9 @@ public:
   /// The default for an Mt_Pointwise op: its tensor operands share one layout, and so
   /// do its results.
   LogicalResult partitionPointwise(Operation *op);
+  /// mt-context-parallel's gather of a context-parallel group's shares (along
+  /// dimension 0, over the cp axis): in its input's layout, its type again.
+  LogicalResult partitionContextGather(Operation *gather);
 
 private:
   int64_t tp_;

@@ -22,12 +22,13 @@ namespace mt {
 
 /// Where in training an instruction runs: the counters of every random number, and
 /// this rank's place in the tensor-parallel group (which vocabulary rows or sequence
-/// block it holds).
+/// block it holds) and in the context-parallel group (which share of the sequence).
 struct StepContext {
   uint64_t seed = 0;
   uint32_t step = 0;
   uint32_t microBatch = 0;
   int tpRank = 0, tpSize = 1;
+  int cpRank = 0, cpSize = 1;
   /// The factor of the loss seed (a Fill marked `loss_seed`): fp16's dynamic loss
   /// scale, else 1.
   double lossScale = 1;
@@ -42,12 +43,25 @@ inline double dropoutRate(const plan::Instruction &inst, const StepContext &ctx)
   return ctx.training ? inst.rate() : 0.0;
 }
 
+/// The positions in the whole sequence of the `rows` rows of dimension 1 that an
+/// instruction's tensor holds: this tensor-parallel rank's block of them with
+/// `sequence_parallel`, of this context-parallel rank's share with `context_parallel`.
+inline SequenceMap sequenceMap(const plan::Instruction &inst, int64_t rows,
+                               const StepContext &ctx) {
+  const bool sp = inst.sequence_parallel(), cp = inst.context_parallel() > 0;
+  return SequenceMap(rows, sp ? ctx.tpRank : 0, sp ? ctx.tpSize : 1, cp ? ctx.cpRank : 0,
+                     cp ? ctx.cpSize : 1);
+}
+
 /// Where a dropout's (block of a) tensor lies in the whole one, so that its mask is
 /// drawn per global element: its block of dimension 1 (the sequence, or the heads of
-/// attention probabilities), of the last dimension (feature parallel), or all of it.
+/// attention probabilities; under context parallelism, its share of the sequence), of
+/// the last dimension (feature parallel), or all of it.
 inline ShardMap dropoutShard(const plan::Instruction &inst, const TensorView &x,
                              const StepContext &ctx) {
-  return inst.sequence_parallel()  ? ShardMap(x, 1, ctx.tpRank, ctx.tpSize)
+  const bool sp = inst.sequence_parallel(), cp = inst.context_parallel() > 0;
+  return sp || cp ? ShardMap(x, 1, sp ? ctx.tpRank : 0, sp ? ctx.tpSize : 1, cp ? ctx.cpRank : 0,
+                             cp ? ctx.cpSize : 1)
          : inst.feature_parallel() ? ShardMap(x, x.rank - 1, ctx.tpRank, ctx.tpSize)
                                    : ShardMap();
 }

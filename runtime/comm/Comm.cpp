@@ -110,11 +110,11 @@ bool launchedByMpi() {
   return false;
 }
 
-Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out) {
+Status makeMpiComm(const GridShape &shape, std::unique_ptr<Comm> &out) {
   if (Status s = loadMpiPlugin(); !s.ok())
     return s;
   Status status = Status::success();
-  plugin.makeComm(tpSize, dpSize, ppSize, &out, &status);
+  plugin.makeComm(&shape, &out, &status);
   return status;
 }
 

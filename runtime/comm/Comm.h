@@ -1,6 +1,6 @@
 // Collectives over the process groups of a plan's rank grid (Megatron's order: tensor
-// parallel fastest, then data parallel, then pipeline). One process needs no library
-// (makeLocalComm); several ranks talk through MPI, a plugin loaded only then
+// parallel fastest, then context parallel, then data parallel, then pipeline). One process needs no
+// library (makeLocalComm); several ranks talk through MPI, a plugin loaded only then
 // (comm/MpiComm.cpp), and, on GPUs, through NCCL behind the same interface.
 #ifndef MT_RUNTIME_COMM_COMM_H
 #define MT_RUNTIME_COMM_COMM_H
@@ -14,15 +14,36 @@
 
 namespace mt {
 
-enum class Group { Tensor, Data, Pipeline };
+/// The groups of the grid. Data is Megatron's data-parallel group with context
+/// parallelism folded in (dp × cp ranks): the ranks that reduce gradients and share the
+/// distributed optimizer's state. Context is the cp ranks that hold one sequence between
+/// them. Which micro-batches a rank reads follows its place in the data-parallel axis
+/// alone (GridPosition::dpRank): the ranks of a context group read the same ones.
+enum class Group { Tensor, Context, Data, Pipeline };
 
-/// Where this process sits in the grid: tensor parallel fastest, then data, then
-/// pipeline.
+/// The grid's sizes: tensor, context, data and pipeline parallel.
+struct GridShape {
+  int tp = 1, cp = 1, dp = 1, pp = 1;
+  int ranks() const { return tp * cp * dp * pp; }
+};
+
+/// Where this process sits in the grid: tensor parallel fastest, then context, then
+/// data, then pipeline.
 struct GridPosition {
-  int tpSize = 1, dpSize = 1, ppSize = 1;
-  int tpRank = 0, dpRank = 0, ppRank = 0;
-  int worldRank() const { return (ppRank * dpSize + dpRank) * tpSize + tpRank; }
-  int worldSize() const { return tpSize * dpSize * ppSize; }
+  int tpSize = 1, cpSize = 1, dpSize = 1, ppSize = 1;
+  int tpRank = 0, cpRank = 0, dpRank = 0, ppRank = 0;
+  int worldRank() const { return ((ppRank * dpSize + dpRank) * cpSize + cpRank) * tpSize + tpRank; }
+  int worldSize() const { return tpSize * cpSize * dpSize * ppSize; }
+  /// The position from a world rank of a grid of `shape`.
+  static GridPosition of(const GridShape &shape, int rank) {
+    GridPosition p;
+    p.tpSize = shape.tp, p.cpSize = shape.cp, p.dpSize = shape.dp, p.ppSize = shape.pp;
+    p.tpRank = rank % shape.tp;
+    p.cpRank = rank / shape.tp % shape.cp;
+    p.dpRank = rank / (shape.tp * shape.cp) % shape.dp;
+    p.ppRank = rank / (shape.tp * shape.cp * shape.dp);
+    return p;
+  }
 };
 
 class Comm {
@@ -30,14 +51,32 @@ public:
   virtual ~Comm() = default;
   const GridPosition &position() const { return position_; }
   int rank(Group g) const {
-    return g == Group::Tensor ? position_.tpRank
-           : g == Group::Data ? position_.dpRank
-                              : position_.ppRank;
+    const GridPosition &p = position_;
+    switch (g) {
+    case Group::Tensor:
+      return p.tpRank;
+    case Group::Context:
+      return p.cpRank;
+    case Group::Data:
+      return p.dpRank * p.cpSize + p.cpRank;
+    case Group::Pipeline:
+      return p.ppRank;
+    }
+    return 0;
   }
   int size(Group g) const {
-    return g == Group::Tensor ? position_.tpSize
-           : g == Group::Data ? position_.dpSize
-                              : position_.ppSize;
+    const GridPosition &p = position_;
+    switch (g) {
+    case Group::Tensor:
+      return p.tpSize;
+    case Group::Context:
+      return p.cpSize;
+    case Group::Data:
+      return p.dpSize * p.cpSize;
+    case Group::Pipeline:
+      return p.ppSize;
+    }
+    return 1;
   }
 
   /// out = Σ over the group of in (in and out may alias).
@@ -52,7 +91,8 @@ public:
                                int axis) = 0;
   /// value = Σ over the group of value, a host number (losses, norms).
   virtual Status allReduceSum(Group group, double &value) = 0;
-  /// value = Σ over every rank of the world: over each group in turn.
+  /// value = Σ over every rank of the world: over each group in turn (Data holds the
+  /// context-parallel ranks too).
   Status allReduceSumWorld(double &value) {
     for (Group group : {Group::Tensor, Group::Data, Group::Pipeline})
       MT_TRY(allReduceSum(group, value));
@@ -106,7 +146,7 @@ std::unique_ptr<Comm> makeLocalComm();
 /// MPI_COMM_WORLD split into the plan's grid, through the MPI plugin (libmtc_mpi.so,
 /// beside the executable or in ../lib; MTC_MPI_PLUGIN overrides); fails, saying why, if
 /// the plugin or its MPI library cannot be loaded or the world does not match.
-Status makeMpiComm(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out);
+Status makeMpiComm(const GridShape &shape, std::unique_ptr<Comm> &out);
 
 /// Wraps `comm` (MPI): collectives on device memory through NCCL, one communicator per
 /// group of the grid (its unique id sent from the group's first rank over `comm`);

@@ -55,7 +55,8 @@ void sumHalves(void *in, void *inOut, int *count, MPI_Datatype *) {
 }
 
 const char *groupName(Group g) {
-  return g == Group::Tensor ? "tensor" : g == Group::Data ? "data" : "pipeline";
+  static const char *const kNames[] = {"tensor", "context", "data", "pipeline"};
+  return kNames[static_cast<int>(g)];
 }
 
 /// One rank's answer to a roll call: who it is and what it waits in.
@@ -67,9 +68,9 @@ constexpr int kRollCallTag = 31000;
 
 class MpiComm final : public Comm {
 public:
-  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm data, MPI_Comm pipeline,
-          MPI_Comm watch)
-      : tensor_(tensor), data_(data), pipeline_(pipeline), watch_(watch) {
+  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm context, MPI_Comm data,
+          MPI_Comm pipeline, MPI_Comm watch)
+      : groups_{tensor, context, data, pipeline}, watch_(watch) {
     position_ = position;
     MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
     MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
@@ -83,18 +84,15 @@ public:
     for (auto &entry : subgroups_)
       if (entry.second != MPI_COMM_NULL)
         MPI_Comm_free(&entry.second);
-    MPI_Comm_free(&tensor_);
-    MPI_Comm_free(&data_);
-    MPI_Comm_free(&pipeline_);
+    for (MPI_Comm &group : groups_)
+      MPI_Comm_free(&group);
     MPI_Comm_free(&watch_);
     MPI_Op_free(&sumBf16_);
     MPI_Op_free(&sumF16_);
     MPI_Finalize();
   }
 
-  MPI_Comm of(Group g) const {
-    return g == Group::Tensor ? tensor_ : g == Group::Data ? data_ : pipeline_;
-  }
+  MPI_Comm of(Group g) const { return groups_[static_cast<int>(g)]; }
 
   Status allReduceSumAmong(Group g, const std::vector<int> &members,
                            const TensorView &inOut) override {
@@ -408,7 +406,7 @@ private:
     std::vector<char> bytes;
     MPI_Request request;
   };
-  MPI_Comm tensor_, data_, pipeline_;
+  MPI_Comm groups_[4]; // by Group
   MPI_Comm watch_; // the watchdog's roll calls, apart from everything else
   MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
@@ -416,7 +414,7 @@ private:
 };
 
 /// MPI_COMM_WORLD split into the plan's grid; fails if the world does not match.
-Status makeWorld(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out) {
+Status makeWorld(const GridShape &shape, std::unique_ptr<Comm> &out) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
@@ -426,40 +424,36 @@ Status makeWorld(int tpSize, int dpSize, int ppSize, std::unique_ptr<Comm> &out)
   int world = 0, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world != tpSize * dpSize * ppSize) {
+  if (world != shape.ranks()) {
     if (rank == 0)
       std::fprintf(stderr,
-                   "mtrun: the plan is for %d ranks (tp %d x dp %d x pp %d), but %d are running\n",
-                   tpSize * dpSize * ppSize, tpSize, dpSize, ppSize, world);
+                   "mtrun: the plan is for %d ranks (tp %d x cp %d x dp %d x pp %d), but %d are "
+                   "running\n",
+                   shape.ranks(), shape.tp, shape.cp, shape.dp, shape.pp, world);
     MPI_Finalize();
     return Status::failure(""); // said once, by rank 0
-
   }
-  GridPosition p;
-  p.tpSize = tpSize;
-  p.dpSize = dpSize;
-  p.ppSize = ppSize;
-  p.tpRank = rank % tpSize;
-  p.dpRank = rank / tpSize % dpSize;
-  p.ppRank = rank / (tpSize * dpSize);
-  // Each group: the ranks that agree on the other two coordinates.
-  MPI_Comm tensor, data, pipeline;
-  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * dpSize + p.dpRank, p.tpRank, &tensor);
-  MPI_Comm_split(MPI_COMM_WORLD, p.ppRank * tpSize + p.tpRank, p.dpRank, &data);
-  MPI_Comm_split(MPI_COMM_WORLD, p.dpRank * tpSize + p.tpRank, p.ppRank, &pipeline);
+  const GridPosition p = GridPosition::of(shape, rank);
+  // Each group: the ranks that agree on every coordinate but its own (Data: but the
+  // data- and context-parallel ones), ordered by its own.
+  const int tp = p.tpRank, cp = p.cpRank, dp = p.dpRank, pp = p.ppRank;
+  MPI_Comm tensor, context, data, pipeline;
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.cp + cp, tp, &tensor);
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.tp + tp, cp, &context);
+  MPI_Comm_split(MPI_COMM_WORLD, pp * shape.tp + tp, dp * shape.cp + cp, &data);
+  MPI_Comm_split(MPI_COMM_WORLD, (dp * shape.cp + cp) * shape.tp + tp, pp, &pipeline);
   MPI_Comm watch;
   MPI_Comm_dup(MPI_COMM_WORLD, &watch);
-  out = std::make_unique<MpiComm>(p, tensor, data, pipeline, watch);
+  out = std::make_unique<MpiComm>(p, tensor, context, data, pipeline, watch);
   return Status::success();
 }
 
 } // namespace
 } // namespace mt
 
-extern "C" MT_PLUGIN_EXPORT void mtMpiMakeComm(int tpSize, int dpSize, int ppSize,
-                                               std::unique_ptr<mt::Comm> *out,
-                                               mt::Status *status) {
-  *status = mt::makeWorld(tpSize, dpSize, ppSize, *out);
+extern "C" MT_PLUGIN_EXPORT void mtMpiMakeComm(const mt::GridShape *shape,
+                                               std::unique_ptr<mt::Comm> *out, mt::Status *status) {
+  *status = mt::makeWorld(*shape, *out);
 }
 
 extern "C" MT_PLUGIN_EXPORT void mtMpiAbort() {

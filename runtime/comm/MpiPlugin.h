@@ -14,8 +14,8 @@
 extern "C" {
 /// MPI_COMM_WORLD split into the plan's grid; `*status` fails if the world does not
 /// match.
-using MtMpiMakeComm = void (*)(int tpSize, int dpSize, int ppSize,
-                               std::unique_ptr<mt::Comm> *out, mt::Status *status);
+using MtMpiMakeComm = void (*)(const mt::GridShape *shape, std::unique_ptr<mt::Comm> *out,
+                               mt::Status *status);
 /// MPI_Abort of the whole job, once MPI is initialised.
 using MtMpiAbort = void (*)();
 /// This process's rank in MPI_COMM_WORLD (0 before MPI is initialised).

@@ -43,36 +43,88 @@ inline TensorView sliceOf(const TensorView &t, size_t bytesPerElement, int64_t b
   return v;
 }
 
+/// Which rows of a sequence a rank holds: a block of `parts` equal ones (sequence
+/// parallelism's) of its context-parallel share. Context parallelism balances causal
+/// attention as Megatron does: the sequence is cut into 2·cp chunks, and context rank r
+/// holds chunks r and 2·cp − 1 − r, in that order. Maps a local row to its position in
+/// the whole sequence.
+struct SequenceMap {
+  int64_t offset = 0;            // the block's first row within the share
+  int64_t chunk = 0;             // rows per chunk; 0: no context parallelism
+  int64_t first = 0, second = 0; // the positions of the two chunks' first rows
+  int64_t total = 0;             // the whole sequence's rows (0: the local rows are all of it)
+
+  SequenceMap() = default;
+  /// `rows` local rows, block `index` of `parts` of context rank `cpRank` of `cpSize`'s
+  /// share.
+  SequenceMap(int64_t rows, int index, int parts, int cpRank, int cpSize) {
+    offset = static_cast<int64_t>(index) * rows;
+    total = rows * parts * cpSize;
+    if (cpSize > 1) {
+      chunk = total / (2 * cpSize);
+      first = cpRank * chunk;
+      second = (2 * cpSize - 1 - cpRank) * chunk;
+    }
+  }
+  MT_HOST_DEVICE int64_t operator()(int64_t row) const {
+    const int64_t at = offset + row;
+    return chunk == 0 ? at : at < chunk ? first + at : second + (at - chunk);
+  }
+  /// The local row at `position`, or -1 where this rank holds none.
+  MT_HOST_DEVICE int64_t rowOf(int64_t position) const {
+    int64_t at = position;
+    if (chunk != 0)
+      at = position >= first && position < first + chunk     ? position - first
+           : position >= second && position < second + chunk ? chunk + position - second
+                                                             : -1;
+    return at < offset ? -1 : at - offset; // the caller bounds it by its rows
+  }
+  /// Local rows from a multiple of run() on, run() of them, have consecutive positions.
+  int64_t run(int64_t rows) const {
+    if (chunk == 0)
+      return rows;
+    int64_t a = rows, b = chunk; // the greatest common divisor: blocks and chunks both
+    while (b != 0) {             // start at its multiples
+      const int64_t r = a % b;
+      a = b;
+      b = r;
+    }
+    return a;
+  }
+};
+
 /// A block of a larger tensor: the local tensor is block `index` of `parts` equal
-/// blocks of the global one along `dim`. Maps local element indices to global ones, so
-/// that anything defined per global element (initial values, dropout masks) is the
-/// same under every layout.
+/// blocks of the global one along `dim` (of a context-parallel share, with `cp`). Maps
+/// local element indices to global ones, so that anything defined per global element
+/// (initial values, dropout masks) is the same under every layout.
 struct ShardMap {
-  int64_t outer = 1, localAxis = 1, inner = 1, offset = 0, globalAxis = 1;
+  int64_t outer = 1, localAxis = 1, inner = 1, globalAxis = 1, runAxis = 1;
+  SequenceMap axis; // local index along dim -> global
 
   ShardMap() = default;
-  ShardMap(const TensorView &local, int dim, int index, int parts) {
-    if (dim < 0 || parts == 1)
+  ShardMap(const TensorView &local, int dim, int index, int parts, int cpRank = 0, int cpSize = 1) {
+    if (dim < 0 || parts * cpSize == 1)
       return; // replicated: global index = local index
     for (int i = 0; i < dim; ++i)
       outer *= local.shape[i];
     localAxis = local.shape[dim];
     for (int i = dim + 1; i < local.rank; ++i)
       inner *= local.shape[i];
-    offset = static_cast<int64_t>(index) * localAxis;
-    globalAxis = localAxis * parts;
+    axis = SequenceMap(localAxis, index, parts, cpRank, cpSize);
+    globalAxis = axis.total;
+    runAxis = axis.run(localAxis);
   }
   /// Local elements from a multiple of run() on, run() of them, have consecutive global
-  /// indices (a shard's whole block along its axis).
+  /// indices (a shard's whole block along its axis, or a part of one in one chunk).
   MT_HOST_DEVICE int64_t run() const {
-    return globalAxis == localAxis ? INT64_MAX : localAxis * inner;
+    return globalAxis == localAxis ? INT64_MAX : runAxis * inner;
   }
   MT_HOST_DEVICE int64_t global(int64_t local) const {
     if (globalAxis == localAxis)
       return local;
     const int64_t in = local % inner, rest = local / inner;
-    const int64_t axis = rest % localAxis, out = rest / localAxis;
-    return (out * globalAxis + axis + offset) * inner + in;
+    const int64_t at = rest % localAxis, out = rest / localAxis;
+    return (out * globalAxis + axis(at)) * inner + in;
   }
 };
 

@@ -75,7 +75,7 @@ FlatLayout flatLayout(const plan::Plan &plan, int stage) {
     layout.slots.push_back({static_cast<int32_t>(i), layout.total, numel, holders[i]});
     layout.total += numel;
   }
-  const int64_t parts = plan.grid()->dp();
+  const int64_t parts = dataParts(plan);
   layout.total = std::max<int64_t>(parts, (layout.total + parts - 1) / parts * parts);
   return layout;
 }
@@ -103,7 +103,7 @@ Status Executor::bind(ExecutorOptions options) {
     localParam_[slot.index] = static_cast<int>(parameters_.size());
     parameters_.push_back(param);
   }
-  const int64_t total = layout.total, parts = plan_.grid()->dp();
+  const int64_t total = layout.total, parts = dataParts(plan_);
   // Weights and gradients in the accumulator type (f32 under bf16 and f16: the master
   // weights); the programs read a compute copy in the plan's precision when it differs.
   // With the distributed optimizer, mixed precision keeps only this rank's share of the
@@ -257,19 +257,33 @@ Status Executor::zeroGradients() { return backend_.setZero(flatGrads_.data, flat
 
 Status Executor::runCollective(const plan::Instruction &inst, const TensorView &in,
                                const TensorView &out) {
+  const Group group = inst.group() == plan::CommGroup::Context ? Group::Context : Group::Tensor;
   switch (inst.opcode()) {
   case plan::Opcode::AllReduce:
-    return comm_.allReduceSum(Group::Tensor, in, out);
+    return comm_.allReduceSum(group, in, out);
   case plan::Opcode::AllGather:
-    return comm_.allGather(Group::Tensor, in, out, inst.axis());
+    return comm_.allGather(group, in, out, inst.axis());
   case plan::Opcode::ReduceScatter:
-    return comm_.reduceScatter(Group::Tensor, in, out, inst.axis());
+    return comm_.reduceScatter(group, in, out, inst.axis());
   default:
     return Status::failure("not a collective of the opcode table");
   }
 }
 
 Status Executor::setInput(const TensorView &view, const int32_t *ids) {
+  // `ids` is the micro-batch [B, S]; a context-parallel rank takes its share of each
+  // sequence (core/Tensor.h: SequenceMap), as Megatron's batch is cut for it.
+  const int cpRank = comm_.rank(Group::Context), cpSize = comm_.size(Group::Context);
+  std::vector<int32_t> share;
+  if (cpSize > 1) {
+    const int64_t rows = view.dim(1), whole = rows * cpSize;
+    const SequenceMap positions(rows, 0, 1, cpRank, cpSize);
+    share.resize(view.numel());
+    for (int64_t b = 0; b < view.dim(0); ++b)
+      for (int64_t t = 0; t < rows; ++t)
+        share[b * rows + t] = ids[b * whole + positions(t)];
+    ids = share.data();
+  }
   if (view.dtype == plan::DType::I32)
     return backend_.copyToDevice(view.data, ids, sizeof(int32_t) * view.numel());
   if (view.dtype == plan::DType::I64) {
@@ -292,6 +306,8 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   const std::vector<TensorView> &views = views_[program];
   context.tpRank = comm_.rank(Group::Tensor);
   context.tpSize = comm_.size(Group::Tensor);
+  context.cpRank = comm_.rank(Group::Context);
+  context.cpSize = comm_.size(Group::Context);
   size_t call = 0;
   (void)backend_.checkRuns(call); // whatever a failed run before left unread
   MT_TRY(setInput(views[prog.tokens()], tokens));

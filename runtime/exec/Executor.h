@@ -28,7 +28,7 @@ struct ExecutorOptions {
 
 /// Where a pipeline stage keeps its parameters: the flat weight and gradient stores hold
 /// them in plan order, each a contiguous slice of `numel` elements (this rank's
-/// tensor-parallel shard), padded to `total`, a multiple of the data-parallel size. A
+/// tensor-parallel shard), padded to `total`, a multiple of dataParts(). A
 /// pure function of the plan: a checkpoint computes any rank's layout with it.
 struct FlatLayout {
   struct Slot {
@@ -38,10 +38,16 @@ struct FlatLayout {
   };
   std::vector<Slot> slots;
   int64_t total = 0;
-  /// The data-parallel share of rank `dpRank`: elements [first, first + share).
-  int64_t share(int dpSize) const { return total / dpSize; }
+  /// The share of rank `dataRank` of `parts` (Group::Data): elements [first, first +
+  /// share).
+  int64_t share(int parts) const { return total / parts; }
 };
 FlatLayout flatLayout(const plan::Plan &plan, int stage);
+
+/// The ranks that reduce gradients and share the distributed optimizer's state
+/// (Group::Data): the data-parallel ranks times the context-parallel ones, which
+/// compute partial gradients of the same micro-batches.
+inline int dataParts(const plan::Plan &plan) { return plan.grid()->dp() * plan.grid()->cp(); }
 
 class Executor {
 public:

@@ -60,8 +60,15 @@ struct Operands {
   const plan::Instruction &inst;
   const std::vector<Dims> &in, &out;
   int64_t tp;         // the tensor-parallel group's size
+  int64_t cp;         // the context-parallel group's size
   plan::DType accumulator; // the plan's accumulator type (losses, softmax statistics)
 };
+
+/// The parts the whole sequence is cut into for an instruction's tensor: the context-
+/// parallel group's size where it holds one rank's share.
+int64_t contextParts(const plan::Instruction &inst) {
+  return inst.context_parallel() > 0 ? inst.context_parallel() : 1;
+}
 
 bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; }
 
@@ -81,9 +88,10 @@ bool probsOf(const Dims &probs, const Dims &qkv, const plan::Instruction &inst) 
   return probs.rank() == 4 && qkvOf(qkv, probs.d[1], inst) && probs.d[0] == qkv.d[0] &&
          probs.d[2] == qkv.d[1] && probs.d[3] == qkv.d[1];
 }
-/// Attention's output [B, S, heads·d] of a fused QKV (qkvOf holds).
+/// Attention's output [B, S, heads·d] of a fused QKV (qkvOf holds); under context
+/// parallelism, of this rank's share of its sequence.
 bool contextOf(const Dims &o, const Dims &qkv, int64_t heads, const plan::Instruction &inst) {
-  return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] == qkv.d[1] &&
+  return o.rank() == 3 && o.d[0] == qkv.d[0] && o.d[1] * contextParts(inst) == qkv.d[1] &&
          o.d[2] == heads * qkv.d[2] / (heads + 2 * kvHeads(inst, heads));
 }
 bool rateOk(const plan::Instruction &inst) { return inst.rate() >= 0 && inst.rate() < 1; }
@@ -120,7 +128,8 @@ std::string checkEmbeddingGrad(const Operands &o) {
 std::string checkPositionEmbedding(const Operands &o) {
   const bool forward = o.inst.opcode() == plan::Opcode::PositionEmbedding;
   const Dims &x = o.in[0], &table = forward ? o.in[1] : o.out[0];
-  int64_t sequence = x.rank() == 3 ? x.d[1] * (o.inst.sequence_parallel() ? o.tp : 1) : 0;
+  int64_t sequence =
+      x.rank() == 3 ? x.d[1] * (o.inst.sequence_parallel() ? o.tp : 1) * contextParts(o.inst) : 0;
   return x.rank() == 3 && table.rank() == 2 && table.d[1] == x.d[2] && sequence <= table.d[0] &&
                  (!forward || same(o.out[0], x))
              ? ""
@@ -276,11 +285,23 @@ std::string checkAttention(const Operands &o) {
     return "attention operands or heads disagree";
   const Dims *stats = forward ? (out.size() > 1 ? &out[1] : nullptr)
                               : (in.size() > 3 ? &in[3] : nullptr);
-  if (stats && (stats->d != std::vector<int64_t>{qkv.d[0], inst.heads(), qkv.d[1]} ||
+  if (stats && (stats->d != std::vector<int64_t>{qkv.d[0], inst.heads(), y.d[1]} ||
                 stats->dtype != o.accumulator))
     return "attention statistics are not [batch, heads, sequence] in the accumulator type";
   return forward || (same(in[0], y) && same(out[0], qkv)) ? ""
                                                           : "attention gradient operands disagree";
+}
+
+// ContextOrder [cp·B, S/cp, F] -> [B, S, F], or back (`inverse`).
+std::string checkContextOrder(const Operands &o) {
+  const bool inverse = o.inst.inverse();
+  const Dims &shares = inverse ? o.out[0] : o.in[0], &whole = inverse ? o.in[0] : o.out[0];
+  const int64_t cp = o.inst.context_parallel();
+  return cp > 0 && shares.rank() == 3 && whole.rank() == 3 && shares.dtype == whole.dtype &&
+                 shares.d[0] == cp * whole.d[0] && shares.d[1] * cp == whole.d[1] &&
+                 shares.d[2] == whole.d[2] && whole.d[1] % (2 * cp) == 0
+             ? ""
+             : "context order operands disagree";
 }
 
 // CrossEntropy (logits, targets) -> loss, CrossEntropyGrad (dloss, logits, targets) ->
@@ -338,10 +359,11 @@ std::string checkBlocks(const Operands &o) {
   const bool gather = o.inst.opcode() == plan::Opcode::AllGather;
   const Dims &block = gather ? o.in[0] : o.out[0], &whole = gather ? o.out[0] : o.in[0];
   const int64_t axis = o.inst.axis();
+  const int64_t parts = o.inst.group() == plan::CommGroup::Context ? o.cp : o.tp;
   bool ok = axis >= 0 && axis < block.rank() && block.rank() == whole.rank() &&
             block.dtype == whole.dtype;
   for (int64_t i = 0; ok && i < block.rank(); ++i)
-    ok = whole.d[i] == block.d[i] * (i == axis ? o.tp : 1);
+    ok = whole.d[i] == block.d[i] * (i == axis ? parts : 1);
   return ok ? "" : "collective operands disagree";
 }
 
@@ -399,8 +421,21 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   for (size_t i = 0; i < out.size(); ++i)
     if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
       return "an output has the wrong element type";
+  // A context-parallel share is one of the grid's: its rows cut into two whole chunks.
+  const int64_t cp = p.grid()->cp();
+  if (inst.context_parallel() != 0) {
+    const int64_t rows = in[0].rank() >= 2 ? in[0].d[1] : 0;
+    const int64_t share = inst.opcode() == plan::Opcode::ContextOrder ? 0
+                          : inst.sequence_parallel()                  ? rows * p.grid()->tp()
+                                                                      : rows;
+    if (inst.context_parallel() != cp || cp < 2 || (share % 2 != 0))
+      return cat("context_parallel ", inst.context_parallel(), " is not the grid's cp ", cp,
+                 " over whole chunks of the sequence");
+  }
+  if (inst.group() == plan::CommGroup::Context && cp < 2)
+    return "a collective over the context-parallel group, of one rank";
   return kShapeChecks[static_cast<size_t>(inst.opcode())](
-      Operands{inst, in, out, p.grid()->tp(), accumulator});
+      Operands{inst, in, out, p.grid()->tp(), cp, accumulator});
 }
 
 /// Parameters and their gradients live outside the arena.
@@ -527,10 +562,11 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
                                    "nor a dropout mask"));
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
+    const int64_t seq = p.seq_length() / p.grid()->cp(); // this context rank's share
     if (!input.isIndex() || input.rank() != 2 || input.d[0] != p.micro_batch_size() ||
-        input.d[1] != p.seq_length() || persistent(*buffers.Get(id)))
+        input.d[1] != seq || persistent(*buffers.Get(id)))
       return Status::failure(cat(where, ": tokens and targets must be integer [",
-                                 p.micro_batch_size(), ", ", p.seq_length(), "] inputs"));
+                                 p.micro_batch_size(), ", ", seq, "] inputs"));
   }
   if (prog.loss() >= 0) {
     Dims loss(*buffers.Get(prog.loss()));
@@ -550,9 +586,12 @@ Status checkHeader(const plan::Plan &p) {
   if (p.micro_batch_size() <= 0 || p.global_batch_size() <= 0 || p.seq_length() <= 0)
     return Status::failure("plan has non-positive batch or sequence sizes");
   const plan::Grid &grid = *p.grid();
-  if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || p.virtual_stages() < 1 ||
+  if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || grid.cp() < 1 || p.virtual_stages() < 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
+  if (p.seq_length() % (grid.cp() == 1 ? 1 : 2 * grid.cp()) != 0)
+    return Status::failure(cat("plan's sequence of ", p.seq_length(),
+                               " is not cut into 2·cp = ", 2 * grid.cp(), " chunks"));
   if (p.precision() != plan::DType::F32 && p.precision() != plan::DType::F64 &&
       p.precision() != plan::DType::BF16 && p.precision() != plan::DType::F16)
     return Status::failure("plan precision must be f32, f64, bf16 or f16");

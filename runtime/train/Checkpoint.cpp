@@ -72,7 +72,7 @@ plan::DType storeType(const plan::Plan &plan) { return accumulatorType(plan.prec
 /// Whether the plan keeps state `kind` in data-parallel shares (the distributed
 /// optimizer's moments, and its master weights under mixed precision).
 bool shardedKind(const plan::Plan &plan, int kind) {
-  if (!plan.distributed_optimizer() || plan.grid()->dp() == 1)
+  if (!plan.distributed_optimizer() || dataParts(plan) == 1)
     return false;
   return kind != 0 || storeType(plan) != plan.precision();
 }
@@ -86,17 +86,17 @@ Box tensorParallelBox(const plan::Param &spec, int tpRank) {
   return box;
 }
 
-/// The boxes of `slot`'s tensor of state `kind` that the rank at (tpRank, dpRank) of
+/// The boxes of `slot`'s tensor of state `kind` that the rank at (tpRank, dataRank) of
 /// the stage with `layout` holds; each is a contiguous run of its local tensor.
 std::vector<Box> heldBoxes(const plan::Plan &plan, const FlatLayout &layout,
-                           const FlatLayout::Slot &slot, int kind, int tpRank, int dpRank) {
+                           const FlatLayout::Slot &slot, int kind, int tpRank, int dataRank) {
   const plan::Param &spec = *plan.params()->Get(slot.index);
   Box local = tensorParallelBox(spec, tpRank);
   if (!shardedKind(plan, kind))
     return {local};
-  const int64_t share = layout.share(plan.grid()->dp());
-  const int64_t begin = std::max(slot.offset, dpRank * share);
-  const int64_t end = std::min(slot.offset + slot.numel, (dpRank + 1) * share);
+  const int64_t share = layout.share(dataParts(plan));
+  const int64_t begin = std::max(slot.offset, dataRank * share);
+  const int64_t end = std::min(slot.offset + slot.numel, (dataRank + 1) * share);
   if (begin >= end)
     return {};
   std::vector<Box> boxes = boxesOfRange(local.sizes, begin - slot.offset, end - slot.offset);
@@ -323,7 +323,8 @@ std::string stateTensorName(int kind, const std::string &param) {
 }
 
 std::vector<SaveChunk> assignChunks(const plan::Plan &plan) {
-  const int tp = plan.grid()->tp(), dp = plan.grid()->dp(), pp = plan.grid()->pp();
+  // World ranks run tp fastest, then Group::Data's (context within data), then pp.
+  const int tp = plan.grid()->tp(), dp = dataParts(plan), pp = plan.grid()->pp();
   std::vector<FlatLayout> layouts;
   for (int s = 0; s < pp; ++s)
     layouts.push_back(flatLayout(plan, s));
@@ -583,6 +584,7 @@ Status CheckpointSaver::finish() {
     index.layout = {{"tp", std::to_string(plan.grid()->tp())},
                     {"pp", std::to_string(plan.grid()->pp())},
                     {"dp", std::to_string(plan.grid()->dp())},
+                    {"cp", std::to_string(plan.grid()->cp())},
                     {"distributed_optimizer", plan.distributed_optimizer() ? "true" : "false"},
                     {"precision", safetensorsDType(plan.precision())}};
     index.state = stateText(plan, p.state);
@@ -710,7 +712,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   // stage's weights (the compute copy needs them even where the master weights are
   // shared out), and the moments it keeps.
   Comm &comm = executor.comm();
-  const int tpRank = comm.rank(Group::Tensor), dpRank = comm.rank(Group::Data);
+  const int tpRank = comm.rank(Group::Tensor), dataRank = comm.rank(Group::Data);
   const FlatLayout layout = flatLayout(plan, comm.rank(Group::Pipeline));
   const size_t element = dtypeBytes(storeType(plan));
   const int64_t total = executor.flatGrads().numel(), count = optimizer.expAvg().numel();
@@ -731,7 +733,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     MT_TRY(readHeld(stateTensorName(0, spec.name()->str()), local,
                     host[0].data() + element * slot.offset));
     for (int kind = 1; kind < kinds; ++kind)
-      for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dpRank))
+      for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dataRank))
         MT_TRY(readHeld(stateTensorName(kind, spec.name()->str()), box,
                         host[kind].data() +
                             element * (slot.offset + localIndex(box, local) - optimizer.first())));

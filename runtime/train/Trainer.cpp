@@ -141,18 +141,21 @@ public:
   Run(Executor &executor, const TrainerConfig &config, std::FILE *log,
       const std::function<void(const StepRecord &)> &onStep)
       : executor_(executor), plan_(executor.plan()), comm_(executor.comm()), config_(config),
-        leader_(comm_.position().worldRank() == 0), log_(leader_ ? log : nullptr),
-        onStep_(onStep),
+        leader_(comm_.position().worldRank() == 0), log_(leader_ ? log : nullptr), onStep_(onStep),
         // Each data-parallel rank takes a contiguous share of the global batch's
-        // micro-batches; micro-batch numbers (and so dropout masks) are the global ones.
+        // micro-batches (the context-parallel ranks of one read the same ones);
+        // micro-batch numbers (and so dropout masks) are the global ones.
         microBatches_(plan_.global_batch_size() / plan_.micro_batch_size()),
-        firstMicroBatch_(comm_.rank(Group::Data) * microBatches_ / comm_.size(Group::Data)),
-        batch_(plan_.micro_batch_size()), seq_(plan_.seq_length()),
+        share_(microBatches_ / comm_.position().dpSize),
+        firstMicroBatch_(comm_.position().dpRank * share_),
+        // Each context-parallel rank's loss is the mean over its share of the sequence,
+        // all shares of one length: Group::Data sums cp of them per micro-batch.
+        lossTerms_(microBatches_ * comm_.size(Group::Context)), batch_(plan_.micro_batch_size()),
+        seq_(plan_.seq_length()),
         // fp16 scales the loss (and so every gradient) to keep small gradients
         // representable, and skips the steps whose gradients overflow.
-        scaleLoss_(plan_.precision() == plan::DType::F16),
-        timeline_(comm_.position().worldRank()), passes_(executor),
-        inputs_(batch_ * seq_), targets_(batch_ * seq_) {}
+        scaleLoss_(plan_.precision() == plan::DType::F16), timeline_(comm_.position().worldRank()),
+        passes_(executor), inputs_(batch_ * seq_), targets_(batch_ * seq_) {}
 
   Status start();
   Status step(int64_t step);
@@ -200,7 +203,7 @@ private:
   const bool leader_; // the first rank: it logs and writes the metrics
   std::FILE *log_;    // the first rank's only
   const std::function<void(const StepRecord &)> &onStep_;
-  const int64_t microBatches_, firstMicroBatch_, batch_, seq_;
+  const int64_t microBatches_, share_, firstMicroBatch_, lossTerms_, batch_, seq_;
   const bool scaleLoss_;
   IndexedDataset dataset_;
   std::unique_ptr<TokenStream> stream_, validation_, test_;
@@ -460,8 +463,8 @@ Status Run::step(int64_t step) {
   const auto now = std::chrono::steady_clock::now();
   const double seconds =
       std::chrono::duration<double>(now - std::exchange(stepEnded_, now)).count();
-  StepRecord record{state_.step, lossSum_ / microBatches_, lr, gradNorm_, seconds,
-                    tokensPerSecond(1, seconds)};
+  StepRecord record{state_.step, lossSum_ / lossTerms_,      lr, gradNorm_,
+                    seconds,     tokensPerSecond(1, seconds)};
   if (onStep_)
     onStep_(record);
   logStep(record, now);
@@ -499,10 +502,9 @@ Status Run::evaluate(TokenStream &stream, const char *split) {
   comm_.setActivity(cat("the ", split, " loss after step ", state_.step));
   const auto began = std::chrono::steady_clock::now();
   // Each data-parallel rank takes its share of each batch's micro-batches, as in training.
-  const int64_t share = microBatches_ / comm_.size(Group::Data);
   double sum = 0;
   for (int64_t batch = 0; batch < config_.evalIters; ++batch)
-    for (int64_t mb = firstMicroBatch_; mb < firstMicroBatch_ + share; ++mb) {
+    for (int64_t mb = firstMicroBatch_; mb < firstMicroBatch_ + share_; ++mb) {
       const int64_t global = batch * microBatches_ + mb;
       MT_TRY(load(stream, static_cast<uint64_t>(global * batch_)));
       StepContext context = contextOf(state_.step, mb);
@@ -521,7 +523,7 @@ Status Run::evaluate(TokenStream &stream, const char *split) {
     }
   for (Group group : {Group::Pipeline, Group::Data})
     MT_TRY(comm_.allReduceSum(group, sum));
-  const double loss = sum / static_cast<double>(config_.evalIters * microBatches_);
+  const double loss = sum / static_cast<double>(config_.evalIters * lossTerms_);
   // Megatron's perplexity, exp of the loss clamped at 20.
   const double perplexity = std::exp(std::min(loss, 20.0));
   if (metrics_) {
@@ -547,7 +549,7 @@ Status Run::update(int64_t step, double lr) {
     MT_TRY(comm_.allReduceSum(group, lossSum_));
   if (!std::isfinite(lossSum_) && !scaleLoss_)
     return Status::failure("the loss is not finite");
-  const double gradScale = 1.0 / (microBatches_ * lossScale_);
+  const double gradScale = 1.0 / (lossTerms_ * lossScale_);
   MT_TRY(timed("gradient norm", [&] { return optimizer_->gradientNorm(gradScale, gradNorm_); }));
   if (scaleLoss_) { // an overflow anywhere skips the step
     skipped_ = !std::isfinite(gradNorm_) || !std::isfinite(lossSum_);
@@ -575,7 +577,7 @@ double Run::tflopsPerGpu(int64_t steps, double seconds) const {
   if (!a)
     return 0;
   return static_cast<double>(a->gemm_flops_per_micro_batch()) * microBatches_ * steps /
-         (comm_.size(Group::Data) * comm_.size(Group::Pipeline)) / std::max(seconds, 1e-9) / 1e12;
+         (comm_.position().dpSize * comm_.size(Group::Pipeline)) / std::max(seconds, 1e-9) / 1e12;
 }
 
 void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_point now) {
@@ -689,8 +691,7 @@ Status Run::finish() {
                  "and last pass, mean of %" PRId64 " steps); ideal %.3f\n",
                  passes_.meanBubble(), passes_.measuredSteps(),
                  static_cast<double>(stages - 1) /
-                     static_cast<double>(plan_.virtual_stages() * microBatches_ /
-                                         comm_.size(Group::Data)));
+                     static_cast<double>(plan_.virtual_stages() * share_));
   if (log_)
     reportMemory(executor_, log_);
   if (log_ && executor_.backend().records())

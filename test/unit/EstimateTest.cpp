@@ -335,7 +335,7 @@ TEST(CostModel, AScatteredPipelineMessageSendsAShareAndGathersIt) {
   StepLayout l;
   l.options.tp = 4;
   l.options.pp = 4;
-  Placement p{s.intraNode, s.intraNode, s.interNode};
+  Placement p{s.intraNode, s.intraNode, s.intraNode, s.interNode};
   const int64_t bytes = 1 << 24;
   EXPECT_DOUBLE_EQ(pipelineMessageSeconds(s, l, p, bytes),
                    bytes / s.interNode.bandwidth + s.interNode.latency);

@@ -60,7 +60,7 @@ TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
   b.setInsertionPointToStart(&block);
   auto attention = mlir::mt::AttentionOp::create(
       b, loc, input, b.getI64IntegerAttr(2), b.getI64IntegerAttr(1), b.getUnitAttr(),
-      b.getF64FloatAttr(0.25), b.getI64IntegerAttr(7), b.getUnitAttr(), UnitAttr());
+      b.getF64FloatAttr(0.25), b.getI64IntegerAttr(7), b.getUnitAttr(), UnitAttr(), IntegerAttr());
   mlir::mt::PlanInstruction inst;
   ASSERT_TRUE(succeeded(
       cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));

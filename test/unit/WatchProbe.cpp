@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   std::unique_ptr<mt::Comm> comm;
-  if (mt::Status s = mt::makeMpiComm(2, 1, 1, comm); !s.ok()) {
+  if (mt::Status s = mt::makeMpiComm(mt::GridShape{2, 1, 1, 1}, comm); !s.ok()) {
     std::fprintf(stderr, "watch_probe: %s\n", s.message().c_str());
     return 2;
   }

@@ -25,7 +25,7 @@ constexpr const char *kUsage = R"(usage:
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
               [--precision bf16|fp16|fp32|fp64 | --bf16 | --fp16]
-              [--tp T] [--sp] [--dp D]
+              [--tp T] [--sp] [--dp D] [--cp C [--cp-comm-type all-gather]]
               [--pp P [--vpp V | --layers-per-virtual-stage N]
                [--schedule gpipe|1f1b|interleaved]
                [--first-stage-layers N] [--last-stage-layers N]]
@@ -41,8 +41,9 @@ constexpr const char *kUsage = R"(usage:
               [--train-tokens T] [--json] [--explain]
   mtc tune MODEL --system S [--runtime R] --gpus N --global-batch-size B [--top K] [--json]
               [--seq-length S] [--precision P | --bf16 | --fp16]
-              [--tp T] [--pp P] [--vpp V] [--micro-batch-size B] [--recompute R]
-              [--max-tp T] [--max-micro-batch-size B] [--make-vocab-size-divisible-by N]
+              [--tp T] [--pp P] [--vpp V] [--cp C] [--micro-batch-size B] [--recompute R]
+              [--max-tp T] [--max-cp C] [--max-micro-batch-size B]
+              [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
               [--no-bias-gelu-fusion] [--no-bias-dropout-fusion]
               [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
@@ -78,12 +79,28 @@ int withUsage(int code) {
 
 /// Parses argv against the flags `command` accepts; returns an error message or "".
 std::string parseArgs(int argc, char **argv, Flags &args) {
-  static const std::vector<std::string> layoutValues = {
-      "micro-batch-size", "global-batch-size", "seq-length", "make-vocab-size-divisible-by",
-      "precision", "tp", "dp", "pp", "vpp", "layers-per-virtual-stage", "schedule",
-      "first-stage-layers", "last-stage-layers", "ddp-bucket-size", "recompute",
-      "recompute-method", "recompute-num-layers", "attention", "attention-dropout",
-      "hidden-dropout"};
+  static const std::vector<std::string> layoutValues = {"micro-batch-size",
+                                                        "global-batch-size",
+                                                        "seq-length",
+                                                        "make-vocab-size-divisible-by",
+                                                        "precision",
+                                                        "tp",
+                                                        "dp",
+                                                        "cp",
+                                                        "cp-comm-type",
+                                                        "pp",
+                                                        "vpp",
+                                                        "layers-per-virtual-stage",
+                                                        "schedule",
+                                                        "first-stage-layers",
+                                                        "last-stage-layers",
+                                                        "ddp-bucket-size",
+                                                        "recompute",
+                                                        "recompute-method",
+                                                        "recompute-num-layers",
+                                                        "attention",
+                                                        "attention-dropout",
+                                                        "hidden-dropout"};
   auto with = [](std::vector<std::string> flags, std::vector<std::string> more) {
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
@@ -91,10 +108,26 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
       {"estimate", with(layoutValues, {"system", "runtime", "gpus", "train-tokens"})},
       {"tune",
-       {"system", "runtime", "gpus", "global-batch-size", "seq-length",
-        "make-vocab-size-divisible-by", "precision", "tp", "pp", "vpp", "micro-batch-size",
-        "recompute", "max-tp", "max-micro-batch-size", "ddp-bucket-size", "top",
-        "attention-dropout", "hidden-dropout"}},
+       {"system",
+        "runtime",
+        "gpus",
+        "global-batch-size",
+        "seq-length",
+        "make-vocab-size-divisible-by",
+        "precision",
+        "tp",
+        "pp",
+        "vpp",
+        "micro-batch-size",
+        "recompute",
+        "max-tp",
+        "max-micro-batch-size",
+        "ddp-bucket-size",
+        "top",
+        "cp",
+        "max-cp",
+        "attention-dropout",
+        "hidden-dropout"}},
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
@@ -115,6 +148,7 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
   static const llvm::StringMap<std::string> aliases = {
       {"tensor-model-parallel-size", "tp"},
       {"data-parallel-size", "dp"},
+      {"context-parallel-size", "cp"},
       {"sequence-parallel", "sp"},
       {"use-distributed-optimizer", "distributed-optimizer"},
       {"recompute-granularity", "recompute"},
@@ -350,7 +384,8 @@ int runTune(MLIRContext &context, const Flags &args) {
       !mtc::positiveFlag(args, "max-tp", system.gpusPerNode, request.maxTp) ||
       !mtc::positiveFlag(args, "max-micro-batch-size", 8, request.maxMicroBatch) ||
       !mtc::positiveFlag(args, "top", 5, top) || !optional("tp", request.tp) ||
-      !optional("pp", request.pp) || !optional("vpp", request.vpp) ||
+      !optional("pp", request.pp) || !optional("vpp", request.vpp) || !optional("cp", request.cp) ||
+      !mtc::positiveFlag(args, "max-cp", 0, request.maxCp) ||
       !optional("micro-batch-size", request.microBatchSize))
     return 1;
   if (!args.values.count("seq-length"))

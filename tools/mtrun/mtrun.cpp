@@ -315,26 +315,37 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
   return error.empty();
 }
 
+/// The plan's grid, and as the messages spell it: "tp 2, dp 1" (cp and pp only when used).
+mt::GridShape gridShape(const mt::plan::Grid &grid) {
+  return {grid.tp(), grid.cp(), grid.dp(), grid.pp()};
+}
+std::string gridText(const mt::plan::Grid &grid) {
+  std::string text = "tp " + std::to_string(grid.tp()) + ", dp " + std::to_string(grid.dp());
+  if (grid.cp() > 1)
+    text += ", cp " + std::to_string(grid.cp());
+  if (grid.pp() > 1)
+    text += ", pp " + std::to_string(grid.pp());
+  return text;
+}
+
 /// Whether the plan's ranks are the job's: -1 to run on this rank, else the exit code
 /// (after `-n N` started N ranks through mpirun, or naming the mismatch).
 int checkRanks(const mt::LoadedPlan &plan, const CommandLine &line, bool underMpi, int argc,
                char **argv) {
   const mt::plan::Grid &grid = *plan.plan().grid();
-  const int planRanks = grid.tp() * grid.pp() * grid.dp();
+  const int planRanks = gridShape(grid).ranks();
   if (line.ranks > 0 && !underMpi) {
     if (line.ranks != planRanks) {
-      std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), not %d\n",
-                   line.planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(),
-                   line.ranks);
+      std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (%s), not %d\n",
+                   line.planPath.c_str(), planRanks, gridText(grid).c_str(), line.ranks);
       return 1;
     }
     if (line.ranks > 1)
       return launchRanks(line.ranks, argc, argv);
   }
   if (worldSize() != planRanks) {
-    std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (tp %d, pp %d, dp %d), but %d "
-                         "are running%s\n",
-                 line.planPath.c_str(), planRanks, grid.tp(), grid.pp(), grid.dp(), worldSize(),
+    std::fprintf(stderr, "mtrun: %s is compiled for %d rank(s) (%s), but %d are running%s\n",
+                 line.planPath.c_str(), planRanks, gridText(grid).c_str(), worldSize(),
                  underMpi ? "" : " (start it with -n, or under mpirun)");
     return 1;
   }
@@ -362,7 +373,7 @@ bool makeDevices(const std::string &backendName, const mt::plan::Grid &grid, boo
     comm = mt::makeLocalComm();
     return true;
   }
-  if (mt::Status s = mt::makeMpiComm(grid.tp(), grid.dp(), grid.pp(), comm); !s.ok()) {
+  if (mt::Status s = mt::makeMpiComm(gridShape(grid), comm); !s.ok()) {
     if (!s.message().empty())
       std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return false;
@@ -414,11 +425,9 @@ int trainHere(const mt::LoadedPlan &plan, mt::Backend &backend, mt::Comm &comm,
     }
     const mt::plan::Grid &grid = *plan.plan().grid();
     if (leader)
-      std::printf("mtrun: %s on %s x %d (tp %d, dp %d%s), %lld steps of %lld x %lld tokens%s\n",
-                  plan.plan().model()->c_str(), backend.name(), grid.tp() * grid.pp() * grid.dp(),
-                  grid.tp(), grid.dp(),
-                  grid.pp() > 1 ? (", pp " + std::to_string(grid.pp())).c_str() : "",
-                  static_cast<long long>(config.steps),
+      std::printf("mtrun: %s on %s x %d (%s), %lld steps of %lld x %lld tokens%s\n",
+                  plan.plan().model()->c_str(), backend.name(), gridShape(grid).ranks(),
+                  gridText(grid).c_str(), static_cast<long long>(config.steps),
                   static_cast<long long>(plan.plan().global_batch_size()),
                   static_cast<long long>(plan.plan().seq_length()), threads.c_str());
     if (mt::Status s = mt::train(*executor, config, stdout); !s.ok())

@@ -137,26 +137,26 @@ template <typename T> struct Kernels {
   }
 
   /// `first`: the position of the local sequence's first token (sequence parallelism).
-  static void positionEmbedding(const TensorView &x, const TensorView &table, int64_t first,
-                                const TensorView &out) {
+  static void positionEmbedding(const TensorView &x, const TensorView &table,
+                                const SequenceMap &position, const TensorView &out) {
     const int64_t b = x.dim(0), s = x.dim(1), h = x.dim(2);
     for (int64_t i = 0; i < b; ++i)
       for (int64_t p = 0; p < s; ++p) {
-        const T *xi = ptr(x) + (i * s + p) * h, *ti = ptr(table) + (first + p) * h;
+        const T *xi = ptr(x) + (i * s + p) * h, *ti = ptr(table) + position(p) * h;
         T *oi = ptr(out) + (i * s + p) * h;
         for (int64_t j = 0; j < h; ++j)
           oi[j] = xi[j] + ti[j];
       }
   }
 
-  static void positionEmbeddingGrad(const TensorView &grad, int64_t first,
+  static void positionEmbeddingGrad(const TensorView &grad, const SequenceMap &position,
                                     const TensorView &out) {
     const int64_t b = grad.dim(0), s = grad.dim(1), h = grad.dim(2);
     std::fill_n(ptr(out), out.numel(), T(0));
     for (int64_t i = 0; i < b; ++i)
       for (int64_t p = 0; p < s; ++p) {
         const T *g = ptr(grad) + (i * s + p) * h;
-        T *o = ptr(out) + (first + p) * h;
+        T *o = ptr(out) + position(p) * h;
         for (int64_t j = 0; j < h; ++j)
           o[j] += g[j];
       }
@@ -374,14 +374,14 @@ template <typename T> struct Kernels {
 
   /// The fused QKV's query and key heads turned by position (core/SharedMath.h: Rope).
   static void rotary(const TensorView &qkv, const QkvLayout &layout, const Rope &rope,
-                     const TensorView &out) {
+                     const SequenceMap &position, const TensorView &out) {
     const int64_t s = qkv.dim(1), width = layout.width(), perGroup = layout.perGroup();
     const int64_t kv = layout.kv, d = layout.d, half = d / 2;
     std::vector<double> cosine(s * half), sine(s * half); // of pair i at position p
     for (int64_t i = 0; i < half; ++i) {
       const double frequency = rope.frequency(i, d);
       for (int64_t p = 0; p < s; ++p) {
-        const double angle = rope.angle(p, frequency);
+        const double angle = rope.angle(position(p), frequency);
         cosine[p * half + i] = std::cos(angle);
         sine[p * half + i] = std::sin(angle);
       }
@@ -473,6 +473,25 @@ template <typename T> struct Kernels {
       ptr(dx)[i] = mask.as<uint8_t>()[i] ? ptr(dy)[i] * scale : T(0);
   }
 
+  /// A block of attention's queries: rows [first, first + rows) of the sequence in qkv,
+  /// their output rows from `out` on. One block holds them all; under context
+  /// parallelism the rank's two chunks are two blocks. Causal rows end at their own
+  /// position: a block of q rows over keys [0, k) has the mask's bottom-right alignment.
+  struct QueryBlock {
+    int64_t first = 0, rows = 0, out = 0;
+    /// The keys of row i over keys [0, k).
+    int64_t valid(int64_t i, int64_t k, bool causal) const { return causal ? k - rows + i + 1 : k; }
+    /// The keys the block reads: up to its last position under a causal mask.
+    int64_t keys(int64_t s, bool causal) const { return causal ? first + rows : s; }
+  };
+  /// The query blocks of attention with `rows` output rows over qkv's `s`.
+  static std::vector<QueryBlock> queryBlocks(int64_t s, int64_t rows, const StepContext &ctx) {
+    if (rows == s)
+      return {{0, s, 0}};
+    const SequenceMap share(rows, 0, 1, ctx.cpRank, ctx.cpSize); // its two chunks
+    return {{share.first, share.chunk, 0}, {share.second, share.chunk, share.chunk}};
+  }
+
   /// Attention-probability dropout of one (batch, head): the keep mask of the global
   /// [B, heads, S, S] element; `first` is the global index of this (batch, head)'s
   /// element (0, 0).
@@ -482,19 +501,24 @@ template <typename T> struct Kernels {
     ProbsMaskIndex index;
 
     bool active() const { return rate > 0; }
-    uint64_t first(int64_t bi, int64_t hi, int64_t s) const { return index(bi, hi, 0, 0, s); }
-    /// The keep mask of an s×s block; under a causal mask only what it lets through is
-    /// drawn (the probabilities past the diagonal are 0, kept or not).
-    void mask(std::vector<uint8_t> &keep, int64_t s, uint64_t first, bool causal,
-              const StepContext &ctx) const {
-      const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
-      keep.assign(s * s, 0);
-      if (!causal)
-        cpu::dropoutKeeps(draw, first, s * s, keep.data());
-      for (int64_t i = 0; causal && i < s; ++i)
-        cpu::dropoutKeeps(draw, first + i * s, i + 1, keep.data() + i * s);
+    /// The global index of row `i`'s first probability.
+    uint64_t first(int64_t bi, int64_t hi, int64_t i, int64_t s) const {
+      return index(bi, hi, i, 0, s);
     }
-    /// out ← p·mask/(1 − rate) over an s×s block; out may be p.
+    /// The keep mask of a block of q rows of keys [0, k) of the s×s probabilities, from
+    /// global index `first` (its first row's); under a causal mask only what it lets
+    /// through is drawn (the probabilities past the diagonal are 0, kept or not).
+    void mask(std::vector<uint8_t> &keep, const QueryBlock &block, int64_t k, int64_t s,
+              uint64_t first, bool causal, const StepContext &ctx) const {
+      const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
+      const int64_t q = block.rows;
+      keep.assign(q * k, 0);
+      if (!causal) // k = s: the block's rows follow one another in the global index
+        cpu::dropoutKeeps(draw, first, q * k, keep.data());
+      for (int64_t i = 0; causal && i < q; ++i)
+        cpu::dropoutKeeps(draw, first + i * s, block.valid(i, k, true), keep.data() + i * k);
+    }
+    /// out ← p·mask/(1 − rate) over a block; out may be p.
     void apply(const T *p, const std::vector<uint8_t> &keep, T *out) const {
       const T scale = static_cast<T>(1.0 / (1.0 - rate));
       for (size_t e = 0; e < keep.size(); ++e)
@@ -523,15 +547,16 @@ template <typename T> struct Kernels {
     }
   }
 
-  /// Scores P = softmax(scale·QKᵀ) of one (batch, head), causal rows stopping at the
-  /// diagonal; masked entries are exactly 0. With `lse`, each row's log-sum-exp of its
-  /// scaled scores goes to lse[i] (attention's statistics).
-  static void attentionScores(const T *q, const T *k, int64_t s, int64_t d, int64_t ld,
+  /// Scores P = softmax(scale·QKᵀ) [sq, sk] of one (batch, head) of sq queries and sk
+  /// keys, causal rows stopping at their diagonal (bottom-right aligned: the last query
+  /// sees every key); masked entries are exactly 0. With `lse`, each row's log-sum-exp
+  /// of its scaled scores goes to lse[i] (attention's statistics).
+  static void attentionScores(const T *q, const T *k, int64_t sq, int64_t sk, int64_t d, int64_t ld,
                               double scale, bool causal, T *p, T *lse = nullptr) {
-    gemm(false, true, s, s, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, s);
-    for (int64_t i = 0; i < s; ++i) {
-      T *row = p + i * s;
-      int64_t valid = causal ? i + 1 : s;
+    gemm(false, true, sq, sk, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, sk);
+    for (int64_t i = 0; i < sq; ++i) {
+      T *row = p + i * sk;
+      const int64_t valid = causal ? sk - sq + i + 1 : sk;
       T max = -std::numeric_limits<T>::infinity();
       for (int64_t j = 0; j < valid; ++j)
         max = std::max(max, row[j]);
@@ -540,7 +565,7 @@ template <typename T> struct Kernels {
       const T inverse = static_cast<T>(1.0 / sum);
       for (int64_t j = 0; j < valid; ++j)
         row[j] *= inverse;
-      std::fill(row + valid, row + s, T(0));
+      std::fill(row + valid, row + sk, T(0));
       if (lse)
         lse[i] = static_cast<T>(max + std::log(sum));
     }
@@ -548,14 +573,14 @@ template <typename T> struct Kernels {
 
   /// The same P from the rows' statistics, as flash attention's backward forms it:
   /// exp(scale·qkᵀ − lse) up to the diagonal, 0 past it.
-  static void attentionScoresFrom(const T *q, const T *k, const T *lse, int64_t s, int64_t d,
-                                  int64_t ld, double scale, bool causal, T *p) {
-    gemm(false, true, s, s, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, s);
-    for (int64_t i = 0; i < s; ++i) {
-      T *row = p + i * s;
-      const int64_t valid = causal ? i + 1 : s;
+  static void attentionScoresFrom(const T *q, const T *k, const T *lse, int64_t sq, int64_t sk,
+                                  int64_t d, int64_t ld, double scale, bool causal, T *p) {
+    gemm(false, true, sq, sk, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, sk);
+    for (int64_t i = 0; i < sq; ++i) {
+      T *row = p + i * sk;
+      const int64_t valid = causal ? sk - sq + i + 1 : sk;
       expsShifted(row, valid, lse[i], [&](int64_t j, T e) { row[j] = e; });
-      std::fill(row + valid, row + s, T(0));
+      std::fill(row + valid, row + sk, T(0));
     }
   }
 
@@ -566,86 +591,120 @@ template <typename T> struct Kernels {
   }
 
   // qkv [B, S, (heads + 2·kv)·d] holds, per token, its heads by key/value group
-  // (core/SharedMath.h: QkvLayout); out is [B, S, heads·d]. Forward runs per (batch, head);
+  // (core/SharedMath.h: QkvLayout); out is [B, rows, heads·d], the rows of its query
+  // blocks (all S, or a context-parallel rank's share). Forward runs per (batch, head);
   // backward per (batch, group), so that a group's key and value gradients are summed
   // over its query heads in head order, whatever the threads do.
   static void attention(const TensorView &qkv, const QkvLayout &l, bool causal,
                         const ProbsDropout &drop, const StepContext &ctx,
                         const TensorView &out, const TensorView *stats) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
+    const int64_t rows = out.dim(1);
+    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, ctx);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      std::vector<T> p(s * s); // a thread's, for every (batch, head) it takes
+      std::vector<T> p(blocks[0].rows * s); // a thread's, for every (batch, head) it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < b * l.heads; ++bh) {
         const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
         const T *row = ptr(qkv) + bi * s * w;
-        attentionScores(row + l.query(hi), row + l.key(g), s, d, w, scale, causal, p.data(),
-                        stats ? ptr(*stats) + bh * s : nullptr);
-        if (drop.active()) {
-          drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
-          drop.apply(p.data(), keep, p.data());
+        for (const QueryBlock &q : blocks) {
+          const int64_t k = q.keys(s, causal);
+          attentionScores(row + q.first * w + l.query(hi), row + l.key(g), q.rows, k, d, w, scale,
+                          causal, p.data(), stats ? ptr(*stats) + bh * rows + q.out : nullptr);
+          if (drop.active()) {
+            drop.mask(keep, q, k, s, drop.first(bi, hi, q.first, s), causal, ctx);
+            drop.apply(p.data(), keep, p.data());
+          }
+          gemm(false, false, q.rows, d, k, T(1), p.data(), k, row + l.value(g), w, T(0),
+               ptr(out) + (bi * rows + q.out) * h + hi * d, h);
         }
-        gemm(false, false, s, d, s, T(1), p.data(), s, row + l.value(g), w, T(0),
-             ptr(out) + bi * s * h + hi * d, h);
       }
     }
   }
 
   /// Recomputes P (and its dropout P'), then dV = P'ᵀ·dO, dP' = dO·Vᵀ, dP = dP'·mask/(1−p),
   /// dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O
-  /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)); dK and dV summed over the group.
+  /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)); dK and dV summed over the group
+  /// (and the query blocks, in order). Rows of qkv outside the blocks get dQ = 0.
   static void attentionGrad(const TensorView &dout, const TensorView &qkv,
                             const TensorView &out, const TensorView *stats, const QkvLayout &l,
                             bool causal, const ProbsDropout &drop, const StepContext &ctx,
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
+    const int64_t rows = out.dim(1);
+    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, ctx);
+    const bool zeroed = blocks.size() > 1; // blocks add to dK, dV from zero
+    if (zeroed)
+      std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      std::vector<T> p(s * s), dropped(s * s), dp(s * s); // a thread's, for all it takes
+      const size_t area = blocks[0].rows * s;
+      std::vector<T> p(area), dropped(area), dp(area); // a thread's, for all it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bg = 0; bg < b * l.kv; ++bg) {
         const int64_t bi = bg / l.kv, g = bg % l.kv;
         const T *row = ptr(qkv) + bi * s * w, *k = row + l.key(g), *v = row + l.value(g);
         T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
-        for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
-          const T *q = row + l.query(hi);
-          const T *dO = ptr(dout) + bi * s * h + hi * d, *o = ptr(out) + bi * s * h + hi * d;
-          const T sum = hi == g * l.perGroup() ? T(0) : T(1); // the group's first head sets
-          if (stats) // [B, heads, S]: this (batch, head)'s rows
-            attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * s, s, d, w, scale, causal,
-                                p.data());
-          else
-            attentionScores(q, k, s, d, w, scale, causal, p.data());
-          const T *pv = p.data(); // what multiplied V
-          if (drop.active()) {
-            drop.mask(keep, s, drop.first(bi, hi, s), causal, ctx);
-            drop.apply(p.data(), keep, dropped.data());
-            pv = dropped.data();
+        for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi)
+          for (const QueryBlock &blk : blocks) {
+            const int64_t sq = blk.rows, sk = blk.keys(s, causal), at = bi * rows + blk.out;
+            const T *q = row + blk.first * w + l.query(hi);
+            const T *dO = ptr(dout) + at * h + hi * d, *o = ptr(out) + at * h + hi * d;
+            // The group's first head sets dK and dV; the rest add.
+            const T sum = zeroed || hi != g * l.perGroup() ? T(1) : T(0);
+            if (stats) // [B, heads, rows]: this (batch, head)'s rows
+              attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * rows + blk.out, sq, sk,
+                                  d, w, scale, causal, p.data());
+            else
+              attentionScores(q, k, sq, sk, d, w, scale, causal, p.data());
+            const T *pv = p.data(); // what multiplied V
+            if (drop.active()) {
+              drop.mask(keep, blk, sk, s, drop.first(bi, hi, blk.first, s), causal, ctx);
+              drop.apply(p.data(), keep, dropped.data());
+              pv = dropped.data();
+            }
+            gemm(true, false, sk, d, sq, T(1), pv, sk, dO, h, sum, dv, w);
+            gemm(false, true, sq, sk, d, T(1), dO, h, v, w, T(0), dp.data(), sk);
+            if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
+              drop.apply(dp.data(), keep, dp.data());
+            for (int64_t i = 0; i < sq; ++i) { // past the diagonal P is 0, and so is dS
+              const int64_t valid = blk.valid(i, sk, causal);
+              double delta = 0;
+              for (int64_t j = 0; j < d; ++j)
+                delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+              for (int64_t j = 0; j < valid; ++j)
+                dp[i * sk + j] = static_cast<T>(p[i * sk + j] * (dp[i * sk + j] - delta));
+              std::fill(dp.begin() + i * sk + valid, dp.begin() + (i + 1) * sk, T(0));
+            }
+            gemm(false, false, sq, d, sk, static_cast<T>(scale), dp.data(), sk, k, w, T(0),
+                 drow + blk.first * w + l.query(hi), w);
+            gemm(true, false, sk, d, sq, static_cast<T>(scale), dp.data(), sk, q, w, sum, dk, w);
           }
-          gemm(true, false, s, d, s, T(1), pv, s, dO, h, sum, dv, w);
-          gemm(false, true, s, s, d, T(1), dO, h, v, w, T(0), dp.data(), s);
-          if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
-            drop.apply(dp.data(), keep, dp.data());
-          for (int64_t i = 0; i < s; ++i) { // past the diagonal P is 0, and so is dS
-            const int64_t valid = causal ? i + 1 : s;
-            double delta = 0;
-            for (int64_t j = 0; j < d; ++j)
-              delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-            for (int64_t j = 0; j < valid; ++j)
-              dp[i * s + j] = static_cast<T>(p[i * s + j] * (dp[i * s + j] - delta));
-            std::fill(dp.begin() + i * s + valid, dp.begin() + (i + 1) * s, T(0));
-          }
-          gemm(false, false, s, d, s, static_cast<T>(scale), dp.data(), s, k, w, T(0),
-               drow + l.query(hi), w);
-          gemm(true, false, s, d, s, static_cast<T>(scale), dp.data(), s, q, w, sum, dk, w);
-        }
       }
     }
+  }
+
+  /// A context-parallel group's shares, gathered rank by rank [cp·B, S/cp, F], put in
+  /// sequence order [B, S, F] (core/Tensor.h: SequenceMap), or back with `inverse`.
+  static void contextOrder(const TensorView &in, int64_t cp, bool inverse, const TensorView &out) {
+    const TensorView &whole = inverse ? in : out;
+    const int64_t b = whole.dim(0), s = whole.dim(1), f = whole.dim(2), c = s / (2 * cp);
+    for (int64_t r = 0; r < cp; ++r)
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t chunk = half == 0 ? r : 2 * cp - 1 - r;
+          const int64_t shareAt = ((r * b + bi) * 2 * c + half * c) * f;
+          const int64_t wholeAt = (bi * s + chunk * c) * f;
+          if (inverse)
+            std::copy_n(ptr(in) + wholeAt, c * f, ptr(out) + shareAt);
+          else
+            std::copy_n(ptr(in) + shareAt, c * f, ptr(out) + wholeAt);
+        }
   }
 
   /// The unfused chain: P [B, heads, S, S] of a fused QKV.
@@ -657,7 +716,7 @@ template <typename T> struct Kernels {
     for (int64_t bh = 0; bh < b * l.heads; ++bh) {
       const int64_t bi = bh / l.heads, hi = bh % l.heads;
       const T *row = ptr(qkv) + bi * s * w;
-      attentionScores(row + l.query(hi), row + l.key(l.group(hi)), s, l.d, w, scale, causal,
+      attentionScores(row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale, causal,
                       ptr(probs) + bh * s * s);
     }
   }
@@ -869,10 +928,6 @@ template <typename T> struct Kernels {
                             const TensorView &sharded, int dim) {
     return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
   }
-  static int64_t sequenceFirst(const plan::Instruction &inst, const StepContext &ctx,
-                               const TensorView &x) {
-    return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
-  }
   static int64_t vocabRanks(const plan::Instruction &inst, const StepContext &ctx) {
     return inst.vocab_parallel() ? ctx.tpSize : 1;
   }
@@ -898,7 +953,7 @@ template <typename T> struct Kernels {
     case Opcode::Embedding:
       return embedding(in[0], in[1], vocabFirst(inst, ctx, in[0], 0), in[0].dim(0) * vocabRanks(inst, ctx), out[0]);
     case Opcode::PositionEmbedding:
-      positionEmbedding(in[0], in[1], sequenceFirst(inst, ctx, in[0]), out[0]);
+      positionEmbedding(in[0], in[1], sequenceMap(inst, in[0].dim(1), ctx), out[0]);
       break;
     case Opcode::LayerNorm:
       layerNorm(in[0], in[1], in[2], inst.epsilon(), out[0]);
@@ -926,7 +981,8 @@ template <typename T> struct Kernels {
       swiglu(in[0], in[1], out[0]);
       break;
     case Opcode::Rotary:
-      rotary(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), out[0]);
+      rotary(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst),
+             sequenceMap(inst, in[0].dim(1), ctx), out[0]);
       break;
     case Opcode::Attention:
       attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
@@ -965,6 +1021,9 @@ template <typename T> struct Kernels {
       break;
     case Opcode::TpCopy:
       std::copy_n(ptr(in[0]), in[0].numel(), ptr(out[0]));
+      break;
+    case Opcode::ContextOrder:
+      contextOrder(in[0], inst.context_parallel(), inst.inverse(), out[0]);
       break;
     case Opcode::AllReduce:
     case Opcode::AllGather:
@@ -1029,7 +1088,7 @@ template <typename T> struct Kernels {
       embeddingGrad(in[0], in[1], vocabFirst(inst, ctx, out[0], 0), out[0]);
       break;
     case Opcode::PositionEmbeddingGrad:
-      positionEmbeddingGrad(in[0], sequenceFirst(inst, ctx, in[0]), out[0]);
+      positionEmbeddingGrad(in[0], sequenceMap(inst, in[0].dim(1), ctx), out[0]);
       break;
     case Opcode::LayerNormGrad:
       layerNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1], out[2]);

@@ -77,8 +77,8 @@ __global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dga
 /// The fused QKV [rows of S positions, kv groups of (perGroup + 2) heads of d]: one
 /// thread per pair of a head; query and key pairs turned by position, value pairs copied.
 template <typename T>
-__global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, QkvLayout l,
-                             Rope rope) {
+__global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, QkvLayout l, Rope rope,
+                             SequenceMap positions) {
   GRID_STRIDE(t, pairs) {
     const int64_t d = l.d, perGroup = l.perGroup(), half = d / 2;
     const int64_t i = t % half, head = t / half; // head of all rows' heads
@@ -87,7 +87,7 @@ __global__ void rotaryKernel(const T *qkv, T *out, int64_t pairs, int64_t s, Qkv
     const float a = ld(qkv, at), b = ld(qkv, at + half);
     if (Rope::turns(j, perGroup)) {
       float outA, outB;
-      Rope::turn(a, b, rope.angle(row % s, rope.frequency(i, d)), outA, outB);
+      Rope::turn(a, b, rope.angle(positions(row % s), rope.frequency(i, d)), outA, outB);
       st(out, at, outA);
       st(out, at + half, outB);
     } else {
@@ -153,9 +153,10 @@ void launchActivation(F f, const T *x, T *out, int64_t n, cudaStream_t stream) {
 
 template <typename T>
 void launchRotary(const T *qkv, T *out, int64_t rows, int64_t s, const QkvLayout &layout,
-                  const Rope &rope, cudaStream_t stream) {
+                  const Rope &rope, const SequenceMap &positions, cudaStream_t stream) {
   const int64_t pairs = rows * layout.width() / 2;
-  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, layout, rope);
+  rotaryKernel<<<blocksFor(pairs), kThreads, 0, stream>>>(qkv, out, pairs, s, layout, rope,
+                                                          positions);
 }
 
 template <typename T>

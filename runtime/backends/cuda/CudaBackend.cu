@@ -137,6 +137,25 @@ public:
       extent = host;
     });
   }
+  /// A context-parallel group's shares [cp·B, S/cp, F] in sequence order [B, S, F], or
+  /// back (`inverse`): two chunks of each share, each one copy.
+  void contextOrder(const TensorView &in, int64_t cp, bool inverse, const TensorView &out) {
+    const TensorView &whole = inverse ? in : out;
+    const int64_t b = whole.dim(0), s = whole.dim(1), c = s / (2 * cp);
+    const size_t row = dtypeBytes(whole.dtype) * whole.dim(2);
+    for (int64_t r = 0; r < cp; ++r)
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t chunk = half == 0 ? r : 2 * cp - 1 - r;
+          const size_t shareAt = row * ((r * b + bi) * 2 * c + half * c);
+          const size_t wholeAt = row * (bi * s + chunk * c);
+          char *dst = static_cast<char *>(out.data) + (inverse ? shareAt : wholeAt);
+          const char *src = static_cast<const char *>(in.data) + (inverse ? wholeAt : shareAt);
+          check(cudaMemcpyAsync(dst, src, row * c, cudaMemcpyDeviceToDevice, stream_),
+                "ordering context-parallel shares");
+        }
+  }
+
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
@@ -714,10 +733,8 @@ private:
     int64_t vocabFirst(const TensorView &sharded, int dim) const {
       return inst.vocab_parallel() ? ctx.tpRank * sharded.dim(dim) : 0;
     }
-    /// The first position of this rank's block of the sequence.
-    int64_t sequenceFirst(const TensorView &x) const {
-      return inst.sequence_parallel() ? ctx.tpRank * x.dim(1) : 0;
-    }
+    /// The positions of this rank's rows of the sequence.
+    SequenceMap positions(const TensorView &x) const { return sequenceMap(inst, x.dim(1), ctx); }
     /// A norm gradient's fourth operand: the residual stream's gradient, added to dx.
     const T *residualGrad() const { return inst.inputs()->size() == 4 ? p(in[3]) : nullptr; }
   };
@@ -758,11 +775,11 @@ private:
     }
     case Opcode::PositionEmbedding:
       launchPositionEmbedding(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), in[0].dim(1),
-                              in[0].dim(2), c.sequenceFirst(in[0]), stream_);
+                              in[0].dim(2), c.positions(in[0]), stream_);
       break;
     case Opcode::PositionEmbeddingGrad:
       launchPositionEmbeddingGrad(c.p(in[0]), c.p(out[0]), out[0].dim(0), in[0].dim(0),
-                                  in[0].dim(1), in[0].dim(2), c.sequenceFirst(in[0]), stream_);
+                                  in[0].dim(1), in[0].dim(2), c.positions(in[0]), stream_);
       break;
     default:
       throw std::logic_error("cuda backend: not an opcode of runEmbeddings");
@@ -874,6 +891,9 @@ private:
   template <typename T> void runAttention(const Call<T> &c) {
     const plan::Instruction &inst = c.inst;
     const TensorView *in = c.in, *out = c.out;
+    if (inst.context_parallel() > 0)
+      throw std::runtime_error("cuda backend: context-parallel attention (queries of one "
+                               "rank's share of the sequence) runs on the CPU backend only");
     switch (inst.opcode()) {
     case Opcode::Attention: {
       // The rows' statistics go to the second output where the plan keeps them (for
@@ -1109,10 +1129,14 @@ private:
       break;
     case Opcode::Rotary:
       launchRotary(c.p(in[0]), c.p(out[0]), in[0].rows(), in[0].dim(1),
-                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), stream_);
+                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), c.positions(in[0]),
+                   stream_);
       break;
     case Opcode::TpCopy:
       convertOn(out[0].data, c.type(), in[0].data, c.type(), c.n());
+      break;
+    case Opcode::ContextOrder:
+      contextOrder(in[0], inst.context_parallel(), inst.inverse(), out[0]);
       break;
     case Opcode::ParamGrad:
       launchAccumulate(c.p(in[0]), c.f(out[0]), out[0].numel(), stream_);

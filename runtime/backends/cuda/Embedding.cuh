@@ -69,20 +69,20 @@ __global__ void embeddingGradRowsKernel(const T *grad, const uint32_t *keys,
 /// Reads x and the table, writes out = x + the table row of each token's position
 /// (`first` offsets a sequence-parallel shard's positions).
 template <typename T>
-__global__ void positionEmbeddingKernel(const T *x, const T *table, T *out, int64_t n,
-                                        int64_t s, int64_t h, int64_t first) {
+__global__ void positionEmbeddingKernel(const T *x, const T *table, T *out, int64_t n, int64_t s,
+                                        int64_t h, SequenceMap positions) {
   GRID_STRIDE(i, n) {
     const int64_t p = (i / h) % s, j = i % h;
-    st(out, i, ld(x, i) + ld(table, (first + p) * h + j));
+    st(out, i, ld(x, i) + ld(table, positions(p) * h + j));
   }
 }
 
-/// out[first + p, j] = Σ_b grad[b, p, j]; other rows zero. One thread per output element.
+/// out[position(p), j] = Σ_b grad[b, p, j]; other rows zero. One thread per output element.
 template <typename T>
-__global__ void positionEmbeddingGradKernel(const T *grad, T *out, int64_t positions,
-                                            int64_t b, int64_t s, int64_t h, int64_t first) {
+__global__ void positionEmbeddingGradKernel(const T *grad, T *out, int64_t positions, int64_t b,
+                                            int64_t s, int64_t h, SequenceMap map) {
   GRID_STRIDE(i, positions * h) {
-    const int64_t p = i / h - first, j = i % h;
+    const int64_t p = map.rowOf(i / h), j = i % h;
     float acc = 0;
     if (p >= 0 && p < s)
       for (int64_t k = 0; k < b; ++k)
@@ -145,16 +145,16 @@ void launchEmbeddingGradRows(const T *grad, const uint32_t *sortedKeys,
 }
 
 template <typename T>
-void launchPositionEmbedding(const T *x, const T *table, T *out, int64_t n, int64_t s,
-                             int64_t h, int64_t first, cudaStream_t stream) {
-  positionEmbeddingKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, table, out, n, s, h, first);
+void launchPositionEmbedding(const T *x, const T *table, T *out, int64_t n, int64_t s, int64_t h,
+                             const SequenceMap &positions, cudaStream_t stream) {
+  positionEmbeddingKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, table, out, n, s, h, positions);
 }
 
 template <typename T>
-void launchPositionEmbeddingGrad(const T *grad, T *out, int64_t positions, int64_t b,
-                                 int64_t s, int64_t h, int64_t first, cudaStream_t stream) {
+void launchPositionEmbeddingGrad(const T *grad, T *out, int64_t positions, int64_t b, int64_t s,
+                                 int64_t h, const SequenceMap &map, cudaStream_t stream) {
   positionEmbeddingGradKernel<<<blocksFor(positions * h), kThreads, 0, stream>>>(
-      grad, out, positions, b, s, h, first);
+      grad, out, positions, b, s, h, map);
 }
 
 } // namespace

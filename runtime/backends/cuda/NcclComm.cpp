@@ -118,7 +118,7 @@ public:
   /// One NCCL communicator per group with more than one member (or with singletons_,
   /// per group).
   Status init() {
-    for (Group g : {Group::Tensor, Group::Data, Group::Pipeline}) {
+    for (Group g : {Group::Tensor, Group::Context, Group::Data, Group::Pipeline}) {
       if (size(g) == 1 && !singletons_)
         continue;
       ncclUniqueId id;
@@ -247,7 +247,8 @@ private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
 
   static const char *groupName(Group g) {
-    return g == Group::Tensor ? "tensor" : g == Group::Data ? "data" : "pipeline";
+    static const char *const kNames[] = {"tensor", "context", "data", "pipeline"};
+    return kNames[static_cast<int>(g)];
   }
 
   /// NCCL's asynchronous errors (a peer that died, a network error) end the job at once,
@@ -332,7 +333,7 @@ private:
   Comm *host_;
   const bool singletons_;
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
-  std::array<ncclComm_t, 3> comms_{};
+  std::array<ncclComm_t, 4> comms_{}; // by Group
   DeviceBuffer staging_;
   struct Pending {
     cudaEvent_t done; // recorded behind the collective

@@ -16,12 +16,12 @@
 // reduce-scatter leaving it; the stream between holds 32/2 = 16 positions per rank.
 // SP-LABEL: func.func @train_step
 // SP: mt.embedding {{.*}}{vocab_parallel}
-// SP-NEXT: shard.reduce_scatter %{{.*}} on @grid grid_axes = [1] scatter_axis = 1 : tensor<2x32x64xf32> -> tensor<2x16x64xf32>
+// SP-NEXT: shard.reduce_scatter %{{.*}} on @grid grid_axes = [2] scatter_axis = 1 : tensor<2x32x64xf32> -> tensor<2x16x64xf32>
 // SP: mt.position_embedding {{.*}}{sequence_parallel} : (tensor<2x16x64xf32>, tensor<32x64xf32>) -> tensor<2x16x64xf32>
 // SP: mt.dropout {{.*}}sequence_parallel
 // SP: mt.param "h.0.ln_1.weight" ones {mt.layer = 0 : i64, tp_grad_reduce}
 // SP: mt.layer_norm {{.*}} -> tensor<2x16x64xf32>
-// SP: shard.all_gather %{{.*}} on @grid grid_axes = [1] gather_axis = 1 {{.*}}: tensor<2x16x64xf32> -> tensor<2x32x64xf32>
+// SP: shard.all_gather %{{.*}} on @grid grid_axes = [2] gather_axis = 1 {{.*}}: tensor<2x16x64xf32> -> tensor<2x32x64xf32>
 // SP: mt.attention
 // SP: mt.param "h.0.attn.proj.bias" zeros {mt.layer = 0 : i64, tp_grad_reduce}
 // SP: shard.reduce_scatter {{.*}} scatter_axis = 1 {{.*}}: tensor<2x32x64xf32> -> tensor<2x16x64xf32>

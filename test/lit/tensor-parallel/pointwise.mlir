@@ -5,7 +5,7 @@
 // for GELU, and nothing in the pass names it.
 // CHECK-LABEL: func.func @mlp
 // CHECK: %[[W1:.*]] = mt.param "fc.weight" normal(2.000000e-02) {global_shape = array<i64: 32, 8>, shard_dim = 0 : i64} : tensor<16x8xf32>
-// CHECK: %[[IN:.*]] = mt.tp_copy %{{.*}} {grid = @grid, grid_axis = 1 : i64}
+// CHECK: %[[IN:.*]] = mt.tp_copy %{{.*}} {grid = @grid, grid_axis = 2 : i64}
 // CHECK: %[[H:.*]] = mt.linear %[[IN]], %[[W1]] : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
 // CHECK: %[[S:.*]] = mt.silu %[[H]] : (tensor<2x4x16xf32>) -> tensor<2x4x16xf32>
 // CHECK: %[[W2:.*]] = mt.param "proj.weight" normal(2.000000e-02) {global_shape = array<i64: 8, 32>, shard_dim = 1 : i64} : tensor<8x16xf32>
