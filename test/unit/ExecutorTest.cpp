@@ -703,7 +703,11 @@ TEST(Rng, QuadDrawsDecideAsEachElementDoes) {
   TensorView local;
   local.rank = 3;
   local.shape = {2, 3, 5};
-  for (const ShardMap &shard : {ShardMap{}, ShardMap{local, 1, 1, 2}}) {
+  // Also a block of a context-parallel share: sequence-parallel block 1 of 2 of context
+  // rank 1 of 2's share (chunks 1 and 2 of 4 chunks of 3 rows), whose rows leave one
+  // chunk for the next.
+  for (const ShardMap &shard :
+       {ShardMap{}, ShardMap{local, 1, 1, 2}, ShardMap{local, 1, 1, 2, 1, 2}}) {
     for (int64_t n : {30, 29, 28, 27}) {
       for (double rate : {0.0, 0.3}) {
         int64_t kept = 0;
@@ -722,6 +726,69 @@ TEST(Rng, QuadDrawsDecideAsEachElementDoes) {
       }
     }
   }
+}
+
+TEST(SequenceMap, ContextSharesHoldEveryPositionOnceInBalancedChunks) {
+  // Every (context rank, sequence-parallel block) of a sequence cut into 2·cp chunks:
+  // together they hold each position once; context rank r holds chunks r and 2·cp−1−r;
+  // rowOf inverts the map and refuses positions held elsewhere; run() cuts the rows
+  // where their positions jump.
+  for (int cp : {1, 2, 3, 4})
+    for (int parts : {1, 2, 3, 4}) {
+      const int64_t chunk = 6, whole = 2 * cp * chunk, share = whole / cp;
+      if (share % parts != 0)
+        continue;
+      const int64_t rows = share / parts;
+      std::vector<int> held(whole, 0);
+      for (int r = 0; r < cp; ++r)
+        for (int block = 0; block < parts; ++block) {
+          const SequenceMap map(rows, block, parts, r, cp);
+          const int64_t run = map.run(rows);
+          ASSERT_EQ(rows % run, 0) << "cp " << cp << " parts " << parts;
+          for (int64_t t = 0; t < rows; ++t) {
+            const int64_t p = map(t);
+            ASSERT_GE(p, 0);
+            ASSERT_LT(p, whole);
+            ++held[p];
+            const int64_t c = p / chunk, ownChunk = cp == 1 ? c : (c < cp ? c : 2 * cp - 1 - c);
+            EXPECT_EQ(cp == 1 ? 0 : ownChunk, cp == 1 ? 0 : r) << "position " << p;
+            EXPECT_EQ(map.rowOf(p), t);
+            if (t % run != 0) // inside a run, positions are consecutive
+              EXPECT_EQ(p, map(t - 1) + 1);
+          }
+          for (int64_t p = 0; p < whole; ++p) {
+            const int64_t t = map.rowOf(p);
+            if (t >= 0 && t < rows)
+              EXPECT_EQ(map(t), p);
+          }
+        }
+      for (int64_t p = 0; p < whole; ++p)
+        EXPECT_EQ(held[p], 1) << "position " << p << " of cp " << cp << " parts " << parts;
+    }
+}
+
+TEST(ShardMap, ContextParallelBlocksNumberEveryElementOnce) {
+  // [2, S, 3] over cp 2 and sp 2: the four local [2, S/4, 3] tensors' global indices
+  // cover the global tensor once, so masks drawn per global index are the serial ones.
+  const int64_t s = 16, local = s / 4;
+  std::vector<int> seen(2 * s * 3, 0);
+  TensorView t;
+  t.rank = 3;
+  t.shape = {2, local, 3};
+  for (int r = 0; r < 2; ++r)
+    for (int block = 0; block < 2; ++block) {
+      const ShardMap map(t, 1, block, 2, r, 2);
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        const int64_t g = map.global(i);
+        ASSERT_GE(g, 0);
+        ASSERT_LT(g, 2 * s * 3);
+        ++seen[g];
+        if (i % map.run() != 0)
+          EXPECT_EQ(g, map.global(i - 1) + 1);
+      }
+    }
+  for (int count : seen)
+    EXPECT_EQ(count, 1);
 }
 
 } // namespace
