@@ -188,6 +188,12 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
         OpCosts &into = op->hasAttr(mt::kRecomputedAttr) ? f.recompute : f.costs;
         into.add(cost.getGemmFlops(), cost.getOtherFlops());
       }
+      // Ring attention keeps two shares of keys and values in flight, and its gradient
+      // two of their gradients as well, outside the arena (runtime/exec/Executor.h).
+      if (auto attention = dyn_cast<mt::AttentionOp>(op); attention && attention.getRing())
+        f.ringBytes = std::max(f.ringBytes, 2 * mt::tensorBytes(attention.getQkv().getType()));
+      if (auto grad = dyn_cast<mt::AttentionGradOp>(op); grad && grad.getRing())
+        f.ringBytes = std::max(f.ringBytes, 4 * mt::tensorBytes(grad.getQkv().getType()));
     });
   });
   return chunks;
@@ -234,6 +240,10 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
     }
     a.memory.activations = peak;
   }
+  int64_t ring = 0;
+  for (const ChunkFootprint &c : chunks)
+    ring = std::max(ring, c.ringBytes);
+  a.memory.activations += ring;
   const BytesPerParameter &b = a.bytesPerParameter;
   a.memory.weights = b.weights * a.localParameters;
   a.memory.gradients = b.gradients * a.localParameters;

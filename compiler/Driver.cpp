@@ -161,11 +161,10 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
     return usageError("--sp splits the sequence over the tensor-parallel group: it needs "
                       "--tp > 1");
   // Megatron's --cp-comm-type: how attention reaches the other ranks' keys and values.
-  const std::string commType = args.values.lookup("cp-comm-type");
-  if (!commType.empty() && commType != "all-gather")
-    return usageError("--cp-comm-type must be all-gather (the K/V ring, p2p, is not built "
-                      "yet), got '" +
-                      commType + "'");
+  if (args.values.count("cp-comm-type"))
+    options.cpCommType = args.values.lookup("cp-comm-type");
+  if (options.cpCommType != "all-gather" && options.cpCommType != "p2p")
+    return usageError("--cp-comm-type must be all-gather or p2p, got '" + options.cpCommType + "'");
   if (options.cp > 1 && options.attention == "unfused")
     return usageError("--cp splits attention's queries over the context-parallel group, "
                       "which only fused attention does: it cannot be used with unfused "

@@ -81,13 +81,15 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
   if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
-    const double share = op.getCausal() ? causalShare(scores.m, kFlashBlock) : 1;
+    // Of the queries' rows over all the keys: under context parallelism a rank's share of
+    // the rows, balanced so that its causal share is the whole sequence's.
+    const double share = op.getCausal() ? causalShare(scores.n, kFlashBlock) : 1;
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
     return (again ? launches : 0) +
            share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
                     (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
   }
-  const double s = static_cast<double>(scores.m);
+  const double s = static_cast<double>(scores.n);
   const double share = op.getCausal() ? (s + 1) / (2 * s) : 1;
   const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
   return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
@@ -134,6 +136,25 @@ std::string familyOf(Operation *op) {
   return ::mt::plan::EnumNameOpcode(inst.opcode);
 }
 
+/// Ring attention's messages (Executor::runRing): its share of keys and values on to the
+/// next context rank at each step but the last, and backward their gradients at every
+/// step as well, one after another with the steps' kernels.
+void costRing(Operation *op, const Placement &placement, const CompileOptions &options,
+              PassCost &pass) {
+  auto attention = dyn_cast<mlir::mt::AttentionOp>(op);
+  auto grad = dyn_cast<mlir::mt::AttentionGradOp>(op);
+  if (!(attention && attention.getRing()) && !(grad && grad.getRing()))
+    return;
+  const int64_t share =
+      mlir::mt::tensorBytes(attention ? attention.getQkv().getType() : grad.getQkv().getType());
+  const int64_t messages = attention ? options.cp - 1 : 2 * options.cp - 1;
+  pass.collectives = true;
+  pass.contextParallel +=
+      static_cast<double>(messages) *
+      (static_cast<double>(share) / placement.context.bandwidth + placement.context.latency);
+  pass.contextParallelBytes += messages * share;
+}
+
 /// Costs one op of a pass on one rank.
 void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
             const CompileOptions &options, PassCost &pass) {
@@ -146,6 +167,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     pass.families[family].add({1, seconds, flops, bytes});
   };
   if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
+    costRing(op, placement, options, pass);
     const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
     record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));

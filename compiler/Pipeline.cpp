@@ -31,7 +31,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtExpand());
     pm.addPass(mt::createMtSpecialize(
         {options.microBatchSize, options.seqLength, options.precision}));
-    pm.addPass(mt::createMtContextParallel({options.cp, options.dp, options.tp}));
+    pm.addPass(
+        mt::createMtContextParallel({options.cp, options.dp, options.tp, options.cpCommType}));
     pm.addPass(
         mt::createMtTensorParallel({options.tp, options.dp, options.cp, options.sequenceParallel}));
     if (options.attention == "unfused")

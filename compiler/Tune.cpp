@@ -198,13 +198,16 @@ void Tuner::estimateVariants(StepLayout layout, int64_t layers,
 } // namespace
 
 /// The (pp, cp) pairs searched beside tensor parallelism `tp`: each fixed, or a divisor of
-/// what remains (cp up to `maxCp`, and cutting the sequence into 2·cp chunks).
+/// what remains (cp up to `maxCp`, and cutting the sequence into 2·cp chunks), such that
+/// pp·cp divides the GPUs of a tensor-parallel group.
 std::vector<std::pair<int64_t, int64_t>> modelParallel(const TuneRequest &r, int64_t tp,
                                                        int64_t maxCp) {
   std::vector<std::pair<int64_t, int64_t>> pairs;
-  for (int64_t pp : r.pp ? std::vector<int64_t>{*r.pp} : divisors(r.gpus / tp))
-    for (int64_t cp : r.cp ? std::vector<int64_t>{*r.cp} : divisors(r.gpus / tp))
-      if (r.cp || (cp <= maxCp && (cp == 1 || r.seqLength % (2 * cp) == 0)))
+  const int64_t group = r.gpus / tp;
+  for (int64_t pp : r.pp ? std::vector<int64_t>{*r.pp} : divisors(group))
+    for (int64_t cp : r.cp ? std::vector<int64_t>{*r.cp} : divisors(group))
+      if ((r.cp || (cp <= maxCp && (cp == 1 || r.seqLength % (2 * cp) == 0))) &&
+          group % (pp * cp) == 0)
         pairs.emplace_back(pp, cp);
   return pairs;
 }
@@ -247,14 +250,14 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
     }
     if (!r.tp && tp > maxTp)
       continue;
-    for (auto [pp, cp] : modelParallel(r, tp, maxCp)) {
-      if ((r.gpus / tp) % (pp * cp) != 0) {
-        if ((r.pp || r.cp) && r.tp) // else another tp leaves them room
-          result.error = "--pp " + std::to_string(pp) + " x --cp " + std::to_string(cp) +
-                         " does not divide " + std::to_string(r.gpus / tp) +
-                         " GPUs per tensor-parallel group";
-        continue;
-      }
+    const std::vector<std::pair<int64_t, int64_t>> pairs = modelParallel(r, tp, maxCp);
+    if (pairs.empty() && r.tp) { // a searched tp leaves another a fixed pp or cp divides
+      result.error = "no --pp" + (r.pp ? " " + std::to_string(*r.pp) : std::string()) + " x --cp" +
+                     (r.cp ? " " + std::to_string(*r.cp) : std::string()) + " divides the " +
+                     std::to_string(r.gpus / tp) + " GPUs per tensor-parallel group";
+      return result;
+    }
+    for (auto [pp, cp] : pairs) {
       StepLayout base;
       base.options.tp = tp;
       base.options.pp = pp;

@@ -57,7 +57,21 @@ void gatherKeysAndValues(AttentionOp attention, int64_t cp, FlatSymbolRefAttr gr
   attention.setContextParallelAttr(b.getI64IntegerAttr(cp));
 }
 
-LogicalResult partition(FunctionOpInterface fn, int64_t cp, FlatSymbolRefAttr grid) {
+/// Ring attention: the op keeps its rank's QKV and its rows' statistics (each ring step
+/// merges by them); the runtime brings the others' keys and values round.
+void markRing(AttentionOp attention, int64_t cp) {
+  OpBuilder b(attention);
+  auto ring = AttentionOp::create(b, attention.getLoc(), attention.getQkv(),
+                                  attention.getHeadsAttr(), attention.getKvHeadsAttr(),
+                                  attention.getCausalAttr(), attention.getDropoutAttr(),
+                                  attention.getStreamAttr(), attention.getHeadParallelAttr(),
+                                  b.getUnitAttr(), b.getI64IntegerAttr(cp), b.getUnitAttr());
+  ring->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
+  attention.getResult().replaceAllUsesWith(ring.getResult());
+  attention.erase();
+}
+
+LogicalResult partition(FunctionOpInterface fn, int64_t cp, bool ring, FlatSymbolRefAttr grid) {
   SmallVector<AttentionOp> attentions;
   IntegerAttr parts = IntegerAttr::get(IntegerType::get(fn->getContext(), 64), cp);
   WalkResult walk = fn.walk([&](Operation *op) {
@@ -74,8 +88,12 @@ LogicalResult partition(FunctionOpInterface fn, int64_t cp, FlatSymbolRefAttr gr
   });
   if (walk.wasInterrupted() || failed(splitInputs(fn, cp)) || failed(reinferTypes(fn)))
     return failure();
-  for (AttentionOp attention : attentions)
-    gatherKeysAndValues(attention, cp, grid);
+  for (AttentionOp attention : attentions) {
+    if (ring)
+      markRing(attention, cp);
+    else
+      gatherKeysAndValues(attention, cp, grid);
+  }
   return reinferTypes(fn);
 }
 
@@ -89,11 +107,18 @@ struct MtContextParallel : impl::MtContextParallelBase<MtContextParallel> {
           << cp << ", dp " << dp << " and tp " << tp << " must be positive";
       return signalPassFailure();
     }
+    if (commType != "all-gather" && commType != "p2p") {
+      module.emitError("mt-context-parallel: comm-type must be all-gather or p2p, not '")
+          << commType << "'";
+      return signalPassFailure();
+    }
     if (cp == 1)
       return;
     FlatSymbolRefAttr grid = getOrCreateGrid(module, dp, cp, tp);
+    if (!grid)
+      return signalPassFailure();
     for (auto fn : module.getOps<FunctionOpInterface>())
-      if (!fn.isExternal() && !fn.isPrivate() && failed(partition(fn, cp, grid)))
+      if (!fn.isExternal() && !fn.isPrivate() && failed(partition(fn, cp, commType == "p2p", grid)))
         return signalPassFailure();
   }
 };

@@ -32,7 +32,8 @@ struct MtKeepAttentionStats : impl::MtKeepAttentionStatsBase<MtKeepAttentionStat
         auto keeping = AttentionOp::create(
             b, forward.getLoc(), forward.getQkv(), forward.getHeadsAttr(), forward.getKvHeadsAttr(),
             forward.getCausalAttr(), forward.getDropoutAttr(), forward.getStreamAttr(),
-            forward.getHeadParallelAttr(), b.getUnitAttr(), forward.getContextParallelAttr());
+            forward.getHeadParallelAttr(), b.getUnitAttr(), forward.getContextParallelAttr(),
+            forward.getRingAttr());
         keeping->setDiscardableAttrs(forward->getDiscardableAttrDictionary());
         forward.getResult().replaceAllUsesWith(keeping.getResult());
         forward.erase();

@@ -122,7 +122,10 @@ def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
     a `shard.all_gather` of the fused QKV along dimension 0 over the cp axis, then
     `mt.context_order` into sequence order, and the attention computes this rank's
     queries over the whole sequence; their gradients are the order's inverse and a
-    `shard.reduce_scatter`. Parameters' gradients are partial per context rank and are
+    `shard.reduce_scatter`. With `comm-type=p2p` attention keeps its rank's QKV and is
+    marked `ring` (and keeps its rows' statistics, which each ring step merges): the
+    shares' keys and values come round a ring of the group instead (Megatron's
+    `--cp-comm-type p2p`). Parameters' gradients are partial per context rank and are
     reduced with the data-parallel ones (the runtime folds cp into that group).
 
     Refuses a sequence that 2·cp does not divide, and attention it cannot split (the
@@ -131,7 +134,9 @@ def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
   let options = [
     Option<"cp", "cp", "int64_t", "1", "context-parallel size">,
     Option<"dp", "dp", "int64_t", "1", "data-parallel size (the grid's first axis)">,
-    Option<"tp", "tp", "int64_t", "1", "tensor-parallel size (the grid's last axis)">
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel size (the grid's last axis)">,
+    Option<"commType", "comm-type", "std::string", "\"all-gather\"",
+           "how attention reaches the other shares' keys and values: all-gather or p2p">
   ];
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }

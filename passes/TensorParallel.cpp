@@ -71,6 +71,8 @@ struct MtTensorParallel : impl::MtTensorParallelBase<MtTensorParallel> {
       return signalPassFailure();
     }
     FlatSymbolRefAttr grid = getOrCreateGrid(module, dp, cp, tp);
+    if (!grid)
+      return signalPassFailure();
     if (tp == 1)
       return;
     TensorParallelRewriter rewriter(tp, sequenceParallel, grid);

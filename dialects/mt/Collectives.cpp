@@ -15,9 +15,16 @@ using namespace mlir;
 using namespace mlir::mt;
 
 FlatSymbolRefAttr mlir::mt::getOrCreateGrid(ModuleOp module, int64_t dp, int64_t cp, int64_t tp) {
-  if (!module.lookupSymbol("grid")) {
+  const int64_t shape[] = {dp, cp, tp};
+  Operation *existing = module.lookupSymbol("grid");
+  if (!existing) {
     OpBuilder b(module.getBodyRegion());
-    shard::GridOp::create(b, module.getLoc(), "grid", ArrayRef<int64_t>{dp, cp, tp});
+    shard::GridOp::create(b, module.getLoc(), "grid", ArrayRef<int64_t>(shape));
+  } else if (auto grid = dyn_cast<shard::GridOp>(existing);
+             !grid || grid.getShape() != ArrayRef<int64_t>(shape)) {
+    existing->emitError("the rank grid @grid must be dp x cp x tp = ")
+        << dp << "x" << cp << "x" << tp << " for this layout";
+    return {};
   }
   return FlatSymbolRefAttr::get(module.getContext(), "grid");
 }

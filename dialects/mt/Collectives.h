@@ -13,7 +13,8 @@ namespace mlir::mt {
 /// The rank grid `shard.grid @grid(shape = dp x cp x tp)`: its axes, tensor parallel
 /// fastest in rank order as in Megatron's (then context, then data parallel).
 constexpr int64_t kDpAxis = 0, kCpAxis = 1, kTpAxis = 2;
-/// The grid of `module`, made with these sizes where it has none.
+/// The grid of `module`, made with these sizes where it has none; null (with an error)
+/// where it has a grid of another shape.
 FlatSymbolRefAttr getOrCreateGrid(ModuleOp module, int64_t dp, int64_t cp, int64_t tp);
 
 Value createTpAllReduce(OpBuilder &b, Location loc, Value input, FlatSymbolRefAttr grid,

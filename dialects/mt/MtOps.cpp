@@ -448,11 +448,19 @@ static RankedTensorType attentionStatsType(RankedTensorType out, int64_t heads) 
 /// parallelism `cp`, this rank's share of the rows, S/cp (S cut into 2·cp chunks).
 static FailureOr<RankedTensorType> attentionResultType(std::optional<Location> loc, StringRef op,
                                                        RankedTensorType qkv, int64_t hidden,
-                                                       std::optional<uint64_t> cp) {
+                                                       std::optional<uint64_t> cp, bool ring) {
   RankedTensorType out = withLastDim(qkv, hidden);
+  if (ring && !cp)
+    return emitOptionalError(loc, op, ": ring attention needs context_parallel");
   if (!cp)
     return out;
   const int64_t s = qkv.getDimSize(1), parts = static_cast<int64_t>(*cp);
+  if (ring) { // qkv is this rank's share: two whole chunks
+    if (ShapedType::isDynamic(s) || s % 2 != 0)
+      return emitOptionalError(loc, op, ": the share of the sequence in qkv ", str(qkv),
+                               " is not two chunks");
+    return out;
+  }
   if (ShapedType::isDynamic(s) || s % (2 * parts) != 0)
     return emitOptionalError(loc, op, ": the sequence of qkv ", str(qkv),
                              " is not cut into 2·context_parallel = ", 2 * parts, " chunks");
@@ -469,8 +477,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       attentionHidden(loc, "mt.attention", qkv, adaptor.getHeads(), adaptor.getKvHeads());
   if (failed(hidden))
     return failure();
-  FailureOr<RankedTensorType> out =
-      attentionResultType(loc, "mt.attention", qkv, *hidden, adaptor.getContextParallel());
+  FailureOr<RankedTensorType> out = attentionResultType(
+      loc, "mt.attention", qkv, *hidden, adaptor.getContextParallel(), adaptor.getRing());
   if (failed(out))
     return failure();
   types.push_back(*out);
@@ -479,32 +487,39 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
-/// The products of attention over `qkv` ([B, S, width]) with output `out` ([B, R,
-/// heads·d]: R = S, or a context-parallel share) per (sequence, head): QKᵀ (R x d by d x
-/// S), and those of the same shape as P·V (R x S by S x d). Counted in full for causal
-/// attention, as the model-FLOPs formula does.
-static GemmShape attentionScores(RankedTensorType qkv, RankedTensorType out, int64_t heads) {
-  if (!out.hasStaticShape() || !qkv.hasStaticShape() || heads <= 0)
+/// The products of attention with output `out` ([B, R, heads·d]) over `keys` positions
+/// per (sequence, head): QKᵀ (R x d by d x keys), and those of the same shape as P·V (R x
+/// keys by keys x d). R = keys but under context parallelism, where R is a rank's share
+/// of the keys (all of them gathered, or coming round the ring). Counted in full for
+/// causal attention, as the model-FLOPs formula does.
+static GemmShape attentionScores(int64_t keys, RankedTensorType out, int64_t heads) {
+  if (!out.hasStaticShape() || ShapedType::isDynamic(keys) || heads <= 0)
     return {0, 0, 0, 0};
-  return {out.getDimSize(0) * heads, out.getDimSize(1), qkv.getDimSize(1),
-          out.getDimSize(2) / heads};
+  return {out.getDimSize(0) * heads, out.getDimSize(1), keys, out.getDimSize(2) / heads};
 }
-static GemmShape attentionValues(RankedTensorType qkv, RankedTensorType out, int64_t heads) {
-  GemmShape g = attentionScores(qkv, out, heads);
+static GemmShape attentionValues(int64_t keys, RankedTensorType out, int64_t heads) {
+  GemmShape g = attentionScores(keys, out, heads);
   return {g.batch, g.m, g.k, g.n};
+}
+/// The keys of attention over `qkv`: its sequence, or under ring attention the whole
+/// sequence of which qkv is one of `cp` shares.
+static int64_t attentionKeys(RankedTensorType qkv, std::optional<uint64_t> cp, bool ring) {
+  const int64_t s = qkv.getDimSize(1);
+  return ring && cp && !ShapedType::isDynamic(s) ? s * static_cast<int64_t>(*cp) : s;
 }
 
 /// The same for the unfused ops, whose queries are all of qkv's sequence.
 static GemmShape attentionScores(RankedTensorType out, int64_t heads) {
-  return attentionScores(out, out, heads);
+  return attentionScores(out.getDimSize(1), out, heads);
 }
 static GemmShape attentionValues(RankedTensorType out, int64_t heads) {
-  return attentionValues(out, out, heads);
+  return attentionValues(out.getDimSize(1), out, heads);
 }
 
 SmallVector<GemmShape> AttentionOp::getGemms() {
-  auto qkv = ranked(getQkv()), out = ranked(getResult());
-  return {attentionScores(qkv, out, getHeads()), attentionValues(qkv, out, getHeads())};
+  const int64_t keys = attentionKeys(ranked(getQkv()), getContextParallel(), getRing());
+  auto out = ranked(getResult());
+  return {attentionScores(keys, out, getHeads()), attentionValues(keys, out, getHeads())};
 }
 
 /// A dropout rate in [0, 1) and a non-negative stream, where given.
@@ -893,6 +908,24 @@ LogicalResult VocabParallelCrossEntropyGradOp::encodeInstruction(PlanInstruction
   return encodeInstructionByName(*this, inst);
 }
 
+// Ring attention is its own pair of opcodes: the executor runs them with the
+// communicator, a step of the ring at a time.
+LogicalResult AttentionOp::encodeInstruction(PlanInstruction &inst) {
+  if (failed(encodeInstructionByName(*this, inst)))
+    return failure();
+  if (getRing())
+    inst.opcode = ::mt::plan::Opcode::RingAttention;
+  return success();
+}
+
+LogicalResult AttentionGradOp::encodeInstruction(PlanInstruction &inst) {
+  if (failed(encodeInstructionByName(*this, inst)))
+    return failure();
+  if (getRing())
+    inst.opcode = ::mt::plan::Opcode::RingAttentionGrad;
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient ops: inference
 //===----------------------------------------------------------------------===//
@@ -1119,7 +1152,7 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   if (failed(hidden))
     return failure();
   FailureOr<RankedTensorType> expectedOut =
-      attentionResultType(loc, op, qkv, *hidden, adaptor.getContextParallel());
+      attentionResultType(loc, op, qkv, *hidden, adaptor.getContextParallel(), adaptor.getRing());
   if (failed(expectedOut) || failed(expectSameShape(loc, op, "grad", grad, "output", output)) ||
       failed(expectSameShape(loc, op, "output", output, "attention of qkv", *expectedOut)))
     return failure();
@@ -1138,8 +1171,9 @@ LogicalResult AttentionGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 /// dV, dP, dQ and dK: twice the forward's GEMM work.
 SmallVector<GemmShape> AttentionGradOp::getGemms() {
   auto qkv = ranked(getQkv()), out = ranked(getOutput());
-  GemmShape scores = attentionScores(qkv, out, getHeads()),
-            values = attentionValues(qkv, out, getHeads());
+  const int64_t keys = attentionKeys(qkv, getContextParallel(), getRing());
+  GemmShape scores = attentionScores(keys, out, getHeads()),
+            values = attentionValues(keys, out, getHeads());
   return {scores, values, values, values};
 }
 
@@ -1301,10 +1335,10 @@ FailureOr<SmallVector<Value>> SiluOp::buildGradients(OpBuilder &b, ValueRange re
 
 FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
                                                          ValueRange resultGrads) {
-  return SmallVector<Value>{
-      AttentionGradOp::create(b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(),
-                              getHeadsAttr(), getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(),
-                              getStreamAttr(), getHeadParallelAttr(), getContextParallelAttr())};
+  return SmallVector<Value>{AttentionGradOp::create(
+      b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(), getHeadsAttr(),
+      getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(), getStreamAttr(), getHeadParallelAttr(),
+      getContextParallelAttr(), getRingAttr())};
 }
 
 // A permutation's gradient is its inverse.

@@ -223,7 +223,8 @@ def Mt_SwigluOp : Mt_ShapedOp<"swiglu", [Pure, Mt_Pointwise, Mt_ColumnParallelCo
 
 def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>],
+    Mt_CustomPlanEncoding> {
   let summary = "scaled dot-product attention of a fused QKV: [B, S, (heads + 2·kv_heads)·d] -> [B, S, heads·d]";
   let description = [{
     The last dimension of `qkv` is laid out by key/value group: (group, {the group's
@@ -249,13 +250,19 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     sequence S of the context-parallel group, in order, and the op computes the queries
     of this rank r's share only: chunks r and 2·cp − 1 − r of 2·cp, so the result (and
     `stats`) has S/cp rows, and each causal query sees the keys up to its own position
-    (Megatron's load-balanced context parallelism, the all-gather form).
+    (Megatron's load-balanced context parallelism, the all-gather form). With `ring`
+    as well, `qkv` is this rank's share only, and the keys and values of the others'
+    shares come round a ring of the context-parallel group, one share a step, each
+    step's partial attention merged by its rows' log-sum-exp (ring attention, Megatron's
+    `p2p` form); the plan's opcode is RingAttention, which the executor runs with the
+    communicator.
   }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
                        OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel,
-                       UnitAttr:$keep_stats, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
+                       UnitAttr:$keep_stats, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel,
+                       UnitAttr:$ring);
   let results = (outs Mt_FloatTensor:$result, Optional<Mt_FloatTensor>:$stats);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
@@ -533,20 +540,23 @@ def Mt_SwigluGradOp : Mt_GradOp<"swiglu_grad", [Mt_CostOpInterface]> {
 }
 
 def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
-    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>], Mt_CustomPlanEncoding> {
   let summary = "dqkv of attention from dy, the saved qkv and the saved output";
   let description = [{
     With `stats`, the forward's rows' log-sum-exp (mt.attention's `keep_stats`): the
     probabilities are formed from them rather than normalised again. With
     `context_parallel`, as the forward's: dqkv covers the whole sequence of qkv (the
-    queries' rows outside this rank's share are zero).
+    queries' rows outside this rank's share are zero); with `ring`, the shares' keys and
+    values go round the ring again, each with its gradient, which comes home after a
+    last step (RingAttentionGrad).
   }];
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv,
                        Mt_FloatTensor:$output, Optional<Mt_FloatTensor>:$stats,
                        ConfinedAttr<I64Attr, [IntPositive]>:$heads, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
                        UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,
-                       UnitAttr:$head_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel);
+                       UnitAttr:$head_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel,
+                       UnitAttr:$ring);
   let results = (outs Mt_FloatTensor:$result);
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }

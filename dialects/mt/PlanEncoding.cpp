@@ -30,9 +30,10 @@ namespace {
 // (gradient)'s table rows are a count.
 const std::pair<StringLiteral, StringLiteral> kSpellings[] = {
     {"dropout", "rate"}, {"num_embeddings", "count"}, {"num_positions", "count"}};
-// Said by the instruction's buffers (keep_mask, keep_stats: a second output), or of the
-// IR alone (grid, grid_axis: the group that the plan's grid already gives).
-const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid", "grid_axis"};
+// Said by the instruction's buffers (keep_mask, keep_stats: a second output), by its
+// opcode (ring: RingAttention), or of the IR alone (grid, grid_axis: the group that the
+// plan's grid already gives).
+const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid", "grid_axis", "ring"};
 // Fields the emitter fills from the op's operands and results, never from an attribute.
 const StringLiteral kBufferFields[] = {"opcode", "inputs", "outputs"};
 

@@ -29,6 +29,10 @@ struct StepContext {
   uint32_t microBatch = 0;
   int tpRank = 0, tpSize = 1;
   int cpRank = 0, cpSize = 1;
+  /// A step of ring attention (RingAttention, RingAttentionGrad): the context rank whose
+  /// share of keys and values the step holds, and whether it is the first.
+  int ringOwner = 0;
+  bool ringFirst = true;
   /// The factor of the loss seed (a Fill marked `loss_seed`): fp16's dynamic loss
   /// scale, else 1.
   double lossScale = 1;
@@ -190,8 +194,18 @@ public:
                            uint64_t &extent) = 0;
   /// `bytes` from `src` to `dst`, both device memory, in the order of the backend's work.
   virtual Status copyOnDevice(void *dst, const void *src, size_t bytes) = 0;
+  /// Whether this backend's memory is the host's, which the communicator's point-to-point
+  /// messages may read and write directly (the CPU's).
+  virtual bool hostMemory() const { return false; }
   /// dst = src element by element, between any float types (rounding to nearest even).
   virtual Status convert(const TensorView &dst, const TensorView &src) = 0;
+
+  /// Whether this backend runs `inst` at all (checked as a plan is bound, before any
+  /// step): a failure names what it does not run.
+  virtual Status supports(const plan::Instruction &inst) const {
+    (void)inst;
+    return Status::success();
+  }
 
   /// Runs one instruction. An output that is a parameter's gradient (ParamGrad's, and
   /// an accumulating instruction's from its opcode's gradient output on) is added into.

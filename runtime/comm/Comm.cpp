@@ -83,7 +83,7 @@ Status loadMpiPlugin() {
       errors += cat("\n  ", dlerror());
       continue;
     }
-    plugin.makeComm = reinterpret_cast<MtMpiMakeComm>(dlsym(handle, "mtMpiMakeComm"));
+    plugin.makeComm = reinterpret_cast<MtMpiMakeComm>(dlsym(handle, "mtMpiMakeGridComm"));
     plugin.abort = reinterpret_cast<MtMpiAbort>(dlsym(handle, "mtMpiAbort"));
     plugin.worldRank = reinterpret_cast<MtMpiWorldRank>(dlsym(handle, "mtMpiWorldRank"));
     if (plugin.makeComm && plugin.abort && plugin.worldRank)

@@ -451,8 +451,8 @@ Status makeWorld(const GridShape &shape, std::unique_ptr<Comm> &out) {
 } // namespace
 } // namespace mt
 
-extern "C" MT_PLUGIN_EXPORT void mtMpiMakeComm(const mt::GridShape *shape,
-                                               std::unique_ptr<mt::Comm> *out, mt::Status *status) {
+extern "C" MT_PLUGIN_EXPORT void
+mtMpiMakeGridComm(const mt::GridShape *shape, std::unique_ptr<mt::Comm> *out, mt::Status *status) {
   *status = mt::makeWorld(*shape, *out);
 }
 

@@ -141,6 +141,7 @@ Status Executor::bind(ExecutorOptions options) {
     MT_TRY(allocate(arenaBytes_ + kGuardBytes, arena_));
     MT_TRY(fillArena(kSentinel));
   }
+  MT_TRY(bindRing(stage));
   views_.resize(programs.size());
   backendRuns_.resize(programs.size());
   recorded_.resize(programs.size());
@@ -148,9 +149,13 @@ Status Executor::bind(ExecutorOptions options) {
     const plan::Program &prog = *programs.Get(i);
     if (pipelined && prog.stage() != stage)
       continue;
-    for (flatbuffers::uoffset_t j = 0; j < prog.instructions()->size(); ++j)
-      if (opcodeInfo(prog.instructions()->Get(j)->opcode()).runsOn != RunsOn::Comm)
+    for (flatbuffers::uoffset_t j = 0; j < prog.instructions()->size(); ++j) {
+      const plan::Instruction &inst = *prog.instructions()->Get(j);
+      if (Status s = backend_.supports(inst); !s.ok())
+        return failedAt(i, j, s);
+      if (opcodeInfo(inst.opcode()).runsOn != RunsOn::Comm)
         backendRuns_[i].push_back(j);
+    }
     recorded_[i].eligible = options.recordPrograms && backend_.records() &&
                             backendRuns_[i].size() == prog.instructions()->size();
     for (const plan::Buffer *b : *prog.buffers()) {
@@ -255,19 +260,106 @@ Status Executor::initParameters(uint64_t seed) {
 
 Status Executor::zeroGradients() { return backend_.setZero(flatGrads_.data, flatGrads_.bytes()); }
 
-Status Executor::runCollective(const plan::Instruction &inst, const TensorView &in,
-                               const TensorView &out) {
+Status Executor::runCollective(const plan::Instruction &inst, const TensorView *in,
+                               const TensorView *out, const StepContext &context) {
   const Group group = inst.group() == plan::CommGroup::Context ? Group::Context : Group::Tensor;
   switch (inst.opcode()) {
   case plan::Opcode::AllReduce:
-    return comm_.allReduceSum(group, in, out);
+    return comm_.allReduceSum(group, in[0], out[0]);
   case plan::Opcode::AllGather:
-    return comm_.allGather(group, in, out, inst.axis());
+    return comm_.allGather(group, in[0], out[0], inst.axis());
   case plan::Opcode::ReduceScatter:
-    return comm_.reduceScatter(group, in, out, inst.axis());
+    return comm_.reduceScatter(group, in[0], out[0], inst.axis());
+  case plan::Opcode::RingAttention:
+  case plan::Opcode::RingAttentionGrad:
+    return runRing(inst, in, out, context);
   default:
     return Status::failure("not a collective of the opcode table");
   }
+}
+
+Status Executor::bindRing(int stage) {
+  uint64_t ring = 0;
+  for (const plan::Program *prog : *plan_.programs())
+    if (plan_.grid()->pp() == 1 || prog->stage() == stage)
+      ring = std::max(ring, ringBytes(*prog));
+  if (ring == 0)
+    return Status::success();
+  MT_TRY(allocate(ring, ring_));
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<uint32_t> operands = {0, 1}, result = {0};
+  fbb.Finish(plan::CreateInstructionDirect(fbb, plan::Opcode::Add, &operands, &result));
+  addInstruction_.assign(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  return Status::success();
+}
+
+Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                         const StepContext &context) {
+  if (!backend_.hostMemory())
+    return Status::failure(cat("ring attention (--cp-comm-type p2p) runs on the CPU backend, not ",
+                               backend_.name(), " (use --cp-comm-type all-gather)"));
+  const bool forward = inst.opcode() == plan::Opcode::RingAttention;
+  const int cp = comm_.size(Group::Context), me = comm_.rank(Group::Context);
+  const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
+  const TensorView &qkv = forward ? in[0] : in[1];
+  const size_t bytes = qkv.bytes();
+  // The shares in flight, two of each: keys and values, and backward their gradients.
+  TensorView kv[2] = {qkv, qkv}, dkv[2] = {qkv, qkv};
+  for (int i = 0; i < 2; ++i) {
+    kv[i].data = static_cast<std::byte *>(ring_) + i * bytes;
+    dkv[i].data = static_cast<std::byte *>(ring_) + (2 + i) * bytes;
+  }
+  MT_TRY(backend_.copyOnDevice(kv[0].data, qkv.data, bytes));
+  if (!forward) {
+    MT_TRY(backend_.setZero(out[0].data, out[0].bytes()));
+    MT_TRY(backend_.setZero(dkv[0].data, bytes));
+  }
+  // Step i holds the share of context rank me − i, sent on to the next rank while the
+  // backend computes with it; backward, that share's gradient goes along with it, and
+  // after the last step it reaches home.
+  constexpr int kShareTag = 1, kGradientTag = 2;
+  StepContext step = context;
+  int at = 0;
+  for (int i = 0; i < cp; ++i) {
+    const bool more = i + 1 < cp;
+    step.ringOwner = (me - i + cp) % cp;
+    step.ringFirst = i == 0;
+    if (more)
+      MT_TRY(comm_.send(Group::Context, next, kv[at].data, bytes, kShareTag));
+    if (forward) {
+      const TensorView operands[2] = {qkv, kv[at]};
+      MT_TRY(backend_.run(inst, operands, out, step));
+    } else {
+      const TensorView operands[5] = {in[0], in[1], in[2], in[3], kv[at]};
+      const TensorView results[2] = {out[0], dkv[at]};
+      MT_TRY(backend_.run(inst, operands, results, step));
+      MT_TRY(comm_.send(Group::Context, next, dkv[at].data, bytes, kGradientTag));
+    }
+    if (more)
+      MT_TRY(comm_.recv(Group::Context, prev, kv[1 - at].data, bytes, kShareTag));
+    if (!forward)
+      MT_TRY(comm_.recv(Group::Context, prev, dkv[1 - at].data, bytes, kGradientTag));
+    at = 1 - at;
+  }
+  MT_TRY(comm_.waitSends());
+  if (forward)
+    return Status::success();
+  // dqkv holds the queries' gradients; the share's keys' and values' ones come home.
+  const TensorView sum[2] = {out[0], dkv[at]};
+  return backend_.run(*flatbuffers::GetRoot<plan::Instruction>(addInstruction_.data()), sum, out,
+                      context);
+}
+
+uint64_t ringBytes(const plan::Program &prog) {
+  uint64_t most = 0;
+  for (const plan::Instruction *inst : *prog.instructions()) {
+    const bool forward = inst->opcode() == plan::Opcode::RingAttention;
+    if (forward || inst->opcode() == plan::Opcode::RingAttentionGrad) {
+      const uint64_t share = prog.buffers()->Get(inst->inputs()->Get(forward ? 0 : 1))->bytes();
+      most = std::max(most, (forward ? 2 : 4) * share);
+    }
+  }
+  return most;
 }
 
 Status Executor::setInput(const TensorView &view, const int32_t *ids) {
@@ -364,7 +456,7 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
     for (uint32_t id : *inst.outputs())
       out[n++] = views[id];
     if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
-                       ? runCollective(inst, in[0], out[0])
+                       ? runCollective(inst, in, out, context)
                        : backend_.run(inst, in, out, context);
         !s.ok())
       return failedAt(program, i, s);

@@ -44,6 +44,11 @@ struct FlatLayout {
 };
 FlatLayout flatLayout(const plan::Plan &plan, int stage);
 
+/// The bytes ring attention keeps in flight for `prog` (Executor::runRing): two shares of
+/// keys and values forward, and two of their gradients as well backward; mtc accounts
+/// the same (compiler/Accounting.cpp).
+uint64_t ringBytes(const plan::Program &prog);
+
 /// The ranks that reduce gradients and share the distributed optimizer's state
 /// (Group::Data): the data-parallel ranks times the context-parallel ones, which
 /// compute partial gradients of the same micro-batches.
@@ -178,8 +183,15 @@ private:
   Status runRecorded(uint32_t program, const StepContext &context, bool &ran);
   /// A failure of instruction `index` of `program`, named.
   Status failedAt(uint32_t program, uint32_t index, const Status &cause) const;
-  Status runCollective(const plan::Instruction &inst, const TensorView &in,
-                       const TensorView &out);
+  Status runCollective(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                       const StepContext &context);
+  /// Ring attention's shares in flight for stage `stage`'s programs (ringBytes()).
+  Status bindRing(int stage);
+  /// Ring attention (RingAttention, RingAttentionGrad): the context-parallel group's
+  /// shares of keys and values (and their gradients) go round the ring a step at a time,
+  /// and the backend computes each step's part (StepContext::ringOwner).
+  Status runRing(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                 const StepContext &context);
   /// The profile's entry of instruction `index` of `program`, whose first operand is `in`
   /// and first output `out`.
   Profile::Entry &profileEntry(uint32_t program, uint32_t index, const plan::Instruction &inst,
@@ -207,6 +219,10 @@ private:
   TensorView flatCompute_; // the 16-bit compute copy of the weights, if any
   int64_t masterFirst_ = 0;
   void *arena_ = nullptr;
+  /// Ring attention's shares in flight: two of keys and values, and of their gradients
+  /// (ringBytes(), as mtc accounts them).
+  void *ring_ = nullptr;
+  std::vector<uint8_t> addInstruction_; // a plan instruction Add, for ring attention
   std::chrono::steady_clock::time_point backwardStart_;
   Profile *profile_ = nullptr;
   void *stashes_ = nullptr; // stashSlots_ slots of stashSlotBytes_

@@ -42,13 +42,14 @@ constexpr bool tableFollowsSchema() {
 constexpr bool runsOnComm(plan::Opcode opcode) {
   return kOpcodes[static_cast<size_t>(opcode)].runsOn == RunsOn::Comm;
 }
-/// The communicator's opcodes are the three Executor::runCollective handles.
+/// The communicator's opcodes are the five Executor::runCollective handles.
 constexpr bool commRowsAreTheCollectives() {
   int comm = 0;
   for (const OpcodeInfo &info : kOpcodes)
     comm += info.runsOn == RunsOn::Comm;
-  return comm == 3 && runsOnComm(plan::Opcode::AllReduce) &&
-         runsOnComm(plan::Opcode::AllGather) && runsOnComm(plan::Opcode::ReduceScatter);
+  return comm == 5 && runsOnComm(plan::Opcode::AllReduce) && runsOnComm(plan::Opcode::AllGather) &&
+         runsOnComm(plan::Opcode::ReduceScatter) && runsOnComm(plan::Opcode::RingAttention) &&
+         runsOnComm(plan::Opcode::RingAttentionGrad);
 }
 } // namespace detail
 static_assert(detail::tableFollowsSchema(),

@@ -64,10 +64,13 @@ struct Operands {
   plan::DType accumulator; // the plan's accumulator type (losses, softmax statistics)
 };
 
-/// The parts the whole sequence is cut into for an instruction's tensor: the context-
-/// parallel group's size where it holds one rank's share.
+/// How many of an instruction's rows hold the rows of its tensor of the whole sequence:
+/// the context-parallel group's size where the tensor is one rank's share of it (not for
+/// ring attention, whose qkv is a share too).
 int64_t contextParts(const plan::Instruction &inst) {
-  return inst.context_parallel() > 0 ? inst.context_parallel() : 1;
+  const bool ring = inst.opcode() == plan::Opcode::RingAttention ||
+                    inst.opcode() == plan::Opcode::RingAttentionGrad;
+  return inst.context_parallel() > 0 && !ring ? inst.context_parallel() : 1;
 }
 
 bool same(const Dims &a, const Dims &b) { return a.numel() == b.numel() && a.dtype == b.dtype; }
@@ -278,7 +281,12 @@ std::string checkAttentionContextGrad(const Operands &o) {
 std::string checkAttention(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   const plan::Instruction &inst = o.inst;
-  const bool forward = inst.opcode() == plan::Opcode::Attention;
+  const bool forward =
+      inst.opcode() == plan::Opcode::Attention || inst.opcode() == plan::Opcode::RingAttention;
+  const bool ring = inst.opcode() == plan::Opcode::RingAttention ||
+                    inst.opcode() == plan::Opcode::RingAttentionGrad;
+  if (ring && inst.context_parallel() < 2)
+    return "ring attention without a context-parallel group";
   const Dims &qkv = forward ? in[0] : in[1], &y = forward ? out[0] : in[2];
   if (!qkvOf(qkv, inst.heads(), inst) || !contextOf(y, qkv, inst.heads(), inst) ||
       !rateOk(inst) || (inst.rate() > 0 && inst.stream() < 0))
@@ -403,6 +411,28 @@ std::string unknownEnumValue(const plan::Instruction &inst) {
   return "";
 }
 
+/// The opcodes whose kernels read `context_parallel`: every other one would index its
+/// operands as if it were absent.
+bool honoursContextParallel(plan::Opcode opcode) {
+  using plan::Opcode;
+  switch (opcode) {
+  case Opcode::PositionEmbedding:
+  case Opcode::PositionEmbeddingGrad:
+  case Opcode::Rotary:
+  case Opcode::Dropout:
+  case Opcode::DropoutGrad:
+  case Opcode::BiasDropoutAdd:
+  case Opcode::Attention:
+  case Opcode::AttentionGrad:
+  case Opcode::ContextOrder:
+  case Opcode::RingAttention:
+  case Opcode::RingAttentionGrad:
+    return true;
+  default:
+    return false;
+  }
+}
+
 /// Every operand's element type as the opcode table says, then its shape rule.
 std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims> &in,
                           const std::vector<Dims> &out, const plan::Plan &p) {
@@ -424,7 +454,13 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   // A context-parallel share is one of the grid's: its rows cut into two whole chunks.
   const int64_t cp = p.grid()->cp();
   if (inst.context_parallel() != 0) {
-    const int64_t rows = in[0].rank() >= 2 ? in[0].d[1] : 0;
+    if (!honoursContextParallel(inst.opcode()))
+      return "context_parallel on an instruction that has no context-parallel form";
+    // The rows of the rank's share: the output's for attention, else the input's.
+    const bool attention =
+        inst.opcode() == plan::Opcode::Attention || inst.opcode() == plan::Opcode::RingAttention;
+    const Dims &shared = attention ? out[0] : in[0];
+    const int64_t rows = shared.rank() >= 2 ? shared.d[1] : 1;
     const int64_t share = inst.opcode() == plan::Opcode::ContextOrder ? 0
                           : inst.sequence_parallel()                  ? rows * p.grid()->tp()
                                                                       : rows;
@@ -589,6 +625,12 @@ Status checkHeader(const plan::Plan &p) {
   if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || grid.cp() < 1 || p.virtual_stages() < 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
+  // Ranks are counted in int (MPI's type): each factor, and so the product, bounded.
+  constexpr int64_t kMostRanks = int64_t{1} << 24;
+  if (static_cast<int64_t>(grid.tp()) * grid.cp() * grid.dp() * grid.pp() > kMostRanks ||
+      grid.tp() > kMostRanks || grid.cp() > kMostRanks || grid.dp() > kMostRanks ||
+      grid.pp() > kMostRanks)
+    return Status::failure(cat("plan's rank grid has more than ", kMostRanks, " ranks"));
   if (p.seq_length() % (grid.cp() == 1 ? 1 : 2 * grid.cp()) != 0)
     return Status::failure(cat("plan's sequence of ", p.seq_length(),
                                " is not cut into 2·cp = ", 2 * grid.cp(), " chunks"));

@@ -41,7 +41,8 @@ TEST_P(AssignChunks, TilesEveryTensorAndBalancesTheBytes) {
   LoadedPlan loaded;
   ASSERT_OK(LoadedPlan::read(path, loaded));
   const plan::Plan &plan = loaded.plan();
-  const int tp = plan.grid()->tp(), dp = plan.grid()->dp(), pp = plan.grid()->pp();
+  // Data-parallel ranks with the context-parallel ones folded in (Group::Data).
+  const int tp = plan.grid()->tp(), dp = dataParts(plan), pp = plan.grid()->pp();
 
   const std::vector<SaveChunk> chunks = assignChunks(plan);
   std::map<std::pair<int, int32_t>, std::vector<Box>> byTensor;
@@ -106,9 +107,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"gpt2-350m", "--dp 8 --distributed-optimizer"},
                       Layout{"gpt2-350m", "--tp 2 --dp 4 --distributed-optimizer --bf16"},
                       Layout{"gpt2-350m", "--tp 2 --pp 2 --dp 2 --distributed-optimizer"},
-                      Layout{"gpt2-350m", "--pp 4 --dp 2"},
-                      Layout{"gpt2-350m", "--tp 8"},
+                      Layout{"gpt2-350m", "--pp 4 --dp 2"}, Layout{"gpt2-350m", "--tp 8"},
                       Layout{"gpt-tiny", "--tp 2 --sp --dp 2 --distributed-optimizer"},
+                      Layout{"gpt-tiny", "--tp 2 --cp 2 --dp 2 --distributed-optimizer"},
+                      Layout{"gpt2-350m", "--cp 4 --pp 2 --distributed-optimizer --bf16"},
                       Layout{"gpt3-1.3b", "--tp 4 --pp 4 --vpp 2 --dp 4 --distributed-optimizer"}));
 
 } // namespace

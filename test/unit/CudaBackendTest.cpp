@@ -600,6 +600,107 @@ TEST(CudaMemory, CopiesOnTheDevice) {
   EXPECT_TRUE(std::equal(bytes.begin(), bytes.end(), back.begin() + 1));
 }
 
+/// One instruction of context parallelism's kernels, as the compiler writes it.
+struct ContextInstruction {
+  flatbuffers::FlatBufferBuilder fbb;
+  const plan::Instruction *inst = nullptr;
+  ContextInstruction(plan::Opcode opcode, int inputs, int outputs, int64_t cp, bool inverse,
+                     bool sequenceParallel) {
+    std::vector<uint32_t> in(inputs), out(outputs);
+    auto ins = fbb.CreateVector(in), outs = fbb.CreateVector(out);
+    plan::InstructionBuilder b(fbb);
+    b.add_opcode(opcode);
+    b.add_inputs(ins);
+    b.add_outputs(outs);
+    b.add_context_parallel(cp);
+    b.add_inverse(inverse);
+    b.add_sequence_parallel(sequenceParallel);
+    b.add_rate(0.3);
+    b.add_stream(5);
+    b.add_heads(2);
+    b.add_theta(100);
+    b.add_low_freq_factor(1.0);
+    b.add_high_freq_factor(4.0);
+    b.add_original_positions(64);
+    fbb.Finish(b.Finish());
+    inst = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
+  }
+};
+
+/// The kernels that take positions under context parallelism give the CPU backend's
+/// results on the GPU, for rank 1 of cp 2 (with and without sequence parallelism over 2):
+/// the shares put in order and back, learned positions and their gradient, rotary, and
+/// a dropout mask, each drawn or read at its rows' own positions.
+TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers{*cuda};
+  auto tensor = [](std::vector<float> &data, std::vector<int64_t> shape) {
+    TensorView v;
+    v.data = data.data();
+    v.rank = static_cast<int>(shape.size());
+    for (int i = 0; i < v.rank; ++i)
+      v.shape[i] = shape[i];
+    return v;
+  };
+  // Runs `inst` on both backends over `in` (filled) into outputs shaped `out`.
+  auto compare = [&](const ContextInstruction &c, std::vector<std::vector<int64_t>> in,
+                     std::vector<std::vector<int64_t>> out, const StepContext &ctx,
+                     const char *what) {
+    SCOPED_TRACE(what);
+    std::vector<std::vector<float>> host, back;
+    std::vector<TensorView> views, device;
+    for (size_t i = 0; i < in.size() + out.size(); ++i) {
+      const auto &shape = i < in.size() ? in[i] : out[i - in.size()];
+      int64_t n = 1;
+      for (int64_t d : shape)
+        n *= d;
+      host.emplace_back(n);
+      for (int64_t k = 0; k < n; ++k)
+        host.back()[k] = std::sin(0.7f * static_cast<float>(k + 13 * i)) + 0.01f * (k % 11);
+      views.push_back(tensor(host.back(), shape));
+      TensorView d = views.back();
+      d.data = buffers.allocate(d.bytes());
+      ASSERT_OK(cuda->copyToDevice(d.data, views.back().data, d.bytes()));
+      device.push_back(d);
+    }
+    const size_t numIn = in.size();
+    ASSERT_OK(cpu->run(*c.inst, views.data(), views.data() + numIn, ctx));
+    ASSERT_OK(cuda->run(*c.inst, device.data(), device.data() + numIn, ctx));
+    for (size_t i = numIn; i < views.size(); ++i) {
+      std::vector<float> got(views[i].numel());
+      ASSERT_OK(cuda->copyToHost(got.data(), device[i].data, views[i].bytes()));
+      for (size_t k = 0; k < got.size(); ++k)
+        ASSERT_NEAR(got[k], host[i][k], 2e-6f) << "output " << i - numIn << " element " << k;
+    }
+  };
+  for (bool sp : {false, true}) {
+    StepContext ctx;
+    ctx.cpRank = 1;
+    ctx.cpSize = 2;
+    ctx.tpRank = sp ? 1 : 0;
+    ctx.tpSize = sp ? 2 : 1;
+    ctx.seed = 7;
+    const int64_t rows = sp ? 4 : 8; // of a sequence of 16
+    compare(ContextInstruction(plan::Opcode::PositionEmbedding, 2, 1, 2, false, sp),
+            {{2, rows, 6}, {16, 6}}, {{2, rows, 6}}, ctx, "position embedding");
+    compare(ContextInstruction(plan::Opcode::PositionEmbeddingGrad, 1, 1, 2, false, sp),
+            {{2, rows, 6}}, {{16, 6}}, ctx, "position embedding gradient");
+    compare(ContextInstruction(plan::Opcode::Dropout, 1, 1, 2, false, sp), {{2, rows, 6}},
+            {{2, rows, 6}}, ctx, "dropout");
+  }
+  StepContext ctx;
+  ctx.cpRank = 1;
+  ctx.cpSize = 2;
+  compare(ContextInstruction(plan::Opcode::Rotary, 1, 1, 2, false, false), {{2, 8, 24}},
+          {{2, 8, 24}}, ctx, "rotary");
+  compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, false, false), {{4, 8, 5}},
+          {{2, 16, 5}}, ctx, "shares into order");
+  compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, true, false), {{2, 16, 5}},
+          {{4, 8, 5}}, ctx, "order into shares");
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients, every
 /// parameter in one call (one launch on the GPU), each with its own weight decay.
 TEST(CudaAdamW, MatchesTheCpuBackend) {

@@ -43,12 +43,36 @@ TEST_F(OpRulesTest, EveryInstructionOpHasAnOpcodeAndEveryOpcodeAnOp) {
             << name.getStringRef().str() << "'s attribute " << attr.getValue().str()
             << " has no field in a plan instruction";
   }
-  // Opcodes other dialects' ops encode (arith.constant, the shard collectives).
-  for (const char *external : {"Fill", "AllReduce", "AllGather", "ReduceScatter"})
+  // Opcodes other dialects' ops encode (arith.constant, the shard collectives), and those
+  // of attention's ring form (AttentionRingEncodesItsOwnOpcode).
+  for (const char *external :
+       {"Fill", "AllReduce", "AllGather", "ReduceScatter", "RingAttention", "RingAttentionGrad"})
     encoded.insert(external);
   for (size_t i = 0; i <= static_cast<size_t>(plan::Opcode::MAX); ++i)
     EXPECT_TRUE(encoded.count(plan::EnumNamesOpcode()[i]))
         << "opcode " << plan::EnumNamesOpcode()[i] << " has no op that writes it";
+}
+
+TEST_F(OpRulesTest, AttentionRingEncodesItsOwnOpcode) {
+  OpBuilder b(&context);
+  Location loc = b.getUnknownLoc();
+  Block block;
+  Value qkv = block.addArgument(RankedTensorType::get({2, 4, 24}, b.getF32Type()), loc);
+  b.setInsertionPointToStart(&block);
+  auto attention = mlir::mt::AttentionOp::create(
+      b, loc, qkv, b.getI64IntegerAttr(2), IntegerAttr(), b.getUnitAttr(), FloatAttr(),
+      IntegerAttr(), UnitAttr(), b.getUnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr());
+  mlir::mt::PlanInstruction inst;
+  ASSERT_TRUE(
+      succeeded(cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
+  EXPECT_EQ(inst.opcode, plan::Opcode::RingAttention);
+  auto grad = mlir::mt::AttentionGradOp::create(
+      b, loc, attention.getResult(), qkv, attention.getResult(), attention.getStats(),
+      b.getI64IntegerAttr(2), IntegerAttr(), b.getUnitAttr(), FloatAttr(), IntegerAttr(),
+      UnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr());
+  ASSERT_TRUE(
+      succeeded(cast<mlir::mt::PlanOpInterface>(grad.getOperation()).encodeInstruction(inst)));
+  EXPECT_EQ(inst.opcode, plan::Opcode::RingAttentionGrad);
 }
 
 TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {

@@ -456,5 +456,86 @@ TEST(PipelinedPlanTest, AnInstructionThatReadsAGradientIsRefused) {
       << s.message();
 }
 
+/// gpt-tiny under context parallelism 2, and the same with ring attention.
+const std::vector<uint8_t> &contextPlan(bool ring) {
+  static const std::vector<uint8_t> gathered =
+      compileTiny("--cp 2 --micro-batch-size 1 --global-batch-size 2", "plan_reader_cp_test");
+  static const std::vector<uint8_t> ringed =
+      compileTiny("--cp 2 --cp-comm-type p2p --micro-batch-size 1 --global-batch-size 2",
+                  "plan_reader_ring_test");
+  return ring ? ringed : gathered;
+}
+
+/// Parses a context-parallel plan after `edit` changed its first instruction of
+/// `opcode` (or, without one, its grid) in place.
+template <typename Edit> Status parseContextEdited(bool ring, plan::Opcode opcode, Edit edit) {
+  std::vector<uint8_t> bytes = contextPlan(ring);
+  plan::Plan &p = *plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes);
+  bool found = false;
+  auto *instructions = p.mutable_programs()->GetMutableObject(0)->mutable_instructions();
+  for (flatbuffers::uoffset_t i = 0; i < instructions->size() && !found; ++i)
+    if (instructions->Get(i)->opcode() == opcode)
+      found = edit(p, *instructions->GetMutableObject(i));
+  EXPECT_TRUE(found) << "no " << plan::EnumNameOpcode(opcode) << " to edit";
+  reseal(bytes);
+  LoadedPlan loaded;
+  return LoadedPlan::parse(std::move(bytes), "edited.mtp", loaded);
+}
+
+TEST(ContextParallelPlanTest, CompiledPlansLoad) {
+  for (bool ring : {false, true}) {
+    std::vector<uint8_t> bytes = contextPlan(ring);
+    LoadedPlan loaded;
+    Status s = LoadedPlan::parse(std::move(bytes), "cp.mtp", loaded);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+}
+
+// A kernel that ignores context_parallel would index its operands as if it were absent:
+// only the kernels that read it may carry it.
+TEST(ContextParallelPlanTest, ContextParallelOnAnotherOpcodeIsRefused) {
+  Status s = parseContextEdited(
+      false, plan::Opcode::PositionEmbedding,
+      [](plan::Plan &, plan::Instruction &inst) { return inst.mutate_opcode(plan::Opcode::Add); });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("context_parallel on an instruction that has no context-parallel "
+                             "form"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ContextParallelPlanTest, AnotherGroupSizeIsRefused) {
+  Status s =
+      parseContextEdited(false, plan::Opcode::Attention, [](plan::Plan &, plan::Instruction &inst) {
+        return inst.mutate_context_parallel(4);
+      });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("context_parallel 4 is not the grid's cp 2"), std::string::npos)
+      << s.message();
+}
+
+// Gathered attention's output is a share of qkv's rows; ring attention's are qkv's own.
+TEST(ContextParallelPlanTest, AttentionOfTheOtherFormIsRefused) {
+  for (bool ring : {false, true}) {
+    Status s = parseContextEdited(
+        ring, ring ? plan::Opcode::RingAttention : plan::Opcode::Attention,
+        [&](plan::Plan &, plan::Instruction &inst) {
+          return inst.mutate_opcode(ring ? plan::Opcode::Attention : plan::Opcode::RingAttention);
+        });
+    ASSERT_FALSE(s.ok()) << (ring ? "ring" : "gathered");
+    EXPECT_NE(s.message().find("attention operands or heads disagree"), std::string::npos)
+        << s.message();
+  }
+}
+
+TEST(ContextParallelPlanTest, AContextCollectiveWithoutTheGroupIsRefused) {
+  Status s =
+      parseContextEdited(false, plan::Opcode::AllGather, [](plan::Plan &p, plan::Instruction &) {
+        return p.mutable_grid()->mutate_cp(1);
+      });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("context"), std::string::npos) << s.message();
+}
+
 } // namespace
 } // namespace mt

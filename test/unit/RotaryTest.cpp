@@ -83,7 +83,8 @@ TensorView view(std::vector<double> &data, int64_t b, int64_t s, int64_t w) {
 struct RotaryInstruction {
   flatbuffers::FlatBufferBuilder fbb;
   const plan::Instruction *inst = nullptr;
-  RotaryInstruction(int64_t heads, int64_t kv, double theta, double factor, bool inverse) {
+  RotaryInstruction(int64_t heads, int64_t kv, double theta, double factor, bool inverse,
+                    int64_t contextParallel = 0) {
     std::vector<uint32_t> in{0}, out{1};
     auto inputs = fbb.CreateVector(in), outputs = fbb.CreateVector(out);
     plan::InstructionBuilder rotary(fbb);
@@ -98,6 +99,7 @@ struct RotaryInstruction {
     rotary.add_high_freq_factor(4.0);
     rotary.add_original_positions(64);
     rotary.add_inverse(inverse);
+    rotary.add_context_parallel(contextParallel);
     fbb.Finish(rotary.Finish());
     inst = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
   }
@@ -146,6 +148,39 @@ TEST(Rope, GroupedQkvAsHuggingFaceTurnsIt) {
   ASSERT_OK(cpu->run(*inverse.inst, &undo[0], &undo[1], StepContext{}));
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_NEAR(back[i], x[i], 1e-12) << "element " << i;
+}
+
+/// Under context parallelism a rank's share (chunks r and 2·cp − 1 − r of 2·cp) turns
+/// each row at its own position: the rows of the whole sequence's rotation.
+TEST(Rope, AContextParallelShareTurnsAtItsPositions) {
+  const int64_t b = 2, s = 12, heads = 4, kv = 2, d = 8, width = (heads + 2 * kv) * d;
+  const int64_t cp = 3, rows = s / cp, chunk = s / (2 * cp);
+  std::vector<double> whole(b * s * width), turned(whole.size());
+  for (size_t i = 0; i < whole.size(); ++i)
+    whole[i] = std::cos(0.29 * static_cast<double>(i));
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  TensorView all[2] = {view(whole, b, s, width), view(turned, b, s, width)};
+  ASSERT_OK(
+      cpu->run(*RotaryInstruction(heads, kv, 500, 0, false).inst, &all[0], &all[1], StepContext{}));
+  for (int r = 0; r < cp; ++r) {
+    const int64_t starts[2] = {r * chunk, (2 * cp - 1 - r) * chunk};
+    std::vector<double> share(b * rows * width), out(share.size());
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t t = 0; t < rows; ++t)
+        std::copy_n(&whole[(bi * s + starts[t / chunk] + t % chunk) * width], width,
+                    &share[(bi * rows + t) * width]);
+    StepContext ctx;
+    ctx.cpRank = r;
+    ctx.cpSize = static_cast<int>(cp);
+    TensorView io[2] = {view(share, b, rows, width), view(out, b, rows, width)};
+    ASSERT_OK(cpu->run(*RotaryInstruction(heads, kv, 500, 0, false, cp).inst, &io[0], &io[1], ctx));
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t k = 0; k < width; ++k)
+          ASSERT_EQ(out[(bi * rows + t) * width + k],
+                    turned[(bi * s + starts[t / chunk] + t % chunk) * width + k])
+              << "rank " << r << " row " << t;
+  }
 }
 
 } // namespace

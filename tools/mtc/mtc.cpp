@@ -25,7 +25,7 @@ constexpr const char *kUsage = R"(usage:
   mtc compile MODEL --micro-batch-size B --global-batch-size G -o PLAN
               [--seq-length S] [--make-vocab-size-divisible-by N]
               [--precision bf16|fp16|fp32|fp64 | --bf16 | --fp16]
-              [--tp T] [--sp] [--dp D] [--cp C [--cp-comm-type all-gather]]
+              [--tp T] [--sp] [--dp D] [--cp C [--cp-comm-type all-gather|p2p]]
               [--pp P [--vpp V | --layers-per-virtual-stage N]
                [--schedule gpipe|1f1b|interleaved]
                [--first-stage-layers N] [--last-stage-layers N]]

@@ -551,23 +551,29 @@ template <typename T> struct Kernels {
   /// keys, causal rows stopping at their diagonal (bottom-right aligned: the last query
   /// sees every key); masked entries are exactly 0. With `lse`, each row's log-sum-exp
   /// of its scaled scores goes to lse[i] (attention's statistics).
+  /// softmax of row[0, n) in place (n > 0); returns its log-sum-exp.
+  static T softmaxRow(T *row, int64_t n) {
+    T max = -std::numeric_limits<T>::infinity();
+    for (int64_t j = 0; j < n; ++j)
+      max = std::max(max, row[j]);
+    double sum = 0;
+    expsShifted(row, n, max, [&](int64_t j, T e) { sum += row[j] = e; });
+    const T inverse = static_cast<T>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j)
+      row[j] *= inverse;
+    return static_cast<T>(max + std::log(sum));
+  }
+
   static void attentionScores(const T *q, const T *k, int64_t sq, int64_t sk, int64_t d, int64_t ld,
                               double scale, bool causal, T *p, T *lse = nullptr) {
     gemm(false, true, sq, sk, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, sk);
     for (int64_t i = 0; i < sq; ++i) {
       T *row = p + i * sk;
       const int64_t valid = causal ? sk - sq + i + 1 : sk;
-      T max = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j < valid; ++j)
-        max = std::max(max, row[j]);
-      double sum = 0;
-      expsShifted(row, valid, max, [&](int64_t j, T e) { sum += row[j] = e; });
-      const T inverse = static_cast<T>(1.0 / sum);
-      for (int64_t j = 0; j < valid; ++j)
-        row[j] *= inverse;
+      const T rowLse = softmaxRow(row, valid);
       std::fill(row + valid, row + sk, T(0));
       if (lse)
-        lse[i] = static_cast<T>(max + std::log(sum));
+        lse[i] = rowLse;
     }
   }
 
@@ -705,6 +711,166 @@ template <typename T> struct Kernels {
           else
             std::copy_n(ptr(in) + shareAt, c * f, ptr(out) + wholeAt);
         }
+  }
+
+  /// The keys of another context rank's share that a query at `position` sees under a
+  /// causal mask: the share's two chunks hold ascending positions, so a prefix of its rows.
+  static int64_t keysSeen(const SequenceMap &keys, int64_t position) {
+    auto within = [&](int64_t first) {
+      return std::clamp<int64_t>(position - first + 1, 0, keys.chunk);
+    };
+    return within(keys.first) + within(keys.second);
+  }
+
+  /// Ring attention's scores of one (batch, head) at a step: P = softmax over the keys of
+  /// `kv`'s share seen, unnormalised exp(scale·qkᵀ − lse) where `lse` is given, and each
+  /// row's count of keys seen; rows that see none are 0. `rowLse`, where given, gets each
+  /// row's log-sum-exp over this share's keys.
+  struct RingScores {
+    SequenceMap queries, keys;
+    int64_t rows, w, d, whole;
+    double scale;
+    bool causal;
+    int64_t seen(int64_t i) const { return causal ? keysSeen(keys, queries(i)) : rows; }
+    void operator()(const T *q, const T *k, const T *lse, T *p, T *rowLse) const {
+      gemm(false, true, rows, rows, d, static_cast<T>(scale), q, w, k, w, T(0), p, rows);
+      for (int64_t i = 0; i < rows; ++i) {
+        T *row = p + i * rows;
+        const int64_t n = seen(i);
+        if (lse) {
+          expsShifted(row, n, lse[i], [&](int64_t j, T e) { row[j] = e; });
+        } else if (n > 0) {
+          rowLse[i] = softmaxRow(row, n);
+        } else {
+          rowLse[i] = -std::numeric_limits<T>::infinity();
+        }
+        std::fill(row + n, row + rows, T(0));
+      }
+    }
+    /// The keep mask of the rows' keys seen, drawn at their global (query, key) indices.
+    void mask(const ProbsDropout &drop, int64_t bi, int64_t hi, std::vector<uint8_t> &keep,
+              const StepContext &ctx) const {
+      const cpu::DropoutStream draw = dropoutStream(ctx, drop.stream, drop.rate);
+      keep.assign(rows * rows, 0);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t n = seen(i), first = std::min(n, keys.chunk);
+        const uint64_t at = drop.first(bi, hi, queries(i), whole);
+        cpu::dropoutKeeps(draw, at + keys.first, first, keep.data() + i * rows);
+        if (n > first)
+          cpu::dropoutKeeps(draw, at + keys.second, n - first, keep.data() + i * rows + first);
+      }
+    }
+  };
+  static RingScores ringScores(const TensorView &qkv, const QkvLayout &l, bool causal,
+                               const StepContext &ctx) {
+    const int64_t rows = qkv.dim(1);
+    const SequenceMap queries(rows, 0, 1, ctx.cpRank, ctx.cpSize),
+        keys(rows, 0, 1, ctx.ringOwner, ctx.cpSize);
+    return {queries,
+            keys,
+            rows,
+            l.width(),
+            l.d,
+            queries.total,
+            1.0 / std::sqrt(static_cast<double>(l.d)),
+            causal};
+  }
+
+  /// A step of ring attention (RingAttention): this rank's queries (qkv, its share)
+  /// against the keys and values of context rank ctx.ringOwner's share (kv), merged into
+  /// out [B, rows, heads·d] and the rows' log-sum-exp lse [B, heads, rows] by their
+  /// log-sum-exps; the first step sets them (every row sees its own position then).
+  static void ringAttention(const TensorView &qkv, const TensorView &kv, const QkvLayout &l,
+                            bool causal, const ProbsDropout &drop, const StepContext &ctx,
+                            const TensorView &out, const TensorView &lse) {
+    const RingScores scores = ringScores(qkv, l, causal, ctx);
+    const int64_t b = qkv.dim(0), rows = scores.rows, w = l.width(), h = out.dim(2), d = l.d;
+#pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
+    {
+      std::vector<T> p(rows * rows), o(rows * d), rowLse(rows);
+      std::vector<uint8_t> keep;
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < b * l.heads; ++bh) {
+        const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
+        const T *q = ptr(qkv) + bi * rows * w + l.query(hi), *k = ptr(kv) + bi * rows * w;
+        scores(q, k + l.key(g), nullptr, p.data(), rowLse.data());
+        if (drop.active()) {
+          scores.mask(drop, bi, hi, keep, ctx);
+          drop.apply(p.data(), keep, p.data());
+        }
+        gemm(false, false, rows, d, rows, T(1), p.data(), rows, k + l.value(g), w, T(0), o.data(),
+             d);
+        T *total = ptr(lse) + bh * rows;
+        for (int64_t i = 0; i < rows; ++i) {
+          T *y = ptr(out) + (bi * rows + i) * h + hi * d;
+          if (ctx.ringFirst) {
+            std::copy_n(o.data() + i * d, d, y);
+            total[i] = rowLse[i];
+            continue;
+          }
+          if (scores.seen(i) == 0)
+            continue;
+          // Each part's weight: its share of the merged rows' sum of exponentials.
+          const T merged = std::max(total[i], rowLse[i]);
+          const T a = std::exp(total[i] - merged), c = std::exp(rowLse[i] - merged);
+          for (int64_t j = 0; j < d; ++j)
+            y[j] = (y[j] * a + o[i * d + j] * c) / (a + c);
+          total[i] = static_cast<T>(merged + std::log(a + c));
+        }
+      }
+    }
+  }
+
+  /// A step of ring attention's gradient (RingAttentionGrad): with the forward's output
+  /// and rows' log-sum-exp, adds this rank's queries' part of dQ into dqkv and of dK and
+  /// dV of ctx.ringOwner's share (kv) into dkv, per (batch, group) as attentionGrad.
+  static void ringAttentionGrad(const TensorView &dout, const TensorView &qkv,
+                                const TensorView &out, const TensorView &lse, const TensorView &kv,
+                                const QkvLayout &l, bool causal, const ProbsDropout &drop,
+                                const StepContext &ctx, const TensorView &dqkv,
+                                const TensorView &dkv) {
+    const RingScores scores = ringScores(qkv, l, causal, ctx);
+    const int64_t b = qkv.dim(0), rows = scores.rows, w = l.width(), h = out.dim(2), d = l.d;
+    const T scale = static_cast<T>(scores.scale);
+#pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
+    {
+      std::vector<T> p(rows * rows), dropped(rows * rows), dp(rows * rows);
+      std::vector<uint8_t> keep;
+#pragma omp for schedule(static)
+      for (int64_t bg = 0; bg < b * l.kv; ++bg) {
+        const int64_t bi = bg / l.kv, g = bg % l.kv;
+        const T *row = ptr(qkv) + bi * rows * w, *k = ptr(kv) + bi * rows * w + l.key(g);
+        const T *v = ptr(kv) + bi * rows * w + l.value(g);
+        T *dk = ptr(dkv) + bi * rows * w + l.key(g), *dv = ptr(dkv) + bi * rows * w + l.value(g);
+        for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi) {
+          const T *q = row + l.query(hi);
+          const T *dO = ptr(dout) + bi * rows * h + hi * d, *o = ptr(out) + bi * rows * h + hi * d;
+          scores(q, k, ptr(lse) + (bi * l.heads + hi) * rows, p.data(), nullptr);
+          const T *pv = p.data();
+          if (drop.active()) {
+            scores.mask(drop, bi, hi, keep, ctx);
+            drop.apply(p.data(), keep, dropped.data());
+            pv = dropped.data();
+          }
+          gemm(true, false, rows, d, rows, T(1), pv, rows, dO, h, T(1), dv, w);
+          gemm(false, true, rows, rows, d, T(1), dO, h, v, w, T(0), dp.data(), rows);
+          if (drop.active())
+            drop.apply(dp.data(), keep, dp.data());
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t n = scores.seen(i);
+            double delta = 0;
+            for (int64_t j = 0; j < d; ++j)
+              delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+            for (int64_t j = 0; j < n; ++j)
+              dp[i * rows + j] = static_cast<T>(p[i * rows + j] * (dp[i * rows + j] - delta));
+            std::fill(dp.begin() + i * rows + n, dp.begin() + (i + 1) * rows, T(0));
+          }
+          gemm(false, false, rows, d, rows, scale, dp.data(), rows, k, w, T(1),
+               ptr(dqkv) + bi * rows * w + l.query(hi), w);
+          gemm(true, false, rows, d, rows, scale, dp.data(), rows, q, w, T(1), dk, w);
+        }
+      }
+    }
   }
 
   /// The unfused chain: P [B, heads, S, S] of a fused QKV.
@@ -1025,10 +1191,16 @@ template <typename T> struct Kernels {
     case Opcode::ContextOrder:
       contextOrder(in[0], inst.context_parallel(), inst.inverse(), out[0]);
       break;
+    case Opcode::RingAttention: // a step: (qkv, the share in flight) -> (out, lse)
+      ringAttention(in[0], in[1], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
+                    probsDropout(inst, ctx), ctx, out[0], out[1]);
+      break;
     case Opcode::AllReduce:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
       return Status::failure("collectives run through the communicator, not the backend");
+    case Opcode::RingAttentionGrad:
+      return runGradient(inst, in, out, ctx, stored);
 
     case Opcode::EmbeddingGrad:
     case Opcode::PositionEmbeddingGrad:
@@ -1124,6 +1296,11 @@ template <typename T> struct Kernels {
       attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
                     qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
                     probsDropout(inst, ctx), ctx, out[0]);
+      break;
+    case Opcode::RingAttentionGrad: // a step: (dy, qkv, out, lse, the share) -> (dqkv, its dkv)
+      ringAttentionGrad(in[0], in[1], in[2], in[3], in[4],
+                        qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
+                        probsDropout(inst, ctx), ctx, out[0], out[1]);
       break;
     case Opcode::CrossEntropyGrad:
       return crossEntropyGrad(in[0], in[1], in[2], inst.num_classes(), out[0]);
@@ -1312,6 +1489,7 @@ public:
       --extent;
     return Status::success();
   }
+  bool hostMemory() const override { return true; }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
     return Status::success();
@@ -1402,6 +1580,12 @@ private:
 
   Status compute(const plan::Instruction &inst, const TensorView *inputs,
                  const TensorView *outputs, const StepContext &context) {
+    // A ring step's operands are more than its instruction's (the share in flight, and
+    // backward its gradient), which only f32 and f64 run as they are.
+    const bool ring = inst.opcode() == plan::Opcode::RingAttention ||
+                      inst.opcode() == plan::Opcode::RingAttentionGrad;
+    if (ring && isHalf(inputs[0].dtype))
+      return Status::failure("cpu backend: ring attention runs in f32 and f64 only");
     for (size_t i = 0; i < inst.inputs()->size() + inst.outputs()->size(); ++i) {
       const TensorView &t = i < inst.inputs()->size() ? inputs[i]
                                                       : outputs[i - inst.inputs()->size()];

@@ -156,6 +156,16 @@ public:
         }
   }
 
+  Status supports(const plan::Instruction &inst) const override {
+    const plan::Opcode opcode = inst.opcode();
+    if (opcode == Opcode::RingAttention || opcode == Opcode::RingAttentionGrad ||
+        ((opcode == Opcode::Attention || opcode == Opcode::AttentionGrad) &&
+         inst.context_parallel() > 0))
+      return Status::failure("cuda backend: context-parallel attention runs on the CPU backend "
+                             "only, so far (mtc compile without --cp for a GPU)");
+    return Status::success();
+  }
+
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
@@ -1168,6 +1178,10 @@ private:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
       return Status::failure("collectives run through the communicator, not the backend");
+    case Opcode::RingAttention:
+    case Opcode::RingAttentionGrad:
+      return Status::failure("cuda backend: ring attention (--cp-comm-type p2p) runs on the "
+                             "CPU backend only");
     }
     launched(plan::EnumNameOpcode(inst.opcode()));
     return Status::success();

@@ -2,6 +2,7 @@
 // RUN: mt-opt %models/gpt-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2" -mt-context-parallel="cp=2" -mt-autodiff | FileCheck %s --check-prefix=GRAD
 // RUN: mt-opt %models/gpt-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2" -mt-context-parallel="cp=2 tp=2" -mt-tensor-parallel="tp=2 cp=2 sequence-parallel=true" | FileCheck %s --check-prefix=TPSP
 // RUN: mt-opt %models/llama-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2" -mt-context-parallel="cp=4" | FileCheck %s --check-prefix=ROPE
+// RUN: mt-opt %models/gpt-tiny.mlir -mt-expand -mt-specialize="micro-batch-size=2" -mt-context-parallel="cp=2 comm-type=p2p" -mt-autodiff | FileCheck %s --check-prefix=RING --implicit-check-not=shard.all_gather --implicit-check-not=mt.context_order
 
 // gpt-tiny's 32 positions over cp = 2: each rank holds 16 of every sequence, chunks r
 // and 3 − r of 4; every activation follows, and attention reads the whole sequence.
@@ -36,3 +37,9 @@
 // ROPE-NEXT: shard.all_gather {{.*}} : tensor<2x8x128xf32> -> tensor<8x8x128xf32>
 // ROPE-NEXT: mt.context_order {{.*}} : (tensor<8x8x128xf32>) -> tensor<2x32x128xf32>
 // ROPE-NEXT: mt.attention {{.*}} : (tensor<2x32x128xf32>) -> tensor<2x8x64xf32>
+
+// comm-type=p2p: attention keeps its share of the QKV and its rows' statistics, marked
+// `ring` (the runtime brings the other shares round); no gather, no order.
+// RING-LABEL: func.func @train_step
+// RING: %{{.*}}, %[[STATS:.*]] = mt.attention %{{.*}} {{.*}}context_parallel = 2 : i64{{.*}}keep_stats{{.*}}ring{{.*}} : (tensor<2x16x192xf32>) -> (tensor<2x16x64xf32>, tensor<2x4x16xf32>)
+// RING: mt.attention_grad {{.*}}context_parallel = 2 : i64{{.*}}ring{{.*}} -> tensor<2x16x192xf32>
