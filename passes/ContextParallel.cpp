@@ -68,6 +68,8 @@ void markRing(AttentionOp attention, int64_t cp) {
                                   b.getUnitAttr(), b.getI64IntegerAttr(cp), b.getUnitAttr());
   ring->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
   attention.getResult().replaceAllUsesWith(ring.getResult());
+  if (Value stats = attention.getStats())
+    stats.replaceAllUsesWith(ring.getStats());
   attention.erase();
 }
 

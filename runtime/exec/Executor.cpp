@@ -341,7 +341,9 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
       MT_TRY(comm_.recv(Group::Context, prev, dkv[1 - at].data, bytes, kGradientTag));
     at = 1 - at;
   }
-  MT_TRY(comm_.waitSends());
+  // The sends are copies, completed with the pipeline's at the gradient synchronisation:
+  // waiting for them here would wait for a pipeline neighbour's receive too, which its
+  // schedule may put after a ring of its own.
   if (forward)
     return Status::success();
   // dqkv holds the queries' gradients; the share's keys' and values' ones come home.

@@ -287,6 +287,14 @@ std::string checkAttention(const Operands &o) {
                     inst.opcode() == plan::Opcode::RingAttentionGrad;
   if (ring && inst.context_parallel() < 2)
     return "ring attention without a context-parallel group";
+  // The executor adds a step's share in flight to the operands, which backends run as
+  // they are: in f32 or f64, every operand of one type.
+  if (ring) {
+    for (const std::vector<Dims> *list : {&in, &out})
+      for (const Dims &t : *list)
+        if (t.dtype != o.accumulator)
+          return "ring attention runs in fp32 or fp64, every operand of the plan's precision";
+  }
   const Dims &qkv = forward ? in[0] : in[1], &y = forward ? out[0] : in[2];
   if (!qkvOf(qkv, inst.heads(), inst) || !contextOf(y, qkv, inst.heads(), inst) ||
       !rateOk(inst) || (inst.rate() > 0 && inst.stream() < 0))

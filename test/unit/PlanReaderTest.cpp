@@ -528,6 +528,19 @@ TEST(ContextParallelPlanTest, AttentionOfTheOtherFormIsRefused) {
   }
 }
 
+// The backends run a ring step's operands as they are: a 16-bit ring plan, or one whose
+// operands mix types, would be widened by the instruction's own operand count.
+TEST(ContextParallelPlanTest, RingAttentionInSixteenBitsIsRefused) {
+  std::vector<uint8_t> bytes =
+      compileTiny("--cp 2 --cp-comm-type p2p --bf16 --micro-batch-size 1 --global-batch-size 2",
+                  "plan_reader_ring_bf16_test");
+  LoadedPlan loaded;
+  Status s = LoadedPlan::parse(std::move(bytes), "ring-bf16.mtp", loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ring attention runs in fp32 or fp64"), std::string::npos)
+      << s.message();
+}
+
 TEST(ContextParallelPlanTest, AContextCollectiveWithoutTheGroupIsRefused) {
   Status s =
       parseContextEdited(false, plan::Opcode::AllGather, [](plan::Plan &p, plan::Instruction &) {
