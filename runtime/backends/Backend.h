@@ -194,9 +194,6 @@ public:
                            uint64_t &extent) = 0;
   /// `bytes` from `src` to `dst`, both device memory, in the order of the backend's work.
   virtual Status copyOnDevice(void *dst, const void *src, size_t bytes) = 0;
-  /// Whether this backend's memory is the host's, which the communicator's point-to-point
-  /// messages may read and write directly (the CPU's).
-  virtual bool hostMemory() const { return false; }
   /// dst = src element by element, between any float types (rounding to nearest even).
   virtual Status convert(const TensorView &dst, const TensorView &src) = 0;
 

@@ -107,6 +107,15 @@ public:
   virtual Status send(Group group, int peer, const void *data, size_t bytes, int tag) = 0;
   virtual Status recv(Group group, int peer, void *data, size_t bytes, int tag) = 0;
   virtual Status waitSends() = 0;
+  /// A step of a ring within a group: `send` goes to member `to` while `recv` arrives
+  /// from member `from`, `bytes` each, in the memory the backend computes in (the
+  /// device's under NCCL). Done for what the backend runs next: on the host the receive
+  /// has arrived; on a device the exchange is queued before it.
+  virtual Status shift(Group group, int to, const void *send, int from, void *recv, size_t bytes,
+                       int tag) {
+    MT_TRY(this->send(group, to, send, bytes, tag));
+    return this->recv(group, from, recv, bytes, tag);
+  }
   /// Every rank on this host (under this running kernel: the ranks that share its CPUs)
   /// gives `mine`; `all` holds them in rank order, this rank's among them. One process:
   /// its own.

@@ -79,6 +79,17 @@ struct SequenceMap {
                                                              : -1;
     return at < offset ? -1 : at - offset; // the caller bounds it by its rows
   }
+  /// How many of the block's first `rows` rows hold positions before `position`: a prefix,
+  /// as positions ascend along the rows (a share's first chunk precedes its second).
+  MT_HOST_DEVICE int64_t rowsBefore(int64_t position, int64_t rows) const {
+    const int64_t at =
+        chunk == 0 ? position : within(position, first, chunk) + within(position, second, chunk);
+    return within(at, offset, rows);
+  }
+  /// How many of n rows from `start` on come before `position`.
+  MT_HOST_DEVICE static int64_t within(int64_t position, int64_t start, int64_t n) {
+    return position < start ? 0 : position - start < n ? position - start : n;
+  }
   /// Local rows from a multiple of run() on, run() of them, have consecutive positions.
   int64_t run(int64_t rows) const {
     if (chunk == 0)

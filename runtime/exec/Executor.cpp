@@ -295,9 +295,6 @@ Status Executor::bindRing(int stage) {
 
 Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                          const StepContext &context) {
-  if (!backend_.hostMemory())
-    return Status::failure(cat("ring attention (--cp-comm-type p2p) runs on the CPU backend, not ",
-                               backend_.name(), " (use --cp-comm-type all-gather)"));
   const bool forward = inst.opcode() == plan::Opcode::RingAttention;
   const int cp = comm_.size(Group::Context), me = comm_.rank(Group::Context);
   const int next = (me + 1) % cp, prev = (me + cp - 1) % cp;
@@ -314,18 +311,19 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
     MT_TRY(backend_.setZero(out[0].data, out[0].bytes()));
     MT_TRY(backend_.setZero(dkv[0].data, bytes));
   }
-  // Step i holds the share of context rank me − i, sent on to the next rank while the
-  // backend computes with it; backward, that share's gradient goes along with it, and
-  // after the last step it reaches home.
+  // Step i holds the share of context rank me − i: it goes on to the next rank as the
+  // next share arrives, before the step's compute (on a GPU, queued before it on the
+  // collectives' stream); backward, that share's gradient goes along with it after the
+  // compute, and after the last step it reaches home.
   constexpr int kShareTag = 1, kGradientTag = 2;
   StepContext step = context;
   int at = 0;
   for (int i = 0; i < cp; ++i) {
-    const bool more = i + 1 < cp;
     step.ringOwner = (me - i + cp) % cp;
     step.ringFirst = i == 0;
-    if (more)
-      MT_TRY(comm_.send(Group::Context, next, kv[at].data, bytes, kShareTag));
+    if (i + 1 < cp)
+      MT_TRY(
+          comm_.shift(Group::Context, next, kv[at].data, prev, kv[1 - at].data, bytes, kShareTag));
     if (forward) {
       const TensorView operands[2] = {qkv, kv[at]};
       MT_TRY(backend_.run(inst, operands, out, step));
@@ -333,17 +331,14 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
       const TensorView operands[5] = {in[0], in[1], in[2], in[3], kv[at]};
       const TensorView results[2] = {out[0], dkv[at]};
       MT_TRY(backend_.run(inst, operands, results, step));
-      MT_TRY(comm_.send(Group::Context, next, dkv[at].data, bytes, kGradientTag));
+      MT_TRY(comm_.shift(Group::Context, next, dkv[at].data, prev, dkv[1 - at].data, bytes,
+                         kGradientTag));
     }
-    if (more)
-      MT_TRY(comm_.recv(Group::Context, prev, kv[1 - at].data, bytes, kShareTag));
-    if (!forward)
-      MT_TRY(comm_.recv(Group::Context, prev, dkv[1 - at].data, bytes, kGradientTag));
     at = 1 - at;
   }
-  // The sends are copies, completed with the pipeline's at the gradient synchronisation:
-  // waiting for them here would wait for a pipeline neighbour's receive too, which its
-  // schedule may put after a ring of its own.
+  // On the host the sends are copies, completed with the pipeline's at the gradient
+  // synchronisation: waiting for them here would wait for a pipeline neighbour's receive
+  // too, which its schedule may put after a ring of its own.
   if (forward)
     return Status::success();
   // dqkv holds the queries' gradients; the share's keys' and values' ones come home.

@@ -607,7 +607,8 @@ struct ContextInstruction {
   flatbuffers::FlatBufferBuilder fbb;
   const plan::Instruction *inst = nullptr;
   ContextInstruction(plan::Opcode opcode, int inputs, int outputs, int64_t cp, bool inverse,
-                     bool sequenceParallel) {
+                     bool sequenceParallel, bool causal = false, double rate = 0.3,
+                     int64_t heads = 2, int64_t kvHeads = 0) {
     std::vector<uint32_t> in(inputs), out(outputs);
     auto ins = fbb.CreateVector(in), outs = fbb.CreateVector(out);
     plan::InstructionBuilder b(fbb);
@@ -617,9 +618,11 @@ struct ContextInstruction {
     b.add_context_parallel(cp);
     b.add_inverse(inverse);
     b.add_sequence_parallel(sequenceParallel);
-    b.add_rate(0.3);
+    b.add_causal(causal);
+    b.add_rate(rate);
     b.add_stream(5);
-    b.add_heads(2);
+    b.add_heads(heads);
+    b.add_kv_heads(kvHeads);
     b.add_theta(100);
     b.add_low_freq_factor(1.0);
     b.add_high_freq_factor(4.0);
@@ -629,43 +632,38 @@ struct ContextInstruction {
   }
 };
 
-/// The kernels that take positions under context parallelism give the CPU backend's
-/// results on the GPU, for rank 1 of cp 2 (with and without sequence parallelism over 2):
-/// the shares put in order and back, learned positions and their gradient, rotary, and
-/// a dropout mask, each drawn or read at its rows' own positions.
-TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
-  REQUIRE_GPU();
+/// Runs one instruction on the CPU and the CUDA backends over the same f32 operands (the
+/// outputs filled too: some kernels add into them, or merge with them) and compares the
+/// outputs element by element, within `tolerance`·(1 + |the CPU's|).
+struct BackendPair {
   std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
-  ASSERT_OK(makeCudaBackend(0, cuda));
-  DeviceBuffers buffers{*cuda};
-  auto tensor = [](std::vector<float> &data, std::vector<int64_t> shape) {
-    TensorView v;
-    v.data = data.data();
-    v.rank = static_cast<int>(shape.size());
-    for (int i = 0; i < v.rank; ++i)
-      v.shape[i] = shape[i];
-    return v;
-  };
-  // Runs `inst` on both backends over `in` (filled) into outputs shaped `out`.
-  auto compare = [&](const ContextInstruction &c, std::vector<std::vector<int64_t>> in,
-                     std::vector<std::vector<int64_t>> out, const StepContext &ctx,
-                     const char *what) {
+  std::optional<DeviceBuffers> buffers;
+  BackendPair() {
+    EXPECT_OK(makeCudaBackend(0, cuda));
+    if (cuda)
+      buffers.emplace(*cuda);
+  }
+  void compare(const ContextInstruction &c, std::vector<std::vector<int64_t>> in,
+               std::vector<std::vector<int64_t>> out, const StepContext &ctx, double tolerance,
+               const std::string &what) {
     SCOPED_TRACE(what);
-    std::vector<std::vector<float>> host, back;
+    ASSERT_TRUE(cuda);
+    std::vector<std::vector<float>> host;
     std::vector<TensorView> views, device;
     for (size_t i = 0; i < in.size() + out.size(); ++i) {
       const auto &shape = i < in.size() ? in[i] : out[i - in.size()];
-      int64_t n = 1;
-      for (int64_t d : shape)
-        n *= d;
-      host.emplace_back(n);
-      for (int64_t k = 0; k < n; ++k)
+      TensorView v;
+      v.rank = static_cast<int>(shape.size());
+      for (int d = 0; d < v.rank; ++d)
+        v.shape[d] = shape[d];
+      host.emplace_back(v.numel());
+      for (int64_t k = 0; k < v.numel(); ++k)
         host.back()[k] = std::sin(0.7f * static_cast<float>(k + 13 * i)) + 0.01f * (k % 11);
-      views.push_back(tensor(host.back(), shape));
-      TensorView d = views.back();
-      d.data = buffers.allocate(d.bytes());
-      ASSERT_OK(cuda->copyToDevice(d.data, views.back().data, d.bytes()));
-      device.push_back(d);
+      v.data = host.back().data();
+      views.push_back(v);
+      v.data = buffers->allocate(v.bytes());
+      ASSERT_OK(cuda->copyToDevice(v.data, views.back().data, v.bytes()));
+      device.push_back(v);
     }
     const size_t numIn = in.size();
     ASSERT_OK(cpu->run(*c.inst, views.data(), views.data() + numIn, ctx));
@@ -674,9 +672,20 @@ TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
       std::vector<float> got(views[i].numel());
       ASSERT_OK(cuda->copyToHost(got.data(), device[i].data, views[i].bytes()));
       for (size_t k = 0; k < got.size(); ++k)
-        ASSERT_NEAR(got[k], host[i][k], 2e-6f) << "output " << i - numIn << " element " << k;
+        ASSERT_NEAR(got[k], host[i][k], tolerance * (1 + std::fabs(host[i][k])))
+            << "output " << i - numIn << " element " << k;
     }
-  };
+  }
+};
+
+/// The kernels that take positions under context parallelism give the CPU backend's
+/// results on the GPU, for rank 1 of cp 2 (with and without sequence parallelism over 2):
+/// the shares put in order and back, learned positions and their gradient, rotary, and
+/// a dropout mask, each drawn or read at its rows' own positions.
+TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
+  REQUIRE_GPU();
+  BackendPair pair;
+  constexpr double kExact = 2e-6;
   for (bool sp : {false, true}) {
     StepContext ctx;
     ctx.cpRank = 1;
@@ -685,22 +694,68 @@ TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
     ctx.tpSize = sp ? 2 : 1;
     ctx.seed = 7;
     const int64_t rows = sp ? 4 : 8; // of a sequence of 16
-    compare(ContextInstruction(plan::Opcode::PositionEmbedding, 2, 1, 2, false, sp),
-            {{2, rows, 6}, {16, 6}}, {{2, rows, 6}}, ctx, "position embedding");
-    compare(ContextInstruction(plan::Opcode::PositionEmbeddingGrad, 1, 1, 2, false, sp),
-            {{2, rows, 6}}, {{16, 6}}, ctx, "position embedding gradient");
-    compare(ContextInstruction(plan::Opcode::Dropout, 1, 1, 2, false, sp), {{2, rows, 6}},
-            {{2, rows, 6}}, ctx, "dropout");
+    pair.compare(ContextInstruction(plan::Opcode::PositionEmbedding, 2, 1, 2, false, sp),
+                 {{2, rows, 6}, {16, 6}}, {{2, rows, 6}}, ctx, kExact, "position embedding");
+    pair.compare(ContextInstruction(plan::Opcode::PositionEmbeddingGrad, 1, 1, 2, false, sp),
+                 {{2, rows, 6}}, {{16, 6}}, ctx, kExact, "position embedding gradient");
+    pair.compare(ContextInstruction(plan::Opcode::Dropout, 1, 1, 2, false, sp), {{2, rows, 6}},
+                 {{2, rows, 6}}, ctx, kExact, "dropout");
   }
   StepContext ctx;
   ctx.cpRank = 1;
   ctx.cpSize = 2;
-  compare(ContextInstruction(plan::Opcode::Rotary, 1, 1, 2, false, false), {{2, 8, 24}},
-          {{2, 8, 24}}, ctx, "rotary");
-  compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, false, false), {{4, 8, 5}},
-          {{2, 16, 5}}, ctx, "shares into order");
-  compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, true, false), {{2, 16, 5}},
-          {{4, 8, 5}}, ctx, "order into shares");
+  pair.compare(ContextInstruction(plan::Opcode::Rotary, 1, 1, 2, false, false), {{2, 8, 24}},
+               {{2, 8, 24}}, ctx, kExact, "rotary");
+  pair.compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, false, false), {{4, 8, 5}},
+               {{2, 16, 5}}, ctx, kExact, "shares into order");
+  pair.compare(ContextInstruction(plan::Opcode::ContextOrder, 1, 1, 2, true, false), {{2, 16, 5}},
+               {{4, 8, 5}}, ctx, kExact, "order into shares");
+}
+
+/// Context-parallel attention on the GPU gives the CPU backend's results for each rank
+/// of cp 2, causal or not, with probability dropout or without, grouped queries (4
+/// heads, 2 key/value groups of 8): the all-gather form's queries of a share against the
+/// whole sequence's keys, forward and backward (with the forward's row statistics and
+/// without); and each step of the ring, forward (the first step setting the output, a
+/// later one merging into it) and backward (adding into both gradients).
+TEST(CudaContext, AttentionAsTheCpuBackend) {
+  REQUIRE_GPU();
+  BackendPair pair;
+  constexpr double kF32 = 2e-5;
+  const int64_t b = 2, s = 16, rows = 8, width = (4 + 2 * 2) * 8, h = 4 * 8;
+  const std::vector<int64_t> whole = {b, s, width}, share = {b, rows, width}, out = {b, rows, h},
+                             stats = {b, 4, rows};
+  for (int rank : {0, 1})
+    for (bool causal : {false, true})
+      for (double rate : {0.0, 0.3}) {
+        StepContext ctx;
+        ctx.cpRank = rank;
+        ctx.cpSize = 2;
+        ctx.seed = 11;
+        const std::string form = cat("rank ", rank, causal ? " causal" : "", " rate ", rate);
+        using plan::Opcode;
+        pair.compare(
+            ContextInstruction(Opcode::Attention, 1, 2, 2, false, false, causal, rate, 4, 2),
+            {whole}, {out, stats}, ctx, kF32, "gathered forward, " + form);
+        pair.compare(
+            ContextInstruction(Opcode::AttentionGrad, 4, 1, 2, false, false, causal, rate, 4, 2),
+            {out, whole, out, stats}, {whole}, ctx, kF32, "gathered backward, " + form);
+        pair.compare(
+            ContextInstruction(Opcode::AttentionGrad, 3, 1, 2, false, false, causal, rate, 4, 2),
+            {out, whole, out}, {whole}, ctx, kF32, "gathered backward recomputing, " + form);
+        for (int owner : {0, 1}) {
+          ctx.ringOwner = owner;
+          ctx.ringFirst = owner == rank;
+          const std::string step = cat(form, ", the share of rank ", owner);
+          pair.compare(
+              ContextInstruction(Opcode::RingAttention, 2, 2, 2, false, false, causal, rate, 4, 2),
+              {share, share}, {out, stats}, ctx, kF32, "ring forward, " + step);
+          pair.compare(ContextInstruction(Opcode::RingAttentionGrad, 5, 2, 2, false, false, causal,
+                                          rate, 4, 2),
+                       {out, share, out, stats, share}, {share, share}, ctx, kF32,
+                       "ring backward, " + step);
+        }
+      }
 }
 
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients, every
@@ -1247,6 +1302,9 @@ TEST(CudaWatchdog, NcclCollectivesAreWatched) {
     ASSERT_OK(comm->reduceScatter(Group::Data, in, out, axis));
     expectInputBack("reduce-scatter");
   }
+  // A ring step of a group of one: a grouped NCCL send and receive to itself.
+  ASSERT_OK(comm->shift(Group::Context, 0, in.data, 0, out.data, bytes, 1));
+  expectInputBack("ring step");
 
   std::unique_ptr<Executor> executor;
   ASSERT_OK(Executor::create(plan, *cuda, *comm, {}, executor));

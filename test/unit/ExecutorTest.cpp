@@ -732,7 +732,7 @@ TEST(SequenceMap, ContextSharesHoldEveryPositionOnceInBalancedChunks) {
   // Every (context rank, sequence-parallel block) of a sequence cut into 2·cp chunks:
   // together they hold each position once; context rank r holds chunks r and 2·cp−1−r;
   // rowOf inverts the map and refuses positions held elsewhere; run() cuts the rows
-  // where their positions jump.
+  // where their positions jump; rowsBefore counts the rows before a position.
   for (int cp : {1, 2, 3, 4})
     for (int parts : {1, 2, 3, 4}) {
       const int64_t chunk = 6, whole = 2 * cp * chunk, share = whole / cp;
@@ -760,6 +760,12 @@ TEST(SequenceMap, ContextSharesHoldEveryPositionOnceInBalancedChunks) {
             const int64_t t = map.rowOf(p);
             if (t >= 0 && t < rows)
               EXPECT_EQ(map(t), p);
+            for (int64_t prefix : {rows, rows / 2}) {
+              int64_t before = 0;
+              for (int64_t u = 0; u < prefix; ++u)
+                before += map(u) < p;
+              EXPECT_EQ(map.rowsBefore(p, prefix), before) << "position " << p;
+            }
           }
         }
       for (int64_t p = 0; p < whole; ++p)

@@ -713,15 +713,6 @@ template <typename T> struct Kernels {
         }
   }
 
-  /// The keys of another context rank's share that a query at `position` sees under a
-  /// causal mask: the share's two chunks hold ascending positions, so a prefix of its rows.
-  static int64_t keysSeen(const SequenceMap &keys, int64_t position) {
-    auto within = [&](int64_t first) {
-      return std::clamp<int64_t>(position - first + 1, 0, keys.chunk);
-    };
-    return within(keys.first) + within(keys.second);
-  }
-
   /// Ring attention's scores of one (batch, head) at a step: P = softmax over the keys of
   /// `kv`'s share seen, unnormalised exp(scale·qkᵀ − lse) where `lse` is given, and each
   /// row's count of keys seen; rows that see none are 0. `rowLse`, where given, gets each
@@ -731,7 +722,7 @@ template <typename T> struct Kernels {
     int64_t rows, w, d, whole;
     double scale;
     bool causal;
-    int64_t seen(int64_t i) const { return causal ? keysSeen(keys, queries(i)) : rows; }
+    int64_t seen(int64_t i) const { return causal ? keys.rowsBefore(queries(i) + 1, rows) : rows; }
     void operator()(const T *q, const T *k, const T *lse, T *p, T *rowLse) const {
       gemm(false, true, rows, rows, d, static_cast<T>(scale), q, w, k, w, T(0), p, rows);
       for (int64_t i = 0; i < rows; ++i) {
@@ -1489,7 +1480,6 @@ public:
       --extent;
     return Status::success();
   }
-  bool hostMemory() const override { return true; }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
     return Status::success();

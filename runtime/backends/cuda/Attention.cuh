@@ -1,11 +1,18 @@
-// Attention: one warp per (batch, head, row). qkv [B, S, (heads + 2·kv)·d] holds, per
-// token, its heads by key/value group (core/SharedMath.h: QkvLayout); the warp's lanes
-// split d (at most 32·kMaxPerLane). The kernels that write key and value gradients run
-// one warp per (batch, group, key row) and sum the group's query heads in head order.
+// Attention: one warp per (batch, head, query row). qkv [B, S, (heads + 2·kv)·d] holds,
+// per token, its heads by key/value group (core/SharedMath.h: QkvLayout); the warp's
+// lanes split d (at most 32·kMaxPerLane). The kernels that write key and value gradients
+// run one warp per (batch, group, key row) and sum the group's query heads in head order.
 // The fused kernels never materialise the S×S scores (online softmax; the backward
 // recomputes the probabilities); the unfused chain, for selective recomputation, keeps
 // the probabilities [B, heads, S, S]. Probability dropout draws from Dropout.cuh's
 // counters.
+//
+// Under context parallelism (core/Tensor.h: SequenceMap) the query rows are a context
+// rank's share of the sequence: gathered, at their positions in the whole sequence's
+// qkv (the all-gather form); or in a ring step (RingAttention), the rank's own share of
+// qkv against the keys and values of another rank's (kv). Causal masks compare positions;
+// positions ascend along both maps' rows, so the keys a query sees, and the queries that
+// see a key, are a prefix and a suffix.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
 
@@ -21,20 +28,25 @@ namespace {
 constexpr int kMaxPerLane = 8; // head_dim up to 256
 
 struct AttentionShape {
-  int64_t b, s, h, heads, d; // h = heads·d, the output's width
+  int64_t b, s, h, heads, d; // s: rows of qkv (and kv); h = heads·d, the output's width
+  int64_t rows;              // query (and output) rows: s, or a context rank's share
+  SequenceMap queries, keys; // the positions of query rows and of key rows
+  bool gathered = false;     // queries read from qkv at their positions (all-gather form)
+  int64_t whole;             // the sequence's length, of the dropout masks' indices
   QkvLayout layout;
   float scale;
   bool causal;
-  // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j.
+  // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j, at
+  // the query's and key's positions.
   double rate;
   uint32_t stream;
   ProbsMaskIndex maskIndex;
   const StepCounters *counters; // in device memory
 
   __device__ int64_t qkvRow(int64_t bi, int64_t t) const { return (bi * s + t) * layout.width(); }
-  /// Query head hi, and the key and value it reads, at position t.
-  template <typename T> __device__ T *query(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
-    return qkv + qkvRow(bi, t) + layout.query(hi);
+  /// Query head hi of query row i; the key and value it reads at key row t.
+  template <typename T> __device__ T *query(T *qkv, int64_t bi, int64_t hi, int64_t i) const {
+    return qkv + qkvRow(bi, gathered ? queries(i) : i) + layout.query(hi);
   }
   template <typename T> __device__ T *key(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
     return qkv + qkvRow(bi, t) + layout.key(layout.group(hi));
@@ -42,23 +54,37 @@ struct AttentionShape {
   template <typename T> __device__ T *value(T *qkv, int64_t bi, int64_t hi, int64_t t) const {
     return qkv + qkvRow(bi, t) + layout.value(layout.group(hi));
   }
-  /// mask/(1 − rate) of probability (i, j), or 1 without dropout.
+  /// Query row i's output row of head hi, and its statistics' place [B, heads, rows].
+  __device__ int64_t outAt(int64_t bi, int64_t hi, int64_t i) const {
+    return (bi * rows + i) * h + hi * d;
+  }
+  __device__ int64_t statAt(int64_t bi, int64_t hi, int64_t i) const {
+    return (bi * heads + hi) * rows + i;
+  }
+  /// mask/(1 − rate) of probability (query row i, key row j), or 1 without dropout.
   __device__ float dropFactor(int64_t bi, int64_t hi, int64_t i, int64_t j) const {
     if (rate == 0)
       return 1.f;
     return rng::dropoutKeeps(counters->seed, counters->step, counters->microBatch, stream,
-                             maskIndex(bi, hi, i, j, s), rate)
+                             maskIndex(bi, hi, queries(i), keys(j), whole), rate)
                ? static_cast<float>(1.0 / (1.0 - rate))
                : 0.f;
   }
-  __device__ int64_t lastKey(int64_t i) const { return causal ? i : s - 1; }
-  /// The row this warp works on: (batch, head, position); false past the last one.
+  /// The keys query row i sees: rows [0, keysSeen(i)) of kv.
+  __device__ int64_t keysSeen(int64_t i) const {
+    return causal ? keys.rowsBefore(queries(i) + 1, s) : s;
+  }
+  /// The queries that see key row j: rows [firstQuery(j), rows).
+  __device__ int64_t firstQuery(int64_t j) const {
+    return causal ? queries.rowsBefore(keys(j), rows) : 0;
+  }
+  /// The row this warp works on: (batch, head, query row); false past the last one.
   __device__ bool warpRow(int64_t &row, int64_t &bi, int64_t &hi, int64_t &t) const {
     row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-    t = row % s;
-    hi = (row / s) % heads;
-    bi = row / (s * heads);
-    return row < b * heads * s;
+    t = row % rows;
+    hi = (row / rows) % heads;
+    bi = row / (rows * heads);
+    return row < b * heads * rows;
   }
   /// The key row this warp works on: (batch, key/value group, position).
   __device__ bool warpKeyRow(int64_t &bi, int64_t &g, int64_t &t) const {
@@ -94,6 +120,16 @@ __device__ void storeRow(T *p, int64_t d, const float (&r)[kMaxPerLane]) {
   }
 }
 
+/// Adds head_dim values of one row from registers, lane-strided.
+template <typename T> __device__ void addToRow(T *p, int64_t d, const float (&r)[kMaxPerLane]) {
+  const int lane = threadIdx.x & 31;
+  for (int k = 0; k < kMaxPerLane; ++k) {
+    const int64_t c = lane + 32 * k;
+    if (c < d)
+      st(p, c, ld(p, c) + r[k]);
+  }
+}
+
 /// A row of zeros, for the parts of dqkv an operation gives no gradient.
 __device__ constexpr float kZeroRow[kMaxPerLane] = {};
 
@@ -109,33 +145,37 @@ __device__ float rowDot(const float (&q)[kMaxPerLane], const T *k, int64_t d) {
   return warpSum(acc);
 }
 
-/// The row's softmax statistics: max and Σ exp(score − max), over keys 0..lastKey(i).
+/// The row's softmax statistics: max and Σ exp(score − max), over the keys of kv it sees.
 template <typename T>
-__device__ void rowStatistics(const T *qkv, const AttentionShape &a, int64_t bi, int64_t hi,
-                              int64_t i, const float (&q)[kMaxPerLane], float &max,
-                              float &sum) {
+__device__ void rowStatistics(const T *kv, const AttentionShape &a, int64_t bi, int64_t hi,
+                              int64_t i, const float (&q)[kMaxPerLane], float &max, float &sum) {
   max = -INFINITY;
   sum = 0;
-  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const float score = a.scale * rowDot(q, a.key(qkv, bi, hi, j), a.d);
+  for (int64_t j = 0; j < a.keysSeen(i); ++j) {
+    const float score = a.scale * rowDot(q, a.key(kv, bi, hi, j), a.d);
     const float next = fmaxf(max, score);
     sum = sum * expf(max - next) + expf(score - next);
     max = next;
   }
 }
 
-/// Reads qkv, writes out: scores, softmax, dropout and the weighted sum of values in one
-/// pass over the keys (online softmax), so the scores never reach memory.
+/// Reads the queries of qkv and the keys and values of kv (qkv itself but in a ring
+/// step), writes out: scores, softmax, dropout and the weighted sum of values in one pass
+/// over the keys (online softmax), so the scores never reach memory. With `merge` (a ring
+/// step after the first), out and stats hold the steps before, and the step's part joins
+/// them weighted by the rows' log-sum-exps.
 template <typename T>
-__global__ void attentionForwardKernel(const T *qkv, T *out, float *stats, AttentionShape a) {
+__global__ void attentionForwardKernel(const T *qkv, const T *kv, T *out, float *stats,
+                                       AttentionShape a, bool merge) {
   int64_t row, bi, hi, i;
   if (!a.warpRow(row, bi, hi, i))
     return;
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
   loadRow(a.query(qkv, bi, hi, i), a.d, q);
   float max = -INFINITY, sum = 0;
-  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const T *k = a.key(qkv, bi, hi, j), *v = k + a.d;
+  const int64_t seen = a.keysSeen(i);
+  for (int64_t j = 0; j < seen; ++j) {
+    const T *k = a.key(kv, bi, hi, j), *v = k + a.d;
     const float score = a.scale * rowDot(q, k, a.d);
     const float next = fmaxf(max, score), correction = expf(max - next), p = expf(score - next);
     sum = sum * correction + p;
@@ -148,38 +188,55 @@ __global__ void attentionForwardKernel(const T *qkv, T *out, float *stats, Atten
   }
   for (int c = 0; c < kMaxPerLane; ++c)
     acc[c] /= sum;
-  storeRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, acc);
-  if (stats && (threadIdx.x & 31) == 0) // the row's log-sum-exp, [B, heads, S]
-    stats[(bi * a.heads + hi) * a.s + i] = max + logf(sum);
+  T *y = out + a.outAt(bi, hi, i);
+  float logSumExp = max + logf(sum);
+  if (merge) {
+    if (seen == 0)
+      return;
+    // Each part's weight: its share of the merged row's sum of exponentials.
+    const float total = stats[a.statAt(bi, hi, i)];
+    const float merged = fmaxf(total, logSumExp);
+    const float before = expf(total - merged), part = expf(logSumExp - merged);
+    float old[kMaxPerLane];
+    loadRow(y, a.d, old);
+    for (int c = 0; c < kMaxPerLane; ++c)
+      acc[c] = (old[c] * before + acc[c] * part) / (before + part);
+    logSumExp = merged + logf(before + part);
+    __syncwarp(); // every lane has read the total before lane 0 writes it
+  }
+  storeRow(y, a.d, acc);
+  if (stats && (threadIdx.x & 31) == 0) // the row's log-sum-exp, [B, heads, rows]
+    stats[a.statAt(bi, hi, i)] = logSumExp;
 }
 
 /// Backward, per query row i: logsumexp L_i and delta_i = dO_i·O_i (kept for the key
-/// pass), and dQ_i = scale·Σ_j dS_ij·K_j with dS_ij = P_ij·(dP_ij − delta_i).
+/// pass), and dQ_i = scale·Σ_j dS_ij·K_j with dS_ij = P_ij·(dP_ij − delta_i) over the
+/// keys of kv; with `accumulate` (a ring step), dQ_i is added to dqkv's.
 template <typename T>
-__global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T *dout, T *dqkv,
-                                             const float *stats, float2 *rowStats,
-                                             AttentionShape a) {
+__global__ void attentionBackwardQueryKernel(const T *qkv, const T *kv, const T *out, const T *dout,
+                                             T *dqkv, const float *stats, float2 *rowStats,
+                                             AttentionShape a, bool accumulate) {
   int64_t row, bi, hi, i;
   if (!a.warpRow(row, bi, hi, i))
     return;
   float q[kMaxPerLane], dO[kMaxPerLane], o[kMaxPerLane], dq[kMaxPerLane] = {};
   loadRow(a.query(qkv, bi, hi, i), a.d, q);
-  loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
-  loadRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, o);
+  loadRow(dout + a.outAt(bi, hi, i), a.d, dO);
+  loadRow(out + a.outAt(bi, hi, i), a.d, o);
   float delta = 0;
   for (int c = 0; c < kMaxPerLane; ++c)
     delta += dO[c] * o[c];
   delta = warpSum(delta);
   float logSumExp;
   if (stats) { // the forward's
-    logSumExp = stats[(bi * a.heads + hi) * a.s + i];
+    logSumExp = stats[a.statAt(bi, hi, i)];
   } else {
     float max, sum;
-    rowStatistics(qkv, a, bi, hi, i, q, max, sum);
+    rowStatistics(kv, a, bi, hi, i, q, max, sum);
     logSumExp = max + logf(sum);
   }
-  for (int64_t j = 0; j <= a.lastKey(i); ++j) {
-    const T *k = a.key(qkv, bi, hi, j), *v = k + a.d;
+  for (int64_t j = 0; j < a.keysSeen(i); ++j) {
+    const T *k = a.key(kv, bi, hi, j), *v = k + a.d;
     const float p = expf(a.scale * rowDot(q, k, a.d) - logSumExp);
     float dP = 0;
     {
@@ -195,29 +252,34 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *out, const T
     for (int c = 0; c < kMaxPerLane; ++c)
       dq[c] += a.scale * dS * kr[c];
   }
-  storeRow(a.query(dqkv, bi, hi, i), a.d, dq);
+  if (accumulate)
+    addToRow(a.query(dqkv, bi, hi, i), a.d, dq);
+  else
+    storeRow(a.query(dqkv, bi, hi, i), a.d, dq);
   if ((threadIdx.x & 31) == 0)
     rowStats[row] = make_float2(logSumExp, delta);
 }
 
-/// Backward, per key row j of a group: dK_j = scale·Σ_h Σ_i dS_ij·Q_i and
-/// dV_j = Σ_h Σ_i P'_ij·dO_i over the group's query heads h.
+/// Backward, per key row j of a group of kv: dK_j = scale·Σ_h Σ_i dS_ij·Q_i and
+/// dV_j = Σ_h Σ_i P'_ij·dO_i over the group's query heads h, into dkv (added to what it
+/// holds with `accumulate`).
 template <typename T>
-__global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
-                                           const float2 *rowStats, AttentionShape a) {
+__global__ void attentionBackwardKeyKernel(const T *qkv, const T *kv, const T *dout, T *dkv,
+                                           const float2 *rowStats, AttentionShape a,
+                                           bool accumulate) {
   int64_t bi, g, j;
   if (!a.warpKeyRow(bi, g, j))
     return;
   float k[kMaxPerLane], v[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
   const int64_t first = a.firstHead(g);
-  loadRow(a.key(qkv, bi, first, j), a.d, k);
-  loadRow(a.value(qkv, bi, first, j), a.d, v);
+  loadRow(a.key(kv, bi, first, j), a.d, k);
+  loadRow(a.value(kv, bi, first, j), a.d, v);
   for (int64_t hi = first; hi < a.endHead(g); ++hi)
-    for (int64_t i = a.causal ? j : 0; i < a.s; ++i) {
-      const float2 stats = rowStats[(bi * a.heads + hi) * a.s + i];
+    for (int64_t i = a.firstQuery(j); i < a.rows; ++i) {
+      const float2 stats = rowStats[a.statAt(bi, hi, i)];
       float q[kMaxPerLane], dO[kMaxPerLane];
       loadRow(a.query(qkv, bi, hi, i), a.d, q);
-      loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+      loadRow(dout + a.outAt(bi, hi, i), a.d, dO);
       float score = 0, dPv = 0;
       for (int c = 0; c < kMaxPerLane; ++c) {
         score += q[c] * k[c];
@@ -231,8 +293,13 @@ __global__ void attentionBackwardKeyKernel(const T *qkv, const T *dout, T *dqkv,
         dv[c] += p * drop * dO[c];
       }
     }
-  storeRow(a.key(dqkv, bi, first, j), a.d, dk);
-  storeRow(a.value(dqkv, bi, first, j), a.d, dv);
+  if (accumulate) {
+    addToRow(a.key(dkv, bi, first, j), a.d, dk);
+    addToRow(a.value(dkv, bi, first, j), a.d, dv);
+  } else {
+    storeRow(a.key(dkv, bi, first, j), a.d, dk);
+    storeRow(a.value(dkv, bi, first, j), a.d, dv);
+  }
 }
 
 // The unfused chain (selective recomputation's path): probabilities [B, heads, S, S].
@@ -251,7 +318,7 @@ __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
   const int lane = threadIdx.x & 31;
   for (int64_t j = 0; j < a.s; ++j) {
     float value = 0;
-    if (j <= a.lastKey(i))
+    if (j < a.keysSeen(i))
       value = expf(a.scale * rowDot(q, a.key(qkv, bi, hi, j), a.d) - max) / sum;
     if (lane == 0)
       st(p, j, value);
@@ -272,7 +339,7 @@ __global__ void attentionContextKernel(const T *probs, const T *qkv, T *out, Att
     for (int c = 0; c < kMaxPerLane; ++c)
       acc[c] += p * v[c];
   }
-  storeRow(out + (bi * a.s + i) * a.h + hi * a.d, a.d, acc);
+  storeRow(out + a.outAt(bi, hi, i), a.d, acc);
 }
 
 /// dS_ij = P_ij·(dP_ij − Σ_j dP_ij·P_ij) and dQ_i; delta kept for the key pass.
@@ -333,7 +400,7 @@ __global__ void attentionContextGradProbsKernel(const T *dout, const T *qkv, T *
   if (!a.warpRow(row, bi, hi, i))
     return;
   float dO[kMaxPerLane];
-  loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+  loadRow(dout + a.outAt(bi, hi, i), a.d, dO);
   const int lane = threadIdx.x & 31;
   for (int64_t j = 0; j < a.s; ++j) {
     const float dP = rowDot(dO, a.value(qkv, bi, hi, j), a.d);
@@ -356,7 +423,7 @@ __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, 
     for (int64_t i = 0; i < a.s; ++i) {
       const float p = ld(probs, (base + i) * a.s + j);
       float dO[kMaxPerLane];
-      loadRow(dout + (bi * a.s + i) * a.h + hi * a.d, a.d, dO);
+      loadRow(dout + a.outAt(bi, hi, i), a.d, dO);
       for (int c = 0; c < kMaxPerLane; ++c)
         dv[c] += p * dO[c];
     }
@@ -366,15 +433,28 @@ __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, 
   storeRow(a.value(dqkv, bi, a.firstHead(g), j), a.d, dv);
 }
 
-/// The shape of an attention instruction over a fused QKV with `heads` query heads;
-/// `dropout`: whether its probabilities are dropped (the fused kernels) or not (the
-/// unfused chain).
-inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool causal,
-                                     const plan::Instruction &inst, const StepContext &ctx,
-                                     const StepCounters *counters, bool dropout) {
+/// The shape of an attention instruction over a fused QKV with `heads` query heads and
+/// `rows` query rows; `dropout`: whether its probabilities are dropped (the fused
+/// kernels) or not (the unfused chain). A context-parallel instruction's queries are
+/// this context rank's share; a ring step's keys are ctx.ringOwner's.
+inline AttentionShape attentionShape(const TensorView &qkv, int64_t rows, int64_t heads,
+                                     bool causal, const plan::Instruction &inst,
+                                     const StepContext &ctx, const StepCounters *counters,
+                                     bool dropout) {
   AttentionShape a;
   a.b = qkv.dim(0);
   a.s = qkv.dim(1);
+  a.rows = rows;
+  a.whole = a.s;
+  const bool ring = inst.opcode() == plan::Opcode::RingAttention ||
+                    inst.opcode() == plan::Opcode::RingAttentionGrad;
+  if (ring || inst.context_parallel() > 0) {
+    a.queries = SequenceMap(rows, 0, 1, ctx.cpRank, ctx.cpSize);
+    a.whole = a.queries.total;
+    a.gathered = !ring;
+    if (ring)
+      a.keys = SequenceMap(rows, 0, 1, ctx.ringOwner, ctx.cpSize);
+  }
   a.layout = qkvLayoutOf(inst, heads, qkv.dim(2));
   a.heads = heads;
   a.d = a.layout.d;
@@ -393,31 +473,35 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t heads, bool 
 
 /// Blocks of kThreads for one warp per (batch, head, row), or per (batch, group, row).
 inline unsigned warpBlocks(const AttentionShape &a) {
-  return static_cast<unsigned>((a.b * a.heads * a.s * 32 + kThreads - 1) / kThreads);
+  return static_cast<unsigned>((a.b * a.heads * a.rows * 32 + kThreads - 1) / kThreads);
 }
 inline unsigned keyWarpBlocks(const AttentionShape &a) {
   return static_cast<unsigned>((a.b * a.layout.kv * a.s * 32 + kThreads - 1) / kThreads);
 }
 
+// The fused kernels read queries from qkv and keys and values from kv: qkv itself, but
+// in a ring step. `merge`, `accumulate`: a ring step's (attentionForwardKernel, and the
+// backward kernels).
 template <typename T>
-void launchAttentionForward(const T *qkv, T *out, float *stats, const AttentionShape &a,
-                            cudaStream_t stream) {
-  attentionForwardKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, stats, a);
+void launchAttentionForward(const T *qkv, const T *kv, T *out, float *stats,
+                            const AttentionShape &a, bool merge, cudaStream_t stream) {
+  attentionForwardKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, kv, out, stats, a, merge);
 }
 
 template <typename T>
-void launchAttentionBackwardQuery(const T *qkv, const T *out, const T *dout, T *dqkv,
+void launchAttentionBackwardQuery(const T *qkv, const T *kv, const T *out, const T *dout, T *dqkv,
                                   const float *stats, float2 *rowStats, const AttentionShape &a,
-                                  cudaStream_t stream) {
-  attentionBackwardQueryKernel<<<warpBlocks(a), kThreads, 0, stream>>>(qkv, out, dout, dqkv,
-                                                                       stats, rowStats, a);
+                                  bool accumulate, cudaStream_t stream) {
+  attentionBackwardQueryKernel<<<warpBlocks(a), kThreads, 0, stream>>>(
+      qkv, kv, out, dout, dqkv, stats, rowStats, a, accumulate);
 }
 
 template <typename T>
-void launchAttentionBackwardKey(const T *qkv, const T *dout, T *dqkv, const float2 *rowStats,
-                                const AttentionShape &a, cudaStream_t stream) {
-  attentionBackwardKeyKernel<<<keyWarpBlocks(a), kThreads, 0, stream>>>(qkv, dout, dqkv, rowStats,
-                                                                     a);
+void launchAttentionBackwardKey(const T *qkv, const T *kv, const T *dout, T *dkv,
+                                const float2 *rowStats, const AttentionShape &a, bool accumulate,
+                                cudaStream_t stream) {
+  attentionBackwardKeyKernel<<<keyWarpBlocks(a), kThreads, 0, stream>>>(qkv, kv, dout, dkv,
+                                                                        rowStats, a, accumulate);
 }
 
 template <typename T>

@@ -156,16 +156,6 @@ public:
         }
   }
 
-  Status supports(const plan::Instruction &inst) const override {
-    const plan::Opcode opcode = inst.opcode();
-    if (opcode == Opcode::RingAttention || opcode == Opcode::RingAttentionGrad ||
-        ((opcode == Opcode::Attention || opcode == Opcode::AttentionGrad) &&
-         inst.context_parallel() > 0))
-      return Status::failure("cuda backend: context-parallel attention runs on the CPU backend "
-                             "only, so far (mtc compile without --cp for a GPU)");
-    return Status::success();
-  }
-
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
@@ -698,6 +688,8 @@ private:
       why = "cuDNN's flash attention takes bf16 or f16, not f32";
     else if (a.rate > 0)
       why = "it drops probabilities, and cuDNN cannot draw our dropout masks";
+    else if (a.queries.chunk != 0)
+      why = "its queries are a context-parallel share of the sequence";
     SdpaProblem problem{a.layout, a.b, a.s, type, a.causal, a.scale};
     const bool eligible = why.empty();
     if (eligible && call(problem, why))
@@ -713,6 +705,10 @@ private:
       warnedCudnn_ = true;
     }
     return false;
+  }
+  /// Attention cuDNN never runs (a ring step's): under MT_CUDA_ATTENTION=cudnn, an error.
+  void withoutCudnn(const AttentionShape &a, DType type) {
+    throughCudnn(a, type, [](const SdpaProblem &, std::string &) { return false; });
   }
   CudnnAttention::Workspace cudnnWorkspace() {
     return [this](size_t bytes) {
@@ -901,15 +897,12 @@ private:
   template <typename T> void runAttention(const Call<T> &c) {
     const plan::Instruction &inst = c.inst;
     const TensorView *in = c.in, *out = c.out;
-    if (inst.context_parallel() > 0)
-      throw std::runtime_error("cuda backend: context-parallel attention (queries of one "
-                               "rank's share of the sequence) runs on the CPU backend only");
     switch (inst.opcode()) {
     case Opcode::Attention: {
       // The rows' statistics go to the second output where the plan keeps them (for
       // the gradient), else to scratch where cuDNN must write them.
-      AttentionShape a =
-          attentionShape(in[0], inst.heads(), inst.causal(), inst, c.ctx, c.step, true);
+      AttentionShape a = attentionShape(in[0], out[0].dim(1), inst.heads(), inst.causal(), inst,
+                                        c.ctx, c.step, true);
       float *kept = inst.outputs()->size() > 1 ? c.f(out[1]) : nullptr;
       if (throughCudnn(a, c.type(), [&](const SdpaProblem &problem, std::string &why) {
             float *stats =
@@ -918,12 +911,32 @@ private:
                                   stream_, why);
           }))
         break;
-      launchAttentionForward(c.p(in[0]), c.p(out[0]), kept, a, stream_);
+      launchAttentionForward(c.p(in[0]), c.p(in[0]), c.p(out[0]), kept, a, false, stream_);
+      break;
+    }
+    case Opcode::RingAttention: { // a step: (qkv, the share in flight) -> (out, lse)
+      AttentionShape a = attentionShape(in[0], in[0].dim(1), inst.heads(), inst.causal(), inst,
+                                        c.ctx, c.step, true);
+      withoutCudnn(a, c.type());
+      launchAttentionForward(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.f(out[1]), a, !c.ctx.ringFirst,
+                             stream_);
+      break;
+    }
+    case Opcode::RingAttentionGrad: { // (dy, qkv, out, lse, the share) -> (dqkv, its dkv) +=
+      AttentionShape a = attentionShape(in[1], in[1].dim(1), inst.heads(), inst.causal(), inst,
+                                        c.ctx, c.step, true);
+      withoutCudnn(a, c.type());
+      float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.rows));
+      launchAttentionBackwardQuery(c.p(in[1]), c.p(in[4]), c.p(in[2]), c.p(in[0]), c.p(out[0]),
+                                   c.f(in[3]), stats, a, true, stream_);
+      launched("ring attention backward (queries)");
+      launchAttentionBackwardKey(c.p(in[1]), c.p(in[4]), c.p(in[0]), c.p(out[1]), stats, a, true,
+                                 stream_);
       break;
     }
     case Opcode::AttentionGrad: {
-      AttentionShape a =
-          attentionShape(in[1], inst.heads(), inst.causal(), inst, c.ctx, c.step, true);
+      AttentionShape a = attentionShape(in[1], in[2].dim(1), inst.heads(), inst.causal(), inst,
+                                        c.ctx, c.step, true);
       // cuDNN's backward takes the rows' statistics: the forward's where the plan kept
       // them (mt-keep-attention-stats), else from a forward run again for them (its
       // output written to scratch and discarded). Both paths write the same form of
@@ -946,26 +959,32 @@ private:
                                    cudnnWorkspace(), stream_, why);
           }))
         break;
-      float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.s));
-      launchAttentionBackwardQuery(c.p(in[1]), c.p(in[2]), c.p(in[0]), c.p(out[0]), given, stats, a,
-                                   stream_);
+      float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.rows));
+      if (a.gathered) // the rows of other ranks' queries get no query gradient here
+        check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_),
+              "zeroing attention's gradient");
+      launchAttentionBackwardQuery(c.p(in[1]), c.p(in[1]), c.p(in[2]), c.p(in[0]), c.p(out[0]),
+                                   given, stats, a, false, stream_);
       launched("attention backward (queries)");
-      launchAttentionBackwardKey(c.p(in[1]), c.p(in[0]), c.p(out[0]), stats, a, stream_);
+      launchAttentionBackwardKey(c.p(in[1]), c.p(in[1]), c.p(in[0]), c.p(out[0]), stats, a, false,
+                                 stream_);
       break;
     }
     case Opcode::AttentionProbs: {
-      AttentionShape a =
-          attentionShape(in[0], inst.heads(), inst.causal(), inst, c.ctx, c.step, false);
+      AttentionShape a = attentionShape(in[0], in[0].dim(1), inst.heads(), inst.causal(), inst,
+                                        c.ctx, c.step, false);
       launchAttentionProbs(c.p(in[0]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionContext: {
-      AttentionShape a = attentionShape(in[1], in[0].dim(1), false, inst, c.ctx, c.step, false);
+      AttentionShape a =
+          attentionShape(in[1], in[1].dim(1), in[0].dim(1), false, inst, c.ctx, c.step, false);
       launchAttentionContext(c.p(in[0]), c.p(in[1]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionProbsGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, c.ctx, c.step, false);
+      AttentionShape a =
+          attentionShape(in[2], in[2].dim(1), in[1].dim(1), false, inst, c.ctx, c.step, false);
       float *deltas = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
       launchAttentionProbsGradQuery(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), deltas, a,
                                     stream_);
@@ -975,7 +994,8 @@ private:
       break;
     }
     case Opcode::AttentionContextGrad: {
-      AttentionShape a = attentionShape(in[2], in[1].dim(1), false, inst, c.ctx, c.step, false);
+      AttentionShape a =
+          attentionShape(in[2], in[2].dim(1), in[1].dim(1), false, inst, c.ctx, c.step, false);
       launchAttentionContextGradProbs(c.p(in[0]), c.p(in[2]), c.p(out[0]), a, stream_);
       launched("attention context gradient (probabilities)");
       launchAttentionContextGradValues(c.p(in[0]), c.p(in[1]), c.p(out[1]), a, stream_);
@@ -1101,6 +1121,8 @@ private:
     case Opcode::AttentionContext:
     case Opcode::AttentionProbsGrad:
     case Opcode::AttentionContextGrad:
+    case Opcode::RingAttention:
+    case Opcode::RingAttentionGrad:
       runAttention(c);
       break;
     case Opcode::CrossEntropy:
@@ -1178,10 +1200,6 @@ private:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
       return Status::failure("collectives run through the communicator, not the backend");
-    case Opcode::RingAttention:
-    case Opcode::RingAttentionGrad:
-      return Status::failure("cuda backend: ring attention (--cp-comm-type p2p) runs on the "
-                             "CPU backend only");
     }
     launched(plan::EnumNameOpcode(inst.opcode()));
     return Status::success();

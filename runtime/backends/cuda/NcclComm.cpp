@@ -1,9 +1,10 @@
 // The GPU communicator: tensor collectives on device memory through NCCL, on the
 // legacy default stream, which the CUDA backend's stream (a blocking one) is ordered
 // with both ways: every collective runs after the kernels that produce its input, and
-// before those that read its output. Scalars, point-to-point messages
-// (pipeline activations travel through host memory) and subsets of a group (the tied
-// embedding's stages) go through the MPI communicator it wraps.
+// before those that read its output; so do ring attention's steps (shift: a send and a
+// receive in one NCCL group). Scalars, point-to-point messages (pipeline activations
+// travel through host memory) and subsets of a group (the tied embedding's stages) go
+// through the MPI communicator it wraps.
 //
 // The watchdog. NCCL's communicators are non-blocking: no call blocks the host, and a
 // call still in progress is waited on with the watchdog looking on. Each collective
@@ -215,6 +216,21 @@ public:
     return host_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return host_->waitSends(); }
+  /// One NCCL group of the send and the receive, so that every member's send meets its
+  /// neighbour's receive whatever the order the members reach it in.
+  Status shift(Group g, int to, const void *send, int from, void *recv, size_t bytes,
+               int) override {
+    if (!of(g)) // a group of one: to and from are this member
+      return cudaStatus(cudaMemcpy(recv, send, bytes, cudaMemcpyDeviceToDevice), "copying");
+    MT_TRY(ncclStatus(ncclGroupStart(), "starting a ring step"));
+    const ncclResult_t sent = ncclSend(send, bytes, ncclUint8, to, of(g), 0);
+    const ncclResult_t received = ncclRecv(recv, bytes, ncclUint8, from, of(g), 0);
+    const ncclResult_t ended = ncclGroupEnd();
+    for (ncclResult_t part : {sent, received})
+      if (part != ncclSuccess && part != ncclInProgress)
+        return ncclStatus(part, "a ring step");
+    return enqueued(g, ended, "a ring step");
+  }
   Status gatherOnHost(const std::string &mine, std::vector<std::string> &all) override {
     return host_->gatherOnHost(mine, all);
   }
