@@ -104,6 +104,19 @@ struct SequenceMap {
   }
 };
 
+/// The chunks a context-parallel group's shares [cp·B, S/cp, ...] hold of the sequences
+/// [B, S, ...] in order (ContextOrder): copy(shareRow, wholeRow, rows) for each chunk of
+/// `rows` rows, from row shareRow of the shares and row wholeRow of the sequences.
+template <typename Copy> void forEachContextChunk(int64_t b, int64_t s, int64_t cp, Copy copy) {
+  const int64_t c = s / (2 * cp);
+  for (int64_t r = 0; r < cp; ++r)
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t half = 0; half < 2; ++half) {
+        const int64_t chunk = half == 0 ? r : 2 * cp - 1 - r;
+        copy((r * b + bi) * 2 * c + half * c, bi * s + chunk * c, c);
+      }
+}
+
 /// A block of a larger tensor: the local tensor is block `index` of `parts` equal
 /// blocks of the global one along `dim` (of a context-parallel share, with `cp`). Maps
 /// local element indices to global ones, so that anything defined per global element

@@ -590,6 +590,22 @@ template <typename T> struct Kernels {
     }
   }
 
+  /// dS = P∘(dP − rowsum(dO∘O)) in place of dP [rows, cols]: row i over its first seen(i)
+  /// entries, 0 past them (where P is 0, so is dS). dO and O have rows of stride h.
+  template <typename Seen>
+  static void softmaxGrad(const T *p, T *dp, const T *dO, const T *o, int64_t rows, int64_t cols,
+                          int64_t h, int64_t d, Seen seen) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t n = seen(i);
+      double delta = 0;
+      for (int64_t j = 0; j < d; ++j)
+        delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
+      for (int64_t j = 0; j < n; ++j)
+        dp[i * cols + j] = static_cast<T>(p[i * cols + j] * (dp[i * cols + j] - delta));
+      std::fill(dp + i * cols + n, dp + (i + 1) * cols, T(0));
+    }
+  }
+
   /// The multiply-adds of one attention GEMM over a fused QKV: B·heads·S·S·d. Below
   /// kParallelElements of them a parallel region costs more than it saves.
   static int64_t attentionWork(const TensorView &qkv, const QkvLayout &l) {
@@ -678,15 +694,8 @@ template <typename T> struct Kernels {
             gemm(false, true, sq, sk, d, T(1), dO, h, v, w, T(0), dp.data(), sk);
             if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
               drop.apply(dp.data(), keep, dp.data());
-            for (int64_t i = 0; i < sq; ++i) { // past the diagonal P is 0, and so is dS
-              const int64_t valid = blk.valid(i, sk, causal);
-              double delta = 0;
-              for (int64_t j = 0; j < d; ++j)
-                delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-              for (int64_t j = 0; j < valid; ++j)
-                dp[i * sk + j] = static_cast<T>(p[i * sk + j] * (dp[i * sk + j] - delta));
-              std::fill(dp.begin() + i * sk + valid, dp.begin() + (i + 1) * sk, T(0));
-            }
+            softmaxGrad(p.data(), dp.data(), dO, o, sq, sk, h, d,
+                        [&](int64_t i) { return blk.valid(i, sk, causal); });
             gemm(false, false, sq, d, sk, static_cast<T>(scale), dp.data(), sk, k, w, T(0),
                  drow + blk.first * w + l.query(hi), w);
             gemm(true, false, sk, d, sq, static_cast<T>(scale), dp.data(), sk, q, w, sum, dk, w);
@@ -699,18 +708,13 @@ template <typename T> struct Kernels {
   /// sequence order [B, S, F] (core/Tensor.h: SequenceMap), or back with `inverse`.
   static void contextOrder(const TensorView &in, int64_t cp, bool inverse, const TensorView &out) {
     const TensorView &whole = inverse ? in : out;
-    const int64_t b = whole.dim(0), s = whole.dim(1), f = whole.dim(2), c = s / (2 * cp);
-    for (int64_t r = 0; r < cp; ++r)
-      for (int64_t bi = 0; bi < b; ++bi)
-        for (int64_t half = 0; half < 2; ++half) {
-          const int64_t chunk = half == 0 ? r : 2 * cp - 1 - r;
-          const int64_t shareAt = ((r * b + bi) * 2 * c + half * c) * f;
-          const int64_t wholeAt = (bi * s + chunk * c) * f;
-          if (inverse)
-            std::copy_n(ptr(in) + wholeAt, c * f, ptr(out) + shareAt);
-          else
-            std::copy_n(ptr(in) + shareAt, c * f, ptr(out) + wholeAt);
-        }
+    const int64_t f = whole.dim(2);
+    forEachContextChunk(whole.dim(0), whole.dim(1), cp, [&](int64_t share, int64_t at, int64_t n) {
+      if (inverse)
+        std::copy_n(ptr(in) + at * f, n * f, ptr(out) + share * f);
+      else
+        std::copy_n(ptr(in) + share * f, n * f, ptr(out) + at * f);
+    });
   }
 
   /// Ring attention's scores of one (batch, head) at a step: P = softmax over the keys of
@@ -847,15 +851,8 @@ template <typename T> struct Kernels {
           gemm(false, true, rows, rows, d, T(1), dO, h, v, w, T(0), dp.data(), rows);
           if (drop.active())
             drop.apply(dp.data(), keep, dp.data());
-          for (int64_t i = 0; i < rows; ++i) {
-            const int64_t n = scores.seen(i);
-            double delta = 0;
-            for (int64_t j = 0; j < d; ++j)
-              delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-            for (int64_t j = 0; j < n; ++j)
-              dp[i * rows + j] = static_cast<T>(p[i * rows + j] * (dp[i * rows + j] - delta));
-            std::fill(dp.begin() + i * rows + n, dp.begin() + (i + 1) * rows, T(0));
-          }
+          softmaxGrad(p.data(), dp.data(), dO, o, rows, rows, h, d,
+                      [&](int64_t i) { return scores.seen(i); });
           gemm(false, false, rows, d, rows, scale, dp.data(), rows, k, w, T(1),
                ptr(dqkv) + bi * rows * w + l.query(hi), w);
           gemm(true, false, rows, d, rows, scale, dp.data(), rows, q, w, T(1), dk, w);

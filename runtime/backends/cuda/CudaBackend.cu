@@ -141,19 +141,13 @@ public:
   /// back (`inverse`): two chunks of each share, each one copy.
   void contextOrder(const TensorView &in, int64_t cp, bool inverse, const TensorView &out) {
     const TensorView &whole = inverse ? in : out;
-    const int64_t b = whole.dim(0), s = whole.dim(1), c = s / (2 * cp);
     const size_t row = dtypeBytes(whole.dtype) * whole.dim(2);
-    for (int64_t r = 0; r < cp; ++r)
-      for (int64_t bi = 0; bi < b; ++bi)
-        for (int64_t half = 0; half < 2; ++half) {
-          const int64_t chunk = half == 0 ? r : 2 * cp - 1 - r;
-          const size_t shareAt = row * ((r * b + bi) * 2 * c + half * c);
-          const size_t wholeAt = row * (bi * s + chunk * c);
-          char *dst = static_cast<char *>(out.data) + (inverse ? shareAt : wholeAt);
-          const char *src = static_cast<const char *>(in.data) + (inverse ? wholeAt : shareAt);
-          check(cudaMemcpyAsync(dst, src, row * c, cudaMemcpyDeviceToDevice, stream_),
-                "ordering context-parallel shares");
-        }
+    forEachContextChunk(whole.dim(0), whole.dim(1), cp, [&](int64_t share, int64_t at, int64_t n) {
+      char *dst = static_cast<char *>(out.data) + row * (inverse ? share : at);
+      const char *src = static_cast<const char *>(in.data) + row * (inverse ? at : share);
+      check(cudaMemcpyAsync(dst, src, row * n, cudaMemcpyDeviceToDevice, stream_),
+            "ordering context-parallel shares");
+    });
   }
 
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
