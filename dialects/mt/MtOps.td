@@ -647,4 +647,94 @@ def Mt_CrossEntropyWithGradOp : Mt_ShapedOp<"cross_entropy_with_grad", [Pure,
   let results = (outs Mt_FloatTensor:$loss, Mt_FloatTensor:$dlogits);
 }
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+// Each token of [B, S, ...] chooses `topk` of `num_experts` experts; its slots are
+// dispatched as rows sorted by expert (within an expert by token, then slot): N =
+// B·S·topk rows, of which counts[e] are expert e's. Dropless: every slot is computed.
+
+def Mt_MoeRouterOp : Mt_ShapedOp<"moe_router", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "top-k gating of router logits [B, S, E] -> (gates, experts) [B, S, k]";
+  let description = [{
+    Each token's `topk` experts are those of the largest logits, ties to the lower
+    expert index, listed in that order. Its gates are the softmax over those k logits
+    (Mixtral's), or with `pre_softmax` the softmax over all E probabilities, the top k
+    of them taken as they are. With `aux_loss_coeff` c > 0 the router's gradient also
+    carries the load-balancing loss of Switch Transformer, as Megatron-Core defines it:
+    c·E/(k·T²)·Σ_e n_e·Σ_t p_te over the T tokens of the micro-batch, p the softmax over
+    all E logits and n_e the slots routed to expert e. That loss is not part of the
+    returned loss: its gradient is added to the logits' (scaled as the loss seed is),
+    as Megatron's auxiliary-loss scaler adds it, so every layout carries it unchanged.
+  }];
+  let arguments = (ins Mt_FloatTensor:$logits, ConfinedAttr<I64Attr, [IntPositive]>:$topk,
+                       UnitAttr:$pre_softmax,
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coeff);
+  let results = (outs Mt_FloatTensor:$gates, Mt_IndexTensor:$experts);
+}
+
+def Mt_MoeRouterGradOp : Mt_GradOp<"moe_router_grad", [Mt_CostOpInterface]> {
+  let summary = "dlogits from dgates, with the load-balancing loss's gradient";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$logits,
+                       Mt_IndexTensor:$experts, ConfinedAttr<I64Attr, [IntPositive]>:$topk,
+                       UnitAttr:$pre_softmax,
+                       DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coeff);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "tokens [B, S, H] -> (rows [B·S·k, H] sorted by expert, counts [E])";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Mt_FloatTensor:$rows, Mt_IndexTensor:$counts);
+}
+
+def Mt_MoeDispatchGradOp : Mt_GradOp<"moe_dispatch_grad", [Mt_CostOpInterface]> {
+  let summary = "dx [B, S, H]: each token's slots' row gradients summed, slot by slot";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_GroupedLinearOp : Mt_ShapedOp<"grouped_linear", [Pure,
+    DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "rows [N, I] by expert: expert e's counts[e] rows times w[e]ᵀ, w [E, O, I]";
+  let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$counts, Mt_FloatTensor:$weight);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_GroupedLinearGradInputOp : Mt_GradOp<"grouped_linear_grad_input",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
+  let summary = "dx [N, I]: expert e's rows of dy times w[e]";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_IndexTensor:$counts, Mt_FloatTensor:$weight);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_GroupedLinearGradWeightOp : Mt_GradOp<"grouped_linear_grad_weight",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
+  let summary = "dw [E, O, I]: dw[e] = dyᵀ·x over expert e's rows";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input, Mt_IndexTensor:$counts);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_MoeCombineOp : Mt_ShapedOp<"moe_combine", [Pure, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "y [B, S, H] = Σ over each token's slots of gate·its row, slot by slot";
+  let arguments = (ins Mt_FloatTensor:$rows, Mt_FloatTensor:$gates, Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_MoeCombineGradOp : Mt_GradOp<"moe_combine_grad", [Mt_CostOpInterface]> {
+  let summary = "drows = gate·dy of each slot's token, dgates = dy·row";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$rows, Mt_FloatTensor:$gates,
+                       Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Mt_FloatTensor:$rows_grad, Mt_FloatTensor:$gates_grad);
+}
+
 #endif

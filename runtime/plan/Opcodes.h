@@ -16,18 +16,19 @@ enum class RunsOn { Backend, Comm };
 struct OpcodeInfo {
   plan::Opcode opcode;
   int minInputs, maxInputs, minOutputs, maxOutputs;
-  /// The operand holding ids or targets, the input or output holding a dropout mask;
-  /// -1 where there is none.
-  int indexInput, maskInput, maskOutput;
+  /// The input and the output holding ids, targets or experts, the input and the output
+  /// holding a dropout mask; -1 where there is none.
+  int indexInput, indexOutput, maskInput, maskOutput;
   /// The first output that may be a parameter's gradient (Grad buffers from it on); -1.
   int gradOutput;
   RunsOn runsOn;
 };
 
 inline constexpr OpcodeInfo kOpcodes[] = {
-#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, grad, runsOn,     \
-                  shapes)                                                                  \
-  {plan::Opcode::name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, grad, RunsOn::runsOn},
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, indexOut, mask, maskOut, grad,     \
+                  runsOn, shapes)                                                          \
+  {plan::Opcode::name, minIn,    maxIn,   minOut, maxOut,        index,                            \
+   indexOut,           mask,     maskOut, grad,   RunsOn::runsOn},
 #include "plan/Opcodes.def"
 #undef MT_OPCODE
 };

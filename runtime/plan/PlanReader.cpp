@@ -6,6 +6,7 @@
 #include "plan/SchemaFields.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <tuple>
@@ -383,10 +384,72 @@ std::string checkBlocks(const Operands &o) {
   return ok ? "" : "collective operands disagree";
 }
 
+// Mixture of experts: tokens [B, S, ...] of k slots each (experts [B, S, k]), among e
+// experts; N = B·S·k dispatched rows.
+bool routes(const Dims &tokens, const Dims &experts, int64_t e) {
+  return tokens.rank() == 3 && experts.rank() == 3 && experts.d[2] >= 1 && e >= experts.d[2] &&
+         e <= (1 << 24) && experts.d[0] == tokens.d[0] && experts.d[1] == tokens.d[1];
+}
+
+// MoeRouter logits -> (gates, experts); MoeRouterGrad (dgates, logits, experts) -> dlogits.
+std::string checkMoeRouter(const Operands &o) {
+  const bool forward = o.inst.opcode() == plan::Opcode::MoeRouter;
+  const Dims &logits = o.in[forward ? 0 : 1], &experts = forward ? o.out[1] : o.in[2];
+  const Dims &gates = forward ? o.out[0] : o.in[0];
+  return routes(logits, experts, logits.rank() == 3 ? logits.d[2] : 0) &&
+                 experts.d[2] == o.inst.topk() && gates.d == experts.d &&
+                 (forward || o.out[0].d == logits.d) &&
+                 std::isfinite(o.inst.aux_loss_coeff()) && o.inst.aux_loss_coeff() >= 0
+             ? ""
+             : "router operands disagree";
+}
+
+// MoeDispatch (x, experts) -> (rows, counts); MoeDispatchGrad (drows, experts) -> dx.
+std::string checkMoeDispatch(const Operands &o) {
+  const bool forward = o.inst.opcode() == plan::Opcode::MoeDispatch;
+  const Dims &x = forward ? o.in[0] : o.out[0], &rows = forward ? o.out[0] : o.in[0];
+  return routes(x, o.in[1], o.inst.num_experts()) && rows.rank() == 2 && rows.d[0] == o.in[1].numel() &&
+                 rows.d[1] == x.d[2] && (!forward || o.out[1].d == std::vector<int64_t>{
+                                                                       o.inst.num_experts()})
+             ? ""
+             : "dispatch operands disagree";
+}
+
+// GroupedLinear (rows [N, I], counts [E], w [E, O, I]) -> [N, O]; GradInput (dy, counts,
+// w) -> [N, I]; GradWeight (dy, rows, counts) -> dw.
+std::string checkGroupedLinear(const Operands &o) {
+  const plan::Opcode op = o.inst.opcode();
+  const bool weights = op == plan::Opcode::GroupedLinearGradWeight;
+  const Dims &w = weights ? o.out[0] : o.in[2], &counts = o.in[weights ? 2 : 1];
+  const Dims &x = op == plan::Opcode::GroupedLinear ? o.in[0]
+                  : weights                         ? o.in[1]
+                                                    : o.out[0];
+  const Dims &y = op == plan::Opcode::GroupedLinear ? o.out[0] : o.in[0];
+  return w.rank() == 3 && x.rank() == 2 && y.rank() == 2 && counts.rank() == 1 &&
+                 counts.d[0] == w.d[0] && x.d[0] == y.d[0] && x.d[1] == w.d[2] &&
+                 y.d[1] == w.d[1]
+             ? ""
+             : "grouped linear operands disagree";
+}
+
+// MoeCombine (rows, gates, experts) -> y; MoeCombineGrad (dy, rows, gates, experts) ->
+// (drows, dgates).
+std::string checkMoeCombine(const Operands &o) {
+  const bool forward = o.inst.opcode() == plan::Opcode::MoeCombine;
+  const size_t at = forward ? 0 : 1; // rows
+  const Dims &y = forward ? o.out[0] : o.in[0], &rows = o.in[at], &gates = o.in[at + 1];
+  const Dims &experts = o.in[at + 2];
+  return routes(y, experts, o.inst.num_experts()) && gates.d == experts.d && rows.rank() == 2 &&
+                 rows.d[0] == experts.numel() && rows.d[1] == y.d[2] &&
+                 (forward || (o.out[0].d == rows.d && o.out[1].d == gates.d))
+             ? ""
+             : "combine operands disagree";
+}
+
 using OperandCheck = std::string (*)(const Operands &);
 constexpr OperandCheck kShapeChecks[] = {
-#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, mask, maskOut, grad, runsOn,     \
-                  shapes)                                                                  \
+#define MT_OPCODE(name, minIn, maxIn, minOut, maxOut, index, indexOut, mask, maskOut, grad,     \
+                  runsOn, shapes)                                                          \
   &check##shapes,
 #include "plan/Opcodes.def"
 #undef MT_OPCODE
@@ -457,7 +520,9 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
                                                 : !isFloat(in[i]))
       return "an operand has the wrong element type";
   for (size_t i = 0; i < out.size(); ++i)
-    if (static_cast<int>(i) == info.maskOutput ? !isMask(out[i]) : !isFloat(out[i]))
+    if (static_cast<int>(i) == info.indexOutput  ? !out[i].isIndex()
+        : static_cast<int>(i) == info.maskOutput ? !isMask(out[i])
+                                                 : !isFloat(out[i]))
       return "an output has the wrong element type";
   // A context-parallel share is one of the grid's: its rows cut into two whole chunks.
   const int64_t cp = p.grid()->cp();

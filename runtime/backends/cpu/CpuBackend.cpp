@@ -3,15 +3,15 @@
 // other backends and every parallel layout are checked against, so it favours clarity
 // and double-precision accumulation over speed.
 #include "backends/Backend.h"
+#include "backends/cpu/Blas.h"
 #include "backends/cpu/DropoutMask.h"
+#include "backends/cpu/MoeKernels.h"
 #include "backends/cpu/VectorMath.h"
 #include "core/DType.h"
 #include "core/Half.h"
 #include "core/Rng.h"
 #include "core/SharedMath.h"
 #include "plan/Opcodes.h"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -42,23 +42,7 @@ int64_t indexAt(const TensorView &t, int64_t i) {
   return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
 }
 
-//===----------------------------------------------------------------------===//
-// GEMM: C[m×n] = alpha·op(A)·op(B) + beta·C, row-major, with leading dimensions.
-//===----------------------------------------------------------------------===//
-
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, float alpha,
-          const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-          int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, double alpha,
-          const double *a, int64_t lda, const double *b, int64_t ldb, double beta, double *c,
-          int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
+using cpu::gemm;
 
 /// Large GEMMs are split into fixed tiles of the output, one OpenMP iteration each, each
 /// a whole product over k. The tiles follow from the shape alone, never from the thread
@@ -1094,6 +1078,23 @@ template <typename T> struct Kernels {
     return drop;
   }
 
+  /// BiasDropoutAdd as the ops in turn, each result stored as theirs is. The output is
+  /// written before the residual is read: they must not share a buffer (not in place).
+  static void biasDropoutAdd(const plan::Instruction &inst, const TensorView *in,
+                             const TensorView *out, const StepContext &ctx,
+                             const std::function<void(int)> &stored) {
+    const TensorView *x = &in[0];
+    if (inst.inputs()->size() == 3) {
+      biasAdd(in[0], in[2], out[0]);
+      stored(0);
+      x = &out[0];
+    }
+    dropout(*x, dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx, out[0],
+            inst.outputs()->size() == 2 ? &out[1] : nullptr);
+    stored(0);
+    add(in[1], out[0], out[0]);
+  }
+
   /// Runs `inst`. A fused pair calls `stored(i)` once its first step has written output
   /// i, which rounds it to its storage type where that is narrower than T, as the
   /// unfused pair stores it between its two instructions.
@@ -1146,21 +1147,9 @@ template <typename T> struct Kernels {
       dropout(in[0], dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx,
               out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
       break;
-    case Opcode::BiasDropoutAdd: { // the ops in turn, each result stored as theirs is
-      // The output is written before the residual is read: they must not share a buffer
-      // (the op is not in place).
-      const TensorView *x = &in[0];
-      if (inst.inputs()->size() == 3) {
-        biasAdd(in[0], in[2], out[0]);
-        stored(0);
-        x = &out[0];
-      }
-      dropout(*x, dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx,
-              out[0], inst.outputs()->size() == 2 ? &out[1] : nullptr);
-      stored(0);
-      add(in[1], out[0], out[0]);
+    case Opcode::BiasDropoutAdd:
+      biasDropoutAdd(inst, in, out, ctx, stored);
       break;
-    }
     case Opcode::AttentionProbs:
       attentionProbs(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
                      out[0]);
@@ -1189,6 +1178,16 @@ template <typename T> struct Kernels {
       return Status::failure("collectives run through the communicator, not the backend");
     case Opcode::RingAttentionGrad:
       return runGradient(inst, in, out, ctx, stored);
+    case Opcode::MoeRouter:
+    case Opcode::MoeRouterGrad:
+    case Opcode::MoeDispatch:
+    case Opcode::MoeDispatchGrad:
+    case Opcode::GroupedLinear:
+    case Opcode::GroupedLinearGradInput:
+    case Opcode::GroupedLinearGradWeight:
+    case Opcode::MoeCombine:
+    case Opcode::MoeCombineGrad:
+      return cpu::runMoe<T>(inst, in, out, ctx);
 
     case Opcode::EmbeddingGrad:
     case Opcode::PositionEmbeddingGrad:

@@ -150,6 +150,13 @@ public:
     });
   }
 
+  Status supports(const plan::Instruction &inst) const override {
+    if (inst.opcode() >= Opcode::MoeRouter && inst.opcode() <= Opcode::MoeCombineGrad)
+      return Status::failure(cat("cuda backend: mixture of experts (", EnumNameOpcode(inst.opcode()),
+                                 ") runs on the CPU backend only, so far"));
+    return Status::success();
+  }
+
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
     return guarded([&] {
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
@@ -1194,6 +1201,16 @@ private:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
       return Status::failure("collectives run through the communicator, not the backend");
+    case Opcode::MoeRouter:
+    case Opcode::MoeRouterGrad:
+    case Opcode::MoeDispatch:
+    case Opcode::MoeDispatchGrad:
+    case Opcode::GroupedLinear:
+    case Opcode::GroupedLinearGradInput:
+    case Opcode::GroupedLinearGradWeight:
+    case Opcode::MoeCombine:
+    case Opcode::MoeCombineGrad:
+      throw std::logic_error("cuda backend: a mixture-of-experts opcode (supports() refuses it)");
     }
     launched(plan::EnumNameOpcode(inst.opcode()));
     return Status::success();

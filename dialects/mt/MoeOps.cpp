@@ -1,0 +1,251 @@
+// The mixture-of-experts ops of the mt dialect (MtOps.td): their shapes, costs and
+// vector-Jacobian rules. Tokens are the rows of [B, S, ...]; experts [B, S, k] lists each
+// token's k experts; the dispatched rows [B·S·k, ...] are sorted by expert.
+#include "dialects/mt/MtDialect.h"
+#include "dialects/mt/OpShapes.h"
+
+using namespace mlir;
+using namespace mlir::mt;
+using namespace mlir::mt::shapes;
+
+namespace {
+
+/// Requires tokens [B, S, F] and their experts [B, S, k] (k static) of the same tokens.
+LogicalResult expectRouted(std::optional<Location> loc, StringRef op, StringRef what,
+                           RankedTensorType tokens, RankedTensorType experts) {
+  if (tokens.getRank() == 3 && experts.getRank() == 3 &&
+      compatible(tokens.getDimSize(0), experts.getDimSize(0)) &&
+      compatible(tokens.getDimSize(1), experts.getDimSize(1)) &&
+      !ShapedType::isDynamic(experts.getDimSize(2)))
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " ", str(tokens), " and experts ", str(experts),
+                           " must be [B, S, ...] and [B, S, k] of the same tokens");
+}
+
+/// Requires k slots of at most `experts` experts, and a [B, S, k] `of` shaped as them.
+LogicalResult expectSlots(std::optional<Location> loc, StringRef op, RankedTensorType experts,
+                          int64_t count, StringRef what, RankedTensorType of) {
+  if (experts.getDimSize(2) > count)
+    return emitOptionalError(loc, op, ": ", experts.getDimSize(2), " experts a token among ",
+                             count);
+  return expectSameShape(loc, op, what, of, "experts", experts.clone(of.getElementType()));
+}
+
+/// The dispatched rows of experts [B, S, k]: B·S·k, dynamic where B or S is.
+int64_t dispatchedRows(RankedTensorType experts) {
+  int64_t n = 1;
+  for (int64_t d : experts.getShape()) {
+    if (ShapedType::isDynamic(d))
+      return ShapedType::kDynamic;
+    n *= d;
+  }
+  return n;
+}
+
+/// Requires rows [N, F] with N the dispatched rows of `experts`.
+LogicalResult expectDispatched(std::optional<Location> loc, StringRef op, StringRef what,
+                               RankedTensorType rows, RankedTensorType experts) {
+  if (rows.getRank() == 2 && compatible(rows.getDimSize(0), dispatchedRows(experts)))
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " ", str(rows),
+                           " must be [B·S·k, features] for experts ", str(experts));
+}
+
+/// The tokens [B, S, F] of experts [B, S, k], in `element`.
+RankedTensorType tokensOf(RankedTensorType experts, int64_t features, Type element) {
+  return RankedTensorType::get({experts.getDimSize(0), experts.getDimSize(1), features}, element);
+}
+
+/// Checks a grouped linear's rows [N, in], counts [E] and weight [E, out, in] (`input`
+/// false: rows are [N, out], a gradient of the output).
+LogicalResult expectGrouped(std::optional<Location> loc, StringRef op, RankedTensorType rows,
+                            RankedTensorType counts, RankedTensorType weight, bool input) {
+  const bool ok = rows.getRank() == 2 && counts.getRank() == 1 && weight.getRank() == 3 &&
+                  !ShapedType::isDynamic(counts.getDimSize(0)) &&
+                  compatible(counts.getDimSize(0), weight.getDimSize(0)) &&
+                  compatible(rows.getDimSize(1), weight.getDimSize(input ? 2 : 1)) &&
+                  rows.getElementType() == weight.getElementType();
+  if (ok)
+    return success();
+  return emitOptionalError(loc, op, ": rows ", str(rows), ", counts ", str(counts),
+                           " and weight ", str(weight), " must be [N, ",
+                           input ? "in" : "out", "], [E] and [E, out, in] of one float type");
+}
+
+} // namespace
+
+LogicalResult MoeRouterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto logits = ranked(adaptor.getLogits());
+  const int64_t k = static_cast<int64_t>(adaptor.getTopk());
+  if (failed(expectRank(loc, "mt.moe_router", "logits", logits, 3, "[B, S, experts]")))
+    return failure();
+  if (ShapedType::isDynamic(logits.getDimSize(2)) || k > logits.getDimSize(2))
+    return emitOptionalError(loc, "mt.moe_router: topk ", k, " of the experts of ", str(logits));
+  SmallVector<int64_t> shape{logits.getDimSize(0), logits.getDimSize(1), k};
+  types.push_back(RankedTensorType::get(shape, logits.getElementType()));
+  types.push_back(RankedTensorType::get(shape, IntegerType::get(logits.getContext(), 32)));
+  return success();
+}
+
+LogicalResult MoeRouterGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), logits = ranked(adaptor.getLogits());
+  auto experts = ranked(adaptor.getExperts());
+  StringRef op = "mt.moe_router_grad";
+  if (failed(expectRouted(loc, op, "logits", logits, experts)) ||
+      failed(expectSlots(loc, op, experts, logits.getDimSize(2), "grad", grad)))
+    return failure();
+  if (static_cast<int64_t>(adaptor.getTopk()) != experts.getDimSize(2))
+    return emitOptionalError(loc, op, ": topk ", adaptor.getTopk(), " but ",
+                             experts.getDimSize(2), " experts a token");
+  types.push_back(logits);
+  return success();
+}
+
+LogicalResult MoeDispatchOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput()), experts = ranked(adaptor.getExperts());
+  const int64_t count = static_cast<int64_t>(adaptor.getNumExperts());
+  StringRef op = "mt.moe_dispatch";
+  if (failed(expectRouted(loc, op, "input", input, experts)) ||
+      failed(expectSlots(loc, op, experts, count, "experts", experts)))
+    return failure();
+  types.push_back(RankedTensorType::get({dispatchedRows(experts), input.getDimSize(2)},
+                                        input.getElementType()));
+  types.push_back(RankedTensorType::get({count}, experts.getElementType()));
+  return success();
+}
+
+LogicalResult MoeDispatchGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                  Adaptor adaptor,
+                                                  SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), experts = ranked(adaptor.getExperts());
+  StringRef op = "mt.moe_dispatch_grad";
+  if (failed(expectRouted(loc, op, "experts", experts, experts)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
+                         "experts", experts)) ||
+      failed(expectDispatched(loc, op, "grad", grad, experts)))
+    return failure();
+  types.push_back(tokensOf(experts, grad.getDimSize(1), grad.getElementType()));
+  return success();
+}
+
+LogicalResult GroupedLinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto input = ranked(adaptor.getInput()), weight = ranked(adaptor.getWeight());
+  if (failed(expectGrouped(loc, "mt.grouped_linear", input, ranked(adaptor.getCounts()), weight,
+                           true)))
+    return failure();
+  types.push_back(withLastDim(input, weight.getDimSize(1)));
+  return success();
+}
+
+SmallVector<GemmShape> GroupedLinearOp::getGemms() {
+  auto w = ranked(getWeight());
+  return {{1, leadingElements(ranked(getInput())), w.getDimSize(1), w.getDimSize(2)}};
+}
+
+LogicalResult GroupedLinearGradInputOp::inferReturnTypes(MLIRContext *,
+                                                         std::optional<Location> loc,
+                                                         Adaptor adaptor,
+                                                         SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), weight = ranked(adaptor.getWeight());
+  if (failed(expectGrouped(loc, "mt.grouped_linear_grad_input", grad,
+                           ranked(adaptor.getCounts()), weight, false)))
+    return failure();
+  types.push_back(withLastDim(grad, weight.getDimSize(2)));
+  return success();
+}
+
+SmallVector<GemmShape> GroupedLinearGradInputOp::getGemms() {
+  auto w = ranked(getWeight());
+  return {{1, leadingElements(ranked(getGrad())), w.getDimSize(2), w.getDimSize(1)}};
+}
+
+LogicalResult GroupedLinearGradWeightOp::inferReturnTypes(MLIRContext *,
+                                                          std::optional<Location> loc,
+                                                          Adaptor adaptor,
+                                                          SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
+  auto counts = ranked(adaptor.getCounts());
+  StringRef op = "mt.grouped_linear_grad_weight";
+  if (grad.getRank() != 2 || input.getRank() != 2 || counts.getRank() != 1 ||
+      ShapedType::isDynamic(counts.getDimSize(0)) ||
+      !compatible(grad.getDimSize(0), input.getDimSize(0)))
+    return emitOptionalError(loc, op, ": grad ", str(grad), ", input ", str(input),
+                             " and counts ", str(counts), " must be [N, out], [N, in] and [E]");
+  if (failed(expectSameElementType(loc, op, "grad", grad, "input", input)))
+    return failure();
+  types.push_back(RankedTensorType::get(
+      {counts.getDimSize(0), grad.getDimSize(1), input.getDimSize(1)}, grad.getElementType()));
+  return success();
+}
+
+SmallVector<GemmShape> GroupedLinearGradWeightOp::getGemms() {
+  auto grad = ranked(getGrad()), input = ranked(getInput());
+  return {{1, grad.getDimSize(1), input.getDimSize(1), leadingElements(grad)}};
+}
+
+LogicalResult MoeCombineOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto rows = ranked(adaptor.getRows()), gates = ranked(adaptor.getGates());
+  auto experts = ranked(adaptor.getExperts());
+  StringRef op = "mt.moe_combine";
+  if (failed(expectRouted(loc, op, "gates", gates, experts)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
+                         "gates", gates)) ||
+      failed(expectDispatched(loc, op, "rows", rows, experts)) ||
+      failed(expectSameElementType(loc, op, "rows", rows, "gates", gates)))
+    return failure();
+  types.push_back(tokensOf(experts, rows.getDimSize(1), rows.getElementType()));
+  return success();
+}
+
+LogicalResult MoeCombineGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                 Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), rows = ranked(adaptor.getRows());
+  auto gates = ranked(adaptor.getGates()), experts = ranked(adaptor.getExperts());
+  StringRef op = "mt.moe_combine_grad";
+  if (failed(expectRouted(loc, op, "gates", gates, experts)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
+                         "gates", gates)) ||
+      failed(expectDispatched(loc, op, "rows", rows, experts)) ||
+      failed(expectSameShape(loc, op, "grad", grad, "tokens",
+                             tokensOf(experts, rows.getDimSize(1), rows.getElementType()))))
+    return failure();
+  types.append({rows, gates});
+  return success();
+}
+
+FailureOr<SmallVector<Value>> MoeRouterOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  if (!resultGrads[0])
+    return SmallVector<Value>{Value()};
+  return SmallVector<Value>{MoeRouterGradOp::create(b, getLoc(), resultGrads[0], getLogits(),
+                                                    getExperts(), getTopkAttr(),
+                                                    getPreSoftmaxAttr(), getAuxLossCoeffAttr())};
+}
+
+FailureOr<SmallVector<Value>> MoeDispatchOp::buildGradients(OpBuilder &b,
+                                                           ValueRange resultGrads) {
+  if (!resultGrads[0])
+    return SmallVector<Value>{Value(), Value()};
+  return SmallVector<Value>{MoeDispatchGradOp::create(b, getLoc(), resultGrads[0], getExperts(),
+                                                      getNumExpertsAttr()),
+                            Value()};
+}
+
+FailureOr<SmallVector<Value>> GroupedLinearOp::buildGradients(OpBuilder &b,
+                                                             ValueRange resultGrads) {
+  Value dy = resultGrads[0];
+  return SmallVector<Value>{
+      GroupedLinearGradInputOp::create(b, getLoc(), dy, getCounts(), getWeight()), Value(),
+      GroupedLinearGradWeightOp::create(b, getLoc(), dy, getInput(), getCounts())};
+}
+
+FailureOr<SmallVector<Value>> MoeCombineOp::buildGradients(OpBuilder &b,
+                                                          ValueRange resultGrads) {
+  auto grad = MoeCombineGradOp::create(b, getLoc(), resultGrads[0], getRows(), getGates(),
+                                       getExperts(), getNumExpertsAttr());
+  return SmallVector<Value>{grad.getRowsGrad(), grad.getGatesGrad(), Value()};
+}

@@ -1,0 +1,320 @@
+#include "backends/cpu/MoeKernels.h"
+#include "backends/cpu/Blas.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace mt::cpu {
+namespace {
+
+using plan::Opcode;
+
+int64_t indexAt(const TensorView &t, int64_t i) {
+  return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
+}
+
+void setIndex(const TensorView &t, int64_t i, int64_t value) {
+  if (t.dtype == plan::DType::I64)
+    t.as<int64_t>()[i] = value;
+  else
+    t.as<int32_t>()[i] = static_cast<int32_t>(value);
+}
+
+/// Where each slot of experts [B, S, k] goes among the dispatched rows: sorted by expert,
+/// within an expert by token, then slot (a stable counting sort); counts[e] per expert.
+struct Routing {
+  std::vector<int64_t> row, counts;
+};
+
+Status routing(const TensorView &experts, int64_t count, Routing &r) {
+  const int64_t n = experts.numel();
+  r.counts.assign(count, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = indexAt(experts, i);
+    if (e < 0 || e >= count)
+      return Status::failure(cat("mixture of experts: expert ", e, " of ", count));
+    ++r.counts[e];
+  }
+  std::vector<int64_t> next(count);
+  for (int64_t e = 0, at = 0; e < count; at += r.counts[e++])
+    next[e] = at;
+  r.row.resize(n);
+  for (int64_t i = 0; i < n; ++i)
+    r.row[i] = next[indexAt(experts, i)]++;
+  return Status::success();
+}
+
+/// A grouped linear's rows per expert, from its counts: each at least 0, and together
+/// at most the `rows` there are.
+Status groups(const TensorView &counts, int64_t rows, std::vector<int64_t> &c) {
+  c.resize(counts.numel());
+  int64_t total = 0;
+  for (size_t e = 0; e < c.size(); ++e) {
+    c[e] = indexAt(counts, static_cast<int64_t>(e));
+    if (c[e] < 0 || c[e] > rows - total)
+      return Status::failure(cat("grouped linear: expert ", e, "'s ", c[e], " rows, of ", rows,
+                                 " (", total, " before it)"));
+    total += c[e];
+  }
+  return Status::success();
+}
+
+template <typename T> struct Moe {
+  static T *p(const TensorView &t) { return t.as<T>(); }
+
+  /// The k experts of the largest logits among e, ties to the lower index, in that order.
+  static void topk(const T *logits, int64_t e, int64_t k, int64_t *chosen) {
+    for (int64_t s = 0; s < k; ++s) {
+      int64_t best = -1;
+      for (int64_t j = 0; j < e; ++j) {
+        if (std::find(chosen, chosen + s, j) != chosen + s)
+          continue;
+        if (best < 0 || logits[j] > logits[best])
+          best = j;
+      }
+      chosen[s] = best;
+    }
+  }
+
+  /// probs = the softmax of logits[0, e).
+  static void softmax(const T *logits, int64_t e, double *probs) {
+    const T max = *std::max_element(logits, logits + e);
+    double sum = 0;
+    for (int64_t j = 0; j < e; ++j)
+      sum += probs[j] = std::exp(static_cast<double>(logits[j] - max));
+    for (int64_t j = 0; j < e; ++j)
+      probs[j] /= sum;
+  }
+
+  /// The gates of the chosen experts: the softmax over their logits, or with `pre` the
+  /// softmax over all taken at them.
+  static void gatesOf(const T *logits, int64_t e, const int64_t *chosen, int64_t k, bool pre,
+                      double *probs, double *gates) {
+    if (pre) {
+      softmax(logits, e, probs);
+      for (int64_t s = 0; s < k; ++s)
+        gates[s] = probs[chosen[s]];
+      return;
+    }
+    double sum = 0;
+    for (int64_t s = 0; s < k; ++s) // chosen[0]'s logit is the largest
+      sum += gates[s] = std::exp(static_cast<double>(logits[chosen[s]] - logits[chosen[0]]));
+    for (int64_t s = 0; s < k; ++s)
+      gates[s] /= sum;
+  }
+
+  static void router(const plan::Instruction &inst, const TensorView &logits,
+                     const TensorView &gates, const TensorView &experts) {
+    const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
+#pragma omp parallel
+    {
+      std::vector<double> probs(e), g(k);
+      std::vector<int64_t> chosen(k);
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < tokens; ++t) {
+        const T *l = p(logits) + t * e;
+        topk(l, e, k, chosen.data());
+        gatesOf(l, e, chosen.data(), k, inst.pre_softmax(), probs.data(), g.data());
+        for (int64_t s = 0; s < k; ++s) {
+          p(gates)[t * k + s] = static_cast<T>(g[s]);
+          setIndex(experts, t * k + s, chosen[s]);
+        }
+      }
+    }
+  }
+
+  /// dlogits: the gates' gradient through their softmax, plus the load-balancing loss's
+  /// c·E/(k·T²)·Σ_e n_e·Σ_t p_te through the softmax over all experts, times the loss
+  /// seed's scale.
+  static Status routerGrad(const plan::Instruction &inst, const TensorView &dgates,
+                           const TensorView &logits, const TensorView &experts,
+                           const StepContext &ctx, const TensorView &dlogits) {
+    const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
+    const double coeff = inst.aux_loss_coeff();
+    std::vector<double> aux(e, 0.0); // d(loss)/d(p_te), the same for every token
+    if (coeff > 0) {
+      Routing r;
+      MT_TRY(routing(experts, e, r));
+      const double scale = coeff * ctx.lossScale * static_cast<double>(e) /
+                           (static_cast<double>(k) * tokens * tokens);
+      for (int64_t j = 0; j < e; ++j)
+        aux[j] = scale * static_cast<double>(r.counts[j]);
+    }
+#pragma omp parallel
+    {
+      std::vector<double> probs(e), g(k), d(e);
+      std::vector<int64_t> chosen(k);
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < tokens; ++t) {
+        const T *l = p(logits) + t * e, *dg = p(dgates) + t * k;
+        for (int64_t s = 0; s < k; ++s)
+          chosen[s] = indexAt(experts, t * k + s);
+        gatesOf(l, e, chosen.data(), k, inst.pre_softmax(), probs.data(), g.data());
+        double dot = 0;
+        for (int64_t s = 0; s < k; ++s)
+          dot += g[s] * dg[s];
+        std::fill(d.begin(), d.end(), 0.0);
+        for (int64_t s = 0; s < k; ++s) // the softmax the gates were taken from
+          d[chosen[s]] += g[s] * dg[s] - (inst.pre_softmax() ? 0.0 : g[s] * dot);
+        if (inst.pre_softmax())
+          for (int64_t j = 0; j < e; ++j)
+            d[j] -= probs[j] * dot;
+        if (coeff > 0) {
+          if (!inst.pre_softmax())
+            softmax(l, e, probs.data());
+          double auxDot = 0;
+          for (int64_t j = 0; j < e; ++j)
+            auxDot += probs[j] * aux[j];
+          for (int64_t j = 0; j < e; ++j)
+            d[j] += probs[j] * (aux[j] - auxDot);
+        }
+        for (int64_t j = 0; j < e; ++j)
+          p(dlogits)[t * e + j] = static_cast<T>(d[j]);
+      }
+    }
+    return Status::success();
+  }
+
+  /// rows[row of slot (t, s)] = x[t]; counts per expert.
+  static Status dispatch(const plan::Instruction &inst, const TensorView &x,
+                         const TensorView &experts, const TensorView &rows,
+                         const TensorView &counts) {
+    Routing r;
+    MT_TRY(routing(experts, inst.num_experts(), r));
+    const int64_t h = x.dim(2), k = experts.dim(2);
+    for (int64_t i = 0; i < experts.numel(); ++i)
+      std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
+    for (int64_t e = 0; e < inst.num_experts(); ++e)
+      setIndex(counts, e, r.counts[e]);
+    return Status::success();
+  }
+
+  /// dx[t] = Σ over t's slots, in order, of drows[its row].
+  static Status dispatchGrad(const plan::Instruction &inst, const TensorView &drows,
+                             const TensorView &experts, const TensorView &dx) {
+    Routing r;
+    MT_TRY(routing(experts, inst.num_experts(), r));
+    const int64_t h = dx.dim(2), k = experts.dim(2), tokens = experts.numel() / k;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      T *y = p(dx) + t * h;
+      std::copy_n(p(drows) + r.row[t * k] * h, h, y);
+      for (int64_t s = 1; s < k; ++s)
+        for (int64_t j = 0; j < h; ++j)
+          y[j] += p(drows)[r.row[t * k + s] * h + j];
+    }
+    return Status::success();
+  }
+
+  /// y[t] = Σ over t's slots, in order, of gate·rows[its row].
+  static Status combine(const plan::Instruction &inst, const TensorView &rows,
+                        const TensorView &gates, const TensorView &experts,
+                        const TensorView &out) {
+    Routing r;
+    MT_TRY(routing(experts, inst.num_experts(), r));
+    const int64_t h = out.dim(2), k = experts.dim(2), tokens = experts.numel() / k;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tokens; ++t) {
+      T *y = p(out) + t * h;
+      std::fill_n(y, h, T(0));
+      for (int64_t s = 0; s < k; ++s) {
+        const T g = p(gates)[t * k + s], *row = p(rows) + r.row[t * k + s] * h;
+        for (int64_t j = 0; j < h; ++j)
+          y[j] += g * row[j];
+      }
+    }
+    return Status::success();
+  }
+
+  /// drows[row of (t, s)] = gate·dy[t]; dgates[t, s] = dy[t]·rows[its row].
+  static Status combineGrad(const plan::Instruction &inst, const TensorView &dy,
+                            const TensorView &rows, const TensorView &gates,
+                            const TensorView &experts, const TensorView &drows,
+                            const TensorView &dgates) {
+    Routing r;
+    MT_TRY(routing(experts, inst.num_experts(), r));
+    const int64_t h = dy.dim(2), k = experts.dim(2);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < experts.numel(); ++i) {
+      const T g = p(gates)[i], *d = p(dy) + (i / k) * h, *row = p(rows) + r.row[i] * h;
+      T *dr = p(drows) + r.row[i] * h;
+      double dot = 0;
+      for (int64_t j = 0; j < h; ++j) {
+        dot += static_cast<double>(d[j]) * row[j];
+        dr[j] = g * d[j];
+      }
+      p(dgates)[i] = static_cast<T>(dot);
+    }
+    return Status::success();
+  }
+
+  /// Expert by expert over its rows: y = x·w[e]ᵀ (GroupedLinear), dx = dy·w[e]
+  /// (GradInput), dw[e] = dyᵀ·x (GradWeight); rows past the counted ones are 0.
+  static Status grouped(const plan::Instruction &inst, const TensorView *in,
+                        const TensorView &out) {
+    const bool weights = inst.opcode() == Opcode::GroupedLinearGradWeight;
+    const TensorView &w = weights ? out : in[2], &lhs = in[0];
+    const int64_t n = lhs.dim(0), o = w.dim(1), i = w.dim(2);
+    std::vector<int64_t> c;
+    MT_TRY(groups(in[weights ? 2 : 1], n, c));
+    int64_t at = 0;
+    for (size_t e = 0; e < c.size(); at += c[e++]) {
+      const T *we = p(w) + static_cast<int64_t>(e) * o * i;
+      if (weights && c[e] == 0)
+        std::fill_n(p(out) + e * o * i, o * i, T(0));
+      else if (weights)
+        gemm(true, false, o, i, c[e], T(1), p(lhs) + at * o, o, p(in[1]) + at * i, i, T(0),
+             p(out) + e * o * i, i);
+      else if (c[e] > 0 && inst.opcode() == Opcode::GroupedLinear)
+        gemm(false, true, c[e], o, i, T(1), p(lhs) + at * i, i, we, i, T(0), p(out) + at * o, o);
+      else if (c[e] > 0)
+        gemm(false, false, c[e], i, o, T(1), p(lhs) + at * o, o, we, i, T(0), p(out) + at * i, i);
+    }
+    if (!weights) {
+      const int64_t width = out.dim(1);
+      std::fill(p(out) + at * width, p(out) + n * width, T(0));
+    }
+    return Status::success();
+  }
+};
+
+} // namespace
+
+bool isMoe(plan::Opcode opcode) {
+  return opcode >= Opcode::MoeRouter && opcode <= Opcode::MoeCombineGrad;
+}
+
+template <typename T>
+Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+              const StepContext &ctx) {
+  using K = Moe<T>;
+  switch (inst.opcode()) {
+  case Opcode::MoeRouter:
+    K::router(inst, in[0], out[0], out[1]);
+    return Status::success();
+  case Opcode::MoeRouterGrad:
+    return K::routerGrad(inst, in[0], in[1], in[2], ctx, out[0]);
+  case Opcode::MoeDispatch:
+    return K::dispatch(inst, in[0], in[1], out[0], out[1]);
+  case Opcode::MoeDispatchGrad:
+    return K::dispatchGrad(inst, in[0], in[1], out[0]);
+  case Opcode::GroupedLinear:
+  case Opcode::GroupedLinearGradInput:
+  case Opcode::GroupedLinearGradWeight:
+    return K::grouped(inst, in, out[0]);
+  case Opcode::MoeCombine:
+    return K::combine(inst, in[0], in[1], in[2], out[0]);
+  case Opcode::MoeCombineGrad:
+    return K::combineGrad(inst, in[0], in[1], in[2], in[3], out[0], out[1]);
+  default:
+    return Status::failure("not a mixture-of-experts opcode");
+  }
+}
+
+template Status runMoe<float>(const plan::Instruction &, const TensorView *, const TensorView *,
+                              const StepContext &);
+template Status runMoe<double>(const plan::Instruction &, const TensorView *, const TensorView *,
+                               const StepContext &);
+
+} // namespace mt::cpu
