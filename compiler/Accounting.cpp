@@ -37,7 +37,7 @@ int64_t countParameters(ModuleOp module) {
 
 std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
   DecoderShape g;
-  int repeats = 0, embeddings = 0, attentions = 0, activations = 0;
+  int repeats = 0, embeddings = 0, attentions = 0, activations = 0, routers = 0;
   module.walk([&](Operation *op) {
     if (auto r = dyn_cast<mt::RepeatOp>(op)) {
       ++repeats;
@@ -57,13 +57,17 @@ std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
       g.headDim = cast<RankedTensorType>(a.getResult().getType()).getDimSize(2) / g.heads;
     } else if (isa<mt::GeluOp, mt::SwigluOp>(op)) {
       ++activations;
-      g.ffn = cast<RankedTensorType>(op->getResult(0).getType()).getDimSize(2);
+      g.ffn = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
       g.gated = isa<mt::SwigluOp>(op);
+    } else if (auto r = dyn_cast<mt::MoeRouterOp>(op)) {
+      ++routers;
+      g.experts = cast<RankedTensorType>(r.getLogits().getType()).getDimSize(2);
+      g.topk = static_cast<int64_t>(r.getTopk());
     }
   });
   if (auto length = module->getAttrOfType<IntegerAttr>("mt.seq_length"); length && !g.positions)
     g.positions = length.getInt();
-  if (repeats != 1 || embeddings != 1 || attentions != 1 || activations != 1 ||
+  if (repeats != 1 || embeddings != 1 || attentions != 1 || activations != 1 || routers > 1 ||
       g.positions == 0 || ShapedType::isDynamic(g.ffn))
     return std::nullopt;
   return g;
@@ -74,7 +78,9 @@ unsigned __int128 decoderModelFlops(const DecoderShape &g, int64_t batch, int64_
   U b = batch, s = seq, l = g.layers, h = g.hidden, v = g.vocab, f = g.ffn;
   U q = static_cast<U>(g.heads) * g.headDim, kv = static_cast<U>(g.kvHeads) * g.headDim;
   U matrices = g.gated ? 3 : 2;
-  return 6 * b * s * (l * (2 * h * q + 2 * h * kv + matrices * h * f + 2 * s * q) + h * v);
+  // A mixture of experts: each token through topk experts' MLPs, and the router's linear.
+  U mlp = matrices * h * f * (g.experts ? g.topk : 1) + h * static_cast<U>(g.experts);
+  return 6 * b * s * (l * (2 * h * q + 2 * h * kv + mlp + 2 * s * q) + h * v);
 }
 
 std::string withCommas(unsigned __int128 value) {

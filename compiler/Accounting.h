@@ -23,12 +23,14 @@ struct DecoderShape {
   int64_t heads = 0, kvHeads = 0, headDim = 0; // attention's query and key/value heads
   int64_t ffn = 0;                             // the MLP's inner width
   bool gated = false;                          // SwiGLU: three MLP matrices, not two
+  int64_t experts = 0, topk = 0; // a mixture of experts: each token's MLP is topk of them
   /// Learned positions (a position table): GPT-3's form, whose formula is Narayanan's.
   bool positionTable = false;
 };
 /// Recognised from an unexpanded model: one mt.repeat over the blocks, one attention and
-/// one MLP activation (gelu, or swiglu) in the block, one embedding table [V, h], and a
-/// position table [s_max, h] or the module's `mt.seq_length`.
+/// one MLP activation (gelu, or swiglu) in the block, perhaps over the rows of a mixture
+/// of experts (one router), one embedding table [V, h], and a position table [s_max, h]
+/// or the module's `mt.seq_length`.
 std::optional<DecoderShape> recogniseDecoder(mlir::ModuleOp module);
 
 /// The GEMM FLOPs of one training step (forward, and backward's two GEMMs per forward

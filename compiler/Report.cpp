@@ -124,9 +124,13 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
              << " h=" << decoder->hidden << " V=" << decoder->vocab << "\n";
     else
       outs() << "  12Bslh^2((1 + g/n + s/h)nd/h + " << (decoder->gated ? "3" : "2")
-             << "f/2h + V/2lh), l=" << decoder->layers << " h=" << decoder->hidden
-             << " n=" << decoder->heads << " g=" << decoder->kvHeads << " d=" << decoder->headDim
-             << " f=" << decoder->ffn << " V=" << decoder->vocab << "\n";
+             << (decoder->experts ? "kf/2h + E/2h" : "f/2h") << " + V/2lh), l=" << decoder->layers
+             << " h=" << decoder->hidden << " n=" << decoder->heads << " g=" << decoder->kvHeads
+             << " d=" << decoder->headDim << " f=" << decoder->ffn
+             << (decoder->experts ? " k=" + std::to_string(decoder->topk) +
+                                        " E=" + std::to_string(decoder->experts)
+                                  : std::string())
+             << " V=" << decoder->vocab << "\n";
   }
   row("other FLOPs/step") << withCommas(otherPerStep) << "  (elementwise, reductions)\n";
   if (options.recompute != "none") {

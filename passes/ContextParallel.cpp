@@ -82,6 +82,12 @@ LogicalResult partition(FunctionOpInterface fn, int64_t cp, bool ring, FlatSymbo
                       "context-parallel group (use fused attention)");
       return WalkResult::interrupt();
     }
+    if (auto router = dyn_cast<MoeRouterOp>(op); router && router.getAuxLossCoeff().convertToDouble() > 0) {
+      op->emitOpError("mt-context-parallel: the load-balancing loss counts the routing of the "
+                      "whole sequence, which a context-parallel share does not hold (set "
+                      "aux_loss_coeff to 0, or drop --cp)");
+      return WalkResult::interrupt();
+    }
     if (auto attention = dyn_cast<AttentionOp>(op))
       attentions.push_back(attention);
     else if (isa<PositionEmbeddingOp, RotaryOp, DropoutOp>(op))

@@ -651,13 +651,14 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
     if (id < -1 || id >= static_cast<int32_t>(buffers.size()))
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
   // The neighbours exchange activations in the plan's precision; a stash also keeps
-  // dropout masks and f32 softmax statistics.
+  // dropout masks, f32 softmax statistics and routing (experts and their counts).
   auto transferable = [&](uint32_t id, bool stash) {
     if (id >= buffers.size() || persistent(*buffers.Get(id)))
       return false;
     plan::DType dtype = buffers.Get(id)->dtype();
     return dtype == p.precision() ||
-           (stash && (dtype == plan::DType::I8 || dtype == accumulatorType(p.precision())));
+           (stash && (dtype == plan::DType::I8 || dtype == plan::DType::I32 ||
+                      dtype == plan::DType::I64 || dtype == accumulatorType(p.precision())));
   };
   for (int32_t id : {prog.recv(), prog.send()})
     if (id >= 0 && !transferable(static_cast<uint32_t>(id), false))
@@ -668,7 +669,7 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
       if (!transferable(id, true))
         return Status::failure(cat(where, " stashes buffer ", id,
                                    ", which is neither a float activation, nor f32 statistics, "
-                                   "nor a dropout mask"));
+                                   "nor a dropout mask, nor routing"));
   for (uint32_t id : {prog.tokens(), prog.targets()}) {
     Dims input(*buffers.Get(id));
     const int64_t seq = p.seq_length() / p.grid()->cp(); // this context rank's share

@@ -8,17 +8,9 @@ parallelism with the distributed optimizer, and a pipeline (at most 8 ranks), wi
 attention's keys and values all-gathered and going round a ring (p2p). In fp64
 the only difference a layout may make is the order of its sums, so each must give the
 serial run's losses and gradient norms, and its final weights, within 1e-12 relative.
-Standard library only; the comparisons are test/e2e/equivalence.py's.
+The runner is fp64_layouts.py.
 """
-import argparse
-import os
-import shutil
-import sys
-import time
-
-import equivalence as eq
-
-TOLERANCE = 1e-12
+import fp64_layouts
 
 LAYOUTS = (  # (name, mtc flags, ranks)
     ("cp2", ["--cp", "2"], 2),
@@ -41,59 +33,6 @@ LAYOUTS = (  # (name, mtc flags, ranks)
 FOUR_LAYERS = {"cp2_p2p_pp2_vpp2"}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--steps", type=int, default=4)
-    args = parser.parse_args()
-    mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
-    eq.MTCKPT = os.path.join(args.bin, "mtckpt")
-    mtrun = [mtrun, "--backend", "cpu"]
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    work = lambda *p: os.path.join(args.work, *p)
-    eq.run([mtdata, "--input", "/usr/share/games/fortunes/fortunes", "--split-on", "%",
-            "--train-tokenizer", work("tok"), "--vocab-size", "512", "--output-prefix",
-            work("data")])
-    batch = ["--micro-batch-size", "1", "--global-batch-size", "4", "--precision", "fp64"]
-    # A deadlock ends the run (the watchdog) rather than the test's time.
-    train = ["--data", work("data"), "--steps", str(args.steps), "--seed", "11", "--lr", "1e-3",
-             "--warmup-steps", "1", "--lr-decay-steps", str(args.steps),
-             "--collective-timeout", "60"]
-    failures = []
-
-    def compile_and_train(name, model, flags, ranks):
-        eq.run([mtc, "compile", model, *batch, *flags, "-o", work(name + ".mtp")])
-        began = time.time()
-        eq.run([*mtrun, "-n", str(ranks), work(name + ".mtp"), *train, "--save", work(name),
-                "--metrics", work(name + ".txt")])
-        return time.time() - began
-
-    for model_name in ("gpt-mini", "llama-tiny"):
-        model = os.path.join(args.models, model_name + ".mlir")
-        serial = model_name + "_serial"
-        compile_and_train(serial, model, [], 1)
-        losses, norms = eq.losses(work(serial + ".txt")), eq.grad_norms(work(serial + ".txt"))
-        weights = eq.weights(work(serial))
-        for layout, flags, ranks in LAYOUTS:
-            if layout in FOUR_LAYERS and model_name != "gpt-mini":
-                continue
-            name = model_name + "_" + layout
-            seconds = compile_and_train(name, model, flags, ranks)
-            curve = eq.curve_error(work(name + ".txt"), losses, norms, args.steps)
-            error, worst = eq.weight_error(eq.weights(work(name)), weights)
-            ok = curve <= TOLERANCE and error <= TOLERANCE
-            print(f"{name:28s} ranks {ranks}  loss/norm rel err {curve:.1e}  weights rel err "
-                  f"{error:.1e} (worst tensor {worst[1]} {worst[0]:.1e})  {seconds:.1f} s  "
-                  f"{'ok' if ok else 'MISMATCH'}", flush=True)
-            if not ok:
-                failures.append(name)
-    if failures:
-        sys.exit("context parallelism differs from the serial run: " + ", ".join(failures))
-    print("every context-parallel layout matches the serial run")
-
-
 if __name__ == "__main__":
-    main()
+    fp64_layouts.check("context parallelism", ("gpt-mini", "llama-tiny"), LAYOUTS,
+                       lambda model, layout: layout in FOUR_LAYERS and model != "gpt-mini")

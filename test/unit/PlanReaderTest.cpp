@@ -139,9 +139,10 @@ TEST_F(PlanReaderTest, EveryFlippedBitIsRefused) {
   }
 }
 
-TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<uint8_t> good = plan();
+/// Mutates `good` 3000 times (bytes overwritten, the payload cut short, small integers
+/// written), reseals each, and runs what the reader accepts: nothing may crash or write
+/// past the arena, and both layers of defence must refuse some.
+void mutationsNeverCrash(const std::vector<uint8_t> &good, std::mt19937_64 &rng) {
   auto backend = makeCpuBackend();
   auto comm = makeLocalComm();
   const size_t payload = good.size() - plan::kHeaderBytes - plan::kTrailerBytes;
@@ -193,7 +194,25 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
   // Both layers of defence were exercised, not only the first.
   EXPECT_GT(refusedByVerifier, 0);
   EXPECT_GT(refusedByChecks, 0);
-  RecordProperty("accepted", accepted);
+  ::testing::Test::RecordProperty("accepted", accepted);
+}
+
+TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  mutationsNeverCrash(plan(), rng);
+}
+
+/// The same of mixtral-tiny, whose routing decides which rows its kernels touch.
+TEST_F(PlanReaderTest, ResealedMutationsOfAMixtureOfExpertsNeverCrash) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::string path = test::compileModel(
+      test::zooModel("mixtral-tiny"), "--micro-batch-size 2 --global-batch-size 2 --seq-length 8",
+      "plan_reader_test_moe");
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)),
+                                  std::istreambuf_iterator<char>());
+  ASSERT_FALSE(good.empty()) << "mtc could not compile mixtral-tiny";
+  mutationsNeverCrash(good, rng);
 }
 
 /// gpt-tiny in two pipeline stages under 1F1B, four micro-batches.

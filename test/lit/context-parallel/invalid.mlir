@@ -24,3 +24,12 @@ func.func @forward(%tokens: tensor<2x16xi32>, %qkv: tensor<2x16x24xf32>) -> tens
   %p = mt.attention_probs %qkv {causal, heads = 2 : i64} : (tensor<2x16x24xf32>) -> tensor<2x2x16x16xf32>
   return %p : tensor<2x2x16x16xf32>
 }
+
+// -----
+
+// A mixture of experts' load-balancing loss counts the whole sequence's routing.
+func.func @forward(%tokens: tensor<2x16xi32>, %logits: tensor<2x16x4xf32>) -> tensor<2x16x2xf32> {
+  // expected-error@+1 {{mt-context-parallel: the load-balancing loss counts the routing of the whole sequence, which a context-parallel share does not hold (set aux_loss_coeff to 0, or drop --cp)}}
+  %gates, %experts = mt.moe_router %logits {topk = 2 : i64, aux_loss_coeff = 1.0e-02 : f64} : (tensor<2x16x4xf32>) -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>)
+  return %gates : tensor<2x16x2xf32>
+}

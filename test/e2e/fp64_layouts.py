@@ -1,0 +1,72 @@
+"""Layouts against the serial run in fp64: the runner context_parallel.py and moe.py share.
+
+Each model trains K steps from the same seed and data serially and under each layout; in
+fp64 the only difference a layout may make is the order of its sums, so each must give
+the serial run's losses and gradient norms, and its final weights, within 1e-12
+relative. Standard library only; the comparisons are equivalence.py's.
+"""
+import argparse
+import os
+import shutil
+import sys
+import time
+
+import equivalence as eq
+
+TOLERANCE = 1e-12
+
+
+def check(what, models, layouts, skip=lambda model, layout: False):
+    """Trains every model of `models` under each (name, mtc flags, ranks) of `layouts`
+    (but those `skip` names) and exits non-zero naming the layouts that differ."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--steps", type=int, default=4)
+    args = parser.parse_args()
+    mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
+    eq.MTCKPT = os.path.join(args.bin, "mtckpt")
+    mtrun = [mtrun, "--backend", "cpu"]
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    work = lambda *p: os.path.join(args.work, *p)
+    eq.run([mtdata, "--input", "/usr/share/games/fortunes/fortunes", "--split-on", "%",
+            "--train-tokenizer", work("tok"), "--vocab-size", "512", "--output-prefix",
+            work("data")])
+    batch = ["--micro-batch-size", "1", "--global-batch-size", "4", "--precision", "fp64"]
+    # A deadlock ends the run (the watchdog) rather than the test's time.
+    train = ["--data", work("data"), "--steps", str(args.steps), "--seed", "11", "--lr", "1e-3",
+             "--warmup-steps", "1", "--lr-decay-steps", str(args.steps),
+             "--collective-timeout", "60"]
+    failures = []
+
+    def compile_and_train(name, model, flags, ranks):
+        eq.run([mtc, "compile", model, *batch, *flags, "-o", work(name + ".mtp")])
+        began = time.time()
+        eq.run([*mtrun, "-n", str(ranks), work(name + ".mtp"), *train, "--save", work(name),
+                "--metrics", work(name + ".txt")])
+        return time.time() - began
+
+    for model_name in models:
+        model = os.path.join(args.models, model_name + ".mlir")
+        serial = model_name + "_serial"
+        compile_and_train(serial, model, [], 1)
+        losses, norms = eq.losses(work(serial + ".txt")), eq.grad_norms(work(serial + ".txt"))
+        weights = eq.weights(work(serial))
+        for layout, flags, ranks in layouts:
+            if skip(model_name, layout):
+                continue
+            name = model_name + "_" + layout
+            seconds = compile_and_train(name, model, flags, ranks)
+            curve = eq.curve_error(work(name + ".txt"), losses, norms, args.steps)
+            error, worst = eq.weight_error(eq.weights(work(name)), weights)
+            ok = curve <= TOLERANCE and error <= TOLERANCE
+            print(f"{name:28s} ranks {ranks}  loss/norm rel err {curve:.1e}  weights rel err "
+                  f"{error:.1e} (worst tensor {worst[1]} {worst[0]:.1e})  {seconds:.1f} s  "
+                  f"{'ok' if ok else 'MISMATCH'}", flush=True)
+            if not ok:
+                failures.append(name)
+    if failures:
+        sys.exit(what + " differs from the serial run: " + ", ".join(failures))
+    print("every layout matches the serial run")

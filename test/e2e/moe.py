@@ -1,0 +1,21 @@
+#!/usr/bin/env python3
+"""Mixture of experts under parallel layouts against the serial run, in fp64.
+
+mixtral-tiny (4 SwiGLU experts, top-2 routing, the load-balancing loss at 0.02) trains
+K steps from the same seed and data serially and with data parallelism (with and
+without the distributed optimizer, whose shares cut across the experts' parameters), a
+pipeline, and both: the routing, dispatch, grouped GEMMs, combine and the auxiliary
+loss's gradient, per micro-batch, must give the serial run's losses, gradient norms and
+weights within 1e-12. The runner is fp64_layouts.py.
+"""
+import fp64_layouts
+
+LAYOUTS = (  # (name, mtc flags, ranks)
+    ("dp2", ["--dp", "2"], 2),
+    ("dp2_distopt", ["--dp", "2", "--distributed-optimizer"], 2),
+    ("pp2", ["--pp", "2"], 2),
+    ("pp2_dp2_distopt", ["--pp", "2", "--dp", "2", "--distributed-optimizer"], 4),
+)
+
+if __name__ == "__main__":
+    fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS)
