@@ -58,6 +58,51 @@ struct Writer {
   }
 };
 
+/// LLaMA's MLP of %n2 into %mlp: SwiGLU, dense or (Mixtral) a mixture of experts.
+void swigluMlp(Writer &w, const ModelConfig &c, const std::string &normal,
+               const std::string &output) {
+  const int64_t h = c.hidden, ffn = c.ffn, e = c.experts, k = c.topk;
+  auto &os = w.os;
+  if (e == 0) {
+    w.param("gate_w", "mlp.gate_proj.weight", normal, {ffn, h});
+    w.linear("gate", "n2", "gate_w", h, ffn);
+    w.param("up_w", "mlp.up_proj.weight", normal, {ffn, h});
+    w.linear("up", "n2", "up_w", h, ffn);
+    os << "    %act = mt.swiglu %gate, %up : (" << Writer::a(ffn) << ", " << Writer::a(ffn)
+       << ") -> " << Writer::a(ffn) << "\n";
+    w.param("down_w", "mlp.down_proj.weight", output, {h, ffn});
+    w.linear("mlp", "act", "down_w", ffn, h);
+    return;
+  }
+  const std::string rows = "tensor<?x" + std::to_string(h) + "xf32>";
+  const std::string inner = "tensor<?x" + std::to_string(ffn) + "xf32>";
+  const std::string counts = "tensor<" + std::to_string(e) + "xi32>";
+  const std::string slots =
+      "tensor<?x?x" + std::to_string(k) + "xf32>, tensor<?x?x" + std::to_string(k) + "xi32>";
+  const std::string experts = "{num_experts = " + std::to_string(e) + " : i64}";
+  w.param("router_w", "block_sparse_moe.gate.weight", normal, {e, h});
+  w.linear("router", "n2", "router_w", h, e);
+  os << "    %gates, %experts = mt.moe_router %router {topk = " << k
+     << " : i64, aux_loss_coeff = " << real(c.auxLossCoeff) << " : f64} : (" << Writer::a(e)
+     << ") -> (" << slots << ")\n";
+  os << "    %rows, %counts = mt.moe_dispatch %n2, %experts " << experts << " : (" << Writer::a(h)
+     << ", tensor<?x?x" << k << "xi32>) -> (" << rows << ", " << counts << ")\n";
+  auto grouped = [&](const char *v, const char *x, const char *weight, const std::string &in,
+                     const std::string &out, std::initializer_list<int64_t> dims) {
+    os << "    %" << v << " = mt.grouped_linear %" << x << ", %counts, %" << weight << " : (" << in
+       << ", " << counts << ", " << Writer::t(dims) << ") -> " << out << "\n";
+  };
+  w.param("w1", "block_sparse_moe.experts.w1", normal, {e, ffn, h});
+  grouped("gate", "rows", "w1", rows, inner, {e, ffn, h});
+  w.param("w3", "block_sparse_moe.experts.w3", normal, {e, ffn, h});
+  grouped("up", "rows", "w3", rows, inner, {e, ffn, h});
+  os << "    %act = mt.swiglu %gate, %up : (" << inner << ", " << inner << ") -> " << inner << "\n";
+  w.param("w2", "block_sparse_moe.experts.w2", output, {e, h, ffn});
+  grouped("down", "act", "w2", inner, rows, {e, h, ffn});
+  os << "    %mlp = mt.moe_combine %down, %gates, %experts " << experts << " : (" << rows << ", "
+     << slots << ") -> " << Writer::a(h) << "\n";
+}
+
 std::string llama(const ModelConfig &c, llvm::StringRef name) {
   const int64_t layers = c.layers, h = c.hidden, heads = c.heads, kv = c.kvHeads, d = c.headDim,
                 ffn = c.ffn, vocab = c.vocab, positions = c.positions;
@@ -78,8 +123,12 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   const std::string epsilon = "{epsilon = " + real(eps) + " : f64}";
   Writer w;
   auto &os = w.os;
-  os << "// " << name << ": a LlamaForCausalLM of " << layers << " layers, hidden " << h << ", "
-     << heads << " query heads of " << d << " sharing " << kv << " key/value heads, SwiGLU MLP of "
+  os << "// " << name << ": a " << (c.experts ? "MixtralForCausalLM" : "LlamaForCausalLM") << " of "
+     << layers << " layers, hidden " << h << ", " << heads << " query heads of " << d << " sharing "
+     << kv << " key/value heads, "
+     << (c.experts
+             ? std::to_string(c.topk) + " of " + std::to_string(c.experts) + " SwiGLU experts of "
+             : std::string("SwiGLU MLP of "))
      << ffn << ", vocabulary " << vocab << ", " << positions << " positions"
      << (tied ? ", output layer tied to the embedding" : "") << ".\n"
      << "// Written by mtc import-config from a transformers config.json.\n";
@@ -103,15 +152,8 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   w.param("n2_w", "post_attention_layernorm.weight", "ones", {h});
   os << "    %n2 = mt.rms_norm %r1, %n2_w " << epsilon << " : (" << Writer::a(h) << ", "
      << Writer::t({h}) << ") -> " << Writer::a(h) << "\n";
-  w.param("gate_w", "mlp.gate_proj.weight", normal, {ffn, h});
-  w.linear("gate", "n2", "gate_w", h, ffn);
-  w.param("up_w", "mlp.up_proj.weight", normal, {ffn, h});
-  w.linear("up", "n2", "up_w", h, ffn);
-  os << "    %act = mt.swiglu %gate, %up : (" << Writer::a(ffn) << ", " << Writer::a(ffn)
-     << ") -> " << Writer::a(ffn) << "\n";
-  w.param("down_w", "mlp.down_proj.weight", output, {h, ffn});
-  w.linear("down", "act", "down_w", ffn, h);
-  w.add("r2", "r1", "down", h);
+  swigluMlp(w, c, normal, output);
+  w.add("r2", "r1", "mlp", h);
   os << "    return %r2 : " << Writer::a(h) << "\n  }\n\n";
   os << "  func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> "
         "tensor<f32> {\n";

@@ -172,6 +172,26 @@ void llama(Keys &k, ModelConfig &c) {
   rope(k, c);
 }
 
+/// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
+void mixtral(Keys &k, ModelConfig &c) {
+  llama(k, c);
+  c.experts = k.integer("num_local_experts");
+  c.topk = k.integer("num_experts_per_tok");
+  c.auxLossCoeff = k.number("router_aux_loss_coef", 0.001);
+  // Whether transformers adds the load-balancing loss to the loss it returns; mtc's
+  // router carries it in the gradient either way.
+  k.flag("output_router_logits", false);
+  if (k.number("router_jitter_noise", 0) != 0)
+    k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");
+  if (const json *window = k.get("sliding_window");
+      window && !window->is_null() &&
+      !(window->is_number() && window->get<double>() >= static_cast<double>(c.positions)))
+    k.fail("'sliding_window' is shorter than 'max_position_embeddings': mtc's attention "
+           "sees every earlier position");
+  if (c.topk > c.experts)
+    k.fail("'num_experts_per_tok' exceeds 'num_local_experts'");
+}
+
 void gpt2(Keys &k, ModelConfig &c) {
   // GPT2DoubleHeadsModel's summary head and the legacy n_ctx (n_positions rules).
   k.ignore({"summary_activation", "summary_first_dropout", "summary_proj_to_labels",
@@ -235,11 +255,12 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   const std::string arch = list && list->is_array() && list->size() == 1 && (*list)[0].is_string()
                                ? (*list)[0].get<std::string>()
                                : "";
-  if (arch != "LlamaForCausalLM" && arch != "GPT2LMHeadModel")
+  if (arch != "LlamaForCausalLM" && arch != "MixtralForCausalLM" && arch != "GPT2LMHeadModel")
     return Status::failure("'architectures' is " + (list ? list->dump() : std::string("missing")) +
-                           ", not [\"GPT2LMHeadModel\"] or [\"LlamaForCausalLM\"]");
+                           ", not [\"GPT2LMHeadModel\"], [\"LlamaForCausalLM\"] or "
+                           "[\"MixtralForCausalLM\"]");
   c = ModelConfig{};
-  c.llama = arch == "LlamaForCausalLM";
+  c.llama = arch != "GPT2LMHeadModel";
   // Keys every transformers config may carry that change nothing mtc trains.
   k.ignore({"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id",
             "pad_token_id", "use_cache", "pretraining_tp"});
@@ -249,7 +270,9 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   c.dtype = dtypeNamed(!dtype.empty() ? dtype : k.string("torch_dtype", "float32"));
   c.vocab = k.integer("vocab_size");
   c.initStd = k.number("initializer_range", 0.02);
-  if (c.llama)
+  if (arch == "MixtralForCausalLM")
+    mixtral(k, c);
+  else if (c.llama)
     llama(k, c);
   else
     gpt2(k, c);

@@ -15,7 +15,7 @@
 namespace mt::hf {
 
 struct ModelConfig {
-  bool llama = false;    // LlamaForCausalLM; else GPT2LMHeadModel
+  bool llama = false;    // LlamaForCausalLM or MixtralForCausalLM; else GPT2LMHeadModel
   std::string modelType; // model_type; empty where the config has none
   // Dimensions, each a positive integer up to 2^31 so that no product of a few overflows.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, ffn = 0, vocab = 0,
@@ -34,6 +34,10 @@ struct ModelConfig {
     int64_t originalPositions = 0;
   };
   std::optional<RopeScaling> ropeScaling;
+  // Mixtral: the MLP a mixture of `experts` experts of `ffn`, `topk` a token, the
+  // load-balancing loss's coefficient; 0 experts: LLaMA's dense MLP.
+  int64_t experts = 0, topk = 0;
+  double auxLossCoeff = 0;
 };
 
 /// torch's name of a dtype safetensors calls `dtype` ("BF16" -> "bfloat16"), as config.json

@@ -11,7 +11,9 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
   LlamaForCausalLM (RMSNorm, rotary embeddings by rotate_half with LLaMA 3.1's frequency
   scaling, grouped-query attention by repeat_kv, SwiGLU, an untied output layer) and, for
   GPT-2, test/e2e/reference.py's model fed through this script's own conversion: 1e-5
-  relative (mtrun in fp32, the references in f64).
+  relative (mtrun in fp32, the references in f64). MixtralForCausalLM likewise (each
+  expert's w1/w2/w3 stacked into one tensor; the forward as MixtralSparseMoeBlock computes
+  it), serially, under data parallelism and under a pipeline.
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
@@ -142,7 +144,33 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], -1)
 
 
+def swiglu(gate_w, up_w, down_w, h):
+    gate = h @ gate_w.T
+    return ((gate / (1 + np.exp(-gate))) * (h @ up_w.T)) @ down_w.T
+
+
+def mlp(c, p, h):
+    """LLaMA's MLP; or Mixtral's sparse mixture of experts as MixtralSparseMoeBlock
+    computes it: the softmax over the router's logits, its top k renormalised to sum to
+    one, each token the sum of its k experts' SwiGLU MLPs weighted so."""
+    if "num_local_experts" not in c:
+        return swiglu(p("mlp.gate_proj.weight"), p("mlp.up_proj.weight"),
+                      p("mlp.down_proj.weight"), h)
+    logits = h @ p("block_sparse_moe.gate.weight").T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[..., :c["num_experts_per_tok"]]
+    weights = np.take_along_axis(probs, chosen, -1)
+    weights /= weights.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for e in range(c["num_local_experts"]):
+        w = lambda n: p(f"block_sparse_moe.experts.{e}.{n}.weight")
+        out += (weights * (chosen == e)).sum(-1, keepdims=True) * swiglu(w("w1"), w("w3"), w("w2"), h)
+    return out
+
+
 def llama_loss(c, w, tokens, targets):
+    """LlamaForCausalLM's loss, or MixtralForCausalLM's (without its router's loss)."""
     b, s = tokens.shape
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
     d = c["hidden_size"] // nh
@@ -165,9 +193,7 @@ def llama_loss(c, w, tokens, targets):
         context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, nh * d)
         x = x + context @ p("self_attn.o_proj.weight").T
         h = rms_norm(x, p("post_attention_layernorm.weight"), c["rms_norm_eps"])
-        gate = h @ p("mlp.gate_proj.weight").T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ p("mlp.up_proj.weight").T)) @ p(
-            "mlp.down_proj.weight").T
+        x = x + mlp(c, p, h)
     logits = rms_norm(x, w["model.norm.weight"], c["rms_norm_eps"]) @ w["lm_head.weight"].T
     top = logits.max(-1, keepdims=True)
     lse = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
@@ -185,6 +211,15 @@ LLAMA = {
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
 }
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "vocab_size": VOCAB, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
+    "sliding_window": None, "attention_dropout": 0.0,
+}
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
     "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
@@ -194,17 +229,24 @@ GPT2 = {
 
 
 def llama_weights(c, rng):
+    """LlamaForCausalLM's tensors, or MixtralForCausalLM's (a router and each expert's)."""
     h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
     d = h // nh
+    experts = c.get("num_local_experts", 0)
+    if experts:
+        mlp_shapes = [("block_sparse_moe.gate.weight", (experts, h))] + [
+            (f"block_sparse_moe.experts.{e}.{n}.weight", shape) for e in range(experts)
+            for n, shape in (("w1", (f, h)), ("w2", (h, f)), ("w3", (f, h)))]
+    else:
+        mlp_shapes = [("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)),
+                      ("mlp.down_proj.weight", (h, f))]
     w = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
     for l in range(c["num_hidden_layers"]):
-        for name, shape in (("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
+        for name, shape in [("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
                             ("self_attn.k_proj.weight", (ng * d, h)), ("self_attn.v_proj.weight", (ng * d, h)),
                             ("self_attn.o_proj.weight", (h, nh * d)),
-                            ("post_attention_layernorm.weight", (h,)),
-                            ("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)),
-                            ("mlp.down_proj.weight", (h, f))):
+                            ("post_attention_layernorm.weight", (h,))] + mlp_shapes:
             w[f"model.layers.{l}.{name}"] = shape
     return {n: ((1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
             for n, s in w.items()}
@@ -293,8 +335,9 @@ def main():
         if not ok:
             failures.append(label)
 
-    for arch, config, make in (("llama", LLAMA, llama_weights), ("gpt2", GPT2, gpt2_weights)):
-        weights = make(config, rng)
+    def round_trip(arch, config, weights):
+        """Imports the weights in each dtype (one file, or shards), exports them and
+        imports and exports again: every tensor back bit for bit, the same files twice."""
         for dtype, shards in (("F32", 1), ("BF16", 3), ("F16", 1)):
             source = work(f"{arch}_{dtype}_hf")
             write_directory(source, config, weights, dtype, shards)
@@ -319,6 +362,10 @@ def main():
                   f"{len(os.listdir(first)) - 1} file(s) out")
             if not (same_tensors and same_files):
                 failures.append(f"{arch} {dtype} round trip")
+
+    for arch, config, make in (("llama", LLAMA, llama_weights), ("gpt2", GPT2, gpt2_weights)):
+        round_trip(arch, config, make(config, rng))
+        source = work(f"{arch}_F16_hf")
 
         # The loss of the first batch from the bf16 weights, against the references.
         w = {n: decode(raw, dtype, shape).astype(np.float64)
@@ -386,6 +433,18 @@ def main():
         print(f"{arch}: a table of {VOCAB} rows for a vocabulary of {VOCAB + 20} refused: {ok}")
         if not ok:
             failures.append(f"{arch} short table accepted or misnamed: {refused.stdout.strip()}")
+
+    # Mixtral: each expert's tensors stacked into one and back, bit for bit; the first
+    # loss against the NumPy forward serially, under data parallelism and a pipeline.
+    round_trip("mixtral", MIXTRAL, llama_weights(MIXTRAL, rng))
+    w = {n: decode(raw, dtype, shape).astype(np.float64)
+         for n, (dtype, shape, raw) in read_directory(work("mixtral_BF16_hf")).items()}
+    loss = sum(llama_loss(MIXTRAL, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
+               for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
+    for i, (layout, ranks) in enumerate((([], 1), (["--dp", "2"], 2), (["--pp", "2"], 2))):
+        got_loss, _ = first_loss(f"mixtral_{i}", work("mixtral.mlir"), work("mixtral_BF16_ckpt"),
+                                 layout, ranks)
+        check(f"mixtral first loss, {' '.join(layout) or 'serial'}", got_loss, loss)
 
     # GPT-2 with GELU's exact form (activation_function "gelu", as BERT and PyTorch's
     # default compute it), imported as mt.gelu {approximate = "none"}. The MLP's input

@@ -48,6 +48,20 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
   auto conv1d = [&](std::string mtc, std::string hf, int64_t out, int64_t in) {
     m.push_back({std::move(mtc), {out, in}, {prefix + hf}, {{in, out}}, true});
   };
+  // Mixtral's experts: one mtc tensor [E, ...] of the E Hugging Face ones, stacked.
+  auto moe = [&](const std::string &mt, const std::string &hf) {
+    copy(mt + "block_sparse_moe.gate.weight", hf + "block_sparse_moe.gate.weight", {a.experts, h});
+    for (const char *w : {"w1", "w2", "w3"}) {
+      const std::vector<int64_t> one =
+          std::string(w) == "w2" ? std::vector<int64_t>{h, a.ffn} : std::vector<int64_t>{a.ffn, h};
+      Mapping stacked{mt + "block_sparse_moe.experts." + w, {a.experts, one[0], one[1]}, {}, {}};
+      for (int64_t e = 0; e < a.experts; ++e) {
+        stacked.hf.push_back(cat(prefix, hf, "block_sparse_moe.experts.", e, ".", w, ".weight"));
+        stacked.hfShapes.push_back(one);
+      }
+      m.push_back(std::move(stacked));
+    }
+  };
   auto table = [&](std::string mtc, std::string hf, std::string hfPrefix) {
     m.push_back({std::move(mtc), {a.vocab, h}, {hfPrefix + hf}, {{a.vocab, h}}, false, false, true});
   };
@@ -65,6 +79,10 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
                    true});
       copy(mt + "self_attn.o_proj.weight", hf + "self_attn.o_proj.weight", {h, q});
       copy(mt + "post_attention_layernorm.weight", hf + "post_attention_layernorm.weight", {h});
+      if (a.experts > 0) {
+        moe(mt, hf);
+        continue;
+      }
       copy(mt + "mlp.gate_proj.weight", hf + "mlp.gate_proj.weight", {a.ffn, h});
       copy(mt + "mlp.up_proj.weight", hf + "mlp.up_proj.weight", {a.ffn, h});
       copy(mt + "mlp.down_proj.weight", hf + "mlp.down_proj.weight", {h, a.ffn});
@@ -248,7 +266,10 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
       continue;
     }
     return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ",
-                               a.llama ? "LLaMA" : "GPT-2", " (nothing is dropped silently)"));
+                               a.experts ? "Mixtral"
+                               : a.llama ? "LLaMA"
+                                         : "GPT-2",
+                               " (nothing is dropped silently)"));
   }
   std::string written;
   MT_TRY(checkpoint::writeWholeCheckpoint(
@@ -268,8 +289,11 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
       },
       written));
   report = cat("wrote ", written, ": ", maps.size(), " tensors of ",
-               a.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", " from ", used.size(),
-               " Hugging Face tensors", buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
+               a.experts ? "MixtralForCausalLM"
+               : a.llama ? "LlamaForCausalLM"
+                         : "GPT2LMHeadModel",
+               " from ", used.size(), " Hugging Face tensors",
+               buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
                "; weights only: mtrun --load starts training from them at step 0");
   return Status::success();
 }
