@@ -4,6 +4,8 @@
 #include "dialects/mt/MtDialect.h"
 #include "dialects/mt/OpShapes.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::mt;
 using namespace mlir::mt::shapes;
@@ -28,7 +30,21 @@ LogicalResult expectSlots(std::optional<Location> loc, StringRef op, RankedTenso
   if (experts.getDimSize(2) > count)
     return emitOptionalError(loc, op, ": ", experts.getDimSize(2), " experts a token among ",
                              count);
-  return expectSameShape(loc, op, what, of, "experts", experts.clone(of.getElementType()));
+  bool same = of.getRank() == 3;
+  for (int64_t i = 0; same && i < 3; ++i)
+    same = compatible(of.getDimSize(i), experts.getDimSize(i));
+  if (same)
+    return success();
+  return emitOptionalError(loc, op, ": ", what, " ", str(of), " and experts ", str(experts),
+                           " must have the same shape");
+}
+
+/// Requires the load-balancing loss's coefficient to be finite and not negative.
+LogicalResult expectCoefficient(std::optional<Location> loc, StringRef op, APFloat coeff) {
+  const double c = coeff.convertToDouble();
+  if (std::isfinite(c) && c >= 0)
+    return success();
+  return emitOptionalError(loc, op, ": aux_loss_coeff ", c, " is not a finite number >= 0");
 }
 
 /// The dispatched rows of experts [B, S, k]: B·S·k, dynamic where B or S is.
@@ -78,7 +94,8 @@ LogicalResult MoeRouterOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto logits = ranked(adaptor.getLogits());
   const int64_t k = static_cast<int64_t>(adaptor.getTopk());
-  if (failed(expectRank(loc, "mt.moe_router", "logits", logits, 3, "[B, S, experts]")))
+  if (failed(expectRank(loc, "mt.moe_router", "logits", logits, 3, "[B, S, experts]")) ||
+      failed(expectCoefficient(loc, "mt.moe_router", adaptor.getAuxLossCoeff())))
     return failure();
   if (ShapedType::isDynamic(logits.getDimSize(2)) || k > logits.getDimSize(2))
     return emitOptionalError(loc, "mt.moe_router: topk ", k, " of the experts of ", str(logits));
@@ -94,7 +111,9 @@ LogicalResult MoeRouterGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   auto experts = ranked(adaptor.getExperts());
   StringRef op = "mt.moe_router_grad";
   if (failed(expectRouted(loc, op, "logits", logits, experts)) ||
-      failed(expectSlots(loc, op, experts, logits.getDimSize(2), "grad", grad)))
+      failed(expectSlots(loc, op, experts, logits.getDimSize(2), "grad", grad)) ||
+      failed(expectSameElementType(loc, op, "grad", grad, "logits", logits)) ||
+      failed(expectCoefficient(loc, op, adaptor.getAuxLossCoeff())))
     return failure();
   if (static_cast<int64_t>(adaptor.getTopk()) != experts.getDimSize(2))
     return emitOptionalError(loc, op, ": topk ", adaptor.getTopk(), " but ",

@@ -31,6 +31,17 @@ struct TensorView {
   int64_t cols() const { return rank ? shape[rank - 1] : 1; }
   int64_t rows() const { return rank ? numel() / cols() : 1; }
   template <typename T> T *as() const { return static_cast<T *>(data); }
+  /// Element i of an index tensor (i32 or i64: token ids, targets, experts).
+  int64_t index(int64_t i) const {
+    return dtype == plan::DType::I64 ? as<int64_t>()[i] : as<int32_t>()[i];
+  }
+  /// Sets element i of an index tensor.
+  void setIndex(int64_t i, int64_t value) const {
+    if (dtype == plan::DType::I64)
+      as<int64_t>()[i] = value;
+    else
+      as<int32_t>()[i] = static_cast<int32_t>(value);
+  }
 };
 
 /// Elements [begin, end) of `t` seen as a vector; `bytesPerElement` of t's type.

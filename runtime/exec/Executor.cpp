@@ -531,14 +531,18 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
            static_cast<double>(o.dim(1));
   };
   switch (inst.opcode()) {
-  case plan::Opcode::Linear:              // y [m, n] = x [m, k]·Wᵀ
-  case plan::Opcode::LinearGelu:          // the same, GELU in its epilogue
-  case plan::Opcode::LinearGradInput:     // dx [m, k] = dy [m, n]·W
-  case plan::Opcode::LinearGradInputGelu: // the same, GELU's gradient in its epilogue
+  case plan::Opcode::Linear:                 // y [m, n] = x [m, k]·Wᵀ
+  case plan::Opcode::LinearGelu:             // the same, GELU in its epilogue
+  case plan::Opcode::LinearGradInput:        // dx [m, k] = dy [m, n]·W
+  case plan::Opcode::LinearGradInputGelu:    // the same, GELU's gradient in its epilogue
+  case plan::Opcode::GroupedLinear:          // each expert's rows: as Linear, all rows
+  case plan::Opcode::GroupedLinearGradInput: // as LinearGradInput
     e.flops = 2 * result * static_cast<double>(in.cols());
     break;
-  case plan::Opcode::LinearGradWeight: // dW [n, k] = dyᵀ [n, m]·x [m, k]
-    e.flops = 2 * result * static_cast<double>(in.rows());
+  case plan::Opcode::LinearGradWeight:        // dW [n, k] = dyᵀ [n, m]·x [m, k]
+  case plan::Opcode::GroupedLinearGradWeight: // dW [E, n, k]: the experts' over all m rows
+    e.flops = 2 * result * static_cast<double>(in.rows()) /
+              (inst.opcode() == plan::Opcode::GroupedLinearGradWeight ? out.dim(0) : 1);
     break;
   case plan::Opcode::Attention:
     e.flops = attention(out);

@@ -58,6 +58,11 @@ static_assert(detail::tableFollowsSchema(),
 static_assert(detail::commRowsAreTheCollectives(),
               "a new collective opcode needs a case in Executor::runCollective");
 
+/// Whether `opcode` is one of a mixture of experts' (MoeRouter to MoeCombineGrad).
+constexpr bool isMixtureOfExperts(plan::Opcode opcode) {
+  return opcode >= plan::Opcode::MoeRouter && opcode <= plan::Opcode::MoeCombineGrad;
+}
+
 /// The table's row for `opcode`, which the caller has checked is at most Opcode::MAX.
 inline const OpcodeInfo &opcodeInfo(plan::Opcode opcode) {
   return kOpcodes[static_cast<size_t>(opcode)];

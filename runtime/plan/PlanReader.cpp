@@ -645,8 +645,8 @@ Status checkProgram(const plan::Plan &p, const plan::Program &prog, size_t index
   for (uint32_t id : {prog.tokens(), prog.targets()})
     if (id >= buffers.size())
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));
-  // The pipeline interface: a received and a sent tensor, and the stash, all floats of
-  // the plan's precision held in the arena.
+  // The pipeline interface: a received and a sent tensor, and the stash, held in the
+  // arena.
   for (int32_t id : {prog.loss(), prog.recv(), prog.send()})
     if (id < -1 || id >= static_cast<int32_t>(buffers.size()))
       return Status::failure(cat(where, " names buffer ", id, " of ", buffers.size()));

@@ -16,9 +16,11 @@ import equivalence as eq
 TOLERANCE = 1e-12
 
 
-def check(what, models, layouts, skip=lambda model, layout: False):
+def check(what, models, layouts, skip=lambda model, layout: False, unlike=()):
     """Trains every model of `models` under each (name, mtc flags, ranks) of `layouts`
-    (but those `skip` names) and exits non-zero naming the layouts that differ."""
+    (but those `skip` names) and exits non-zero naming the layouts that differ. Each
+    (name, edit) of `unlike` trains the serial model as edit(its text) makes it, which
+    must differ from the serial run (or the comparisons could not see what it changes)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--models", required=True)
@@ -54,6 +56,16 @@ def check(what, models, layouts, skip=lambda model, layout: False):
         compile_and_train(serial, model, [], 1)
         losses, norms = eq.losses(work(serial + ".txt")), eq.grad_norms(work(serial + ".txt"))
         weights = eq.weights(work(serial))
+        for variant, edit in unlike:
+            edited = work(f"{model_name}_{variant}.mlir")
+            with open(model) as f, open(edited, "w") as out:
+                out.write(edit(f.read()))
+            compile_and_train(f"{model_name}_{variant}", edited, [], 1)
+            curve = eq.curve_error(work(f"{model_name}_{variant}.txt"), losses, norms, args.steps)
+            print(f"{model_name + ' ' + variant:28s} differs from the serial run by {curve:.1e}",
+                  flush=True)
+            if curve <= 1e-6:
+                failures.append(f"{model_name} {variant} (no difference)")
         for layout, flags, ranks in layouts:
             if skip(model_name, layout):
                 continue

@@ -204,9 +204,23 @@ TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
     }
 }
 
-/// An expert id outside the experts, and counts past the rows, are refused by name.
+/// An expert id outside the experts, and counts past the rows, are refused by name: by
+/// the dispatch, the grouped GEMM, and the router's gradient without the load-balancing
+/// loss (which would otherwise index the logits by it).
 TEST(MoeLayer, RoutingOutsideTheExpertsIsRefused) {
   std::unique_ptr<Backend> cpu = makeCpuBackend();
+  {
+    std::vector<double> dgates(12, 1.0), logits(24, 0.5), dlogits(24);
+    std::vector<int32_t> experts(12, 1);
+    experts[7] = 7;
+    MoeInstruction grad(Opcode::MoeRouterGrad, 3, 1, 2, 4);
+    const TensorView in[3] = {view(dgates, {2, 3, 2}), view(logits, {2, 3, 4}),
+                              view(experts, {2, 3, 2})};
+    const TensorView out[1] = {view(dlogits, {2, 3, 4})};
+    Status s = cpu->run(*grad.inst, in, out, StepContext{});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("expert 7 of 4"), std::string::npos) << s.message();
+  }
   std::vector<double> x(2 * 3 * 2, 1.0), rows(12 * 2), w(4 * 2 * 2, 1.0), out(12 * 2);
   std::vector<int32_t> experts(12, 1), counts(4);
   experts[5] = 4;

@@ -37,11 +37,6 @@ constexpr int64_t kParallelElements = int64_t{1} << 15;
 /// The pieces vectorised elementwise work is cut into for the threads.
 constexpr int64_t kPiece = 4096;
 
-/// Token ids and targets are i32 or i64 tensors.
-int64_t indexAt(const TensorView &t, int64_t i) {
-  return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
-}
-
 using cpu::gemm;
 
 /// Large GEMMs are split into fixed tiles of the output, one OpenMP iteration each, each
@@ -92,7 +87,7 @@ template <typename T> struct Kernels {
                           int64_t vocabulary, const TensorView &out) {
     const int64_t rows = table.dim(0), h = table.dim(1);
     for (int64_t i = 0; i < ids.numel(); ++i) {
-      int64_t id = indexAt(ids, i);
+      int64_t id = ids.index(i);
       if (id < 0 || id >= vocabulary)
         return Status::failure(cat("token id ", id, " at position ", i,
                                    " is outside the embedding table of ", vocabulary,
@@ -110,7 +105,7 @@ template <typename T> struct Kernels {
     const int64_t rows = out.dim(0), h = out.dim(1);
     std::fill_n(ptr(out), out.numel(), T(0));
     for (int64_t i = 0; i < ids.numel(); ++i) {
-      int64_t id = indexAt(ids, i) - first;
+      int64_t id = ids.index(i) - first;
       if (id < 0 || id >= rows)
         continue;
       T *row = ptr(out) + id * h;
@@ -927,7 +922,7 @@ template <typename T> struct Kernels {
   /// Checks every target against the classes taking part.
   static Status checkTargets(const TensorView &targets, int64_t classes) {
     for (int64_t i = 0; i < targets.numel(); ++i) {
-      int64_t t = indexAt(targets, i);
+      int64_t t = targets.index(i);
       if (t < 0 || t >= classes)
         return Status::failure(cat("target id ", t, " at position ", i,
                                    " is outside the vocabulary of ", classes));
@@ -948,7 +943,7 @@ template <typename T> struct Kernels {
       const T max = *std::max_element(row, row + c);
       double sum = 0;
       expsShifted(row, c, max, [&](int64_t, T e) { sum += e; });
-      rowLoss[r] = std::log(sum) + max - row[indexAt(targets, r)];
+      rowLoss[r] = std::log(sum) + max - row[targets.index(r)];
     }
     double total = 0; // summed in row order, whatever the threads did
     for (double l : rowLoss)
@@ -976,7 +971,7 @@ template <typename T> struct Kernels {
       T *g = ptr(dlogits) + r * v;
       // Checked again: a corrupt plan may alias the targets with dlogits, which this
       // loop writes.
-      const int64_t t = indexAt(targets, r);
+      const int64_t t = targets.index(r);
       const bool valid = t >= 0 && t < c;
       const T target = valid ? row[t] : T(0);
       const T max = *std::max_element(row, row + c);
@@ -1018,7 +1013,7 @@ template <typename T> struct Kernels {
         max = std::max(max, row[j]);
       double sum = 0;
       expsShifted(row, valid, max, [&](int64_t, T e) { sum += e; });
-      int64_t t = indexAt(targets, r) - first;
+      int64_t t = targets.index(r) - first;
       maxOut[r] = max;
       sumOut[r] = static_cast<T>(sum);
       targetOut[r] = t >= 0 && t < valid ? row[t] : T(0);
@@ -1054,7 +1049,7 @@ template <typename T> struct Kernels {
       for (int64_t j = 0; j < valid; ++j)
         g[j] = static_cast<T>(factor * std::exp(row[j] - max) / sum);
       std::fill(g + valid, g + v, T(0));
-      int64_t t = indexAt(targets, r) - first;
+      int64_t t = targets.index(r) - first;
       if (t >= 0 && t < valid)
         g[t] -= static_cast<T>(factor);
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace mt::cpu {
@@ -10,15 +11,15 @@ namespace {
 
 using plan::Opcode;
 
-int64_t indexAt(const TensorView &t, int64_t i) {
-  return t.dtype == plan::DType::I64 ? t.as<int64_t>()[i] : t.as<int32_t>()[i];
-}
-
-void setIndex(const TensorView &t, int64_t i, int64_t value) {
-  if (t.dtype == plan::DType::I64)
-    t.as<int64_t>()[i] = value;
-  else
-    t.as<int32_t>()[i] = static_cast<int32_t>(value);
+/// The experts of experts [B, S, k], each checked to be one of `count`.
+Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> &ids) {
+  ids.resize(experts.numel());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = experts.index(static_cast<int64_t>(i));
+    if (ids[i] < 0 || ids[i] >= count)
+      return Status::failure(cat("mixture of experts: expert ", ids[i], " of ", count));
+  }
+  return Status::success();
 }
 
 /// Where each slot of experts [B, S, k] goes among the dispatched rows: sorted by expert,
@@ -28,20 +29,17 @@ struct Routing {
 };
 
 Status routing(const TensorView &experts, int64_t count, Routing &r) {
-  const int64_t n = experts.numel();
+  std::vector<int64_t> ids;
+  MT_TRY(expertsOf(experts, count, ids));
   r.counts.assign(count, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t e = indexAt(experts, i);
-    if (e < 0 || e >= count)
-      return Status::failure(cat("mixture of experts: expert ", e, " of ", count));
+  for (int64_t e : ids)
     ++r.counts[e];
-  }
   std::vector<int64_t> next(count);
   for (int64_t e = 0, at = 0; e < count; at += r.counts[e++])
     next[e] = at;
-  r.row.resize(n);
-  for (int64_t i = 0; i < n; ++i)
-    r.row[i] = next[indexAt(experts, i)]++;
+  r.row.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i)
+    r.row[i] = next[ids[i]]++;
   return Status::success();
 }
 
@@ -51,7 +49,7 @@ Status groups(const TensorView &counts, int64_t rows, std::vector<int64_t> &c) {
   c.resize(counts.numel());
   int64_t total = 0;
   for (size_t e = 0; e < c.size(); ++e) {
-    c[e] = indexAt(counts, static_cast<int64_t>(e));
+    c[e] = counts.index(static_cast<int64_t>(e));
     if (c[e] < 0 || c[e] > rows - total)
       return Status::failure(cat("grouped linear: expert ", e, "'s ", c[e], " rows, of ", rows,
                                  " (", total, " before it)"));
@@ -63,18 +61,18 @@ Status groups(const TensorView &counts, int64_t rows, std::vector<int64_t> &c) {
 template <typename T> struct Moe {
   static T *p(const TensorView &t) { return t.as<T>(); }
 
-  /// The k experts of the largest logits among e, ties to the lower index, in that order.
-  static void topk(const T *logits, int64_t e, int64_t k, int64_t *chosen) {
-    for (int64_t s = 0; s < k; ++s) {
-      int64_t best = -1;
-      for (int64_t j = 0; j < e; ++j) {
-        if (std::find(chosen, chosen + s, j) != chosen + s)
-          continue;
-        if (best < 0 || logits[j] > logits[best])
-          best = j;
-      }
-      chosen[s] = best;
-    }
+  /// The k experts of the largest logits among e, ties to the lower index, in that order
+  /// (a NaN counts as the largest, so that it reaches the loss); `order` is scratch of e.
+  static void topk(const T *logits, int64_t e, int64_t k, int64_t *order, int64_t *chosen) {
+    auto key = [&](int64_t j) {
+      return std::isnan(logits[j]) ? std::numeric_limits<T>::infinity() : logits[j];
+    };
+    for (int64_t j = 0; j < e; ++j)
+      order[j] = j;
+    std::partial_sort(order, order + k, order + e, [&](int64_t a, int64_t b) {
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
+    });
+    std::copy_n(order, k, chosen);
   }
 
   /// probs = the softmax of logits[0, e).
@@ -110,15 +108,15 @@ template <typename T> struct Moe {
 #pragma omp parallel
     {
       std::vector<double> probs(e), g(k);
-      std::vector<int64_t> chosen(k);
+      std::vector<int64_t> order(e), chosen(k);
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tokens; ++t) {
         const T *l = p(logits) + t * e;
-        topk(l, e, k, chosen.data());
+        topk(l, e, k, order.data(), chosen.data());
         gatesOf(l, e, chosen.data(), k, inst.pre_softmax(), probs.data(), g.data());
         for (int64_t s = 0; s < k; ++s) {
           p(gates)[t * k + s] = static_cast<T>(g[s]);
-          setIndex(experts, t * k + s, chosen[s]);
+          experts.setIndex(t * k + s, chosen[s]);
         }
       }
     }
@@ -132,14 +130,17 @@ template <typename T> struct Moe {
                            const StepContext &ctx, const TensorView &dlogits) {
     const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
     const double coeff = inst.aux_loss_coeff();
+    std::vector<int64_t> ids; // read once, checked, before dlogits is written
+    MT_TRY(expertsOf(experts, e, ids));
     std::vector<double> aux(e, 0.0); // d(loss)/d(p_te), the same for every token
     if (coeff > 0) {
-      Routing r;
-      MT_TRY(routing(experts, e, r));
+      std::vector<int64_t> slots(e, 0); // n_e
+      for (int64_t id : ids)
+        ++slots[id];
       const double scale = coeff * ctx.lossScale * static_cast<double>(e) /
                            (static_cast<double>(k) * tokens * tokens);
       for (int64_t j = 0; j < e; ++j)
-        aux[j] = scale * static_cast<double>(r.counts[j]);
+        aux[j] = scale * static_cast<double>(slots[j]);
     }
 #pragma omp parallel
     {
@@ -148,8 +149,7 @@ template <typename T> struct Moe {
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tokens; ++t) {
         const T *l = p(logits) + t * e, *dg = p(dgates) + t * k;
-        for (int64_t s = 0; s < k; ++s)
-          chosen[s] = indexAt(experts, t * k + s);
+        std::copy_n(ids.begin() + t * k, k, chosen.begin());
         gatesOf(l, e, chosen.data(), k, inst.pre_softmax(), probs.data(), g.data());
         double dot = 0;
         for (int64_t s = 0; s < k; ++s)
@@ -186,7 +186,7 @@ template <typename T> struct Moe {
     for (int64_t i = 0; i < experts.numel(); ++i)
       std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
     for (int64_t e = 0; e < inst.num_experts(); ++e)
-      setIndex(counts, e, r.counts[e]);
+      counts.setIndex(e, r.counts[e]);
     return Status::success();
   }
 
@@ -280,10 +280,6 @@ template <typename T> struct Moe {
 };
 
 } // namespace
-
-bool isMoe(plan::Opcode opcode) {
-  return opcode >= Opcode::MoeRouter && opcode <= Opcode::MoeCombineGrad;
-}
 
 template <typename T>
 Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorView *out,

@@ -17,9 +17,6 @@ template <typename T>
 Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
               const StepContext &ctx);
 
-/// Whether `opcode` is one of runMoe's.
-bool isMoe(plan::Opcode opcode);
-
 } // namespace mt::cpu
 
 #endif // MT_RUNTIME_BACKENDS_CPU_MOEKERNELS_H

@@ -25,8 +25,9 @@
 #include "backends/cuda/Norms.cuh"
 #include "backends/cuda/Optimizer.cuh"
 #include "core/DType.h"
-#include "core/SharedMath.h"
 #include "core/Poll.h"
+#include "core/SharedMath.h"
+#include "plan/Opcodes.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -151,7 +152,7 @@ public:
   }
 
   Status supports(const plan::Instruction &inst) const override {
-    if (inst.opcode() >= Opcode::MoeRouter && inst.opcode() <= Opcode::MoeCombineGrad)
+    if (isMixtureOfExperts(inst.opcode()))
       return Status::failure(cat("cuda backend: mixture of experts (", EnumNameOpcode(inst.opcode()),
                                  ") runs on the CPU backend only, so far"));
     return Status::success();
@@ -1091,6 +1092,20 @@ private:
     }
   }
 
+  /// Fill: its value, or the loss seed's (times the loss scale), in f32 or T.
+  template <typename T> void fill(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView &out = c.out[0];
+    if (inst.loss_seed() && out.dtype == DType::F32)
+      launchLossSeed(c.f(out), c.n(), inst.value(), c.step, stream_);
+    else if (inst.loss_seed())
+      launchLossSeed(c.p(out), c.n(), inst.value(), c.step, stream_);
+    else if (out.dtype == DType::F32)
+      launchFill(c.f(out), c.n(), static_cast<float>(inst.value()), stream_);
+    else
+      launchFill(c.p(out), c.n(), static_cast<float>(inst.value()), stream_);
+  }
+
   template <typename T>
   Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                   const StepContext &ctx) {
@@ -1134,18 +1149,9 @@ private:
     case Opcode::VocabParallelCrossEntropyGrad:
       runLosses(c);
       break;
-    case Opcode::Fill: {
-      const float value = static_cast<float>(inst.value());
-      if (inst.loss_seed() && out[0].dtype == DType::F32)
-        launchLossSeed(c.f(out[0]), c.n(), inst.value(), c.step, stream_);
-      else if (inst.loss_seed())
-        launchLossSeed(c.p(out[0]), c.n(), inst.value(), c.step, stream_);
-      else if (out[0].dtype == DType::F32)
-        launchFill(c.f(out[0]), c.n(), value, stream_);
-      else
-        launchFill(c.p(out[0]), c.n(), value, stream_);
+    case Opcode::Fill:
+      fill(c);
       break;
-    }
     case Opcode::BiasAdd:
       launchBiasAdd(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.n(), in[0].cols(), stream_);
       break;

@@ -81,7 +81,7 @@ func.func @grouped_grad_weight_dynamic_experts(%d: tensor<12x5xf32>, %x: tensor<
 // -----
 
 func.func @combine_gates_of_other_slots(%r: tensor<12x5xf32>, %g: tensor<2x3x1xf32>, %e: tensor<2x3x2xi32>) {
-  // expected-error@+2 {{mt.moe_combine: gates tensor<2x3x1xf32> and experts tensor<2x3x2xf32> must have the same shape and element type}}
+  // expected-error@+2 {{mt.moe_combine: gates tensor<2x3x1xf32> and experts tensor<2x3x2xi32> must have the same shape}}
   // expected-error@+1 {{'mt.moe_combine' op failed to infer returned types}}
   %y = mt.moe_combine %r, %g, %e {num_experts = 4 : i64} : (tensor<12x5xf32>, tensor<2x3x1xf32>, tensor<2x3x2xi32>) -> tensor<2x3x5xf32>
   return
@@ -93,5 +93,14 @@ func.func @combine_grad_tokens(%d: tensor<2x3x6xf32>, %r: tensor<12x5xf32>, %g: 
   // expected-error@+2 {{mt.moe_combine_grad: grad tensor<2x3x6xf32> and tokens tensor<2x3x5xf32> must have the same shape and element type}}
   // expected-error@+1 {{'mt.moe_combine_grad' op failed to infer returned types}}
   %dr, %dg = mt.moe_combine_grad %d, %r, %g, %e {num_experts = 4 : i64} : (tensor<2x3x6xf32>, tensor<12x5xf32>, tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> (tensor<12x5xf32>, tensor<2x3x2xf32>)
+  return
+}
+
+// -----
+
+func.func @router_negative_coefficient(%l: tensor<2x3x4xf32>) {
+  // expected-error@+2 {{mt.moe_router: aux_loss_coeff -1.000000e-02 is not a finite number >= 0}}
+  // expected-error@+1 {{'mt.moe_router' op failed to infer returned types}}
+  %g, %e = mt.moe_router %l {topk = 2 : i64, aux_loss_coeff = -1.0e-02 : f64} : (tensor<2x3x4xf32>) -> (tensor<2x3x2xf32>, tensor<2x3x2xi32>)
   return
 }
