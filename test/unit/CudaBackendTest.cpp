@@ -12,11 +12,12 @@
 #include "CompileWithMtc.h"
 #include "OpCases.h"
 #include "StatusAssertions.h"
+#include "TestInstruction.h"
 #include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "exec/Executor.h"
 #include "core/Half.h"
+#include "exec/Executor.h"
 
 #include <gtest/gtest.h>
 
@@ -604,18 +605,15 @@ TEST(CudaMemory, CopiesOnTheDevice) {
 }
 
 /// One instruction of context parallelism's kernels, as the compiler writes it.
-struct ContextInstruction {
-  flatbuffers::FlatBufferBuilder fbb;
-  const plan::Instruction *inst = nullptr;
+struct ContextInstruction : test::TestInstruction {
   ContextInstruction(plan::Opcode opcode, int inputs, int outputs, int64_t cp, bool inverse,
                      bool sequenceParallel, bool causal = false, double rate = 0.3,
-                     int64_t heads = 2, int64_t kvHeads = 0) {
-    std::vector<uint32_t> in(inputs), out(outputs);
-    auto ins = fbb.CreateVector(in), outs = fbb.CreateVector(out);
-    plan::InstructionBuilder b(fbb);
-    b.add_opcode(opcode);
-    b.add_inputs(ins);
-    b.add_outputs(outs);
+                     int64_t heads = 2, int64_t kvHeads = 0)
+      : TestInstruction(opcode, inputs, outputs, [&](plan::InstructionBuilder &b) {
+          fields(b, cp, inverse, sequenceParallel, causal, rate, heads, kvHeads);
+        }) {}
+  static void fields(plan::InstructionBuilder &b, int64_t cp, bool inverse, bool sequenceParallel,
+                     bool causal, double rate, int64_t heads, int64_t kvHeads) {
     b.add_context_parallel(cp);
     b.add_inverse(inverse);
     b.add_sequence_parallel(sequenceParallel);
@@ -628,8 +626,6 @@ struct ContextInstruction {
     b.add_low_freq_factor(1.0);
     b.add_high_freq_factor(4.0);
     b.add_original_positions(64);
-    fbb.Finish(b.Finish());
-    inst = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
   }
 };
 

@@ -5,6 +5,7 @@
 // the gated combine, against a token-by-token computation; routing outside the experts
 // refused with a message.
 #include "StatusAssertions.h"
+#include "TestInstruction.h"
 #include "backends/Backend.h"
 
 #include <gtest/gtest.h>
@@ -19,24 +20,15 @@ namespace {
 using plan::Opcode;
 
 /// One mixture-of-experts instruction with its attributes.
-struct MoeInstruction {
-  flatbuffers::FlatBufferBuilder fbb;
-  const plan::Instruction *inst = nullptr;
+struct MoeInstruction : test::TestInstruction {
   MoeInstruction(Opcode opcode, int inputs, int outputs, int64_t topk, int64_t experts,
-                 double coeff = 0, bool preSoftmax = false) {
-    std::vector<uint32_t> in(inputs), out(outputs);
-    auto ins = fbb.CreateVector(in), outs = fbb.CreateVector(out);
-    plan::InstructionBuilder b(fbb);
-    b.add_opcode(opcode);
-    b.add_inputs(ins);
-    b.add_outputs(outs);
-    b.add_topk(topk);
-    b.add_num_experts(experts);
-    b.add_aux_loss_coeff(coeff);
-    b.add_pre_softmax(preSoftmax);
-    fbb.Finish(b.Finish());
-    inst = flatbuffers::GetRoot<plan::Instruction>(fbb.GetBufferPointer());
-  }
+                 double coeff = 0, bool preSoftmax = false)
+      : TestInstruction(opcode, inputs, outputs, [&](plan::InstructionBuilder &b) {
+          b.add_topk(topk);
+          b.add_num_experts(experts);
+          b.add_aux_loss_coeff(coeff);
+          b.add_pre_softmax(preSoftmax);
+        }) {}
 };
 
 template <typename T> TensorView view(std::vector<T> &data, std::vector<int64_t> shape) {
