@@ -22,6 +22,7 @@
 #include "backends/cuda/Gemm.cuh"
 #include "backends/cuda/Init.cuh"
 #include "backends/cuda/Loss.cuh"
+#include "backends/cuda/Moe.cuh"
 #include "backends/cuda/Norms.cuh"
 #include "backends/cuda/Optimizer.cuh"
 #include "core/DType.h"
@@ -152,9 +153,10 @@ public:
   }
 
   Status supports(const plan::Instruction &inst) const override {
-    if (isMixtureOfExperts(inst.opcode()))
-      return Status::failure(cat("cuda backend: mixture of experts (", EnumNameOpcode(inst.opcode()),
-                                 ") runs on the CPU backend only, so far"));
+    if (isMixtureOfExperts(inst.opcode()) && inst.topk() > kMaxTopk)
+      return Status::failure(cat("cuda backend: top-", inst.topk(), " routing (",
+                                 EnumNameOpcode(inst.opcode()), "): at most ", kMaxTopk,
+                                 " experts a token"));
     return Status::success();
   }
 
@@ -895,6 +897,144 @@ private:
     }
   }
 
+  /// Blocks of kThreads for a warp each of n.
+  static unsigned warpsFor(int64_t n) {
+    return static_cast<unsigned>((n * 32 + kThreads - 1) / kThreads);
+  }
+  /// Expert ids and counts as the router writes them (i32).
+  static const int32_t *ids(const TensorView &t) {
+    if (t.dtype != DType::I32)
+      throw std::runtime_error("cuda backend: mixture of experts with i64 experts or counts");
+    return t.as<int32_t>();
+  }
+  /// Each slot's dispatched row of experts [B, S, k] among e (Moe.cuh), in scratch: the
+  /// counts per expert, then the rows.
+  int *moeRows(const TensorView &experts, int64_t e, int *&counts) {
+    const int64_t slots = experts.numel();
+    counts = static_cast<int *>(scratch(sizeof(int) * (e + slots)));
+    int *rows = counts + e;
+    moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(ids(experts), slots,
+                                                                          counts);
+    launched("expert counts");
+    moeRowsKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
+        ids(experts), slots, static_cast<int>(e), counts, rows);
+    launched("dispatched rows");
+    return rows;
+  }
+
+  /// Mixture of experts (Moe.cuh), but the experts' GEMMs (runGroupedLinear).
+  template <typename T> void runMoe(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    int *counts = nullptr;
+    switch (inst.opcode()) {
+    case Opcode::MoeRouter: {
+      const int64_t e = in[0].dim(2), tokens = in[0].numel() / e;
+      ids(out[1]);
+      moeRouterKernel<<<warpsFor(tokens), kThreads, 0, stream_>>>(
+          c.p(in[0]), c.p(out[0]), out[1].as<int32_t>(), tokens, static_cast<int>(e),
+          static_cast<int>(inst.topk()), inst.pre_softmax());
+      break;
+    }
+    case Opcode::MoeRouterGrad: {
+      const TensorView &logits = in[1], &experts = in[2];
+      const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
+      float scale = 0;
+      if (inst.aux_loss_coeff() > 0) {
+        counts = static_cast<int *>(scratch(sizeof(int) * e));
+        moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
+            ids(experts), experts.numel(), counts);
+        launched("expert counts");
+        scale =
+            static_cast<float>(inst.aux_loss_coeff() * c.ctx.lossScale * static_cast<double>(e) /
+                               (static_cast<double>(k) * tokens * tokens));
+      }
+      moeRouterGradKernel<<<warpsFor(tokens), kThreads, 0, stream_>>>(
+          c.p(in[0]), c.p(logits), ids(experts), counts, scale, c.p(out[0]), tokens,
+          static_cast<int>(e), static_cast<int>(k), inst.pre_softmax());
+      break;
+    }
+    case Opcode::MoeDispatch: {
+      const TensorView &x = in[0], &experts = in[1];
+      const int64_t e = inst.num_experts(), h = x.dim(2);
+      const int *rows = moeRows(experts, e, counts);
+      check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
+      moeDispatchKernel<<<blocksFor(experts.numel() * h), kThreads, 0, stream_>>>(
+          c.p(x), rows, c.p(out[0]), experts.numel(), static_cast<int>(experts.dim(2)), h);
+      ids(out[1]);
+      check(
+          cudaMemcpyAsync(out[1].data, counts, sizeof(int) * e, cudaMemcpyDeviceToDevice, stream_),
+          "copying the expert counts");
+      break;
+    }
+    case Opcode::MoeDispatchGrad:
+    case Opcode::MoeCombine: {
+      const bool combine = inst.opcode() == Opcode::MoeCombine;
+      const TensorView &experts = in[combine ? 2 : 1];
+      const int *rows = moeRows(experts, inst.num_experts(), counts);
+      const int64_t k = experts.dim(2), tokens = experts.numel() / k, h = out[0].dim(2);
+      moeGatherKernel<<<blocksFor(tokens * h), kThreads, 0, stream_>>>(
+          c.p(in[0]), combine ? c.p(in[1]) : nullptr, rows, c.p(out[0]), tokens,
+          static_cast<int>(k), h);
+      break;
+    }
+    case Opcode::MoeCombineGrad: {
+      const TensorView &experts = in[3];
+      const int *rows = moeRows(experts, inst.num_experts(), counts);
+      check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
+      moeCombineGradKernel<<<warpsFor(experts.numel()), kThreads, 0, stream_>>>(
+          c.p(in[0]), c.p(in[1]), c.p(in[2]), rows, c.p(out[0]), c.p(out[1]), experts.numel(),
+          static_cast<int>(experts.dim(2)), in[0].dim(2));
+      break;
+    }
+    default:
+      throw std::logic_error("cuda backend: not an opcode of runMoe");
+    }
+  }
+
+  /// The experts' GEMMs, one per expert over its rows (counted on the device, read here:
+  /// the one wait for the device of a mixture of experts), as Linear, LinearGradInput and
+  /// LinearGradWeight; rows past the counted ones are 0.
+  template <typename T> void runGroupedLinear(const Call<T> &c) {
+    const plan::Instruction &inst = c.inst;
+    const TensorView *in = c.in, *out = c.out;
+    const bool weights = inst.opcode() == Opcode::GroupedLinearGradWeight;
+    const TensorView &w = weights ? out[0] : in[2], &counted = in[weights ? 2 : 1];
+    const int64_t n = in[0].dim(0), o = w.dim(1), i = w.dim(2), e = w.dim(0);
+    std::vector<int32_t> rows(e);
+    check(cudaMemcpyAsync(rows.data(), ids(counted), sizeof(int32_t) * e, cudaMemcpyDeviceToHost,
+                          stream_),
+          "reading the expert counts");
+    check(cudaStreamSynchronize(stream_), "waiting for the expert counts");
+    const size_t size = dtypeBytes(c.type());
+    auto at = [&](const TensorView &t, int64_t element) {
+      return static_cast<char *>(t.data) + size * element;
+    };
+    int64_t first = 0;
+    for (int64_t x = 0; x < e; first += rows[x++]) {
+      if (rows[x] < 0 || rows[x] > n - first)
+        throw std::runtime_error(cat("cuda backend: grouped linear: expert ", x, "'s ", rows[x],
+                                     " rows, of ", n, " (", first, " before it)"));
+      const int64_t m = rows[x];
+      if (weights && m == 0)
+        check(cudaMemsetAsync(at(w, x * o * i), 0, size * o * i, stream_), "zeroing a gradient");
+      else if (weights) // dW[e] = dyᵀ·x over its rows
+        gemm(false, true, i, o, m, at(in[1], first * i), i, at(in[0], first * o), o,
+             at(w, x * o * i), i, c.type());
+      else if (m > 0 && inst.opcode() == Opcode::GroupedLinear) // y = x·W[e]ᵀ
+        gemm(true, false, o, m, i, at(w, x * o * i), i, at(in[0], first * i), i,
+             at(out[0], first * o), o, c.type());
+      else if (m > 0) // dx = dy·W[e]
+        gemm(false, false, i, m, o, at(w, x * o * i), i, at(in[0], first * o), o,
+             at(out[0], first * i), i, c.type());
+    }
+    if (!weights) {
+      const int64_t width = out[0].dim(1);
+      check(cudaMemsetAsync(at(out[0], first * width), 0, size * (n - first) * width, stream_),
+            "zeroing the rows past the experts'");
+    }
+  }
+
   /// Fused and unfused attention and their gradients.
   template <typename T> void runAttention(const Call<T> &c) {
     const plan::Instruction &inst = c.inst;
@@ -1211,12 +1351,15 @@ private:
     case Opcode::MoeRouterGrad:
     case Opcode::MoeDispatch:
     case Opcode::MoeDispatchGrad:
+    case Opcode::MoeCombine:
+    case Opcode::MoeCombineGrad:
+      runMoe(c);
+      break;
     case Opcode::GroupedLinear:
     case Opcode::GroupedLinearGradInput:
     case Opcode::GroupedLinearGradWeight:
-    case Opcode::MoeCombine:
-    case Opcode::MoeCombineGrad:
-      throw std::logic_error("cuda backend: a mixture-of-experts opcode (supports() refuses it)");
+      runGroupedLinear(c);
+      break;
     }
     launched(plan::EnumNameOpcode(inst.opcode()));
     return Status::success();
