@@ -213,6 +213,11 @@ public:
   /// null where the backend cannot record it, with the reason in `why` (the backend
   /// runs nothing then: run the work itself). Only a backend that records() does.
   virtual bool records() const { return false; }
+  /// Whether a recording may hold `inst` (one that waits for the device may not).
+  virtual bool recordable(const plan::Instruction &inst) const {
+    (void)inst;
+    return true;
+  }
   virtual std::unique_ptr<Recording> record(const std::function<Status()> &work,
                                             std::string &why) {
     (void)work;

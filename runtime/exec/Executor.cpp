@@ -149,14 +149,16 @@ Status Executor::bind(ExecutorOptions options) {
     const plan::Program &prog = *programs.Get(i);
     if (pipelined && prog.stage() != stage)
       continue;
+    bool recordable = true;
     for (flatbuffers::uoffset_t j = 0; j < prog.instructions()->size(); ++j) {
       const plan::Instruction &inst = *prog.instructions()->Get(j);
       if (Status s = backend_.supports(inst); !s.ok())
         return failedAt(i, j, s);
       if (opcodeInfo(inst.opcode()).runsOn != RunsOn::Comm)
         backendRuns_[i].push_back(j);
+      recordable = recordable && backend_.recordable(inst);
     }
-    recorded_[i].eligible = options.recordPrograms && backend_.records() &&
+    recorded_[i].eligible = options.recordPrograms && backend_.records() && recordable &&
                             backendRuns_[i].size() == prog.instructions()->size();
     for (const plan::Buffer *b : *prog.buffers()) {
       void *data;

@@ -228,6 +228,12 @@ public:
   }
 
   bool records() const override { return !synchronous_ && !graphsOff_; }
+  /// The experts' GEMMs read their row counts from the device.
+  bool recordable(const plan::Instruction &inst) const override {
+    return inst.opcode() != Opcode::GroupedLinear &&
+           inst.opcode() != Opcode::GroupedLinearGradInput &&
+           inst.opcode() != Opcode::GroupedLinearGradWeight;
+  }
   std::unique_ptr<Recording> record(const std::function<Status()> &work,
                                     std::string &why) override {
     why.clear();
