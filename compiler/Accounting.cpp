@@ -200,6 +200,11 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
         f.ringBytes = std::max(f.ringBytes, 2 * mt::tensorBytes(attention.getQkv().getType()));
       if (auto grad = dyn_cast<mt::AttentionGradOp>(op); grad && grad.getRing())
         f.ringBytes = std::max(f.ringBytes, 4 * mt::tensorBytes(grad.getQkv().getType()));
+      // An expert exchange's rows pass through a staging buffer of the whole group's.
+      if (isa<mt::MoeExchangeOp>(op))
+        f.ringBytes = std::max(f.ringBytes, mt::tensorBytes(op->getResult(0).getType()));
+      if (isa<mt::MoeExchangeBackOp>(op))
+        f.ringBytes = std::max(f.ringBytes, mt::tensorBytes(op->getOperand(0).getType()));
     });
   });
   return chunks;

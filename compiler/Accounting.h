@@ -98,7 +98,8 @@ struct StepAccount {
 struct ChunkFootprint {
   OpCosts costs, recompute;    // FLOPs per micro-batch: the model's, and recomputation's
   int64_t arenaBytes = 0;      // the larger arena of its programs
-  int64_t ringBytes = 0;       // ring attention's shares in flight (Executor::runRing)
+  int64_t ringBytes = 0;       // ring attention's shares in flight (Executor::runRing), or an
+                               // expert exchange's staging (Executor::runExchange)
   int64_t stashBytes = 0;      // what its forward keeps for backward, per micro-batch
   int64_t messageBytes = 0;    // the activation it sends on (0 for the last chunk)
   int64_t layerParameters = 0; // elements of the parameters of its layers

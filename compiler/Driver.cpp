@@ -77,6 +77,22 @@ int readPrecision(const Flags &args, std::string &precision, std::string &elemen
   return 0;
 }
 
+/// Expert parallelism's conditions: ep consecutive data-parallel ranks share a mixture's
+/// experts; the distributed optimizer does not shard their state yet.
+int expertLayout(const StepLayout &layout) {
+  const CompileOptions &options = layout.options;
+  if (options.ep == 1)
+    return 0;
+  if ((options.dp * options.cp) % options.ep != 0)
+    return usageError("--ep " + std::to_string(options.ep) +
+                      " must divide the data-parallel ranks (dp x cp = " +
+                      std::to_string(options.dp * options.cp) + ")");
+  if (layout.distributedOptimizer)
+    return usageError("--ep with --distributed-optimizer: the distributed optimizer does not "
+                      "share the experts' state over their ranks yet");
+  return 0;
+}
+
 int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
   CompileOptions &options = layout.options;
   if (!args.values.count("micro-batch-size") || !args.values.count("global-batch-size"))
@@ -86,7 +102,7 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
       !positiveFlag(args, "seq-length", 1, options.seqLength) ||
       !positiveFlag(args, "make-vocab-size-divisible-by", 128, options.vocabMultiple) ||
       !positiveFlag(args, "tp", 1, options.tp) || !positiveFlag(args, "dp", 1, options.dp) ||
-      !positiveFlag(args, "cp", 1, options.cp) ||
+      !positiveFlag(args, "cp", 1, options.cp) || !positiveFlag(args, "ep", 1, options.ep) ||
       !positiveFlag(args, "ddp-bucket-size", 40000000, layout.bucketBytes) ||
       !positiveFlag(args, "recompute-num-layers", 1, options.recomputeLayers) ||
       !positiveFlag(args, "pp", 1, options.pp) ||
@@ -169,6 +185,8 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
     return usageError("--cp splits attention's queries over the context-parallel group, "
                       "which only fused attention does: it cannot be used with unfused "
                       "attention or --recompute selective");
+  if (int status = expertLayout(layout))
+    return status;
   options.printIRAfterAll = args.switches.lookup("print-ir-after-all");
   return readPrecision(args, precision, options.precision);
 }
@@ -310,6 +328,7 @@ int compileStep(const Flags &args, ModuleOp module, const std::string &path,
   header.tp = options.tp;
   header.dp = options.dp;
   header.cp = options.cp;
+  header.ep = options.ep;
   header.pp = options.pp;
   header.virtualStages = options.virtualStages;
   header.schedule = layout.schedule;

@@ -33,6 +33,7 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
         {options.microBatchSize, options.seqLength, options.precision}));
     pm.addPass(
         mt::createMtContextParallel({options.cp, options.dp, options.tp, options.cpCommType}));
+    pm.addPass(mt::createMtExpertParallel({options.ep, options.dp * options.cp}));
     pm.addPass(
         mt::createMtTensorParallel({options.tp, options.dp, options.cp, options.sequenceParallel}));
     if (options.attention == "unfused")

@@ -38,6 +38,7 @@ struct CompileOptions {
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
   int64_t cp = 1; // context parallelism (Megatron's --context-parallel-size)
+  int64_t ep = 1; // expert parallelism (Megatron's --expert-model-parallel-size)
   std::string cpCommType = "all-gather";             // all-gather | p2p (Megatron's --cp-comm-type)
   int64_t firstStageLayers = 0, lastStageLayers = 0; // an uneven pipeline split
   bool sequenceParallel = false;

@@ -126,12 +126,13 @@ LogicalResult Emitter::emitParam(mlir::mt::ParamOp param) {
     if (auto g = param.getGlobalShape())
       global.assign(g->begin(), g->end());
     params.push_back(plan::CreateParam(
-        fbb, fbb.CreateString(param.getName().str()),
-        fbb.CreateVector(type.getShape().vec()), master, init,
-        param.getStd() ? param.getStd()->convertToDouble() : 0.0, fbb.CreateVector(global),
+        fbb, fbb.CreateString(param.getName().str()), fbb.CreateVector(type.getShape().vec()),
+        master, init, param.getStd() ? param.getStd()->convertToDouble() : 0.0,
+        fbb.CreateVector(global),
         param.getShardDim() ? static_cast<int32_t>(*param.getShardDim()) : -1,
         param.getTpGradReduce(),
-        param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0));
+        param.getVocabRows() ? static_cast<int64_t>(*param.getVocabRows()) : 0,
+        param.getExpertParallel()));
   }
   return addBuffer(param.getResult(), plan::BufferKind::Param, 0, it->second.index);
 }
@@ -317,7 +318,8 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
   auto root = plan::CreatePlan(
       fbb, fbb.CreateString(header.model),
       plan::CreateGrid(fbb, static_cast<int32_t>(header.tp), static_cast<int32_t>(header.pp),
-                       static_cast<int32_t>(header.dp), static_cast<int32_t>(header.cp)),
+                       static_cast<int32_t>(header.dp), static_cast<int32_t>(header.cp),
+                       static_cast<int32_t>(header.ep)),
       header.microBatchSize, header.globalBatchSize, header.seqLength, header.vocabSize,
       precisionType(header.precision), header.sequenceParallel,
       static_cast<int32_t>(header.virtualStages), header.distributedOptimizer,

@@ -15,7 +15,7 @@ namespace mtc {
 struct PlanHeader {
   std::string model;
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
-  int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1, cp = 1;
+  int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1, cp = 1, ep = 1;
   mt::ScheduleKind schedule = mt::ScheduleKind::OneFOneB;
   bool sequenceParallel = false, distributedOptimizer = false;
   uint64_t ddpBucketBytes = 0;

@@ -102,7 +102,8 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
   const std::string master = precision == "fp64" ? "fp64" : "fp32";
   row("layout") << ranks << " rank" << (ranks > 1 ? "s" : "") << " (tp " << options.tp << ", pp "
                 << options.pp << ", dp " << options.dp
-                << (options.cp > 1 ? ", cp " + std::to_string(options.cp) : std::string()) << ")"
+                << (options.cp > 1 ? ", cp " + std::to_string(options.cp) : std::string())
+                << (options.ep > 1 ? ", ep " + std::to_string(options.ep) : std::string()) << ")"
                 << (options.pp > 1
                         ? ", " + std::string(::mt::scheduleName(scheduleKind)) + " schedule"
                         : std::string())

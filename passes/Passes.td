@@ -141,6 +141,29 @@ def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::shard::ShardDialect"];
 }
 
+def MtExpertParallel : Pass<"mt-expert-parallel", "::mlir::ModuleOp"> {
+  let summary = "Megatron's expert parallelism: each rank holds E/ep of a mixture's experts";
+  let description = [{
+    Cuts each `mt.grouped_linear` weight [E, out, in] along its experts over the
+    expert-parallel group (`expert_parallel`, shard_dim 0: expert rank r holds experts
+    [r·E/ep, (r+1)·E/ep)), as Megatron-Core's `--expert-model-parallel-size` places
+    them; the group is ep consecutive ranks of the data-parallel ones, which read
+    different micro-batches. After each `mt.moe_dispatch` an `mt.moe_exchange` sends
+    the rows to the ranks of their experts (the all-to-all dispatch), which the experts'
+    GEMMs then read by its routing; before each `mt.moe_combine` of the same tokens an
+    `mt.moe_exchange_back` returns the results. Each is the other's gradient. The
+    experts' gradients are then reduced over the ranks holding the same experts (the
+    runtime's expert-data-parallel group), the others' over all data-parallel ranks.
+
+    Refuses ep not dividing dp, and experts that ep does not divide. Runs after
+    mt-specialize.
+  }];
+  let options = [
+    Option<"ep", "ep", "int64_t", "1", "expert-parallel size">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel size (× cp), which ep divides">
+  ];
+}
+
 def MtPipelineAssign : Pass<"mt-pipeline-assign", "::mlir::ModuleOp"> {
   let summary = "Assigns every forward op its virtual pipeline stage (mt.stage)";
   let description = [{

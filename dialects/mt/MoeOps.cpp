@@ -76,16 +76,17 @@ RankedTensorType tokensOf(RankedTensorType experts, int64_t features, Type eleme
 /// false: rows are [N, out], a gradient of the output).
 LogicalResult expectGrouped(std::optional<Location> loc, StringRef op, RankedTensorType rows,
                             RankedTensorType counts, RankedTensorType weight, bool input) {
-  const bool ok = rows.getRank() == 2 && counts.getRank() == 1 && weight.getRank() == 3 &&
-                  !ShapedType::isDynamic(counts.getDimSize(0)) &&
-                  compatible(counts.getDimSize(0), weight.getDimSize(0)) &&
+  // counts [E], or [sources, E] after an expert exchange (an expert's rows their sum).
+  const bool ok = rows.getRank() == 2 && (counts.getRank() == 1 || counts.getRank() == 2) &&
+                  weight.getRank() == 3 && counts.hasStaticShape() &&
+                  compatible(counts.getShape().back(), weight.getDimSize(0)) &&
                   compatible(rows.getDimSize(1), weight.getDimSize(input ? 2 : 1)) &&
                   rows.getElementType() == weight.getElementType();
   if (ok)
     return success();
-  return emitOptionalError(loc, op, ": rows ", str(rows), ", counts ", str(counts),
-                           " and weight ", str(weight), " must be [N, ",
-                           input ? "in" : "out", "], [E] and [E, out, in] of one float type");
+  return emitOptionalError(loc, op, ": rows ", str(rows), ", counts ", str(counts), " and weight ",
+                           str(weight), " must be [N, ", input ? "in" : "out",
+                           "], [E] (or [sources, E]) and [E, out, in] of one float type");
 }
 
 } // namespace
@@ -160,9 +161,17 @@ LogicalResult GroupedLinearOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+/// The rows a grouped linear computes: after an expert exchange its rows are room for
+/// every source's (counts [sources, E]), of which one source's worth arrive on average,
+/// so that the FLOPs summed over the ranks are those of the dispatched rows, exactly.
+static int64_t computedRows(Value rows, Value counts) {
+  auto c = ranked(counts);
+  return leadingElements(ranked(rows)) / (c.getRank() == 2 ? c.getDimSize(0) : 1);
+}
+
 SmallVector<GemmShape> GroupedLinearOp::getGemms() {
   auto w = ranked(getWeight());
-  return {{1, leadingElements(ranked(getInput())), w.getDimSize(1), w.getDimSize(2)}};
+  return {{1, computedRows(getInput(), getCounts()), w.getDimSize(1), w.getDimSize(2)}};
 }
 
 LogicalResult GroupedLinearGradInputOp::inferReturnTypes(MLIRContext *,
@@ -179,7 +188,7 @@ LogicalResult GroupedLinearGradInputOp::inferReturnTypes(MLIRContext *,
 
 SmallVector<GemmShape> GroupedLinearGradInputOp::getGemms() {
   auto w = ranked(getWeight());
-  return {{1, leadingElements(ranked(getGrad())), w.getDimSize(2), w.getDimSize(1)}};
+  return {{1, computedRows(getGrad(), getCounts()), w.getDimSize(2), w.getDimSize(1)}};
 }
 
 LogicalResult GroupedLinearGradWeightOp::inferReturnTypes(MLIRContext *,
@@ -189,21 +198,89 @@ LogicalResult GroupedLinearGradWeightOp::inferReturnTypes(MLIRContext *,
   auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
   auto counts = ranked(adaptor.getCounts());
   StringRef op = "mt.grouped_linear_grad_weight";
-  if (grad.getRank() != 2 || input.getRank() != 2 || counts.getRank() != 1 ||
-      ShapedType::isDynamic(counts.getDimSize(0)) ||
+  if (grad.getRank() != 2 || input.getRank() != 2 ||
+      (counts.getRank() != 1 && counts.getRank() != 2) || !counts.hasStaticShape() ||
       !compatible(grad.getDimSize(0), input.getDimSize(0)))
-    return emitOptionalError(loc, op, ": grad ", str(grad), ", input ", str(input),
-                             " and counts ", str(counts), " must be [N, out], [N, in] and [E]");
+    return emitOptionalError(loc, op, ": grad ", str(grad), ", input ", str(input), " and counts ",
+                             str(counts), " must be [N, out], [N, in] and [E] (or [sources, E])");
   if (failed(expectSameElementType(loc, op, "grad", grad, "input", input)))
     return failure();
   types.push_back(RankedTensorType::get(
-      {counts.getDimSize(0), grad.getDimSize(1), input.getDimSize(1)}, grad.getElementType()));
+      {counts.getShape().back(), grad.getDimSize(1), input.getDimSize(1)}, grad.getElementType()));
   return success();
 }
 
 SmallVector<GemmShape> GroupedLinearGradWeightOp::getGemms() {
   auto grad = ranked(getGrad()), input = ranked(getInput());
-  return {{1, grad.getDimSize(1), input.getDimSize(1), leadingElements(grad)}};
+  return {{1, grad.getDimSize(1), input.getDimSize(1), computedRows(getGrad(), getCounts())}};
+}
+
+/// Checks an expert exchange's rows [N, H] of this rank, counts [E] (E a multiple of
+/// ep) and, where given, the routing [ep, E/ep].
+static LogicalResult expectExchange(std::optional<Location> loc, StringRef op,
+                                    RankedTensorType rows, RankedTensorType counts, int64_t ep,
+                                    RankedTensorType *routing = nullptr) {
+  if (rows.getRank() == 2 && counts.getRank() == 1 && counts.hasStaticShape() &&
+      counts.getDimSize(0) % ep == 0 &&
+      (!routing || (routing->getRank() == 2 && routing->getDimSize(0) == ep &&
+                    routing->getDimSize(1) * ep == counts.getDimSize(0))))
+    return success();
+  return emitOptionalError(loc, op, ": rows ", str(rows), " and counts ", str(counts),
+                           routing ? ", routing " + str(*routing) : std::string(),
+                           " must be [N, H], [E] and [", ep, ", E/", ep, "] with ", ep,
+                           " dividing E");
+}
+
+/// The rows of every rank of the expert group: ep·N of them.
+static RankedTensorType exchanged(RankedTensorType rows, int64_t ep) {
+  const int64_t n = rows.getDimSize(0);
+  return RankedTensorType::get({ShapedType::isDynamic(n) ? n : ep * n, rows.getDimSize(1)},
+                               rows.getElementType());
+}
+
+LogicalResult MoeExchangeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto rows = ranked(adaptor.getRows()), counts = ranked(adaptor.getCounts());
+  const int64_t ep = static_cast<int64_t>(adaptor.getExpertParallel());
+  if (failed(expectExchange(loc, "mt.moe_exchange", rows, counts, ep)))
+    return failure();
+  types.push_back(exchanged(rows, ep));
+  types.push_back(RankedTensorType::get({ep, counts.getDimSize(0) / ep}, counts.getElementType()));
+  return success();
+}
+
+LogicalResult MoeExchangeBackOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                  Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto rows = ranked(adaptor.getRows()), counts = ranked(adaptor.getCounts());
+  auto routing = ranked(adaptor.getRouting());
+  const int64_t ep = static_cast<int64_t>(adaptor.getExpertParallel());
+  if (failed(expectExchange(loc, "mt.moe_exchange_back", rows, counts, ep, &routing)))
+    return failure();
+  const int64_t n = rows.getDimSize(0);
+  if (!ShapedType::isDynamic(n) && n % ep != 0)
+    return emitOptionalError(loc, "mt.moe_exchange_back: rows ", str(rows), " are not ep = ", ep,
+                             " ranks' worth");
+  types.push_back(RankedTensorType::get({ShapedType::isDynamic(n) ? n : n / ep, rows.getDimSize(1)},
+                                        rows.getElementType()));
+  return success();
+}
+
+// Each exchange's gradient is the other, by the same counts.
+FailureOr<SmallVector<Value>> MoeExchangeOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  if (!resultGrads[0])
+    return SmallVector<Value>{Value(), Value()};
+  return SmallVector<Value>{MoeExchangeBackOp::create(b, getLoc(), resultGrads[0], getCounts(),
+                                                      getRouting(), getExpertParallelAttr()),
+                            Value()};
+}
+
+FailureOr<SmallVector<Value>> MoeExchangeBackOp::buildGradients(OpBuilder &b,
+                                                                ValueRange resultGrads) {
+  if (!resultGrads[0])
+    return SmallVector<Value>{Value(), Value(), Value()};
+  auto exchange =
+      MoeExchangeOp::create(b, getLoc(), resultGrads[0], getCounts(), getExpertParallelAttr());
+  return SmallVector<Value>{exchange.getResult(), Value(), Value()};
 }
 
 LogicalResult MoeCombineOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,

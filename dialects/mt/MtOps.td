@@ -53,7 +53,7 @@ def Mt_ParamOp : Mt_Op<"param"> {
   let arguments = (ins StrAttr:$name, Mt_InitKind:$init, OptionalAttr<F64Attr>:$std,
                        OptionalAttr<DenseI64ArrayAttr>:$global_shape,
                        OptionalAttr<I64Attr>:$shard_dim, UnitAttr:$tp_grad_reduce,
-                       OptionalAttr<I64Attr>:$vocab_rows);
+                       OptionalAttr<I64Attr>:$vocab_rows, UnitAttr:$expert_parallel);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$name $init (`(` $std^ `)`)? attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -71,6 +71,10 @@ def Mt_ParamOp : Mt_Op<"param"> {
     `vocab_rows` marks a vocabulary table padded by mt-pad-vocab: only its first
     `vocab_rows` rows (of the global shape) are the model's; the rest are padding that
     no token reads and no loss counts, so a checkpoint may hold any number of them.
+
+    `expert_parallel` marks a mixture of experts' weight cut by mt-expert-parallel: its
+    block along `shard_dim` 0 is `expert rank`'s, and its gradient reduces over the ranks
+    that hold the same experts.
   }];
 }
 
@@ -718,6 +722,32 @@ def Mt_GroupedLinearGradWeightOp : Mt_GradOp<"grouped_linear_grad_weight",
     [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>]> {
   let summary = "dw [E, O, I]: dw[e] = dyᵀ·x over expert e's rows";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input, Mt_IndexTensor:$counts);
+  let results = (outs Mt_FloatTensor:$result);
+}
+
+def Mt_MoeExchangeOp : Mt_ShapedOp<"moe_exchange", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "expert parallelism: dispatched rows to the ranks of their experts";
+  let description = [{
+    Written by mt-expert-parallel after `mt.moe_dispatch`. The `expert_parallel` ranks
+    of the expert group each hold E/ep consecutive experts; a rank's rows [N, H], sorted
+    by expert, go to the ranks of their experts (the runtime's all-to-all, the counts
+    first), and this rank's experts' rows of every rank arrive, expert-major (within an
+    expert by source rank): [ep·N, H], the most that can come, the rows past those
+    counted zero. `routing` [ep, E/ep] counts each source's rows per local expert: the
+    counts `mt.grouped_linear` takes (an expert's rows, their sum over the sources), and
+    what `mt.moe_exchange_back` sends the results back by.
+  }];
+  let arguments = (ins Mt_FloatTensor:$rows, Mt_IndexTensor:$counts,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$expert_parallel);
+  let results = (outs Mt_FloatTensor:$result, Mt_IndexTensor:$routing);
+}
+
+def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+  let summary = "expert parallelism: the experts' results [ep·N, H] back to their tokens' ranks";
+  let arguments = (ins Mt_FloatTensor:$rows, Mt_IndexTensor:$counts, Mt_IndexTensor:$routing,
+                       ConfinedAttr<I64Attr, [IntMinValue<2>]>:$expert_parallel);
   let results = (outs Mt_FloatTensor:$result);
 }
 

@@ -40,6 +40,11 @@ public:
     return Status::failure("one process has no peers to receive from");
   }
   Status waitSends() override { return Status::success(); }
+  Status allToAll(Group, const void *send, const std::vector<size_t> &sendBytes, void *recv,
+                  const std::vector<size_t> &) override {
+    std::memmove(recv, send, sendBytes[0]);
+    return Status::success();
+  }
 };
 
 /// The MPI plugin, once loaded: its entry points.

@@ -19,18 +19,24 @@ namespace mt {
 /// distributed optimizer's state. Context is the cp ranks that hold one sequence between
 /// them. Which micro-batches a rank reads follows its place in the data-parallel axis
 /// alone (GridPosition::dpRank): the ranks of a context group read the same ones.
-enum class Group { Tensor, Context, Data, Pipeline };
+/// Expert is the ep ranks that share a mixture of experts' experts and send each other
+/// tokens: ep consecutive ranks of Data; ExpertData the ranks of Data holding the same
+/// experts, which reduce those experts' gradients (Megatron's expert-data-parallel
+/// group).
+enum class Group { Tensor, Context, Data, Pipeline, Expert, ExpertData };
+inline constexpr int kGroups = 6;
 
-/// The grid's sizes: tensor, context, data and pipeline parallel.
+/// The grid's sizes: tensor, context, data and pipeline parallel; ep, the expert-parallel
+/// ranks among Data's (dividing dp × cp).
 struct GridShape {
-  int tp = 1, cp = 1, dp = 1, pp = 1;
+  int tp = 1, cp = 1, dp = 1, pp = 1, ep = 1;
   int ranks() const { return tp * cp * dp * pp; }
 };
 
 /// Where this process sits in the grid: tensor parallel fastest, then context, then
 /// data, then pipeline.
 struct GridPosition {
-  int tpSize = 1, cpSize = 1, dpSize = 1, ppSize = 1;
+  int tpSize = 1, cpSize = 1, dpSize = 1, ppSize = 1, epSize = 1;
   int tpRank = 0, cpRank = 0, dpRank = 0, ppRank = 0;
   int worldRank() const { return ((ppRank * dpSize + dpRank) * cpSize + cpRank) * tpSize + tpRank; }
   int worldSize() const { return tpSize * cpSize * dpSize * ppSize; }
@@ -38,6 +44,7 @@ struct GridPosition {
   static GridPosition of(const GridShape &shape, int rank) {
     GridPosition p;
     p.tpSize = shape.tp, p.cpSize = shape.cp, p.dpSize = shape.dp, p.ppSize = shape.pp;
+    p.epSize = shape.ep;
     p.tpRank = rank % shape.tp;
     p.cpRank = rank / shape.tp % shape.cp;
     p.dpRank = rank / (shape.tp * shape.cp) % shape.dp;
@@ -61,6 +68,10 @@ public:
       return p.dpRank * p.cpSize + p.cpRank;
     case Group::Pipeline:
       return p.ppRank;
+    case Group::Expert:
+      return rank(Group::Data) % p.epSize;
+    case Group::ExpertData:
+      return rank(Group::Data) / p.epSize;
     }
     return 0;
   }
@@ -75,6 +86,10 @@ public:
       return p.dpSize * p.cpSize;
     case Group::Pipeline:
       return p.ppSize;
+    case Group::Expert:
+      return p.epSize;
+    case Group::ExpertData:
+      return p.dpSize * p.cpSize / p.epSize;
     }
     return 1;
   }
@@ -102,6 +117,12 @@ public:
   /// several pipeline stages hold, such as the tied embedding.
   virtual Status allReduceSumAmong(Group group, const std::vector<int> &members,
                                    const TensorView &inOut) = 0;
+  /// Every member sends sendBytes[m] bytes to each member m, from `send` in member order,
+  /// and receives recvBytes[m] bytes from each, into `recv` in member order; in the
+  /// memory the backend computes in (the device's under NCCL). Done for what the backend
+  /// runs next, as shift() is.
+  virtual Status allToAll(Group group, const void *send, const std::vector<size_t> &sendBytes,
+                          void *recv, const std::vector<size_t> &recvBytes) = 0;
   /// Point to point within a group. A send returns at once (the bytes are copied);
   /// waitSends() completes them. A receive waits for its message.
   virtual Status send(Group group, int peer, const void *data, size_t bytes, int tag) = 0;

@@ -7,6 +7,7 @@
 #include "core/Half.h"
 #include "core/Poll.h"
 
+#include <array>
 #include <mpi.h>
 
 #include <time.h>
@@ -68,9 +69,8 @@ constexpr int kRollCallTag = 31000;
 
 class MpiComm final : public Comm {
 public:
-  MpiComm(GridPosition position, MPI_Comm tensor, MPI_Comm context, MPI_Comm data,
-          MPI_Comm pipeline, MPI_Comm watch)
-      : groups_{tensor, context, data, pipeline}, watch_(watch) {
+  MpiComm(GridPosition position, const std::array<MPI_Comm, kGroups> &groups, MPI_Comm watch)
+      : groups_(groups), watch_(watch) {
     position_ = position;
     MPI_Op_create(&sumHalves<bf16ToFloat, floatToBf16>, /*commute=*/1, &sumBf16_);
     MPI_Op_create(&sumHalves<f16ToFloat, floatToF16>, /*commute=*/1, &sumF16_);
@@ -116,6 +116,28 @@ public:
                                 mpiType(inOut.dtype), sumOf(inOut.dtype), it->second, &request),
                  "all-reduce among stages"));
     return wait(request, "an all-reduce among the pipeline stages that share a parameter");
+  }
+
+  Status allToAll(Group g, const void *send, const std::vector<size_t> &sendBytes, void *recv,
+                  const std::vector<size_t> &recvBytes) override {
+    const size_t members = sendBytes.size();
+    std::vector<int> sendCounts(members), sendAt(members), recvCounts(members), recvAt(members);
+    size_t sent = 0, received = 0;
+    for (size_t m = 0; m < members; ++m) {
+      sendAt[m] = static_cast<int>(sent);
+      recvAt[m] = static_cast<int>(received);
+      sendCounts[m] = static_cast<int>(sendBytes[m]);
+      recvCounts[m] = static_cast<int>(recvBytes[m]);
+      sent += sendBytes[m];
+      received += recvBytes[m];
+      if (sent > static_cast<size_t>(kMaxCount) || received > static_cast<size_t>(kMaxCount))
+        return fits(static_cast<int64_t>(std::max(sent, received)), "all-to-all");
+    }
+    MPI_Request request;
+    MT_TRY(check(MPI_Ialltoallv(send, sendCounts.data(), sendAt.data(), MPI_BYTE, recv,
+                                recvCounts.data(), recvAt.data(), MPI_BYTE, of(g), &request),
+                 "all-to-all"));
+    return wait(request, "an all-to-all");
   }
 
   Status send(Group g, int peer, const void *data, size_t bytes, int tag) override {
@@ -406,7 +428,7 @@ private:
     std::vector<char> bytes;
     MPI_Request request;
   };
-  MPI_Comm groups_[4]; // by Group
+  std::array<MPI_Comm, kGroups> groups_; // by Group
   MPI_Comm watch_; // the watchdog's roll calls, apart from everything else
   MPI_Op sumBf16_ = MPI_OP_NULL, sumF16_ = MPI_OP_NULL;
   std::list<Pending> pending_; // stable addresses while MPI holds them
@@ -437,14 +459,22 @@ Status makeWorld(const GridShape &shape, std::unique_ptr<Comm> &out) {
   // Each group: the ranks that agree on every coordinate but its own (Data: but the
   // data- and context-parallel ones), ordered by its own.
   const int tp = p.tpRank, cp = p.cpRank, dp = p.dpRank, pp = p.ppRank;
-  MPI_Comm tensor, context, data, pipeline;
-  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.cp + cp, tp, &tensor);
-  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.tp + tp, cp, &context);
-  MPI_Comm_split(MPI_COMM_WORLD, pp * shape.tp + tp, dp * shape.cp + cp, &data);
-  MPI_Comm_split(MPI_COMM_WORLD, (dp * shape.cp + cp) * shape.tp + tp, pp, &pipeline);
+  std::array<MPI_Comm, kGroups> g;
+  auto of = [&](Group group) -> MPI_Comm * { return &g[static_cast<int>(group)]; };
+  const int data = dp * shape.cp + cp, ep = shape.ep;
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.cp + cp, tp, of(Group::Tensor));
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.dp + dp) * shape.tp + tp, cp, of(Group::Context));
+  MPI_Comm_split(MPI_COMM_WORLD, pp * shape.tp + tp, data, of(Group::Data));
+  MPI_Comm_split(MPI_COMM_WORLD, data * shape.tp + tp, pp, of(Group::Pipeline));
+  // Expert: ep consecutive data ranks; ExpertData: the data ranks of one expert rank.
+  const int blocks = shape.dp * shape.cp / ep;
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.tp + tp) * blocks + data / ep, data % ep,
+                 of(Group::Expert));
+  MPI_Comm_split(MPI_COMM_WORLD, (pp * shape.tp + tp) * ep + data % ep, data / ep,
+                 of(Group::ExpertData));
   MPI_Comm watch;
   MPI_Comm_dup(MPI_COMM_WORLD, &watch);
-  out = std::make_unique<MpiComm>(p, tensor, context, data, pipeline, watch);
+  out = std::make_unique<MpiComm>(p, g, watch);
   return Status::success();
 }
 

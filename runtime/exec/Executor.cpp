@@ -237,8 +237,12 @@ Status Executor::refreshComputeWeights(int64_t begin, int64_t end) {
 Status Executor::initParameters(uint64_t seed) {
   const int tpRank = comm_.rank(Group::Tensor), tpSize = comm_.size(Group::Tensor);
   if (!masterSharded()) {
+    // An expert's weight is its expert rank's block (of the expert-parallel group).
     for (Parameter &p : parameters_)
-      MT_TRY(backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize));
+      MT_TRY(p.spec->expert_parallel()
+                 ? backend_.initParameter(p.weight, *p.spec, seed, comm_.rank(Group::Expert),
+                                          comm_.size(Group::Expert))
+                 : backend_.initParameter(p.weight, *p.spec, seed, tpRank, tpSize));
     return refreshComputeWeights();
   }
   // Each parameter in full, once, where its gradient will be (the gradient store holds
@@ -275,6 +279,9 @@ Status Executor::runCollective(const plan::Instruction &inst, const TensorView *
   case plan::Opcode::RingAttention:
   case plan::Opcode::RingAttentionGrad:
     return runRing(inst, in, out, context);
+  case plan::Opcode::MoeExchange:
+  case plan::Opcode::MoeExchangeBack:
+    return runExchange(inst, in, out);
   default:
     return Status::failure("not a collective of the opcode table");
   }
@@ -349,9 +356,88 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
                       context);
 }
 
+/// The elements of an index tensor (expert counts), read to the host.
+Status readIndex(Backend &backend, const TensorView &t, std::vector<int64_t> &values) {
+  std::vector<char> raw(t.bytes());
+  MT_TRY(backend.copyToHost(raw.data(), t.data, raw.size()));
+  TensorView host = t;
+  host.data = raw.data();
+  values.resize(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i)
+    values[i] = host.index(i);
+  return Status::success();
+}
+
+Status Executor::runExchange(const plan::Instruction &inst, const TensorView *in,
+                             const TensorView *out) {
+  const bool forward = inst.opcode() == plan::Opcode::MoeExchange;
+  const int ep = comm_.size(Group::Expert);
+  const TensorView &counts = in[1], &routing = forward ? out[1] : in[2];
+  const TensorView &mine = forward ? in[0] : out[0], &all = forward ? out[0] : in[0];
+  const int64_t local = counts.numel() / ep;
+  if (forward) { // the counts first: every rank's rows for each rank's experts
+    const std::vector<size_t> block(ep, dtypeBytes(counts.dtype) * local);
+    MT_TRY(comm_.allToAll(Group::Expert, counts.data, block, routing.data, block));
+  }
+  std::vector<int64_t> sent, from; // rows per expert of this rank; [source, local expert]
+  MT_TRY(readIndex(backend_, counts, sent));
+  MT_TRY(readIndex(backend_, routing, from));
+  // Rows to each peer (its experts' of this rank's), and from each source.
+  const size_t row = dtypeBytes(mine.dtype) * mine.dim(1);
+  std::vector<size_t> toPeer(ep, 0), fromPeer(ep, 0);
+  std::vector<int64_t> expertRows(local, 0);
+  for (int64_t i = 0; i < ep * local; ++i) {
+    if (sent[i] < 0 || from[i] < 0 || sent[i] > mine.dim(0) || from[i] > mine.dim(0))
+      return Status::failure(
+          cat("an expert exchange of ", sent[i], " and ", from[i], " rows, of ", mine.dim(0)));
+    toPeer[i / local] += row * sent[i];
+    fromPeer[i / local] += row * from[i];
+    expertRows[i % local] += from[i];
+  }
+  size_t out_ = 0, in_ = 0;
+  for (int p = 0; p < ep; ++p)
+    out_ += toPeer[p], in_ += fromPeer[p];
+  if (out_ > mine.bytes() || in_ > all.bytes())
+    return Status::failure("an expert exchange of more rows than its buffers hold");
+  // Source-major (s, e) in the staging buffer <-> expert-major (e, s) in `all`.
+  auto reorder = [&](bool toExperts) -> Status {
+    std::vector<size_t> at(ep * local), to(ep * local);
+    size_t a = 0;
+    for (int64_t i = 0; i < ep * local; a += row * from[i++])
+      at[i] = a;
+    size_t t = 0;
+    for (int64_t e = 0; e < local; ++e)
+      for (int64_t s = 0; s < ep; t += row * from[s * local + e], ++s)
+        to[s * local + e] = t;
+    for (int64_t i = 0; i < ep * local; ++i) {
+      std::byte *staged = static_cast<std::byte *>(ring_) + at[i];
+      std::byte *placed = static_cast<std::byte *>(all.data) + to[i];
+      MT_TRY(backend_.copyOnDevice(toExperts ? placed : staged, toExperts ? staged : placed,
+                                   row * from[i]));
+    }
+    return Status::success();
+  };
+  if (forward) {
+    MT_TRY(comm_.allToAll(Group::Expert, mine.data, toPeer, ring_, fromPeer));
+    MT_TRY(reorder(true));
+    // Past the rows that came, zeros (the experts' GEMMs leave them so too).
+    return backend_.setZero(static_cast<std::byte *>(all.data) + in_, all.bytes() - in_);
+  }
+  MT_TRY(reorder(false));
+  MT_TRY(backend_.setZero(mine.data, mine.bytes()));
+  return comm_.allToAll(Group::Expert, ring_, fromPeer, mine.data, toPeer);
+}
+
 uint64_t ringBytes(const plan::Program &prog) {
   uint64_t most = 0;
   for (const plan::Instruction *inst : *prog.instructions()) {
+    // An expert exchange stages the whole group's rows.
+    if (inst->opcode() == plan::Opcode::MoeExchange ||
+        inst->opcode() == plan::Opcode::MoeExchangeBack) {
+      const bool forward = inst->opcode() == plan::Opcode::MoeExchange;
+      const uint32_t id = forward ? inst->outputs()->Get(0) : inst->inputs()->Get(0);
+      most = std::max(most, prog.buffers()->Get(id)->bytes());
+    }
     const bool forward = inst->opcode() == plan::Opcode::RingAttention;
     if (forward || inst->opcode() == plan::Opcode::RingAttentionGrad) {
       const uint64_t share = prog.buffers()->Get(inst->inputs()->Get(forward ? 0 : 1))->bytes();

@@ -192,6 +192,10 @@ private:
   /// and the backend computes each step's part (StepContext::ringOwner).
   Status runRing(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                  const StepContext &context);
+  /// An expert exchange (MoeExchange, MoeExchangeBack): rows to the ranks of their
+  /// experts through the expert group's all-to-all, reordered through the staging
+  /// buffer (ring_) between source-major and expert-major.
+  Status runExchange(const plan::Instruction &inst, const TensorView *in, const TensorView *out);
   /// The profile's entry of instruction `index` of `program`, whose first operand is `in`
   /// and first output `out`.
   Profile::Entry &profileEntry(uint32_t program, uint32_t index, const plan::Instruction &inst,
@@ -219,8 +223,8 @@ private:
   TensorView flatCompute_; // the 16-bit compute copy of the weights, if any
   int64_t masterFirst_ = 0;
   void *arena_ = nullptr;
-  /// Ring attention's shares in flight: two of keys and values, and of their gradients
-  /// (ringBytes(), as mtc accounts them).
+  /// Ring attention's shares in flight: two of keys and values, and of their gradients;
+  /// or an expert exchange's staging (ringBytes(), as mtc accounts them).
   void *ring_ = nullptr;
   std::vector<uint8_t> addInstruction_; // a plan instruction Add, for ring attention
   std::chrono::steady_clock::time_point backwardStart_;

@@ -16,9 +16,9 @@ enum class RunsOn { Backend, Comm };
 struct OpcodeInfo {
   plan::Opcode opcode;
   int minInputs, maxInputs, minOutputs, maxOutputs;
-  /// The input and the output holding ids, targets or experts, the input and the output
-  /// holding a dropout mask; -1 where there is none.
-  int indexInput, indexOutput, maskInput, maskOutput;
+  /// Bit masks of the inputs and the outputs holding ids, targets, experts or their
+  /// counts; the input and the output holding a dropout mask, -1 where there is none.
+  int indexInputs, indexOutputs, maskInput, maskOutput;
   /// The first output that may be a parameter's gradient (Grad buffers from it on); -1.
   int gradOutput;
   RunsOn runsOn;
@@ -43,14 +43,15 @@ constexpr bool tableFollowsSchema() {
 constexpr bool runsOnComm(plan::Opcode opcode) {
   return kOpcodes[static_cast<size_t>(opcode)].runsOn == RunsOn::Comm;
 }
-/// The communicator's opcodes are the five Executor::runCollective handles.
+/// The communicator's opcodes are the seven Executor::runCollective handles.
 constexpr bool commRowsAreTheCollectives() {
   int comm = 0;
   for (const OpcodeInfo &info : kOpcodes)
     comm += info.runsOn == RunsOn::Comm;
-  return comm == 5 && runsOnComm(plan::Opcode::AllReduce) && runsOnComm(plan::Opcode::AllGather) &&
+  return comm == 7 && runsOnComm(plan::Opcode::AllReduce) && runsOnComm(plan::Opcode::AllGather) &&
          runsOnComm(plan::Opcode::ReduceScatter) && runsOnComm(plan::Opcode::RingAttention) &&
-         runsOnComm(plan::Opcode::RingAttentionGrad);
+         runsOnComm(plan::Opcode::RingAttentionGrad) && runsOnComm(plan::Opcode::MoeExchange) &&
+         runsOnComm(plan::Opcode::MoeExchangeBack);
 }
 } // namespace detail
 static_assert(detail::tableFollowsSchema(),
@@ -58,9 +59,9 @@ static_assert(detail::tableFollowsSchema(),
 static_assert(detail::commRowsAreTheCollectives(),
               "a new collective opcode needs a case in Executor::runCollective");
 
-/// Whether `opcode` is one of a mixture of experts' (MoeRouter to MoeCombineGrad).
+/// Whether `opcode` is one of a mixture of experts' (MoeRouter to MoeExchangeBack).
 constexpr bool isMixtureOfExperts(plan::Opcode opcode) {
-  return opcode >= plan::Opcode::MoeRouter && opcode <= plan::Opcode::MoeCombineGrad;
+  return opcode >= plan::Opcode::MoeRouter && opcode <= plan::Opcode::MoeExchangeBack;
 }
 
 /// The table's row for `opcode`, which the caller has checked is at most Opcode::MAX.

@@ -62,6 +62,7 @@ struct Operands {
   const std::vector<Dims> &in, &out;
   int64_t tp;         // the tensor-parallel group's size
   int64_t cp;         // the context-parallel group's size
+  int64_t ep;         // the expert-parallel group's size
   plan::DType accumulator; // the plan's accumulator type (losses, softmax statistics)
 };
 
@@ -425,9 +426,10 @@ std::string checkGroupedLinear(const Operands &o) {
                   : weights                         ? o.in[1]
                                                     : o.out[0];
   const Dims &y = op == plan::Opcode::GroupedLinear ? o.out[0] : o.in[0];
-  return w.rank() == 3 && x.rank() == 2 && y.rank() == 2 && counts.rank() == 1 &&
-                 counts.d[0] == w.d[0] && x.d[0] == y.d[0] && x.d[1] == w.d[2] &&
-                 y.d[1] == w.d[1]
+  // counts [E], or [sources, E] under expert parallelism (an expert's rows their sum).
+  return w.rank() == 3 && x.rank() == 2 && y.rank() == 2 &&
+                 (counts.rank() == 1 || counts.rank() == 2) && counts.last() == w.d[0] &&
+                 x.d[0] == y.d[0] && x.d[1] == w.d[2] && y.d[1] == w.d[1]
              ? ""
              : "grouped linear operands disagree";
 }
@@ -444,6 +446,21 @@ std::string checkMoeCombine(const Operands &o) {
                  (forward || (o.out[0].d == rows.d && o.out[1].d == gates.d))
              ? ""
              : "combine operands disagree";
+}
+
+// MoeExchange (rows [N, H], counts [E]) -> (rows [ep·N, H], routing [ep, E/ep]);
+// MoeExchangeBack (rows [ep·N, H], counts [E], routing) -> rows [N, H].
+std::string checkMoeExchange(const Operands &o) {
+  const bool forward = o.inst.opcode() == plan::Opcode::MoeExchange;
+  const int64_t ep = o.inst.expert_parallel();
+  const Dims &mine = forward ? o.in[0] : o.out[0], &gathered = forward ? o.out[0] : o.in[0];
+  const Dims &counts = o.in[1], &routing = forward ? o.out[1] : o.in[2];
+  return ep == o.ep && ep >= 2 && mine.rank() == 2 && gathered.rank() == 2 && counts.rank() == 1 &&
+                 counts.d[0] % ep == 0 && routing.rank() == 2 && routing.d[0] == ep &&
+                 routing.d[1] * ep == counts.d[0] && gathered.d[0] == ep * mine.d[0] &&
+                 gathered.d[1] == mine.d[1] && gathered.dtype == mine.dtype
+             ? ""
+             : "expert exchange operands disagree";
 }
 
 using OperandCheck = std::string (*)(const Operands &);
@@ -515,12 +532,12 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   auto isMask = [](const Dims &t) { return t.dtype == plan::DType::I8; };
   const OpcodeInfo &info = opcodeInfo(inst.opcode());
   for (size_t i = 0; i < in.size(); ++i)
-    if (static_cast<int>(i) == info.indexInput  ? !in[i].isIndex()
+    if ((info.indexInputs >> i) & 1             ? !in[i].isIndex()
         : static_cast<int>(i) == info.maskInput ? !isMask(in[i])
                                                 : !isFloat(in[i]))
       return "an operand has the wrong element type";
   for (size_t i = 0; i < out.size(); ++i)
-    if (static_cast<int>(i) == info.indexOutput  ? !out[i].isIndex()
+    if ((info.indexOutputs >> i) & 1             ? !out[i].isIndex()
         : static_cast<int>(i) == info.maskOutput ? !isMask(out[i])
                                                  : !isFloat(out[i]))
       return "an output has the wrong element type";
@@ -544,7 +561,7 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   if (inst.group() == plan::CommGroup::Context && cp < 2)
     return "a collective over the context-parallel group, of one rank";
   return kShapeChecks[static_cast<size_t>(inst.opcode())](
-      Operands{inst, in, out, p.grid()->tp(), cp, accumulator});
+      Operands{inst, in, out, p.grid()->tp(), cp, p.grid()->ep(), accumulator});
 }
 
 /// Parameters and their gradients live outside the arena.
@@ -699,6 +716,12 @@ Status checkHeader(const plan::Plan &p) {
   if (grid.tp() < 1 || grid.dp() < 1 || grid.pp() < 1 || grid.cp() < 1 || p.virtual_stages() < 1 ||
       p.global_batch_size() % (p.micro_batch_size() * grid.dp()) != 0)
     return Status::failure("plan's rank grid does not divide its batch");
+  if (grid.ep() < 1 || (static_cast<int64_t>(grid.dp()) * grid.cp()) % grid.ep() != 0)
+    return Status::failure(
+        cat("plan's expert-parallel size ", grid.ep(), " does not divide its data-parallel ranks"));
+  if (grid.ep() > 1 && p.distributed_optimizer())
+    return Status::failure("plan shares the optimizer's state over data-parallel ranks whose "
+                           "experts differ (expert parallelism with the distributed optimizer)");
   // Ranks are counted in int (MPI's type): each factor, and so the product, bounded.
   constexpr int64_t kMostRanks = int64_t{1} << 24;
   if (static_cast<int64_t>(grid.tp()) * grid.cp() * grid.dp() * grid.pp() > kMostRanks ||
@@ -722,9 +745,15 @@ Status checkHeader(const plan::Plan &p) {
         (param->vocab_rows() > 0 && (param->global_shape()->size() == 0 ||
                                      param->vocab_rows() > param->global_shape()->Get(0))))
       return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
-    // The global shape is tp blocks of the local one along the shard dimension.
+    // The global shape is tp (an expert's weight: ep) blocks of the local one along the
+    // shard dimension.
+    if (param->expert_parallel() && param->shard_dim() != 0)
+      return Status::failure(cat("parameter ", i, " is cut over the experts along dimension ",
+                                 param->shard_dim(), ", not 0"));
     for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {
-      int64_t factor = static_cast<int>(d) == param->shard_dim() ? grid.tp() : 1;
+      int64_t factor = static_cast<int>(d) != param->shard_dim() ? 1
+                       : param->expert_parallel()                ? grid.ep()
+                                                                 : grid.tp();
       if (param->global_shape()->Get(d) != param->shape()->Get(d) * factor)
         return Status::failure(cat("parameter ", i, " ('", param->name()->str(),
                                    "'): its shard does not tile its global shape"));

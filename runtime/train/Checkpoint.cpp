@@ -77,12 +77,15 @@ bool shardedKind(const plan::Plan &plan, int kind) {
   return kind != 0 || storeType(plan) != plan.precision();
 }
 
-/// The box of the global tensor that tensor-parallel rank `tpRank` holds.
-Box tensorParallelBox(const plan::Param &spec, int tpRank) {
+/// The box of the global tensor that the rank at (tpRank, dataRank) holds: its tensor-
+/// parallel block, or of an expert's weight its expert rank's (Group::Expert: ep
+/// consecutive data ranks).
+Box tensorParallelBox(const plan::Plan &plan, const plan::Param &spec, int tpRank, int dataRank) {
   Box box{std::vector<int64_t>(spec.shape()->size(), 0),
           std::vector<int64_t>(spec.shape()->begin(), spec.shape()->end())};
+  const int block = spec.expert_parallel() ? dataRank % plan.grid()->ep() : tpRank;
   if (spec.shard_dim() >= 0)
-    box.offsets[spec.shard_dim()] = tpRank * box.sizes[spec.shard_dim()];
+    box.offsets[spec.shard_dim()] = block * box.sizes[spec.shard_dim()];
   return box;
 }
 
@@ -91,7 +94,7 @@ Box tensorParallelBox(const plan::Param &spec, int tpRank) {
 std::vector<Box> heldBoxes(const plan::Plan &plan, const FlatLayout &layout,
                            const FlatLayout::Slot &slot, int kind, int tpRank, int dataRank) {
   const plan::Param &spec = *plan.params()->Get(slot.index);
-  Box local = tensorParallelBox(spec, tpRank);
+  Box local = tensorParallelBox(plan, spec, tpRank, dataRank);
   if (!shardedKind(plan, kind))
     return {local};
   const int64_t share = layout.share(dataParts(plan));
@@ -289,7 +292,8 @@ const char *chunkSource(Executor &executor, const AdamW &optimizer, const SaveCh
   TensorView store;
   int64_t first = 0;
   storeOf(executor, optimizer, c.kind, store, first);
-  const Box local = tensorParallelBox(*p.spec, executor.comm().rank(Group::Tensor));
+  const Box local = tensorParallelBox(executor.plan(), *p.spec, executor.comm().rank(Group::Tensor),
+                                      executor.comm().rank(Group::Data));
   return static_cast<const char *>(store.data) +
          dtypeBytes(store.dtype) * (p.offset + localIndex(c.box, local) - first);
 }
@@ -729,7 +733,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   };
   for (const FlatLayout::Slot &slot : layout.slots) {
     const plan::Param &spec = *plan.params()->Get(slot.index);
-    const Box local = tensorParallelBox(spec, tpRank);
+    const Box local = tensorParallelBox(plan, spec, tpRank, dataRank);
     MT_TRY(readHeld(stateTensorName(0, spec.name()->str()), local,
                     host[0].data() + element * slot.offset));
     for (int kind = 1; kind < kinds; ++kind)

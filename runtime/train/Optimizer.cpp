@@ -45,6 +45,14 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
     return Status::success();
   const TensorView &grads = executor.flatGrads();
   const int64_t total = grads.numel();
+  if (comm.size(Group::Expert) > 1) {
+    // Under expert parallelism an expert's weight reduces over the ranks holding the same
+    // experts, the rest over all data-parallel ranks (no distributed optimizer then).
+    for (Executor::Parameter &p : executor.parameters())
+      MT_TRY(comm.allReduceSum(p.spec->expert_parallel() ? Group::ExpertData : Group::Data, p.grad,
+                               p.grad));
+    return Status::success();
+  }
   if (distributedOptimizer) {
     const int64_t shard = total / parts, first = comm.rank(Group::Data) * shard;
     // In place: the sum of this rank's share replaces it (the rest is not read again).
@@ -94,15 +102,23 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
   // Global norm over the parameters this rank updates; a parameter replicated across
   // the tensor-parallel group counts once (on its first rank), and one several pipeline
   // stages hold counts on the first of them.
-  std::vector<TensorView> counted;
+  // The experts' weights of an expert-parallel group are each rank's own: their squares
+  // are summed over the group.
+  std::vector<TensorView> counted, experts;
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader) &&
         (p.holders.empty() || p.holders.front() == stage))
-      counted.push_back(slice(executor_.flatGrads(), begin, end));
+      (p.spec->expert_parallel() ? experts : counted)
+          .push_back(slice(executor_.flatGrads(), begin, end));
   }
-  double sumSquares = 0;
+  double sumSquares = 0, expertSquares = 0;
   MT_TRY(backend.sumOfSquares(counted, sumSquares));
+  if (!experts.empty()) {
+    MT_TRY(backend.sumOfSquares(experts, expertSquares));
+    MT_TRY(comm.allReduceSum(Group::Expert, expertSquares));
+    sumSquares += expertSquares;
+  }
   MT_TRY(comm.allReduceSum(Group::Tensor, sumSquares));
   MT_TRY(comm.allReduceSum(Group::Pipeline, sumSquares));
   if (distributed_)

@@ -15,6 +15,11 @@ LAYOUTS = (  # (name, mtc flags, ranks)
     ("dp2_distopt", ["--dp", "2", "--distributed-optimizer"], 2),
     ("pp2", ["--pp", "2"], 2),
     ("pp2_dp2_distopt", ["--pp", "2", "--dp", "2", "--distributed-optimizer"], 4),
+    # Expert parallelism: each rank holds 4/ep of the experts, tokens move by all-to-all.
+    ("ep2_dp2", ["--dp", "2", "--ep", "2"], 2),
+    ("ep4_dp4", ["--dp", "4", "--expert-model-parallel-size", "4"], 4),
+    ("ep2_dp4", ["--dp", "4", "--ep", "2"], 4),
+    ("ep2_dp2_pp2", ["--dp", "2", "--ep", "2", "--pp", "2"], 4),
 )
 
 # Without the load-balancing loss the gradients differ: the plan carries its coefficient.

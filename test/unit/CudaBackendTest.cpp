@@ -1246,6 +1246,10 @@ public:
     return local_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return local_->waitSends(); }
+  Status allToAll(Group g, const void *send, const std::vector<size_t> &sendBytes, void *recv,
+                  const std::vector<size_t> &recvBytes) override {
+    return local_->allToAll(g, send, sendBytes, recv, recvBytes);
+  }
   void watch(const std::string &what, double waited) override {
     longest = std::max(longest, waited);
     if (waited > 0.5 && !released) {

@@ -317,7 +317,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
 
 /// The plan's grid, and as the messages spell it: "tp 2, dp 1" (cp and pp only when used).
 mt::GridShape gridShape(const mt::plan::Grid &grid) {
-  return {grid.tp(), grid.cp(), grid.dp(), grid.pp()};
+  return {grid.tp(), grid.cp(), grid.dp(), grid.pp(), grid.ep()};
 }
 std::string gridText(const mt::plan::Grid &grid) {
   std::string text = "tp " + std::to_string(grid.tp()) + ", dp " + std::to_string(grid.dp());
@@ -325,6 +325,8 @@ std::string gridText(const mt::plan::Grid &grid) {
     text += ", cp " + std::to_string(grid.cp());
   if (grid.pp() > 1)
     text += ", pp " + std::to_string(grid.pp());
+  if (grid.ep() > 1)
+    text += ", ep " + std::to_string(grid.ep());
   return text;
 }
 

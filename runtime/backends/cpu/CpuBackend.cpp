@@ -1170,6 +1170,8 @@ template <typename T> struct Kernels {
     case Opcode::AllReduce:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
+    case Opcode::MoeExchange:
+    case Opcode::MoeExchangeBack:
       return Status::failure("collectives run through the communicator, not the backend");
     case Opcode::RingAttentionGrad:
       return runGradient(inst, in, out, ctx, stored);

@@ -43,14 +43,20 @@ Status routing(const TensorView &experts, int64_t count, Routing &r) {
   return Status::success();
 }
 
-/// A grouped linear's rows per expert, from its counts: each at least 0, and together
-/// at most the `rows` there are.
-Status groups(const TensorView &counts, int64_t rows, std::vector<int64_t> &c) {
-  c.resize(counts.numel());
+/// A grouped linear's rows per each of `experts` experts, from its counts [E] or
+/// [sources, E] (an expert's rows their sum over the sources): each at least 0, and
+/// together at most the `rows` there are.
+Status groups(const TensorView &counts, int64_t experts, int64_t rows, std::vector<int64_t> &c) {
+  c.assign(experts, 0);
+  for (int64_t i = 0; i < counts.numel(); ++i) {
+    const int64_t n = counts.index(i);
+    if (n < 0 || n > rows)
+      return Status::failure(cat("grouped linear: a count of ", n, " rows, of ", rows));
+    c[i % experts] += n;
+  }
   int64_t total = 0;
   for (size_t e = 0; e < c.size(); ++e) {
-    c[e] = counts.index(static_cast<int64_t>(e));
-    if (c[e] < 0 || c[e] > rows - total)
+    if (c[e] > rows - total)
       return Status::failure(cat("grouped linear: expert ", e, "'s ", c[e], " rows, of ", rows,
                                  " (", total, " before it)"));
     total += c[e];
@@ -257,7 +263,7 @@ template <typename T> struct Moe {
     const TensorView &w = weights ? out : in[2], &lhs = in[0];
     const int64_t n = lhs.dim(0), o = w.dim(1), i = w.dim(2);
     std::vector<int64_t> c;
-    MT_TRY(groups(in[weights ? 2 : 1], n, c));
+    MT_TRY(groups(in[weights ? 2 : 1], w.dim(0), n, c));
     int64_t at = 0;
     for (size_t e = 0; e < c.size(); at += c[e++]) {
       const T *we = p(w) + static_cast<int64_t>(e) * o * i;

@@ -1007,11 +1007,19 @@ private:
     const bool weights = inst.opcode() == Opcode::GroupedLinearGradWeight;
     const TensorView &w = weights ? out[0] : in[2], &counted = in[weights ? 2 : 1];
     const int64_t n = in[0].dim(0), o = w.dim(1), i = w.dim(2), e = w.dim(0);
-    std::vector<int32_t> rows(e);
-    check(cudaMemcpyAsync(rows.data(), ids(counted), sizeof(int32_t) * e, cudaMemcpyDeviceToHost,
-                          stream_),
+    // counts [E], or [sources, E] after an expert exchange: an expert's rows their sum.
+    std::vector<int32_t> counts(counted.numel());
+    check(cudaMemcpyAsync(counts.data(), ids(counted), sizeof(int32_t) * counts.size(),
+                          cudaMemcpyDeviceToHost, stream_),
           "reading the expert counts");
     check(cudaStreamSynchronize(stream_), "waiting for the expert counts");
+    std::vector<int64_t> rows(e, 0);
+    for (size_t x = 0; x < counts.size(); ++x) {
+      if (counts[x] < 0 || counts[x] > n)
+        throw std::runtime_error(
+            cat("cuda backend: grouped linear: a count of ", counts[x], " rows, of ", n));
+      rows[x % e] += counts[x];
+    }
     const size_t size = dtypeBytes(c.type());
     auto at = [&](const TensorView &t, int64_t element) {
       return static_cast<char *>(t.data) + size * element;
@@ -1352,6 +1360,8 @@ private:
     case Opcode::AllReduce:
     case Opcode::AllGather:
     case Opcode::ReduceScatter:
+    case Opcode::MoeExchange:
+    case Opcode::MoeExchangeBack:
       return Status::failure("collectives run through the communicator, not the backend");
     case Opcode::MoeRouter:
     case Opcode::MoeRouterGrad:

@@ -119,7 +119,8 @@ public:
   /// One NCCL communicator per group with more than one member (or with singletons_,
   /// per group).
   Status init() {
-    for (Group g : {Group::Tensor, Group::Context, Group::Data, Group::Pipeline}) {
+    for (Group g : {Group::Tensor, Group::Context, Group::Data, Group::Pipeline, Group::Expert,
+                    Group::ExpertData}) {
       if (size(g) == 1 && !singletons_)
         continue;
       ncclUniqueId id;
@@ -216,6 +217,33 @@ public:
     return host_->recv(g, peer, data, bytes, tag);
   }
   Status waitSends() override { return host_->waitSends(); }
+  /// Every pair's send and receive in one NCCL group (bytes, device memory).
+  Status allToAll(Group g, const void *send, const std::vector<size_t> &sendBytes, void *recv,
+                  const std::vector<size_t> &recvBytes) override {
+    if (!of(g)) // a group of one
+      return cudaStatus(cudaMemcpy(recv, send, sendBytes[0], cudaMemcpyDeviceToDevice), "copying");
+    MT_TRY(ncclStatus(ncclGroupStart(), "starting an all-to-all"));
+    size_t sent = 0, received = 0;
+    ncclResult_t failed = ncclSuccess;
+    for (size_t m = 0; m < sendBytes.size(); ++m) {
+      const int peer = static_cast<int>(m);
+      ncclResult_t a = ncclSuccess, b = ncclSuccess;
+      if (sendBytes[m])
+        a = ncclSend(static_cast<const char *>(send) + sent, sendBytes[m], ncclUint8, peer, of(g),
+                     0);
+      if (recvBytes[m])
+        b = ncclRecv(static_cast<char *>(recv) + received, recvBytes[m], ncclUint8, peer, of(g), 0);
+      for (ncclResult_t part : {a, b})
+        if (part != ncclSuccess && part != ncclInProgress && failed == ncclSuccess)
+          failed = part;
+      sent += sendBytes[m];
+      received += recvBytes[m];
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    if (failed != ncclSuccess)
+      return ncclStatus(failed, "an all-to-all");
+    return enqueued(g, ended, "an all-to-all");
+  }
   /// One NCCL group of the send and the receive, so that every member's send meets its
   /// neighbour's receive whatever the order the members reach it in.
   Status shift(Group g, int to, const void *send, int from, void *recv, size_t bytes,
@@ -263,7 +291,8 @@ private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
 
   static const char *groupName(Group g) {
-    static const char *const kNames[] = {"tensor", "context", "data", "pipeline"};
+    static const char *const kNames[] = {"tensor",   "context", "data",
+                                         "pipeline", "expert",  "expert-data"};
     return kNames[static_cast<int>(g)];
   }
 
@@ -349,7 +378,7 @@ private:
   Comm *host_;
   const bool singletons_;
   std::unique_ptr<Comm> owned_; // host_, once this communicator works
-  std::array<ncclComm_t, 4> comms_{}; // by Group
+  std::array<ncclComm_t, kGroups> comms_{}; // by Group
   DeviceBuffer staging_;
   struct Pending {
     cudaEvent_t done; // recorded behind the collective

@@ -54,7 +54,7 @@ func.func @dispatch_grad_rows(%d: tensor<10x8xf32>, %e: tensor<2x3x2xi32>) {
 // -----
 
 func.func @grouped_weight_of_other_experts(%x: tensor<12x8xf32>, %c: tensor<4xi32>, %w: tensor<3x5x8xf32>) {
-  // expected-error@+2 {{mt.grouped_linear: rows tensor<12x8xf32>, counts tensor<4xi32> and weight tensor<3x5x8xf32> must be [N, in], [E] and [E, out, in] of one float type}}
+  // expected-error@+2 {{mt.grouped_linear: rows tensor<12x8xf32>, counts tensor<4xi32> and weight tensor<3x5x8xf32> must be [N, in], [E] (or [sources, E]) and [E, out, in] of one float type}}
   // expected-error@+1 {{'mt.grouped_linear' op failed to infer returned types}}
   %y = mt.grouped_linear %x, %c, %w : (tensor<12x8xf32>, tensor<4xi32>, tensor<3x5x8xf32>) -> tensor<12x5xf32>
   return
@@ -63,7 +63,7 @@ func.func @grouped_weight_of_other_experts(%x: tensor<12x8xf32>, %c: tensor<4xi3
 // -----
 
 func.func @grouped_grad_input_width(%d: tensor<12x6xf32>, %c: tensor<4xi32>, %w: tensor<4x5x8xf32>) {
-  // expected-error@+2 {{mt.grouped_linear_grad_input: rows tensor<12x6xf32>, counts tensor<4xi32> and weight tensor<4x5x8xf32> must be [N, out], [E] and [E, out, in] of one float type}}
+  // expected-error@+2 {{mt.grouped_linear_grad_input: rows tensor<12x6xf32>, counts tensor<4xi32> and weight tensor<4x5x8xf32> must be [N, out], [E] (or [sources, E]) and [E, out, in] of one float type}}
   // expected-error@+1 {{'mt.grouped_linear_grad_input' op failed to infer returned types}}
   %x = mt.grouped_linear_grad_input %d, %c, %w : (tensor<12x6xf32>, tensor<4xi32>, tensor<4x5x8xf32>) -> tensor<12x8xf32>
   return
@@ -72,7 +72,7 @@ func.func @grouped_grad_input_width(%d: tensor<12x6xf32>, %c: tensor<4xi32>, %w:
 // -----
 
 func.func @grouped_grad_weight_dynamic_experts(%d: tensor<12x5xf32>, %x: tensor<12x8xf32>, %c: tensor<?xi32>) {
-  // expected-error@+2 {{mt.grouped_linear_grad_weight: grad tensor<12x5xf32>, input tensor<12x8xf32> and counts tensor<?xi32> must be [N, out], [N, in] and [E]}}
+  // expected-error@+2 {{mt.grouped_linear_grad_weight: grad tensor<12x5xf32>, input tensor<12x8xf32> and counts tensor<?xi32> must be [N, out], [N, in] and [E] (or [sources, E])}}
   // expected-error@+1 {{'mt.grouped_linear_grad_weight' op failed to infer returned types}}
   %w = mt.grouped_linear_grad_weight %d, %x, %c : (tensor<12x5xf32>, tensor<12x8xf32>, tensor<?xi32>) -> tensor<4x5x8xf32>
   return
