@@ -57,8 +57,10 @@ std::string layoutFlags(const StepLayout &layout) {
     f += " --vpp " + std::to_string(o.virtualStages);
   if (o.cp > 1)
     f += " --cp " + std::to_string(o.cp);
-  f += " --dp " + std::to_string(o.dp) + " --micro-batch-size " +
-       std::to_string(o.microBatchSize) + " --global-batch-size " +
+  f += " --dp " + std::to_string(o.dp);
+  if (o.ep > 1)
+    f += " --ep " + std::to_string(o.ep);
+  f += " --micro-batch-size " + std::to_string(o.microBatchSize) + " --global-batch-size " +
        std::to_string(o.globalBatchSize);
   if (o.sequenceParallel)
     f += " --sp";

@@ -26,6 +26,14 @@ namespace mt {
 enum class Group { Tensor, Context, Data, Pipeline, Expert, ExpertData };
 inline constexpr int kGroups = 6;
 
+/// A group's name in messages ("the tensor-parallel group").
+inline const char *groupName(Group g) {
+  static constexpr const char *kNames[] = {"tensor",   "context", "data",
+                                           "pipeline", "expert",  "expert-data"};
+  static_assert(sizeof kNames / sizeof kNames[0] == kGroups, "a name for every group");
+  return kNames[static_cast<int>(g)];
+}
+
 /// The grid's sizes: tensor, context, data and pipeline parallel; ep, the expert-parallel
 /// ranks among Data's (dividing dp × cp).
 struct GridShape {

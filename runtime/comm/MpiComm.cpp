@@ -55,11 +55,6 @@ void sumHalves(void *in, void *inOut, int *count, MPI_Datatype *) {
     b[i] = Narrow(Widen(a[i]) + Widen(b[i]));
 }
 
-const char *groupName(Group g) {
-  static const char *const kNames[] = {"tensor", "context", "data", "pipeline"};
-  return kNames[static_cast<int>(g)];
-}
-
 /// One rank's answer to a roll call: who it is and what it waits in.
 struct RollCallAnswer {
   int32_t rank;

@@ -252,7 +252,10 @@ Status Executor::initParameters(uint64_t seed) {
   const size_t element = dtypeBytes(flatWeights_.dtype);
   for (Parameter &p : parameters_) {
     const TensorView &whole = p.grad;
-    MT_TRY(backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize));
+    MT_TRY(p.spec->expert_parallel()
+               ? backend_.initParameter(whole, *p.spec, seed, comm_.rank(Group::Expert),
+                                        comm_.size(Group::Expert))
+               : backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize));
     const int64_t begin = std::max(first, p.offset), end = std::min(last, p.offset + p.numel);
     if (begin < end)
       MT_TRY(backend_.convert(masterSlice(begin, end),

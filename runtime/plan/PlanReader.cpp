@@ -458,7 +458,8 @@ std::string checkMoeExchange(const Operands &o) {
   return ep == o.ep && ep >= 2 && mine.rank() == 2 && gathered.rank() == 2 && counts.rank() == 1 &&
                  counts.d[0] % ep == 0 && routing.rank() == 2 && routing.d[0] == ep &&
                  routing.d[1] * ep == counts.d[0] && gathered.d[0] == ep * mine.d[0] &&
-                 gathered.d[1] == mine.d[1] && gathered.dtype == mine.dtype
+                 gathered.d[1] == mine.d[1] && gathered.dtype == mine.dtype &&
+                 routing.dtype == counts.dtype
              ? ""
              : "expert exchange operands disagree";
 }
@@ -747,9 +748,10 @@ Status checkHeader(const plan::Plan &p) {
       return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
     // The global shape is tp (an expert's weight: ep) blocks of the local one along the
     // shard dimension.
-    if (param->expert_parallel() && param->shard_dim() != 0)
+    if (param->expert_parallel() && (param->shard_dim() != 0 || grid.tp() > 1))
       return Status::failure(cat("parameter ", i, " is cut over the experts along dimension ",
-                                 param->shard_dim(), ", not 0"));
+                                 param->shard_dim(), " with tp ", grid.tp(),
+                                 " (experts: dimension 0, tp 1)"));
     for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {
       int64_t factor = static_cast<int>(d) != param->shard_dim() ? 1
                        : param->expert_parallel()                ? grid.ep()

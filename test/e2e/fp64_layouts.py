@@ -16,11 +16,13 @@ import equivalence as eq
 TOLERANCE = 1e-12
 
 
-def check(what, models, layouts, skip=lambda model, layout: False, unlike=()):
+def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), resume=()):
     """Trains every model of `models` under each (name, mtc flags, ranks) of `layouts`
     (but those `skip` names) and exits non-zero naming the layouts that differ. Each
     (name, edit) of `unlike` trains the serial model as edit(its text) makes it, which
-    must differ from the serial run (or the comparisons could not see what it changes)."""
+    must differ from the serial run (or the comparisons could not see what it changes).
+    Each layout named in `resume` also continues the serial run's checkpoint two more
+    steps, which must be the serial run's own two more (a checkpoint reshards)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--models", required=True)
@@ -79,6 +81,23 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=()):
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)
             if not ok:
                 failures.append(name)
+        more = ["--steps", str(args.steps + 2), "--lr-decay-steps", str(args.steps + 2),
+                "--load", work(serial)]
+        later = lambda name, ranks: eq.run([*mtrun, "-n", str(ranks), work(name + ".mtp"),
+                                            *train, *more, "--metrics", work(name + "_more.txt")])
+        for layout, flags, ranks in layouts:
+            if layout not in resume or skip(model_name, layout):
+                continue
+            if not os.path.exists(work(serial + "_more.txt")):
+                later(serial, 1)
+            name = model_name + "_" + layout
+            later(name, ranks)
+            curve = eq.curve_error(work(name + "_more.txt"), eq.losses(work(serial + "_more.txt")),
+                                   eq.grad_norms(work(serial + "_more.txt")), 2)
+            print(f"{name + ' resumed':28s} ranks {ranks}  loss/norm rel err {curve:.1e}  "
+                  f"{'ok' if curve <= TOLERANCE else 'MISMATCH'}", flush=True)
+            if curve > TOLERANCE:
+                failures.append(name + " resumed")
     if failures:
         sys.exit(what + " differs from the serial run: " + ", ".join(failures))
     print("every layout matches the serial run")

@@ -6,7 +6,9 @@ K steps from the same seed and data serially and with data parallelism (with and
 without the distributed optimizer, whose shares cut across the experts' parameters), a
 pipeline, and both: the routing, dispatch, grouped GEMMs, combine and the auxiliary
 loss's gradient, per micro-batch, must give the serial run's losses, gradient norms and
-weights within 1e-12. The runner is fp64_layouts.py.
+weights within 1e-12; and the serial run's checkpoint continues under expert
+parallelism as serially (each rank reading its experts' share). The runner is
+fp64_layouts.py.
 """
 import fp64_layouts
 
@@ -27,4 +29,5 @@ UNLIKE = (("without_aux_loss",
            lambda text: text.replace("aux_loss_coeff = 2.0e-02 : f64", "aux_loss_coeff = 0.0 : f64")),)
 
 if __name__ == "__main__":
-    fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS, unlike=UNLIKE)
+    fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS, unlike=UNLIKE,
+                       resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2"))

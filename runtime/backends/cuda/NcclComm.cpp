@@ -121,7 +121,9 @@ public:
   Status init() {
     for (Group g : {Group::Tensor, Group::Context, Group::Data, Group::Pipeline, Group::Expert,
                     Group::ExpertData}) {
-      if (size(g) == 1 && !singletons_)
+      // The expert groups only under expert parallelism (else ExpertData is Data).
+      const bool expert = g == Group::Expert || g == Group::ExpertData;
+      if ((size(g) == 1 && !singletons_) || (expert && position_.epSize == 1))
         continue;
       ncclUniqueId id;
       if (rank(g) == 0) {
@@ -289,12 +291,6 @@ public:
 
 private:
   ncclComm_t &of(Group g) { return comms_[static_cast<int>(g)]; }
-
-  static const char *groupName(Group g) {
-    static const char *const kNames[] = {"tensor",   "context", "data",
-                                         "pipeline", "expert",  "expert-data"};
-    return kNames[static_cast<int>(g)];
-  }
 
   /// NCCL's asynchronous errors (a peer that died, a network error) end the job at once,
   /// naming the error; the MPI communicator's watchdog does the rest.
