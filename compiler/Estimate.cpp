@@ -155,6 +155,19 @@ void costRing(Operation *op, const Placement &placement, const CompileOptions &o
   pass.contextParallelBytes += messages * share;
 }
 
+/// An expert exchange (Executor::runExchange): the counts, then this rank's rows [N, H]
+/// but its own experts' share, (ep − 1)/ep of them for a balanced routing, to the other
+/// ranks of the expert group, one message each.
+void costExchange(Operation *op, const Placement &placement, const CompileOptions &options,
+                  PassCost &pass) {
+  const Value rows = isa<mlir::mt::MoeExchangeOp>(op) ? op->getOperand(0) : op->getResult(0);
+  const int64_t sent = mlir::mt::tensorBytes(rows.getType()) * (options.ep - 1) / options.ep;
+  pass.collectives = true;
+  pass.expertParallel += static_cast<double>(sent) / placement.expert.bandwidth +
+                         2.0 * static_cast<double>(options.ep - 1) * placement.expert.latency;
+  pass.expertParallelBytes += sent;
+}
+
 /// Costs one op of a pass on one rank.
 void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
             const CompileOptions &options, PassCost &pass) {
@@ -166,6 +179,10 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     pass.queue.launch(system.runtime.launchGap, seconds);
     pass.families[family].add({1, seconds, flops, bytes});
   };
+  if (isa<mlir::mt::MoeExchangeOp, mlir::mt::MoeExchangeBackOp>(op)) {
+    costExchange(op, placement, options, pass);
+    return;
+  }
   if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
     costRing(op, placement, options, pass);
     const double seconds = kernelSeconds(op, system);
@@ -389,7 +406,8 @@ Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {
   // Ranks run tp fastest, then cp, then dp: a group spans the ranks up to its own axis.
   const int64_t world = o.tp * o.cp * o.dp * o.pp;
   return {linkFor(system, o.tp, world), linkFor(system, o.tp * o.cp, world),
-          linkFor(system, o.tp * o.cp * o.dp, world), linkFor(system, world, world)};
+          linkFor(system, o.tp * o.cp * o.dp, world), linkFor(system, world, world),
+          linkFor(system, o.tp * o.ep, world)};
 }
 
 std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &system,
@@ -458,6 +476,8 @@ void addPasses(const ChunkProfile &chunk, double mb, StepEstimate &e) {
   e.parts.tensorParallel += mb * (f.tensorParallel + bw.tensorParallel);
   e.parts.sequenceParallel += mb * (f.sequenceParallel + bw.sequenceParallel);
   e.parts.contextParallel += mb * (f.contextParallel + bw.contextParallel);
+  e.parts.expertParallel += mb * (f.expertParallel + bw.expertParallel);
+  e.expertParallelBytes += f.expertParallelBytes + bw.expertParallelBytes;
   e.tensorParallelBytes += f.tensorParallelBytes + bw.tensorParallelBytes;
   e.sequenceParallelBytes += f.sequenceParallelBytes + bw.sequenceParallelBytes;
   e.contextParallelBytes += f.contextParallelBytes + bw.contextParallelBytes;

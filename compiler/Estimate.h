@@ -52,15 +52,17 @@ struct PassCost {
   double tensorParallel = 0;   // the tensor-parallel group's collectives, but for
   double sequenceParallel = 0; // its gathers and scatters along the sequence
   double contextParallel = 0;  // the context-parallel group's (attention's keys and values)
+  double expertParallel = 0;   // the expert group's all-to-all (a mixture's tokens)
   double host = 0;             // the device waiting for the host to launch kernels
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
-  int64_t contextParallelBytes = 0;
+  int64_t contextParallelBytes = 0, expertParallelBytes = 0;
   int64_t launches = 0;                                       // kernels and collectives
   LaunchQueue queue;                                          // the pass launched kernel by kernel
   bool collectives = false; // whether any collective runs in the pass
   Families families;        // the kernels and collectives, by family
   double total() const {
-    return compute + recompute + tensorParallel + sequenceParallel + contextParallel + host;
+    return compute + recompute + tensorParallel + sequenceParallel + contextParallel +
+           expertParallel + host;
   }
 };
 
@@ -103,6 +105,7 @@ struct StepLayout {
 /// dp, then pp): a group stays on NVLink while it fits in one node.
 struct Placement {
   Link tensor, context, data, pipeline;
+  Link expert; // ep consecutive data-parallel ranks
 };
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout);
 
@@ -118,7 +121,7 @@ struct StepEstimate {
   struct Parts {
     double forward = 0, backward = 0, recompute = 0; // kernels
     double tensorParallel = 0, sequenceParallel = 0; // collectives inside the passes
-    double contextParallel = 0;
+    double contextParallel = 0, expertParallel = 0;
     double host = 0;      // the device waiting for kernels to be launched
     double pipeline = 0;  // waiting: the bubble and the messages on its critical path
     double gradients = 0; // reduction after the last backward, what is not overlapped
@@ -134,7 +137,7 @@ struct StepEstimate {
   double bubble = 0; // the critical stage's waiting over its busy time
   unsigned __int128 modelFlops = 0, hardwareFlops = 0; // per step, every rank
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // per micro-batch, one rank
-  int64_t contextParallelBytes = 0;                           // per micro-batch, one rank
+  int64_t contextParallelBytes = 0, expertParallelBytes = 0;  // per micro-batch, one rank
   int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
   StepAccount account; // memory, exactly as `mtc compile` accounts it
   std::vector<int64_t> inFlight;

@@ -55,6 +55,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
                                    {"tensor_parallel", p.tensorParallel},
                                    {"sequence_parallel", p.sequenceParallel},
                                    {"context_parallel", p.contextParallel},
+                                   {"expert_parallel", p.expertParallel},
                                    {"host_gaps", p.host},
                                    {"pipeline_bubble", p.pipeline},
                                    {"gradient_reduction", p.gradients},
@@ -64,6 +65,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
        llvm::json::Object{{"tensor_parallel_per_micro_batch", e.tensorParallelBytes},
                           {"sequence_parallel_per_micro_batch", e.sequenceParallelBytes},
                           {"context_parallel_per_micro_batch", e.contextParallelBytes},
+                          {"expert_parallel_per_micro_batch", e.expertParallelBytes},
                           {"pipeline_message", e.pipelineMessageBytes},
                           {"gradient_reduction", e.gradientBytes}}}};
 }
@@ -258,6 +260,10 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
     part("  cp collectives", p.contextParallel)
         << "  (" << withCommas(e.contextParallelBytes)
         << " bytes sent per micro-batch; attention's keys and values)\n";
+  if (o.ep > 1)
+    part("  ep all-to-all", p.expertParallel)
+        << "  (" << withCommas(e.expertParallelBytes)
+        << " bytes sent per micro-batch; a mixture's tokens to their experts and back)\n";
   if (o.pp > 1)
     part("  pipeline bubble", p.pipeline)
         << llvm::format("  (%s, %lld micro-batches: %.4f of busy time; (p-1)/(vm) = %.4f; "
