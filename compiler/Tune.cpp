@@ -83,28 +83,41 @@ public:
       : model_(model), system_(system), result_(result) {}
 
   /// The chunks of the model cut to `parts` chunks of `perChunk` layers and lowered with
-  /// `o` (dp 1, pp `parts`), lowered once per (tp, cp, sp, micro-batch size,
+  /// `o` (dp 1 or ep, pp `parts`), lowered once per (tp, cp, ep, sp, micro-batch size,
   /// recomputation, layers per chunk, chunks).
   const Profiled &profile(const CompileOptions &o, int64_t perChunk, int64_t parts);
   void reject(const StepLayout &layout, std::string why) {
     result_.rejected.push_back({layout, {}, std::move(why)});
   }
-  /// Every variant of `layout` (of `layers` layers) estimated, fitting or rejected:
-  /// sequence parallel or not, each recomputation of `recomputes`, the distributed
-  /// optimizer or not.
+  /// Every variant of `layout` (of `layers` layers) estimated, fitting or rejected: for a
+  /// mixture of experts each expert-parallel size (dividing the data-parallel ranks and
+  /// the experts), then as estimateVariantsOf.
   void estimateVariants(StepLayout layout, int64_t layers,
-                        const std::vector<std::string> &recomputes);
+                        const std::vector<std::string> &recomputes) {
+    for (int64_t ep = 1; ep <= std::max<int64_t>(1, experts_); ++ep)
+      if (ep == 1 || (layout.dataParts() % ep == 0 && experts_ % ep == 0)) {
+        layout.options.ep = ep;
+        estimateVariantsOf(layout, layers, recomputes);
+      }
+  }
+  /// Sequence parallel or not, each recomputation of `recomputes`, the distributed
+  /// optimizer or not (not under expert parallelism).
+  void estimateVariantsOf(StepLayout layout, int64_t layers,
+                          const std::vector<std::string> &recomputes);
+  /// The experts of the model's mixture (0: none), each searched over.
+  int64_t experts_ = 0;
 
 private:
   ModuleOp model_;
   const SystemSpec &system_;
   TuneResult &result_;
-  std::map<std::tuple<int64_t, int64_t, bool, int64_t, std::string, int64_t, int64_t>, Profiled>
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t, std::string, int64_t, int64_t>,
+           Profiled>
       cache_;
 };
 
 const Profiled &Tuner::profile(const CompileOptions &o, int64_t perChunk, int64_t parts) {
-  auto key = std::make_tuple(o.tp, o.cp, o.sequenceParallel, o.microBatchSize, o.recompute,
+  auto key = std::make_tuple(o.tp, o.cp, o.ep, o.sequenceParallel, o.microBatchSize, o.recompute,
                              perChunk, parts);
   auto found = cache_.find(key);
   if (found != cache_.end())
@@ -113,7 +126,7 @@ const Profiled &Tuner::profile(const CompileOptions &o, int64_t perChunk, int64_
   OwningOpRef<ModuleOp> copy(model_.clone());
   copy->walk([&](mlir::mt::RepeatOp op) { op.setCount(perChunk * parts); });
   CompileOptions lowering = o;
-  lowering.dp = 1;
+  lowering.dp = o.ep; // one rank's program: of its expert group, which dp holds
   lowering.pp = parts;
   lowering.virtualStages = 1;
   std::string diagnostic;
@@ -130,8 +143,8 @@ const Profiled &Tuner::profile(const CompileOptions &o, int64_t perChunk, int64_
   return p;
 }
 
-void Tuner::estimateVariants(StepLayout layout, int64_t layers,
-                             const std::vector<std::string> &recomputes) {
+void Tuner::estimateVariantsOf(StepLayout layout, int64_t layers,
+                               const std::vector<std::string> &recomputes) {
   const CompileOptions &o = layout.options;
   const int64_t chunks = o.pp * o.virtualStages, perChunk = layers / chunks;
   for (bool sp : {false, true}) {
@@ -152,7 +165,7 @@ void Tuner::estimateVariants(StepLayout layout, int64_t layers,
       plain.attention = "fused";
       const Profiled &one = profile(plain, 1, 3);
       for (bool distributed : {false, true}) {
-        if (distributed && layout.dataParts() == 1)
+        if (distributed && (layout.dataParts() == 1 || o.ep > 1))
           continue;
         layout.distributedOptimizer = distributed;
         if (!one.error.empty()) {
@@ -234,6 +247,8 @@ TuneResult tune(ModuleOp model, const SystemSpec &system, const TuneRequest &r) 
                         : r.seqLength >= kLongSequence ? system.gpusPerNode
                                                        : 1;
   Tuner tuner(model, system, result);
+  if (std::optional<DecoderShape> decoder = recogniseDecoder(model))
+    tuner.experts_ = decoder->experts;
   auto fixedOr = [](const std::optional<int64_t> &fixed, std::vector<int64_t> all) {
     return fixed ? std::vector<int64_t>{*fixed} : all;
   };
