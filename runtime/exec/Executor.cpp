@@ -397,10 +397,10 @@ Status Executor::runExchange(const plan::Instruction &inst, const TensorView *in
     fromPeer[i / local] += row * from[i];
     expertRows[i % local] += from[i];
   }
-  size_t out_ = 0, in_ = 0;
+  size_t sentBytes = 0, receivedBytes = 0;
   for (int p = 0; p < ep; ++p)
-    out_ += toPeer[p], in_ += fromPeer[p];
-  if (out_ > mine.bytes() || in_ > all.bytes())
+    sentBytes += toPeer[p], receivedBytes += fromPeer[p];
+  if (sentBytes > mine.bytes() || receivedBytes > all.bytes())
     return Status::failure("an expert exchange of more rows than its buffers hold");
   // Source-major (s, e) in the staging buffer <-> expert-major (e, s) in `all`.
   auto reorder = [&](bool toExperts) -> Status {
@@ -424,7 +424,8 @@ Status Executor::runExchange(const plan::Instruction &inst, const TensorView *in
     MT_TRY(comm_.allToAll(Group::Expert, mine.data, toPeer, ring_, fromPeer));
     MT_TRY(reorder(true));
     // Past the rows that came, zeros (the experts' GEMMs leave them so too).
-    return backend_.setZero(static_cast<std::byte *>(all.data) + in_, all.bytes() - in_);
+    return backend_.setZero(static_cast<std::byte *>(all.data) + receivedBytes,
+                            all.bytes() - receivedBytes);
   }
   MT_TRY(reorder(false));
   MT_TRY(backend_.setZero(mine.data, mine.bytes()));

@@ -196,27 +196,10 @@ template <typename T> struct Moe {
     return Status::success();
   }
 
-  /// dx[t] = Σ over t's slots, in order, of drows[its row].
-  static Status dispatchGrad(const plan::Instruction &inst, const TensorView &drows,
-                             const TensorView &experts, const TensorView &dx) {
-    Routing r;
-    MT_TRY(routing(experts, inst.num_experts(), r));
-    const int64_t h = dx.dim(2), k = experts.dim(2), tokens = experts.numel() / k;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < tokens; ++t) {
-      T *y = p(dx) + t * h;
-      std::copy_n(p(drows) + r.row[t * k] * h, h, y);
-      for (int64_t s = 1; s < k; ++s)
-        for (int64_t j = 0; j < h; ++j)
-          y[j] += p(drows)[r.row[t * k + s] * h + j];
-    }
-    return Status::success();
-  }
-
-  /// y[t] = Σ over t's slots, in order, of gate·rows[its row].
-  static Status combine(const plan::Instruction &inst, const TensorView &rows,
-                        const TensorView &gates, const TensorView &experts,
-                        const TensorView &out) {
+  /// out[t] = Σ over t's slots, in order, of gate·from[its row] (gate 1 without
+  /// `gates`): the combine, and the dispatch's gradient.
+  static Status gather(const plan::Instruction &inst, const TensorView &from,
+                       const TensorView *gates, const TensorView &experts, const TensorView &out) {
     Routing r;
     MT_TRY(routing(experts, inst.num_experts(), r));
     const int64_t h = out.dim(2), k = experts.dim(2), tokens = experts.numel() / k;
@@ -225,7 +208,7 @@ template <typename T> struct Moe {
       T *y = p(out) + t * h;
       std::fill_n(y, h, T(0));
       for (int64_t s = 0; s < k; ++s) {
-        const T g = p(gates)[t * k + s], *row = p(rows) + r.row[t * k + s] * h;
+        const T g = gates ? p(*gates)[t * k + s] : T(1), *row = p(from) + r.row[t * k + s] * h;
         for (int64_t j = 0; j < h; ++j)
           y[j] += g * row[j];
       }
@@ -300,13 +283,13 @@ Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorV
   case Opcode::MoeDispatch:
     return K::dispatch(inst, in[0], in[1], out[0], out[1]);
   case Opcode::MoeDispatchGrad:
-    return K::dispatchGrad(inst, in[0], in[1], out[0]);
+    return K::gather(inst, in[0], nullptr, in[1], out[0]);
   case Opcode::GroupedLinear:
   case Opcode::GroupedLinearGradInput:
   case Opcode::GroupedLinearGradWeight:
     return K::grouped(inst, in, out[0]);
   case Opcode::MoeCombine:
-    return K::combine(inst, in[0], in[1], in[2], out[0]);
+    return K::gather(inst, in[0], &in[1], in[2], out[0]);
   case Opcode::MoeCombineGrad:
     return K::combineGrad(inst, in[0], in[1], in[2], in[3], out[0], out[1]);
   default:
