@@ -75,6 +75,7 @@ void markRing(AttentionOp attention, int64_t cp) {
 
 LogicalResult partition(FunctionOpInterface fn, int64_t cp, bool ring, FlatSymbolRefAttr grid) {
   SmallVector<AttentionOp> attentions;
+  SmallVector<MoeRouterOp> routers;
   IntegerAttr parts = IntegerAttr::get(IntegerType::get(fn->getContext(), 64), cp);
   WalkResult walk = fn.walk([&](Operation *op) {
     if (isa<AttentionProbsOp, AttentionContextOp>(op)) {
@@ -82,14 +83,10 @@ LogicalResult partition(FunctionOpInterface fn, int64_t cp, bool ring, FlatSymbo
                       "context-parallel group (use fused attention)");
       return WalkResult::interrupt();
     }
-    if (auto router = dyn_cast<MoeRouterOp>(op); router && router.getAuxLossCoeff().convertToDouble() > 0) {
-      op->emitOpError("mt-context-parallel: the load-balancing loss counts the routing of the "
-                      "whole sequence, which a context-parallel share does not hold (set "
-                      "aux_loss_coeff to 0, or drop --cp)");
-      return WalkResult::interrupt();
-    }
     if (auto attention = dyn_cast<AttentionOp>(op))
       attentions.push_back(attention);
+    else if (auto router = dyn_cast<MoeRouterOp>(op))
+      routers.push_back(router);
     else if (isa<PositionEmbeddingOp, RotaryOp, DropoutOp>(op))
       op->setAttr("context_parallel", parts);
     return WalkResult::advance();
@@ -102,6 +99,9 @@ LogicalResult partition(FunctionOpInterface fn, int64_t cp, bool ring, FlatSymbo
     else
       gatherKeysAndValues(attention, cp, grid);
   }
+  for (MoeRouterOp router : routers)
+    if (failed(shareRouterLoad(router, grid, kCpAxis, cp)))
+      return failure();
   return reinferTypes(fn);
 }
 

@@ -51,9 +51,10 @@ LogicalResult exchange(MoeDispatchOp dispatch, int64_t ep) {
   // Each in its layer (mt-expand's marks), as the ops it stands between.
   sent->setDiscardableAttrs(dispatch->getDiscardableAttrDictionary());
   dispatch.getRows().replaceAllUsesExcept(sent.getResult(), sent);
-  dispatch.getCounts().replaceUsesWithIf(sent.getRouting(), [&](OpOperand &use) {
-    return use.getOwner() != sent.getOperation();
-  });
+  // The experts' GEMMs read the exchanged rows by the routing; a router's load (the
+  // token counts) stays local.
+  dispatch.getCounts().replaceUsesWithIf(
+      sent.getRouting(), [&](OpOperand &use) { return isa<GroupedLinearOp>(use.getOwner()); });
   for (Operation *user : llvm::to_vector(dispatch.getExperts().getUsers()))
     if (auto combine = dyn_cast<MoeCombineOp>(user)) {
       OpBuilder before(combine);

@@ -96,6 +96,12 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
     `shard.all_gather` and leaving `shard.reduce_scatter` along the sequence, and the
     replicated parameters used there are marked `tp_grad_reduce`.
 
+    A mixture of experts stays in the stream, per token (Megatron-Core's expert tensor
+    parallelism of 1): its router's linear and its experts' weights are whole on every
+    rank. Under sequence parallelism each rank routes its block of the sequence, and a
+    router's load-balancing loss counts the whole sequence's routing: its dispatch's
+    counts all-reduced over the tp axis (shareRouterLoad).
+
     Runs after mt-specialize (shapes are static) and before mt-autodiff.
   }];
   let options = [
@@ -127,6 +133,9 @@ def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
     shares' keys and values come round a ring of the group instead (Megatron's
     `--cp-comm-type p2p`). Parameters' gradients are partial per context rank and are
     reduced with the data-parallel ones (the runtime folds cp into that group).
+    A mixture of experts routes each rank's share; a router's load-balancing loss counts
+    the whole sequence's routing by its dispatch's counts, all-reduced over the cp axis
+    (shareRouterLoad), and weighs cp times, as the loss is the mean of the shares'.
 
     Refuses a sequence that 2·cp does not divide, and attention it cannot split (the
     unfused chain). Runs after mt-specialize and before mt-tensor-parallel.

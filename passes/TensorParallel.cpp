@@ -45,8 +45,8 @@ LogicalResult partition(FunctionOpInterface fn, TensorParallelRewriter &tp) {
         if (tp.layoutOf(v) != TpLayout::Replicated)
           return ret.emitOpError("mt-tensor-parallel: returns a value that is split across "
                                  "the tensor-parallel group");
-    } else if (auto gather = dyn_cast<shard::AllGatherOp>(op)) {
-      result = tp.partitionContextGather(gather);
+    } else if (isa<shard::AllGatherOp, shard::AllReduceOp>(op)) {
+      result = tp.partitionContextCollective(op);
     } else if (auto rule = dyn_cast<TensorParallelOpInterface>(op)) {
       result = rule.partition(tp);
     } else if (op->hasTrait<Pointwise>()) {

@@ -37,6 +37,39 @@ Value mlir::mt::createTpAllReduce(OpBuilder &b, Location loc, Value input,
                                                                   shard::ReductionKind::Sum));
 }
 
+LogicalResult mlir::mt::shareRouterLoad(MoeRouterOp router, FlatSymbolRefAttr grid, int64_t axis,
+                                        int64_t weight) {
+  if (router.getAuxLossCoeff().isZero())
+    return success();
+  auto sameLayer = [&](Value inserted) {
+    inserted.getDefiningOp()->setDiscardableAttrs(router->getDiscardableAttrDictionary());
+    return inserted;
+  };
+  const double coeff = router.getAuxLossCoeff().convertToDouble() * static_cast<double>(weight);
+  if (Value load = router.getLoad()) {
+    OpBuilder b(router);
+    router.setAuxLossCoeffAttr(b.getF64FloatAttr(coeff));
+    router.getLoadMutable().assign(
+        sameLayer(createTpAllReduce(b, router.getLoc(), load, grid, axis)));
+    return success();
+  }
+  auto users = router.getExperts().getUsers();
+  auto it = llvm::find_if(users, [](Operation *op) { return isa<MoeDispatchOp>(op); });
+  if (it == users.end())
+    return router.emitOpError("its load-balancing loss over a share of the tokens needs the "
+                              "counts of an mt.moe_dispatch of its experts");
+  auto dispatch = cast<MoeDispatchOp>(*it);
+  OpBuilder b(dispatch->getBlock(), std::next(dispatch->getIterator()));
+  Value load = sameLayer(createTpAllReduce(b, router.getLoc(), dispatch.getCounts(), grid, axis));
+  auto gating =
+      MoeRouterOp::create(b, router.getLoc(), router.getLogits(), load, router.getTopkAttr(),
+                          router.getPreSoftmaxAttr(), b.getF64FloatAttr(coeff));
+  sameLayer(gating.getGates());
+  router.getGates().replaceAllUsesWith(gating.getGates());
+  router.setAuxLossCoeffAttr(b.getF64FloatAttr(0.0));
+  return success();
+}
+
 Value mlir::mt::createTpAllGather(OpBuilder &b, Location loc, Value input, Type resultType,
                                   FlatSymbolRefAttr grid, int64_t axis, int64_t dim) {
   return shard::AllGatherOp::create(b, loc, resultType, grid,

@@ -24,6 +24,17 @@ Value createTpAllGather(OpBuilder &b, Location loc, Value input, Type resultType
 Value createTpReduceScatter(OpBuilder &b, Location loc, Value input, Type resultType,
                             FlatSymbolRefAttr grid, int64_t axis, int64_t dim);
 
+class MoeRouterOp;
+/// Where each rank holds a share of the micro-batch's tokens along grid `axis`, the
+/// load-balancing loss of `router` (none: nothing to do) counts every share's tokens:
+/// the counts of its dispatch, all-reduced over `axis`, are the `load` of a router that
+/// recomputes the gates and carries the loss (the given one keeps routing, without it);
+/// a router with a load already gets it all-reduced over `axis` too. `weight` scales the
+/// loss's coefficient: a context-parallel group's loss is the mean of its shares' losses,
+/// so each share's loss weighs cp times.
+LogicalResult shareRouterLoad(MoeRouterOp router, FlatSymbolRefAttr grid, int64_t axis,
+                              int64_t weight = 1);
+
 void registerCollectiveGradients(DialectRegistry &registry);
 
 } // namespace mlir::mt

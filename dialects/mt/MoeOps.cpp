@@ -47,6 +47,17 @@ LogicalResult expectCoefficient(std::optional<Location> loc, StringRef op, APFlo
   return emitOptionalError(loc, op, ": aux_loss_coeff ", c, " is not a finite number >= 0");
 }
 
+/// Requires a router's `load`, where it has one, to be one i32 count per expert.
+LogicalResult expectLoad(std::optional<Location> loc, StringRef op, Value load, int64_t experts) {
+  if (!load)
+    return success();
+  auto type = ranked(load);
+  if (type.getRank() == 1 && compatible(type.getDimSize(0), experts) &&
+      type.getElementType().isInteger(32))
+    return success();
+  return emitOptionalError(loc, op, ": load ", str(type), " must be [", experts, "] i32");
+}
+
 /// The dispatched rows of experts [B, S, k]: B·S·k, dynamic where B or S is.
 int64_t dispatchedRows(RankedTensorType experts) {
   int64_t n = 1;
@@ -96,7 +107,8 @@ LogicalResult MoeRouterOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   auto logits = ranked(adaptor.getLogits());
   const int64_t k = static_cast<int64_t>(adaptor.getTopk());
   if (failed(expectRank(loc, "mt.moe_router", "logits", logits, 3, "[B, S, experts]")) ||
-      failed(expectCoefficient(loc, "mt.moe_router", adaptor.getAuxLossCoeff())))
+      failed(expectCoefficient(loc, "mt.moe_router", adaptor.getAuxLossCoeff())) ||
+      failed(expectLoad(loc, "mt.moe_router", adaptor.getLoad(), logits.getDimSize(2))))
     return failure();
   if (ShapedType::isDynamic(logits.getDimSize(2)) || k > logits.getDimSize(2))
     return emitOptionalError(loc, "mt.moe_router: topk ", k, " of the experts of ", str(logits));
@@ -114,7 +126,8 @@ LogicalResult MoeRouterGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   if (failed(expectRouted(loc, op, "logits", logits, experts)) ||
       failed(expectSlots(loc, op, experts, logits.getDimSize(2), "grad", grad)) ||
       failed(expectSameElementType(loc, op, "grad", grad, "logits", logits)) ||
-      failed(expectCoefficient(loc, op, adaptor.getAuxLossCoeff())))
+      failed(expectCoefficient(loc, op, adaptor.getAuxLossCoeff())) ||
+      failed(expectLoad(loc, op, adaptor.getLoad(), logits.getDimSize(2))))
     return failure();
   if (static_cast<int64_t>(adaptor.getTopk()) != experts.getDimSize(2))
     return emitOptionalError(loc, op, ": topk ", adaptor.getTopk(), " but ",
@@ -315,11 +328,12 @@ LogicalResult MoeCombineGradOp::inferReturnTypes(MLIRContext *, std::optional<Lo
 }
 
 FailureOr<SmallVector<Value>> MoeRouterOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
-  if (!resultGrads[0])
-    return SmallVector<Value>{Value()};
-  return SmallVector<Value>{MoeRouterGradOp::create(b, getLoc(), resultGrads[0], getLogits(),
-                                                    getExperts(), getTopkAttr(),
-                                                    getPreSoftmaxAttr(), getAuxLossCoeffAttr())};
+  SmallVector<Value> grads(getNumOperands()); // none for the load
+  if (resultGrads[0])
+    grads[0] =
+        MoeRouterGradOp::create(b, getLoc(), resultGrads[0], getLogits(), getExperts(), getLoad(),
+                                getTopkAttr(), getPreSoftmaxAttr(), getAuxLossCoeffAttr());
+  return grads;
 }
 
 FailureOr<SmallVector<Value>> MoeDispatchOp::buildGradients(OpBuilder &b,

@@ -660,7 +660,7 @@ def Mt_CrossEntropyWithGradOp : Mt_ShapedOp<"cross_entropy_with_grad", [Pure,
 // B·S·topk rows, of which counts[e] are expert e's. Dropless: every slot is computed.
 
 def Mt_MoeRouterOp : Mt_ShapedOp<"moe_router", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "top-k gating of router logits [B, S, E] -> (gates, experts) [B, S, k]";
   let description = [{
     Each token's `topk` experts are those of the largest logits, ties to the lower
@@ -672,8 +672,14 @@ def Mt_MoeRouterOp : Mt_ShapedOp<"moe_router", [Pure, Mt_CostOpInterface,
     all E logits and n_e the slots routed to expert e. That loss is not part of the
     returned loss: its gradient is added to the logits' (scaled as the loss seed is),
     as Megatron's auxiliary-loss scaler adds it, so every layout carries it unchanged.
+
+    When the op sees only a share of the micro-batch's tokens (sequence or context
+    parallelism), `load` [E] is n_e over all of them, summed over the ranks that share
+    it, and T is Σ_e n_e / k; only the gradient reads it (mt-tensor-parallel and
+    mt-context-parallel write it: shareRouterLoad, Collectives.h).
   }];
-  let arguments = (ins Mt_FloatTensor:$logits, ConfinedAttr<I64Attr, [IntPositive]>:$topk,
+  let arguments = (ins Mt_FloatTensor:$logits, Optional<Mt_IndexTensor>:$load,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$topk,
                        UnitAttr:$pre_softmax,
                        DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coeff);
   let results = (outs Mt_FloatTensor:$gates, Mt_IndexTensor:$experts);
@@ -682,14 +688,15 @@ def Mt_MoeRouterOp : Mt_ShapedOp<"moe_router", [Pure, Mt_CostOpInterface,
 def Mt_MoeRouterGradOp : Mt_GradOp<"moe_router_grad", [Mt_CostOpInterface]> {
   let summary = "dlogits from dgates, with the load-balancing loss's gradient";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$logits,
-                       Mt_IndexTensor:$experts, ConfinedAttr<I64Attr, [IntPositive]>:$topk,
+                       Mt_IndexTensor:$experts, Optional<Mt_IndexTensor>:$load,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$topk,
                        UnitAttr:$pre_softmax,
                        DefaultValuedAttr<F64Attr, "0.0">:$aux_loss_coeff);
   let results = (outs Mt_FloatTensor:$result);
 }
 
 def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "tokens [B, S, H] -> (rows [B·S·k, H] sorted by expert, counts [E])";
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
@@ -705,7 +712,7 @@ def Mt_MoeDispatchGradOp : Mt_GradOp<"moe_dispatch_grad", [Mt_CostOpInterface]> 
 
 def Mt_GroupedLinearOp : Mt_ShapedOp<"grouped_linear", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "rows [N, I] by expert: expert e's counts[e] rows times w[e]ᵀ, w [E, O, I]";
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$counts, Mt_FloatTensor:$weight);
   let results = (outs Mt_FloatTensor:$result);
@@ -726,7 +733,7 @@ def Mt_GroupedLinearGradWeightOp : Mt_GradOp<"grouped_linear_grad_weight",
 }
 
 def Mt_MoeExchangeOp : Mt_ShapedOp<"moe_exchange", [Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "expert parallelism: dispatched rows to the ranks of their experts";
   let description = [{
     Written by mt-expert-parallel after `mt.moe_dispatch`. The `expert_parallel` ranks
@@ -744,7 +751,7 @@ def Mt_MoeExchangeOp : Mt_ShapedOp<"moe_exchange", [Mt_CostOpInterface,
 }
 
 def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "expert parallelism: the experts' results [ep·N, H] back to their tokens' ranks";
   let arguments = (ins Mt_FloatTensor:$rows, Mt_IndexTensor:$counts, Mt_IndexTensor:$routing,
                        ConfinedAttr<I64Attr, [IntMinValue<2>]>:$expert_parallel);
@@ -752,7 +759,7 @@ def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
 }
 
 def Mt_MoeCombineOp : Mt_ShapedOp<"moe_combine", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "y [B, S, H] = Σ over each token's slots of gate·its row, slot by slot";
   let arguments = (ins Mt_FloatTensor:$rows, Mt_FloatTensor:$gates, Mt_IndexTensor:$experts,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);

@@ -109,7 +109,14 @@ LogicalResult TensorParallelRewriter::partitionPointwise(Operation *op) {
   return setResultLayout(op, layout.value_or(TpLayout::Replicated));
 }
 
-LogicalResult TensorParallelRewriter::partitionContextGather(Operation *op) {
+LogicalResult TensorParallelRewriter::partitionContextCollective(Operation *op) {
+  if (auto reduce = dyn_cast<shard::AllReduceOp>(op)) {
+    if (reduce.getGridAxes().size() != 1 || reduce.getGridAxes()[0] != kCpAxis)
+      return reduce.emitOpError("mt-tensor-parallel: only mt-context-parallel's all-reduce "
+                                "(over the context-parallel axis) may precede it");
+    layouts_[reduce.getResult()] = layoutOf(reduce.getInput());
+    return success();
+  }
   auto gather = cast<shard::AllGatherOp>(op);
   if (gather.getGridAxes().size() != 1 || gather.getGridAxes()[0] != kCpAxis ||
       gather.getGatherAxis().getSExtValue() != 0)
@@ -122,6 +129,18 @@ LogicalResult TensorParallelRewriter::partitionContextGather(Operation *op) {
   gather.getResult().setType(RankedTensorType::get(shape, in.getElementType()));
   layouts_[gather.getResult()] = layoutOf(gather.getInput());
   return success();
+}
+
+LogicalResult TensorParallelRewriter::partitionPerToken(Operation *op) {
+  TpLayout tokens = layoutOf(op->getOperand(0));
+  for (Value operand : op->getOperands()) {
+    if (operand.getDefiningOp<ParamOp>())
+      markGradReduce(operand); // under SP each rank's tokens give part of its gradient
+    else if (layoutOf(operand) == TpLayout::Split)
+      return op->emitOpError("mt-tensor-parallel: a mixture of experts over a tensor split "
+                             "along its features");
+  }
+  return setResultLayout(op, tokens);
 }
 
 //===----------------------------------------------------------------------===//
@@ -284,6 +303,33 @@ LogicalResult DropoutOp::partition(TensorParallelRewriter &tp) {
     setFeatureParallel(true);
   }
   return tp.setResultLayout(*this, layout);
+}
+
+// A mixture of experts is per token (as Megatron-Core's with expert tensor parallelism
+// 1): the router's linear is replicated (it feeds no column-parallel consumer), and
+// under SP each rank routes, and computes the experts of, its block of the sequence.
+LogicalResult MoeRouterOp::partition(TensorParallelRewriter &tp) {
+  if (failed(tp.partitionPerToken(*this)))
+    return failure();
+  // Each rank routes its block of the sequence: the loss counts the whole sequence's.
+  if (tp.layoutOf(getLogits()) != TpLayout::Sequence)
+    return success();
+  return shareRouterLoad(*this, tp.grid(), kTpAxis);
+}
+LogicalResult MoeDispatchOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
+}
+LogicalResult GroupedLinearOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
+}
+LogicalResult MoeExchangeOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
+}
+LogicalResult MoeExchangeBackOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
+}
+LogicalResult MoeCombineOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
 }
 
 // The shares of a context-parallel group put in order: whole rows, in any layout of their

@@ -27,6 +27,7 @@ public:
 
   int64_t size() const { return tp_; }
   bool sequenceParallel() const { return sp_; }
+  FlatSymbolRefAttr grid() const { return grid_; }
   TpLayout layoutOf(Value v) const { return layouts_.lookup(v); }
   /// The layout of the residual stream between parallel regions.
   TpLayout stream() const { return sp_ ? TpLayout::Sequence : TpLayout::Replicated; }
@@ -53,9 +54,13 @@ public:
   /// The default for an Mt_Pointwise op: its tensor operands share one layout, and so
   /// do its results.
   LogicalResult partitionPointwise(Operation *op);
-  /// mt-context-parallel's gather of a context-parallel group's shares (along
-  /// dimension 0, over the cp axis): in its input's layout, its type again.
-  LogicalResult partitionContextGather(Operation *gather);
+  /// mt-context-parallel's collectives over the cp axis: the gather of the group's
+  /// shares (along dimension 0) and the all-reduce of a router's load; in their input's
+  /// layout, their types again.
+  LogicalResult partitionContextCollective(Operation *collective);
+  /// The rule of the mixture-of-experts ops: per token, in the layout of the tokens (the
+  /// stream; never split along the features); an expert's weight is whole on every rank.
+  LogicalResult partitionPerToken(Operation *op);
 
 private:
   int64_t tp_;

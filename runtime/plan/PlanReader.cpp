@@ -392,11 +392,16 @@ bool routes(const Dims &tokens, const Dims &experts, int64_t e) {
          e <= (1 << 24) && experts.d[0] == tokens.d[0] && experts.d[1] == tokens.d[1];
 }
 
-// MoeRouter logits -> (gates, experts); MoeRouterGrad (dgates, logits, experts) -> dlogits.
+// MoeRouter (logits[, load]) -> (gates, experts); MoeRouterGrad (dgates, logits, experts[,
+// load]) -> dlogits.
 std::string checkMoeRouter(const Operands &o) {
   const bool forward = o.inst.opcode() == plan::Opcode::MoeRouter;
   const Dims &logits = o.in[forward ? 0 : 1], &experts = forward ? o.out[1] : o.in[2];
   const Dims &gates = forward ? o.out[0] : o.in[0];
+  const size_t load = forward ? 1 : 3; // the whole group's counts, where it has them
+  if (o.in.size() > load &&
+      (o.in[load].d != std::vector<int64_t>{logits.last()} || o.in[load].dtype != plan::DType::I32))
+    return "a router's load must be one i32 count per expert";
   return routes(logits, experts, logits.rank() == 3 ? logits.d[2] : 0) &&
                  experts.d[2] == o.inst.topk() && gates.d == experts.d &&
                  (forward || o.out[0].d == logits.d) &&
@@ -532,13 +537,18 @@ std::string checkOperands(const plan::Instruction &inst, const std::vector<Dims>
   auto isFloat = [&](const Dims &t) { return t.dtype == precision || t.dtype == accumulator; };
   auto isMask = [](const Dims &t) { return t.dtype == plan::DType::I8; };
   const OpcodeInfo &info = opcodeInfo(inst.opcode());
+  // An all-reduce may also sum i32 counts: a router's load over the ranks sharing tokens.
+  const bool counts =
+      inst.opcode() == plan::Opcode::AllReduce && !in.empty() && in[0].dtype == plan::DType::I32;
+  const unsigned indexInputs = info.indexInputs | (counts ? 1 : 0),
+                 indexOutputs = info.indexOutputs | (counts ? 1 : 0);
   for (size_t i = 0; i < in.size(); ++i)
-    if ((info.indexInputs >> i) & 1             ? !in[i].isIndex()
+    if ((indexInputs >> i) & 1                  ? !in[i].isIndex()
         : static_cast<int>(i) == info.maskInput ? !isMask(in[i])
                                                 : !isFloat(in[i]))
       return "an operand has the wrong element type";
   for (size_t i = 0; i < out.size(); ++i)
-    if ((info.indexOutputs >> i) & 1             ? !out[i].isIndex()
+    if ((indexOutputs >> i) & 1                  ? !out[i].isIndex()
         : static_cast<int>(i) == info.maskOutput ? !isMask(out[i])
                                                  : !isFloat(out[i]))
       return "an output has the wrong element type";
@@ -747,11 +757,10 @@ Status checkHeader(const plan::Plan &p) {
                                      param->vocab_rows() > param->global_shape()->Get(0))))
       return Status::failure(cat("parameter ", i, " has no name, an invalid shape or type"));
     // The global shape is tp (an expert's weight: ep) blocks of the local one along the
-    // shard dimension.
-    if (param->expert_parallel() && (param->shard_dim() != 0 || grid.tp() > 1))
+    // shard dimension; an expert's weight is whole on each rank of a tensor-parallel group.
+    if (param->expert_parallel() && param->shard_dim() != 0)
       return Status::failure(cat("parameter ", i, " is cut over the experts along dimension ",
-                                 param->shard_dim(), " with tp ", grid.tp(),
-                                 " (experts: dimension 0, tp 1)"));
+                                 param->shard_dim(), " (experts: dimension 0)"));
     for (flatbuffers::uoffset_t d = 0; d < param->shape()->size(); ++d) {
       int64_t factor = static_cast<int>(d) != param->shard_dim() ? 1
                        : param->expert_parallel()                ? grid.ep()

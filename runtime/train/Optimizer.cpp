@@ -100,15 +100,15 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
   const int stage = comm.rank(Group::Pipeline);
 
   // Global norm over the parameters this rank updates; a parameter replicated across
-  // the tensor-parallel group counts once (on its first rank), and one several pipeline
-  // stages hold counts on the first of them.
+  // the tensor-parallel group (an expert's weight too) counts once (on its first rank),
+  // and one several pipeline stages hold counts on the first of them.
   // The experts' weights of an expert-parallel group are each rank's own: their squares
   // are summed over the group.
   std::vector<TensorView> counted, experts;
   for (Executor::Parameter &p : executor_.parameters()) {
     int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
-    if (begin < end && (p.spec->shard_dim() >= 0 || tpLeader) &&
-        (p.holders.empty() || p.holders.front() == stage))
+    const bool tpSplit = p.spec->shard_dim() >= 0 && !p.spec->expert_parallel();
+    if (begin < end && (tpSplit || tpLeader) && (p.holders.empty() || p.holders.front() == stage))
       (p.spec->expert_parallel() ? experts : counted)
           .push_back(slice(executor_.flatGrads(), begin, end));
   }

@@ -4,7 +4,9 @@
 mixtral-tiny (4 SwiGLU experts, top-2 routing, the load-balancing loss at 0.02) trains
 K steps from the same seed and data serially and with data parallelism (with and
 without the distributed optimizer, whose shares cut across the experts' parameters), a
-pipeline, and both: the routing, dispatch, grouped GEMMs, combine and the auxiliary
+pipeline, both, expert parallelism, tensor parallelism with and without sequence
+parallelism, and context parallelism (each rank routing its share, the load-balancing
+loss counting the whole sequence): the routing, dispatch, grouped GEMMs, combine and the auxiliary
 loss's gradient, per micro-batch, must give the serial run's losses, gradient norms and
 weights within 1e-12; and the serial run's checkpoint continues under expert
 parallelism as serially (each rank reading its experts' share). The runner is
@@ -22,6 +24,14 @@ LAYOUTS = (  # (name, mtc flags, ranks)
     ("ep4_dp4", ["--dp", "4", "--expert-model-parallel-size", "4"], 4),
     ("ep2_dp4", ["--dp", "4", "--ep", "2"], 4),
     ("ep2_dp2_pp2", ["--dp", "2", "--ep", "2", "--pp", "2"], 4),
+    # Per token under tensor parallelism: with sp each rank routes its block of the
+    # sequence (the loss's counts all-reduced), without it every rank routes all.
+    ("tp2_sp", ["--tp", "2", "--sp"], 2),
+    ("tp2", ["--tp", "2"], 2),
+    ("ep2_dp2_tp2_sp", ["--dp", "2", "--ep", "2", "--tp", "2", "--sp"], 4),
+    # A context-parallel share routes its tokens, its experts among the group's.
+    ("cp2_ep2", ["--cp", "2", "--ep", "2"], 2),
+    ("cp2_tp2_sp", ["--cp", "2", "--tp", "2", "--sp"], 4),
 )
 
 # Without the load-balancing loss the gradients differ: the plan carries its coefficient.
@@ -30,4 +40,4 @@ UNLIKE = (("without_aux_loss",
 
 if __name__ == "__main__":
     fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS, unlike=UNLIKE,
-                       resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2"))
+                       resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2", "ep2_dp2_tp2_sp", "cp2_ep2"))

@@ -61,6 +61,11 @@ std::vector<Case> cases() {
     for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
       if (!op.routed || std::string(p.flag) == "fp32")
         all.push_back({op, p});
+  // With the load-balancing loss, whose gradient the router's adds (not a term of the
+  // reported loss, so not among the op cases the gradient check differentiates).
+  all.push_back(
+      {{"moe_aux", test::moeModel(2, ", aux_loss_coeff = 1.0e-01 : f64"), "", 3, 5, "", true},
+       {"fp32", 1e-5}});
   // Attention cuDNN's flash attention takes (head_dim 64, no probability dropout; the op
   // cases' heads of 4 dims it does not): in bf16 and fp16 through cuDNN, in fp32 through
   // our kernels. test-gpu.sh runs the flash_ cases again under MT_CUDA_ATTENTION=cudnn,

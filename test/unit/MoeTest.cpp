@@ -2,8 +2,8 @@
 // the definitions: the load-balancing loss's gradient (Megatron-Core's Switch form)
 // against central differences of that loss; uneven routing (one expert given every
 // token's first slot, one given none) through dispatch, the experts' grouped GEMMs and
-// the gated combine, against a token-by-token computation; routing outside the experts
-// refused with a message.
+// the gated combine, against a token-by-token computation; a share of the tokens with the
+// whole's load against the whole; routing outside the experts refused with a message.
 #include "StatusAssertions.h"
 #include "TestInstruction.h"
 #include "backends/Backend.h"
@@ -112,6 +112,48 @@ TEST(MoeRouter, AuxiliaryLossGradientIsTheFiniteDifference) {
       ASSERT_GT(norm, 0);
       EXPECT_LE(std::sqrt(diff / norm), 1e-8);
     }
+}
+
+/// Each share of the tokens (a sequence-parallel block), given the whole micro-batch's
+/// counts as its load, gets the whole's gradient for its rows; a negative load is refused.
+TEST(MoeRouter, ASharesGradientWithTheLoadIsTheWholes) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  const double coeff = 0.3;
+  std::vector<double> logits = normals(kTokens * kExperts, 1.0, 7), gates(kTokens * kSlots),
+                      dgates = normals(kTokens * kSlots, 1.0, 8), whole(logits.size());
+  std::vector<int32_t> experts(kTokens * kSlots), load(kExperts, 0);
+  const std::vector<int64_t> slots = {1, kTokens, kSlots}, all = {1, kTokens, kExperts};
+  MoeInstruction router(Opcode::MoeRouter, 1, 2, kSlots, kExperts, coeff);
+  const TensorView routerIn[1] = {view(logits, all)};
+  const TensorView routerOut[2] = {view(gates, slots), view(experts, slots)};
+  ASSERT_OK(cpu->run(*router.inst, routerIn, routerOut, StepContext{}));
+  for (int32_t e : experts)
+    ++load[e];
+  MoeInstruction grad(Opcode::MoeRouterGrad, 3, 1, kSlots, kExperts, coeff);
+  const TensorView wholeIn[3] = {view(dgates, slots), view(logits, all), view(experts, slots)};
+  const TensorView wholeOut[1] = {view(whole, all)};
+  ASSERT_OK(cpu->run(*grad.inst, wholeIn, wholeOut, StepContext{}));
+  MoeInstruction shared(Opcode::MoeRouterGrad, 4, 1, kSlots, kExperts, coeff);
+  const int64_t half = kTokens / 2;
+  for (int64_t first : {int64_t{0}, half}) {
+    SCOPED_TRACE("the share from token " + std::to_string(first));
+    std::vector<double> part(half * kExperts);
+    TensorView in[4] = {view(dgates, {1, half, kSlots}), view(logits, {1, half, kExperts}),
+                        view(experts, {1, half, kSlots}), view(load, {kExperts})};
+    in[0].data = dgates.data() + first * kSlots;
+    in[1].data = logits.data() + first * kExperts;
+    in[2].data = experts.data() + first * kSlots;
+    const TensorView out[1] = {view(part, {1, half, kExperts})};
+    ASSERT_OK(cpu->run(*shared.inst, in, out, StepContext{}));
+    for (int64_t i = 0; i < half * kExperts; ++i)
+      EXPECT_NEAR(part[i], whole[first * kExperts + i], 1e-15) << i;
+  }
+  load[1] = -1;
+  const TensorView in[4] = {view(dgates, slots), view(logits, all), view(experts, slots),
+                            view(load, {kExperts})};
+  const Status s = cpu->run(*shared.inst, in, wholeOut, StepContext{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("a load of -1 slots"), std::string::npos) << s.message();
 }
 
 /// Every token's first slot goes to expert 0 and its second to expert 1 or 2, none to

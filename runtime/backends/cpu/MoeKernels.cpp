@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace mt::cpu {
@@ -130,10 +131,12 @@ template <typename T> struct Moe {
 
   /// dlogits: the gates' gradient through their softmax, plus the load-balancing loss's
   /// c·E/(k·T²)·Σ_e n_e·Σ_t p_te through the softmax over all experts, times the loss
-  /// seed's scale.
+  /// seed's scale. n_e is `load` where there is one (the whole micro-batch's, of which
+  /// these tokens are a share), else counted from `experts`; T is Σ_e n_e / k.
   static Status routerGrad(const plan::Instruction &inst, const TensorView &dgates,
                            const TensorView &logits, const TensorView &experts,
-                           const StepContext &ctx, const TensorView &dlogits) {
+                           const TensorView *load, const StepContext &ctx,
+                           const TensorView &dlogits) {
     const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
     const double coeff = inst.aux_loss_coeff();
     std::vector<int64_t> ids; // read once, checked, before dlogits is written
@@ -141,10 +144,15 @@ template <typename T> struct Moe {
     std::vector<double> aux(e, 0.0); // d(loss)/d(p_te), the same for every token
     if (coeff > 0) {
       std::vector<int64_t> slots(e, 0); // n_e
-      for (int64_t id : ids)
-        ++slots[id];
-      const double scale = coeff * ctx.lossScale * static_cast<double>(e) /
-                           (static_cast<double>(k) * tokens * tokens);
+      if (!load)
+        for (int64_t id : ids)
+          ++slots[id];
+      for (int64_t j = 0; load && j < e; ++j)
+        if ((slots[j] = load->index(j)) < 0)
+          return Status::failure(cat("mixture of experts: a load of ", slots[j], " slots"));
+      const double all = std::accumulate(slots.begin(), slots.end(), 0.0); // k·T
+      const double scale =
+          all > 0 ? coeff * ctx.lossScale * static_cast<double>(e * k) / (all * all) : 0;
       for (int64_t j = 0; j < e; ++j)
         aux[j] = scale * static_cast<double>(slots[j]);
     }
@@ -279,7 +287,8 @@ Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorV
     K::router(inst, in[0], out[0], out[1]);
     return Status::success();
   case Opcode::MoeRouterGrad:
-    return K::routerGrad(inst, in[0], in[1], in[2], ctx, out[0]);
+    return K::routerGrad(inst, in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
+                         ctx, out[0]);
   case Opcode::MoeDispatch:
     return K::dispatch(inst, in[0], in[1], out[0], out[1]);
   case Opcode::MoeDispatchGrad:

@@ -945,16 +945,18 @@ private:
     case Opcode::MoeRouterGrad: {
       const TensorView &logits = in[1], &experts = in[2];
       const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
-      float scale = 0;
-      if (inst.aux_loss_coeff() > 0) {
+      float scale = 0; // the loss's c·E·k, times the seed's scale
+      if (inst.aux_loss_coeff() > 0 && inst.inputs()->size() > 3) {
+        counts = static_cast<int *>(in[3].data); // the load: the whole micro-batch's
+      } else if (inst.aux_loss_coeff() > 0) {
         counts = static_cast<int *>(scratch(sizeof(int) * e));
         moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
             ids(experts), experts.numel(), counts);
         launched("expert counts");
-        scale =
-            static_cast<float>(inst.aux_loss_coeff() * c.ctx.lossScale * static_cast<double>(e) /
-                               (static_cast<double>(k) * tokens * tokens));
       }
+      if (counts)
+        scale = static_cast<float>(inst.aux_loss_coeff() * c.ctx.lossScale *
+                                   static_cast<double>(e * k));
       moeRouterGradKernel<<<warpsFor(tokens), kThreads, 0, stream_>>>(
           c.p(in[0]), c.p(logits), ids(experts), counts, scale, c.p(out[0]), tokens,
           static_cast<int>(e), static_cast<int>(k), inst.pre_softmax());

@@ -156,17 +156,22 @@ __global__ void moeRowsKernel(const I *experts, int64_t slots, int e, const int 
 }
 
 /// dlogits of one token a warp: the gates' gradient through their softmax, plus the
-/// load-balancing loss's through the softmax over all: d loss/d p_te = scale·counts[e]
-/// (`counts` null: no such loss).
+/// load-balancing loss's through the softmax over all: d loss/d p_te = scale·n_e/(Σn)²,
+/// n = `counts` (null: no such loss), Σn = k·T.
 template <typename T, typename I>
 __global__ void moeRouterGradKernel(const T *dgates, const T *logits, const I *experts,
                                     const int *counts, float scale, T *dlogits, int64_t tokens,
                                     int e, int k, bool pre) {
-  auto aux = [&](int j) { return scale * static_cast<float>(counts[j]); };
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t >= tokens)
     return;
   const int lane = threadIdx.x & 31;
+  float slots = 0;
+  for (int j = lane; counts && j < e; j += 32)
+    slots += static_cast<float>(counts[j]);
+  slots = warpSum(slots);
+  const float perSlot = slots > 0 ? scale / (slots * slots) : 0.f;
+  auto aux = [&](int j) { return perSlot * static_cast<float>(counts[j]); };
   const T *l = logits + t * e, *dg = dgates + t * k;
   int chosen[kMaxTopk];
   bool valid = true;

@@ -104,3 +104,21 @@ func.func @router_negative_coefficient(%l: tensor<2x3x4xf32>) {
   %g, %e = mt.moe_router %l {topk = 2 : i64, aux_loss_coeff = -1.0e-02 : f64} : (tensor<2x3x4xf32>) -> (tensor<2x3x2xf32>, tensor<2x3x2xi32>)
   return
 }
+
+// -----
+
+func.func @router_load_not_per_expert(%l: tensor<2x3x4xf32>, %load: tensor<3xi32>) {
+  // expected-error@+2 {{mt.moe_router: load tensor<3xi32> must be [4] i32}}
+  // expected-error@+1 {{'mt.moe_router' op failed to infer returned types}}
+  %g, %e = mt.moe_router %l, %load {topk = 2 : i64} : (tensor<2x3x4xf32>, tensor<3xi32>) -> (tensor<2x3x2xf32>, tensor<2x3x2xi32>)
+  return
+}
+
+// -----
+
+func.func @router_grad_load_type(%g: tensor<2x3x2xf32>, %l: tensor<2x3x4xf32>, %e: tensor<2x3x2xi32>, %load: tensor<4xi64>) {
+  // expected-error@+2 {{mt.moe_router_grad: load tensor<4xi64> must be [4] i32}}
+  // expected-error@+1 {{'mt.moe_router_grad' op failed to infer returned types}}
+  %d = mt.moe_router_grad %g, %l, %e, %load {topk = 2 : i64} : (tensor<2x3x2xf32>, tensor<2x3x4xf32>, tensor<2x3x2xi32>, tensor<4xi64>) -> tensor<2x3x4xf32>
+  return
+}

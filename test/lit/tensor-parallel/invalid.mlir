@@ -104,11 +104,13 @@ func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
 
 // -----
 
-// A mixture of experts has no tensor-parallel layout yet: its router is refused by name.
-func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x2xf32> {
+// A mixture of experts is per token: a router over logits a column-parallel linear split
+// (it also feeds a GELU) is refused.
+func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {
   %w = mt.param "router" normal(2.0e-02) : tensor<4x8xf32>
   %l = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<4x8xf32>) -> tensor<2x4x4xf32>
-  // expected-error@+1 {{'mt.moe_router' op mt-tensor-parallel: no tensor-parallel layout for this op}}
+  %a = mt.gelu %l : (tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  // expected-error@+1 {{'mt.moe_router' op mt-tensor-parallel: a mixture of experts over a tensor split along its features}}
   %g, %e = mt.moe_router %l {topk = 2 : i64} : (tensor<2x4x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
-  return %g : tensor<2x4x2xf32>
+  return %a : tensor<2x4x4xf32>
 }
