@@ -186,6 +186,7 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
           if (layerParams[v].insert({p.getName(), n}).second) {
             f.layerParameters += n;
             f.layerTpReduced += tpReduced ? n : 0;
+            f.layerExperts += p.getExpertParallel() ? n : 0;
           }
         } else {
           f.sharedParameters[p.getName().str()] = {n, tpReduced};
@@ -216,6 +217,7 @@ StageParameters stageParameters(ArrayRef<ChunkFootprint> chunks, int64_t pp, int
   for (size_t c = stage; c < chunks.size(); c += pp) {
     p.all += chunks[c].layerParameters;
     p.tpReduced += chunks[c].layerTpReduced;
+    p.experts += chunks[c].layerExperts;
     shared.insert(chunks[c].sharedParameters.begin(), chunks[c].sharedParameters.end());
   }
   for (const auto &[name, param] : shared) {
@@ -226,13 +228,18 @@ StageParameters stageParameters(ArrayRef<ChunkFootprint> chunks, int64_t pp, int
   return p;
 }
 
-StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef precision,
-                          int64_t pp, ArrayRef<int64_t> inFlight, int64_t dp,
+StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef precision, int64_t pp,
+                          ArrayRef<int64_t> inFlight, int64_t dp, int64_t ep,
                           bool distributedOptimizer) {
   StepAccount a;
   a.bytesPerParameter = BytesPerParameter::of(precision);
-  for (int64_t s = 0; s < pp; ++s)
-    a.localParameters = std::max(a.localParameters, stageParameters(chunks, pp, s).all);
+  int64_t optimized = 0; // the most elements a rank keeps the optimizer's state of
+  for (int64_t s = 0; s < pp; ++s) {
+    const StageParameters p = stageParameters(chunks, pp, s);
+    a.localParameters = std::max(a.localParameters, p.all);
+    optimized = std::max(
+        optimized, distributedOptimizer ? (p.all - p.experts) / dp + p.experts / (dp / ep) : p.all);
+  }
   for (const ChunkFootprint &c : chunks) {
     a.memory.activations = std::max(a.memory.activations, c.arenaBytes);
     a.costs.add(c.costs);
@@ -258,13 +265,14 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
   const BytesPerParameter &b = a.bytesPerParameter;
   a.memory.weights = b.weights * a.localParameters;
   a.memory.gradients = b.gradients * a.localParameters;
-  a.memory.optimizer = b.optimizer * a.localParameters / (distributedOptimizer ? dp : 1);
+  a.memory.optimizer = b.optimizer * optimized;
   return a;
 }
 
 StepAccount accountStep(ModuleOp module, llvm::StringRef precision, int64_t pp,
-                        ArrayRef<int64_t> inFlight, int64_t dp, bool distributedOptimizer) {
-  return accountChunks(chunkFootprints(module), precision, pp, inFlight, dp,
+                        ArrayRef<int64_t> inFlight, int64_t dp, int64_t ep,
+                        bool distributedOptimizer) {
+  return accountChunks(chunkFootprints(module), precision, pp, inFlight, dp, ep,
                        distributedOptimizer);
 }
 

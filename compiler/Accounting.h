@@ -104,6 +104,7 @@ struct ChunkFootprint {
   int64_t messageBytes = 0;    // the activation it sends on (0 for the last chunk)
   int64_t layerParameters = 0; // elements of the parameters of its layers
   int64_t layerTpReduced = 0;  // of which the gradient is summed over the tp group
+  int64_t layerExperts = 0;    // of which experts' weights cut over the expert group
   /// Parameters outside the layers (embeddings, final norm), by name: a stage holding
   /// several chunks (or a tied embedding on two stages) counts each once.
   std::map<std::string, std::pair<int64_t, bool>> sharedParameters; // elements, tp-reduced
@@ -118,9 +119,10 @@ std::vector<ChunkFootprint> chunkFootprints(mlir::ModuleOp module);
 
 /// The elements of the parameters pipeline stage `stage` of `pp` holds, chunks
 /// stage, stage + pp, ...; and those of them whose gradient is summed over the tensor-
-/// parallel group, and over several stages (a tied embedding).
+/// parallel group, that are experts' weights (expert parallelism), and that several
+/// stages hold (a tied embedding).
 struct StageParameters {
-  int64_t all = 0, tpReduced = 0;
+  int64_t all = 0, tpReduced = 0, experts = 0;
   std::vector<std::pair<std::string, int64_t>> shared;
 };
 StageParameters stageParameters(llvm::ArrayRef<ChunkFootprint> chunks, int64_t pp,
@@ -128,13 +130,14 @@ StageParameters stageParameters(llvm::ArrayRef<ChunkFootprint> chunks, int64_t p
 
 /// Accounts a step of `pp` stages of `chunks.size() / pp` chunks; `inFlight[s]` is the
 /// most micro-batches stage s holds (its schedule's); the distributed optimizer shards
-/// the optimizer's state over `dp`.
+/// the optimizer's state over the `dp` data-parallel ranks (× cp), the experts' over the
+/// dp / `ep` ranks holding the same experts.
 StepAccount accountChunks(llvm::ArrayRef<ChunkFootprint> chunks, llvm::StringRef precision,
-                          int64_t pp, llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                          int64_t pp, llvm::ArrayRef<int64_t> inFlight, int64_t dp, int64_t ep,
                           bool distributedOptimizer);
 /// The same for a lowered module.
 StepAccount accountStep(mlir::ModuleOp module, llvm::StringRef precision, int64_t pp,
-                        llvm::ArrayRef<int64_t> inFlight, int64_t dp,
+                        llvm::ArrayRef<int64_t> inFlight, int64_t dp, int64_t ep,
                         bool distributedOptimizer);
 
 /// Bytes that forward ops of layer `layer` (mt.layer) produce and backward reads: what

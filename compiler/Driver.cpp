@@ -77,8 +77,8 @@ int readPrecision(const Flags &args, std::string &precision, std::string &elemen
   return 0;
 }
 
-/// Expert parallelism's conditions: ep consecutive data-parallel ranks share a mixture's
-/// experts; the distributed optimizer does not shard their state yet.
+/// Expert parallelism's condition: ep consecutive data-parallel ranks share a mixture's
+/// experts.
 int expertLayout(const StepLayout &layout) {
   const CompileOptions &options = layout.options;
   if (options.ep == 1)
@@ -87,9 +87,6 @@ int expertLayout(const StepLayout &layout) {
     return usageError("--ep " + std::to_string(options.ep) +
                       " must divide the data-parallel ranks (dp x cp = " +
                       std::to_string(options.dp * options.cp) + ")");
-  if (layout.distributedOptimizer)
-    return usageError("--ep with --distributed-optimizer: the distributed optimizer does not "
-                      "share the experts' state over their ranks yet");
   return 0;
 }
 
@@ -335,9 +332,10 @@ int compileStep(const Flags &args, ModuleOp module, const std::string &path,
   header.sequenceParallel = options.sequenceParallel;
   header.distributedOptimizer = layout.distributedOptimizer;
   header.ddpBucketBytes = static_cast<uint64_t>(layout.bucketBytes);
-  // The distributed optimizer shares its state over data x context parallel ranks.
+  // The distributed optimizer shares its state over data x context parallel ranks (the
+  // experts' over those holding the same experts).
   out.account = accountStep(module, options.precision, options.pp, inFlight,
-                            options.dp * options.cp, layout.distributedOptimizer);
+                            options.dp * options.cp, options.ep, layout.distributedOptimizer);
   const StepAccount &account = out.account;
   if (account.costs.overflowed || account.recompute.overflowed) {
     errs() << "mtc: " << kFlopsOverflow << "\n";

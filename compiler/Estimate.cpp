@@ -523,7 +523,7 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   std::vector<ChunkFootprint> footprints;
   for (const ChunkProfile &c : chunks)
     footprints.push_back(c.footprint);
-  e.account = accountChunks(footprints, o.precision, p, e.inFlight, layout.dataParts(),
+  e.account = accountChunks(footprints, o.precision, p, e.inFlight, layout.dataParts(), o.ep,
                             layout.distributedOptimizer);
   if (e.account.costs.overflowed || e.account.recompute.overflowed)
     return kFlopsOverflow;

@@ -41,10 +41,11 @@ int64_t parameterState(const std::vector<ChunkProfile> &one, const StepLayout &l
                                 one.back().footprint.sharedParameters.end());
     f.layerParameters *= perChunk;
     f.layerTpReduced *= perChunk;
+    f.layerExperts *= perChunk;
     footprints.push_back(std::move(f));
   }
   const StepAccount a = accountChunks(footprints, o.precision, o.pp, std::vector<int64_t>(o.pp, 0),
-                                      layout.dataParts(), layout.distributedOptimizer);
+                                      layout.dataParts(), o.ep, layout.distributedOptimizer);
   return a.memory.weights + a.memory.gradients + a.memory.optimizer;
 }
 
@@ -101,7 +102,7 @@ public:
       }
   }
   /// Sequence parallel or not, each recomputation of `recomputes`, the distributed
-  /// optimizer or not (not under expert parallelism).
+  /// optimizer or not.
   void estimateVariantsOf(StepLayout layout, int64_t layers,
                           const std::vector<std::string> &recomputes);
   /// The experts of the model's mixture (0: none), each searched over.
@@ -165,7 +166,7 @@ void Tuner::estimateVariantsOf(StepLayout layout, int64_t layers,
       plain.attention = "fused";
       const Profiled &one = profile(plain, 1, 3);
       for (bool distributed : {false, true}) {
-        if (distributed && (layout.dataParts() == 1 || o.ep > 1))
+        if (distributed && layout.dataParts() == 1)
           continue;
         layout.distributedOptimizer = distributed;
         if (!one.error.empty()) {

@@ -63,21 +63,63 @@ FlatLayout flatLayout(const plan::Plan &plan, int stage) {
         if (std::find(h.begin(), h.end(), prog->stage()) == h.end())
           h.push_back(prog->stage());
       }
+  for (std::vector<int> &h : holders)
+    std::sort(h.begin(), h.end());
   FlatLayout layout;
-  for (flatbuffers::uoffset_t i = 0; i < plan.params()->size(); ++i) {
-    std::sort(holders[i].begin(), holders[i].end());
-    if (pipelined &&
-        std::find(holders[i].begin(), holders[i].end(), stage) == holders[i].end())
-      continue;
-    int64_t numel = 1;
-    for (int64_t d : *plan.params()->Get(i)->shape())
-      numel *= d;
-    layout.slots.push_back({static_cast<int32_t>(i), layout.total, numel, holders[i]});
-    layout.total += numel;
+  layout.parts = dataParts(plan);
+  layout.ep = plan.grid()->ep();
+  auto padded = [](int64_t n, int64_t parts) {
+    return std::max<int64_t>(parts, (n + parts - 1) / parts * parts);
+  };
+  // The rest, then (expert parallelism) the experts: the pass of `experts` places those.
+  for (bool experts : {false, true}) {
+    if (experts && layout.ep == 1)
+      break;
+    int64_t at = experts ? layout.experts : 0;
+    for (flatbuffers::uoffset_t i = 0; i < plan.params()->size(); ++i) {
+      if ((layout.ep > 1 && plan.params()->Get(i)->expert_parallel() != experts) ||
+          (pipelined && std::find(holders[i].begin(), holders[i].end(), stage) == holders[i].end()))
+        continue;
+      int64_t numel = 1;
+      for (int64_t d : *plan.params()->Get(i)->shape())
+        numel *= d;
+      layout.slots.push_back({static_cast<int32_t>(i), at, numel, holders[i]});
+      at += numel;
+    }
+    if (experts)
+      layout.total = layout.experts + padded(at - layout.experts, layout.parts / layout.ep);
+    else
+      layout.experts = layout.total = padded(at, layout.parts);
   }
-  const int64_t parts = dataParts(plan);
-  layout.total = std::max<int64_t>(parts, (layout.total + parts - 1) / parts * parts);
   return layout;
+}
+
+FlatShare FlatLayout::shareOf(int dataRank) const {
+  FlatShare share;
+  const int64_t rest = experts / parts;
+  share.runs.push_back({dataRank * rest, (dataRank + 1) * rest});
+  if (total > experts) {
+    const int64_t mine = (total - experts) / (parts / ep), at = experts + dataRank / ep * mine;
+    share.runs.push_back({at, at + mine});
+  }
+  return share;
+}
+
+int64_t FlatShare::numel() const {
+  int64_t n = 0;
+  for (const Run &r : runs)
+    n += r.end - r.begin;
+  return n;
+}
+
+int64_t FlatShare::local(int64_t at) const {
+  int64_t before = 0;
+  for (const Run &r : runs) {
+    if (at >= r.begin && at < r.end)
+      return before + at - r.begin;
+    before += r.end - r.begin;
+  }
+  return -1; // not held: the callers ask only for elements a run holds
 }
 
 Status Executor::bind(ExecutorOptions options) {
@@ -89,8 +131,8 @@ Status Executor::bind(ExecutorOptions options) {
   localParam_.assign(plan_.params()->size(), -1);
   // Weights and gradients: two flat stores, each parameter a contiguous slice, so that
   // gradient buckets and optimizer shards are plain ranges.
-  const FlatLayout layout = flatLayout(plan_, stage);
-  for (const FlatLayout::Slot &slot : layout.slots) {
+  layout_ = mt::flatLayout(plan_, stage);
+  for (const FlatLayout::Slot &slot : layout_.slots) {
     const plan::Param *p = plan_.params()->Get(slot.index);
     Parameter param;
     param.spec = p;
@@ -103,16 +145,16 @@ Status Executor::bind(ExecutorOptions options) {
     localParam_[slot.index] = static_cast<int>(parameters_.size());
     parameters_.push_back(param);
   }
-  const int64_t total = layout.total, parts = dataParts(plan_);
+  const int64_t total = layout_.total;
   // Weights and gradients in the accumulator type (f32 under bf16 and f16: the master
   // weights); the programs read a compute copy in the plan's precision when it differs.
   // With the distributed optimizer, mixed precision keeps only this rank's share of the
   // master weights.
   const plan::DType master = accumulatorType(plan_.precision());
   const bool mixed = plan_.precision() != master;
-  const bool shardMaster = mixed && plan_.distributed_optimizer() && parts > 1;
-  const int64_t share = total / parts;
-  masterFirst_ = shardMaster ? comm_.rank(Group::Data) * share : 0;
+  const bool shardMaster = mixed && plan_.distributed_optimizer() && layout_.parts > 1;
+  masterShare_ = shardMaster ? layout_.shareOf(comm_.rank(Group::Data)) : layout_.whole();
+  const int64_t share = masterShare_.numel();
   std::vector<TensorView *> flats = {&flatWeights_, &flatGrads_};
   if (mixed)
     flats.push_back(&flatCompute_);
@@ -217,8 +259,8 @@ int64_t Executor::tokensPerMicroBatch() const {
 }
 
 TensorView Executor::masterSlice(int64_t begin, int64_t end) const {
-  return sliceOf(flatWeights_, dtypeBytes(flatWeights_.dtype), begin - masterFirst_,
-                 end - masterFirst_);
+  const int64_t at = masterShare_.local(begin);
+  return sliceOf(flatWeights_, dtypeBytes(flatWeights_.dtype), at, at + end - begin);
 }
 
 Status Executor::refreshComputeWeights() {
@@ -248,7 +290,6 @@ Status Executor::initParameters(uint64_t seed) {
   // Each parameter in full, once, where its gradient will be (the gradient store holds
   // every parameter in the master type, and is zeroed afterwards): this rank's share into
   // the master weights, all of it into the compute copy.
-  const int64_t first = masterFirst_, last = masterFirst_ + flatWeights_.numel();
   const size_t element = dtypeBytes(flatWeights_.dtype);
   for (Parameter &p : parameters_) {
     const TensorView &whole = p.grad;
@@ -256,10 +297,13 @@ Status Executor::initParameters(uint64_t seed) {
                ? backend_.initParameter(whole, *p.spec, seed, comm_.rank(Group::Expert),
                                         comm_.size(Group::Expert))
                : backend_.initParameter(whole, *p.spec, seed, tpRank, tpSize));
-    const int64_t begin = std::max(first, p.offset), end = std::min(last, p.offset + p.numel);
-    if (begin < end)
-      MT_TRY(backend_.convert(masterSlice(begin, end),
-                              sliceOf(whole, element, begin - p.offset, end - p.offset)));
+    Status converted = Status::success();
+    masterShare_.forEachIn(p.offset, p.offset + p.numel, [&](int64_t begin, int64_t end) {
+      if (converted.ok())
+        converted = backend_.convert(masterSlice(begin, end),
+                                     sliceOf(whole, element, begin - p.offset, end - p.offset));
+    });
+    MT_TRY(converted);
     MT_TRY(backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), p.offset,
                                     p.offset + p.numel),
                             sliceOf(whole, element, 0, p.numel)));

@@ -9,6 +9,7 @@
 #include "exec/Profile.h"
 #include "plan/PlanReader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -26,10 +27,30 @@ struct ExecutorOptions {
   bool recordPrograms = true;
 };
 
+/// Runs of elements of the flat stores, in order, and a store that keeps just them, one
+/// after another: what a rank's optimizer updates (all, or its shares).
+struct FlatShare {
+  struct Run {
+    int64_t begin, end;
+  };
+  std::vector<Run> runs;
+  int64_t numel() const;
+  /// Where flat element `at`, which a run holds, lies in such a store.
+  int64_t local(int64_t at) const;
+  /// f(begin, end) for each part of flat elements [begin, end) that a run holds.
+  template <typename F> void forEachIn(int64_t begin, int64_t end, F f) const {
+    for (const Run &r : runs)
+      if (std::max(begin, r.begin) < std::min(end, r.end))
+        f(std::max(begin, r.begin), std::min(end, r.end));
+  }
+};
+
 /// Where a pipeline stage keeps its parameters: the flat weight and gradient stores hold
 /// them in plan order, each a contiguous slice of `numel` elements (this rank's
-/// tensor-parallel shard), padded to `total`, a multiple of dataParts(). A
-/// pure function of the plan: a checkpoint computes any rank's layout with it.
+/// tensor-parallel shard); under expert parallelism the experts' weights after the rest,
+/// from `experts` on. The rest is padded to a multiple of dataParts(), the experts to a
+/// multiple of the expert-data-parallel ranks (dataParts() / ep), to `total`. A pure
+/// function of the plan: a checkpoint computes any rank's layout with it.
 struct FlatLayout {
   struct Slot {
     int32_t index;            // in the plan's parameter table
@@ -37,10 +58,13 @@ struct FlatLayout {
     std::vector<int> holders; // the pipeline stages that hold it (tied: several), sorted
   };
   std::vector<Slot> slots;
-  int64_t total = 0;
-  /// The share of rank `dataRank` of `parts` (Group::Data): elements [first, first +
-  /// share).
-  int64_t share(int parts) const { return total / parts; }
+  int64_t experts = 0, total = 0;
+  int parts = 1, ep = 1; // Group::Data's size, and Group::Expert's
+  /// What the distributed optimizer gives data rank `dataRank` (Group::Data): its share
+  /// of the rest over the data-parallel ranks, and of the experts over the ranks holding
+  /// the same experts (Group::ExpertData, whose rank is dataRank / ep).
+  FlatShare shareOf(int dataRank) const;
+  FlatShare whole() const { return {{{0, total}}}; }
 };
 FlatLayout flatLayout(const plan::Plan &plan, int stage);
 
@@ -79,14 +103,14 @@ public:
   Comm &comm() { return comm_; }
   /// The parameters this rank's pipeline stage holds, in plan order.
   std::vector<Parameter> &parameters() { return parameters_; }
-  /// Every gradient as one vector (padded to a multiple of the data-parallel size, the
-  /// padding zero), and the master weights over the same elements — all of them, or,
-  /// under mixed precision with the distributed optimizer, only this data-parallel
-  /// rank's share [masterFirst(), masterFirst() + flatWeights().numel()), as Megatron's
-  /// distributed optimizer keeps them. Then Parameter::weight has no data.
+  /// Every gradient as one vector (FlatLayout's, the padding zero), and the master
+  /// weights over the same elements — all of them, or, under mixed precision with the
+  /// distributed optimizer, only this data-parallel rank's share (masterShare()), as
+  /// Megatron's distributed optimizer keeps them. Then Parameter::weight has no data.
   const TensorView &flatWeights() const { return flatWeights_; }
   const TensorView &flatGrads() const { return flatGrads_; }
-  int64_t masterFirst() const { return masterFirst_; }
+  const FlatLayout &flatLayout() const { return layout_; }
+  const FlatShare &masterShare() const { return masterShare_; }
   bool masterSharded() const { return flatWeights_.numel() != flatGrads_.numel(); }
   /// The 16-bit copy of all weights the programs read (no data without one).
   const TensorView &flatCompute() const { return flatCompute_; }
@@ -221,7 +245,8 @@ private:
   std::vector<Parameter> parameters_;
   TensorView flatWeights_, flatGrads_;
   TensorView flatCompute_; // the 16-bit compute copy of the weights, if any
-  int64_t masterFirst_ = 0;
+  FlatLayout layout_;
+  FlatShare masterShare_;
   void *arena_ = nullptr;
   /// Ring attention's shares in flight: two of keys and values, and of their gradients;
   /// or an expert exchange's staging (ringBytes(), as mtc accounts them).

@@ -730,9 +730,6 @@ Status checkHeader(const plan::Plan &p) {
   if (grid.ep() < 1 || (static_cast<int64_t>(grid.dp()) * grid.cp()) % grid.ep() != 0)
     return Status::failure(
         cat("plan's expert-parallel size ", grid.ep(), " does not divide its data-parallel ranks"));
-  if (grid.ep() > 1 && p.distributed_optimizer())
-    return Status::failure("plan shares the optimizer's state over data-parallel ranks whose "
-                           "experts differ (expert parallelism with the distributed optimizer)");
   // Ranks are counted in int (MPI's type): each factor, and so the product, bounded.
   constexpr int64_t kMostRanks = int64_t{1} << 24;
   if (static_cast<int64_t>(grid.tp()) * grid.cp() * grid.dp() * grid.pp() > kMostRanks ||

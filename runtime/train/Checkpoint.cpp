@@ -97,15 +97,15 @@ std::vector<Box> heldBoxes(const plan::Plan &plan, const FlatLayout &layout,
   Box local = tensorParallelBox(plan, spec, tpRank, dataRank);
   if (!shardedKind(plan, kind))
     return {local};
-  const int64_t share = layout.share(dataParts(plan));
-  const int64_t begin = std::max(slot.offset, dataRank * share);
-  const int64_t end = std::min(slot.offset + slot.numel, (dataRank + 1) * share);
-  if (begin >= end)
-    return {};
-  std::vector<Box> boxes = boxesOfRange(local.sizes, begin - slot.offset, end - slot.offset);
-  for (Box &b : boxes)
-    for (size_t d = 0; d < b.offsets.size(); ++d)
-      b.offsets[d] += local.offsets[d];
+  std::vector<Box> boxes;
+  layout.shareOf(dataRank).forEachIn(
+      slot.offset, slot.offset + slot.numel, [&](int64_t begin, int64_t end) {
+        for (Box &b : boxesOfRange(local.sizes, begin - slot.offset, end - slot.offset)) {
+          for (size_t d = 0; d < b.offsets.size(); ++d)
+            b.offsets[d] += local.offsets[d];
+          boxes.push_back(std::move(b));
+        }
+      });
   return boxes;
 }
 
@@ -253,12 +253,12 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
   return Status::success();
 }
 
-/// The store holding this rank's state of `kind` (device memory) and the flat index of
-/// its first element.
+/// The store holding this rank's state of `kind` (device memory) and the flat elements
+/// it holds.
 void storeOf(Executor &executor, const AdamW &optimizer, int kind, TensorView &store,
-             int64_t &first) {
+             FlatShare &held) {
   store = kind == 0 ? executor.flatWeights() : kind == 1 ? optimizer.expAvg() : optimizer.expAvgSq();
-  first = kind == 0 ? executor.masterFirst() : optimizer.first();
+  held = kind == 0 ? executor.masterShare() : optimizer.share();
 }
 
 /// A line of /proc/self/status ("VmRSS", "VmHWM") in bytes, or -1.
@@ -290,12 +290,12 @@ const char *chunkSource(Executor &executor, const AdamW &optimizer, const SaveCh
                         const std::vector<const Executor::Parameter *> &byIndex) {
   const Executor::Parameter &p = *byIndex[c.param];
   TensorView store;
-  int64_t first = 0;
-  storeOf(executor, optimizer, c.kind, store, first);
+  FlatShare held;
+  storeOf(executor, optimizer, c.kind, store, held);
   const Box local = tensorParallelBox(executor.plan(), *p.spec, executor.comm().rank(Group::Tensor),
                                       executor.comm().rank(Group::Data));
   return static_cast<const char *>(store.data) +
-         dtypeBytes(store.dtype) * (p.offset + localIndex(c.box, local) - first);
+         dtypeBytes(store.dtype) * held.local(p.offset + localIndex(c.box, local));
 }
 
 /// This rank's file of chunks `mine` in `temporary`; `emit` appends each chunk's bytes.
@@ -643,19 +643,26 @@ struct Loaded {
   uint64_t bytesRead = 0;
 };
 
-/// The first value of state `kind` (elements from flat index `first` on, of `layout`)
-/// that no training writes: a weight or a moment that is not finite, a negative second
-/// moment (Adam's running mean of squares). Such a state would train to NaN weights.
+/// The first value of state `kind` (the flat elements `held` of `layout`) that no
+/// training writes: a weight or a moment that is not finite, a negative second moment
+/// (Adam's running mean of squares). Such a state would train to NaN weights.
 template <typename T>
-Status checkValues(const std::vector<char> &host, int kind, int64_t first, const FlatLayout &layout,
-                   const plan::Plan &plan, const std::string &where) {
+Status checkValues(const std::vector<char> &host, int kind, const FlatShare &held,
+                   const FlatLayout &layout, const plan::Plan &plan, const std::string &where) {
   const T *values = reinterpret_cast<const T *>(host.data());
   const size_t n = host.size() / sizeof(T);
   for (size_t i = 0; i < n; ++i) {
     const T v = values[i];
     if (std::isfinite(v) && !(kind == 2 && v < 0))
       continue;
-    const int64_t at = first + static_cast<int64_t>(i);
+    int64_t at = static_cast<int64_t>(i); // its flat index
+    for (const FlatShare::Run &run : held.runs) {
+      if (at < run.end - run.begin) {
+        at += run.begin;
+        break;
+      }
+      at -= run.end - run.begin;
+    }
     std::string tensor = "padding";
     for (const FlatLayout::Slot &slot : layout.slots)
       if (at >= slot.offset && at < slot.offset + slot.numel)
@@ -719,7 +726,7 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
   const int tpRank = comm.rank(Group::Tensor), dataRank = comm.rank(Group::Data);
   const FlatLayout layout = flatLayout(plan, comm.rank(Group::Pipeline));
   const size_t element = dtypeBytes(storeType(plan));
-  const int64_t total = executor.flatGrads().numel(), count = optimizer.expAvg().numel();
+  const int64_t total = executor.flatGrads().numel(), count = optimizer.share().numel();
   std::vector<char> *host = out.host;
   host[0].assign(element * total, 0);
   host[1].assign(element * count, 0);
@@ -739,16 +746,16 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
     for (int kind = 1; kind < kinds; ++kind)
       for (const Box &box : heldBoxes(plan, layout, slot, kind, tpRank, dataRank))
         MT_TRY(readHeld(stateTensorName(kind, spec.name()->str()), box,
-                        host[kind].data() +
-                            element * (slot.offset + localIndex(box, local) - optimizer.first())));
+                        host[kind].data() + element * optimizer.share().local(
+                                                          slot.offset + localIndex(box, local))));
   }
   out.bytesRead = reader.bytesRead();
   out.note = reader.note();
   for (int kind = 0; kind < kinds; ++kind) {
-    const int64_t first = kind == 0 ? 0 : optimizer.first();
+    const FlatShare held = kind == 0 ? layout.whole() : optimizer.share();
     MT_TRY(storeType(plan) == plan::DType::F64
-               ? checkValues<double>(host[kind], kind, first, layout, plan, where)
-               : checkValues<float>(host[kind], kind, first, layout, plan, where));
+               ? checkValues<double>(host[kind], kind, held, layout, plan, where)
+               : checkValues<float>(host[kind], kind, held, layout, plan, where));
   }
   return Status::success();
 }
@@ -759,10 +766,12 @@ Status install(Executor &executor, const AdamW &optimizer, const Loaded &loaded)
   const size_t element = dtypeBytes(storeType(executor.plan()));
   Backend &backend = executor.backend();
   if (executor.masterSharded()) {
-    // This rank's share of the master weights, and the compute copy of all of them.
+    // This rank's shares of the master weights, and the compute copy of all of them.
     const TensorView &master = executor.flatWeights();
-    MT_TRY(backend.copyToDevice(master.data, host[0].data() + element * executor.masterFirst(),
-                                element * master.numel()));
+    for (const FlatShare::Run &run : executor.masterShare().runs)
+      MT_TRY(backend.copyToDevice(
+          static_cast<char *>(master.data) + element * executor.masterShare().local(run.begin),
+          host[0].data() + element * run.begin, element * (run.end - run.begin)));
     DeviceMemory all;
     MT_TRY(all.allocate(backend, host[0].size()));
     MT_TRY(backend.copyToDevice(all.data(), host[0].data(), host[0].size()));

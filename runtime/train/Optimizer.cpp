@@ -12,6 +12,20 @@ TensorView slice(const TensorView &t, int64_t begin, int64_t end) {
   return sliceOf(t, dtypeBytes(t.dtype), begin, end);
 }
 
+/// The flat stores' sections and the group each is reduced and shared over: the rest
+/// over the data-parallel ranks, and (expert parallelism) the experts over the ranks
+/// holding the same experts. FlatLayout::shareOf gives a rank one run of each.
+struct Section {
+  Group group;
+  FlatShare::Run run;
+};
+std::vector<Section> sections(const FlatLayout &layout) {
+  std::vector<Section> s{{Group::Data, {0, layout.experts}}};
+  if (layout.total > layout.experts)
+    s.push_back({Group::ExpertData, {layout.experts, layout.total}});
+  return s;
+}
+
 } // namespace
 
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
@@ -40,29 +54,24 @@ Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
   for (Executor::Parameter &p : executor.parameters())
     if (p.holders.size() > 1)
       MT_TRY(comm.allReduceSumAmong(Group::Pipeline, p.holders, p.grad));
-  const int parts = comm.size(Group::Data);
-  if (parts == 1)
+  if (comm.size(Group::Data) == 1)
     return Status::success();
   const TensorView &grads = executor.flatGrads();
-  const int64_t total = grads.numel();
-  if (comm.size(Group::Expert) > 1) {
-    // Under expert parallelism an expert's weight reduces over the ranks holding the same
-    // experts, the rest over all data-parallel ranks (no distributed optimizer then).
-    for (Executor::Parameter &p : executor.parameters())
-      MT_TRY(comm.allReduceSum(p.spec->expert_parallel() ? Group::ExpertData : Group::Data, p.grad,
-                               p.grad));
-    return Status::success();
-  }
-  if (distributedOptimizer) {
-    const int64_t shard = total / parts, first = comm.rank(Group::Data) * shard;
-    // In place: the sum of this rank's share replaces it (the rest is not read again).
-    return comm.reduceScatter(Group::Data, grads, slice(grads, first, first + shard), 0);
-  }
   const int64_t bucket = std::max<int64_t>(
       1, static_cast<int64_t>(bucketBytes / dtypeBytes(grads.dtype)));
-  for (int64_t begin = 0; begin < total; begin += bucket) {
-    TensorView b = slice(grads, begin, std::min(total, begin + bucket));
-    MT_TRY(comm.allReduceSum(Group::Data, b, b));
+  for (const auto &[group, run] : sections(executor.flatLayout())) {
+    const TensorView all = slice(grads, run.begin, run.end);
+    if (distributedOptimizer) {
+      const int64_t shard = (run.end - run.begin) / comm.size(group),
+                    first = run.begin + comm.rank(group) * shard;
+      // In place: the sum of this rank's share replaces it (the rest is not read again).
+      MT_TRY(comm.reduceScatter(group, all, slice(grads, first, first + shard), 0));
+      continue;
+    }
+    for (int64_t begin = run.begin; begin < run.end; begin += bucket) {
+      TensorView b = slice(grads, begin, std::min(run.end, begin + bucket));
+      MT_TRY(comm.allReduceSum(group, b, b));
+    }
   }
   return Status::success();
 }
@@ -75,11 +84,9 @@ Status AdamW::create(Executor &executor, OptimizerConfig config, bool distribute
   std::unique_ptr<AdamW> adam(new AdamW(executor, std::move(config), distributed));
   Backend &backend = executor.backend();
   const TensorView &flat = executor.flatGrads();
-  int64_t count = flat.numel();
-  if (distributed) {
-    count /= executor.comm().size(Group::Data);
-    adam->first_ = executor.comm().rank(Group::Data) * count;
-  }
+  const FlatLayout &layout = executor.flatLayout();
+  adam->share_ = distributed ? layout.shareOf(executor.comm().rank(Group::Data)) : layout.whole();
+  const int64_t count = adam->share_.numel();
   const size_t bytes = dtypeBytes(flat.dtype) * count;
   for (auto [moments, memory] : {std::pair{&adam->expAvg_, &adam->expAvgMemory_},
                                  std::pair{&adam->expAvgSq_, &adam->expAvgSqMemory_}}) {
@@ -95,7 +102,6 @@ Status AdamW::create(Executor &executor, OptimizerConfig config, bool distribute
 Status AdamW::gradientNorm(double gradScale, double &norm) {
   Backend &backend = executor_.backend();
   Comm &comm = executor_.comm();
-  const int64_t last = first_ + expAvg_.numel();
   const bool tpLeader = comm.rank(Group::Tensor) == 0;
   const int stage = comm.rank(Group::Pipeline);
 
@@ -103,14 +109,17 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
   // the tensor-parallel group (an expert's weight too) counts once (on its first rank),
   // and one several pipeline stages hold counts on the first of them.
   // The experts' weights of an expert-parallel group are each rank's own: their squares
-  // are summed over the group.
+  // are summed over the group (with the distributed optimizer, over Group::Data with the
+  // rest: each share of each rank's experts is one rank's).
   std::vector<TensorView> counted, experts;
   for (Executor::Parameter &p : executor_.parameters()) {
-    int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
     const bool tpSplit = p.spec->shard_dim() >= 0 && !p.spec->expert_parallel();
-    if (begin < end && (tpSplit || tpLeader) && (p.holders.empty() || p.holders.front() == stage))
-      (p.spec->expert_parallel() ? experts : counted)
-          .push_back(slice(executor_.flatGrads(), begin, end));
+    if (!(tpSplit || tpLeader) || !(p.holders.empty() || p.holders.front() == stage))
+      continue;
+    std::vector<TensorView> &into = p.spec->expert_parallel() && !distributed_ ? experts : counted;
+    share_.forEachIn(p.offset, p.offset + p.numel, [&](int64_t begin, int64_t end) {
+      into.push_back(slice(executor_.flatGrads(), begin, end));
+    });
   }
   double sumSquares = 0, expertSquares = 0;
   MT_TRY(backend.sumOfSquares(counted, sumSquares));
@@ -130,7 +139,6 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
 Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
   Backend &backend = executor_.backend();
   Comm &comm = executor_.comm();
-  const int64_t last = first_ + expAvg_.numel();
   if (!std::isfinite(gradNorm))
     return Status::failure(cat("the gradient norm is ", std::isnan(gradNorm) ? "NaN" : "infinite",
                                ": the update is not applied"));
@@ -146,29 +154,32 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
   update.gradScale = gradScale * clip;
   update.step = step;
   std::vector<AdamWTensors> tensors;
-  for (Executor::Parameter &p : executor_.parameters()) {
-    int64_t begin = std::max(first_, p.offset), end = std::min(last, p.offset + p.numel);
-    if (begin >= end)
-      continue;
-    // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
-    tensors.push_back({executor_.masterSlice(begin, end), slice(executor_.flatGrads(), begin, end),
-                       slice(expAvg_, begin - first_, end - first_),
-                       slice(expAvgSq_, begin - first_, end - first_),
-                       p.weight.rank >= 2 ? config_.weightDecay : 0.0});
-  }
+  for (Executor::Parameter &p : executor_.parameters())
+    share_.forEachIn(p.offset, p.offset + p.numel, [&](int64_t begin, int64_t end) {
+      const int64_t at = share_.local(begin);
+      // Biases and LayerNorm parameters (vectors) are not decayed, as in Megatron.
+      tensors.push_back(
+          {executor_.masterSlice(begin, end), slice(executor_.flatGrads(), begin, end),
+           slice(expAvg_, at, at + end - begin), slice(expAvgSq_, at, at + end - begin),
+           p.weight.rank >= 2 ? config_.weightDecay : 0.0});
+    });
   MT_TRY(backend.adamw(tensors, update));
   // The programs' 16-bit copy follows the master weights it was rounded from.
   if (!distributed_)
     return executor_.refreshComputeWeights();
-  if (executor_.masterSharded()) {
-    // Each rank rounds its share into the compute copy, and the copies are gathered.
-    MT_TRY(executor_.refreshComputeWeights(first_, last));
-    const TensorView &copy = executor_.flatCompute();
-    return comm.allGather(Group::Data, slice(copy, first_, last), copy, 0);
+  // Each section's shares are gathered: of the master weights, or, where each rank keeps
+  // only its share of those, of the compute copy each rounds its share into.
+  const bool sharded = executor_.masterSharded();
+  const TensorView &gathered = sharded ? executor_.flatCompute() : executor_.flatWeights();
+  const std::vector<Section> all = sections(executor_.flatLayout());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const FlatShare::Run mine = share_.runs[i], run = all[i].run;
+    if (sharded)
+      MT_TRY(executor_.refreshComputeWeights(mine.begin, mine.end));
+    MT_TRY(comm.allGather(all[i].group, slice(gathered, mine.begin, mine.end),
+                          slice(gathered, run.begin, run.end), 0));
   }
-  const TensorView &weights = executor_.flatWeights();
-  MT_TRY(comm.allGather(Group::Data, slice(weights, first_, last), weights, 0));
-  return executor_.refreshComputeWeights();
+  return sharded ? Status::success() : executor_.refreshComputeWeights();
 }
 
 } // namespace mt

@@ -63,8 +63,8 @@ struct LossScaler {
 class AdamW {
 public:
   /// With `distributed`, this rank keeps Adam's moments for, and updates, only its
-  /// 1/dp shard of the flat parameter store (Megatron's distributed optimizer). The
-  /// moments start at zero.
+  /// shares of the flat parameter store (Megatron's distributed optimizer): 1/dp of the
+  /// rest, and 1/(dp/ep) of its experts. The moments start at zero.
   static Status create(Executor &executor, OptimizerConfig config, bool distributed,
                        std::unique_ptr<AdamW> &out);
   AdamW(const AdamW &) = delete; // the moments' views point into memory it owns
@@ -79,9 +79,9 @@ public:
   /// updated shards back to every rank. `step` is 1-based.
   Status step(int64_t step, double lr, double gradScale, double gradNorm);
 
-  /// The range [first, first + moments numel) of the flat store this rank updates, and
-  /// Adam's first and second moments over it.
-  int64_t first() const { return first_; }
+  /// The elements of the flat stores this rank updates (FlatLayout's, or with the
+  /// distributed optimizer its shares), and Adam's first and second moments over them.
+  const FlatShare &share() const { return share_; }
   const TensorView &expAvg() const { return expAvg_; }
   const TensorView &expAvgSq() const { return expAvgSq_; }
   bool distributed() const { return distributed_; }
@@ -92,7 +92,7 @@ private:
   Executor &executor_;
   OptimizerConfig config_;
   bool distributed_;
-  int64_t first_ = 0;
+  FlatShare share_;
   TensorView expAvg_, expAvgSq_;
   DeviceMemory expAvgMemory_, expAvgSqMemory_;
 };

@@ -8,6 +8,7 @@ relative. Standard library only; the comparisons are equivalence.py's.
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -16,13 +17,17 @@ import equivalence as eq
 TOLERANCE = 1e-12
 
 
-def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), resume=()):
+def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), resume=(),
+          reshard=()):
     """Trains every model of `models` under each (name, mtc flags, ranks) of `layouts`
     (but those `skip` names) and exits non-zero naming the layouts that differ. Each
     (name, edit) of `unlike` trains the serial model as edit(its text) makes it, which
     must differ from the serial run (or the comparisons could not see what it changes).
     Each layout named in `resume` also continues the serial run's checkpoint two more
-    steps, which must be the serial run's own two more (a checkpoint reshards)."""
+    steps, and the serial plan its checkpoint, each of which must be the serial run's own
+    two more (a checkpoint reshards, moments included). Each layout named in `reshard`
+    loads the serial run's bf16 checkpoint and saves it again without a step: the same
+    bits (mixed precision keeps the master weights in the distributed optimizer's shares)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--models", required=True)
@@ -81,10 +86,10 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)
             if not ok:
                 failures.append(name)
-        more = ["--steps", str(args.steps + 2), "--lr-decay-steps", str(args.steps + 2),
-                "--load", work(serial)]
-        later = lambda name, ranks: eq.run([*mtrun, "-n", str(ranks), work(name + ".mtp"),
-                                            *train, *more, "--metrics", work(name + "_more.txt")])
+        more = ["--steps", str(args.steps + 2), "--lr-decay-steps", str(args.steps + 2)]
+        later = lambda name, ranks, load=serial, metrics=None: eq.run(
+            [*mtrun, "-n", str(ranks), work(name + ".mtp"), *train, *more, "--load", work(load),
+             "--metrics", work((metrics or name) + "_more.txt")])
         for layout, flags, ranks in layouts:
             if layout not in resume or skip(model_name, layout):
                 continue
@@ -92,12 +97,34 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
                 later(serial, 1)
             name = model_name + "_" + layout
             later(name, ranks)
-            curve = eq.curve_error(work(name + "_more.txt"), eq.losses(work(serial + "_more.txt")),
-                                   eq.grad_norms(work(serial + "_more.txt")), 2)
-            print(f"{name + ' resumed':28s} ranks {ranks}  loss/norm rel err {curve:.1e}  "
-                  f"{'ok' if curve <= TOLERANCE else 'MISMATCH'}", flush=True)
-            if curve > TOLERANCE:
-                failures.append(name + " resumed")
+            later(serial, 1, load=name, metrics=name + "_serially")
+            for run, what in ((name, " resumed"), (name + "_serially", " saved, resumed serially")):
+                curve = eq.curve_error(work(run + "_more.txt"),
+                                       eq.losses(work(serial + "_more.txt")),
+                                       eq.grad_norms(work(serial + "_more.txt")), 2)
+                print(f"{name + what:28s} ranks {ranks}  loss/norm rel err {curve:.1e}  "
+                      f"{'ok' if curve <= TOLERANCE else 'MISMATCH'}", flush=True)
+                if curve > TOLERANCE:
+                    failures.append(name + what)
+        bf16 = lambda name, flags: eq.run([mtc, "compile", model, *batch[:-2], "--bf16", *flags,
+                                           "-o", work(name + "_bf16.mtp")])
+        for layout, flags, ranks in layouts:
+            if layout not in reshard:
+                continue
+            name = model_name + "_" + layout
+            if not os.path.exists(work(serial + "_bf16")):
+                bf16(serial, [])
+                eq.run([*mtrun, work(serial + "_bf16.mtp"), *train, "--save", work(serial + "_bf16")])
+            bf16(name, flags)
+            eq.run([*mtrun, "-n", str(ranks), work(name + "_bf16.mtp"), *train, "--load",
+                    work(serial + "_bf16"), "--save", work(name + "_bf16")])
+            same = subprocess.run([eq.MTCKPT, "diff", work(serial + "_bf16"),
+                                  work(name + "_bf16")], capture_output=True, text=True)
+            print(f"{name + ' bf16 resharded':28s} ranks {ranks}  "
+                  f"{'identical' if same.returncode == 0 else 'MISMATCH: ' + same.stdout + same.stderr}",
+                  flush=True)
+            if same.returncode != 0:
+                failures.append(name + " bf16 resharded")
     if failures:
         sys.exit(what + " differs from the serial run: " + ", ".join(failures))
     print("every layout matches the serial run")

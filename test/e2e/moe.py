@@ -24,6 +24,11 @@ LAYOUTS = (  # (name, mtc flags, ranks)
     ("ep4_dp4", ["--dp", "4", "--expert-model-parallel-size", "4"], 4),
     ("ep2_dp4", ["--dp", "4", "--ep", "2"], 4),
     ("ep2_dp2_pp2", ["--dp", "2", "--ep", "2", "--pp", "2"], 4),
+    # The distributed optimizer: the rest's state in shares over the data-parallel ranks,
+    # the experts' over the ranks holding the same experts.
+    ("ep2_dp2_distopt", ["--dp", "2", "--ep", "2", "--distributed-optimizer"], 2),
+    ("ep2_dp4_distopt", ["--dp", "4", "--ep", "2", "--distributed-optimizer"], 4),
+    ("ep2_dp2_pp2_distopt", ["--dp", "2", "--ep", "2", "--pp", "2", "--distributed-optimizer"], 4),
     # Per token under tensor parallelism: with sp each rank routes its block of the
     # sequence (the loss's counts all-reduced), without it every rank routes all.
     ("tp2_sp", ["--tp", "2", "--sp"], 2),
@@ -40,4 +45,6 @@ UNLIKE = (("without_aux_loss",
 
 if __name__ == "__main__":
     fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS, unlike=UNLIKE,
-                       resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2", "ep2_dp2_tp2_sp", "cp2_ep2"))
+                       resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2", "ep2_dp4_distopt",
+                               "ep2_dp2_pp2_distopt", "ep2_dp2_tp2_sp", "cp2_ep2"),
+                       reshard=("ep2_dp4_distopt", "ep2_dp2_pp2_distopt"))
