@@ -297,23 +297,34 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
              placement.pipeline);
   // mtrun's buckets: whole ones of the bucket size (whole gradients), and the rest; the
   // distributed optimizer reduce-scatters and gathers in one piece each (a runtime that
-  // overlaps them buckets them alike).
-  const int64_t gradientBytes = params.all * b.gradients;
+  // overlaps them buckets them alike). Under expert parallelism the experts' section
+  // reduces (and its shares gather) over the d / ep ranks holding the same experts.
   const int64_t bucket = std::max<int64_t>(1, layout.bucketBytes / b.gradients) * b.gradients;
   const int64_t d = layout.dataParts(); // context-parallel ranks reduce with data-parallel
-  if (d > 1 && layout.distributedOptimizer) {
-    std::tie(tail.data, tail.dataBucket) =
-        bucketed(Collective::ReduceScatter, gradientBytes,
-                 system.runtime.overlapGradientReduction ? bucket : gradientBytes, d,
-                 placement.data, tail.sent);
-    const int64_t weightBytes = params.all * b.weights;
-    std::tie(tail.gather, tail.gatherBucket) = bucketed(
-        Collective::AllGather, weightBytes,
-        system.runtime.overlapParameterGather ? bucket / b.gradients * b.weights : weightBytes, d,
-        placement.data, tail.sent);
-  } else if (d > 1) {
-    std::tie(tail.data, tail.dataBucket) =
-        bucketed(Collective::AllReduce, gradientBytes, bucket, d, placement.data, tail.sent);
+  auto add = [](double &seconds, double &largest, std::pair<double, double> section) {
+    seconds += section.first;
+    largest = std::max(largest, section.second);
+  };
+  const std::pair<int64_t, int64_t> sections[] = {{params.all - params.experts, d},
+                                                  {params.experts, d / o.ep}};
+  for (const auto &[elements, ranks] : sections) {
+    if (ranks <= 1 || elements == 0)
+      continue;
+    const int64_t gradientBytes = elements * b.gradients, weightBytes = elements * b.weights;
+    if (layout.distributedOptimizer) {
+      add(tail.data, tail.dataBucket,
+          bucketed(Collective::ReduceScatter, gradientBytes,
+                   system.runtime.overlapGradientReduction ? bucket : gradientBytes, ranks,
+                   placement.data, tail.sent));
+      add(tail.gather, tail.gatherBucket,
+          bucketed(Collective::AllGather, weightBytes,
+                   system.runtime.overlapParameterGather ? bucket / b.gradients * b.weights
+                                                         : weightBytes,
+                   ranks, placement.data, tail.sent));
+    } else {
+      add(tail.data, tail.dataBucket,
+          bucketed(Collective::AllReduce, gradientBytes, bucket, ranks, placement.data, tail.sent));
+    }
   }
   // The loss, and the gradient norm's sum of squares: one number each.
   reduce(Collective::AllReduce, 8, p, placement.pipeline);
@@ -322,12 +333,16 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
   reduce(Collective::AllReduce, 8, p, placement.pipeline);
   if (layout.distributedOptimizer)
     reduce(Collective::AllReduce, 8, d, placement.data);
+  else if (o.ep > 1 && params.experts > 0) // the experts' squares over their group
+    reduce(Collective::AllReduce, 8, o.ep, placement.expert);
 
   // Before the passes the gradients are zeroed; after them, over this rank's share, the
   // norm reads the gradients, and Adam reads them again, reads and writes the moments and
   // the master weights (or the weights), and mixed precision rounds the master weights
   // into the compute copy.
-  const int64_t updated = params.all / (layout.distributedOptimizer ? d : 1);
+  const int64_t updated = layout.distributedOptimizer
+                              ? (params.all - params.experts) / d + params.experts / (d / o.ep)
+                              : params.all;
   auto part = [&](const char *family, int64_t bytes) {
     const double seconds = familySeconds(system, family, bytes);
     tail.optimizer += seconds;

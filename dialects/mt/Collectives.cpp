@@ -53,19 +53,17 @@ LogicalResult mlir::mt::shareRouterLoad(MoeRouterOp router, FlatSymbolRefAttr gr
         sameLayer(createTpAllReduce(b, router.getLoc(), load, grid, axis)));
     return success();
   }
-  auto users = router.getExperts().getUsers();
-  auto it = llvm::find_if(users, [](Operation *op) { return isa<MoeDispatchOp>(op); });
-  if (it == users.end())
-    return router.emitOpError("its load-balancing loss over a share of the tokens needs the "
-                              "counts of an mt.moe_dispatch of its experts");
-  auto dispatch = cast<MoeDispatchOp>(*it);
-  OpBuilder b(dispatch->getBlock(), std::next(dispatch->getIterator()));
-  Value load = sameLayer(createTpAllReduce(b, router.getLoc(), dispatch.getCounts(), grid, axis));
+  OpBuilder b(router->getBlock(), std::next(router->getIterator()));
+  const int64_t experts = cast<RankedTensorType>(router.getLogits().getType()).getDimSize(2);
+  auto count =
+      MoeCountOp::create(b, router.getLoc(), router.getExperts(), b.getI64IntegerAttr(experts));
+  Value load = sameLayer(createTpAllReduce(b, router.getLoc(), sameLayer(count), grid, axis));
   auto gating =
       MoeRouterOp::create(b, router.getLoc(), router.getLogits(), load, router.getTopkAttr(),
                           router.getPreSoftmaxAttr(), b.getF64FloatAttr(coeff));
   sameLayer(gating.getGates());
   router.getGates().replaceAllUsesWith(gating.getGates());
+  router.getExperts().replaceAllUsesExcept(gating.getExperts(), count);
   router.setAuxLossCoeffAttr(b.getF64FloatAttr(0.0));
   return success();
 }

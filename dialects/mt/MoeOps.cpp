@@ -136,6 +136,17 @@ LogicalResult MoeRouterGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+LogicalResult MoeCountOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto experts = ranked(adaptor.getExperts());
+  const int64_t count = static_cast<int64_t>(adaptor.getNumExperts());
+  if (failed(expectRouted(loc, "mt.moe_count", "experts", experts, experts)) ||
+      failed(expectSlots(loc, "mt.moe_count", experts, count, "experts", experts)))
+    return failure();
+  types.push_back(RankedTensorType::get({count}, experts.getElementType()));
+  return success();
+}
+
 LogicalResult MoeDispatchOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                               Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto input = ranked(adaptor.getInput()), experts = ranked(adaptor.getExperts());

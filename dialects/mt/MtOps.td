@@ -695,6 +695,17 @@ def Mt_MoeRouterGradOp : Mt_GradOp<"moe_router_grad", [Mt_CostOpInterface]> {
   let results = (outs Mt_FloatTensor:$result);
 }
 
+def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+  let summary = "experts [B, S, k] -> the slots routed to each expert [E]";
+  let description = [{
+    n_e of the load-balancing loss for a share of the tokens: what shareRouterLoad
+    (Collectives.h) sums over the ranks sharing a micro-batch, before any capacity drops.
+  }];
+  let arguments = (ins Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+  let results = (outs Mt_IndexTensor:$counts);
+}
+
 def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "tokens [B, S, H] -> (rows [B·S·k, H] sorted by expert, counts [E])";

@@ -316,6 +316,9 @@ LogicalResult MoeRouterOp::partition(TensorParallelRewriter &tp) {
     return success();
   return shareRouterLoad(*this, tp.grid(), kTpAxis);
 }
+LogicalResult MoeCountOp::partition(TensorParallelRewriter &tp) {
+  return tp.partitionPerToken(*this);
+}
 LogicalResult MoeDispatchOp::partition(TensorParallelRewriter &tp) {
   return tp.partitionPerToken(*this);
 }

@@ -101,7 +101,8 @@ public:
   const plan::Plan &plan() const { return plan_; }
   Backend &backend() { return backend_; }
   Comm &comm() { return comm_; }
-  /// The parameters this rank's pipeline stage holds, in plan order.
+  /// The parameters this rank's pipeline stage holds, in the flat stores' order (plan
+  /// order; under expert parallelism the experts' after the rest).
   std::vector<Parameter> &parameters() { return parameters_; }
   /// Every gradient as one vector (FlatLayout's, the padding zero), and the master
   /// weights over the same elements — all of them, or, under mixed precision with the

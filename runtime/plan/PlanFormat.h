@@ -22,7 +22,7 @@
 namespace mt::plan {
 
 inline constexpr char kMagic[4] = {'M', 'T', 'P', 'L'};
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kTrailerBytes = 4;
 

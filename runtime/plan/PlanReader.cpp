@@ -410,6 +410,14 @@ std::string checkMoeRouter(const Operands &o) {
              : "router operands disagree";
 }
 
+// MoeCount experts [B, S, k] -> counts [num_experts].
+std::string checkMoeCount(const Operands &o) {
+  return routes(o.in[0], o.in[0], o.inst.num_experts()) &&
+                 o.out[0].d == std::vector<int64_t>{o.inst.num_experts()}
+             ? ""
+             : "expert count operands disagree";
+}
+
 // MoeDispatch (x, experts) -> (rows, counts); MoeDispatchGrad (drows, experts) -> dx.
 std::string checkMoeDispatch(const Operands &o) {
   const bool forward = o.inst.opcode() == plan::Opcode::MoeDispatch;

@@ -27,9 +27,10 @@ double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSt
 
 /// Makes every rank's gradients those of the whole global batch (still summed over
 /// micro-batches): sums the sequence-parallel partial gradients of replicated
-/// parameters over the tensor-parallel group, then sums over the data-parallel group —
+/// parameters over the tensor-parallel group, then sums over the data-parallel group
+/// (under expert parallelism the experts' over the ranks holding the same experts) —
 /// all-reduce in buckets of `bucketBytes`, or, with the distributed optimizer, a
-/// reduce-scatter that leaves each rank the sum over its own shard only.
+/// reduce-scatter that leaves each rank the sum over its own shares only.
 Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
                             uint64_t bucketBytes);
 

@@ -65,9 +65,12 @@ TEST_P(AssignChunks, TilesEveryTensorAndBalancesTheBytes) {
     if (spec.shard_dim() >= 0) {
       const int64_t width = spec.shape()->Get(spec.shard_dim());
       const int64_t at = c.box.offsets[spec.shard_dim()];
-      EXPECT_EQ(at / width, c.writer % tp) << spec.name()->str();
+      // Its tensor-parallel rank's block, or an expert's weight its expert rank's.
+      const int block =
+          spec.expert_parallel() ? (c.writer / tp) % dp % plan.grid()->ep() : c.writer % tp;
+      EXPECT_EQ(at / width, block) << spec.name()->str();
       EXPECT_LE(at + c.box.sizes[spec.shard_dim()], (at / width + 1) * width);
-      local[spec.shard_dim()] -= (c.writer % tp) * width;
+      local[spec.shard_dim()] -= block * width;
     }
     // State the distributed optimizer keeps in shares (the moments; the master weights
     // under mixed precision) is written by the data-parallel rank that owns those
@@ -103,6 +106,36 @@ TEST_P(AssignChunks, TilesEveryTensorAndBalancesTheBytes) {
   }
 }
 
+// Under expert parallelism the flat stores keep the experts after the rest, each section
+// padded to whole shares: of the rest over the 4 data-parallel ranks, of the experts over
+// the 2 ranks holding the same experts (data rank / ep), which share the same run.
+TEST(FlatLayout, TheExpertsSectionIsSharedOverTheRanksHoldingTheSameExperts) {
+  const std::string path = test::compileModel(
+      test::zooModel("mixtral-tiny"),
+      "--micro-batch-size 1 --global-batch-size 4 --dp 4 --ep 2 --distributed-optimizer",
+      "flat_layout_ep");
+  ASSERT_FALSE(path.empty());
+  LoadedPlan loaded;
+  ASSERT_OK(LoadedPlan::read(path, loaded));
+  const FlatLayout layout = flatLayout(loaded.plan(), 0);
+  // mixtral-tiny's 90,944 others (a multiple of 4), then its 98,304 / 2 local experts'.
+  EXPECT_EQ(layout.experts, 90944);
+  EXPECT_EQ(layout.total, 90944 + 98304);
+  for (const FlatLayout::Slot &slot : layout.slots)
+    EXPECT_EQ(slot.offset >= layout.experts,
+              loaded.plan().params()->Get(slot.index)->expert_parallel());
+  for (int rank = 0; rank < 4; ++rank) {
+    const FlatShare share = layout.shareOf(rank);
+    ASSERT_EQ(share.runs.size(), 2u);
+    EXPECT_EQ(share.runs[0].begin, rank * 22736);
+    EXPECT_EQ(share.runs[0].end, (rank + 1) * 22736);
+    EXPECT_EQ(share.runs[1].begin, 90944 + rank / 2 * 49152);
+    EXPECT_EQ(share.runs[1].end, 90944 + (rank / 2 + 1) * 49152);
+    EXPECT_EQ(share.numel(), 22736 + 49152);
+    EXPECT_EQ(share.local(share.runs[1].begin), 22736);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, AssignChunks,
     ::testing::Values(Layout{"gpt2-350m", "--dp 8"},
@@ -113,6 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"gpt-tiny", "--tp 2 --sp --dp 2 --distributed-optimizer"},
                       Layout{"gpt-tiny", "--tp 2 --cp 2 --dp 2 --distributed-optimizer"},
                       Layout{"gpt2-350m", "--cp 4 --pp 2 --distributed-optimizer --bf16"},
+                      Layout{"mixtral-tiny", "--tp 2 --sp --dp 4 --ep 2 --distributed-optimizer"},
+                      Layout{"mixtral-tiny", "--pp 2 --dp 4 --ep 4 --distributed-optimizer --bf16"},
                       Layout{"gpt3-1.3b", "--tp 4 --pp 4 --vpp 2 --dp 4 --distributed-optimizer"}));
 
 } // namespace

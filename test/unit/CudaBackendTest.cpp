@@ -760,6 +760,67 @@ TEST(CudaContext, AttentionAsTheCpuBackend) {
       }
 }
 
+/// The router's gradient given a load (the whole micro-batch's slots per expert, of which
+/// these 6 tokens are a share: 12 tokens' 24 slots) and the slots counted on the GPU
+/// (mt.moe_count), as on the CPU.
+TEST(CudaMoe, RouterGradientWithALoadAsTheCpuBackend) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers(*cuda);
+  constexpr int64_t kTokens = 6, kExperts = 4, kSlots = 2;
+  std::vector<float> dgates(kTokens * kSlots), logits(kTokens * kExperts), dlogits(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = std::sin(0.7f * static_cast<float>(i)) + 0.01f * static_cast<float>(i % 11);
+  for (size_t i = 0; i < dgates.size(); ++i)
+    dgates[i] = std::cos(0.3f * static_cast<float>(i));
+  std::vector<int32_t> experts(kTokens * kSlots), load = {5, 9, 0, 10}, counts(kExperts);
+  for (int64_t t = 0; t < kTokens; ++t)
+    for (int64_t s = 0; s < kSlots; ++s)
+      experts[t * kSlots + s] = static_cast<int32_t>((t + 2 * s) % kExperts);
+  auto view = [](void *data, plan::DType dtype, std::vector<int64_t> shape) {
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.rank = static_cast<int>(shape.size());
+    for (int d = 0; d < v.rank; ++d)
+      v.shape[d] = shape[d];
+    return v;
+  };
+  const std::vector<TensorView> host = {
+      view(dgates.data(), plan::DType::F32, {1, kTokens, kSlots}),
+      view(logits.data(), plan::DType::F32, {1, kTokens, kExperts}),
+      view(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
+      view(load.data(), plan::DType::I32, {kExperts}),
+      view(dlogits.data(), plan::DType::F32, {1, kTokens, kExperts}),
+      view(counts.data(), plan::DType::I32, {kExperts})};
+  std::vector<TensorView> device = host;
+  for (size_t i = 0; i < host.size(); ++i) {
+    device[i].data = buffers.allocate(host[i].bytes());
+    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
+  }
+  test::TestInstruction grad(plan::Opcode::MoeRouterGrad, 4, 1, [](plan::InstructionBuilder &b) {
+    b.add_topk(kSlots);
+    b.add_aux_loss_coeff(0.1);
+  });
+  test::TestInstruction count(plan::Opcode::MoeCount, 1, 1,
+                              [](plan::InstructionBuilder &b) { b.add_num_experts(kExperts); });
+  StepContext ctx;
+  ctx.lossScale = 8;
+  ASSERT_OK(cpu->run(*grad.inst, host.data(), host.data() + 4, ctx));
+  ASSERT_OK(cuda->run(*grad.inst, device.data(), device.data() + 4, ctx));
+  ASSERT_OK(cpu->run(*count.inst, host.data() + 2, host.data() + 5, ctx));
+  ASSERT_OK(cuda->run(*count.inst, device.data() + 2, device.data() + 5, ctx));
+  std::vector<float> got(dlogits.size());
+  std::vector<int32_t> gotCounts(kExperts);
+  ASSERT_OK(cuda->copyToHost(got.data(), device[4].data, host[4].bytes()));
+  ASSERT_OK(cuda->copyToHost(gotCounts.data(), device[5].data, host[5].bytes()));
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], dlogits[i], 2e-5 * (1 + std::fabs(dlogits[i]))) << i;
+  EXPECT_EQ(gotCounts, counts);
+  EXPECT_EQ(counts, (std::vector<int32_t>{3, 3, 3, 3}));
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients, every
 /// parameter in one call (one launch on the GPU), each with its own weight decay.
 TEST(CudaAdamW, MatchesTheCpuBackend) {

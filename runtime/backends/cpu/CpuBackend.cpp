@@ -1177,6 +1177,7 @@ template <typename T> struct Kernels {
       return runGradient(inst, in, out, ctx, stored);
     case Opcode::MoeRouter:
     case Opcode::MoeRouterGrad:
+    case Opcode::MoeCount:
     case Opcode::MoeDispatch:
     case Opcode::MoeDispatchGrad:
     case Opcode::GroupedLinear:

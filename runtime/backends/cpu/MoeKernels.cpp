@@ -289,6 +289,13 @@ Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorV
   case Opcode::MoeRouterGrad:
     return K::routerGrad(inst, in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
                          ctx, out[0]);
+  case Opcode::MoeCount: {
+    std::vector<int64_t> ids;
+    MT_TRY(expertsOf(in[0], inst.num_experts(), ids));
+    for (int64_t e = 0; e < inst.num_experts(); ++e)
+      out[0].setIndex(e, std::count(ids.begin(), ids.end(), e));
+    return Status::success();
+  }
   case Opcode::MoeDispatch:
     return K::dispatch(inst, in[0], in[1], out[0], out[1]);
   case Opcode::MoeDispatchGrad:

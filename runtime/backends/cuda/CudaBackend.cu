@@ -928,7 +928,7 @@ private:
     return rows;
   }
 
-  /// Mixture of experts (Moe.cuh), but the experts' GEMMs (runGroupedLinear).
+  /// Mixture of experts (Moe.cuh; the experts' GEMMs: runGroupedLinear).
   template <typename T> void runMoe(const Call<T> &c) {
     const plan::Instruction &inst = c.inst;
     const TensorView *in = c.in, *out = c.out;
@@ -962,6 +962,11 @@ private:
           static_cast<int>(e), static_cast<int>(k), inst.pre_softmax());
       break;
     }
+    case Opcode::MoeCount:
+      ids(out[0]);
+      moeCountKernel<<<static_cast<unsigned>(inst.num_experts()), kMoeThreads, 0, stream_>>>(
+          ids(in[0]), in[0].numel(), out[0].as<int32_t>());
+      break;
     case Opcode::MoeDispatch: {
       const TensorView &x = in[0], &experts = in[1];
       const int64_t e = inst.num_experts(), h = x.dim(2);
@@ -995,6 +1000,11 @@ private:
           static_cast<int>(experts.dim(2)), in[0].dim(2));
       break;
     }
+    case Opcode::GroupedLinear:
+    case Opcode::GroupedLinearGradInput:
+    case Opcode::GroupedLinearGradWeight:
+      runGroupedLinear(c);
+      break;
     default:
       throw std::logic_error("cuda backend: not an opcode of runMoe");
     }
@@ -1367,16 +1377,15 @@ private:
       return Status::failure("collectives run through the communicator, not the backend");
     case Opcode::MoeRouter:
     case Opcode::MoeRouterGrad:
+    case Opcode::MoeCount:
     case Opcode::MoeDispatch:
     case Opcode::MoeDispatchGrad:
     case Opcode::MoeCombine:
     case Opcode::MoeCombineGrad:
-      runMoe(c);
-      break;
     case Opcode::GroupedLinear:
     case Opcode::GroupedLinearGradInput:
     case Opcode::GroupedLinearGradWeight:
-      runGroupedLinear(c);
+      runMoe(c);
       break;
     }
     launched(plan::EnumNameOpcode(inst.opcode()));

@@ -25,14 +25,3 @@ func.func @forward(%tokens: tensor<2x16xi32>, %qkv: tensor<2x16x24xf32>) -> tens
   return %p : tensor<2x2x16x16xf32>
 }
 
-// -----
-
-// A mixture of experts' load-balancing loss counts the whole sequence's routing: the
-// counts of the dispatch of a share's tokens, summed over the group.
-func.func @forward(%tokens: tensor<2x16xi32>) -> tensor<2x16x2xf32> {
-  %table = mt.param "table" normal(1.0) : tensor<8x4xf32>
-  %logits = mt.embedding %table, %tokens : (tensor<8x4xf32>, tensor<2x16xi32>) -> tensor<2x16x4xf32>
-  // expected-error@+1 {{'mt.moe_router' op its load-balancing loss over a share of the tokens needs the counts of an mt.moe_dispatch of its experts}}
-  %gates, %experts = mt.moe_router %logits {topk = 2 : i64, aux_loss_coeff = 1.0e-02 : f64} : (tensor<2x16x4xf32>) -> (tensor<2x16x2xf32>, tensor<2x16x2xi32>)
-  return %gates : tensor<2x16x2xf32>
-}

@@ -122,3 +122,12 @@ func.func @router_grad_load_type(%g: tensor<2x3x2xf32>, %l: tensor<2x3x4xf32>, %
   %d = mt.moe_router_grad %g, %l, %e, %load {topk = 2 : i64} : (tensor<2x3x2xf32>, tensor<2x3x4xf32>, tensor<2x3x2xi32>, tensor<4xi64>) -> tensor<2x3x4xf32>
   return
 }
+
+// -----
+
+func.func @count_past_experts(%e: tensor<2x3x2xi32>) {
+  // expected-error@+2 {{mt.moe_count: 2 experts a token among 1}}
+  // expected-error@+1 {{'mt.moe_count' op failed to infer returned types}}
+  %c = mt.moe_count %e {num_experts = 1 : i64} : (tensor<2x3x2xi32>) -> tensor<1xi32>
+  return
+}

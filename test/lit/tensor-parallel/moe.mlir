@@ -1,19 +1,22 @@
 // RUN: mt-opt %s -mt-tensor-parallel="tp=2 sequence-parallel=true" | FileCheck %s --check-prefix=SP
 // RUN: mt-opt %s -mt-tensor-parallel="tp=2" | FileCheck %s --check-prefix=TP
 // RUN: mt-opt %s -mt-context-parallel="cp=2 tp=2" -mt-tensor-parallel="tp=2 cp=2 sequence-parallel=true" | FileCheck %s --check-prefix=CPSP
+// RUN: mt-opt %s -mt-context-parallel="cp=2" | FileCheck %s --check-prefix=CP
 
 // A mixture of experts is per token: the router's linear and the experts' weights stay
 // whole. Under sequence parallelism each rank routes its block of the sequence, so the
-// load-balancing loss takes the group's counts: the dispatch's, all-reduced, are the
-// load of a router that recomputes the gates and carries the loss.
+// load-balancing loss takes the group's counts: its slots per expert, all-reduced, are
+// the load of a router that routes again and carries the loss, whose gates and experts
+// the dispatch and the combine read.
 // SP-LABEL: func.func @moe
 // SP: %[[X:.*]] = shard.reduce_scatter {{.*}} -> tensor<2x2x8xf32>
 // SP: mt.param "router" normal(1.000000e+00) {tp_grad_reduce} : tensor<4x8xf32>
 // SP: %[[R:.*]] = mt.linear %[[X]], %{{.*}} : (tensor<2x2x8xf32>, tensor<4x8xf32>) -> tensor<2x2x4xf32>
-// SP: %{{.*}}, %[[EXPERTS:.*]] = mt.moe_router %[[R]] {mt.layer = 0 : i64, topk = 2 : i64} : (tensor<2x2x4xf32>)
+// SP: %{{.*}}, %[[ROUTED:.*]] = mt.moe_router %[[R]] {mt.layer = 0 : i64, topk = 2 : i64} : (tensor<2x2x4xf32>)
+// SP-NEXT: %[[SLOTS:.*]] = mt.moe_count %[[ROUTED]] {mt.layer = 0 : i64, num_experts = 4 : i64} : (tensor<2x2x2xi32>) -> tensor<4xi32>
+// SP-NEXT: %[[LOAD:.*]] = shard.all_reduce %[[SLOTS]] on @grid grid_axes = [2] {mt.layer = 0 : i64} : tensor<4xi32> -> tensor<4xi32>
+// SP-NEXT: %[[GATES:.*]], %[[EXPERTS:.*]] = mt.moe_router %[[R]], %[[LOAD]] {aux_loss_coeff = 1.000000e-02 : f64, mt.layer = 0 : i64, topk = 2 : i64}
 // SP: %[[ROWS:.*]], %[[COUNTS:.*]] = mt.moe_dispatch %[[X]], %[[EXPERTS]] {{.*}} -> (tensor<8x8xf32>, tensor<4xi32>)
-// SP-NEXT: %[[LOAD:.*]] = shard.all_reduce %[[COUNTS]] on @grid grid_axes = [2] {mt.layer = 0 : i64} : tensor<4xi32> -> tensor<4xi32>
-// SP-NEXT: %[[GATES:.*]], %{{.*}} = mt.moe_router %[[R]], %[[LOAD]] {aux_loss_coeff = 1.000000e-02 : f64, mt.layer = 0 : i64, topk = 2 : i64}
 // SP: mt.param "w" normal(1.000000e+00) {tp_grad_reduce} : tensor<4x8x8xf32>
 // SP: mt.grouped_linear %[[ROWS]], %[[COUNTS]], %{{.*}} : (tensor<8x8xf32>, tensor<4xi32>, tensor<4x8x8xf32>) -> tensor<8x8xf32>
 // SP: mt.moe_combine %{{.*}}, %[[GATES]], %[[EXPERTS]] {{.*}} -> tensor<2x2x8xf32>
@@ -30,10 +33,15 @@
 // all-reduced over both groups, and the loss, which the context-parallel group averages
 // over its shares, weighs cp times.
 // CPSP-LABEL: func.func @moe
-// CPSP: %[[ROWS:.*]], %[[COUNTS:.*]] = mt.moe_dispatch {{.*}} -> (tensor<4x8xf32>, tensor<4xi32>)
-// CPSP-NEXT: %[[CPLOAD:.*]] = shard.all_reduce %[[COUNTS]] on @grid grid_axes = [1] {mt.layer = 0 : i64} : tensor<4xi32> -> tensor<4xi32>
+// CPSP: %[[SLOTS:.*]] = mt.moe_count %{{.*}} {mt.layer = 0 : i64, num_experts = 4 : i64} : (tensor<2x1x2xi32>) -> tensor<4xi32>
+// CPSP-NEXT: %[[CPLOAD:.*]] = shard.all_reduce %[[SLOTS]] on @grid grid_axes = [1] {mt.layer = 0 : i64} : tensor<4xi32> -> tensor<4xi32>
 // CPSP-NEXT: %[[TPLOAD:.*]] = shard.all_reduce %[[CPLOAD]] on @grid grid_axes = [2] {mt.layer = 0 : i64} : tensor<4xi32> -> tensor<4xi32>
 // CPSP-NEXT: mt.moe_router %{{.*}}, %[[TPLOAD]] {aux_loss_coeff = 2.000000e-02 : f64, mt.layer = 0 : i64, topk = 2 : i64} : (tensor<2x1x4xf32>, tensor<4xi32>)
+// CP-LABEL: func.func @moe
+// CP: %{{.*}}, %[[ROUTED:.*]] = mt.moe_router %{{.*}} {mt.layer = 0 : i64, topk = 2 : i64} : (tensor<2x2x4xf32>)
+// CP-NEXT: %[[SLOTS:.*]] = mt.moe_count %[[ROUTED]]
+// CP-NEXT: %[[LOAD:.*]] = shard.all_reduce %[[SLOTS]] on @grid grid_axes = [1]
+// CP-NEXT: mt.moe_router %{{.*}}, %[[LOAD]] {aux_loss_coeff = 2.000000e-02 : f64, mt.layer = 0 : i64, topk = 2 : i64}
 func.func @moe(%tokens: tensor<2x4xi32>, %targets: tensor<2x4xi32>) -> tensor<f32> {
   %wte = mt.param "wte" normal(2.0e-02) : tensor<16x8xf32>
   %x = mt.embedding %wte, %tokens : (tensor<16x8xf32>, tensor<2x4xi32>) -> tensor<2x4x8xf32>
