@@ -13,6 +13,8 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 using namespace mlir;
 using llvm::errs;
 
@@ -36,7 +38,7 @@ bool positiveFlag(const Flags &args, llvm::StringRef name, int64_t fallback, int
   return true;
 }
 
-bool dropoutFlags(const Flags &args, CompileOptions &options) {
+bool modelFlags(const Flags &args, CompileOptions &options) {
   for (auto [name, out] : {std::pair{"attention-dropout", &options.attentionDropout},
                            std::pair{"hidden-dropout", &options.hiddenDropout}}) {
     auto it = args.values.find(name);
@@ -46,6 +48,14 @@ bool dropoutFlags(const Flags &args, CompileOptions &options) {
       errs() << "mtc: --" << name << " must be a rate in [0, 1), got '" << it->second << "'\n";
       return false;
     }
+  }
+  auto it = args.values.find("moe-expert-capacity-factor");
+  if (it != args.values.end() &&
+      (llvm::StringRef(it->second).getAsDouble(options.capacityFactor) ||
+       !(options.capacityFactor >= 0 && std::isfinite(options.capacityFactor)))) {
+    errs() << "mtc: --moe-expert-capacity-factor must be a number >= 0 (0: dropless), got '"
+           << it->second << "'\n";
+    return false;
   }
   return true;
 }
@@ -106,7 +116,7 @@ int readLayout(const Flags &args, StepLayout &layout, std::string &precision) {
       !positiveFlag(args, "vpp", 1, options.virtualStages) ||
       !positiveFlag(args, "first-stage-layers", 1, options.firstStageLayers) ||
       !positiveFlag(args, "last-stage-layers", 1, options.lastStageLayers) ||
-      !dropoutFlags(args, options))
+      !modelFlags(args, options))
     return 1;
   if (!args.values.count("seq-length"))
     options.seqLength = 0;

@@ -40,9 +40,10 @@ int usageError(const std::string &message);
 
 /// A positive integer flag, `fallback` when absent; false (said on stderr) otherwise.
 bool positiveFlag(const Flags &flags, llvm::StringRef name, int64_t fallback, int64_t &out);
-/// --attention-dropout and --hidden-dropout: a rate in [0, 1) each, or, absent, the
-/// model's own (negative); false (said on stderr) otherwise.
-bool dropoutFlags(const Flags &flags, CompileOptions &options);
+/// --attention-dropout and --hidden-dropout (a rate in [0, 1) each) and
+/// --moe-expert-capacity-factor (>= 0), or, absent, the model's own (negative); false
+/// (said on stderr) otherwise.
+bool modelFlags(const Flags &flags, CompileOptions &options);
 /// The fusions the --no-*-fusion switches leave on.
 Fusions fusionsOf(const Flags &flags);
 /// --precision, --bf16 or --fp16: the name (fp32 by default) and the element type; 0 or

@@ -23,6 +23,8 @@ LogicalResult prepareModel(ModuleOp module, const CompileOptions &options) {
     pm.addPass(mt::createMtPadVocab({options.vocabMultiple * options.tp}));
     if (options.attentionDropout >= 0 || options.hiddenDropout >= 0)
       pm.addPass(mt::createMtSetDropout({options.attentionDropout, options.hiddenDropout}));
+    if (options.capacityFactor >= 0)
+      pm.addPass(mt::createMtSetCapacity({options.capacityFactor}));
   });
 }
 

@@ -54,6 +54,23 @@ def MtSetDropout : Pass<"mt-set-dropout", "::mlir::ModuleOp"> {
   ];
 }
 
+def MtSetCapacity : Pass<"mt-set-capacity", "::mlir::ModuleOp"> {
+  let summary = "Sets the experts' capacity factor of every mixture of experts";
+  let description = [{
+    Megatron-Core's `--moe-expert-capacity-factor` f: every `mt.moe_dispatch` and
+    `mt.moe_combine` (and their gradients) takes `capacity_factor` f, so each expert
+    keeps at most ceil(f·B·S·k/E) of the slots routed to it by each dispatch (the
+    tokens one rank holds of a micro-batch), the first in token then slot order
+    (Megatron's `position` drop policy); the others pass through their token's residual
+    only. A factor of 0 makes every mixture dropless; a negative one (the default)
+    leaves the model's.
+  }];
+  let options = [
+    Option<"factor", "factor", "double", "-1.0",
+           "the capacity factor, > 0; 0: dropless; negative: the model's">
+  ];
+}
+
 def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
   let summary = "Fixes the batch and sequence dimensions and re-infers every type";
   let description = [{

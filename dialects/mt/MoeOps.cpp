@@ -3,6 +3,7 @@
 // token's k experts; the dispatched rows [B·S·k, ...] are sorted by expert.
 #include "dialects/mt/MtDialect.h"
 #include "dialects/mt/OpShapes.h"
+#include "dialects/mt/PlanEncoding.h"
 
 #include <cmath>
 
@@ -56,6 +57,24 @@ LogicalResult expectLoad(std::optional<Location> loc, StringRef op, Value load, 
       type.getElementType().isInteger(32))
     return success();
   return emitOptionalError(loc, op, ": load ", str(type), " must be [", experts, "] i32");
+}
+
+/// Requires a capacity factor, where there is one, to be finite and positive.
+LogicalResult expectCapacityFactor(std::optional<Location> loc, StringRef op,
+                                   std::optional<APFloat> factor) {
+  if (!factor || (std::isfinite(factor->convertToDouble()) && factor->convertToDouble() > 0))
+    return success();
+  return emitOptionalError(loc, op, ": capacity_factor ", factor->convertToDouble(),
+                           " is not a finite number > 0");
+}
+
+/// The plan encoding by name, and the capacity (0: every slot).
+template <typename Op> LogicalResult encodeWithCapacity(Op op, PlanInstruction &inst) {
+  if (failed(encodeInstructionByName(op, inst)))
+    return failure();
+  if (const int64_t capacity = op.getCapacity())
+    inst.set("capacity", IntegerAttr::get(IntegerType::get(op.getContext(), 64), capacity));
+  return success();
 }
 
 /// The dispatched rows of experts [B, S, k]: B·S·k, dynamic where B or S is.
@@ -136,6 +155,27 @@ LogicalResult MoeRouterGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+int64_t mlir::mt::expertCapacity(Value experts, int64_t numExperts, std::optional<APFloat> factor) {
+  auto type = cast<RankedTensorType>(experts.getType());
+  if (!factor || !type.hasStaticShape() || numExperts <= 0)
+    return 0;
+  const double perExpert = static_cast<double>(type.getNumElements()) / numExperts;
+  return static_cast<int64_t>(std::ceil(perExpert * factor->convertToDouble()));
+}
+
+LogicalResult MoeDispatchOp::encodeInstruction(PlanInstruction &inst) {
+  return encodeWithCapacity(*this, inst);
+}
+LogicalResult MoeDispatchGradOp::encodeInstruction(PlanInstruction &inst) {
+  return encodeWithCapacity(*this, inst);
+}
+LogicalResult MoeCombineOp::encodeInstruction(PlanInstruction &inst) {
+  return encodeWithCapacity(*this, inst);
+}
+LogicalResult MoeCombineGradOp::encodeInstruction(PlanInstruction &inst) {
+  return encodeWithCapacity(*this, inst);
+}
+
 LogicalResult MoeCountOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto experts = ranked(adaptor.getExperts());
@@ -153,7 +193,8 @@ LogicalResult MoeDispatchOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   const int64_t count = static_cast<int64_t>(adaptor.getNumExperts());
   StringRef op = "mt.moe_dispatch";
   if (failed(expectRouted(loc, op, "input", input, experts)) ||
-      failed(expectSlots(loc, op, experts, count, "experts", experts)))
+      failed(expectSlots(loc, op, experts, count, "experts", experts)) ||
+      failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
     return failure();
   types.push_back(RankedTensorType::get({dispatchedRows(experts), input.getDimSize(2)},
                                         input.getElementType()));
@@ -167,9 +208,10 @@ LogicalResult MoeDispatchGradOp::inferReturnTypes(MLIRContext *, std::optional<L
   auto grad = ranked(adaptor.getGrad()), experts = ranked(adaptor.getExperts());
   StringRef op = "mt.moe_dispatch_grad";
   if (failed(expectRouted(loc, op, "experts", experts, experts)) ||
-      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
-                         "experts", experts)) ||
-      failed(expectDispatched(loc, op, "grad", grad, experts)))
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()), "experts",
+                         experts)) ||
+      failed(expectDispatched(loc, op, "grad", grad, experts)) ||
+      failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
     return failure();
   types.push_back(tokensOf(experts, grad.getDimSize(1), grad.getElementType()));
   return success();
@@ -313,10 +355,11 @@ LogicalResult MoeCombineOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   auto experts = ranked(adaptor.getExperts());
   StringRef op = "mt.moe_combine";
   if (failed(expectRouted(loc, op, "gates", gates, experts)) ||
-      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
-                         "gates", gates)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()), "gates",
+                         gates)) ||
       failed(expectDispatched(loc, op, "rows", rows, experts)) ||
-      failed(expectSameElementType(loc, op, "rows", rows, "gates", gates)))
+      failed(expectSameElementType(loc, op, "rows", rows, "gates", gates)) ||
+      failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
     return failure();
   types.push_back(tokensOf(experts, rows.getDimSize(1), rows.getElementType()));
   return success();
@@ -328,11 +371,12 @@ LogicalResult MoeCombineGradOp::inferReturnTypes(MLIRContext *, std::optional<Lo
   auto gates = ranked(adaptor.getGates()), experts = ranked(adaptor.getExperts());
   StringRef op = "mt.moe_combine_grad";
   if (failed(expectRouted(loc, op, "gates", gates, experts)) ||
-      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()),
-                         "gates", gates)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()), "gates",
+                         gates)) ||
       failed(expectDispatched(loc, op, "rows", rows, experts)) ||
       failed(expectSameShape(loc, op, "grad", grad, "tokens",
-                             tokensOf(experts, rows.getDimSize(1), rows.getElementType()))))
+                             tokensOf(experts, rows.getDimSize(1), rows.getElementType()))) ||
+      failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
     return failure();
   types.append({rows, gates});
   return success();
@@ -352,7 +396,7 @@ FailureOr<SmallVector<Value>> MoeDispatchOp::buildGradients(OpBuilder &b,
   if (!resultGrads[0])
     return SmallVector<Value>{Value(), Value()};
   return SmallVector<Value>{MoeDispatchGradOp::create(b, getLoc(), resultGrads[0], getExperts(),
-                                                      getNumExpertsAttr()),
+                                                      getNumExpertsAttr(), getCapacityFactorAttr()),
                             Value()};
 }
 
@@ -367,6 +411,6 @@ FailureOr<SmallVector<Value>> GroupedLinearOp::buildGradients(OpBuilder &b,
 FailureOr<SmallVector<Value>> MoeCombineOp::buildGradients(OpBuilder &b,
                                                           ValueRange resultGrads) {
   auto grad = MoeCombineGradOp::create(b, getLoc(), resultGrads[0], getRows(), getGates(),
-                                       getExperts(), getNumExpertsAttr());
+                                       getExperts(), getNumExpertsAttr(), getCapacityFactorAttr());
   return SmallVector<Value>{grad.getRowsGrad(), grad.getGatesGrad(), Value()};
 }

@@ -62,6 +62,11 @@ LogicalResult verifyGradAccumulating(Operation *op);
 /// so no buffer of its own, and its mt.param_grad no instruction).
 bool isAccumulated(Value v);
 
+/// The slots each expert keeps of the tokens routed to `experts` [B, S, k] among
+/// `numExperts`, with a capacity factor f: ceil(B·S·k/E·f), Megatron-Core's; 0 without
+/// one (or without static shapes).
+int64_t expertCapacity(Value experts, int64_t numExperts, std::optional<APFloat> factor);
+
 /// The fields of a plan instruction (dialects/mt/PlanEncoding.h).
 struct PlanInstruction;
 /// The plan encoding by name (PlanOpInterface's default).

@@ -707,18 +707,41 @@ def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, DeclareO
 }
 
 def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>],
+    Mt_CustomPlanEncoding> {
   let summary = "tokens [B, S, H] -> (rows [B·S·k, H] sorted by expert, counts [E])";
+  let description = [{
+    With `capacity_factor` f each expert keeps at most ceil(f·B·S·k/E) of the op's slots:
+    the first, in token then slot order (Megatron-Core's `position` drop policy); a
+    dropped slot gets no row and `moe_combine` of the same `capacity_factor` adds
+    nothing for it. The rows stay B·S·k, those past the kept ones zero; `counts` are the
+    kept rows per expert.
+  }];
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       OptionalAttr<F64Attr>:$capacity_factor);
   let results = (outs Mt_FloatTensor:$rows, Mt_IndexTensor:$counts);
+  let extraClassDeclaration = [{
+    /// The slots each expert keeps of this op's tokens (0: every one).
+    int64_t getCapacity() {
+      return ::mlir::mt::expertCapacity(getExperts(), getNumExperts(), getCapacityFactor());
+    }
+  }];
 }
 
-def Mt_MoeDispatchGradOp : Mt_GradOp<"moe_dispatch_grad", [Mt_CostOpInterface]> {
+def Mt_MoeDispatchGradOp : Mt_GradOp<"moe_dispatch_grad", [Mt_CostOpInterface],
+    Mt_CustomPlanEncoding> {
   let summary = "dx [B, S, H]: each token's slots' row gradients summed, slot by slot";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_IndexTensor:$experts,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       OptionalAttr<F64Attr>:$capacity_factor);
   let results = (outs Mt_FloatTensor:$result);
+  let extraClassDeclaration = [{
+    /// The slots each expert keeps of this op's tokens (0: every one).
+    int64_t getCapacity() {
+      return ::mlir::mt::expertCapacity(getExperts(), getNumExperts(), getCapacityFactor());
+    }
+  }];
 }
 
 def Mt_GroupedLinearOp : Mt_ShapedOp<"grouped_linear", [Pure,
@@ -770,19 +793,35 @@ def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
 }
 
 def Mt_MoeCombineOp : Mt_ShapedOp<"moe_combine", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>],
+    Mt_CustomPlanEncoding> {
   let summary = "y [B, S, H] = Σ over each token's slots of gate·its row, slot by slot";
   let arguments = (ins Mt_FloatTensor:$rows, Mt_FloatTensor:$gates, Mt_IndexTensor:$experts,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       OptionalAttr<F64Attr>:$capacity_factor);
   let results = (outs Mt_FloatTensor:$result);
+  let extraClassDeclaration = [{
+    /// The slots each expert keeps of this op's tokens (0: every one).
+    int64_t getCapacity() {
+      return ::mlir::mt::expertCapacity(getExperts(), getNumExperts(), getCapacityFactor());
+    }
+  }];
 }
 
-def Mt_MoeCombineGradOp : Mt_GradOp<"moe_combine_grad", [Mt_CostOpInterface]> {
+def Mt_MoeCombineGradOp : Mt_GradOp<"moe_combine_grad", [Mt_CostOpInterface],
+    Mt_CustomPlanEncoding> {
   let summary = "drows = gate·dy of each slot's token, dgates = dy·row";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$rows, Mt_FloatTensor:$gates,
                        Mt_IndexTensor:$experts,
-                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts);
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       OptionalAttr<F64Attr>:$capacity_factor);
   let results = (outs Mt_FloatTensor:$rows_grad, Mt_FloatTensor:$gates_grad);
+  let extraClassDeclaration = [{
+    /// The slots each expert keeps of this op's tokens (0: every one).
+    int64_t getCapacity() {
+      return ::mlir::mt::expertCapacity(getExperts(), getNumExperts(), getCapacityFactor());
+    }
+  }];
 }
 
 #endif

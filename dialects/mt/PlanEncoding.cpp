@@ -33,7 +33,8 @@ const std::pair<StringLiteral, StringLiteral> kSpellings[] = {
 // Said by the instruction's buffers (keep_mask, keep_stats: a second output), by its
 // opcode (ring: RingAttention), or of the IR alone (grid, grid_axis: the group that the
 // plan's grid already gives).
-const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid", "grid_axis", "ring"};
+const StringLiteral kIrOnly[] = {"keep_mask", "keep_stats", "grid",
+                                 "grid_axis", "ring",       "capacity_factor"};
 // Fields the emitter fills from the op's operands and results, never from an attribute.
 const StringLiteral kBufferFields[] = {"opcode", "inputs", "outputs"};
 

@@ -422,9 +422,9 @@ std::string checkMoeCount(const Operands &o) {
 std::string checkMoeDispatch(const Operands &o) {
   const bool forward = o.inst.opcode() == plan::Opcode::MoeDispatch;
   const Dims &x = forward ? o.in[0] : o.out[0], &rows = forward ? o.out[0] : o.in[0];
-  return routes(x, o.in[1], o.inst.num_experts()) && rows.rank() == 2 && rows.d[0] == o.in[1].numel() &&
-                 rows.d[1] == x.d[2] && (!forward || o.out[1].d == std::vector<int64_t>{
-                                                                       o.inst.num_experts()})
+  return routes(x, o.in[1], o.inst.num_experts()) && o.inst.capacity() >= 0 && rows.rank() == 2 &&
+                 rows.d[0] == o.in[1].numel() && rows.d[1] == x.d[2] &&
+                 (!forward || o.out[1].d == std::vector<int64_t>{o.inst.num_experts()})
              ? ""
              : "dispatch operands disagree";
 }
@@ -454,9 +454,9 @@ std::string checkMoeCombine(const Operands &o) {
   const size_t at = forward ? 0 : 1; // rows
   const Dims &y = forward ? o.out[0] : o.in[0], &rows = o.in[at], &gates = o.in[at + 1];
   const Dims &experts = o.in[at + 2];
-  return routes(y, experts, o.inst.num_experts()) && gates.d == experts.d && rows.rank() == 2 &&
-                 rows.d[0] == experts.numel() && rows.d[1] == y.d[2] &&
-                 (forward || (o.out[0].d == rows.d && o.out[1].d == gates.d))
+  return routes(y, experts, o.inst.num_experts()) && o.inst.capacity() >= 0 &&
+                 gates.d == experts.d && rows.rank() == 2 && rows.d[0] == experts.numel() &&
+                 rows.d[1] == y.d[2] && (forward || (o.out[0].d == rows.d && o.out[1].d == gates.d))
              ? ""
              : "combine operands disagree";
 }

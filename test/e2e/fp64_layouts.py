@@ -18,11 +18,12 @@ TOLERANCE = 1e-12
 
 
 def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), resume=(),
-          reshard=()):
+          reshard=(), common=()):
     """Trains every model of `models` under each (name, mtc flags, ranks) of `layouts`
-    (but those `skip` names) and exits non-zero naming the layouts that differ. Each
-    (name, edit) of `unlike` trains the serial model as edit(its text) makes it, which
-    must differ from the serial run (or the comparisons could not see what it changes).
+    (but those `skip` names) and exits non-zero naming the layouts that differ; `common`
+    mtc flags compile the serial run and every layout. Each (name, edit) of `unlike`
+    trains the serial model as edit(its text) makes it, without `common`, which must
+    differ from the serial run (or the comparisons could not see what it changes).
     Each layout named in `resume` also continues the serial run's checkpoint two more
     steps, and the serial plan its checkpoint, each of which must be the serial run's own
     two more (a checkpoint reshards, moments included). Each layout named in `reshard`
@@ -60,7 +61,7 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
     for model_name in models:
         model = os.path.join(args.models, model_name + ".mlir")
         serial = model_name + "_serial"
-        compile_and_train(serial, model, [], 1)
+        compile_and_train(serial, model, [*common], 1)
         losses, norms = eq.losses(work(serial + ".txt")), eq.grad_norms(work(serial + ".txt"))
         weights = eq.weights(work(serial))
         for variant, edit in unlike:
@@ -77,7 +78,7 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
             if skip(model_name, layout):
                 continue
             name = model_name + "_" + layout
-            seconds = compile_and_train(name, model, flags, ranks)
+            seconds = compile_and_train(name, model, [*common, *flags], ranks)
             curve = eq.curve_error(work(name + ".txt"), losses, norms, args.steps)
             error, worst = eq.weight_error(eq.weights(work(name)), weights)
             ok = curve <= TOLERANCE and error <= TOLERANCE

@@ -43,8 +43,23 @@ LAYOUTS = (  # (name, mtc flags, ranks)
 UNLIKE = (("without_aux_loss",
            lambda text: text.replace("aux_loss_coeff = 2.0e-02 : f64", "aux_loss_coeff = 0.0 : f64")),)
 
+# A capacity factor of 1: each expert keeps at most ceil(32·2/4) = 16 of a micro-batch's
+# 64 slots. Layouts whose dispatch sees the serial run's tokens (a micro-batch's, whole)
+# drop the same slots; under sp or cp each rank's share has its own capacity, as in
+# Megatron-Core, and so other drops.
+CAPACITY = (
+    ("dp2", ["--dp", "2"], 2),
+    ("pp2", ["--pp", "2"], 2),
+    ("tp2", ["--tp", "2"], 2),
+    ("ep2_dp2", ["--dp", "2", "--ep", "2"], 2),
+    ("ep2_dp2_pp2_distopt", ["--dp", "2", "--ep", "2", "--pp", "2", "--distributed-optimizer"], 4),
+)
+
 if __name__ == "__main__":
     fp64_layouts.check("mixture of experts", ("mixtral-tiny",), LAYOUTS, unlike=UNLIKE,
                        resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2", "ep2_dp4_distopt",
                                "ep2_dp2_pp2_distopt", "ep2_dp2_tp2_sp", "cp2_ep2"),
                        reshard=("ep2_dp4_distopt", "ep2_dp2_pp2_distopt"))
+    fp64_layouts.check("mixture of experts with a capacity factor", ("mixtral-tiny",), CAPACITY,
+                       unlike=(("dropless", lambda text: text),), resume=("ep2_dp2",),
+                       common=["--moe-expert-capacity-factor", "1"])

@@ -22,12 +22,13 @@ using plan::Opcode;
 /// One mixture-of-experts instruction with its attributes.
 struct MoeInstruction : test::TestInstruction {
   MoeInstruction(Opcode opcode, int inputs, int outputs, int64_t topk, int64_t experts,
-                 double coeff = 0, bool preSoftmax = false)
+                 double coeff = 0, bool preSoftmax = false, int64_t capacity = 0)
       : TestInstruction(opcode, inputs, outputs, [&](plan::InstructionBuilder &b) {
           b.add_topk(topk);
           b.add_num_experts(experts);
           b.add_aux_loss_coeff(coeff);
           b.add_pre_softmax(preSoftmax);
+          b.add_capacity(capacity);
         }) {}
 };
 
@@ -160,7 +161,18 @@ TEST(MoeRouter, ASharesGradientWithTheLoadIsTheWholes) {
 /// expert 3: dispatch, the grouped GEMM over uneven groups (one empty) and the combine
 /// give y_t = Σ_s g_ts·W[e_ts]·x_t, and backward the gates', the weights' and the
 /// tokens' gradients of it; the counts are the routing's.
+void unevenRouting(int64_t capacity);
+
+/// With a capacity of 4, expert 0 keeps tokens 0-3's first slots: tokens 4 and 5 lose
+/// theirs (no row, nothing combined, no gradient), and the others keep all of theirs.
 TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
+  for (int64_t capacity : {0, 4}) {
+    SCOPED_TRACE("capacity " + std::to_string(capacity));
+    unevenRouting(capacity);
+  }
+}
+
+void unevenRouting(int64_t capacity) {
   std::unique_ptr<Backend> cpu = makeCpuBackend();
   const int64_t h = 3, o = 5, n = kTokens * kSlots;
   std::vector<double> x = normals(kTokens * h, 1.0, 7), w = normals(kExperts * o * h, 1.0, 8);
@@ -174,13 +186,15 @@ TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
       dx(n * h), dw(kExperts * o * h);
   const std::vector<int64_t> slots = {2, 3, kSlots};
   auto run = [&](Opcode opcode, std::vector<TensorView> in, std::vector<TensorView> outs) {
-    MoeInstruction inst(opcode, static_cast<int>(in.size()), static_cast<int>(outs.size()),
-                        kSlots, kExperts);
+    MoeInstruction inst(opcode, static_cast<int>(in.size()), static_cast<int>(outs.size()), kSlots,
+                        kExperts, 0, false, capacity);
     ASSERT_OK(cpu->run(*inst.inst, in.data(), outs.data(), StepContext{}));
   };
+  // Whether slot s of token t keeps its row.
+  auto kept = [&](int64_t t, int64_t s) { return !(capacity > 0 && s == 0 && t >= capacity); };
   run(Opcode::MoeDispatch, {view(x, {2, 3, h}), view(experts, slots)},
       {view(rows, {n, h}), view(counts, {kExperts})});
-  EXPECT_EQ(counts, (std::vector<int32_t>{6, 3, 3, 0}));
+  EXPECT_EQ(counts, (std::vector<int32_t>{capacity > 0 ? 4 : 6, 3, 3, 0}));
   run(Opcode::GroupedLinear, {view(rows, {n, h}), view(counts, {kExperts}), view(w, {kExperts, o, h})},
       {view(out, {n, o})});
   run(Opcode::MoeCombine, {view(out, {n, o}), view(gates, slots), view(experts, slots)},
@@ -199,7 +213,7 @@ TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
     for (int64_t s = 0; s < kSlots; ++s) {
       const int64_t e = experts[t * kSlots + s];
       double dgate = 0;
-      for (int64_t r = 0; r < o; ++r) {
+      for (int64_t r = 0; r < o && kept(t, s); ++r) {
         double product = 0;
         for (int64_t c = 0; c < h; ++c)
           product += w[(e * o + r) * h + c] * x[t * h + c];
@@ -214,7 +228,7 @@ TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
       double want = 0;
       for (int64_t s = 0; s < kSlots; ++s) {
         const int64_t e = experts[t * kSlots + s];
-        for (int64_t c = 0; c < h; ++c)
+        for (int64_t c = 0; c < h && kept(t, s); ++c)
           want += gates[t * kSlots + s] * w[(e * o + r) * h + c] * x[t * h + c];
       }
       EXPECT_NEAR(y[t * o + r], want, 1e-12) << "token " << t << " output " << r;
@@ -231,7 +245,7 @@ TEST(MoeLayer, UnevenRoutingAsTokenByToken) {
     for (int64_t c = 0; c < h; ++c) {
       double want = 0;
       for (int64_t s = 0; s < kSlots; ++s)
-        for (int64_t r = 0; r < o; ++r)
+        for (int64_t r = 0; r < o && kept(t, s); ++r)
           want += gates[t * kSlots + s] * w[(experts[t * kSlots + s] * o + r) * h + c] *
                   dy[t * o + r];
       EXPECT_NEAR(dtokens[t * h + c], want, 1e-12) << "token " << t << " feature " << c;

@@ -36,33 +36,38 @@ struct OpCase {
 };
 
 /// A mixture-of-experts layer over x [2, 3, 4]: a router of 4 experts choosing `topk`
-/// with `router` attributes, the tokens' slots dispatched, a SwiGLU expert MLP of 6 and
-/// an output of 5 logits, combined by the gates.
-inline std::string moeModel(int64_t topk, const std::string &router) {
+/// with `router` attributes, the tokens' slots dispatched (with `moves` attributes, and
+/// combined alike), a SwiGLU expert MLP of 6 and an output of 5 logits, combined by the
+/// gates.
+inline std::string moeModel(int64_t topk, const std::string &router,
+                            const std::string &moves = "") {
   const std::string k = std::to_string(topk), n = std::to_string(6 * topk);
   const std::string slots = "tensor<2x3x" + k + "xf32>, tensor<2x3x" + k + "xi32>";
-  return oneOpModel(R"(
+  return oneOpModel(
+      R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x4xf32>
   %wr = mt.param "router" normal(1.0) : tensor<4x4xf32>
   %r = mt.linear %x, %wr : (tensor<2x3x4xf32>, tensor<4x4xf32>) -> tensor<2x3x4xf32>
-  %gates, %experts = mt.moe_router %r {topk = )" + k + " : i64" + router +
-                        R"(} : (tensor<2x3x4xf32>) -> ()" + slots + R"()
-  %rows, %counts = mt.moe_dispatch %x, %experts {num_experts = 4 : i64} : (tensor<2x3x4xf32>, tensor<2x3x)" +
-                        k + R"(xi32>) -> (tensor<)" + n + R"(x4xf32>, tensor<4xi32>)
+  %gates, %experts = mt.moe_router %r {topk = )" +
+          k + " : i64" + router + R"(} : (tensor<2x3x4xf32>) -> ()" + slots + R"()
+  %rows, %counts = mt.moe_dispatch %x, %experts {num_experts = 4 : i64)" +
+          moves + R"(} : (tensor<2x3x4xf32>, tensor<2x3x)" + k + R"(xi32>) -> (tensor<)" + n +
+          R"(x4xf32>, tensor<4xi32>)
   %w1 = mt.param "w1" normal(0.5) : tensor<4x6x4xf32>
   %w3 = mt.param "w3" normal(0.5) : tensor<4x6x4xf32>
-  %g = mt.grouped_linear %rows, %counts, %w1 : (tensor<)" + n +
-                        R"(x4xf32>, tensor<4xi32>, tensor<4x6x4xf32>) -> tensor<)" + n + R"(x6xf32>
-  %u = mt.grouped_linear %rows, %counts, %w3 : (tensor<)" + n +
-                        R"(x4xf32>, tensor<4xi32>, tensor<4x6x4xf32>) -> tensor<)" + n + R"(x6xf32>
-  %a = mt.swiglu %g, %u : (tensor<)" + n + "x6xf32>, tensor<" + n + "x6xf32>) -> tensor<" + n +
-                        R"(x6xf32>
+  %g = mt.grouped_linear %rows, %counts, %w1 : (tensor<)" +
+          n + R"(x4xf32>, tensor<4xi32>, tensor<4x6x4xf32>) -> tensor<)" + n + R"(x6xf32>
+  %u = mt.grouped_linear %rows, %counts, %w3 : (tensor<)" +
+          n + R"(x4xf32>, tensor<4xi32>, tensor<4x6x4xf32>) -> tensor<)" + n + R"(x6xf32>
+  %a = mt.swiglu %g, %u : (tensor<)" +
+          n + "x6xf32>, tensor<" + n + "x6xf32>) -> tensor<" + n +
+          R"(x6xf32>
   %w2 = mt.param "w2" normal(0.5) : tensor<4x5x6xf32>
-  %y = mt.grouped_linear %a, %counts, %w2 : (tensor<)" + n +
-                        R"(x6xf32>, tensor<4xi32>, tensor<4x5x6xf32>) -> tensor<)" + n + R"(x5xf32>
-  %logits = mt.moe_combine %y, %gates, %experts {num_experts = 4 : i64} : (tensor<)" + n +
-                        "x5xf32>, " + slots + ") -> tensor<2x3x5xf32>",
-                    5);
+  %y = mt.grouped_linear %a, %counts, %w2 : (tensor<)" +
+          n + R"(x6xf32>, tensor<4xi32>, tensor<4x5x6xf32>) -> tensor<)" + n + R"(x5xf32>
+  %logits = mt.moe_combine %y, %gates, %experts {num_experts = 4 : i64)" +
+          moves + R"(} : (tensor<)" + n + "x5xf32>, " + slots + ") -> tensor<2x3x5xf32>",
+      5);
 }
 
 inline void PrintTo(const OpCase &c, std::ostream *os) { *os << c.name; }
@@ -238,6 +243,9 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"moe", moeModel(2, ""), "", 3, 5, "", true});
   c.push_back({"moe_pre_softmax", moeModel(2, ", pre_softmax"), "", 3, 5, "", true});
   c.push_back({"moe_top1", moeModel(1, ", pre_softmax"), "", 3, 5, "", true});
+  // Each expert keeps 2 of the 12 slots' (ceil(12/4 · 0.5)): the rest are dropped.
+  c.push_back(
+      {"moe_capacity", moeModel(2, "", ", capacity_factor = 5.0e-01 : f64"), "", 3, 5, "", true});
   c.push_back({"llama_tiny", "", "llama-tiny", 8, 512});
   c.push_back({"llama_tiny_selective", "", "llama-tiny", 8, 512, "--recompute selective"});
   c.push_back({"llama_tiny_full", "", "llama-tiny", 8, 512, "--recompute full"});

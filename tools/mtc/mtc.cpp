@@ -35,7 +35,7 @@ constexpr const char *kUsage = R"(usage:
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
               [--no-bias-dropout-fusion] [--no-cross-entropy-loss-fusion]
               [--no-gradient-accumulation-fusion] [--no-norm-grad-add-fusion]
-              [--emit-mlir FILE] [--print-ir-after-all]
+              [--moe-expert-capacity-factor F] [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S [--runtime R] --gpus N [the layout flags of compile]
               [--train-tokens T] [--json] [--explain]
@@ -101,7 +101,8 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
                                                         "recompute-num-layers",
                                                         "attention",
                                                         "attention-dropout",
-                                                        "hidden-dropout"};
+                                                        "hidden-dropout",
+                                                        "moe-expert-capacity-factor"};
   auto with = [](std::vector<std::string> flags, std::vector<std::string> more) {
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
@@ -418,7 +419,7 @@ int runTune(MLIRContext &context, const Flags &args) {
   ModuleOp module = *model.module;
   mtc::CompileOptions modelOptions;
   modelOptions.vocabMultiple = request.vocabMultiple;
-  if (!mtc::dropoutFlags(args, modelOptions))
+  if (!mtc::modelFlags(args, modelOptions))
     return 1;
   if (failed(mtc::prepareModel(module, modelOptions)))
     return 1;

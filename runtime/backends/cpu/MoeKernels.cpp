@@ -25,22 +25,27 @@ Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> 
 
 /// Where each slot of experts [B, S, k] goes among the dispatched rows: sorted by expert,
 /// within an expert by token, then slot (a stable counting sort); counts[e] per expert.
+/// With a capacity each expert keeps its first `capacity` slots; the rest get row -1.
 struct Routing {
   std::vector<int64_t> row, counts;
 };
 
-Status routing(const TensorView &experts, int64_t count, Routing &r) {
+Status routing(const TensorView &experts, const plan::Instruction &inst, Routing &r) {
+  const int64_t count = inst.num_experts(), capacity = inst.capacity();
   std::vector<int64_t> ids;
   MT_TRY(expertsOf(experts, count, ids));
   r.counts.assign(count, 0);
   for (int64_t e : ids)
     ++r.counts[e];
-  std::vector<int64_t> next(count);
+  if (capacity > 0)
+    for (int64_t &c : r.counts)
+      c = std::min(c, capacity);
+  std::vector<int64_t> next(count), kept(count, 0);
   for (int64_t e = 0, at = 0; e < count; at += r.counts[e++])
     next[e] = at;
   r.row.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
-    r.row[i] = next[ids[i]]++;
+    r.row[i] = kept[ids[i]]++ < r.counts[ids[i]] ? next[ids[i]]++ : -1;
   return Status::success();
 }
 
@@ -190,15 +195,18 @@ template <typename T> struct Moe {
     return Status::success();
   }
 
-  /// rows[row of slot (t, s)] = x[t]; counts per expert.
+  /// rows[row of slot (t, s)] = x[t], the rows past the kept ones 0; counts per expert.
   static Status dispatch(const plan::Instruction &inst, const TensorView &x,
                          const TensorView &experts, const TensorView &rows,
                          const TensorView &counts) {
     Routing r;
-    MT_TRY(routing(experts, inst.num_experts(), r));
+    MT_TRY(routing(experts, inst, r));
     const int64_t h = x.dim(2), k = experts.dim(2);
+    if (inst.capacity() > 0)
+      std::fill_n(p(rows), rows.numel(), T(0));
     for (int64_t i = 0; i < experts.numel(); ++i)
-      std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
+      if (r.row[i] >= 0)
+        std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
     for (int64_t e = 0; e < inst.num_experts(); ++e)
       counts.setIndex(e, r.counts[e]);
     return Status::success();
@@ -209,13 +217,15 @@ template <typename T> struct Moe {
   static Status gather(const plan::Instruction &inst, const TensorView &from,
                        const TensorView *gates, const TensorView &experts, const TensorView &out) {
     Routing r;
-    MT_TRY(routing(experts, inst.num_experts(), r));
+    MT_TRY(routing(experts, inst, r));
     const int64_t h = out.dim(2), k = experts.dim(2), tokens = experts.numel() / k;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
       T *y = p(out) + t * h;
       std::fill_n(y, h, T(0));
       for (int64_t s = 0; s < k; ++s) {
+        if (r.row[t * k + s] < 0)
+          continue; // dropped
         const T g = gates ? p(*gates)[t * k + s] : T(1), *row = p(from) + r.row[t * k + s] * h;
         for (int64_t j = 0; j < h; ++j)
           y[j] += g * row[j];
@@ -224,16 +234,23 @@ template <typename T> struct Moe {
     return Status::success();
   }
 
-  /// drows[row of (t, s)] = gate·dy[t]; dgates[t, s] = dy[t]·rows[its row].
+  /// drows[row of (t, s)] = gate·dy[t]; dgates[t, s] = dy[t]·rows[its row] (a dropped
+  /// slot's 0, and the rows past the kept ones 0).
   static Status combineGrad(const plan::Instruction &inst, const TensorView &dy,
                             const TensorView &rows, const TensorView &gates,
                             const TensorView &experts, const TensorView &drows,
                             const TensorView &dgates) {
     Routing r;
-    MT_TRY(routing(experts, inst.num_experts(), r));
+    MT_TRY(routing(experts, inst, r));
     const int64_t h = dy.dim(2), k = experts.dim(2);
+    if (inst.capacity() > 0)
+      std::fill_n(p(drows), drows.numel(), T(0));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < experts.numel(); ++i) {
+      if (r.row[i] < 0) {
+        p(dgates)[i] = T(0);
+        continue;
+      }
       const T g = p(gates)[i], *d = p(dy) + (i / k) * h, *row = p(rows) + r.row[i] * h;
       T *dr = p(drows) + r.row[i] * h;
       double dot = 0;

@@ -913,17 +913,19 @@ private:
       throw std::runtime_error("cuda backend: mixture of experts with i64 experts or counts");
     return t.as<int32_t>();
   }
-  /// Each slot's dispatched row of experts [B, S, k] among e (Moe.cuh), in scratch: the
-  /// counts per expert, then the rows.
-  int *moeRows(const TensorView &experts, int64_t e, int *&counts) {
-    const int64_t slots = experts.numel();
-    counts = static_cast<int *>(scratch(sizeof(int) * (e + slots)));
-    int *rows = counts + e;
+  /// Each slot's dispatched row of experts [B, S, k] (Moe.cuh; the instruction's experts
+  /// and capacity), in scratch: the slots per expert, the rows each keeps (`kept`), then
+  /// the rows.
+  int *moeRows(const plan::Instruction &inst, const TensorView &experts, int *&kept) {
+    const int64_t slots = experts.numel(), e = inst.num_experts();
+    int *counts = static_cast<int *>(scratch(sizeof(int) * (2 * e + slots)));
+    int *rows = counts + 2 * e;
+    kept = counts + e;
     moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(ids(experts), slots,
                                                                           counts);
     launched("expert counts");
     moeRowsKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
-        ids(experts), slots, static_cast<int>(e), counts, rows);
+        ids(experts), slots, static_cast<int>(e), inst.capacity(), counts, kept, rows);
     launched("dispatched rows");
     return rows;
   }
@@ -970,7 +972,7 @@ private:
     case Opcode::MoeDispatch: {
       const TensorView &x = in[0], &experts = in[1];
       const int64_t e = inst.num_experts(), h = x.dim(2);
-      const int *rows = moeRows(experts, e, counts);
+      const int *rows = moeRows(inst, experts, counts);
       check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
       moeDispatchKernel<<<blocksFor(experts.numel() * h), kThreads, 0, stream_>>>(
           c.p(x), rows, c.p(out[0]), experts.numel(), static_cast<int>(experts.dim(2)), h);
@@ -984,7 +986,7 @@ private:
     case Opcode::MoeCombine: {
       const bool combine = inst.opcode() == Opcode::MoeCombine;
       const TensorView &experts = in[combine ? 2 : 1];
-      const int *rows = moeRows(experts, inst.num_experts(), counts);
+      const int *rows = moeRows(inst, experts, counts);
       const int64_t k = experts.dim(2), tokens = experts.numel() / k, h = out[0].dim(2);
       moeGatherKernel<<<blocksFor(tokens * h), kThreads, 0, stream_>>>(
           c.p(in[0]), combine ? c.p(in[1]) : nullptr, rows, c.p(out[0]), tokens,
@@ -993,7 +995,7 @@ private:
     }
     case Opcode::MoeCombineGrad: {
       const TensorView &experts = in[3];
-      const int *rows = moeRows(experts, inst.num_experts(), counts);
+      const int *rows = moeRows(inst, experts, counts);
       check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
       moeCombineGradKernel<<<warpsFor(experts.numel()), kThreads, 0, stream_>>>(
           c.p(in[0]), c.p(in[1]), c.p(in[2]), rows, c.p(out[0]), c.p(out[1]), experts.numel(),

@@ -124,16 +124,20 @@ __global__ void moeCountKernel(const I *experts, int64_t slots, int *counts) {
 }
 
 /// Each slot's dispatched row: block e gives expert e's slots rows from the experts
-/// before it on, in slot order (a block-wide scan of each chunk of slots); a slot of no
-/// expert gets -1 (from block 0).
+/// before it on, in slot order (a block-wide scan of each chunk of slots), its first
+/// `capacity` of them (0: all), and writes their number to kept[e]; a dropped slot, or
+/// one of no expert (from block 0), gets -1.
 template <typename I>
-__global__ void moeRowsKernel(const I *experts, int64_t slots, int e, const int *counts,
-                              int *rows) {
+__global__ void moeRowsKernel(const I *experts, int64_t slots, int e, int64_t capacity,
+                              const int *counts, int *kept, int *rows) {
   __shared__ int scan[kMoeThreads];
   const int me = blockIdx.x;
-  int64_t next = 0;
+  auto keep = [&](int64_t c) { return capacity > 0 && c > capacity ? capacity : c; };
+  int64_t first = 0, seen = 0; // the row of this expert's first slot; its slots so far
   for (int r = 0; r < me; ++r)
-    next += counts[r];
+    first += keep(counts[r]);
+  if (threadIdx.x == 0)
+    kept[me] = static_cast<int>(keep(counts[me]));
   for (int64_t chunk = 0; chunk < slots; chunk += blockDim.x) {
     const int64_t i = chunk + threadIdx.x;
     const I id = i < slots ? experts[i] : I(-1);
@@ -148,9 +152,10 @@ __global__ void moeRowsKernel(const I *experts, int64_t slots, int e, const int 
       scan[threadIdx.x] += add;
       __syncthreads();
     }
+    const int64_t position = seen + scan[threadIdx.x] - 1;
     if (flag)
-      rows[i] = static_cast<int>(next + scan[threadIdx.x] - 1);
-    next += scan[blockDim.x - 1];
+      rows[i] = capacity > 0 && position >= capacity ? -1 : static_cast<int>(first + position);
+    seen += scan[blockDim.x - 1];
     __syncthreads();
   }
 }

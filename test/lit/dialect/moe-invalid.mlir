@@ -131,3 +131,12 @@ func.func @count_past_experts(%e: tensor<2x3x2xi32>) {
   %c = mt.moe_count %e {num_experts = 1 : i64} : (tensor<2x3x2xi32>) -> tensor<1xi32>
   return
 }
+
+// -----
+
+func.func @capacity_factor_zero(%x: tensor<2x3x8xf32>, %e: tensor<2x3x2xi32>) {
+  // expected-error@+2 {{mt.moe_dispatch: capacity_factor 0.000000e+00 is not a finite number > 0}}
+  // expected-error@+1 {{'mt.moe_dispatch' op failed to infer returned types}}
+  %rows, %counts = mt.moe_dispatch %x, %e {num_experts = 4 : i64, capacity_factor = 0.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x2xi32>) -> (tensor<12x8xf32>, tensor<4xi32>)
+  return
+}
