@@ -163,6 +163,9 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
                            << (!distributedOptimizer ? ""
                                : options.cp > 1      ? " / (dp x cp)"
                                                      : " / dp")
+                           << (!distributedOptimizer || options.ep == 1 ? ""
+                               : options.cp > 1 ? "; the experts' / (dp x cp / ep)"
+                                                : "; the experts' / (dp / ep)")
                            << ")\n";
   row("  activations") << withCommas(m.activations)
                        << (options.pp > 1 ? "  (arena + stashes of the micro-batches in flight)\n"
