@@ -57,7 +57,8 @@ def MtSetDropout : Pass<"mt-set-dropout", "::mlir::ModuleOp"> {
 def MtSetCapacity : Pass<"mt-set-capacity", "::mlir::ModuleOp"> {
   let summary = "Sets the experts' capacity factor of every mixture of experts";
   let description = [{
-    Megatron-Core's `--moe-expert-capacity-factor` f: every `mt.moe_dispatch` and
+    Megatron-Core's `--moe-expert-capacity-factor` f (with `--moe-token-drop-policy
+    position`; Megatron's default drops by probability): every `mt.moe_dispatch` and
     `mt.moe_combine` (and their gradients) takes `capacity_factor` f, so each expert
     keeps at most ceil(f·B·S·k/E) of the slots routed to it by each dispatch (the
     tokens one rank holds of a micro-batch), the first in token then slot order
@@ -116,8 +117,8 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
     A mixture of experts stays in the stream, per token (Megatron-Core's expert tensor
     parallelism of 1): its router's linear and its experts' weights are whole on every
     rank. Under sequence parallelism each rank routes its block of the sequence, and a
-    router's load-balancing loss counts the whole sequence's routing: its dispatch's
-    counts all-reduced over the tp axis (shareRouterLoad).
+    router's load-balancing loss counts the whole sequence's routing: its slots per
+    expert (mt.moe_count) all-reduced over the tp axis (shareRouterLoad).
 
     Runs after mt-specialize (shapes are static) and before mt-autodiff.
   }];
@@ -151,8 +152,9 @@ def MtContextParallel : Pass<"mt-context-parallel", "::mlir::ModuleOp"> {
     `--cp-comm-type p2p`). Parameters' gradients are partial per context rank and are
     reduced with the data-parallel ones (the runtime folds cp into that group).
     A mixture of experts routes each rank's share; a router's load-balancing loss counts
-    the whole sequence's routing by its dispatch's counts, all-reduced over the cp axis
-    (shareRouterLoad), and weighs cp times, as the loss is the mean of the shares'.
+    the whole sequence's routing by its slots per expert (mt.moe_count), all-reduced over
+    the cp axis (shareRouterLoad), and weighs cp times, as the loss is the mean of the
+    shares'.
 
     Refuses a sequence that 2·cp does not divide, and attention it cannot split (the
     unfused chain). Runs after mt-specialize and before mt-tensor-parallel.

@@ -1,4 +1,5 @@
-// mt-set-capacity: Megatron-Core's --moe-expert-capacity-factor.
+// mt-set-capacity: Megatron-Core's --moe-expert-capacity-factor (with
+// --moe-token-drop-policy position).
 #include "passes/Passes.h"
 
 #include <cmath>

@@ -27,11 +27,12 @@ Value createTpReduceScatter(OpBuilder &b, Location loc, Value input, Type result
 class MoeRouterOp;
 /// Where each rank holds a share of the micro-batch's tokens along grid `axis`, the
 /// load-balancing loss of `router` (none: nothing to do) counts every share's tokens:
-/// the counts of its dispatch, all-reduced over `axis`, are the `load` of a router that
-/// recomputes the gates and carries the loss (the given one keeps routing, without it);
-/// a router with a load already gets it all-reduced over `axis` too. `weight` scales the
-/// loss's coefficient: a context-parallel group's loss is the mean of its shares' losses,
-/// so each share's loss weighs cp times.
+/// its slots per expert (mt.moe_count, before any capacity drops), all-reduced over
+/// `axis`, are the `load` of a second router that follows it, routes again and carries
+/// the loss, and whose gates and experts every user reads (the given one only routes
+/// for the count); a router with a load already gets it all-reduced over `axis` too. `weight`
+/// scales the loss's coefficient: a context-parallel group's loss is the mean of its shares'
+/// losses, so each share's loss weighs cp times.
 LogicalResult shareRouterLoad(MoeRouterOp router, FlatSymbolRefAttr grid, int64_t axis,
                               int64_t weight = 1);
 

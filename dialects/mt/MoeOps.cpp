@@ -229,7 +229,8 @@ LogicalResult GroupedLinearOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 
 /// The rows a grouped linear computes: after an expert exchange its rows are room for
 /// every source's (counts [sources, E]), of which one source's worth arrive on average,
-/// so that the FLOPs summed over the ranks are those of the dispatched rows, exactly.
+/// so that the FLOPs summed over the ranks are those of the dispatched rows, exactly
+/// (with a capacity, the dropless bound).
 static int64_t computedRows(Value rows, Value counts) {
   auto c = ranked(counts);
   return leadingElements(ranked(rows)) / (c.getRank() == 2 ? c.getDimSize(0) : 1);
@@ -362,6 +363,17 @@ LogicalResult MoeCombineOp::inferReturnTypes(MLIRContext *, std::optional<Locati
       failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
     return failure();
   types.push_back(tokensOf(experts, rows.getDimSize(1), rows.getElementType()));
+  return success();
+}
+
+// A combine finds its tokens' rows as the dispatch of the same experts placed them: with
+// the same capacity.
+LogicalResult MoeCombineOp::verify() {
+  for (Operation *user : getExperts().getUsers())
+    if (auto dispatch = dyn_cast<MoeDispatchOp>(user);
+        dispatch && dispatch.getCapacityFactor() != getCapacityFactor())
+      return emitOpError("its capacity_factor differs from that of the mt.moe_dispatch of the "
+                         "same experts, which placed the rows it reads");
   return success();
 }
 

@@ -657,7 +657,8 @@ def Mt_CrossEntropyWithGradOp : Mt_ShapedOp<"cross_entropy_with_grad", [Pure,
 
 // Each token of [B, S, ...] chooses `topk` of `num_experts` experts; its slots are
 // dispatched as rows sorted by expert (within an expert by token, then slot): N =
-// B·S·topk rows, of which counts[e] are expert e's. Dropless: every slot is computed.
+// B·S·topk rows, of which counts[e] are expert e's. Dropless unless a dispatch and its
+// combine have a `capacity_factor`: then the rows past the kept ones are zero.
 
 def Mt_MoeRouterOp : Mt_ShapedOp<"moe_router", [Pure, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
@@ -715,7 +716,7 @@ def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
     the first, in token then slot order (Megatron-Core's `position` drop policy); a
     dropped slot gets no row and `moe_combine` of the same `capacity_factor` adds
     nothing for it. The rows stay B·S·k, those past the kept ones zero; `counts` are the
-    kept rows per expert.
+    kept rows per expert. Every combine of the same experts must have the same factor.
   }];
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
@@ -800,6 +801,7 @@ def Mt_MoeCombineOp : Mt_ShapedOp<"moe_combine", [Pure, Mt_CostOpInterface,
                        ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
                        OptionalAttr<F64Attr>:$capacity_factor);
   let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// The slots each expert keeps of this op's tokens (0: every one).
     int64_t getCapacity() {

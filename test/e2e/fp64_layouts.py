@@ -107,8 +107,8 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
                       f"{'ok' if curve <= TOLERANCE else 'MISMATCH'}", flush=True)
                 if curve > TOLERANCE:
                     failures.append(name + what)
-        bf16 = lambda name, flags: eq.run([mtc, "compile", model, *batch[:-2], "--bf16", *flags,
-                                           "-o", work(name + "_bf16.mtp")])
+        bf16 = lambda name, flags: eq.run([mtc, "compile", model, *batch[:-2], "--bf16", *common,
+                                           *flags, "-o", work(name + "_bf16.mtp")])
         for layout, flags, ranks in layouts:
             if layout not in reshard:
                 continue

@@ -821,6 +821,76 @@ TEST(CudaMoe, RouterGradientWithALoadAsTheCpuBackend) {
   EXPECT_EQ(counts, (std::vector<int32_t>{3, 3, 3, 3}));
 }
 
+/// With a capacity, dispatch and combine drop the same slots on the GPU as on the CPU:
+/// 3,000 slots (several of the row kernel's chunks of 1,024), each expert keeping 500.
+TEST(CudaMoe, ACapacityDropsAsOnTheCpu) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers(*cuda);
+  constexpr int64_t kTokens = 1500, kSlots = 2, kExperts = 4, kWidth = 8, kRows = 3000;
+  std::vector<float> x(kTokens * kWidth), gates(kTokens * kSlots), rows(kRows * kWidth, 7.f),
+      y(kTokens * kWidth);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < gates.size(); ++i)
+    gates[i] = std::cos(0.11f * static_cast<float>(i));
+  std::vector<int32_t> experts(kTokens * kSlots), counts(kExperts);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    const int32_t first = static_cast<int32_t>(t * 7 % kExperts);
+    experts[t * kSlots] = first;
+    experts[t * kSlots + 1] = static_cast<int32_t>((first + 1 + t % 3) % kExperts);
+  }
+  auto view = [](void *data, plan::DType dtype, std::vector<int64_t> shape) {
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.rank = static_cast<int>(shape.size());
+    for (int d = 0; d < v.rank; ++d)
+      v.shape[d] = shape[d];
+    return v;
+  };
+  // x, experts, rows, counts, gates, y
+  const std::vector<TensorView> host = {
+      view(x.data(), plan::DType::F32, {1, kTokens, kWidth}),
+      view(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
+      view(rows.data(), plan::DType::F32, {kRows, kWidth}),
+      view(counts.data(), plan::DType::I32, {kExperts}),
+      view(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
+      view(y.data(), plan::DType::F32, {1, kTokens, kWidth})};
+  std::vector<TensorView> device = host;
+  for (size_t i = 0; i < host.size(); ++i) {
+    device[i].data = buffers.allocate(host[i].bytes());
+    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
+  }
+  auto moe = [](plan::Opcode opcode, int inputs, int outputs) {
+    return std::make_unique<test::TestInstruction>(opcode, inputs, outputs,
+                                                   [](plan::InstructionBuilder &b) {
+                                                     b.add_num_experts(kExperts);
+                                                     b.add_capacity(500);
+                                                   });
+  };
+  const auto dispatch = moe(plan::Opcode::MoeDispatch, 2, 2);
+  const auto combine = moe(plan::Opcode::MoeCombine, 3, 1);
+  for (Backend *backend : {cpu.get(), cuda.get()}) {
+    const std::vector<TensorView> &v = backend == cpu.get() ? host : device;
+    const TensorView dispatchIn[] = {v[0], v[1]}, dispatchOut[] = {v[2], v[3]};
+    const TensorView combineIn[] = {v[2], v[4], v[1]}, combineOut[] = {v[5]};
+    ASSERT_OK(backend->run(*dispatch->inst, dispatchIn, dispatchOut, StepContext{}));
+    ASSERT_OK(backend->run(*combine->inst, combineIn, combineOut, StepContext{}));
+  }
+  EXPECT_EQ(counts, (std::vector<int32_t>{500, 500, 500, 500}));
+  std::vector<int32_t> gotCounts(kExperts);
+  std::vector<float> gotRows(rows.size()), gotY(y.size());
+  ASSERT_OK(cuda->copyToHost(gotCounts.data(), device[3].data, host[3].bytes()));
+  ASSERT_OK(cuda->copyToHost(gotRows.data(), device[2].data, host[2].bytes()));
+  ASSERT_OK(cuda->copyToHost(gotY.data(), device[5].data, host[5].bytes()));
+  EXPECT_EQ(gotCounts, counts);
+  EXPECT_EQ(gotRows, rows);
+  for (size_t i = 0; i < y.size(); ++i)
+    ASSERT_NEAR(gotY[i], y[i], 1e-6) << i;
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients, every
 /// parameter in one call (one launch on the GPU), each with its own weight decay.
 TEST(CudaAdamW, MatchesTheCpuBackend) {

@@ -182,8 +182,9 @@ void unevenRouting(int64_t capacity) {
     experts[t * kSlots] = 0;
     experts[t * kSlots + 1] = 1 + static_cast<int32_t>(t % 2);
   }
-  std::vector<double> rows(n * h), out(n * o), y(kTokens * o), drows(n * o), dgates(n),
-      dx(n * h), dw(kExperts * o * h);
+  // What the kernels must write, even where nothing is routed, starts as garbage.
+  std::vector<double> rows(n * h, 7.0), out(n * o), y(kTokens * o), drows(n * o, 7.0),
+      dgates(n, 7.0), dx(n * h), dw(kExperts * o * h);
   const std::vector<int64_t> slots = {2, 3, kSlots};
   auto run = [&](Opcode opcode, std::vector<TensorView> in, std::vector<TensorView> outs) {
     MoeInstruction inst(opcode, static_cast<int>(in.size()), static_cast<int>(outs.size()), kSlots,
@@ -202,6 +203,11 @@ void unevenRouting(int64_t capacity) {
   run(Opcode::MoeCombineGrad,
       {view(dy, {2, 3, o}), view(out, {n, o}), view(gates, slots), view(experts, slots)},
       {view(drows, {n, o}), view(dgates, slots)});
+  // The rows past the 10 kept ones (4 + 3 + 3) are zero, and so are their gradients.
+  for (int64_t i = (capacity > 0 ? 10 : n) * h; i < n * h; ++i)
+    EXPECT_EQ(rows[i], 0.0) << "dispatched row element " << i;
+  for (int64_t i = (capacity > 0 ? 10 : n) * o; i < n * o; ++i)
+    EXPECT_EQ(drows[i], 0.0) << "row gradient element " << i;
   run(Opcode::GroupedLinearGradInput,
       {view(drows, {n, o}), view(counts, {kExperts}), view(w, {kExperts, o, h})},
       {view(dx, {n, h})});

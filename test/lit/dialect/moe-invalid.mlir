@@ -140,3 +140,13 @@ func.func @capacity_factor_zero(%x: tensor<2x3x8xf32>, %e: tensor<2x3x2xi32>) {
   %rows, %counts = mt.moe_dispatch %x, %e {num_experts = 4 : i64, capacity_factor = 0.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x2xi32>) -> (tensor<12x8xf32>, tensor<4xi32>)
   return
 }
+
+// -----
+
+// A combine reads the rows where the dispatch of its experts placed them.
+func.func @capacity_factor_unlike(%x: tensor<2x3x8xf32>, %g: tensor<2x3x2xf32>, %e: tensor<2x3x2xi32>) {
+  %rows, %counts = mt.moe_dispatch %x, %e {num_experts = 4 : i64, capacity_factor = 1.0 : f64} : (tensor<2x3x8xf32>, tensor<2x3x2xi32>) -> (tensor<12x8xf32>, tensor<4xi32>)
+  // expected-error@+1 {{'mt.moe_combine' op its capacity_factor differs from that of the mt.moe_dispatch of the same experts, which placed the rows it reads}}
+  %y = mt.moe_combine %rows, %g, %e {num_experts = 4 : i64} : (tensor<12x8xf32>, tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> tensor<2x3x8xf32>
+  return
+}
