@@ -760,6 +760,17 @@ TEST(CudaContext, AttentionAsTheCpuBackend) {
       }
 }
 
+/// A tensor of `shape` and `dtype` at `data`.
+TensorView tensorAt(void *data, plan::DType dtype, std::vector<int64_t> shape) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  for (int d = 0; d < v.rank; ++d)
+    v.shape[d] = shape[d];
+  return v;
+}
+
 /// The router's gradient given a load (the whole micro-batch's slots per expert, of which
 /// these 6 tokens are a share: 12 tokens' 24 slots) and the slots counted on the GPU
 /// (mt.moe_count), as on the CPU.
@@ -778,22 +789,13 @@ TEST(CudaMoe, RouterGradientWithALoadAsTheCpuBackend) {
   for (int64_t t = 0; t < kTokens; ++t)
     for (int64_t s = 0; s < kSlots; ++s)
       experts[t * kSlots + s] = static_cast<int32_t>((t + 2 * s) % kExperts);
-  auto view = [](void *data, plan::DType dtype, std::vector<int64_t> shape) {
-    TensorView v;
-    v.data = data;
-    v.dtype = dtype;
-    v.rank = static_cast<int>(shape.size());
-    for (int d = 0; d < v.rank; ++d)
-      v.shape[d] = shape[d];
-    return v;
-  };
   const std::vector<TensorView> host = {
-      view(dgates.data(), plan::DType::F32, {1, kTokens, kSlots}),
-      view(logits.data(), plan::DType::F32, {1, kTokens, kExperts}),
-      view(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
-      view(load.data(), plan::DType::I32, {kExperts}),
-      view(dlogits.data(), plan::DType::F32, {1, kTokens, kExperts}),
-      view(counts.data(), plan::DType::I32, {kExperts})};
+      tensorAt(dgates.data(), plan::DType::F32, {1, kTokens, kSlots}),
+      tensorAt(logits.data(), plan::DType::F32, {1, kTokens, kExperts}),
+      tensorAt(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
+      tensorAt(load.data(), plan::DType::I32, {kExperts}),
+      tensorAt(dlogits.data(), plan::DType::F32, {1, kTokens, kExperts}),
+      tensorAt(counts.data(), plan::DType::I32, {kExperts})};
   std::vector<TensorView> device = host;
   for (size_t i = 0; i < host.size(); ++i) {
     device[i].data = buffers.allocate(host[i].bytes());
@@ -841,23 +843,14 @@ TEST(CudaMoe, ACapacityDropsAsOnTheCpu) {
     experts[t * kSlots] = first;
     experts[t * kSlots + 1] = static_cast<int32_t>((first + 1 + t % 3) % kExperts);
   }
-  auto view = [](void *data, plan::DType dtype, std::vector<int64_t> shape) {
-    TensorView v;
-    v.data = data;
-    v.dtype = dtype;
-    v.rank = static_cast<int>(shape.size());
-    for (int d = 0; d < v.rank; ++d)
-      v.shape[d] = shape[d];
-    return v;
-  };
   // x, experts, rows, counts, gates, y
   const std::vector<TensorView> host = {
-      view(x.data(), plan::DType::F32, {1, kTokens, kWidth}),
-      view(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
-      view(rows.data(), plan::DType::F32, {kRows, kWidth}),
-      view(counts.data(), plan::DType::I32, {kExperts}),
-      view(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
-      view(y.data(), plan::DType::F32, {1, kTokens, kWidth})};
+      tensorAt(x.data(), plan::DType::F32, {1, kTokens, kWidth}),
+      tensorAt(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
+      tensorAt(rows.data(), plan::DType::F32, {kRows, kWidth}),
+      tensorAt(counts.data(), plan::DType::I32, {kExperts}),
+      tensorAt(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
+      tensorAt(y.data(), plan::DType::F32, {1, kTokens, kWidth})};
   std::vector<TensorView> device = host;
   for (size_t i = 0; i < host.size(); ++i) {
     device[i].data = buffers.allocate(host[i].bytes());
