@@ -171,11 +171,13 @@ __global__ void moeRouterGradKernel(const T *dgates, const T *logits, const I *e
   if (t >= tokens)
     return;
   const int lane = threadIdx.x & 31;
-  float slots = 0;
+  long long slots = 0; // Σn = k·T, summed exactly
   for (int j = lane; counts && j < e; j += 32)
-    slots += static_cast<float>(counts[j]);
-  slots = warpSum(slots);
-  const float perSlot = slots > 0 ? scale / (slots * slots) : 0.f;
+    slots += counts[j];
+  for (int offset = 16; offset > 0; offset >>= 1)
+    slots += __shfl_xor_sync(0xffffffffu, slots, offset);
+  const double squared = static_cast<double>(slots) * static_cast<double>(slots);
+  const float perSlot = slots > 0 ? static_cast<float>(scale / squared) : 0.f;
   auto aux = [&](int j) { return perSlot * static_cast<float>(counts[j]); };
   const T *l = logits + t * e, *dg = dgates + t * k;
   int chosen[kMaxTopk];
