@@ -116,24 +116,31 @@ def flags(tp, sp, dp, distributed):
     return f
 
 
-def main():
+def prepare(steps):
+    """A suite's command line (--bin, --models, --work, --steps: `steps` unless given), an
+    empty work directory and the fortunes tokenized into its "data": (the arguments, mtc,
+    mtrun on the CPU backend, the path of a file of the work directory)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=steps)
     args = parser.parse_args()
     mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
     global MTCKPT
     MTCKPT = os.path.join(args.bin, "mtckpt")
-    # The CPU backend on purpose: the same suite means the same on a machine with a GPU.
-    mtrun = [mtrun, "--backend", "cpu"]
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     work = lambda *p: os.path.join(args.work, *p)
-    model = os.path.join(args.models, "gpt-tiny.mlir")
     run([mtdata, "--input", "/usr/share/games/fortunes/fortunes", "--split-on", "%",
          "--train-tokenizer", work("tok"), "--vocab-size", "512", "--output-prefix", work("data")])
+    # The CPU backend on purpose: the same suite means the same on a machine with a GPU.
+    return args, mtc, [mtrun, "--backend", "cpu"], work
+
+
+def main():
+    args, mtc, mtrun, work = prepare(6)
+    model = os.path.join(args.models, "gpt-tiny.mlir")
     batch = ["--micro-batch-size", "1", "--global-batch-size", "4"]
     # The decay horizon is explicit, so runs that stop halfway keep the same schedule.
     schedule = ["--seed", "11", "--lr", "1e-3", "--warmup-steps", "1",

@@ -5,9 +5,7 @@ fp64 the only difference a layout may make is the order of its sums, so each mus
 the serial run's losses and gradient norms, and its final weights, within 1e-12
 relative. Standard library only; the comparisons are equivalence.py's.
 """
-import argparse
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,21 +27,7 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
     two more (a checkpoint reshards, moments included). Each layout named in `reshard`
     loads the serial run's bf16 checkpoint and saves it again without a step: the same
     bits (mixed precision keeps the master weights in the distributed optimizer's shares)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--bin", required=True)
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--work", required=True)
-    parser.add_argument("--steps", type=int, default=4)
-    args = parser.parse_args()
-    mtc, mtrun, mtdata = (os.path.join(args.bin, t) for t in ("mtc", "mtrun", "mtdata"))
-    eq.MTCKPT = os.path.join(args.bin, "mtckpt")
-    mtrun = [mtrun, "--backend", "cpu"]
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    work = lambda *p: os.path.join(args.work, *p)
-    eq.run([mtdata, "--input", "/usr/share/games/fortunes/fortunes", "--split-on", "%",
-            "--train-tokenizer", work("tok"), "--vocab-size", "512", "--output-prefix",
-            work("data")])
+    args, mtc, mtrun, work = eq.prepare(4)
     batch = ["--micro-batch-size", "1", "--global-batch-size", "4", "--precision", "fp64"]
     # A deadlock ends the run (the watchdog) rather than the test's time.
     train = ["--data", work("data"), "--steps", str(args.steps), "--seed", "11", "--lr", "1e-3",
