@@ -377,7 +377,8 @@ double profileFlops(Operation *op) {
   if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
     return attention(backward.getCausal(), 2.5);
   if (!isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
-           mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp, mlir::mt::GroupedLinearOp,
+           mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp,
+           mlir::mt::LinearGradWeightBiasOp, mlir::mt::GroupedLinearOp,
            mlir::mt::GroupedLinearGradInputOp, mlir::mt::GroupedLinearGradWeightOp>(op))
     return 0;
   double flops = 0;

@@ -54,6 +54,8 @@ LogicalResult lowerToTrainStep(ModuleOp module, const CompileOptions &options) {
       pm.addPass(mt::createMtFuseEpilogues());
     if (options.fusions.biasDropout)
       pm.addPass(mt::createMtFuseBiasDropoutAdd());
+    if (options.fusions.biasGrad)
+      pm.addPass(mt::createMtFuseBiasGrad());
     if (options.fusions.crossEntropy)
       pm.addPass(mt::createMtFuseCrossEntropy());
     if (options.fusions.gradAccumulation)

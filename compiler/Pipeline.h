@@ -14,14 +14,17 @@ namespace mtc {
 struct Fusions {
   bool biasGelu = true;         // mt-fuse-epilogues
   bool biasDropout = true;      // mt-fuse-bias-dropout-add
+  bool biasGrad = true;         // mt-fuse-bias-grad
   bool crossEntropy = true;     // mt-fuse-cross-entropy
   bool gradAccumulation = true; // mt-fuse-grad-accumulation
   bool normGradAdd = true;      // mt-fuse-norm-grad-add
 };
-/// The switch that turns each off (Megatron's spelling), and its field.
+/// The switch that turns each off (Megatron's spelling, where Megatron has one), and its
+/// field.
 inline constexpr std::pair<const char *, bool Fusions::*> kFusionSwitches[] = {
     {"no-bias-gelu-fusion", &Fusions::biasGelu},
     {"no-bias-dropout-fusion", &Fusions::biasDropout},
+    {"no-bias-grad-fusion", &Fusions::biasGrad},
     {"no-cross-entropy-loss-fusion", &Fusions::crossEntropy},
     {"no-gradient-accumulation-fusion", &Fusions::gradAccumulation},
     {"no-norm-grad-add-fusion", &Fusions::normGradAdd}};

@@ -310,6 +310,26 @@ def MtFuseEpilogues : Pass<"mt-fuse-epilogues", "::mlir::ModuleOp"> {
   }];
 }
 
+def MtFuseBiasGrad : Pass<"mt-fuse-bias-grad", "::mlir::ModuleOp"> {
+  let summary = "Sums bias gradients in the weight gradients' GEMMs";
+  let description = [{
+    On the differentiated step (after recomputation and pipeline partition, each
+    function on its own): an `mt.linear_grad_weight` and an `mt.bias_grad` of the same
+    dy, in one block with the same placement attributes (`mt.layer`, `mt.stage`,
+    `mt.recomputed`) and the same `accumulate`, become one
+    `mt.linear_grad_weight_bias`: at the earlier one's place where the later one's
+    operands are defined by then, else at the later one's where nothing reads the
+    earlier one's result before it; otherwise, or where dy has two weight gradients, the
+    pair is left as it is. Runs before mt-fuse-grad-accumulation, which then treats both
+    results as it treats the pair's.
+
+    The GEMM sums the bias gradient as it reads dy (cuBLASLt's BGRADB epilogue, as
+    Transformer Engine's weight gradient does): one launch and one read of dy fewer per
+    linear with a bias. The CPU backend runs the fused op as the pair, bit for bit; the
+    CUDA backend falls back to the pair's kernels where cuBLASLt has no algorithm.
+  }];
+}
+
 def MtKeepAttentionStats : Pass<"mt-keep-attention-stats", "::mlir::ModuleOp"> {
   let summary = "Keeps the rows' statistics of fused attention for its gradient";
   let description = [{

@@ -976,42 +976,71 @@ SmallVector<GemmShape> LinearGradInputGeluOp::getGemms() {
 /// The product's epilogue and GELU's gradient, as the unfused pair counts them.
 int64_t LinearGradInputGeluOp::getOtherFlops() { return 2 * defaultOtherFlops(getOperation()); }
 
-LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *,
-                                                   std::optional<Location> loc,
-                                                   Adaptor adaptor,
-                                                   SmallVectorImpl<Type> &types) {
-  auto grad = ranked(adaptor.getGrad()), input = ranked(adaptor.getInput());
-  if (failed(expectSameElementType(loc, "mt.linear_grad_weight", "grad", grad, "input",
-                                   input)))
+/// dW = dyᵀ·x's type: dy [..., N] and x [..., K] agree in all but the last dimension.
+static LogicalResult inferWeightGradient(std::optional<Location> loc, StringRef op,
+                                         RankedTensorType grad, RankedTensorType input,
+                                         bool accumulate, SmallVectorImpl<Type> &types) {
+  if (failed(expectSameElementType(loc, op, "grad", grad, "input", input)))
     return failure();
   bool ok = grad.getRank() == input.getRank() && grad.getRank() >= 1;
   for (int64_t i = 0; ok && i + 1 < grad.getRank(); ++i)
     ok = compatible(grad.getDimSize(i), input.getDimSize(i));
   if (!ok)
-    return emitOptionalError(loc, "mt.linear_grad_weight: grad ", str(grad), " and input ",
-                             str(input), " must agree in all but the last dimension");
-  types.push_back(weightGradientType(
-      RankedTensorType::get({grad.getShape().back(), input.getShape().back()},
-                            grad.getElementType()),
-      adaptor.getAccumulate()));
+    return emitOptionalError(loc, op, ": grad ", str(grad), " and input ", str(input),
+                             " must agree in all but the last dimension");
+  types.push_back(
+      weightGradientType(RankedTensorType::get({grad.getShape().back(), input.getShape().back()},
+                                               grad.getElementType()),
+                         accumulate));
   return success();
 }
 
-/// dW = dYᵀ·X: output by input features, over the rows.
-SmallVector<GemmShape> LinearGradWeightOp::getGemms() {
-  auto grad = ranked(getGrad()), input = ranked(getInput());
+/// db = dy summed over all but the last dimension's type.
+static LogicalResult inferBiasGradient(std::optional<Location> loc, StringRef op,
+                                       RankedTensorType grad, bool accumulate,
+                                       SmallVectorImpl<Type> &types) {
+  if (failed(expectFeatures(loc, op, "grad", grad)))
+    return failure();
+  types.push_back(weightGradientType(
+      RankedTensorType::get({grad.getShape().back()}, grad.getElementType()), accumulate));
+  return success();
+}
+
+/// dW = dyᵀ·x: output by input features, over the rows.
+static SmallVector<GemmShape> weightGradientGemms(Value gradValue, Value inputValue) {
+  auto grad = ranked(gradValue), input = ranked(inputValue);
   return {{1, grad.getShape().back(), input.getShape().back(), leadingElements(grad)}};
+}
+
+LogicalResult LinearGradWeightOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                   Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferWeightGradient(loc, "mt.linear_grad_weight", ranked(adaptor.getGrad()),
+                             ranked(adaptor.getInput()), adaptor.getAccumulate(), types);
+}
+
+SmallVector<GemmShape> LinearGradWeightOp::getGemms() {
+  return weightGradientGemms(getGrad(), getInput());
 }
 
 LogicalResult BiasGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  return inferBiasGradient(loc, "mt.bias_grad", ranked(adaptor.getGrad()), adaptor.getAccumulate(),
+                           types);
+}
+
+LogicalResult LinearGradWeightBiasOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                       Adaptor adaptor,
+                                                       SmallVectorImpl<Type> &types) {
+  const StringRef op = "mt.linear_grad_weight_bias";
   auto grad = ranked(adaptor.getGrad());
-  if (failed(expectFeatures(loc, "mt.bias_grad", "grad", grad)))
+  if (failed(inferWeightGradient(loc, op, grad, ranked(adaptor.getInput()), adaptor.getAccumulate(),
+                                 types)))
     return failure();
-  types.push_back(weightGradientType(
-      RankedTensorType::get({grad.getShape().back()}, grad.getElementType()),
-      adaptor.getAccumulate()));
-  return success();
+  return inferBiasGradient(loc, op, grad, adaptor.getAccumulate(), types);
+}
+
+SmallVector<GemmShape> LinearGradWeightBiasOp::getGemms() {
+  return weightGradientGemms(getGrad(), getInput());
 }
 
 /// An activation's gradient: dy and x of one shape, dx of it too.

@@ -524,6 +524,20 @@ def Mt_BiasGradOp : Mt_GradOp<"bias_grad", [Mt_CostOpInterface,
   let results = (outs Mt_FloatTensor:$result);
 }
 
+def Mt_LinearGradWeightBiasOp : Mt_GradOp<"linear_grad_weight_bias",
+    [DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
+     Mt_GradAccumulatingOpInterface]> {
+  let summary = "(dW, db) = (dyᵀ·x, dy summed over all but the last dimension)";
+  let description = [{
+    Written by mt-fuse-bias-grad in place of an mt.linear_grad_weight and an
+    mt.bias_grad of the same dy: the bias gradient summed as the weight gradient's GEMM
+    reads dy (cuBLASLt's BGRADB epilogue), so dy is read once. Its results are the
+    pair's, in their types.
+  }];
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input, UnitAttr:$accumulate);
+  let results = (outs Mt_FloatTensor:$weight_grad, Mt_FloatTensor:$bias_grad);
+}
+
 def Mt_GeluGradOp : Mt_GradOp<"gelu_grad", [Mt_CostOpInterface]> {
   let summary = "dx = dy·gelu'(x), GELU's form that of its forward";
   let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$input,

@@ -676,6 +676,7 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
     e.flops = 2 * result * static_cast<double>(in.cols());
     break;
   case plan::Opcode::LinearGradWeight:        // dW [n, k] = dyᵀ [n, m]·x [m, k]
+  case plan::Opcode::LinearGradWeightBias:    // the same, db summed in its epilogue
   case plan::Opcode::GroupedLinearGradWeight: // dW [E, n, k]: the experts' over all m rows
     e.flops = 2 * result * static_cast<double>(in.rows()) /
               (inst.opcode() == plan::Opcode::GroupedLinearGradWeight ? out.dim(0) : 1);

@@ -209,6 +209,13 @@ std::string checkBiasGrad(const Operands &o) {
   return o.out[0].numel() == o.in[0].last() ? "" : "bias gradient disagrees";
 }
 
+// LinearGradWeightBias (dy, x) -> (dW, db): LinearGradWeight's rule and BiasGrad's.
+std::string checkLinearGradWeightBias(const Operands &o) {
+  if (std::string error = checkLinearGradWeight(o); !error.empty())
+    return error;
+  return o.out[1].numel() == o.in[0].last() ? "" : "bias gradient disagrees";
+}
+
 std::string checkBiasAdd(const Operands &o) {
   return o.in[1].numel() == o.in[0].last() && o.in[1].dtype == o.in[0].dtype &&
                  same(o.out[0], o.in[0])

@@ -93,6 +93,21 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.linear %x, %w, %b : (tensor<2x3x4xf32>, tensor<5x4xf32>, tensor<5xf32>) -> tensor<2x3x5xf32>)", 5);
   c.push_back({"linear", linear, "", 3, 5});
   c.push_back({"linear_unfused", linear, "", 3, 5, "--no-gradient-accumulation-fusion"});
+  // The bias gradient summed in the weight gradient's GEMM (mt-fuse-bias-grad: on the GPU
+  // cuBLASLt's BGRADB epilogue, where it has an algorithm for the shapes, as 16 by 32
+  // features over 16 rows should suit), added into the parameter's f32 gradient or
+  // written as a result of its own; and the pair.
+  const std::string linearWide = oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x8x16xf32>
+  %w = mt.param "w" normal(0.5) : tensor<32x16xf32>
+  %b = mt.param "b" normal(0.5) : tensor<32xf32>
+  %logits = mt.linear %x, %w, %b : (tensor<2x8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>)",
+      32,
+      "  %loss = mt.cross_entropy %logits, %targets : (tensor<2x8x32xf32>, tensor<?x?xi32>) -> "
+      "tensor<f32>");
+  c.push_back({"linear_wide", linearWide, "", 8, 32});
+  c.push_back({"linear_wide_separate", linearWide, "", 8, 32, "--no-gradient-accumulation-fusion"});
+  c.push_back({"linear_wide_unfused", linearWide, "", 8, 32, "--no-bias-grad-fusion"});
   // A GELU between two linears: mt-fuse-epilogues folds it into the first linear and its
   // gradient into the second's input gradient (--no-bias-gelu-fusion: the pair as is).
   // 8 hidden features, or 32 over 8 rows of 16 (the cuBLASLt-only test's), suit

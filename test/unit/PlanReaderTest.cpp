@@ -460,6 +460,29 @@ TEST(PipelinedPlanTest, AResidualGradientOfAnotherShapeIsRefused) {
       << s.message();
 }
 
+TEST(PipelinedPlanTest, ABiasGradientOfAnotherLengthIsRefused) {
+  // A weight gradient that sums its bias gradient too (mt-fuse-bias-grad) is given a
+  // vector of another length for it: a GPT layer's fc bias (256) for the proj's (64).
+  bool edited = false;
+  Status s = parseEdited([&](plan::Plan &p) {
+    auto *backward = p.mutable_programs()->GetMutableObject(3);
+    std::vector<plan::Instruction *> fused;
+    for (flatbuffers::uoffset_t i = 0; i < backward->instructions()->size(); ++i) {
+      auto *inst = backward->mutable_instructions()->GetMutableObject(i);
+      if (inst->opcode() == plan::Opcode::LinearGradWeightBias)
+        fused.push_back(inst);
+    }
+    // The stage's first (the MLP's output projection) takes the second's (its input).
+    if (fused.size() >= 2) {
+      fused[0]->mutable_outputs()->Mutate(1, fused[1]->outputs()->Get(1));
+      edited = true;
+    }
+  });
+  ASSERT_TRUE(edited) << "no two weight gradients sum their bias gradients";
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bias gradient disagrees"), std::string::npos) << s.message();
+}
+
 TEST(PipelinedPlanTest, AnInstructionThatReadsAGradientIsRefused) {
   bool edited = false;
   Status s = parseEdited([&](plan::Plan &p) {

@@ -33,9 +33,9 @@ constexpr const char *kUsage = R"(usage:
               [--recompute none|selective|full [--recompute-method uniform|block]
                [--recompute-num-layers N]] [--attention fused|unfused]
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
-              [--no-bias-dropout-fusion] [--no-cross-entropy-loss-fusion]
-              [--no-gradient-accumulation-fusion] [--no-norm-grad-add-fusion]
-              [--moe-expert-capacity-factor F] [--emit-mlir FILE] [--print-ir-after-all]
+              [--no-bias-dropout-fusion] [--no-bias-grad-fusion]
+              [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
+              [--no-norm-grad-add-fusion] [--moe-expert-capacity-factor F] [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S [--runtime R] --gpus N [the layout flags of compile]
               [--train-tokens T] [--json] [--explain]
@@ -45,7 +45,7 @@ constexpr const char *kUsage = R"(usage:
               [--max-tp T] [--max-cp C] [--max-micro-batch-size B]
               [--make-vocab-size-divisible-by N]
               [--ddp-bucket-size BYTES] [--attention-dropout R] [--hidden-dropout R]
-              [--no-bias-gelu-fusion] [--no-bias-dropout-fusion]
+              [--no-bias-gelu-fusion] [--no-bias-dropout-fusion] [--no-bias-grad-fusion]
               [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
               [--no-norm-grad-add-fusion]
 

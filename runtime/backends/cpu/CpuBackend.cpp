@@ -1194,6 +1194,7 @@ template <typename T> struct Kernels {
     case Opcode::LinearGradInputGelu:
     case Opcode::LinearGradWeight:
     case Opcode::BiasGrad:
+    case Opcode::LinearGradWeightBias:
 #define MT_ACTIVATION(opcode, gradient, F) case Opcode::gradient:
 #include "backends/Activations.def"
     case Opcode::SwigluGrad:
@@ -1264,6 +1265,10 @@ template <typename T> struct Kernels {
       break;
     case Opcode::BiasGrad:
       biasGrad(in[0], out[0]);
+      break;
+    case Opcode::LinearGradWeightBias: // the pair
+      linearGradWeight(in[0], in[1], out[0]);
+      biasGrad(in[0], out[1]);
       break;
 #define MT_ACTIVATION(opcode, gradient, F)                                                     \
   case Opcode::gradient:                                                                       \

@@ -854,6 +854,41 @@ private:
     }
   }
 
+  /// dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy (added to the f32 gradient where
+  /// the instruction accumulates). With `sums`, cuBLASLt's epilogue also writes dy's
+  /// column sums there (Epilogue::biasGrad), if it has an algorithm for that: false,
+  /// having run the plain product, where it has none.
+  template <typename T> bool weightGradient(const Call<T> &c, void *sums) {
+    const TensorView *in = c.in, *out = c.out;
+    const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
+    Epilogue epilogue{nullptr, Activation::None, nullptr, c.inst.accumulate(), sums};
+    if (sums && gemmPath_ != GemmPath::CublasOnly &&
+        ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k,
+                      in[0].data, nOut, out[0].data, k, c.type(), epilogue, stream_))
+      return true;
+    if (sums && gemmPath_ != GemmPath::CublasOnly && !warnedBiasGrad_) {
+      std::fprintf(stderr,
+                   "cuda backend: cuBLASLt has no bias-gradient epilogue for a %lld x "
+                   "%lld x %lld weight gradient; its bias gradient is summed apart\n",
+                   static_cast<long long>(k), static_cast<long long>(nOut),
+                   static_cast<long long>(m));
+      warnedBiasGrad_ = true;
+    }
+    epilogue.biasGrad = nullptr;
+    gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, c.type(),
+         epilogue);
+    return false;
+  }
+  /// db = dy's column sums (added to the f32 gradient where the instruction accumulates).
+  template <typename T> void biasGradient(const Call<T> &c, const TensorView &db) {
+    const int64_t rows = c.in[0].rows(), cols = c.in[0].cols();
+    float *partials = static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols)));
+    if (c.inst.accumulate())
+      launchBiasGrad(c.p(c.in[0]), c.f(db), rows, cols, partials, true, stream_);
+    else
+      launchBiasGrad(c.p(c.in[0]), c.p(db), rows, cols, partials, false, stream_);
+  }
+
   /// The linears (GEMMs with their epilogues), their gradients and bias gradients.
   template <typename T> void runLinears(const Call<T> &c) {
     const plan::Instruction &inst = c.inst;
@@ -881,21 +916,23 @@ private:
            {nullptr, gelu ? Activation::GeluGrad : Activation::None, gelu ? in[2].data : nullptr});
       break;
     }
-    case Opcode::LinearGradWeight: {
-      // dW[N×K] = dy[M×N]ᵀ·x[M×K]: column-major dWᵀ = xᵀ·dy (added to the f32 gradient
-      // where the instruction accumulates).
-      const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
-      gemm(false, true, k, nOut, m, in[1].data, k, in[0].data, nOut, out[0].data, k, c.type(),
-           Epilogue{nullptr, Activation::None, nullptr, inst.accumulate()});
+    case Opcode::LinearGradWeight:
+      weightGradient(c, nullptr);
       break;
-    }
-    case Opcode::BiasGrad: {
-      const int64_t rows = in[0].rows(), cols = in[0].cols();
-      float *partials = static_cast<float *>(scratch(columnSumScratchBytes(1, rows, cols)));
-      if (inst.accumulate())
-        launchBiasGrad(c.p(in[0]), c.f(out[0]), rows, cols, partials, true, stream_);
-      else
-        launchBiasGrad(c.p(in[0]), c.p(out[0]), rows, cols, partials, false, stream_);
+    case Opcode::BiasGrad:
+      biasGradient(c, out[0]);
+      break;
+    case Opcode::LinearGradWeightBias: {
+      // The bias gradient as the GEMM reads dy (BGRADB), in f32 and then added where the
+      // instruction accumulates; where cuBLASLt has no algorithm for it, the pair.
+      const bool accumulate = inst.accumulate();
+      void *sums = accumulate ? scratch(sizeof(float) * in[0].cols()) : out[1].data;
+      if (!weightGradient(c, sums)) {
+        biasGradient(c, out[1]);
+        break;
+      }
+      if (accumulate)
+        launchAccumulate(static_cast<const float *>(sums), c.f(out[1]), in[0].cols(), stream_);
       break;
     }
     default:
@@ -1297,6 +1334,7 @@ private:
     case Opcode::LinearGradInputGelu:
     case Opcode::LinearGradWeight:
     case Opcode::BiasGrad:
+    case Opcode::LinearGradWeightBias:
       runLinears(c);
       break;
     case Opcode::Attention:
@@ -1423,6 +1461,7 @@ private:
   std::vector<AdamWChunk> adamwHost_;
   std::vector<SquaresChunk> squaresHost_;
   bool warnedCudnn_ = false;
+  bool warnedBiasGrad_ = false; // said once: a bias gradient summed apart
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();
   const AttentionPath attentionPath_ = attentionPath();

@@ -42,13 +42,16 @@ GemmPath gemmPath() {
 /// `aux` (DGELU). `aux` is shaped as C, with C's leading dimension. cuBLASLt's GELU is
 /// the tanh approximation, as core/SharedMath.h's; the backend fuses it in 16 bits only.
 /// `accumulate`: C is f32 and the product is added to it (C = A·B + C), with neither
-/// bias nor activation (a weight gradient into the parameter's gradient).
+/// bias nor activation (a weight gradient into the parameter's gradient). `biasGrad`:
+/// op(B)'s column sums over k, written (never added) in C's type (BGRADB: a weight
+/// gradient's bias gradient, dy summed over its rows), with no bias and no activation.
 enum class Activation { None, Gelu, GeluGrad };
 struct Epilogue {
   const void *bias = nullptr;
   Activation activation = Activation::None;
   void *aux = nullptr;
   bool accumulate = false;
+  void *biasGrad = nullptr;
 };
 
 /// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
@@ -77,6 +80,10 @@ public:
     // multiple of 8 (cuBLASLt's rules); otherwise the caller's fallback runs the pair.
     if (activation && (reinterpret_cast<uintptr_t>(epilogue.aux) % 16 != 0 || ldc % 8 != 0))
       return false;
+    // The bias gradient wants a 16-byte aligned vector too, and is an epilogue of its own.
+    if (epilogue.biasGrad &&
+        (reinterpret_cast<uintptr_t>(epilogue.biasGrad) % 16 != 0 || bias || activation))
+      return false;
     // Parameters sit at element offsets of one flat store: the heuristic is told how
     // aligned each operand really is, so the alignments are part of the shape.
     auto alignment = [](const void *ptr) {
@@ -85,9 +92,23 @@ public:
         align /= 2;
       return align;
     };
-    const Key key{transA, transB, m, n, k, lda, ldb, ldc, static_cast<int>(dtype),
-                  bias != nullptr, static_cast<int>(epilogue.activation), epilogue.accumulate,
-                  alignment(a), alignment(b), alignment(c), workspaceBytes};
+    const Key key{transA,
+                  transB,
+                  m,
+                  n,
+                  k,
+                  lda,
+                  ldb,
+                  ldc,
+                  static_cast<int>(dtype),
+                  bias != nullptr,
+                  static_cast<int>(epilogue.activation),
+                  epilogue.accumulate,
+                  epilogue.biasGrad != nullptr,
+                  alignment(a),
+                  alignment(b),
+                  alignment(c),
+                  workspaceBytes};
     auto found = plans_.find(key);
     if (found == plans_.end()) {
       Plan plan;
@@ -98,6 +119,8 @@ public:
     Plan &plan = found->second;
     if (!plan.haveAlgorithm)
       return false;
+    if (epilogue.biasGrad)
+      bias = epilogue.biasGrad; // the epilogue's vector, written
     if (bias && cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS)
       return false;
@@ -138,11 +161,12 @@ private:
     bool bias;
     int activation;
     bool accumulate;
+    bool biasGrad;
     uint32_t alignA, alignB, alignC;
     size_t workspace;
     auto tie() const {
-      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, activation,
-                      accumulate, alignA, alignB, alignC, workspace);
+      return std::tie(transA, transB, m, n, k, lda, ldb, ldc, dtype, bias, activation, accumulate,
+                      biasGrad, alignA, alignB, alignC, workspace);
     }
     bool operator<(const Key &other) const { return tie() < other.tie(); }
   };
@@ -181,9 +205,21 @@ private:
         mode = key.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
       else if (epilogue.activation == Activation::GeluGrad)
         mode = CUBLASLT_EPILOGUE_DGELU; // no bias: the product is a gradient
+      else if (key.biasGrad)
+        mode = CUBLASLT_EPILOGUE_BGRADB;
       check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &mode,
                                            sizeof mode),
             "the epilogue");
+      if (key.biasGrad) {
+        // In C's type: f32 where the product is added into a parameter's f32 gradient.
+        const cudaDataType_t sums = key.accumulate ? CUDA_R_32F : type;
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &sums,
+                                             sizeof sums),
+              "the bias gradient's type");
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                             &epilogue.biasGrad, sizeof epilogue.biasGrad),
+              "the bias gradient");
+      }
       if (key.bias) {
         check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                              &type, sizeof type),
