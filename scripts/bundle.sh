@@ -30,7 +30,7 @@ for built in "$build/tools/mtc" "$build/tools/mtrun" "$build/tools/mtckpt" \
 done
 
 rm -rf "$out"
-mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,plans/calibrate,data,bench}
+mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,plans/calibrate,plans/ab,data,bench}
 cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/test/cuda_backend_test" "$out/libexec/"
 [ ! -x "$build/runtime/gpu_calibrate" ] || cp "$build/runtime/gpu_calibrate" "$out/libexec/"
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
@@ -138,6 +138,13 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
     "$model" "$seq" "$batch" "$flops" "$layers" "$hidden" "$heads" "$vocab" "${estimates[0]}" \
     "${estimates[1]}" "$attention_dropout" \
     >"$out/plans/bench/$model.env"
+done
+# GPT-2 124M as the benchmark runs it, with and without the bias-gradient fusion, for
+# session.sh's fusion-ab: the one change's profile before and after, on one device.
+for fusion in "" --no-bias-grad-fusion; do
+  "$build/tools/mtc" compile models/gpt2-124m.mlir --bf16 --seq-length 1024 --micro-batch-size 8 \
+    --global-batch-size 8 --attention-dropout "$attention_dropout" $fusion \
+    -o "$out/plans/ab/gpt2-124m${fusion:+-${fusion#--}}.mtp" >/dev/null
 done
 # The model bench/calibrate.sh profiles to calibrate the kernel families, apart from the
 # benchmark's models, which the calibration is then checked on: GPT-2 350M (hidden 1024,

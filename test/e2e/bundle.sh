@@ -20,6 +20,11 @@ bundle=$work/bundle
 bytes=$(du -sb "$bundle" | cut -f1)
 [ "$bytes" -le $((64 << 20)) ] || fail "$bytes bytes, over 64 MiB"
 
+# session.sh fusion-ab's pair of plans.
+for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion; do
+  [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh fusion-ab"
+done
+
 # A CPU step from a scrubbed environment.
 rm -rf "$work/ckpt"
 env -i "$bundle/bin/mtrun" "$bundle/plans/gpt-tiny-fp32-none.mtp" --backend cpu \

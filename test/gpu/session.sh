@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # One GPU lease's checks from the runtime bundle, the most important first, each under its
 # own limit and all within BUDGET seconds (default 540), so that a lease of a few minutes
-# brings back what it had time for. The steps, in the order given (default: all but
-# backend and mtc-1.3b, which the others include):
+# brings back what it had time for. The steps, in the order given (default: bench-gpt2,
+# test-gpu, bench-1.3b and sanitize; backend and mtc-1.3b are parts of those):
 #   bench-gpt2   bench/gpu.sh on GPT-2 124M (mtc with and without CUDA graphs, PyTorch,
 #                the profile)
 #   backend      cuda_backend_test alone: every op against the CPU backend
 #   test-gpu     test-gpu.sh: every op, bit-exact reruns and resume, GPT-2's loss curve
 #   bench-1.3b   bench/gpu.sh on the 1.3B model
 #   mtc-1.3b     mtc alone on the 1.3B model: its throughput after 10 steps, its profile
+#   fusion-ab    GPT-2 124M with and without the bias-gradient fusion, each profiled in
+#                turn, twice: one change's profile before and after on one device
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs, copies,
 #                launches, then the kernel families of a GPT-2 350M profile; the system
@@ -28,7 +30,7 @@ logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin; the default four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=120)
+  [calibrate]=120 [fusion-ab]=60)
 run_step() {
   case "$1" in
   bench-gpt2) WORK="$logs/bench" MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
@@ -51,6 +53,16 @@ run_step() {
         --data "$logs/tokens" --steps 6 --log-every 6 --lr 1e-4 --profile
     ;;
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
+  fusion-ab)
+    python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 || return
+    for round in 1 2; do
+      for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion; do
+        echo "== $plan, round $round"
+        "$here/bin/mtrun" "$here/plans/ab/$plan.mtp" --backend cuda --data "$logs/tokens" \
+          --steps 8 --log-every 8 --lr 1e-4 --profile || return
+      done
+    done
+    ;;
   calibrate)
     local system=dgx-h100
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
