@@ -25,6 +25,12 @@ LinearGradWeightOp soleWeightGradient(BiasGradOp bias) {
   return found;
 }
 
+/// Whether one mt.param_grad alone reads `v`: what mt-fuse-grad-accumulation asks of
+/// every weight gradient of an op before the op adds them into the parameters'.
+bool addableIntoItsParameter(Value v) {
+  return v.hasOneUse() && isa<ParamGradOp>(*v.getUsers().begin());
+}
+
 /// Whether every reader of `op`'s results comes after `point` (which is after `op`).
 bool readAfter(Operation *op, Operation *point) {
   return llvm::all_of(op->getUsers(), [&](Operation *user) {
@@ -51,7 +57,10 @@ struct MtFuseBiasGrad : impl::MtFuseBiasGradBase<MtFuseBiasGrad> {
     DominanceInfo dominance(getOperation());
     for (BiasGradOp bias : biases) {
       LinearGradWeightOp weight = soleWeightGradient(bias);
-      if (!weight || weight.getAccumulate() != bias.getAccumulate())
+      // Both accumulate or neither, now and once mt-fuse-grad-accumulation has run: the
+      // fused op would lose the accumulation its pair had where only one result could.
+      if (!weight || weight.getAccumulate() != bias.getAccumulate() ||
+          addableIntoItsParameter(weight.getResult()) != addableIntoItsParameter(bias.getResult()))
         continue;
       const bool weightFirst = weight->isBeforeInBlock(bias);
       Operation *later = weightFirst ? bias.getOperation() : weight.getOperation();

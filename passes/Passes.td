@@ -319,9 +319,11 @@ def MtFuseBiasGrad : Pass<"mt-fuse-bias-grad", "::mlir::ModuleOp"> {
     `mt.recomputed`) and the same `accumulate`, become one
     `mt.linear_grad_weight_bias`: at the earlier one's place where the later one's
     operands are defined by then, else at the later one's where nothing reads the
-    earlier one's result before it; otherwise, or where dy has two weight gradients, the
-    pair is left as it is. Runs before mt-fuse-grad-accumulation, which then treats both
-    results as it treats the pair's.
+    earlier one's result before it. Left as they are: a pair that could not be placed so,
+    a dy with two weight gradients in its block and placement, and a pair of which one
+    result alone is read by one `mt.param_grad` alone (mt-fuse-grad-accumulation, which
+    runs after, would then have added one into its parameter's gradient and not the
+    other; the fused op accumulates both or neither).
 
     The GEMM sums the bias gradient as it reads dy (cuBLASLt's BGRADB epilogue, as
     Transformer Engine's weight gradient does): one launch and one read of dy fewer per
@@ -400,7 +402,8 @@ def MtFuseGradAccumulation : Pass<"mt-fuse-grad-accumulation", "::mlir::ModuleOp
   let description = [{
     Megatron's gradient-accumulation fusion, on the differentiated step: an op whose
     weight gradients (GradAccumulatingOpInterface: mt.linear_grad_weight, mt.bias_grad,
-    the weight and bias gradients of mt.layer_norm_grad and mt.rms_norm_grad) are each
+    both results of mt.linear_grad_weight_bias, the weight and bias gradients of
+    mt.layer_norm_grad and mt.rms_norm_grad) are each
     read by one `mt.param_grad` alone gets `accumulate`: it adds them into the
     parameters' gradients itself, in the accumulator type (f32 under bf16 and f16, which
     the results' types then say), as the GEMM's C = A·B + C and the column sums' last

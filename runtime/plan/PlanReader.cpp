@@ -209,11 +209,15 @@ std::string checkBiasGrad(const Operands &o) {
   return o.out[0].numel() == o.in[0].last() ? "" : "bias gradient disagrees";
 }
 
-// LinearGradWeightBias (dy, x) -> (dW, db): LinearGradWeight's rule and BiasGrad's.
+// LinearGradWeightBias (dy, x) -> (dW, db): LinearGradWeight's rule and BiasGrad's, db
+// a vector of dW's type.
 std::string checkLinearGradWeightBias(const Operands &o) {
   if (std::string error = checkLinearGradWeight(o); !error.empty())
     return error;
-  return o.out[1].numel() == o.in[0].last() ? "" : "bias gradient disagrees";
+  return o.out[1].rank() == 1 && o.out[1].numel() == o.in[0].last() &&
+                 o.out[1].dtype == o.out[0].dtype
+             ? ""
+             : "bias gradient disagrees";
 }
 
 std::string checkBiasAdd(const Operands &o) {

@@ -143,11 +143,11 @@ std::vector<Case> cases() {
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});
-  // GELU's epilogues in fp16 too (cuBLASLt's other 16-bit type), and the residual
-  // branch, fused and not.
+  // GELU's epilogues and the bias gradient's in fp16 too (cuBLASLt's other 16-bit type),
+  // and the residual branch, fused and not.
   for (const test::OpCase &op : test::opCases())
-    if (op.name == "mlp_gelu_wide" || op.name.rfind("bias_dropout_add", 0) == 0 ||
-        op.name.rfind("norm_grad_add", 0) == 0)
+    if (op.name == "mlp_gelu_wide" || op.name.rfind("linear_wide", 0) == 0 ||
+        op.name.rfind("bias_dropout_add", 0) == 0 || op.name.rfind("norm_grad_add", 0) == 0)
       all.push_back({op, {"fp16", 1e-2}});
   return all;
 }
@@ -1142,6 +1142,30 @@ TEST(CudaLinear, RoundsTheBiasedResultOnce) {
       EXPECT_EQ(run(*cuda, true, offset), expected)
           << "GEMM through " << gemm << ", bias " << offset << " bytes past 16-byte alignment";
   }
+}
+
+/// A bias gradient runs in cuBLASLt's BGRADB epilogue, added into the parameter's f32
+/// gradient or written as a result of its own (MT_CUDA_GEMM=cublaslt makes summing it
+/// apart an error), and matches the CPU backend's pair.
+TEST(CudaLinear, BiasGradientRunsInCublasLt) {
+  ScopedEnv path("MT_CUDA_GEMM", "cublaslt");
+  int cases = 0;
+  for (const test::OpCase &op : test::opCases()) {
+    if (op.name != "linear_wide" && op.name != "linear_wide_separate")
+      continue;
+    for (Precision p :
+         {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
+      SCOPED_TRACE(op.name + " in " + p.flag);
+      LoadedPlan plan;
+      const plan::Instruction *fused = nullptr;
+      ASSERT_NO_FATAL_FAILURE(
+          loadInstruction(op.name.c_str(), p, plan::Opcode::LinearGradWeightBias, plan, fused));
+      EXPECT_EQ(fused->accumulate(), op.name == "linear_wide");
+      matchesTheCpuBackend({op, p});
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 6);
 }
 
 /// The device initialises every parameter of gpt-tiny as the CPU backend does, bit for

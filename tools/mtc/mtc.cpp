@@ -35,7 +35,8 @@ constexpr const char *kUsage = R"(usage:
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
               [--no-bias-dropout-fusion] [--no-bias-grad-fusion]
               [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
-              [--no-norm-grad-add-fusion] [--moe-expert-capacity-factor F] [--emit-mlir FILE] [--print-ir-after-all]
+              [--no-norm-grad-add-fusion] [--moe-expert-capacity-factor F]
+              [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S [--runtime R] --gpus N [the layout flags of compile]
               [--train-tokens T] [--json] [--explain]

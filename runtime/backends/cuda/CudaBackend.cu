@@ -866,10 +866,18 @@ private:
         ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k,
                       in[0].data, nOut, out[0].data, k, c.type(), epilogue, stream_))
       return true;
+    if (sums && gemmPath_ == GemmPath::CublasLtOnly)
+      throw std::runtime_error(cat("cuda backend: cuBLASLt did not run the bias-gradient "
+                                   "epilogue of a ",
+                                   k, " x ", nOut, " x ", m,
+                                   " weight gradient, and MT_CUDA_GEMM=cublaslt forbids "
+                                   "summing the bias gradient apart"));
     if (sums && gemmPath_ != GemmPath::CublasOnly && !warnedBiasGrad_) {
       std::fprintf(stderr,
-                   "cuda backend: cuBLASLt has no bias-gradient epilogue for a %lld x "
-                   "%lld x %lld weight gradient; its bias gradient is summed apart\n",
+                   "cuda backend: cuBLASLt did not run the bias-gradient epilogue of a "
+                   "%lld x %lld x %lld weight gradient (no algorithm, a vector not "
+                   "16-byte aligned, or a refused call); such bias gradients are "
+                   "summed apart\n",
                    static_cast<long long>(k), static_cast<long long>(nOut),
                    static_cast<long long>(m));
       warnedBiasGrad_ = true;

@@ -31,7 +31,8 @@ cudaDataType_t cudaTypeOf(DType dtype) {
 
 /// MT_CUDA_GEMM=cublas: every GEMM through cuBLAS's general GEMM, the path taken where
 /// cuBLASLt has no algorithm or fails (to test it, or to rule cuBLASLt out);
-/// MT_CUDA_GEMM=cublaslt: cuBLASLt or an error, never the fallback (to test cuBLASLt).
+/// MT_CUDA_GEMM=cublaslt: cuBLASLt or an error, never the fallback, nor a bias gradient
+/// summed apart from its weight gradient's GEMM (to test cuBLASLt).
 enum class GemmPath { Any, CublasOnly, CublasLtOnly };
 GemmPath gemmPath() {
   return static_cast<GemmPath>(environmentChoice("MT_CUDA_GEMM", "cublas", "cublaslt"));
