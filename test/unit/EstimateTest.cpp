@@ -273,6 +273,47 @@ TEST_F(LoweredTest, GeluEpiloguesCostWhatTheCudaBackendRuns) {
   }
 }
 
+// A bias gradient summed by its weight gradient's GEMM (cuBLASLt's BGRADB) costs that
+// GEMM, reading dy once: less than the pair. Accumulating, the CUDA backend adds the
+// epilogue's f32 sums into the parameter's gradient with a kernel of its own.
+TEST_F(LoweredTest, TheBiasGradientEpilogueCostsWhatTheCudaBackendRuns) {
+  SystemSpec s = a100();
+  s.kernelOverhead = 3e-6;
+  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
+    func.func @f(%dy: tensor<4x512x4096xbf16>, %x: tensor<4x512x1024xbf16>) {
+      %w = mt.linear_grad_weight %dy, %x : (tensor<4x512x4096xbf16>, tensor<4x512x1024xbf16>) -> tensor<4096x1024xbf16>
+      %b = mt.bias_grad %dy : (tensor<4x512x4096xbf16>) -> tensor<4096xbf16>
+      %fw, %fb = mt.linear_grad_weight_bias %dy, %x : (tensor<4x512x4096xbf16>, tensor<4x512x1024xbf16>) -> (tensor<4096x1024xbf16>, tensor<4096xbf16>)
+      %aw = mt.linear_grad_weight %dy, %x {accumulate} : (tensor<4x512x4096xbf16>, tensor<4x512x1024xbf16>) -> tensor<4096x1024xf32>
+      mt.param_grad "w", %aw : tensor<4096x1024xf32>
+      %gw, %gb = mt.linear_grad_weight_bias %dy, %x {accumulate} : (tensor<4x512x4096xbf16>, tensor<4x512x1024xbf16>) -> (tensor<4096x1024xf32>, tensor<4096xf32>)
+      mt.param_grad "w2", %gw : tensor<4096x1024xf32>
+      mt.param_grad "b2", %gb : tensor<4096xf32>
+      return
+    })", &context);
+  ASSERT_TRUE(module);
+  std::vector<mlir::Operation *> ops;
+  module->walk([&](mlir::Operation *op) {
+    if (op->getNumResults() > 0)
+      ops.push_back(op);
+  });
+  ASSERT_EQ(ops.size(), 5u);
+  const int64_t dy = 4 * 512 * 4096 * 2, x = 4 * 512 * 1024 * 2, dw = 4096 * 1024 * 2,
+                db = 4096 * 2;
+  const double weight = kernelSeconds(ops[0], s), pair = weight + kernelSeconds(ops[1], s);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s),
+                   3e-6 + std::max(weight - 3e-6, memorySeconds(s, dy + x + dw + db)));
+  EXPECT_LT(kernelSeconds(ops[2], s), pair - 3e-6);
+  // Accumulated: the f32 gradients read and written, and the sums' kernel: its launch,
+  // the scratch read, the gradient read and written.
+  const double accumulated = kernelSeconds(ops[3], s);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s),
+                   2 * 3e-6 +
+                       std::max(accumulated - 3e-6,
+                                memorySeconds(s, dy + x + 2 * (2 * dw) + 2 * (2 * db))) +
+                       memorySeconds(s, 3 * (2 * db)));
+}
+
 } // namespace
 
 namespace {
