@@ -233,39 +233,36 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
                           bool distributedOptimizer) {
   StepAccount a;
   a.bytesPerParameter = BytesPerParameter::of(precision);
-  int64_t optimized = 0; // the most elements a rank keeps the optimizer's state of
-  for (int64_t s = 0; s < pp; ++s) {
-    const StageParameters p = stageParameters(chunks, pp, s);
-    a.localParameters = std::max(a.localParameters, p.all);
-    optimized = std::max(
-        optimized, distributedOptimizer ? (p.all - p.experts) / dp + p.experts / (dp / ep) : p.all);
-  }
+  const BytesPerParameter &b = a.bytesPerParameter;
   for (const ChunkFootprint &c : chunks) {
-    a.memory.activations = std::max(a.memory.activations, c.arenaBytes);
     a.costs.add(c.costs);
     a.recompute.add(c.recompute);
   }
-  // Under a pipeline, each stage also keeps the stash of every micro-batch in flight:
-  // the largest of its chunks', as a bound.
-  if (pp > 1) {
-    int64_t peak = 0;
-    for (int64_t s = 0; s < pp; ++s) {
-      int64_t stash = 0;
-      for (size_t c = s; c < chunks.size(); c += pp)
-        stash = std::max(stash, chunks[c].stashBytes);
-      a.stashBytes.push_back(inFlight[s] * stash);
-      peak = std::max(peak, a.memory.activations + inFlight[s] * stash);
+  // Each stage as the executor allocates it: one arena for its programs, which run one at
+  // a time; under a pipeline, a slot of its largest stash for every micro-batch in flight;
+  // the staging of its ring attention or expert exchange.
+  for (int64_t s = 0; s < pp; ++s) {
+    const StageParameters p = stageParameters(chunks, pp, s);
+    a.localParameters = std::max(a.localParameters, p.all);
+    int64_t arena = 0, stash = 0, ring = 0;
+    for (size_t c = s; c < chunks.size(); c += pp) {
+      arena = std::max(arena, chunks[c].arenaBytes);
+      stash = std::max(stash, chunks[c].stashBytes);
+      ring = std::max(ring, chunks[c].ringBytes);
     }
-    a.memory.activations = peak;
+    if (pp > 1)
+      a.stashBytes.push_back(inFlight[s] * stash);
+    const int64_t optimized =
+        distributedOptimizer ? (p.all - p.experts) / dp + p.experts / (dp / ep) : p.all;
+    MemoryReport m;
+    m.weights = b.weights * p.all;
+    m.gradients = b.gradients * p.all;
+    m.optimizer = b.optimizer * optimized;
+    m.activations = arena + (pp > 1 ? inFlight[s] * stash : 0) + ring;
+    a.stages.push_back(m);
+    if (s == 0 || m.total() > a.memory.total())
+      a.memory = m;
   }
-  int64_t ring = 0;
-  for (const ChunkFootprint &c : chunks)
-    ring = std::max(ring, c.ringBytes);
-  a.memory.activations += ring;
-  const BytesPerParameter &b = a.bytesPerParameter;
-  a.memory.weights = b.weights * a.localParameters;
-  a.memory.gradients = b.gradients * a.localParameters;
-  a.memory.optimizer = b.optimizer * optimized;
   return a;
 }
 

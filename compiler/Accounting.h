@@ -80,16 +80,18 @@ struct BytesPerParameter {
 };
 
 /// What one rank of a lowered training step costs: the model's work per micro-batch
-/// (recomputation apart) and the bytes each rank holds. Under a pipeline, the most any
-/// stage holds: its parameters (a tied one counts on each stage that holds it), and
-/// its arena plus the stashes of the micro-batches it has in flight.
+/// (recomputation apart) and the bytes each rank holds, exactly as mtrun allocates them:
+/// each pipeline stage's parameters (a tied one counts on each stage that holds it), the
+/// arena of its largest program, the stashes of the micro-batches it has in flight, and
+/// its ring or exchange staging. `memory` is the stage that holds the most.
 struct StepAccount {
   OpCosts costs;            // the model's, per micro-batch and rank
   OpCosts recompute;        // what recomputation adds to it
-  int64_t localParameters = 0;
+  int64_t localParameters = 0; // the most any stage holds
   BytesPerParameter bytesPerParameter;
   MemoryReport memory;
-  std::vector<int64_t> stashBytes; // per pipeline stage: the most held at once
+  std::vector<MemoryReport> stages; // per pipeline stage (one without a pipeline)
+  std::vector<int64_t> stashBytes;  // per pipeline stage: the most held at once
 };
 
 /// What one chunk (virtual pipeline stage) of a lowered step holds and computes on one

@@ -353,6 +353,7 @@ int compileStep(const Flags &args, ModuleOp module, const std::string &path,
   }
   header.costs = account.costs;
   header.memory = account.memory;
+  header.stages = account.stages;
   header.stashBytes = account.stashBytes;
   header.precision = options.precision;
 

@@ -305,9 +305,11 @@ LogicalResult Emitter::run(ModuleOp module, const PlanHeader &header,
                              static_cast<uint32_t>(a.microBatch));
       actions.emplace_back(plan::ActionKind::GradSync, 0, 0);
       actions.emplace_back(plan::ActionKind::OptimizerStep, 0, 0);
+      const MemoryReport held = s < header.stages.size() ? header.stages[s] : MemoryReport{};
       stages.push_back(plan::CreateStage(
           fbb, fbb.CreateVectorOfStructs(actions),
-          s < header.stashBytes.size() ? static_cast<uint64_t>(header.stashBytes[s]) : 0));
+          s < header.stashBytes.size() ? static_cast<uint64_t>(header.stashBytes[s]) : 0,
+          held.weights, held.gradients, held.optimizer, held.activations));
     }
   }
 

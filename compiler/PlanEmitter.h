@@ -22,7 +22,8 @@ struct PlanHeader {
   int64_t microBatchSize = 0, globalBatchSize = 0, seqLength = 0, vocabSize = 0;
   int64_t parameters = 0;
   OpCosts costs;
-  MemoryReport memory;
+  MemoryReport memory;              // the stage that holds the most
+  std::vector<MemoryReport> stages; // what each pipeline stage's ranks hold
   std::vector<int64_t> stashBytes; // per pipeline stage: the most stash bytes held at once
 };
 

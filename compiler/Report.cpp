@@ -174,7 +174,14 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
     row("  per layer") << withCommas(*layerBytes)
                        << "  (kept for backward by layer 0, one micro-batch, "
                        << options.attention << " attention)\n";
-  row("  total") << withCommas(m.total()) << "  (" << binarySize(m.total()) << ")\n";
+  row("  total") << withCommas(m.total()) << "  (" << binarySize(m.total()) << ")"
+                 << (header.stages.size() > 1 ? ", the stage that holds the most" : "") << "\n";
+  if (header.stages.size() > 1) {
+    row("  per stage");
+    for (size_t s = 0; s < header.stages.size(); ++s)
+      outs() << (s ? ", " : "") << withCommas(header.stages[s].total());
+    outs() << "\n";
+  }
 }
 
 /// The critical stage's kernels by family, per step, in `mtrun --profile`'s names and

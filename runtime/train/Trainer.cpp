@@ -84,13 +84,26 @@ private:
   std::vector<nlohmann::json> events_;
 };
 
+/// What mtc predicted this rank holds: its pipeline stage's figures, else (no pipeline,
+/// or a plan that has none per stage) the plan's, which are the most any stage holds.
+uint64_t predictedBytes(Executor &executor) {
+  const plan::Plan &p = executor.plan();
+  const int stage = executor.comm().rank(Group::Pipeline);
+  if (p.stages() && stage < static_cast<int>(p.stages()->size())) {
+    const plan::Stage &s = *p.stages()->Get(stage);
+    if (uint64_t held =
+            s.weight_bytes() + s.gradient_bytes() + s.optimizer_bytes() + s.activation_bytes())
+      return held;
+  }
+  const plan::Accounting *a = p.accounting();
+  return a ? a->weight_bytes() + a->gradient_bytes() + a->optimizer_bytes() + a->activation_bytes()
+           : 0;
+}
+
 /// What this rank holds of its device's memory, beside what mtc predicted for it.
 void reportMemory(Executor &executor, std::FILE *log) {
   Backend &backend = executor.backend();
-  const plan::Accounting *a = executor.plan().accounting();
-  const uint64_t predicted = a ? a->weight_bytes() + a->gradient_bytes() + a->optimizer_bytes() +
-                                     a->activation_bytes()
-                               : 0;
+  const uint64_t predicted = predictedBytes(executor);
   std::fprintf(log,
                "memory: %" PRIu64 " bytes held for the plan, %" PRIu64
                " predicted (+ %zu guard bytes after the arena); at most %" PRIu64 " at once",
@@ -694,6 +707,14 @@ Status Run::finish() {
                      static_cast<double>(plan_.virtual_stages() * share_));
   if (log_)
     reportMemory(executor_, log_);
+  // Every rank checks its own: it holds what mtc predicted for its stage, and the guard.
+  if (const uint64_t predicted = predictedBytes(executor_);
+      predicted && executor_.backend().heldBytes() != predicted + Executor::kGuardBytes)
+    std::fprintf(stderr,
+                 "mtrun: rank %d holds %" PRIu64 " bytes for the plan, where mtc predicted %" PRIu64
+                 " (+ %zu guard bytes)\n",
+                 comm_.position().worldRank(), executor_.backend().heldBytes(), predicted,
+                 Executor::kGuardBytes);
   if (log_ && executor_.backend().records())
     std::fprintf(log_, "programs recorded: %d, each replayed as one launch\n",
                  executor_.recordedPrograms());
