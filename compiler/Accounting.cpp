@@ -1,4 +1,5 @@
 #include "compiler/Accounting.h"
+#include "core/Shares.h"
 #include "dialects/mt/MtDialect.h"
 #include "passes/Passes.h"
 
@@ -16,9 +17,9 @@ namespace mtc {
 static int64_t parametersIn(FunctionOpInterface fn, SymbolTableCollection &symbols) {
   int64_t n = 0;
   fn.walk([&](Operation *op) {
-    if (auto param = dyn_cast<mt::ParamOp>(op))
+    if (auto param = dyn_cast<mlir::mt::ParamOp>(op))
       n += cast<RankedTensorType>(param.getType()).getNumElements();
-    else if (auto repeat = dyn_cast<mt::RepeatOp>(op))
+    else if (auto repeat = dyn_cast<mlir::mt::RepeatOp>(op))
       if (auto block = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(
               repeat, repeat.getCalleeAttr()))
         n += static_cast<int64_t>(repeat.getCount()) * parametersIn(block, symbols);
@@ -39,27 +40,27 @@ std::optional<DecoderShape> recogniseDecoder(ModuleOp module) {
   DecoderShape g;
   int repeats = 0, embeddings = 0, attentions = 0, activations = 0, routers = 0;
   module.walk([&](Operation *op) {
-    if (auto r = dyn_cast<mt::RepeatOp>(op)) {
+    if (auto r = dyn_cast<mlir::mt::RepeatOp>(op)) {
       ++repeats;
       g.layers = r.getCount();
-    } else if (auto e = dyn_cast<mt::EmbeddingOp>(op)) {
+    } else if (auto e = dyn_cast<mlir::mt::EmbeddingOp>(op)) {
       ++embeddings;
       auto table = cast<RankedTensorType>(e.getTable().getType());
       g.vocab = table.getDimSize(0);
       g.hidden = table.getDimSize(1);
-    } else if (auto p = dyn_cast<mt::PositionEmbeddingOp>(op)) {
+    } else if (auto p = dyn_cast<mlir::mt::PositionEmbeddingOp>(op)) {
       g.positions = cast<RankedTensorType>(p.getTable().getType()).getDimSize(0);
       g.positionTable = true;
-    } else if (auto a = dyn_cast<mt::AttentionOp>(op)) {
+    } else if (auto a = dyn_cast<mlir::mt::AttentionOp>(op)) {
       ++attentions;
       g.heads = a.getHeads();
       g.kvHeads = a.getKeyValueHeads();
       g.headDim = cast<RankedTensorType>(a.getResult().getType()).getDimSize(2) / g.heads;
-    } else if (isa<mt::GeluOp, mt::SwigluOp>(op)) {
+    } else if (isa<mlir::mt::GeluOp, mlir::mt::SwigluOp>(op)) {
       ++activations;
       g.ffn = cast<RankedTensorType>(op->getResult(0).getType()).getShape().back();
-      g.gated = isa<mt::SwigluOp>(op);
-    } else if (auto r = dyn_cast<mt::MoeRouterOp>(op)) {
+      g.gated = isa<mlir::mt::SwigluOp>(op);
+    } else if (auto r = dyn_cast<mlir::mt::MoeRouterOp>(op)) {
       ++routers;
       g.experts = cast<RankedTensorType>(r.getLogits().getType()).getDimSize(2);
       g.topk = static_cast<int64_t>(r.getTopk());
@@ -110,20 +111,20 @@ std::optional<int64_t> savedBytesOfLayer(ModuleOp module, int64_t layer) {
     return std::nullopt;
   Block &body = fn.getFunctionBody().front();
   DenseMap<Operation *, int64_t> position;
-  const int64_t backwardStart = mt::numberOps(body, position);
+  const int64_t backwardStart = mlir::mt::numberOps(body, position);
   int64_t bytes = 0;
   bool found = false;
   for (Operation &op : body) {
     if (position[&op] >= backwardStart)
       break;
-    auto ordinal = op.getAttrOfType<IntegerAttr>(mt::kLayerAttr);
-    if (!ordinal || ordinal.getInt() != layer || isa<mt::ParamOp>(op))
+    auto ordinal = op.getAttrOfType<IntegerAttr>(mlir::mt::kLayerAttr);
+    if (!ordinal || ordinal.getInt() != layer || isa<mlir::mt::ParamOp>(op))
       continue;
     found = true;
     for (Value v : op.getResults())
       if (llvm::any_of(v.getUsers(),
                        [&](Operation *user) { return position.lookup(user) >= backwardStart; }))
-        bytes += mt::tensorBytes(v.getType());
+        bytes += mlir::mt::tensorBytes(v.getType());
   }
   return found ? std::optional<int64_t>(bytes) : std::nullopt;
 }
@@ -168,21 +169,21 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
       v = *c;
     }
     ChunkFootprint &f = chunk(v);
-    if (auto arena = fn->getAttrOfType<IntegerAttr>(mt::kArenaBytesAttr))
+    if (auto arena = fn->getAttrOfType<IntegerAttr>(mlir::mt::kArenaBytesAttr))
       f.arenaBytes = std::max(f.arenaBytes, arena.getInt());
     if (forward) {
       // What it returns beyond the tensor it sends (or the loss) waits for backward.
       ArrayRef<Type> results = fn.getResultTypes();
       for (Type t : results.drop_front())
-        f.stashBytes += mt::tensorBytes(t);
+        f.stashBytes += mlir::mt::tensorBytes(t);
       if (!results.empty() && cast<RankedTensorType>(results.front()).getRank() > 0)
-        f.messageBytes = mt::tensorBytes(results.front());
+        f.messageBytes = mlir::mt::tensorBytes(results.front());
     }
     fn.walk([&](Operation *op) {
-      if (auto p = dyn_cast<mt::ParamOp>(op)) {
+      if (auto p = dyn_cast<mlir::mt::ParamOp>(op)) {
         const int64_t n = cast<RankedTensorType>(p.getType()).getNumElements();
         const bool tpReduced = p->hasAttr("tp_grad_reduce");
-        if (p->hasAttr(mt::kLayerAttr)) {
+        if (p->hasAttr(mlir::mt::kLayerAttr)) {
           if (layerParams[v].insert({p.getName(), n}).second) {
             f.layerParameters += n;
             f.layerTpReduced += tpReduced ? n : 0;
@@ -191,21 +192,22 @@ std::vector<ChunkFootprint> chunkFootprints(ModuleOp module) {
         } else {
           f.sharedParameters[p.getName().str()] = {n, tpReduced};
         }
-      } else if (auto cost = dyn_cast<mt::CostOpInterface>(op)) {
-        OpCosts &into = op->hasAttr(mt::kRecomputedAttr) ? f.recompute : f.costs;
+      } else if (auto cost = dyn_cast<mlir::mt::CostOpInterface>(op)) {
+        OpCosts &into = op->hasAttr(mlir::mt::kRecomputedAttr) ? f.recompute : f.costs;
         into.add(cost.getGemmFlops(), cost.getOtherFlops());
       }
       // Ring attention keeps two shares of keys and values in flight, and its gradient
       // two of their gradients as well, outside the arena (runtime/exec/Executor.h).
-      if (auto attention = dyn_cast<mt::AttentionOp>(op); attention && attention.getRing())
-        f.ringBytes = std::max(f.ringBytes, 2 * mt::tensorBytes(attention.getQkv().getType()));
-      if (auto grad = dyn_cast<mt::AttentionGradOp>(op); grad && grad.getRing())
-        f.ringBytes = std::max(f.ringBytes, 4 * mt::tensorBytes(grad.getQkv().getType()));
+      if (auto attention = dyn_cast<mlir::mt::AttentionOp>(op); attention && attention.getRing())
+        f.ringBytes =
+            std::max(f.ringBytes, 2 * mlir::mt::tensorBytes(attention.getQkv().getType()));
+      if (auto grad = dyn_cast<mlir::mt::AttentionGradOp>(op); grad && grad.getRing())
+        f.ringBytes = std::max(f.ringBytes, 4 * mlir::mt::tensorBytes(grad.getQkv().getType()));
       // An expert exchange's rows pass through a staging buffer of the whole group's.
-      if (isa<mt::MoeExchangeOp>(op))
-        f.ringBytes = std::max(f.ringBytes, mt::tensorBytes(op->getResult(0).getType()));
-      if (isa<mt::MoeExchangeBackOp>(op))
-        f.ringBytes = std::max(f.ringBytes, mt::tensorBytes(op->getOperand(0).getType()));
+      if (isa<mlir::mt::MoeExchangeOp>(op))
+        f.ringBytes = std::max(f.ringBytes, mlir::mt::tensorBytes(op->getResult(0).getType()));
+      if (isa<mlir::mt::MoeExchangeBackOp>(op))
+        f.ringBytes = std::max(f.ringBytes, mlir::mt::tensorBytes(op->getOperand(0).getType()));
     });
   });
   return chunks;
@@ -252,11 +254,15 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
     }
     if (pp > 1)
       a.stashBytes.push_back(inFlight[s] * stash);
+    // The flat stores: the rest, then (expert parallelism) the experts, each section in
+    // whole shares of the ranks that share it (Executor.cpp: flatLayout).
+    const int64_t rest = ::mt::paddedToShares(ep > 1 ? p.all - p.experts : p.all, dp);
+    const int64_t experts = ep > 1 ? ::mt::paddedToShares(p.experts, dp / ep) : 0;
     const int64_t optimized =
-        distributedOptimizer ? (p.all - p.experts) / dp + p.experts / (dp / ep) : p.all;
+        distributedOptimizer ? rest / dp + experts / (dp / ep) : rest + experts;
     MemoryReport m;
-    m.weights = b.weights * p.all;
-    m.gradients = b.gradients * p.all;
+    m.weights = b.weights * (rest + experts);
+    m.gradients = b.gradients * (rest + experts);
     m.optimizer = b.optimizer * optimized;
     m.activations = arena + (pp > 1 ? inFlight[s] * stash : 0) + ring;
     a.stages.push_back(m);

@@ -114,8 +114,8 @@ void printCompile(const CompiledStep &step, const StepLayout &layout,
   row("batch") << "micro-batch " << options.microBatchSize << " x " << microBatches
                << " micro-batches x dp " << options.dp << " = global batch "
                << options.globalBatchSize << ", sequence " << header.seqLength << "\n";
-  row("parameters") << withCommas(header.parameters) << ", "
-                    << withCommas(account.localParameters) << " per rank\n";
+  row("parameters") << withCommas(header.parameters) << ", " << withCommas(account.localParameters)
+                    << (options.pp > 1 ? " on the stage that holds the most" : " per rank") << "\n";
   row("model FLOPs/step") << withCommas(gemmPerStep)
                           << "  (GEMM work, summed over the ops of every rank)\n";
   if (decoder) {

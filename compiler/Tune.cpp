@@ -46,7 +46,10 @@ int64_t parameterState(const std::vector<ChunkProfile> &one, const StepLayout &l
   }
   const StepAccount a = accountChunks(footprints, o.precision, o.pp, std::vector<int64_t>(o.pp, 0),
                                       layout.dataParts(), o.ep, layout.distributedOptimizer);
-  return a.memory.weights + a.memory.gradients + a.memory.optimizer;
+  int64_t state = 0; // the most any stage's weights, gradients and optimizer state take
+  for (const MemoryReport &m : a.stages)
+    state = std::max(state, m.weights + m.gradients + m.optimizer);
+  return state;
 }
 
 } // namespace

@@ -1,4 +1,5 @@
 #include "exec/Executor.h"
+#include "core/Shares.h"
 #include "plan/Opcodes.h"
 
 #include <algorithm>
@@ -68,9 +69,6 @@ FlatLayout flatLayout(const plan::Plan &plan, int stage) {
   FlatLayout layout;
   layout.parts = dataParts(plan);
   layout.ep = plan.grid()->ep();
-  auto padded = [](int64_t n, int64_t parts) {
-    return std::max<int64_t>(parts, (n + parts - 1) / parts * parts);
-  };
   // The rest, then (expert parallelism) the experts: the pass of `experts` places those.
   for (bool experts : {false, true}) {
     if (experts && layout.ep == 1)
@@ -87,9 +85,9 @@ FlatLayout flatLayout(const plan::Plan &plan, int stage) {
       at += numel;
     }
     if (experts)
-      layout.total = layout.experts + padded(at - layout.experts, layout.parts / layout.ep);
+      layout.total = layout.experts + paddedToShares(at - layout.experts, layout.parts / layout.ep);
     else
-      layout.experts = layout.total = padded(at, layout.parts);
+      layout.experts = layout.total = paddedToShares(at, layout.parts);
   }
   return layout;
 }

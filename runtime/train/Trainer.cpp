@@ -84,16 +84,20 @@ private:
   std::vector<nlohmann::json> events_;
 };
 
-/// What mtc predicted this rank holds: its pipeline stage's figures, else (no pipeline,
-/// or a plan that has none per stage) the plan's, which are the most any stage holds.
-uint64_t predictedBytes(Executor &executor) {
+/// What mtc predicted this rank holds: its pipeline stage's figures, else the plan's
+/// (without a pipeline, the rank's own; `exact` false where a pipelined plan from an
+/// older mtc has none per stage, and they are the most any stage holds).
+uint64_t predictedBytes(Executor &executor, bool &exact) {
   const plan::Plan &p = executor.plan();
   const int stage = executor.comm().rank(Group::Pipeline);
-  if (p.stages() && stage < static_cast<int>(p.stages()->size())) {
+  exact = p.grid()->pp() == 1;
+  if (!exact && p.stages() && stage < static_cast<int>(p.stages()->size())) {
     const plan::Stage &s = *p.stages()->Get(stage);
     if (uint64_t held =
-            s.weight_bytes() + s.gradient_bytes() + s.optimizer_bytes() + s.activation_bytes())
+            s.weight_bytes() + s.gradient_bytes() + s.optimizer_bytes() + s.activation_bytes()) {
+      exact = true;
       return held;
+    }
   }
   const plan::Accounting *a = p.accounting();
   return a ? a->weight_bytes() + a->gradient_bytes() + a->optimizer_bytes() + a->activation_bytes()
@@ -103,7 +107,8 @@ uint64_t predictedBytes(Executor &executor) {
 /// What this rank holds of its device's memory, beside what mtc predicted for it.
 void reportMemory(Executor &executor, std::FILE *log) {
   Backend &backend = executor.backend();
-  const uint64_t predicted = predictedBytes(executor);
+  bool exact;
+  const uint64_t predicted = predictedBytes(executor, exact);
   std::fprintf(log,
                "memory: %" PRIu64 " bytes held for the plan, %" PRIu64
                " predicted (+ %zu guard bytes after the arena); at most %" PRIu64 " at once",
@@ -708,8 +713,9 @@ Status Run::finish() {
   if (log_)
     reportMemory(executor_, log_);
   // Every rank checks its own: it holds what mtc predicted for its stage, and the guard.
-  if (const uint64_t predicted = predictedBytes(executor_);
-      predicted && executor_.backend().heldBytes() != predicted + Executor::kGuardBytes)
+  bool exact;
+  if (const uint64_t predicted = predictedBytes(executor_, exact);
+      exact && predicted && executor_.backend().heldBytes() != predicted + Executor::kGuardBytes)
     std::fprintf(stderr,
                  "mtrun: rank %d holds %" PRIu64 " bytes for the plan, where mtc predicted %" PRIu64
                  " (+ %zu guard bytes)\n",
