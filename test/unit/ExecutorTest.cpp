@@ -721,8 +721,9 @@ TEST(Rng, QuadDrawsDecideAsEachElementDoes) {
             kept += keep[k];
           }
         }
-        if (rate == 0)
+        if (rate == 0) {
           EXPECT_EQ(kept, n);
+        }
       }
     }
   }
@@ -753,13 +754,15 @@ TEST(SequenceMap, ContextSharesHoldEveryPositionOnceInBalancedChunks) {
             const int64_t c = p / chunk, ownChunk = cp == 1 ? c : (c < cp ? c : 2 * cp - 1 - c);
             EXPECT_EQ(cp == 1 ? 0 : ownChunk, cp == 1 ? 0 : r) << "position " << p;
             EXPECT_EQ(map.rowOf(p), t);
-            if (t % run != 0) // inside a run, positions are consecutive
+            if (t % run != 0) { // inside a run, positions are consecutive
               EXPECT_EQ(p, map(t - 1) + 1);
+            }
           }
           for (int64_t p = 0; p < whole; ++p) {
             const int64_t t = map.rowOf(p);
-            if (t >= 0 && t < rows)
+            if (t >= 0 && t < rows) {
               EXPECT_EQ(map(t), p);
+            }
             for (int64_t prefix : {rows, rows / 2}) {
               int64_t before = 0;
               for (int64_t u = 0; u < prefix; ++u)
@@ -789,8 +792,9 @@ TEST(ShardMap, ContextParallelBlocksNumberEveryElementOnce) {
         ASSERT_GE(g, 0);
         ASSERT_LT(g, 2 * s * 3);
         ++seen[g];
-        if (i % map.run() != 0)
+        if (i % map.run() != 0) {
           EXPECT_EQ(g, map.global(i - 1) + 1);
+        }
       }
     }
   for (int count : seen)

@@ -37,11 +37,13 @@ TEST_F(OpRulesTest, EveryInstructionOpHasAnOpcodeAndEveryOpcodeAnOp) {
     EXPECT_TRUE(succeeded(mlir::mt::planOpcodeNamed(opcode)))
         << name.getStringRef().str() << " is a plan instruction without opcode " << opcode;
     encoded.insert(opcode);
-    if (FailureOr<plan::Opcode> code = mlir::mt::planOpcodeNamed(opcode); succeeded(code))
-      for (StringAttr attr : name.getAttributeNames())
+    if (FailureOr<plan::Opcode> code = mlir::mt::planOpcodeNamed(opcode); succeeded(code)) {
+      for (StringAttr attr : name.getAttributeNames()) {
         EXPECT_TRUE(mlir::mt::encodesAttribute(attr.getValue(), *code))
             << name.getStringRef().str() << "'s attribute " << attr.getValue().str()
             << " has no field in a plan instruction";
+      }
+    }
   }
   // Opcodes other dialects' ops encode (arith.constant, the shard collectives), and those
   // of attention's ring form (AttentionRingEncodesItsOwnOpcode).
