@@ -252,8 +252,9 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
       stash = std::max(stash, chunks[c].stashBytes);
       ring = std::max(ring, chunks[c].ringBytes);
     }
+    const int64_t stashes = pp > 1 ? inFlight[s] * stash : 0;
     if (pp > 1)
-      a.stashBytes.push_back(inFlight[s] * stash);
+      a.stashBytes.push_back(stashes);
     // The flat stores: the rest, then (expert parallelism) the experts, each section in
     // whole shares of the ranks that share it (Executor.cpp: flatLayout).
     const int64_t rest = ::mt::paddedToShares(ep > 1 ? p.all - p.experts : p.all, dp);
@@ -264,7 +265,7 @@ StepAccount accountChunks(ArrayRef<ChunkFootprint> chunks, llvm::StringRef preci
     m.weights = b.weights * (rest + experts);
     m.gradients = b.gradients * (rest + experts);
     m.optimizer = b.optimizer * optimized;
-    m.activations = arena + (pp > 1 ? inFlight[s] * stash : 0) + ring;
+    m.activations = arena + stashes + ring;
     a.stages.push_back(m);
     if (s == 0 || m.total() > a.memory.total())
       a.memory = m;

@@ -404,14 +404,15 @@ double modelSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
     return 2 * system.kernelOverhead + std::max(product, memorySeconds(system, gemm)) +
            memorySeconds(system, (forward ? 2 : 3) * t);
   }
+  const double kernel =
+      system.kernelOverhead + std::max(product, memorySeconds(system, cost.getBytesMoved()));
   // Where it accumulates, the CUDA backend's epilogue writes the bias gradient to f32
   // scratch and a kernel of its own adds it into the parameter's gradient (CudaBackend.cu,
   // LinearGradWeightBias): the scratch read, the gradient read and written.
   if (auto fused = dyn_cast<mlir::mt::LinearGradWeightBiasOp>(op); fused && fused.getAccumulate())
-    return 2 * system.kernelOverhead +
-           std::max(product, memorySeconds(system, cost.getBytesMoved())) +
+    return kernel + system.kernelOverhead +
            memorySeconds(system, 3 * mlir::mt::tensorBytes(fused.getBiasGrad().getType()));
-  return system.kernelOverhead + std::max(product, memorySeconds(system, cost.getBytesMoved()));
+  return kernel;
 }
 
 } // namespace

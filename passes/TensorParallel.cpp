@@ -51,6 +51,8 @@ LogicalResult partition(FunctionOpInterface fn, TensorParallelRewriter &tp) {
       result = rule.partition(tp);
     } else if (op->hasTrait<Pointwise>()) {
       result = tp.partitionPointwise(op);
+    } else if (op->hasTrait<PerToken>()) {
+      result = tp.partitionPerToken(op);
     } else {
       return op->emitOpError("mt-tensor-parallel: no tensor-parallel layout for this op");
     }

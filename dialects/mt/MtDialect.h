@@ -54,6 +54,8 @@ template <typename ConcreteType>
 class Pointwise : public OpTrait::TraitBase<ConcreteType, Pointwise> {};
 template <typename ConcreteType>
 class ColumnParallelConsumer : public OpTrait::TraitBase<ConcreteType, ColumnParallelConsumer> {};
+template <typename ConcreteType>
+class PerToken : public OpTrait::TraitBase<ConcreteType, PerToken> {};
 
 /// GradAccumulatingOpInterface's rule: with `accumulate`, each weight gradient is read by
 /// one mt.param_grad alone.

@@ -52,7 +52,8 @@ def Mt_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
 // tensor-parallel group (mlir::mt::TensorParallelRewriter, in TensorParallel.h). An op
 // without this interface is partitioned pointwise if it is Mt_Pointwise (its operands
 // share one layout, which its results take), as upstream's sharding treats elementwise
-// ops; any other op is refused. So an elementwise op needs no rule at all.
+// ops, and per token if it is Mt_PerToken; any other op is refused. So an elementwise
+// op, or a mixture of experts' op after its router, needs no rule at all.
 def Mt_TensorParallelOpInterface : OpInterface<"TensorParallelOpInterface"> {
   let cppNamespace = "::mlir::mt";
   let methods = [
@@ -77,6 +78,12 @@ def Mt_Pointwise : NativeOpTrait<"Pointwise"> {
 // it reads splits its output features (Megatron's ColumnParallelLinear), and the
 // region ends at the next linear, which is row-parallel.
 def Mt_ColumnParallelConsumer : NativeOpTrait<"ColumnParallelConsumer"> {
+  let cppNamespace = "::mlir::mt";
+}
+
+// A mixture-of-experts op computed token by token: tensor parallelism partitions it per
+// token (TensorParallelRewriter::partitionPerToken), in its tokens' layout.
+def Mt_PerToken : NativeOpTrait<"PerToken"> {
   let cppNamespace = "::mlir::mt";
 }
 

@@ -710,7 +710,7 @@ def Mt_MoeRouterGradOp : Mt_GradOp<"moe_router_grad", [Mt_CostOpInterface]> {
   let results = (outs Mt_FloatTensor:$result);
 }
 
-def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, Mt_PerToken]> {
   let summary = "experts [B, S, k] -> the slots routed to each expert [E]";
   let description = [{
     n_e of the load-balancing loss for a share of the tokens: what shareRouterLoad
@@ -722,7 +722,7 @@ def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, DeclareO
 }
 
 def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>],
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken],
     Mt_CustomPlanEncoding> {
   let summary = "tokens [B, S, H] -> (rows [B·S·k, H] sorted by expert, counts [E])";
   let description = [{
@@ -761,7 +761,7 @@ def Mt_MoeDispatchGradOp : Mt_GradOp<"moe_dispatch_grad", [Mt_CostOpInterface],
 
 def Mt_GroupedLinearOp : Mt_ShapedOp<"grouped_linear", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken]> {
   let summary = "rows [N, I] by expert: expert e's counts[e] rows times w[e]ᵀ, w [E, O, I]";
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$counts, Mt_FloatTensor:$weight);
   let results = (outs Mt_FloatTensor:$result);
@@ -782,7 +782,7 @@ def Mt_GroupedLinearGradWeightOp : Mt_GradOp<"grouped_linear_grad_weight",
 }
 
 def Mt_MoeExchangeOp : Mt_ShapedOp<"moe_exchange", [Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken]> {
   let summary = "expert parallelism: dispatched rows to the ranks of their experts";
   let description = [{
     Written by mt-expert-parallel after `mt.moe_dispatch`. The `expert_parallel` ranks
@@ -800,7 +800,7 @@ def Mt_MoeExchangeOp : Mt_ShapedOp<"moe_exchange", [Mt_CostOpInterface,
 }
 
 def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken]> {
   let summary = "expert parallelism: the experts' results [ep·N, H] back to their tokens' ranks";
   let arguments = (ins Mt_FloatTensor:$rows, Mt_IndexTensor:$counts, Mt_IndexTensor:$routing,
                        ConfinedAttr<I64Attr, [IntMinValue<2>]>:$expert_parallel);
@@ -808,7 +808,7 @@ def Mt_MoeExchangeBackOp : Mt_ShapedOp<"moe_exchange_back", [Mt_CostOpInterface,
 }
 
 def Mt_MoeCombineOp : Mt_ShapedOp<"moe_combine", [Pure, Mt_CostOpInterface,
-    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>],
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken],
     Mt_CustomPlanEncoding> {
   let summary = "y [B, S, H] = Σ over each token's slots of gate·its row, slot by slot";
   let arguments = (ins Mt_FloatTensor:$rows, Mt_FloatTensor:$gates, Mt_IndexTensor:$experts,

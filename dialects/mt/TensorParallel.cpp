@@ -306,8 +306,9 @@ LogicalResult DropoutOp::partition(TensorParallelRewriter &tp) {
 }
 
 // A mixture of experts is per token (as Megatron-Core's with expert tensor parallelism
-// 1): the router's linear is replicated (it feeds no column-parallel consumer), and
-// under SP each rank routes, and computes the experts of, its block of the sequence.
+// 1; the ops after the router are Mt_PerToken): the router's linear is replicated (it
+// feeds no column-parallel consumer), and under SP each rank routes, and computes the
+// experts of, its block of the sequence.
 LogicalResult MoeRouterOp::partition(TensorParallelRewriter &tp) {
   if (failed(tp.partitionPerToken(*this)))
     return failure();
@@ -315,24 +316,6 @@ LogicalResult MoeRouterOp::partition(TensorParallelRewriter &tp) {
   if (tp.layoutOf(getLogits()) != TpLayout::Sequence)
     return success();
   return shareRouterLoad(*this, tp.grid(), kTpAxis);
-}
-LogicalResult MoeCountOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
-}
-LogicalResult MoeDispatchOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
-}
-LogicalResult GroupedLinearOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
-}
-LogicalResult MoeExchangeOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
-}
-LogicalResult MoeExchangeBackOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
-}
-LogicalResult MoeCombineOp::partition(TensorParallelRewriter &tp) {
-  return tp.partitionPerToken(*this);
 }
 
 // The shares of a context-parallel group put in order: whole rows, in any layout of their

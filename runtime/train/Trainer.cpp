@@ -104,11 +104,20 @@ uint64_t predictedBytes(Executor &executor, bool &exact) {
            : 0;
 }
 
-/// What this rank holds of its device's memory, beside what mtc predicted for it.
-void reportMemory(Executor &executor, std::FILE *log) {
+/// What this rank holds of its device's memory, beside what mtc predicted for it: on the
+/// log (the leader's, else null), and on stderr from any rank whose holding differs from
+/// its exact prediction and the guard.
+void reportMemory(Executor &executor, int rank, std::FILE *log) {
   Backend &backend = executor.backend();
   bool exact;
   const uint64_t predicted = predictedBytes(executor, exact);
+  if (exact && predicted && backend.heldBytes() != predicted + Executor::kGuardBytes)
+    std::fprintf(stderr,
+                 "mtrun: rank %d holds %" PRIu64 " bytes for the plan, where mtc predicted %" PRIu64
+                 " (+ %zu guard bytes)\n",
+                 rank, backend.heldBytes(), predicted, Executor::kGuardBytes);
+  if (!log)
+    return;
   std::fprintf(log,
                "memory: %" PRIu64 " bytes held for the plan, %" PRIu64
                " predicted (+ %zu guard bytes after the arena); at most %" PRIu64 " at once",
@@ -710,17 +719,7 @@ Status Run::finish() {
                  passes_.meanBubble(), passes_.measuredSteps(),
                  static_cast<double>(stages - 1) /
                      static_cast<double>(plan_.virtual_stages() * share_));
-  if (log_)
-    reportMemory(executor_, log_);
-  // Every rank checks its own: it holds what mtc predicted for its stage, and the guard.
-  bool exact;
-  if (const uint64_t predicted = predictedBytes(executor_, exact);
-      exact && predicted && executor_.backend().heldBytes() != predicted + Executor::kGuardBytes)
-    std::fprintf(stderr,
-                 "mtrun: rank %d holds %" PRIu64 " bytes for the plan, where mtc predicted %" PRIu64
-                 " (+ %zu guard bytes)\n",
-                 comm_.position().worldRank(), executor_.backend().heldBytes(), predicted,
-                 Executor::kGuardBytes);
+  reportMemory(executor_, comm_.position().worldRank(), log_);
   if (log_ && executor_.backend().records())
     std::fprintf(log_, "programs recorded: %d, each replayed as one launch\n",
                  executor_.recordedPrograms());
