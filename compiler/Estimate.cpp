@@ -148,7 +148,6 @@ void costRing(Operation *op, const Placement &placement, const CompileOptions &o
   const int64_t share =
       mlir::mt::tensorBytes(attention ? attention.getQkv().getType() : grad.getQkv().getType());
   const int64_t messages = attention ? options.cp - 1 : 2 * options.cp - 1;
-  pass.collectives = true;
   pass.contextParallel +=
       static_cast<double>(messages) *
       (static_cast<double>(share) / placement.context.bandwidth + placement.context.latency);
@@ -162,10 +161,23 @@ void costExchange(Operation *op, const Placement &placement, const CompileOption
                   PassCost &pass) {
   const Value rows = isa<mlir::mt::MoeExchangeOp>(op) ? op->getOperand(0) : op->getResult(0);
   const int64_t sent = mlir::mt::tensorBytes(rows.getType()) * (options.ep - 1) / options.ep;
-  pass.collectives = true;
+  pass.queued.push_back({0, false}); // the all-to-all, between recorded stretches
   pass.expertParallel += static_cast<double>(sent) / placement.expert.bandwidth +
                          2.0 * static_cast<double>(options.ep - 1) * placement.expert.latency;
   pass.expertParallelBytes += sent;
+}
+
+/// Whether mtrun's recording of a pass may hold op's kernel: not a collective, nor ring
+/// attention (the executor runs its steps), nor a grouped GEMM (Backend::recordable).
+bool recordable(Operation *op) {
+  if (isa<shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp, mlir::mt::GroupedLinearOp,
+          mlir::mt::GroupedLinearGradInputOp, mlir::mt::GroupedLinearGradWeightOp>(op))
+    return false;
+  if (auto attention = dyn_cast<mlir::mt::AttentionOp>(op))
+    return !attention.getRing();
+  if (auto grad = dyn_cast<mlir::mt::AttentionGradOp>(op))
+    return !grad.getRing();
+  return true;
 }
 
 /// Costs one op of a pass on one rank.
@@ -176,7 +188,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     if (family.empty())
       return;
     ++pass.launches;
-    pass.queue.launch(system.runtime.launchGap, seconds);
+    pass.queued.push_back({seconds, recordable(op)});
     pass.families[family].add({1, seconds, flops, bytes});
   };
   if (isa<mlir::mt::MoeExchangeOp, mlir::mt::MoeExchangeBackOp>(op)) {
@@ -232,7 +244,6 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
   const double seconds =
       collectiveSeconds(kind, bytes, ranks, context ? placement.context : placement.tensor);
   const int64_t sent = ringBytesSent(kind, bytes, ranks);
-  pass.collectives = true;
   record(seconds, 0, static_cast<double>(sent));
   if (context) {
     pass.contextParallel += seconds;
@@ -244,14 +255,6 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     pass.sequenceParallel += seconds;
     pass.sequenceParallelBytes += sent;
   }
-}
-
-/// The device waiting for the host: as the launch queue has it for kernels launched one by
-/// one; for a pass the runtime records as a graph (mtrun records a program without
-/// collectives), one launch per micro-batch.
-void addHostGaps(const SystemSpec &system, PassCost &pass) {
-  const bool recorded = system.runtime.graphs && !pass.collectives;
-  pass.host = recorded ? system.runtime.launchGap : pass.queue.waiting();
 }
 
 /// What a stage's rank spends after its last backward (mtrun's GradSync and
@@ -355,6 +358,28 @@ StageTail stageTail(const StageParameters &params, const std::map<std::string, i
 }
 
 } // namespace
+
+/// The device waiting for the host to launch `launches`, as the launch queue has it: each
+/// kernel and collective launched one by one; or, where the runtime records graphs, each
+/// stretch of recordable kernels between the rest as one launch.
+double hostWaiting(const SystemSpec &system, const std::vector<Launch> &launches) {
+  LaunchQueue queue;
+  double stretch = 0;
+  bool open = false;
+  for (const Launch &l : launches) {
+    if (system.runtime.graphs && l.recordable) {
+      stretch += l.seconds;
+      open = true;
+      continue;
+    }
+    if (std::exchange(open, false))
+      queue.launch(system.runtime.launchGap, std::exchange(stretch, 0));
+    queue.launch(system.runtime.launchGap, l.seconds);
+  }
+  if (open)
+    queue.launch(system.runtime.launchGap, stretch);
+  return queue.waiting();
+}
 
 void FamilyCost::add(const FamilyCost &other, double times) {
   runs += times * other.runs;
@@ -460,15 +485,19 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
       costOp(op, system, placement, options, forward ? chunks[*v].forward : chunks[*v].backward);
     });
   });
-  // Without a pipeline the step is one program: recorded whole, or not at all.
-  if (chunks.size() == 1 && (chunks[0].forward.collectives || chunks[0].backward.collectives))
-    chunks[0].forward.collectives = chunks[0].backward.collectives = true;
   for (ChunkProfile &c : chunks) {
-    addHostGaps(system, c.forward);
-    addHostGaps(system, c.backward);
+    c.forward.host = hostWaiting(system, c.forward.queued);
+    c.backward.host = hostWaiting(system, c.backward.queued);
   }
-  if (chunks.size() == 1 && system.runtime.graphs && !chunks[0].forward.collectives)
-    chunks[0].forward.host = 0; // the forward and backward are one graph: one launch
+  // Without a pipeline the step is one program, whose stretch across the forward's end
+  // and the backward's start is one recording: its gaps are counted with the backward.
+  if (chunks.size() == 1 && system.runtime.graphs) {
+    std::vector<Launch> program = chunks[0].forward.queued;
+    program.insert(program.end(), chunks[0].backward.queued.begin(),
+                   chunks[0].backward.queued.end());
+    chunks[0].forward.host = 0;
+    chunks[0].backward.host = hostWaiting(system, program);
+  }
   return chunks;
 }
 

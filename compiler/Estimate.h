@@ -45,6 +45,18 @@ struct LaunchQueue {
   double waiting() const { return device - kernels; }
 };
 
+/// One launch of a pass, in order: its seconds on the device, and whether a recording
+/// may hold it (mtrun records a pass in the stretches between its collectives, and the
+/// GPU's grouped GEMMs, which read their row counts from the device, run between too).
+struct Launch {
+  double seconds;
+  bool recordable;
+};
+/// The device waiting for the host to launch `launches`, as the launch queue has it: each
+/// kernel and collective launched one by one; or, where the runtime records graphs, each
+/// stretch of recordable kernels between the rest as one launch.
+double hostWaiting(const SystemSpec &system, const std::vector<Launch> &launches);
+
 /// What one pass (forward or backward) of one chunk costs one rank per micro-batch.
 struct PassCost {
   double compute = 0;          // kernels, recomputation apart
@@ -57,8 +69,7 @@ struct PassCost {
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;
   int64_t launches = 0;                                       // kernels and collectives
-  LaunchQueue queue;                                          // the pass launched kernel by kernel
-  bool collectives = false; // whether any collective runs in the pass
+  std::vector<Launch> queued;                                 // the pass's launches, in order
   Families families;        // the kernels and collectives, by family
   double total() const {
     return compute + recompute + tensorParallel + sequenceParallel + contextParallel +

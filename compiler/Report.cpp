@@ -287,7 +287,7 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
   if (runtime.launchGap > 0)
     part("  host gaps", p.host) << llvm::format(
         "  (%.1f us a launch, %s)\n", runtime.launchGap * 1e6,
-        runtime.graphs ? "passes without collectives replayed as graphs" : "no graphs");
+        runtime.graphs ? "the stretches between collectives replayed as graphs" : "no graphs");
   part("  gradient reduction", p.gradients)
       << "  (" << withCommas(e.gradientBytes) << " bytes sent; "
       << (p.overlapped > 0 ? llvm::formatv("{0:F4} s more overlapped", p.overlapped).str()

@@ -120,6 +120,17 @@ int64_t FlatShare::local(int64_t at) const {
   return -1; // not held: the callers ask only for elements a run holds
 }
 
+/// Where backward starts: the loss seed (the first Fill), before the fused loss
+/// (CrossEntropyWithGrad), which is counted with the gradients it mostly computes; the
+/// instructions' count where the program has none.
+static uint32_t backwardBegins(const plan::Program &prog) {
+  const auto &instructions = *prog.instructions();
+  for (flatbuffers::uoffset_t i = 0; i < instructions.size(); ++i)
+    if (instructions.Get(i)->opcode() == plan::Opcode::Fill)
+      return i;
+  return instructions.size();
+}
+
 Status Executor::bind(ExecutorOptions options) {
   // This rank runs its pipeline stage's programs (all of them without a pipeline), and
   // holds the parameters they name.
@@ -184,22 +195,29 @@ Status Executor::bind(ExecutorOptions options) {
   MT_TRY(bindRing(stage));
   views_.resize(programs.size());
   backendRuns_.resize(programs.size());
-  recorded_.resize(programs.size());
+  stretches_.resize(programs.size());
+  backwardAt_.resize(programs.size());
+  const bool recording = options.recordPrograms && backend_.records();
   for (flatbuffers::uoffset_t i = 0; i < programs.size(); ++i) {
     const plan::Program &prog = *programs.Get(i);
     if (pipelined && prog.stage() != stage)
       continue;
-    bool recordable = true;
+    backwardAt_[i] = backwardBegins(prog);
     for (flatbuffers::uoffset_t j = 0; j < prog.instructions()->size(); ++j) {
       const plan::Instruction &inst = *prog.instructions()->Get(j);
       if (Status s = backend_.supports(inst); !s.ok())
         return failedAt(i, j, s);
-      if (opcodeInfo(inst.opcode()).runsOn != RunsOn::Comm)
-        backendRuns_[i].push_back(j);
-      recordable = recordable && backend_.recordable(inst);
+      if (opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm)
+        continue;
+      backendRuns_[i].push_back(j);
+      if (!recording || !backend_.recordable(inst))
+        continue;
+      // One stretch per run of consecutive instructions the backend may record.
+      std::vector<Stretch> &stretches = stretches_[i];
+      if (stretches.empty() || stretches.back().end != j)
+        stretches.emplace_back().begin = j;
+      stretches.back().end = j + 1;
     }
-    recorded_[i].eligible = options.recordPrograms && backend_.records() && recordable &&
-                            backendRuns_[i].size() == prog.instructions()->size();
     for (const plan::Buffer *b : *prog.buffers()) {
       void *data;
       if (b->kind() == plan::BufferKind::Param) {
@@ -543,12 +561,10 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
     profile_->forget(); // whatever a failed run before left
     MT_TRY(profile_->mark());
     ran = runInstructions(program, context, &timed);
+  } else if (context.training) {
+    ran = runStretches(program, context);
   } else {
-    bool replayed = false;
-    if (context.training)
-      ran = runRecorded(program, context, replayed);
-    if (ran.ok() && !replayed)
-      ran = runInstructions(program, context, nullptr);
+    ran = runInstructions(program, context, nullptr);
   }
   // What the backend found wrong with the data came first, if anything: a bad id
   // before the failure it may have caused.
@@ -560,26 +576,22 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
 }
 
 Status Executor::runInstructions(uint32_t program, const StepContext &context,
-                                 std::vector<Profile::Entry *> *timed) {
+                                 std::vector<Profile::Entry *> *timed, uint32_t begin,
+                                 uint32_t end) {
   const plan::Program &prog = *plan_.programs()->Get(program);
   const std::vector<TensorView> &views = views_[program];
   TensorView in[8], out[8];
   const auto &instructions = *prog.instructions();
+  end = std::min<uint32_t>(end, instructions.size());
   // An evaluation ends with the instruction that completes the loss.
-  flatbuffers::uoffset_t end = instructions.size();
   if (!context.training && prog.loss() >= 0) {
     while (end > 0 && !writes(*instructions.Get(end - 1), static_cast<uint32_t>(prog.loss())))
       --end;
   }
-  bool backward = false;
-  for (flatbuffers::uoffset_t i = 0; i < end; ++i) {
+  for (uint32_t i = begin; i < end; ++i) {
     const plan::Instruction &inst = *instructions.Get(i);
-    // Backward starts at the loss seed: the fused loss (CrossEntropyWithGrad), which the
-    // seed precedes, is counted with the gradients it mostly computes.
-    if (!backward && inst.opcode() == plan::Opcode::Fill) {
-      backward = true;
+    if (i == backwardAt_[program])
       backwardStart_ = std::chrono::steady_clock::now();
-    }
     int n = 0;
     for (uint32_t id : *inst.inputs())
       in[n++] = views[id];
@@ -599,44 +611,58 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
   return Status::success();
 }
 
-int Executor::recordedPrograms() const {
-  return static_cast<int>(std::count_if(recorded_.begin(), recorded_.end(),
-                                        [](const Recorded &r) { return r.recording != nullptr; }));
+Executor::Recordings Executor::recordings() const {
+  Recordings count;
+  for (const std::vector<Stretch> &stretches : stretches_) {
+    const auto recorded = std::count_if(stretches.begin(), stretches.end(),
+                                        [](const Stretch &s) { return s.recording != nullptr; });
+    count.programs += recorded > 0;
+    count.stretches += static_cast<int>(recorded);
+  }
+  return count;
 }
 
-Status Executor::runRecorded(uint32_t program, const StepContext &context, bool &ran) {
-  ran = false;
-  Recorded &r = recorded_[program];
-  if (!r.eligible)
-    return Status::success();
-  // A program is recorded on its second run: the first, instruction by instruction, has
+Status Executor::runStretches(uint32_t program, const StepContext &context) {
+  uint32_t next = 0;
+  for (Stretch &stretch : stretches_[program]) {
+    // What runs between the stretches: collectives, and kernels no recording may hold.
+    MT_TRY(runInstructions(program, context, nullptr, next, stretch.begin));
+    MT_TRY(runStretch(program, stretch, context));
+    next = stretch.end;
+  }
+  return runInstructions(program, context, nullptr, next);
+}
+
+Status Executor::runStretch(uint32_t program, Stretch &stretch, const StepContext &context) {
+  const plan::Program &prog = *plan_.programs()->Get(program);
+  // A stretch is recorded on its second run: the first, instruction by instruction, has
   // sized the backend's temporaries and chosen its kernels, which a recording must not
   // change. A recording whose memory has moved since is made again.
   constexpr int kAttempts = 3;
-  if (!r.recording && r.runs++ > 0 && r.failures < kAttempts) {
+  if (!stretch.recording && stretch.runs++ > 0 && stretch.failures < kAttempts) {
     std::string why;
-    r.recording = backend_.record(
-        [&] { return runInstructions(program, context, nullptr); }, why);
-    if (r.recording)
-      r.failures = 0;
-    else if (++r.failures == kAttempts)
-      std::fprintf(stderr, "mtrun: %s runs instruction by instruction: recording it failed "
-                           "%d times, last: %s\n",
-                   plan_.programs()->Get(program)->name()->c_str(), kAttempts, why.c_str());
+    stretch.recording = backend_.record(
+        [&] { return runInstructions(program, context, nullptr, stretch.begin, stretch.end); },
+        why);
+    if (stretch.recording)
+      stretch.failures = 0;
+    else if (++stretch.failures == kAttempts)
+      std::fprintf(stderr,
+                   "mtrun: %s runs instructions %u to %u one by one: recording them "
+                   "failed %d times, last: %s\n",
+                   prog.name()->c_str(), stretch.begin, stretch.end - 1, kAttempts, why.c_str());
   }
-  if (!r.recording)
-    return Status::success();
-  bool stale = false;
-  if (Status s = r.recording->replay(context, stale); !s.ok())
-    return Status::failure(
-        cat(plan_.programs()->Get(program)->name()->str(), " (recorded): ", s.message()));
-  if (stale) {
-    r.recording.reset();
-    return Status::success();
+  if (stretch.recording) {
+    if (stretch.begin <= backwardAt_[program] && backwardAt_[program] < stretch.end)
+      backwardStart_ = std::chrono::steady_clock::now();
+    bool stale = false;
+    if (Status s = stretch.recording->replay(context, stale); !s.ok())
+      return Status::failure(cat(prog.name()->str(), " (recorded): ", s.message()));
+    if (!stale)
+      return Status::success();
+    stretch.recording.reset();
   }
-  backwardStart_ = std::chrono::steady_clock::now();
-  ran = true;
-  return Status::success();
+  return runInstructions(program, context, nullptr, stretch.begin, stretch.end);
 }
 
 Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,

@@ -167,13 +167,16 @@ public:
   size_t receiveBytes(uint32_t program) const;
 
   /// When the last forwardBackward's backward began: its first instruction after the
-  /// forward (the loss seed); for a recorded program, when it was replayed. For
-  /// timelines.
+  /// forward (the loss seed); for a recorded stretch that holds it, when the stretch was
+  /// replayed. For timelines.
   std::chrono::steady_clock::time_point lastBackwardStart() const { return backwardStart_; }
 
-  /// How many of this stage's programs run as a recording now (ExecutorOptions::
-  /// recordPrograms).
-  int recordedPrograms() const;
+  /// What of this stage runs as recordings now (ExecutorOptions::recordPrograms): the
+  /// programs with any, and the recorded stretches of all of them, each replayed as one.
+  struct Recordings {
+    int programs = 0, stretches = 0;
+  };
+  Recordings recordings() const;
 
   /// Times every instruction the executor runs into `profile` from now on (null: none).
   /// Each program then waits for its marks, so the host no longer runs ahead of the
@@ -200,12 +203,18 @@ private:
   Status setInput(const TensorView &view, const int32_t *ids);
   Status run(uint32_t program, const int32_t *tokens, const int32_t *targets,
              StepContext context);
-  /// Runs the program's instructions one by one (`timed`: the profile's entries).
+  /// Runs the program's instructions [begin, end) one by one (`timed`: the profile's
+  /// entries).
   Status runInstructions(uint32_t program, const StepContext &context,
-                         std::vector<Profile::Entry *> *timed);
-  /// Replays the program's recording, recording it first where it has run before;
-  /// `ran` false where it has none (then run it instruction by instruction).
-  Status runRecorded(uint32_t program, const StepContext &context, bool &ran);
+                         std::vector<Profile::Entry *> *timed, uint32_t begin = 0,
+                         uint32_t end = ~0u);
+  /// Runs a program of training: its stretches as recordings (runStretch), and the
+  /// instructions between them one by one.
+  Status runStretches(uint32_t program, const StepContext &context);
+  struct Stretch;
+  /// Replays the stretch's recording, recording it first where it has run before; runs
+  /// its instructions one by one where it has none.
+  Status runStretch(uint32_t program, Stretch &stretch, const StepContext &context);
   /// A failure of instruction `index` of `program`, named.
   Status failedAt(uint32_t program, uint32_t index, const Status &cause) const;
   Status runCollective(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
@@ -233,14 +242,18 @@ private:
   std::vector<std::vector<TensorView>> views_; // per program (this stage's), per buffer
   /// Per program: the instructions the backend runs (not the communicator), in order.
   std::vector<std::vector<uint32_t>> backendRuns_;
-  /// Per program: its recording, if it has one; whether it may have one; its runs so
-  /// far; and how many times recording it failed.
-  struct Recorded {
+  /// A run of a program's instructions [begin, end) that one recording may hold: the
+  /// backend runs each (no collective comes between them) and may record each
+  /// (Backend::recordable). Its recording, if it has one; its runs so far; and how many
+  /// times recording it failed.
+  struct Stretch {
+    uint32_t begin = 0, end = 0;
     std::unique_ptr<Recording> recording;
-    bool eligible = false;
     int runs = 0, failures = 0;
   };
-  std::vector<Recorded> recorded_;
+  /// Per program: its stretches, in order (none where nothing is recorded).
+  std::vector<std::vector<Stretch>> stretches_;
+  std::vector<uint32_t> backwardAt_;           // per program: where its backward begins
   std::vector<int> localParam_;                // plan parameter -> parameters_ index
   uint64_t arenaBytes_ = 0;
   std::vector<Parameter> parameters_;

@@ -720,9 +720,13 @@ Status Run::finish() {
                  static_cast<double>(stages - 1) /
                      static_cast<double>(plan_.virtual_stages() * share_));
   reportMemory(executor_, comm_.position().worldRank(), log_);
-  if (log_ && executor_.backend().records())
-    std::fprintf(log_, "programs recorded: %d, each replayed as one launch\n",
-                 executor_.recordedPrograms());
+  if (log_ && executor_.backend().records()) {
+    const Executor::Recordings recorded = executor_.recordings();
+    std::fprintf(log_,
+                 "programs recorded: %d, as %d stretches between collectives, each "
+                 "replayed as one launch\n",
+                 recorded.programs, recorded.stretches);
+  }
   if (log_ && executor_.profile())
     executor_.profile()->print(log_, config_.steps - firstStep_);
   if (log_ && stages > 1)

@@ -410,6 +410,22 @@ TEST(CostModel, TheLaunchQueueWaitsOnlyForAHostBehindTheDevice) {
   EXPECT_EQ(free.waiting(), 0.0);
 }
 
+// A pass of kernels of 1 and 1 us, a collective of 5 us and a kernel of 1 us, 10 us of
+// host time a launch. One by one, launched at 10, 20, 30 and 40 us, they run 10-11,
+// 20-21, 30-35 and 40-41: 41 us for 8. Recorded in the stretches between collectives,
+// three launches, at 10, 20 and 30 us: 10-12, 20-25 and 30-31, 31 us for 8.
+TEST(CostModel, GraphsLaunchTheStretchesBetweenCollectives) {
+  SystemSpec s = a100();
+  s.runtime.launchGap = 10e-6;
+  const std::vector<Launch> pass = {{1e-6, true}, {1e-6, true}, {5e-6, false}, {1e-6, true}};
+  s.runtime.graphs = false;
+  EXPECT_NEAR(hostWaiting(s, pass), 33e-6, 1e-18);
+  s.runtime.graphs = true;
+  EXPECT_NEAR(hostWaiting(s, pass), 23e-6, 1e-18);
+  // Without a collective, a pass is one launch: the device waits for it alone.
+  EXPECT_NEAR(hostWaiting(s, {{1e-6, true}, {30e-6, true}}), 10e-6, 1e-18);
+}
+
 // A pipeline message scattered over tp ranks crosses the network in tp shares and is
 // gathered over NVLink: worth it for a large message between nodes, not for a small one.
 TEST(CostModel, AScatteredPipelineMessageSendsAShareAndGathersIt) {

@@ -14,11 +14,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <sstream>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
+#include <sstream>
 
 namespace mt {
 namespace {
@@ -246,6 +247,9 @@ public:
     return Status::success();
   }
   bool records() const override { return true; }
+  bool recordable(const plan::Instruction &inst) const override {
+    return !unrecordable.count(inst.opcode());
+  }
   std::unique_ptr<Recording> record(const std::function<Status()> &work,
                                     std::string &why) override {
     ++attempts;
@@ -274,6 +278,7 @@ public:
   void move() { ++generation_; }
   int attempts = 0, replays = 0;
   int refuse = 0;      // recordings to refuse
+  std::set<plan::Opcode> unrecordable; // run between the recorded stretches
   size_t failAt = ~size_t{0}; // the call that fails outright, counted from each checkRuns
 
 private:
@@ -336,12 +341,12 @@ protected:
     std::vector<std::vector<char>> gradients;
   };
   /// Steps 0-2 of two micro-batches each, all on the same tokens, the gradients
-  /// accumulating; `between` runs before each.
+  /// accumulating; `between` runs before each. Through `comm`, or a process's own.
   void train(Backend &backend, ExecutorOptions options, Trace &trace,
-             const std::function<void(int)> &between = {}) {
-    std::unique_ptr<Comm> comm = makeLocalComm();
+             const std::function<void(int)> &between = {}, Comm *comm = nullptr) {
+    std::unique_ptr<Comm> local = makeLocalComm();
     std::unique_ptr<Executor> executor;
-    ASSERT_OK(Executor::create(plan, backend, *comm, options, executor));
+    ASSERT_OK(Executor::create(plan, backend, comm ? *comm : *local, options, executor));
     ASSERT_OK(executor->initParameters(42));
     std::vector<int32_t> tokens(executor->tokensPerMicroBatch()), targets(tokens.size());
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -358,7 +363,8 @@ protected:
                                           loss));
       trace.losses.push_back(loss);
     }
-    recorded = executor->recordedPrograms();
+    recorded = executor->recordings().programs;
+    stretches = executor->recordings().stretches;
     for (const Executor::Parameter &p : executor->parameters()) {
       const char *g = static_cast<const char *>(p.grad.data);
       trace.gradients.emplace_back(g, g + p.bytes);
@@ -372,7 +378,7 @@ protected:
   }
 
   LoadedPlan plan;
-  int recorded = 0;
+  int recorded = 0, stretches = 0;
 };
 
 TEST_F(RecordedProgramsTest, ReplaysGiveTheInstructionsBits) {
@@ -390,8 +396,114 @@ TEST_F(RecordedProgramsTest, ReplaysGiveTheInstructionsBits) {
   Trace replayed;
   ASSERT_NO_FATAL_FAILURE(train(backend, {}, replayed));
   EXPECT_EQ(recorded, 1);
+  EXPECT_EQ(stretches, 1) << "a program without collectives is one recording";
   EXPECT_EQ(backend.attempts, 1);
   EXPECT_EQ(backend.replays, 5);
+  expectSameBits(eager, replayed);
+}
+
+/// Instructions no recording may hold run one by one between the recorded stretches of
+/// their program, each stretch recorded at its second run: gpt-tiny's 5 LayerNorms (the
+/// first after the embeddings' instructions) leave 6 stretches.
+TEST_F(RecordedProgramsTest, UnrecordableInstructionsRunBetweenRecordedStretches) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Trace eager, replayed;
+  ASSERT_NO_FATAL_FAILURE(train(*cpu, {}, eager));
+  RecordingBackend backend;
+  backend.unrecordable = {plan::Opcode::LayerNorm};
+  ASSERT_NO_FATAL_FAILURE(train(backend, {}, replayed));
+  EXPECT_EQ(recorded, 1);
+  EXPECT_EQ(stretches, 6);
+  EXPECT_EQ(backend.attempts, 6);
+  EXPECT_EQ(backend.replays, 6 * 5);
+  expectSameBits(eager, replayed);
+}
+
+/// Rank 0 of a tensor-parallel pair whose twin holds the same data (so that one process
+/// can run a tp-2 plan): an all-reduce doubles, an all-gather repeats its input along the
+/// axis. Counts the collectives.
+class TwinComm final : public Comm {
+public:
+  TwinComm() {
+    position_.tpSize = 2;
+    position_.tpRank = 0;
+  }
+  Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
+    ++collectives;
+    if (g != Group::Tensor || in.dtype != plan::DType::F32)
+      return Status::failure("a twin reduces f32 over the tensor-parallel group only");
+    const float *x = static_cast<const float *>(in.data);
+    float *y = static_cast<float *>(out.data);
+    for (int64_t i = 0; i < in.numel(); ++i)
+      y[i] = 2 * x[i];
+    return Status::success();
+  }
+  Status allGather(Group g, const TensorView &in, const TensorView &out, int axis) override {
+    ++collectives;
+    if (g != Group::Tensor || in.data == out.data)
+      return Status::failure("a twin gathers apart over the tensor-parallel group only");
+    int64_t outer = 1;
+    for (int d = 0; d < axis; ++d)
+      outer *= in.shape[d];
+    const size_t block = in.bytes() / static_cast<size_t>(outer);
+    const char *x = static_cast<const char *>(in.data);
+    char *y = static_cast<char *>(out.data);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int copy = 0; copy < 2; ++copy)
+        std::memcpy(y + (2 * o + copy) * block, x + o * block, block);
+    return Status::success();
+  }
+  Status reduceScatter(Group, const TensorView &, const TensorView &, int) override {
+    return Status::failure("a twin does not scatter");
+  }
+  Status allReduceSum(Group, double &value) override {
+    value *= 2;
+    return Status::success();
+  }
+  Status allReduceSumAmong(Group, const std::vector<int> &, const TensorView &) override {
+    return Status::failure("a twin has no stages");
+  }
+  Status allToAll(Group, const void *, const std::vector<size_t> &, void *,
+                  const std::vector<size_t> &) override {
+    return Status::failure("a twin has no experts");
+  }
+  Status send(Group, int, const void *, size_t, int) override {
+    return Status::failure("a twin sends nothing");
+  }
+  Status recv(Group, int, void *, size_t, int) override {
+    return Status::failure("a twin receives nothing");
+  }
+  Status waitSends() override { return Status::success(); }
+
+  int collectives = 0;
+};
+
+/// A program with collectives is recorded in the stretches between them, and the
+/// collectives run between the replays, each in its place: gpt-tiny under tp 2 (on a
+/// twin pair) has 11 (10 all-reduces and the vocabulary-parallel loss's gather of its
+/// statistics), none first, last or beside another, so 12 stretches. A collective left
+/// out of a replay would leave its output as the micro-batch before wrote it, with other
+/// dropout masks.
+TEST_F(RecordedProgramsTest, CollectivesRunBetweenRecordedStretches) {
+  const std::string path =
+      test::compileModel(test::zooModel("gpt-tiny"),
+                         "--tp 2 --micro-batch-size 2 --global-batch-size 2 --hidden-dropout 0.1 "
+                         "--attention-dropout 0.1",
+                         "recorded_stretches_test");
+  ASSERT_FALSE(path.empty());
+  ASSERT_OK(LoadedPlan::read(path, plan));
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Trace eager, replayed;
+  TwinComm eagerTwin, twin;
+  ASSERT_NO_FATAL_FAILURE(train(*cpu, {}, eager, {}, &eagerTwin));
+  EXPECT_EQ(eagerTwin.collectives, 11 * 6);
+  RecordingBackend backend;
+  ASSERT_NO_FATAL_FAILURE(train(backend, {}, replayed, {}, &twin));
+  EXPECT_EQ(twin.collectives, 11 * 6);
+  EXPECT_EQ(recorded, 1);
+  EXPECT_EQ(stretches, 12);
+  EXPECT_EQ(backend.attempts, 12);
+  EXPECT_EQ(backend.replays, 12 * 5);
   expectSameBits(eager, replayed);
 }
 

@@ -241,9 +241,10 @@ public:
       why = synchronous_ ? "MT_CUDA_SYNC waits for every kernel" : "MT_CUDA_GRAPHS=off";
       return nullptr;
     }
-    // The caller has read the checks of what ran before.
-    checks_.clear();
-    runs_ = 0;
+    // The recording's checks take the flags after those of the program's runs before it
+    // (a recording of a stretch of it: Executor::runStretch), and count their runs from
+    // its first; a replay adds them to those of the runs before it.
+    const size_t base = checks_.size(), runsBefore = std::exchange(runs_, 0);
     const cudaError_t began =
         handled(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     if (began != cudaSuccess) {
@@ -265,13 +266,15 @@ public:
       why = cat("instantiating the graph: ", cudaGetErrorString(made));
     if (graph)
       (void)handled(cudaGraphDestroy(graph));
-    std::vector<IdsCheck> checks = std::exchange(checks_, {});
-    const size_t runs = std::exchange(runs_, 0);
+    std::vector<IdsCheck> checks(checks_.begin() + static_cast<std::ptrdiff_t>(base),
+                                 checks_.end());
+    checks_.resize(base);
+    const size_t runs = std::exchange(runs_, runsBefore);
     if (!why.empty()) {
       (void)cudaGetLastError(); // what failed in the capture is reported here, not later
       return nullptr;
     }
-    return std::make_unique<Graph>(*this, exec, std::move(checks), runs);
+    return std::make_unique<Graph>(*this, exec, base, std::move(checks), runs);
   }
 
   Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
@@ -576,27 +579,33 @@ private:
     return counters_;
   }
 
-  /// A program's launches as a CUDA graph, replayed with each step's counters; its ids'
-  /// checks are read after each replay as after a run.
+  /// A program's launches (or a stretch of them) as a CUDA graph, replayed with each
+  /// step's counters; its ids' checks are read after the program as those of runs are.
+  /// Its checks' flags follow the `base` checks of the program's runs before it.
   class Graph final : public Recording {
   public:
-    Graph(CudaBackend &backend, cudaGraphExec_t exec, std::vector<IdsCheck> checks, size_t runs)
-        : backend_(backend), exec_(exec), generation_(backend.generation_),
+    Graph(CudaBackend &backend, cudaGraphExec_t exec, size_t base, std::vector<IdsCheck> checks,
+          size_t runs)
+        : backend_(backend), exec_(exec), generation_(backend.generation_), base_(base),
           checks_(std::move(checks)), runs_(runs) {}
     ~Graph() override {
       if (exec_)
         (void)handled(cudaGraphExecDestroy(exec_));
     }
     Status replay(const StepContext &context, bool &stale) override {
-      stale = backend_.generation_ != generation_;
+      // Flags another stretch's checks hold now would be overwritten: made again.
+      stale = backend_.generation_ != generation_ || backend_.checks_.size() != base_;
       if (stale)
         return Status::success();
       return guarded([&] {
         backend_.counters(context);
         check(cudaGraphLaunch(exec_, backend_.stream_), "launching a recorded program");
         backend_.launched("a recorded program");
-        backend_.checks_ = checks_;
-        backend_.runs_ = runs_;
+        for (IdsCheck c : checks_) {
+          c.call += backend_.runs_;
+          backend_.checks_.push_back(c);
+        }
+        backend_.runs_ += runs_;
       });
     }
 
@@ -604,6 +613,7 @@ private:
     CudaBackend &backend_;
     cudaGraphExec_t exec_;
     uint64_t generation_; // the backend's when recorded
+    size_t base_;
     std::vector<IdsCheck> checks_;
     size_t runs_;
   };
