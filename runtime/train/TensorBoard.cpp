@@ -55,8 +55,9 @@ void bytes(std::string &out, int field, const std::string &v) {
 }
 
 /// tensorflow.Event's fields: wall_time (1, double), step (2, int64), file_version (3,
-/// string), summary (5, Summary); Summary's value (1, repeated Value); Value's tag (1,
-/// string) and simple_value (2, float).
+/// string), summary (5, Summary), session_log (7, SessionLog); Summary's value (1,
+/// repeated Value); Value's tag (1, string) and simple_value (2, float); SessionLog's
+/// status (1, enum: START is 1).
 std::string event(int64_t step) {
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -113,6 +114,15 @@ Status EventWriter::scalars(int64_t step,
   }
   std::string e = event(step);
   bytes(e, 5, summary);
+  return record(e);
+}
+
+Status EventWriter::restart(int64_t step) {
+  std::string log;
+  key(log, 1, 0);
+  varint(log, 1); // SessionLog.START
+  std::string e = event(step);
+  bytes(e, 7, log);
   return record(e);
 }
 

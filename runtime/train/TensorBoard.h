@@ -1,7 +1,8 @@
 // TensorBoard's event files, as `tensorboard --logdir` reads them: a TFRecord stream (each
 // record its length, the length's masked CRC-32C, the bytes, their masked CRC-32C) of
 // tensorflow.Event messages, the first naming the format ("brain.Event:2"), each later one
-// a step's scalar summaries. Written by hand in the protocol-buffer wire format: the three
+// a step's scalar summaries; a resumed run's first event after that, a session log saying
+// it starts again at its first step. Written by hand in the protocol-buffer wire format: the three
 // messages used take a page, where the protobuf runtime and TensorFlow's schema would be
 // two more dependencies.
 #ifndef MT_RUNTIME_TRAIN_TENSORBOARD_H
@@ -28,6 +29,11 @@ public:
   static Status open(const std::string &dir, EventWriter &out);
   /// The scalars of step `step` (tag, value), as one event; flushed.
   Status scalars(int64_t step, const std::vector<std::pair<std::string, double>> &values);
+  /// A run that resumes at step `step`: a SessionLog START at that step, on which
+  /// TensorBoard forgets the events of earlier files at or past it (those of the run
+  /// that went on from the checkpoint before), as PyTorch's SummaryWriter(purge_step)
+  /// has it written.
+  Status restart(int64_t step);
   const std::string &path() const { return path_; }
 
 private:

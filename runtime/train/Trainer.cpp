@@ -288,6 +288,9 @@ Status Run::start() {
   MT_TRY(ended("the data and the optimizer's state"));
   MT_TRY(loadOrInitialise(resumed_));
   MT_TRY(ended(resumed_ ? "loading the weights" : "initialising the weights"));
+  // A resumed run's steps replace any the run before logged past its checkpoint.
+  if (tensorboard_ && resumed_)
+    MT_TRY(tensorboard_->restart(state_.step + 1));
   if (config_.launched && log_) {
     std::fprintf(log_, "start-up: %.2f s from launch to the first step:",
                  std::chrono::duration<double>(stages.back().ended - *config_.launched).count());

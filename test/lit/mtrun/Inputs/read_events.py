@@ -1,8 +1,10 @@
 """Reads back mtrun's TensorBoard event files with a reader of its own (TFRecord framing
 with its CRC-32C checks, then tensorflow.Event's protocol-buffer fields), and compares
 each step's scalars (and each evaluation's loss and perplexity) with the --metrics file of
-the same run. Where the `tensorboard`
-package is installed, its own reader must see the same scalars.
+the same run. The files are read in the order they were written, and a session log
+starting the run again at a step drops what the files before held at or past it, as
+TensorBoard's reader does; a step shown twice for a tag is a failure. Where the
+`tensorboard` package is installed, its own reader must see the same scalars.
 
 Prints what it read; exits 1 where anything disagrees.
 
@@ -58,10 +60,12 @@ def varint(data, at):
 
 
 # tensorflow.Event's fields and their wire types: wall_time (double), step (varint),
-# file_version (bytes), summary (bytes); Summary.value (bytes); Value's tag (bytes) and
-# simple_value (float).
-EVENT_WIRES = {1: 1, 2: 0, 3: 2, 5: 2}
+# file_version (bytes), summary (bytes), session_log (bytes); Summary.value (bytes);
+# Value's tag (bytes) and simple_value (float); SessionLog.status (varint, START 1).
+EVENT_WIRES = {1: 1, 2: 0, 3: 2, 5: 2, 7: 2}
 VALUE_WIRES = {1: 2, 2: 5}
+SESSION_LOG_WIRES = {1: 0}
+START = 1
 
 
 def fields(data, wires=None):
@@ -101,20 +105,36 @@ def main():
         del args[at:at + 2]
     directory, metrics = args[0], args[1]
     loss_scale = float(args[2]) if len(args) > 2 else None
-    files = glob.glob(f"{directory}/events.out.tfevents.*")
-    version, steps, times = None, {}, []
+    # In the order they were written: by their first event's time.
+    files = sorted(glob.glob(f"{directory}/events.out.tfevents.*"),
+                   key=lambda path: struct.unpack("<d", dict(fields(
+                       next(records(path)), EVENT_WIRES))[1])[0])
+    version, shown, restarts = None, [], []  # shown: (step, tag, value) in order
     for path in files:
+        times = []
         for i, body in enumerate(records(path)):
             event = dict(fields(body, EVENT_WIRES))
             times.append(struct.unpack("<d", event[1])[0])
             if i == 0:  # the file's first event names the format, and only that
                 version = event[3].decode() if 3 in event and 5 not in event else None
+            if 7 in event:
+                status = dict(fields(event[7], SESSION_LOG_WIRES)).get(1)
+                assert status == START and i == 1 and path != files[0], \
+                    "a restart is a later file's first event after the version"
+                restarts.append(event.get(2, 0))
+                shown = [s for s in shown if s[0] < event.get(2, 0)]
             if 5 in event:
-                scalars = {}
                 for number, value in fields(event[5], {1: 2}):
                     v = dict(fields(value, VALUE_WIRES))
-                    scalars[v[1].decode()] = struct.unpack("<f", v[2])[0]
-                steps.setdefault(event.get(2, 0), {}).update(scalars)
+                    shown.append((event.get(2, 0), v[1].decode(),
+                                  struct.unpack("<f", v[2])[0]))
+        # Seconds since the epoch, in order, within the last hour.
+        assert times == sorted(times) and all(0 < time.time() - t < 3600 for t in times), \
+            f"{path}: the events' times"
+    steps = {}
+    for step, tag, value in shown:
+        assert tag not in steps.get(step, {}), f"step {step} of {tag} shown twice"
+        steps.setdefault(step, {})[tag] = value
     expected = {}
     for line in open(metrics):
         words = line.split()
@@ -130,8 +150,6 @@ def main():
     equal = sorted(steps) == sorted(expected) and all(
         tag in steps[s] and same(steps[s][tag], value)
         for s, want in expected.items() for tag, value in want.items())
-    # Seconds since the epoch, in order, within the last hour.
-    equal &= times == sorted(times) and all(0 < time.time() - t < 3600 for t in times)
     equal &= all(s["tokens-per-second"] > 0 and s["iteration-time"] > 0 and s["throughput"] > 0
                  for s in steps.values())
     # What the rank holds for the plan: the same at every step, at most its peak.
@@ -149,8 +167,10 @@ def main():
     if peak is not None:
         equal &= all(same(s["mfu"], s["throughput"] / peak) for s in steps.values())
     tags = sorted({tag for scalars in steps.values() for tag in scalars})
-    print(f"events: {len(files)} file, version {version}, {len(steps)} steps, tags "
-          f"{', '.join(tags)}; equal to the metrics: {equal}")
+    again = "".join(f", restarted at step {step}" for step in restarts)
+    print(f"events: {len(files)} file{'s' if len(files) > 1 else ''}{again}, version "
+          f"{version}, {len(steps)} steps, tags {', '.join(tags)}; equal to the metrics: "
+          f"{equal}")
     if not equal:
         sys.exit(1)
     try:
