@@ -194,7 +194,6 @@ Status Executor::bind(ExecutorOptions options) {
   }
   MT_TRY(bindRing(stage));
   views_.resize(programs.size());
-  backendRuns_.resize(programs.size());
   stretches_.resize(programs.size());
   backwardAt_.resize(programs.size());
   const bool recording = options.recordPrograms && backend_.records();
@@ -209,7 +208,6 @@ Status Executor::bind(ExecutorOptions options) {
         return failedAt(i, j, s);
       if (opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm)
         continue;
-      backendRuns_[i].push_back(j);
       if (!recording || !backend_.recordable(inst))
         continue;
       // One stretch per run of consecutive instructions the backend may record.
@@ -329,6 +327,12 @@ Status Executor::initParameters(uint64_t seed) {
 
 Status Executor::zeroGradients() { return backend_.setZero(flatGrads_.data, flatGrads_.bytes()); }
 
+Status Executor::runKernel(const plan::Instruction &inst, const TensorView *in,
+                           const TensorView *out, const StepContext &context) {
+  callers_.push_back(running_);
+  return backend_.run(inst, in, out, context);
+}
+
 Status Executor::runCollective(const plan::Instruction &inst, const TensorView *in,
                                const TensorView *out, const StepContext &context) {
   const Group group = inst.group() == plan::CommGroup::Context ? Group::Context : Group::Tensor;
@@ -398,11 +402,11 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
           comm_.shift(Group::Context, next, kv[at].data, prev, kv[1 - at].data, bytes, kShareTag));
     if (forward) {
       const TensorView operands[2] = {qkv, kv[at]};
-      MT_TRY(backend_.run(inst, operands, out, step));
+      MT_TRY(runKernel(inst, operands, out, step));
     } else {
       const TensorView operands[5] = {in[0], in[1], in[2], in[3], kv[at]};
       const TensorView results[2] = {out[0], dkv[at]};
-      MT_TRY(backend_.run(inst, operands, results, step));
+      MT_TRY(runKernel(inst, operands, results, step));
       MT_TRY(comm_.shift(Group::Context, next, dkv[at].data, prev, dkv[1 - at].data, bytes,
                          kGradientTag));
     }
@@ -415,8 +419,8 @@ Status Executor::runRing(const plan::Instruction &inst, const TensorView *in, co
     return Status::success();
   // dqkv holds the queries' gradients; the share's keys' and values' ones come home.
   const TensorView sum[2] = {out[0], dkv[at]};
-  return backend_.run(*flatbuffers::GetRoot<plan::Instruction>(addInstruction_.data()), sum, out,
-                      context);
+  return runKernel(*flatbuffers::GetRoot<plan::Instruction>(addInstruction_.data()), sum, out,
+                   context);
 }
 
 /// The elements of an index tensor (expert counts), read to the host.
@@ -551,6 +555,7 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   context.cpSize = comm_.size(Group::Context);
   size_t call = 0;
   (void)backend_.checkRuns(call); // whatever a failed run before left unread
+  callers_.clear();
   MT_TRY(setInput(views[prog.tokens()], tokens));
   MT_TRY(setInput(views[prog.targets()], targets));
   std::vector<Profile::Entry *> timed;
@@ -569,8 +574,7 @@ Status Executor::run(uint32_t program, const int32_t *tokens, const int32_t *tar
   // What the backend found wrong with the data came first, if anything: a bad id
   // before the failure it may have caused.
   if (Status s = backend_.checkRuns(call); !s.ok())
-    return call < backendRuns_[program].size() ? failedAt(program, backendRuns_[program][call], s)
-                                               : s;
+    return call < callers_.size() ? failedAt(program, callers_[call], s) : s;
   MT_TRY(ran);
   return timing ? profile_->record(timed) : Status::success();
 }
@@ -598,9 +602,10 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
     n = 0;
     for (uint32_t id : *inst.outputs())
       out[n++] = views[id];
+    running_ = i;
     if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
                        ? runCollective(inst, in, out, context)
-                       : backend_.run(inst, in, out, context);
+                       : runKernel(inst, in, out, context);
         !s.ok())
       return failedAt(program, i, s);
     if (timed) {
@@ -641,9 +646,11 @@ Status Executor::runStretch(uint32_t program, Stretch &stretch, const StepContex
   constexpr int kAttempts = 3;
   if (!stretch.recording && stretch.runs++ > 0 && stretch.failures < kAttempts) {
     std::string why;
+    const size_t calls = callers_.size(); // a recording runs nothing yet
     stretch.recording = backend_.record(
         [&] { return runInstructions(program, context, nullptr, stretch.begin, stretch.end); },
         why);
+    callers_.resize(calls);
     if (stretch.recording)
       stretch.failures = 0;
     else if (++stretch.failures == kAttempts)
@@ -658,8 +665,11 @@ Status Executor::runStretch(uint32_t program, Stretch &stretch, const StepContex
     bool stale = false;
     if (Status s = stretch.recording->replay(context, stale); !s.ok())
       return Status::failure(cat(prog.name()->str(), " (recorded): ", s.message()));
-    if (!stale)
+    if (!stale) {
+      for (uint32_t i = stretch.begin; i < stretch.end; ++i)
+        callers_.push_back(i);
       return Status::success();
+    }
     stretch.recording.reset();
   }
   return runInstructions(program, context, nullptr, stretch.begin, stretch.end);

@@ -219,6 +219,9 @@ private:
   Status failedAt(uint32_t program, uint32_t index, const Status &cause) const;
   Status runCollective(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                        const StepContext &context);
+  /// Backend::run, for the instruction running now (callers_).
+  Status runKernel(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                   const StepContext &context);
   /// Ring attention's shares in flight for stage `stage`'s programs (ringBytes()).
   Status bindRing(int stage);
   /// Ring attention (RingAttention, RingAttentionGrad): the context-parallel group's
@@ -240,8 +243,10 @@ private:
   Comm &comm_;
   std::vector<DeviceMemory> allocations_;
   std::vector<std::vector<TensorView>> views_; // per program (this stage's), per buffer
-  /// Per program: the instructions the backend runs (not the communicator), in order.
-  std::vector<std::vector<uint32_t>> backendRuns_;
+  /// The instruction of each backend run since the program began (Backend::checkRuns
+  /// names a run by its place among them): a ring's steps are its instruction's.
+  std::vector<uint32_t> callers_;
+  uint32_t running_ = 0; // the instruction running now
   /// A run of a program's instructions [begin, end) that one recording may hold: the
   /// backend runs each (no collective comes between them) and may record each
   /// (Backend::recordable). Its recording, if it has one; its runs so far; and how many

@@ -419,14 +419,19 @@ TEST_F(RecordedProgramsTest, UnrecordableInstructionsRunBetweenRecordedStretches
   expectSameBits(eager, replayed);
 }
 
-/// Rank 0 of a tensor-parallel pair whose twin holds the same data (so that one process
-/// can run a tp-2 plan): an all-reduce doubles, an all-gather repeats its input along the
-/// axis. Counts the collectives.
+/// Rank 0 of a tensor- or context-parallel pair whose twin holds the same data (so that
+/// one process can run a tp-2 or cp-2 plan): an all-reduce doubles, an all-gather repeats
+/// its input along the axis, a ring step receives what it sends. Counts the collectives.
 class TwinComm final : public Comm {
 public:
-  TwinComm() {
-    position_.tpSize = 2;
-    position_.tpRank = 0;
+  explicit TwinComm(Group g = Group::Tensor) {
+    (g == Group::Context ? position_.cpSize : position_.tpSize) = 2;
+  }
+  Status shift(Group g, int, const void *send, int, void *recv, size_t bytes, int) override {
+    if (g != Group::Context)
+      return Status::failure("a twin's ring is of the context-parallel group");
+    std::memcpy(recv, send, bytes);
+    return Status::success();
   }
   Status allReduceSum(Group g, const TensorView &in, const TensorView &out) override {
     ++collectives;
@@ -484,6 +489,45 @@ public:
 /// statistics), none first, last or beside another, so 12 stretches. A collective left
 /// out of a replay would leave its output as the micro-batch before wrote it, with other
 /// dropout masks.
+/// A queued backend's check of an id (which a failure names by its run among those since
+/// the program began) names the instruction that read it after ring attention too, whose
+/// steps run the backend cp times each: gpt-tiny under cp 2 with the p2p form, on a twin
+/// pair, a bad target before any recording and in a replay.
+TEST_F(RecordedProgramsTest, AnIdCheckAfterARingNamesItsInstruction) {
+  const std::string path = test::compileModel(
+      test::zooModel("gpt-tiny"),
+      "--cp 2 --cp-comm-type p2p --micro-batch-size 2 --global-batch-size 2", "recorded_ring_test");
+  ASSERT_FALSE(path.empty());
+  ASSERT_OK(LoadedPlan::read(path, plan));
+  auto bad = [&](Backend &backend, int runs, Status &failure) {
+    TwinComm twin(Group::Context);
+    std::unique_ptr<Executor> executor;
+    ASSERT_OK(Executor::create(plan, backend, twin, {}, executor));
+    ASSERT_OK(executor->initParameters(42));
+    std::vector<int32_t> tokens(executor->tokensPerMicroBatch(), 3), targets = tokens;
+    double loss = 0;
+    for (int i = 0; i < runs; ++i)
+      ASSERT_OK(executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, loss));
+    targets[5] = 100000;
+    failure = executor->forwardBackward(tokens.data(), targets.data(), {7, 0, 0}, loss);
+  };
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  Status expected;
+  ASSERT_NO_FATAL_FAILURE(bad(*cpu, 0, expected));
+  ASSERT_FALSE(expected.ok());
+  EXPECT_NE(expected.message().find("target id 100000 at position 5"), std::string::npos)
+      << expected.message();
+  for (int runs : {0, 2}) {
+    RecordingBackend backend;
+    Status named;
+    ASSERT_NO_FATAL_FAILURE(bad(backend, runs, named));
+    EXPECT_EQ(named.message(), expected.message()) << runs << " runs before";
+    // 5 stretches around the 2 layers' rings forward and backward, replayed in the run
+    // after the first and in the bad one.
+    EXPECT_EQ(backend.replays, runs > 0 ? 10 : 0);
+  }
+}
+
 TEST_F(RecordedProgramsTest, CollectivesRunBetweenRecordedStretches) {
   const std::string path =
       test::compileModel(test::zooModel("gpt-tiny"),
