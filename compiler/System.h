@@ -41,7 +41,7 @@ struct RuntimeSpec {
   std::string name = "no overlap";
   /// The host's seconds per launch: kernels launched one by one go through a launch
   /// queue (Estimate.h: LaunchQueue); with `graphs`, each stretch of a pass between its
-  /// collectives is one recorded graph, a single launch per micro-batch.
+  /// collectives is one recorded graph, a single launch.
   bool graphs = false;
   double launchGap = 0;
   /// The data-parallel gradient reduction, bucket by bucket, during the last micro-batch's

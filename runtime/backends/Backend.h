@@ -160,14 +160,15 @@ private:
 };
 
 /// A backend's work recorded once and run again as one launch (on CUDA, a graph): the
-/// executor records a program after running it once, and replays the recording from
-/// then on.
+/// executor records a stretch of a program (the whole program where nothing breaks it)
+/// after running it once, and replays the recording from then on.
 class Recording {
 public:
   virtual ~Recording() = default;
   /// Runs the recorded work again, its random draws and loss seed from `context`. Runs
-  /// nothing and sets `stale` where memory the recording uses has moved since it was
-  /// made: then record the work again.
+  /// nothing and sets `stale` where the recording no longer fits what runs around it
+  /// (memory it uses has moved since it was made; on CUDA also the id checks before it
+  /// differ in number): then record the work again.
   virtual Status replay(const StepContext &context, bool &stale) = 0;
 };
 

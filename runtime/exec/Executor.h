@@ -21,9 +21,11 @@ struct ExecutorOptions {
   /// Gives every activation its own allocation instead of its planned arena offset;
   /// a run in this mode checks that the memory plan's reuse changes nothing.
   bool separateBuffers = false;
-  /// Records each program of a backend that records (CUDA: a graph) after its first run,
-  /// and replays the recording from then on: one launch for the program. Programs with
-  /// collectives, and runs under a profile, run instruction by instruction.
+  /// Records each stretch of a program between its collectives (and the instructions the
+  /// backend may not record) after its first run, on a backend that records (CUDA: a
+  /// graph), and replays the recording from then on: one launch for the stretch, and for
+  /// a program with neither, one for the program. Runs under a profile run instruction by
+  /// instruction.
   bool recordPrograms = true;
 };
 

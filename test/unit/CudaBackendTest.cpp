@@ -390,13 +390,14 @@ TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
 /// instruction that read it; MT_CUDA_GRAPHS=off records nothing. A mixture of experts'
 /// grouped GEMMs (which read their row counts from the device) run between the recorded
 /// stretches of its program, and its loss's check of the targets, in the last stretch,
-/// names its instruction after them.
+/// names its instruction after them; the load-balancing loss's gradient, in a recorded
+/// stretch, takes each replay's loss scale.
 TEST(CudaGraphs, ReplayTheInstructionsBits) {
   int compared = 0;
   for (const Case &c : cases()) {
     if (c.op.name != "gpt_tiny" && c.op.name != "flash_attention_gpt_tiny" &&
         c.op.name != "llama_tiny" && c.op.name != "attention_dropout" &&
-        c.op.name != "bias_dropout_add" && c.op.name != "moe")
+        c.op.name != "bias_dropout_add" && c.op.name != "moe" && c.op.name != "moe_aux")
       continue;
     SCOPED_TRACE(caseName(c));
     LoadedPlan plan;
@@ -445,7 +446,7 @@ TEST(CudaGraphs, ReplayTheInstructionsBits) {
         trace.losses.push_back(loss);
       }
       EXPECT_EQ(executor->recordings().programs, record ? 1 : 0);
-      if (c.op.name == "moe" && record) {
+      if (c.op.routed && record) {
         EXPECT_GT(executor->recordings().stretches, 1);
       }
       trace.last.loss = trace.losses.back();
@@ -505,8 +506,8 @@ TEST(CudaGraphs, ReplayTheInstructionsBits) {
     }
     ++compared;
   }
-  EXPECT_EQ(compared, 13) << "gpt-tiny (3 precisions, 2 through cuDNN), llama-tiny, "
-                             "attention's and the residual branch's dropout, a mixture";
+  EXPECT_EQ(compared, 14) << "gpt-tiny (3 precisions, 2 through cuDNN), llama-tiny, "
+                             "attention's and the residual branch's dropout, two mixtures";
 }
 
 /// GELU and its gradient run inside cuBLASLt's epilogues in bf16 and fp16, and after

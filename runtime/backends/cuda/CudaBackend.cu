@@ -2,15 +2,15 @@
 // accumulation; GEMMs through cuBLASLt (the bias fused as an epilogue); fused attention
 // through cuDNN's flash attention where it applies (CudnnAttention.h) and elsewhere
 // through kernels that never materialise the s×s scores either (one warp per query row,
-// online softmax; the backward recomputes the probabilities); dropout masks from the same Philox counters
-// as the CPU backend, so both draw the same masks. The CPU backend is the reference
-// these kernels are tested against.
+// online softmax; the backward recomputes the probabilities); dropout masks from the same Philox
+// counters as the CPU backend, so both draw the same masks. The CPU backend is the reference these
+// kernels are tested against.
 //
 // This file holds the Backend: memory, copies, and the dispatch of each opcode to the
 // launchers of the kernel families (Norms.cuh, Activations.cuh, Dropout.cuh,
 // Embedding.cuh, Attention.cuh, Loss.cuh, Optimizer.cuh, Gemm.cuh), all on one stream;
-// and the recording of a program's launches as a CUDA graph (record()), which reads
-// each step's counters and reports its ids' checks from device memory.
+// and the recording of a stretch of a program's launches as a CUDA graph (record()),
+// which reads each step's counters and reports its ids' checks from device memory.
 #include "backends/Backend.h"
 #include "backends/cuda/Activations.cuh"
 #include "backends/cuda/Attention.cuh"
@@ -244,13 +244,13 @@ public:
     // The recording's checks take the flags after those of the program's runs before it
     // (a recording of a stretch of it: Executor::runStretch), and count their runs from
     // its first; a replay adds them to those of the runs before it.
-    const size_t base = checks_.size(), runsBefore = std::exchange(runs_, 0);
     const cudaError_t began =
         handled(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     if (began != cudaSuccess) {
       why = cat("beginning a capture: ", cudaGetErrorString(began));
       return nullptr;
     }
+    const size_t base = checks_.size(), runsBefore = std::exchange(runs_, 0);
     capturing_ = true;
     const Status done = guarded(work);
     capturing_ = false;
@@ -1002,7 +1002,6 @@ private:
     case Opcode::MoeRouterGrad: {
       const TensorView &logits = in[1], &experts = in[2];
       const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
-      float scale = 0; // the loss's c·E·k, times the seed's scale
       if (inst.aux_loss_coeff() > 0 && inst.inputs()->size() > 3) {
         counts = static_cast<int *>(in[3].data); // the load: the whole micro-batch's
       } else if (inst.aux_loss_coeff() > 0) {
@@ -1011,12 +1010,9 @@ private:
             ids(experts), experts.numel(), counts);
         launched("expert counts");
       }
-      if (counts)
-        scale = static_cast<float>(inst.aux_loss_coeff() * c.ctx.lossScale *
-                                   static_cast<double>(e * k));
       moeRouterGradKernel<<<warpsFor(tokens), kThreads, 0, stream_>>>(
-          c.p(in[0]), c.p(logits), ids(experts), counts, scale, c.p(out[0]), tokens,
-          static_cast<int>(e), static_cast<int>(k), inst.pre_softmax());
+          c.p(in[0]), c.p(logits), ids(experts), counts, inst.aux_loss_coeff(), c.step, c.p(out[0]),
+          tokens, static_cast<int>(e), static_cast<int>(k), inst.pre_softmax());
       break;
     }
     case Opcode::MoeCount:

@@ -165,8 +165,8 @@ __global__ void moeRowsKernel(const I *experts, int64_t slots, int e, int64_t ca
 /// n = `counts` (null: no such loss), Σn = k·T.
 template <typename T, typename I>
 __global__ void moeRouterGradKernel(const T *dgates, const T *logits, const I *experts,
-                                    const int *counts, float scale, T *dlogits, int64_t tokens,
-                                    int e, int k, bool pre) {
+                                    const int *counts, double coefficient, const StepCounters *step,
+                                    T *dlogits, int64_t tokens, int e, int k, bool pre) {
   const int64_t t = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (t >= tokens)
     return;
@@ -176,6 +176,12 @@ __global__ void moeRouterGradKernel(const T *dgates, const T *logits, const I *e
     slots += counts[j];
   for (int offset = 16; offset > 0; offset >>= 1)
     slots += __shfl_xor_sync(0xffffffffu, slots, offset);
+  // The loss's c·E·k times the seed's scale, read from the step's counters (a recording
+  // replays with each step's), in double and rounded once, as the host computes it.
+  const float scale =
+      counts ? static_cast<float>(__dmul_rn(__dmul_rn(coefficient, step->lossScale),
+                                            static_cast<double>(e) * static_cast<double>(k)))
+             : 0.f;
   const double squared = static_cast<double>(slots) * static_cast<double>(slots);
   const float perSlot = slots > 0 ? static_cast<float>(scale / squared) : 0.f;
   auto aux = [&](int j) { return perSlot * static_cast<float>(counts[j]); };
