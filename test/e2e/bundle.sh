@@ -20,9 +20,9 @@ bundle=$work/bundle
 bytes=$(du -sb "$bundle" | cut -f1)
 [ "$bytes" -le $((64 << 20)) ] || fail "$bytes bytes, over 64 MiB"
 
-# session.sh fusion-ab's pair of plans.
-for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion; do
-  [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh fusion-ab"
+# session.sh fusion-ab's and vocab-ab's plans.
+for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion gpt2-124m-unpadded; do
+  [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh's a/b steps"
 done
 
 # A CPU step from a scrubbed environment.

@@ -11,6 +11,8 @@
 #   mtc-1.3b     mtc alone on the 1.3B model: its throughput after 10 steps, its profile
 #   fusion-ab    GPT-2 124M with and without the bias-gradient fusion, each profiled in
 #                turn, twice: one change's profile before and after on one device
+#   vocab-ab     GPT-2 124M with its vocabulary padded (50,304) and not (50,257), each
+#                profiled: where an odd vocabulary's time goes
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs, copies,
 #                launches, then the kernel families of a GPT-2 350M profile; the system
@@ -30,7 +32,20 @@ logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin; the default four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=120 [fusion-ab]=60)
+  [calibrate]=120 [fusion-ab]=60 [vocab-ab]=45)
+# ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
+ab() {
+  local rounds=$1
+  shift
+  python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 || return
+  for ((round = 1; round <= rounds; ++round)); do
+    for plan in "$@"; do
+      echo "== $plan, round $round"
+      "$here/bin/mtrun" "$here/plans/ab/$plan.mtp" --backend cuda --data "$logs/tokens" \
+        --steps 8 --log-every 8 --lr 1e-4 --profile || return
+    done
+  done
+}
 run_step() {
   case "$1" in
   bench-gpt2) WORK="$logs/bench" MT_BENCH_MODELS=gpt2-124m bash "$here/bench/gpu.sh" 20 ;;
@@ -53,16 +68,8 @@ run_step() {
         --data "$logs/tokens" --steps 6 --log-every 6 --lr 1e-4 --profile
     ;;
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
-  fusion-ab)
-    python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 || return
-    for round in 1 2; do
-      for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion; do
-        echo "== $plan, round $round"
-        "$here/bin/mtrun" "$here/plans/ab/$plan.mtp" --backend cuda --data "$logs/tokens" \
-          --steps 8 --log-every 8 --lr 1e-4 --profile || return
-      done
-    done
-    ;;
+  fusion-ab) ab 2 gpt2-124m gpt2-124m-no-bias-grad-fusion ;;
+  vocab-ab) ab 1 gpt2-124m gpt2-124m-unpadded ;;
   calibrate)
     local system=dgx-h100
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
@@ -84,7 +91,7 @@ for name in "${steps[@]}"; do
   fi
   began=$SECONDS
   # In a subshell under timeout: a step that hangs costs its limit, not the lease.
-  export -f run_step
+  export -f run_step ab
   export here logs
   timeout -k 5 "$limit" bash -c "run_step $name" >"$out/$name.log" 2>&1
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
