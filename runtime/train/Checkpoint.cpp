@@ -187,6 +187,8 @@ std::map<std::string, std::string> stateText(const plan::Plan &plan, const Train
                                              {"seed", std::to_string(state.seed)}};
   if (state.trainDocuments)
     meta["train_documents"] = cat(state.trainDocuments->first, ",", state.trainDocuments->second);
+  if (!state.trainBlend.empty())
+    meta["train_blend"] = state.trainBlend;
   if (plan.precision() == plan::DType::F16) { // the loss scaler's state
     meta["loss_scale"] = roundTrip(state.lossScaler.scale);
     meta["loss_scale_good_steps"] = std::to_string(state.lossScaler.goodSteps);
@@ -233,6 +235,15 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
     if (!first || !end || *first > *end)
       return fail("bad training documents '" + text.substr(0, 40) + "' in its index");
     loaded.trainDocuments = {*first, *end};
+  }
+  // Compared whole with the resuming run's, never parsed: printable and bounded.
+  loaded.trainBlend.clear();
+  if (auto it = meta.find("train_blend"); it != meta.end()) {
+    const std::string &text = it->second;
+    if (text.empty() || text.size() > 4096 ||
+        !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isprint(c); }))
+      return fail("bad training blend in its index");
+    loaded.trainBlend = text;
   }
   // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).
   if (auto it = meta.find("loss_scale"); it != meta.end()) {

@@ -30,6 +30,10 @@ struct TrainingState {
   /// The documents training reads (Megatron's --split): [first, end). Checkpoints written
   /// before splits existed have none: all documents.
   std::optional<std::pair<uint64_t, uint64_t>> trainDocuments;
+  /// A blend's datasets (data/Blend.h) as training reads them: each one's fraction and
+  /// training documents, "f,first,end;..." ("" for one dataset, which trainDocuments
+  /// describes).
+  std::string trainBlend;
 };
 
 struct CheckpointOptions {

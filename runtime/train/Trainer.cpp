@@ -197,10 +197,10 @@ private:
   Status openSplits();
   /// The micro-batch of `stream` that starts at sample `position`, into inputs_ and
   /// targets_.
-  Status load(TokenStream &stream, uint64_t position);
+  Status load(BlendedStream &stream, uint64_t position);
   /// The mean loss of config_.evalIters global batches of `stream` (forward only, no
   /// dropout), logged as `split`'s.
-  Status evaluate(TokenStream &stream, const char *split);
+  Status evaluate(BlendedStream &stream, const char *split);
   /// After the step's record: the save and the evaluations that are due.
   Status afterStep();
   /// The test split's loss, where there is one (after the last step).
@@ -232,9 +232,16 @@ private:
   const std::function<void(const StepRecord &)> &onStep_;
   const int64_t microBatches_, share_, firstMicroBatch_, lossTerms_, batch_, seq_;
   const bool scaleLoss_;
-  IndexedDataset dataset_;
-  std::unique_ptr<TokenStream> stream_, validation_, test_;
-  std::pair<uint64_t, uint64_t> trainDocuments_; // [first, end) of the data's documents
+  /// Each dataset of the blend (one without weights): its documents, and the streams of
+  /// its splits (training, validation, test; null where not read).
+  struct Source {
+    IndexedDataset dataset;
+    std::array<std::unique_ptr<TokenStream>, 3> splits;
+  };
+  std::vector<Source> sources_;
+  std::unique_ptr<BlendedStream> stream_, validation_, test_;
+  std::pair<uint64_t, uint64_t> trainDocuments_; // [first, end) of one dataset's documents
+  std::string trainBlend_; // of a blend: each dataset's fraction and training documents
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<CheckpointSaver> saver_;
   TrainingState state_;
@@ -277,12 +284,12 @@ Status Run::start() {
     stages.push_back({std::move(what), std::chrono::steady_clock::now()});
     return Status::success();
   };
-  MT_TRY(IndexedDataset::open(config_.dataPrefix, dataset_));
   MT_TRY(openSplits());
-  MT_TRY(stream_->checkVocabulary(plan_.vocab_size()));
   MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
   state_.seed = config_.seed;
-  state_.trainDocuments = trainDocuments_;
+  if (trainBlend_.empty())
+    state_.trainDocuments = trainDocuments_;
+  state_.trainBlend = trainBlend_;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
   MT_TRY(ended("the data and the optimizer's state"));
@@ -313,35 +320,64 @@ Status Run::start() {
 }
 
 Status Run::openSplits() {
-  const uint64_t documents = dataset_.numDocuments();
-  const std::array<uint64_t, 4> bounds = splitDocuments(config_.split, documents);
-  trainDocuments_ = {bounds[0], bounds[1]};
+  sources_.resize(config_.data.size());
+  for (size_t i = 0; i < sources_.size(); ++i)
+    MT_TRY(IndexedDataset::open(config_.data[i].prefix, sources_[i].dataset));
   char sizes[96];
   std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
                 config_.split[2]);
-  auto documentsOf = [&](int split, const char *name) {
-    DocumentRange d{bounds[split], bounds[split + 1], "data"};
-    if (d.first > 0 || d.end < documents)
-      d.name = cat("the ", name, " split (documents [", d.first, ", ", d.end, ") of ", documents,
-                   ", --split ", sizes, ")");
-    return d;
-  };
-  stream_ = std::make_unique<TokenStream>(dataset_, seq_, config_.seed, documentsOf(0, "training"));
-  if (bounds[1] == bounds[0])
-    return Status::failure(cat(config_.dataPrefix, ": --split ", sizes, " leaves no training ",
-                               "documents (of ", documents, ")"));
-  // The held-out splits are evaluated from the same seed's order of their own samples.
-  for (auto [split, name, stream] :
-       {std::tuple{1, "validation", &validation_}, std::tuple{2, "test", &test_}}) {
-    if (config_.evalIters <= 0 || config_.split[split] == 0)
-      continue;
-    if (bounds[split + 1] == bounds[split]) // evaluation asked for, and nothing to evaluate
-      return Status::failure(cat(config_.dataPrefix, ": --split ", sizes, " gives the ", name,
-                                 " split none of the ", documents, " documents"));
-    *stream = std::make_unique<TokenStream>(dataset_, seq_, config_.seed, documentsOf(split, name));
-    if (!(*stream)->usable())
-      return Status::failure((*stream)->whyUnusable());
+  std::vector<double> weights;
+  for (const DataSource &source : config_.data)
+    weights.push_back(source.weight);
+  const Blend blend(weights);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const std::string &prefix = config_.data[i].prefix;
+    const IndexedDataset &dataset = sources_[i].dataset;
+    const uint64_t documents = dataset.numDocuments();
+    const std::array<uint64_t, 4> bounds = splitDocuments(config_.split, documents);
+    auto documentsOf = [&](int split, const char *name) {
+      DocumentRange d{bounds[split], bounds[split + 1], sources_.size() > 1 ? prefix : "data"};
+      if (d.first > 0 || d.end < documents)
+        d.name = cat(sources_.size() > 1 ? prefix + ": the " : "the ", name, " split (documents [",
+                     d.first, ", ", d.end, ") of ", documents, ", --split ", sizes, ")");
+      return d;
+    };
+    if (bounds[1] == bounds[0])
+      return Status::failure(cat(prefix, ": --split ", sizes, " leaves no training ",
+                                 "documents (of ", documents, ")"));
+    sources_[i].splits[0] =
+        std::make_unique<TokenStream>(dataset, seq_, config_.seed, documentsOf(0, "training"));
+    MT_TRY(sources_[i].splits[0]->checkVocabulary(plan_.vocab_size()));
+    // The held-out splits are evaluated from the same seed's order of their own samples.
+    for (auto [split, name] : {std::pair{1, "validation"}, std::pair{2, "test"}}) {
+      if (config_.evalIters <= 0 || config_.split[split] == 0)
+        continue;
+      if (bounds[split + 1] == bounds[split]) // evaluation asked for, and nothing to evaluate
+        return Status::failure(cat(prefix, ": --split ", sizes, " gives the ", name,
+                                   " split none of the ", documents, " documents"));
+      auto &stream = sources_[i].splits[split];
+      stream = std::make_unique<TokenStream>(dataset, seq_, config_.seed, documentsOf(split, name));
+      if (!stream->usable())
+        return Status::failure(stream->whyUnusable());
+    }
+    if (i == 0)
+      trainDocuments_ = {bounds[0], bounds[1]};
+    // What a checkpoint records of a blend: each dataset's fraction and its documents.
+    char fraction[32];
+    std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
+    if (sources_.size() > 1)
+      trainBlend_ += cat(i ? ";" : "", fraction, ",", bounds[0], ",", bounds[1]);
   }
+  // Each split a blend of the datasets' own, with the same weights.
+  auto blendOf = [&](int split) {
+    std::vector<TokenStream *> streams;
+    for (Source &source : sources_)
+      streams.push_back(source.splits[split].get());
+    return streams[0] ? std::make_unique<BlendedStream>(streams, weights) : nullptr;
+  };
+  stream_ = blendOf(0);
+  validation_ = blendOf(1);
+  test_ = blendOf(2);
   return Status::success();
 }
 
@@ -374,15 +410,24 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure("checkpoint in " + config_.loadDir + " was trained with seed " +
                            std::to_string(state_.seed) + ", not " +
                            std::to_string(config_.seed));
-  // The data position counts samples of the training split: another split's are others.
-  const auto trained =
-      state_.trainDocuments.value_or(std::pair<uint64_t, uint64_t>{0, dataset_.numDocuments()});
-  if (trained != trainDocuments_)
+  // The data position counts samples of the training split (of each dataset of a blend,
+  // with the blend's fractions): another's are others.
+  auto data = [](const std::string &blend) {
+    return blend.empty() ? std::string("one dataset") : "the blend " + blend;
+  };
+  if (state_.trainBlend != trainBlend_)
+    return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on ",
+                               data(state_.trainBlend), ", this run's data is ", data(trainBlend_),
+                               ": resume with the same data and --split"));
+  const auto trained = state_.trainDocuments.value_or(
+      std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
+  if (trainBlend_.empty() && trained != trainDocuments_)
     return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
                                trained.first, ", ", trained.second, ") of the data, this run's ",
                                "training split is [", trainDocuments_.first, ", ",
                                trainDocuments_.second, "): resume with the same data and --split"));
-  state_.trainDocuments = trainDocuments_;
+  if (trainBlend_.empty())
+    state_.trainDocuments = trainDocuments_;
   if (state_.step > config_.steps)
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +
@@ -399,7 +444,7 @@ Status Run::loadOrInitialise(bool &resumed) {
   return Status::success();
 }
 
-Status Run::load(TokenStream &stream, uint64_t position) {
+Status Run::load(BlendedStream &stream, uint64_t position) {
   for (int64_t b = 0; b < batch_; ++b)
     MT_TRY(stream.sample(position + b, &inputs_[b * seq_], &targets_[b * seq_]));
   return Status::success();
@@ -528,7 +573,7 @@ Status Run::afterStep() {
 
 Status Run::evaluateTest() { return test_ ? evaluate(*test_, "test") : Status::success(); }
 
-Status Run::evaluate(TokenStream &stream, const char *split) {
+Status Run::evaluate(BlendedStream &stream, const char *split) {
   comm_.setActivity(cat("the ", split, " loss after step ", state_.step));
   const auto began = std::chrono::steady_clock::now();
   // Each data-parallel rank takes its share of each batch's micro-batches, as in training.

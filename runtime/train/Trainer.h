@@ -3,6 +3,7 @@
 #ifndef MT_RUNTIME_TRAIN_TRAINER_H
 #define MT_RUNTIME_TRAIN_TRAINER_H
 
+#include "data/Blend.h"
 #include "exec/Executor.h"
 #include "train/Checkpoint.h"
 #include "train/Optimizer.h"
@@ -18,7 +19,9 @@
 namespace mt {
 
 struct TrainerConfig {
-  std::string dataPrefix;
+  /// The data: one indexed dataset, or a blend of several with their weights (Megatron's
+  /// --data-path, data/Blend.h).
+  std::vector<DataSource> data;
   /// Megatron's --split: the relative sizes of the training, validation and test splits
   /// of the data's documents (data/TokenStream.h). By default training reads them all.
   std::array<double, 3> split = {1, 0, 0};

@@ -4,6 +4,7 @@
 // the epoch and on nothing else.
 #include "data/IndexedDataset.h"
 #include "StatusAssertions.h"
+#include "data/Blend.h"
 #include "data/TokenStream.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <unistd.h>
 
@@ -610,6 +612,121 @@ TEST(TokenStreamVocabularyTest, NegativeIdIsNamed) {
   ASSERT_FALSE(s.ok());
   EXPECT_MESSAGE(s.message(), "token id -5 at position 4 (document 1) is outside the vocabulary "
                               "of 100 ids [0, 100)");
+}
+
+/// Megatron's blending rule written out plainly: the dataset of each of `n` positions,
+/// and its position there.
+std::vector<std::pair<size_t, uint64_t>> blendedPlainly(std::vector<double> w, uint64_t n) {
+  double sum = 0;
+  for (double x : w)
+    sum += x;
+  for (double &x : w)
+    x /= sum;
+  std::vector<uint64_t> count(w.size(), 0);
+  std::vector<std::pair<size_t, uint64_t>> out;
+  for (uint64_t i = 0; i < n; ++i) {
+    size_t best = 0;
+    for (size_t d = 1; d < w.size(); ++d)
+      if (w[d] * std::max<double>(i, 1) - count[d] > w[best] * std::max<double>(i, 1) - count[best])
+        best = d;
+    out.push_back({best, count[best]++});
+  }
+  return out;
+}
+
+// By hand, weights 1 and 3 (fractions 0.25, 0.75): position 0 (counted as 1) gives 0.25
+// and 0.75, so dataset 1; then 0.25 and −0.25: 0; at 2, −0.5 and 0.5: 1; at 3, −0.25 and
+// 0.25: 1; at 4, 0 and 0, the first: 0; at 5, −0.75 and 0.75: 1.
+TEST(BlendTest, PicksTheDatasetFurthestBehindItsShare) {
+  Blend blend({1, 3});
+  const std::vector<size_t> expected = {1, 0, 1, 1, 0, 1};
+  std::vector<uint64_t> seen(2, 0);
+  for (uint64_t p = 0; p < expected.size(); ++p) {
+    size_t d = 9;
+    uint64_t q = 0;
+    blend.locate(p, d, q);
+    EXPECT_EQ(d, expected[p]) << "position " << p;
+    EXPECT_EQ(q, seen[d]++) << "each dataset's positions in turn";
+  }
+}
+
+// Over blocks, in any order of reading (a resumed run starts far in), the blend reads what
+// the plain rule gives, and every dataset keeps within one position of its share.
+TEST(BlendTest, EqualsThePlainRuleInAnyOrderOfReading) {
+  for (const std::vector<double> &weights :
+       {std::vector<double>{0.3, 0.7}, std::vector<double>{1, 2, 5}, std::vector<double>{4}}) {
+    const uint64_t n = 3 * Blend::kBlock + 17;
+    const auto plain = blendedPlainly(weights, n);
+    std::vector<uint64_t> positions(n);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::shuffle(positions.begin(), positions.end(), std::mt19937_64(7));
+    positions.resize(1000);
+    positions.push_back(n - 1);
+    positions.push_back(0);
+    Blend blend(weights);
+    for (uint64_t p : positions) {
+      size_t d = 0;
+      uint64_t q = 0;
+      blend.locate(p, d, q);
+      ASSERT_EQ(std::make_pair(d, q), plain[p]) << "position " << p;
+    }
+    std::vector<uint64_t> count(weights.size(), 0);
+    for (uint64_t p = 0; p < n; ++p) {
+      ++count[plain[p].first];
+      for (size_t d = 0; d < weights.size(); ++d)
+        ASSERT_LE(std::abs(static_cast<double>(count[d]) -
+                           blend.fractions()[d] * static_cast<double>(p + 1)),
+                  1.0)
+            << "dataset " << d << " after " << p + 1;
+    }
+  }
+}
+
+TEST(BlendTest, DataPathsAreOnePrefixOrWeightedPairs) {
+  std::vector<DataSource> sources;
+  ASSERT_OK(parseDataPath({"a"}, sources));
+  ASSERT_EQ(sources.size(), 1u);
+  EXPECT_EQ(sources[0].prefix, "a");
+  ASSERT_OK(parseDataPath({"0.3", "a", "7e-1", "b"}, sources));
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(sources[1].weight, 0.7);
+  EXPECT_EQ(sources[1].prefix, "b");
+  for (const std::vector<std::string> &bad : {std::vector<std::string>{},
+                                              {"0.3", "a", "b"},
+                                              {"0", "a", "1", "b"},
+                                              {"-1", "a", "1", "b"},
+                                              {"x", "a", "1", "b"},
+                                              {"inf", "a", "1", "b"},
+                                              {"nan", "a", "1", "b"}}) {
+    Status s = parseDataPath(bad, sources);
+    EXPECT_FALSE(s.ok()) << bad.size() << " words";
+    EXPECT_NE(s.message().find("--data"), std::string::npos) << s.message();
+  }
+}
+
+// A blend's sample at each position is the sample its dataset's own stream gives at the
+// dataset's position there: the counting dataset and one of 501 tokens counting from
+// 5000 (no window of one is the other's), weights 2 and 1.
+TEST_F(TokenStreamTest, ABlendedStreamReadsEachDatasetsOwnStream) {
+  Documents documents(1);
+  for (int32_t t = 5000; t < 5501; ++t)
+    documents[0].push_back(t);
+  const std::string prefix = tempPrefix("counting-from-5000");
+  ASSERT_OK(writeDataset(prefix, MegatronDType::Int32, documents));
+  IndexedDataset small;
+  ASSERT_OK(IndexedDataset::open(prefix, small));
+  TokenStream a(data, 10, 1234), b(small, 10, 1234);
+  TokenStream aAlone(data, 10, 1234), bAlone(small, 10, 1234);
+  BlendedStream blend({&a, &b}, {2, 1});
+  const auto plain = blendedPlainly({2, 1}, 400);
+  std::vector<int32_t> inputs(10), targets(10), want(10), wantTargets(10);
+  for (uint64_t p = 0; p < plain.size(); ++p) {
+    ASSERT_OK(blend.sample(p, inputs.data(), targets.data()));
+    TokenStream &alone = plain[p].first == 0 ? aAlone : bAlone;
+    ASSERT_OK(alone.sample(plain[p].second, want.data(), wantTargets.data()));
+    ASSERT_EQ(inputs, want) << "position " << p;
+    ASSERT_EQ(targets, wantTargets) << "position " << p;
+  }
 }
 
 } // namespace

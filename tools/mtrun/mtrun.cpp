@@ -11,13 +11,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <unistd.h>
-#include <vector>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -28,9 +29,13 @@ constexpr const char *kUsage = R"(usage:
                             several ranks also runs under an outside mpirun or srun)
 
   --data PREFIX             Megatron indexed dataset PREFIX.bin / PREFIX.idx (mtdata)
+  --data W1 P1 W2 P2 ...    a blend (Megatron: --data-path): each sample from the
+                            dataset furthest behind its share W/(W1+W2+...), as
+                            Megatron's blend picks it
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
-                            as Megatron cuts them (default: train on all of them)
+                            as Megatron cuts them (default: train on all of them; each
+                            dataset of a blend cut alike)
   --eval-interval K         with --split: the validation loss every K steps and after
                             the last (default 1000; 0: after the last only), and the
                             test loss after the last
@@ -95,10 +100,13 @@ int usageError(const std::string &message) {
 }
 
 /// Megatron's flag names map onto ours.
-const std::map<std::string, std::string> kAliases = {
-    {"train-iters", "steps"},        {"lr-warmup-iters", "warmup-steps"},
-    {"lr-decay-style", "lr-decay"},  {"lr-decay-iters", "lr-decay-steps"},
-    {"save-interval", "save-every"}, {"log-interval", "log-every"}};
+const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
+                                                     {"lr-warmup-iters", "warmup-steps"},
+                                                     {"lr-decay-style", "lr-decay"},
+                                                     {"lr-decay-iters", "lr-decay-steps"},
+                                                     {"save-interval", "save-every"},
+                                                     {"log-interval", "log-every"},
+                                                     {"data-path", "data"}};
 // clang-format off
 const std::set<std::string> kFlags = {
     "data", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
@@ -201,6 +209,19 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       name = alias->second;
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
+    // A blend's words, a line each: a weight and its prefix, and more pairs while the
+    // word after the last prefix is a number.
+    auto number = [](const char *word) {
+      char *end = nullptr;
+      return word[0] && (std::strtod(word, &end), *end == '\0');
+    };
+    if (name == "data" && number(value.c_str())) {
+      if (i + 1 >= argc)
+        return usageError("--data: the weight " + value + " has no prefix after it");
+      value += '\n' + std::string(argv[++i]);
+      for (; i + 2 < argc && number(argv[i + 1]); i += 2)
+        value += '\n' + std::string(argv[i + 1]) + '\n' + argv[i + 2];
+    }
     out.flags[name] = value;
   }
   if (out.planPath.empty())
@@ -247,7 +268,14 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     return static_cast<int64_t>(v);
   };
   try {
-    config.dataPrefix = text("data", "");
+    std::vector<std::string> words;
+    std::istringstream lines(text("data", ""));
+    for (std::string word; std::getline(lines, word);)
+      words.push_back(word);
+    if (mt::Status s = mt::parseDataPath(words, config.data); !s.ok()) {
+      error = s.message();
+      return false;
+    }
     config.steps = integer("steps", 0);
     config.seed = static_cast<uint64_t>(integer("seed", 1234));
     config.saveDir = text("save", "");

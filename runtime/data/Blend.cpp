@@ -1,0 +1,85 @@
+#include "data/Blend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace mt {
+
+Blend::Blend(std::vector<double> weights) : weights_(std::move(weights)) {
+  const double sum = std::accumulate(weights_.begin(), weights_.end(), 0.0);
+  for (double &w : weights_)
+    w /= sum;
+  starts_.push_back(std::vector<uint64_t>(weights_.size(), 0));
+}
+
+template <typename Visit>
+void Blend::walk(uint64_t position, std::vector<uint64_t> &counts, uint64_t positions,
+                 Visit visit) const {
+  for (uint64_t i = position; i < position + positions; ++i) {
+    const double at = std::max(static_cast<double>(i), 1.0);
+    size_t behind = 0;
+    double most = weights_[0] * at - static_cast<double>(counts[0]);
+    for (size_t d = 1; d < weights_.size(); ++d)
+      if (const double error = weights_[d] * at - static_cast<double>(counts[d]); error > most) {
+        most = error;
+        behind = d;
+      }
+    visit(behind, counts[behind]++);
+  }
+}
+
+void Blend::locate(uint64_t position, size_t &dataset, uint64_t &inDataset) {
+  if (weights_.size() == 1) {
+    dataset = 0;
+    inDataset = position;
+    return;
+  }
+  const uint64_t block = position / kBlock;
+  while (starts_.size() <= block) {
+    std::vector<uint64_t> counts = starts_.back();
+    walk((starts_.size() - 1) * kBlock, counts, kBlock, [](size_t, uint64_t) {});
+    starts_.push_back(std::move(counts));
+  }
+  if (cached_ != block) {
+    dataset_.clear();
+    inDataset_.clear();
+    std::vector<uint64_t> counts = starts_[block];
+    walk(block * kBlock, counts, kBlock, [&](size_t d, uint64_t n) {
+      dataset_.push_back(static_cast<uint32_t>(d));
+      inDataset_.push_back(n);
+    });
+    cached_ = block;
+  }
+  dataset = dataset_[position % kBlock];
+  inDataset = inDataset_[position % kBlock];
+}
+
+Status BlendedStream::sample(uint64_t position, int32_t *inputs, int32_t *targets) {
+  size_t dataset = 0;
+  uint64_t inDataset = 0;
+  blend_.locate(position, dataset, inDataset);
+  return streams_[dataset]->sample(inDataset, inputs, targets);
+}
+
+Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSource> &sources) {
+  sources.clear();
+  if (words.size() == 1) {
+    sources.push_back({1, words[0]});
+    return Status::success();
+  }
+  if (words.empty() || words.size() % 2 != 0)
+    return Status::failure(cat("--data: one PREFIX, or pairs of WEIGHT PREFIX, not ",
+                               words.size(), " words"));
+  for (size_t i = 0; i < words.size(); i += 2) {
+    char *end = nullptr;
+    const double weight = std::strtod(words[i].c_str(), &end);
+    if (words[i].empty() || *end || !std::isfinite(weight) || !(weight > 0))
+      return Status::failure(cat("--data: the weight of ", words[i + 1], " must be a positive ",
+                                 "number, not '", words[i], "'"));
+    sources.push_back({weight, words[i + 1]});
+  }
+  return Status::success();
+}
+
+} // namespace mt
