@@ -6,8 +6,37 @@
 
 namespace mt {
 
+namespace {
+
+/// numpy.sum of n doubles (its pairwise summation): how Megatron sums the weights it
+/// normalises, so that the fractions, and the picks, are its own to the bit.
+double pairwiseSum(const double *a, size_t n) {
+  if (n < 8) {
+    double sum = 0;
+    for (size_t i = 0; i < n; ++i)
+      sum += a[i];
+    return sum;
+  }
+  if (n <= 128) {
+    double r[8];
+    std::copy_n(a, 8, r);
+    size_t i = 8;
+    for (; i < n - n % 8; i += 8)
+      for (int j = 0; j < 8; ++j)
+        r[j] += a[i + j];
+    double sum = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i)
+      sum += a[i];
+    return sum;
+  }
+  const size_t half = n / 2 - n / 2 % 8;
+  return pairwiseSum(a, half) + pairwiseSum(a + half, n - half);
+}
+
+} // namespace
+
 Blend::Blend(std::vector<double> weights) : weights_(std::move(weights)) {
-  const double sum = std::accumulate(weights_.begin(), weights_.end(), 0.0);
+  const double sum = pairwiseSum(weights_.data(), weights_.size());
   for (double &w : weights_)
     w /= sum;
   starts_.push_back(std::vector<uint64_t>(weights_.size(), 0));
@@ -71,6 +100,7 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
   if (words.empty() || words.size() % 2 != 0)
     return Status::failure(cat("--data: one PREFIX, or pairs of WEIGHT PREFIX, not ",
                                words.size(), " words"));
+  double sum = 0;
   for (size_t i = 0; i < words.size(); i += 2) {
     char *end = nullptr;
     const double weight = std::strtod(words[i].c_str(), &end);
@@ -78,7 +108,10 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
       return Status::failure(cat("--data: the weight of ", words[i + 1], " must be a positive ",
                                  "number, not '", words[i], "'"));
     sources.push_back({weight, words[i + 1]});
+    sum += weight;
   }
+  if (!std::isfinite(sum))
+    return Status::failure("--data: the weights add up past the largest number");
   return Status::success();
 }
 

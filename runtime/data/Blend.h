@@ -1,14 +1,14 @@
 // A blend of datasets, as Megatron's --data-path W1 P1 W2 P2 ... mixes them: the weights
-// are normalised to fractions w, and position i of the blend reads the next position of
-// dataset d(i), the one furthest behind its share:
+// are normalised to fractions w (over their sum as numpy sums them), and position i of the
+// blend reads the next position of dataset d(i), the one furthest behind its share:
 //
 //   d(i) = the first d with the largest  w_d · max(i, 1) − n_d(i)
 //
 // where n_d(i) counts the positions before i that read dataset d (Megatron's
-// build_blending_indices, in double as it computes it). After n positions every dataset
-// has read within one position of w_d · n. A dataset's own positions are its stream's
-// (TokenStream: shuffled, epoch after epoch), so a dataset smaller than its share is
-// read again, as Megatron's blend does.
+// build_blending_indices, in double as it computes it), so that every dataset's count
+// follows w_d · n closely. A dataset's own positions are its stream's (TokenStream:
+// shuffled, epoch after epoch), so a dataset smaller than its share is read again, as
+// Megatron's blend does.
 //
 // The rule is sequential, so the blend keeps n at the start of every block of positions
 // it has reached (kBlock of them) and the datasets of one block: reading position p
@@ -67,7 +67,8 @@ private:
 };
 
 /// Megatron's --data-path: one PREFIX, or pairs WEIGHT PREFIX (a weight a positive
-/// finite number); `words` in order. Refuses an odd count, a bad weight and no words.
+/// finite number); `words` in order. Refuses an odd count, a bad weight, weights whose
+/// sum is not finite, and no words.
 struct DataSource {
   double weight = 1;
   std::string prefix;

@@ -240,7 +240,7 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
   loaded.trainBlend.clear();
   if (auto it = meta.find("train_blend"); it != meta.end()) {
     const std::string &text = it->second;
-    if (text.empty() || text.size() > 4096 ||
+    if (text.empty() || text.size() > kMaxBlendText ||
         !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isprint(c); }))
       return fail("bad training blend in its index");
     loaded.trainBlend = text;

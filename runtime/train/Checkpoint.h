@@ -35,6 +35,8 @@ struct TrainingState {
   /// describes).
   std::string trainBlend;
 };
+/// The longest blend a checkpoint records (about 25,000 datasets).
+inline constexpr size_t kMaxBlendText = size_t{1} << 20;
 
 struct CheckpointOptions {
   int keep = 0;                            // checkpoints kept after a save; 0: all

@@ -214,6 +214,8 @@ private:
   /// TensorBoard's scalars of a step, when it is written. A log that cannot be written
   /// costs the log, not the step or its checkpoint.
   void logScalars(int64_t step, const std::vector<std::pair<std::string, double>> &scalars);
+  /// An event file that cannot be written: warned about, and written no more.
+  void dropTensorBoard(const Status &failure);
   /// The tokens of `steps` steps over `seconds`, per second.
   double tokensPerSecond(int64_t steps, double seconds) const;
   /// Model TFLOP/s per GPU of `steps` steps over `seconds` (0 without the plan's
@@ -295,9 +297,12 @@ Status Run::start() {
   MT_TRY(ended("the data and the optimizer's state"));
   MT_TRY(loadOrInitialise(resumed_));
   MT_TRY(ended(resumed_ ? "loading the weights" : "initialising the weights"));
-  // A resumed run's steps replace any the run before logged past its checkpoint.
-  if (tensorboard_ && resumed_)
-    MT_TRY(tensorboard_->restart(state_.step + 1));
+  // A resumed run's steps replace any the run before logged past its checkpoint (where
+  // it has steps to train: a run that only evaluates its checkpoint replaces none). A
+  // log that cannot be written costs the log, as logScalars's.
+  if (tensorboard_ && resumed_ && state_.step < config_.steps)
+    if (Status s = tensorboard_->restart(state_.step + 1); !s.ok())
+      dropTensorBoard(s);
   if (config_.launched && log_) {
     std::fprintf(log_, "start-up: %.2f s from launch to the first step:",
                  std::chrono::duration<double>(stages.back().ended - *config_.launched).count());
@@ -320,64 +325,90 @@ Status Run::start() {
 }
 
 Status Run::openSplits() {
+  if (config_.data.empty())
+    return Status::failure("no data to train on");
   sources_.resize(config_.data.size());
   for (size_t i = 0; i < sources_.size(); ++i)
     MT_TRY(IndexedDataset::open(config_.data[i].prefix, sources_[i].dataset));
   char sizes[96];
   std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
                 config_.split[2]);
+  const bool blended = sources_.size() > 1;
   std::vector<double> weights;
   for (const DataSource &source : config_.data)
     weights.push_back(source.weight);
   const Blend blend(weights);
+  // Per split, the datasets that have it, and why one does not.
+  std::array<std::vector<size_t>, 3> members;
+  std::array<std::string, 3> lacking;
   for (size_t i = 0; i < sources_.size(); ++i) {
     const std::string &prefix = config_.data[i].prefix;
     const IndexedDataset &dataset = sources_[i].dataset;
     const uint64_t documents = dataset.numDocuments();
     const std::array<uint64_t, 4> bounds = splitDocuments(config_.split, documents);
-    auto documentsOf = [&](int split, const char *name) {
-      DocumentRange d{bounds[split], bounds[split + 1], sources_.size() > 1 ? prefix : "data"};
-      if (d.first > 0 || d.end < documents)
-        d.name = cat(sources_.size() > 1 ? prefix + ": the " : "the ", name, " split (documents [",
-                     d.first, ", ", d.end, ") of ", documents, ", --split ", sizes, ")");
-      return d;
-    };
     if (bounds[1] == bounds[0])
       return Status::failure(cat(prefix, ": --split ", sizes, " leaves no training ",
                                  "documents (of ", documents, ")"));
-    sources_[i].splits[0] =
-        std::make_unique<TokenStream>(dataset, seq_, config_.seed, documentsOf(0, "training"));
-    MT_TRY(sources_[i].splits[0]->checkVocabulary(plan_.vocab_size()));
-    // The held-out splits are evaluated from the same seed's order of their own samples.
-    for (auto [split, name] : {std::pair{1, "validation"}, std::pair{2, "test"}}) {
-      if (config_.evalIters <= 0 || config_.split[split] == 0)
+    // Training reads every dataset; the held-out splits, where evaluated, those that
+    // have documents there (a blend leaves the others out of that split's blend), each
+    // from the same seed's order of its own samples.
+    for (auto [split, name] :
+         {std::pair{0, "training"}, std::pair{1, "validation"}, std::pair{2, "test"}}) {
+      if (split > 0 && (config_.evalIters <= 0 || config_.split[split] == 0))
         continue;
-      if (bounds[split + 1] == bounds[split]) // evaluation asked for, and nothing to evaluate
-        return Status::failure(cat(prefix, ": --split ", sizes, " gives the ", name,
-                                   " split none of the ", documents, " documents"));
-      auto &stream = sources_[i].splits[split];
-      stream = std::make_unique<TokenStream>(dataset, seq_, config_.seed, documentsOf(split, name));
-      if (!stream->usable())
-        return Status::failure(stream->whyUnusable());
+      auto lacks = [&, split = split](const std::string &why) {
+        lacking[split] += cat(lacking[split].empty() ? "" : "; ", why);
+      };
+      if (bounds[split + 1] == bounds[split]) { // evaluation asked for, and nothing there
+        lacks(cat(prefix, ": --split ", sizes, " gives the ", name, " split none of the ",
+                  documents, " documents"));
+        continue;
+      }
+      DocumentRange d{bounds[split], bounds[split + 1], "data"};
+      if (d.first > 0 || d.end < documents)
+        d.name = cat("the ", name, " split (documents [", d.first, ", ", d.end, ") of ", documents,
+                     ", --split ", sizes, ")");
+      auto stream = std::make_unique<TokenStream>(dataset, seq_, config_.seed, d);
+      if (!stream->usable()) {
+        if (split == 0)
+          return Status::failure(stream->whyUnusable());
+        lacks(stream->whyUnusable());
+        continue;
+      }
+      sources_[i].splits[split] = std::move(stream);
+      members[split].push_back(i);
     }
+    MT_TRY(sources_[i].splits[0]->checkVocabulary(plan_.vocab_size()));
     if (i == 0)
       trainDocuments_ = {bounds[0], bounds[1]};
     // What a checkpoint records of a blend: each dataset's fraction and its documents.
     char fraction[32];
     std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
-    if (sources_.size() > 1)
+    if (blended)
       trainBlend_ += cat(i ? ";" : "", fraction, ",", bounds[0], ",", bounds[1]);
   }
-  // Each split a blend of the datasets' own, with the same weights.
-  auto blendOf = [&](int split) {
-    std::vector<TokenStream *> streams;
-    for (Source &source : sources_)
-      streams.push_back(source.splits[split].get());
-    return streams[0] ? std::make_unique<BlendedStream>(streams, weights) : nullptr;
-  };
-  stream_ = blendOf(0);
-  validation_ = blendOf(1);
-  test_ = blendOf(2);
+  if (trainBlend_.size() > kMaxBlendText)
+    return Status::failure(cat("a blend of ", sources_.size(), " datasets is more than a ",
+                               "checkpoint records (", kMaxBlendText, " characters)"));
+  // Each split a blend of the datasets' own that have it, with their weights.
+  std::array<std::unique_ptr<BlendedStream> *, 3> streams = {&stream_, &validation_, &test_};
+  for (int split = 0; split < 3; ++split) {
+    if (members[split].empty()) {
+      if (!lacking[split].empty())
+        return Status::failure(lacking[split]);
+      continue;
+    }
+    if (members[split].size() < sources_.size() && log_)
+      std::fprintf(log_, "the %s blend leaves out the datasets without samples there: %s\n",
+                   split == 1 ? "validation" : "test", lacking[split].c_str());
+    std::vector<TokenStream *> read;
+    std::vector<double> shares;
+    for (size_t i : members[split]) {
+      read.push_back(sources_[i].splits[split].get());
+      shares.push_back(weights[i]);
+    }
+    *streams[split] = std::make_unique<BlendedStream>(read, shares);
+  }
   return Status::success();
 }
 
@@ -720,10 +751,14 @@ void Run::logStep(const StepRecord &record, std::chrono::steady_clock::time_poin
 void Run::logScalars(int64_t step, const std::vector<std::pair<std::string, double>> &scalars) {
   if (!tensorboard_)
     return;
-  if (Status s = tensorboard_->scalars(step, scalars); !s.ok()) {
-    std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n", s.message().c_str());
-    tensorboard_.reset();
-  }
+  if (Status s = tensorboard_->scalars(step, scalars); !s.ok())
+    dropTensorBoard(s);
+}
+
+void Run::dropTensorBoard(const Status &failure) {
+  std::fprintf(stderr, "mtrun: warning: %s; no more TensorBoard events\n",
+               failure.message().c_str());
+  tensorboard_.reset();
 }
 
 void Run::reportSave() {

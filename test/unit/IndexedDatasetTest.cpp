@@ -651,7 +651,8 @@ TEST(BlendTest, PicksTheDatasetFurthestBehindItsShare) {
 }
 
 // Over blocks, in any order of reading (a resumed run starts far in), the blend reads what
-// the plain rule gives, and every dataset keeps within one position of its share.
+// the plain rule gives, and (with these weights) every dataset keeps within one position
+// of its share. Fewer than 8 weights: their sum is the same in any order.
 TEST(BlendTest, EqualsThePlainRuleInAnyOrderOfReading) {
   for (const std::vector<double> &weights :
        {std::vector<double>{0.3, 0.7}, std::vector<double>{1, 2, 5}, std::vector<double>{4}}) {
@@ -682,6 +683,15 @@ TEST(BlendTest, EqualsThePlainRuleInAnyOrderOfReading) {
   }
 }
 
+// The weights are normalised over their sum as numpy sums 10 of them (pairwise: the first
+// eight in eight sums, added in pairs, then the rest), 19.45, not the running sum's
+// 19.450000000000003: the fractions numpy gives Megatron.
+TEST(BlendTest, NormalisesTheWeightsAsNumpySumsThem) {
+  Blend blend({7.7, 0.05, 0.05, 0.05, 7.7, 0.3, 3.0, 0.2, 0.1, 0.3});
+  EXPECT_EQ(blend.fractions()[0], 0.39588688946015427);
+  EXPECT_EQ(blend.fractions()[1], 0.0025706940874035992);
+}
+
 TEST(BlendTest, DataPathsAreOnePrefixOrWeightedPairs) {
   std::vector<DataSource> sources;
   ASSERT_OK(parseDataPath({"a"}, sources));
@@ -697,7 +707,8 @@ TEST(BlendTest, DataPathsAreOnePrefixOrWeightedPairs) {
                                               {"-1", "a", "1", "b"},
                                               {"x", "a", "1", "b"},
                                               {"inf", "a", "1", "b"},
-                                              {"nan", "a", "1", "b"}}) {
+                                              {"nan", "a", "1", "b"},
+                                              {"1e308", "a", "1e308", "b"}}) {
     Status s = parseDataPath(bad, sources);
     EXPECT_FALSE(s.ok()) << bad.size() << " words";
     EXPECT_NE(s.message().find("--data"), std::string::npos) << s.message();

@@ -29,9 +29,10 @@ constexpr const char *kUsage = R"(usage:
                             several ranks also runs under an outside mpirun or srun)
 
   --data PREFIX             Megatron indexed dataset PREFIX.bin / PREFIX.idx (mtdata)
-  --data W1 P1 W2 P2 ...    a blend (Megatron: --data-path): each sample from the
-                            dataset furthest behind its share W/(W1+W2+...), as
-                            Megatron's blend picks it
+  --data W1 P1 W2 P2 ...    a blend (Megatron's --data-path with weights): each sample
+                            from the dataset furthest behind its share W/(W1+W2+...),
+                            as Megatron's blend picks it (a prefix that reads as a
+                            number: ./2024)
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
@@ -188,7 +189,8 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
     }
     if (arg.rfind("-", 0) != 0) {
       if (!out.planPath.empty())
-        return usageError("more than one plan given");
+        return usageError("more than one plan given ('" + out.planPath + "' and '" + arg +
+                          "'; several --data prefixes need weights: W1 P1 W2 P2 ...)");
       out.planPath = arg;
       continue;
     }
@@ -209,18 +211,22 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       name = alias->second;
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
-    // A blend's words, a line each: a weight and its prefix, and more pairs while the
-    // word after the last prefix is a number.
+    // A blend's words, a line each: a number followed by a word that is no flag is a
+    // weight and its prefix, and more pairs follow while a number comes next. (A prefix
+    // that reads as a number, alone: ./2024.)
     auto number = [](const char *word) {
       char *end = nullptr;
       return word[0] && (std::strtod(word, &end), *end == '\0');
     };
-    if (name == "data" && number(value.c_str())) {
-      if (i + 1 >= argc)
-        return usageError("--data: the weight " + value + " has no prefix after it");
+    auto word = [&](int at) { return at < argc && argv[at][0] != '-'; };
+    if (name == "data" && number(value.c_str()) && word(i + 1)) {
       value += '\n' + std::string(argv[++i]);
-      for (; i + 2 < argc && number(argv[i + 1]); i += 2)
+      for (; i + 1 < argc && number(argv[i + 1]); i += 2) {
+        if (!word(i + 2))
+          return usageError(std::string("--data: the weight ") + argv[i + 1] +
+                            " has no prefix after it");
         value += '\n' + std::string(argv[i + 1]) + '\n' + argv[i + 2];
+      }
     }
     out.flags[name] = value;
   }
