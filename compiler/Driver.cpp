@@ -57,6 +57,14 @@ bool modelFlags(const Flags &args, CompileOptions &options) {
            << it->second << "'\n";
     return false;
   }
+  options.dropPolicy = args.values.lookup("moe-token-drop-policy");
+  if (options.dropPolicy.empty())
+    options.dropPolicy = "probs";
+  if (options.dropPolicy != "probs" && options.dropPolicy != "position") {
+    errs() << "mtc: --moe-token-drop-policy must be probs or position, got '" << options.dropPolicy
+           << "'\n";
+    return false;
+  }
   return true;
 }
 

@@ -24,7 +24,7 @@ LogicalResult prepareModel(ModuleOp module, const CompileOptions &options) {
     if (options.attentionDropout >= 0 || options.hiddenDropout >= 0)
       pm.addPass(mt::createMtSetDropout({options.attentionDropout, options.hiddenDropout}));
     if (options.capacityFactor >= 0)
-      pm.addPass(mt::createMtSetCapacity({options.capacityFactor}));
+      pm.addPass(mt::createMtSetCapacity({options.capacityFactor, options.dropPolicy}));
   });
 }
 

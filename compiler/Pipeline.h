@@ -38,8 +38,10 @@ struct CompileOptions {
   int64_t vocabMultiple = 128;
   // Megatron's --attention-dropout and --hidden-dropout; negative: the model's rates.
   double attentionDropout = -1, hiddenDropout = -1;
-  // Megatron-Core's --moe-expert-capacity-factor; 0: dropless; negative: the model's.
+  // Megatron-Core's --moe-expert-capacity-factor; 0: dropless; negative: the model's. And
+  // its --moe-token-drop-policy: probs (the largest gates kept) or position (the first).
   double capacityFactor = -1;
+  std::string dropPolicy = "probs";
   std::string precision = "f32"; // f32, f64, bf16 or f16: weights and activations
   int64_t tp = 1, dp = 1, pp = 1, virtualStages = 1;
   int64_t cp = 1; // context parallelism (Megatron's --context-parallel-size)

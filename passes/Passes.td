@@ -57,18 +57,21 @@ def MtSetDropout : Pass<"mt-set-dropout", "::mlir::ModuleOp"> {
 def MtSetCapacity : Pass<"mt-set-capacity", "::mlir::ModuleOp"> {
   let summary = "Sets the experts' capacity factor of every mixture of experts";
   let description = [{
-    Megatron-Core's `--moe-expert-capacity-factor` f (with `--moe-token-drop-policy
-    position`; Megatron's default drops by probability): every `mt.moe_dispatch` and
-    `mt.moe_combine` (and their gradients) takes `capacity_factor` f, so each expert
-    keeps at most ceil(f·B·S·k/E) of the slots routed to it by each dispatch (the
-    tokens one rank holds of a micro-batch), the first in token then slot order
-    (Megatron's `position` drop policy); the others pass through their token's residual
-    only. A factor of 0 makes every mixture dropless; a negative one (the default)
-    leaves the model's.
+    Megatron-Core's `--moe-expert-capacity-factor` f and `--moe-token-drop-policy`: each
+    expert keeps at most ceil(f·B·S·k/E) of the slots routed to it by each dispatch (the
+    tokens one rank holds of a micro-batch); the others pass through their token's
+    residual only. With the `probs` policy (Megatron's default) it keeps those of the
+    largest gates: an `mt.moe_drop` of the router's gates and experts comes before the
+    dispatch and the combine, which read its experts. With `position` it keeps the
+    first in token then slot order: every `mt.moe_dispatch` and `mt.moe_combine` (and
+    their gradients) takes `capacity_factor` f. A factor of 0 makes every mixture
+    dropless (no capacity, no drop); a negative one (the default) leaves the model's.
   }];
   let options = [
     Option<"factor", "factor", "double", "-1.0",
-           "the capacity factor, > 0; 0: dropless; negative: the model's">
+           "the capacity factor, > 0; 0: dropless; negative: the model's">,
+    Option<"policy", "policy", "std::string", "\"probs\"",
+           "which slots an expert keeps: probs (the largest gates) or position (the first)">
   ];
 }
 

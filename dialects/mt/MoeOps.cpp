@@ -176,6 +176,23 @@ LogicalResult MoeCombineGradOp::encodeInstruction(PlanInstruction &inst) {
   return encodeWithCapacity(*this, inst);
 }
 
+LogicalResult MoeDropOp::encodeInstruction(PlanInstruction &inst) {
+  return encodeWithCapacity(*this, inst);
+}
+
+LogicalResult MoeDropOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto gates = ranked(adaptor.getGates()), experts = ranked(adaptor.getExperts());
+  StringRef op = "mt.moe_drop";
+  if (failed(expectRouted(loc, op, "gates", gates, experts)) ||
+      failed(expectSlots(loc, op, experts, static_cast<int64_t>(adaptor.getNumExperts()), "gates",
+                         gates)) ||
+      failed(expectCapacityFactor(loc, op, adaptor.getCapacityFactor())))
+    return failure();
+  types.push_back(experts);
+  return success();
+}
+
 LogicalResult MoeCountOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
   auto experts = ranked(adaptor.getExperts());

@@ -721,6 +721,28 @@ def Mt_MoeCountOp : Mt_ShapedOp<"moe_count", [Pure, Mt_CostOpInterface, Mt_PerTo
   let results = (outs Mt_IndexTensor:$counts);
 }
 
+def Mt_MoeDropOp : Mt_ShapedOp<"moe_drop", [Pure, Mt_CostOpInterface, Mt_PerToken],
+    Mt_CustomPlanEncoding> {
+  let summary = "(gates, experts [B, S, k]) -> experts with the slots each expert drops as -1";
+  let description = [{
+    Megatron-Core's `probs` token drop policy: with `capacity_factor` f each expert keeps
+    at most ceil(f·B·S·k/E) of the op's slots, those of the largest gates (of equal gates,
+    the earlier slot in token then slot order); a dropped slot's expert becomes -1, which
+    `moe_dispatch` gives no row and `moe_combine` adds nothing for. Its result has no
+    gradient: a dropped slot's gate gets none through the combine.
+  }];
+  let arguments = (ins Mt_FloatTensor:$gates, Mt_IndexTensor:$experts,
+                       ConfinedAttr<I64Attr, [IntPositive]>:$num_experts,
+                       F64Attr:$capacity_factor);
+  let results = (outs Mt_IndexTensor:$result);
+  let extraClassDeclaration = [{
+    /// The slots each expert keeps of this op's tokens.
+    int64_t getCapacity() {
+      return ::mlir::mt::expertCapacity(getExperts(), getNumExperts(), getCapacityFactor());
+    }
+  }];
+}
+
 def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, Mt_PerToken],
     Mt_CustomPlanEncoding> {
@@ -729,7 +751,7 @@ def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
     With `capacity_factor` f each expert keeps at most ceil(f·B·S·k/E) of the op's slots:
     the first, in token then slot order (Megatron-Core's `position` drop policy); a
     dropped slot gets no row and `moe_combine` of the same `capacity_factor` adds
-    nothing for it. The rows stay B·S·k, those past the kept ones zero; `counts` are the
+    nothing for it. A slot of expert -1 (dropped by `moe_drop`) gets no row either. The rows stay B·S·k, those past the kept ones zero; `counts` are the
     kept rows per expert. Every combine of the same experts must have the same factor.
   }];
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,

@@ -429,6 +429,14 @@ std::string checkMoeCount(const Operands &o) {
              : "expert count operands disagree";
 }
 
+// MoeDrop (gates, experts) -> experts [B, S, k], with a positive capacity.
+std::string checkMoeDrop(const Operands &o) {
+  return routes(o.in[0], o.in[1], o.inst.num_experts()) && o.in[0].d == o.in[1].d &&
+                 o.out[0].d == o.in[1].d && o.out[0].dtype == o.in[1].dtype && o.inst.capacity() > 0
+             ? ""
+             : "expert drop operands disagree";
+}
+
 // MoeDispatch (x, experts) -> (rows, counts); MoeDispatchGrad (drows, experts) -> dx.
 std::string checkMoeDispatch(const Operands &o) {
   const bool forward = o.inst.opcode() == plan::Opcode::MoeDispatch;

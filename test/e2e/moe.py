@@ -60,6 +60,11 @@ if __name__ == "__main__":
                        resume=("ep2_dp4", "ep4_dp4", "ep2_dp2_pp2", "ep2_dp4_distopt",
                                "ep2_dp2_pp2_distopt", "ep2_dp2_tp2_sp", "cp2_ep2"),
                        reshard=("ep2_dp4_distopt", "ep2_dp2_pp2_distopt"))
+    # Megatron's default drop policy (the largest gates kept), then the first slots kept.
     fp64_layouts.check("mixture of experts with a capacity factor", ("mixtral-tiny",), CAPACITY,
                        unlike=(("dropless", lambda text: text),), resume=("ep2_dp2",),
                        common=["--moe-expert-capacity-factor", "1"])
+    fp64_layouts.check("mixture of experts dropping by position", ("mixtral-tiny",), CAPACITY,
+                       unlike=(("dropless", lambda text: text),),
+                       common=["--moe-expert-capacity-factor", "1",
+                               "--moe-token-drop-policy", "position"])

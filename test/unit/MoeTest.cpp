@@ -293,5 +293,43 @@ TEST(MoeLayer, RoutingOutsideTheExpertsIsRefused) {
   EXPECT_NE(s.message().find("expert 2's 5 rows, of 12"), std::string::npos) << s.message();
 }
 
+/// Megatron's probs policy by hand: 6 tokens of 2 slots, capacity 2. Expert 1 has 5 slots,
+/// gates 0.4 (t0 s0), 0.9 (t1 s0), 0.4 (t2 s1), NaN (t3 s0), 0.7 (t4 s1): it keeps the NaN
+/// (the largest) and 0.9; expert 2 has t0 s1, t1 s1 and t2 s0, all 0.6: it keeps the
+/// earlier two. Expert 3's one slot stays. Then
+/// the dispatch gives the dropped slots no row, and the rows past the kept ones are 0.
+TEST(MoeLayer, TheProbsPolicyKeepsTheLargestGates) {
+  std::unique_ptr<Backend> cpu = makeCpuBackend();
+  const double nan = std::nan("");
+  std::vector<double> gates = {0.4, 0.6, 0.9, 0.6, 0.6, 0.4, nan, 0.5, 0.2, 0.7, 0.3, 0.8};
+  std::vector<int32_t> experts = {1, 2, 1, 2, 2, 1, 1, 0, 0, 1, 0, 3}, kept(12, 5);
+  MoeInstruction drop(Opcode::MoeDrop, 2, 1, 2, 4, 0, false, 2);
+  const TensorView in[2] = {view(gates, {1, 6, 2}), view(experts, {1, 6, 2})};
+  const TensorView out[1] = {view(kept, {1, 6, 2})};
+  ASSERT_OK(cpu->run(*drop.inst, in, out, StepContext{}));
+  // Expert 0 (t3 s1 0.5, t4 s0 0.2, t5 s0 0.3) keeps 0.5 and 0.3.
+  EXPECT_EQ(kept, (std::vector<int32_t>{-1, 2, 1, 2, -1, -1, 1, 0, -1, -1, 0, 3}));
+  std::vector<double> x(6 * 2), rows(12 * 2, 9.0);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<double>(i);
+  std::vector<int32_t> counts(4);
+  MoeInstruction dispatch(Opcode::MoeDispatch, 2, 2, 2, 4);
+  const TensorView din[2] = {view(x, {1, 6, 2}), view(kept, {1, 6, 2})};
+  const TensorView dout[2] = {view(rows, {12, 2}), view(counts, {4})};
+  ASSERT_OK(cpu->run(*dispatch.inst, din, dout, StepContext{}));
+  EXPECT_EQ(counts, (std::vector<int32_t>{2, 2, 2, 1}));
+  // By expert, then token: expert 0's t3 and t5, expert 1's t1 and t3, expert 2's t0 and
+  // t1, expert 3's t5; the rest 0.
+  const std::vector<int> tokens = {3, 5, 1, 3, 0, 1, 5};
+  for (size_t r = 0; r < 12; ++r)
+    for (int j = 0; j < 2; ++j)
+      EXPECT_EQ(rows[r * 2 + j], r < tokens.size() ? x[tokens[r] * 2 + j] : 0.0) << r;
+  // An expert below -1 is no expert.
+  experts[4] = -2;
+  Status s = cpu->run(*drop.inst, in, out, StepContext{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("expert -2 of 4"), std::string::npos) << s.message();
+}
+
 } // namespace
 } // namespace mt

@@ -37,21 +37,29 @@ struct OpCase {
 
 /// A mixture-of-experts layer over x [2, 3, 4]: a router of 4 experts choosing `topk`
 /// with `router` attributes, the tokens' slots dispatched (with `moves` attributes, and
-/// combined alike), a SwiGLU expert MLP of 6 and an output of 5 logits, combined by the
-/// gates.
-inline std::string moeModel(int64_t topk, const std::string &router,
-                            const std::string &moves = "") {
+/// combined alike; with `drop`, a capacity factor, the experts an mt.moe_drop of the gates
+/// keeps), a SwiGLU expert MLP of 6 and an output of 5 logits, combined by the gates.
+inline std::string moeModel(int64_t topk, const std::string &router, const std::string &moves = "",
+                            const std::string &drop = "") {
   const std::string k = std::to_string(topk), n = std::to_string(6 * topk);
   const std::string slots = "tensor<2x3x" + k + "xf32>, tensor<2x3x" + k + "xi32>";
+  // With `drop`, a capacity factor: the dispatch and combine read an mt.moe_drop's experts.
+  const std::string experts = drop.empty() ? "%experts" : "%kept";
+  const std::string dropped =
+      drop.empty() ? ""
+                   : "\n  %kept = mt.moe_drop %gates, %experts {num_experts = 4 : i64, "
+                     "capacity_factor = " +
+                         drop + " : f64} : (" + slots + ") -> tensor<2x3x" + k + "xi32>";
   return oneOpModel(
       R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x4xf32>
   %wr = mt.param "router" normal(1.0) : tensor<4x4xf32>
   %r = mt.linear %x, %wr : (tensor<2x3x4xf32>, tensor<4x4xf32>) -> tensor<2x3x4xf32>
   %gates, %experts = mt.moe_router %r {topk = )" +
-          k + " : i64" + router + R"(} : (tensor<2x3x4xf32>) -> ()" + slots + R"()
-  %rows, %counts = mt.moe_dispatch %x, %experts {num_experts = 4 : i64)" +
-          moves + R"(} : (tensor<2x3x4xf32>, tensor<2x3x)" + k + R"(xi32>) -> (tensor<)" + n +
+          k + " : i64" + router + R"(} : (tensor<2x3x4xf32>) -> ()" + slots + ")" + dropped + R"(
+  %rows, %counts = mt.moe_dispatch %x, )" +
+          experts + R"( {num_experts = 4 : i64)" + moves +
+          R"(} : (tensor<2x3x4xf32>, tensor<2x3x)" + k + R"(xi32>) -> (tensor<)" + n +
           R"(x4xf32>, tensor<4xi32>)
   %w1 = mt.param "w1" normal(0.5) : tensor<4x6x4xf32>
   %w3 = mt.param "w3" normal(0.5) : tensor<4x6x4xf32>
@@ -65,8 +73,9 @@ inline std::string moeModel(int64_t topk, const std::string &router,
   %w2 = mt.param "w2" normal(0.5) : tensor<4x5x6xf32>
   %y = mt.grouped_linear %a, %counts, %w2 : (tensor<)" +
           n + R"(x6xf32>, tensor<4xi32>, tensor<4x5x6xf32>) -> tensor<)" + n + R"(x5xf32>
-  %logits = mt.moe_combine %y, %gates, %experts {num_experts = 4 : i64)" +
-          moves + R"(} : (tensor<)" + n + "x5xf32>, " + slots + ") -> tensor<2x3x5xf32>",
+  %logits = mt.moe_combine %y, %gates, )" +
+          experts + R"( {num_experts = 4 : i64)" + moves + R"(} : (tensor<)" + n + "x5xf32>, " +
+          slots + ") -> tensor<2x3x5xf32>",
       5);
 }
 
@@ -261,6 +270,8 @@ inline std::vector<OpCase> opCases() {
   // Each expert keeps 2 of the 12 slots' (ceil(12/4 · 0.5)): the rest are dropped.
   c.push_back(
       {"moe_capacity", moeModel(2, "", ", capacity_factor = 5.0e-01 : f64"), "", 3, 5, "", true});
+  // Each expert keeps the 2 slots of the largest gates of those routed to it.
+  c.push_back({"moe_probs", moeModel(2, "", "", "5.0e-01"), "", 3, 5, "", true});
   c.push_back({"llama_tiny", "", "llama-tiny", 8, 512});
   c.push_back({"llama_tiny_selective", "", "llama-tiny", 8, 512, "--recompute selective"});
   c.push_back({"llama_tiny_full", "", "llama-tiny", 8, 512, "--recompute full"});

@@ -35,7 +35,8 @@ constexpr const char *kUsage = R"(usage:
               [--attention-dropout R] [--hidden-dropout R] [--no-bias-gelu-fusion]
               [--no-bias-dropout-fusion] [--no-bias-grad-fusion]
               [--no-cross-entropy-loss-fusion] [--no-gradient-accumulation-fusion]
-              [--no-norm-grad-add-fusion] [--moe-expert-capacity-factor F]
+              [--no-norm-grad-add-fusion] [--moe-expert-capacity-factor F
+               [--moe-token-drop-policy probs|position]]
               [--emit-mlir FILE] [--print-ir-after-all]
 
   mtc estimate MODEL --system S [--runtime R] --gpus N [the layout flags of compile]
@@ -78,38 +79,41 @@ int withUsage(int code) {
   return code;
 }
 
+/// The flags of a step's layout, which compile and estimate take.
+const std::vector<std::string> kLayoutValues = {"micro-batch-size",
+                                                "global-batch-size",
+                                                "seq-length",
+                                                "make-vocab-size-divisible-by",
+                                                "precision",
+                                                "tp",
+                                                "dp",
+                                                "cp",
+                                                "cp-comm-type",
+                                                "ep",
+                                                "pp",
+                                                "vpp",
+                                                "layers-per-virtual-stage",
+                                                "schedule",
+                                                "first-stage-layers",
+                                                "last-stage-layers",
+                                                "ddp-bucket-size",
+                                                "recompute",
+                                                "recompute-method",
+                                                "recompute-num-layers",
+                                                "attention",
+                                                "attention-dropout",
+                                                "hidden-dropout",
+                                                "moe-expert-capacity-factor",
+                                                "moe-token-drop-policy"};
+
 /// Parses argv against the flags `command` accepts; returns an error message or "".
 std::string parseArgs(int argc, char **argv, Flags &args) {
-  static const std::vector<std::string> layoutValues = {"micro-batch-size",
-                                                        "global-batch-size",
-                                                        "seq-length",
-                                                        "make-vocab-size-divisible-by",
-                                                        "precision",
-                                                        "tp",
-                                                        "dp",
-                                                        "cp",
-                                                        "cp-comm-type",
-                                                        "ep",
-                                                        "pp",
-                                                        "vpp",
-                                                        "layers-per-virtual-stage",
-                                                        "schedule",
-                                                        "first-stage-layers",
-                                                        "last-stage-layers",
-                                                        "ddp-bucket-size",
-                                                        "recompute",
-                                                        "recompute-method",
-                                                        "recompute-num-layers",
-                                                        "attention",
-                                                        "attention-dropout",
-                                                        "hidden-dropout",
-                                                        "moe-expert-capacity-factor"};
   auto with = [](std::vector<std::string> flags, std::vector<std::string> more) {
     flags.insert(flags.end(), more.begin(), more.end());
     return flags;
   };
   static const llvm::StringMap<std::vector<std::string>> valueFlags = {
-      {"estimate", with(layoutValues, {"system", "runtime", "gpus", "train-tokens"})},
+      {"estimate", with(kLayoutValues, {"system", "runtime", "gpus", "train-tokens"})},
       {"tune",
        {"system",
         "runtime",
@@ -134,7 +138,7 @@ std::string parseArgs(int argc, char **argv, Flags &args) {
       {"info", {"make-vocab-size-divisible-by"}},
       {"schedule", {"pp", "vpp", "micro-batches", "schedule"}},
       {"import-config", {"o", "name"}},
-      {"compile", with(layoutValues, {"o", "emit-mlir"})}};
+      {"compile", with(kLayoutValues, {"o", "emit-mlir"})}};
   std::vector<std::string> fusionSwitches;
   for (auto [flag, on] : mtc::kFusionSwitches)
     fusionSwitches.push_back(flag);

@@ -1173,11 +1173,10 @@ template <typename T> struct Kernels {
     case Opcode::MoeExchange:
     case Opcode::MoeExchangeBack:
       return Status::failure("collectives run through the communicator, not the backend");
-    case Opcode::RingAttentionGrad:
-      return runGradient(inst, in, out, ctx, stored);
     case Opcode::MoeRouter:
     case Opcode::MoeRouterGrad:
     case Opcode::MoeCount:
+    case Opcode::MoeDrop:
     case Opcode::MoeDispatch:
     case Opcode::MoeDispatchGrad:
     case Opcode::GroupedLinear:
@@ -1186,7 +1185,7 @@ template <typename T> struct Kernels {
     case Opcode::MoeCombine:
     case Opcode::MoeCombineGrad:
       return cpu::runMoe<T>(inst, in, out, ctx);
-
+    case Opcode::RingAttentionGrad:
     case Opcode::EmbeddingGrad:
     case Opcode::PositionEmbeddingGrad:
     case Opcode::LayerNormGrad:

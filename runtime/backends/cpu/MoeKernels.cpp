@@ -12,12 +12,13 @@ namespace {
 
 using plan::Opcode;
 
-/// The experts of experts [B, S, k], each checked to be one of `count`.
+/// The experts of experts [B, S, k], each checked to be one of `count`, or -1 (a slot
+/// MoeDrop dropped).
 Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> &ids) {
   ids.resize(experts.numel());
   for (size_t i = 0; i < ids.size(); ++i) {
     ids[i] = experts.index(static_cast<int64_t>(i));
-    if (ids[i] < 0 || ids[i] >= count)
+    if (ids[i] < -1 || ids[i] >= count)
       return Status::failure(cat("mixture of experts: expert ", ids[i], " of ", count));
   }
   return Status::success();
@@ -25,7 +26,8 @@ Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> 
 
 /// Where each slot of experts [B, S, k] goes among the dispatched rows: sorted by expert,
 /// within an expert by token, then slot (a stable counting sort); counts[e] per expert.
-/// With a capacity each expert keeps its first `capacity` slots; the rest get row -1.
+/// With a capacity each expert keeps its first `capacity` slots; the rest, and the slots
+/// of expert -1, get row -1.
 struct Routing {
   std::vector<int64_t> row, counts;
 };
@@ -36,7 +38,8 @@ Status routing(const TensorView &experts, const plan::Instruction &inst, Routing
   MT_TRY(expertsOf(experts, count, ids));
   r.counts.assign(count, 0);
   for (int64_t e : ids)
-    ++r.counts[e];
+    if (e >= 0)
+      ++r.counts[e];
   if (capacity > 0)
     for (int64_t &c : r.counts)
       c = std::min(c, capacity);
@@ -45,7 +48,7 @@ Status routing(const TensorView &experts, const plan::Instruction &inst, Routing
     next[e] = at;
   r.row.resize(ids.size());
   for (size_t i = 0; i < ids.size(); ++i)
-    r.row[i] = kept[ids[i]]++ < r.counts[ids[i]] ? next[ids[i]]++ : -1;
+    r.row[i] = ids[i] >= 0 && kept[ids[i]]++ < r.counts[ids[i]] ? next[ids[i]]++ : -1;
   return Status::success();
 }
 
@@ -195,6 +198,33 @@ template <typename T> struct Moe {
     return Status::success();
   }
 
+  /// Megatron's probs drop policy: each expert keeps the `capacity` of its slots of the
+  /// largest gates (a NaN the largest; of equal gates the earlier slot), the others'
+  /// expert becomes -1.
+  static Status drop(const plan::Instruction &inst, const TensorView &gates,
+                     const TensorView &experts, const TensorView &out) {
+    std::vector<int64_t> ids;
+    MT_TRY(expertsOf(experts, inst.num_experts(), ids));
+    std::vector<std::vector<int64_t>> slots(inst.num_experts());
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= 0)
+        slots[ids[i]].push_back(static_cast<int64_t>(i));
+    auto key = [&](int64_t i) {
+      const T g = p(gates)[i];
+      return std::isnan(g) ? std::numeric_limits<T>::infinity() : g;
+    };
+    for (std::vector<int64_t> &mine : slots) {
+      std::sort(mine.begin(), mine.end(), [&](int64_t a, int64_t b) {
+        return key(a) > key(b) || (key(a) == key(b) && a < b);
+      });
+      for (size_t r = static_cast<size_t>(inst.capacity()); r < mine.size(); ++r)
+        ids[mine[r]] = -1;
+    }
+    for (size_t i = 0; i < ids.size(); ++i)
+      out.setIndex(static_cast<int64_t>(i), ids[i]);
+    return Status::success();
+  }
+
   /// rows[row of slot (t, s)] = x[t], the rows past the kept ones 0; counts per expert.
   static Status dispatch(const plan::Instruction &inst, const TensorView &x,
                          const TensorView &experts, const TensorView &rows,
@@ -202,8 +232,7 @@ template <typename T> struct Moe {
     Routing r;
     MT_TRY(routing(experts, inst, r));
     const int64_t h = x.dim(2), k = experts.dim(2);
-    if (inst.capacity() > 0)
-      std::fill_n(p(rows), rows.numel(), T(0));
+    std::fill_n(p(rows), rows.numel(), T(0)); // the rows past the kept ones
     for (int64_t i = 0; i < experts.numel(); ++i)
       if (r.row[i] >= 0)
         std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
@@ -243,8 +272,7 @@ template <typename T> struct Moe {
     Routing r;
     MT_TRY(routing(experts, inst, r));
     const int64_t h = dy.dim(2), k = experts.dim(2);
-    if (inst.capacity() > 0)
-      std::fill_n(p(drows), drows.numel(), T(0));
+    std::fill_n(p(drows), drows.numel(), T(0)); // the rows past the kept ones
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < experts.numel(); ++i) {
       if (r.row[i] < 0) {
@@ -313,6 +341,8 @@ Status runMoe(const plan::Instruction &inst, const TensorView *in, const TensorV
       out[0].setIndex(e, std::count(ids.begin(), ids.end(), e));
     return Status::success();
   }
+  case Opcode::MoeDrop:
+    return K::drop(inst, in[0], in[1], out[0]);
   case Opcode::MoeDispatch:
     return K::dispatch(inst, in[0], in[1], out[0], out[1]);
   case Opcode::MoeDispatchGrad:

@@ -1020,6 +1020,23 @@ private:
       moeCountKernel<<<static_cast<unsigned>(inst.num_experts()), kMoeThreads, 0, stream_>>>(
           ids(in[0]), in[0].numel(), out[0].as<int32_t>());
       break;
+    case Opcode::MoeDrop: {
+      const TensorView &experts = in[1];
+      const int64_t slots = experts.numel(), e = inst.num_experts();
+      // Each expert's slots in slot order (rows without a capacity), then each slot's rank.
+      counts = static_cast<int *>(scratch(sizeof(int) * (2 * e + 2 * slots)));
+      int *kept = counts + e, *rows = kept + e, *order = rows + slots;
+      moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(ids(experts), slots,
+                                                                            counts);
+      moeRowsKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
+          ids(experts), slots, static_cast<int>(e), 0, counts, kept, rows);
+      moeOrderKernel<<<blocksFor(slots), kThreads, 0, stream_>>>(rows, slots, order);
+      ids(out[0]);
+      moeDropKernel<<<blocksFor(slots), kThreads, 0, stream_>>>(
+          c.p(in[0]), ids(experts), out[0].as<int32_t>(), slots, static_cast<int>(e),
+          inst.capacity(), counts, order);
+      break;
+    }
     case Opcode::MoeDispatch: {
       const TensorView &x = in[0], &experts = in[1];
       const int64_t e = inst.num_experts(), h = x.dim(2);
@@ -1415,12 +1432,10 @@ private:
                           static_cast<float>(1.0 / (1.0 - inst.rate())), stream_);
         break;
       }
-      const ShardMap shard = dropoutShard(inst, in[0], c.ctx);
-      uint8_t *mask = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2
-                          ? static_cast<uint8_t *>(out[1].data)
-                          : nullptr;
-      launchDropout(c.p(in[0]), c.p(out[0]), mask, c.n(), dropoutRate(inst, c.ctx),
-                    static_cast<uint32_t>(inst.stream()), shard, c.step, stream_);
+      const bool masked = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2;
+      launchDropout(c.p(in[0]), c.p(out[0]), masked ? static_cast<uint8_t *>(out[1].data) : nullptr,
+                    c.n(), dropoutRate(inst, c.ctx), static_cast<uint32_t>(inst.stream()),
+                    dropoutShard(inst, in[0], c.ctx), c.step, stream_);
       break;
     }
     case Opcode::AllReduce:
@@ -1432,6 +1447,7 @@ private:
     case Opcode::MoeRouter:
     case Opcode::MoeRouterGrad:
     case Opcode::MoeCount:
+    case Opcode::MoeDrop:
     case Opcode::MoeDispatch:
     case Opcode::MoeDispatchGrad:
     case Opcode::MoeCombine:

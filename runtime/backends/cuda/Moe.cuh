@@ -160,6 +160,43 @@ __global__ void moeRowsKernel(const I *experts, int64_t slots, int e, int64_t ca
   }
 }
 
+/// Each expert's slots in slot order: order[rows[i]] = i (rows from moeRowsKernel without
+/// a capacity).
+__global__ void moeOrderKernel(const int *rows, int64_t slots, int *order) {
+  GRID_STRIDE(i, slots) if (rows[i] >= 0) order[rows[i]] = static_cast<int>(i);
+}
+
+/// Megatron's probs drop policy, a thread a slot: slot i of expert e keeps e if fewer than
+/// `capacity` of e's slots (`order`, from the experts before it on: `counts`) come before
+/// it, by larger gate (a NaN the largest) or, of an equal gate, by an earlier slot;
+/// otherwise its expert becomes -1. The slots of no expert are copied.
+template <typename T, typename I>
+__global__ void moeDropKernel(const T *gates, const I *experts, I *out, int64_t slots, int e,
+                              int64_t capacity, const int *counts, const int *order) {
+  auto key = [&](int64_t j) {
+    const float g = ld(gates, j);
+    return isnan(g) ? INFINITY : g;
+  };
+  GRID_STRIDE(i, slots) {
+    const I id = experts[i];
+    if (id < 0 || id >= static_cast<I>(e)) {
+      out[i] = id;
+      continue;
+    }
+    int64_t first = 0;
+    for (I r = 0; r < id; ++r)
+      first += counts[r];
+    const float mine = key(i);
+    int64_t before = 0;
+    for (int64_t at = first; at < first + counts[id]; ++at) {
+      const int64_t j = order[at];
+      const float other = key(j);
+      before += other > mine || (other == mine && j < i);
+    }
+    out[i] = before < capacity ? id : I(-1);
+  }
+}
+
 /// dlogits of one token a warp: the gates' gradient through their softmax, plus the
 /// load-balancing loss's through the softmax over all: d loss/d p_te = scale·n_e/(Σn)²,
 /// n = `counts` (null: no such loss), Σn = k·T.

@@ -150,3 +150,29 @@ func.func @capacity_factor_unlike(%x: tensor<2x3x8xf32>, %g: tensor<2x3x2xf32>, 
   %y = mt.moe_combine %rows, %g, %e {num_experts = 4 : i64} : (tensor<12x8xf32>, tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> tensor<2x3x8xf32>
   return
 }
+
+// -----
+
+func.func @drop_factor_zero(%g: tensor<2x3x2xf32>, %e: tensor<2x3x2xi32>) {
+  // expected-error@+2 {{mt.moe_drop: capacity_factor 0.000000e+00 is not a finite number > 0}}
+  // expected-error@+1 {{'mt.moe_drop' op failed to infer returned types}}
+  %k = mt.moe_drop %g, %e {num_experts = 4 : i64, capacity_factor = 0.0 : f64} : (tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+func.func @drop_gates_of_other_slots(%g: tensor<2x3x1xf32>, %e: tensor<2x3x2xi32>) {
+  // expected-error@+2 {{mt.moe_drop: gates tensor<2x3x1xf32> and experts tensor<2x3x2xi32> must have the same shape}}
+  // expected-error@+1 {{'mt.moe_drop' op failed to infer returned types}}
+  %k = mt.moe_drop %g, %e {num_experts = 4 : i64, capacity_factor = 1.0 : f64} : (tensor<2x3x1xf32>, tensor<2x3x2xi32>) -> tensor<2x3x2xi32>
+  return
+}
+
+// -----
+
+func.func @drop_without_factor(%g: tensor<2x3x2xf32>, %e: tensor<2x3x2xi32>) {
+  // expected-error@+1 {{'mt.moe_drop' op requires attribute 'capacity_factor'}}
+  %k = mt.moe_drop %g, %e {num_experts = 4 : i64} : (tensor<2x3x2xf32>, tensor<2x3x2xi32>) -> tensor<2x3x2xi32>
+  return
+}
