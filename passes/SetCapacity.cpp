@@ -52,6 +52,11 @@ struct MtSetCapacity : impl::MtSetCapacityBase<MtSetCapacity> {
     }
     if (factor < 0)
       return;
+    // The factor and policy given replace the model's: its drops go, its capacities too.
+    getOperation().walk([](MoeDropOp drop) {
+      drop.getResult().replaceAllUsesWith(drop.getExperts());
+      drop.erase();
+    });
     Builder b(&getContext());
     SmallVector<MoeRouterOp> routers;
     getOperation().walk([&](Operation *op) {
@@ -64,9 +69,25 @@ struct MtSetCapacity : impl::MtSetCapacityBase<MtSetCapacity> {
       else
         op->removeAttr("capacity_factor");
     });
-    if (factor > 0 && policy == "probs")
-      for (MoeRouterOp router : routers)
-        dropByGates(router, factor);
+    if (factor == 0 || policy != "probs")
+      return;
+    for (MoeRouterOp router : routers)
+      dropByGates(router, factor);
+    // A dispatch or combine of experts no router gave has no gates to drop by.
+    WalkResult walk = getOperation().walk([&](Operation *op) {
+      Value experts;
+      if (auto dispatch = dyn_cast<MoeDispatchOp>(op))
+        experts = dispatch.getExperts();
+      else if (auto combine = dyn_cast<MoeCombineOp>(op))
+        experts = combine.getExperts();
+      if (!experts || experts.getDefiningOp<MoeDropOp>())
+        return WalkResult::advance();
+      op->emitOpError("mt-set-capacity: the probs policy keeps the slots of the largest ")
+          << "gates, but these experts come from no mt.moe_router (use the position policy)";
+      return WalkResult::interrupt();
+    });
+    if (walk.wasInterrupted())
+      signalPassFailure();
   }
 };
 

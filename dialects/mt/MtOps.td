@@ -751,7 +751,8 @@ def Mt_MoeDispatchOp : Mt_ShapedOp<"moe_dispatch", [Pure, Mt_CostOpInterface,
     With `capacity_factor` f each expert keeps at most ceil(f·B·S·k/E) of the op's slots:
     the first, in token then slot order (Megatron-Core's `position` drop policy); a
     dropped slot gets no row and `moe_combine` of the same `capacity_factor` adds
-    nothing for it. A slot of expert -1 (dropped by `moe_drop`) gets no row either. The rows stay B·S·k, those past the kept ones zero; `counts` are the
+    nothing for it. A slot of expert -1 (dropped by `moe_drop`) gets no row
+    either. The rows stay B·S·k, those past the kept ones zero; `counts` are the
     kept rows per expert. Every combine of the same experts must have the same factor.
   }];
   let arguments = (ins Mt_FloatTensor:$input, Mt_IndexTensor:$experts,

@@ -59,9 +59,11 @@ static_assert(detail::tableFollowsSchema(),
 static_assert(detail::commRowsAreTheCollectives(),
               "a new collective opcode needs a case in Executor::runCollective");
 
-/// Whether `opcode` is one of a mixture of experts' (MoeRouter to MoeExchangeBack).
+/// Whether `opcode` is one of a mixture of experts' (MoeRouter to MoeExchangeBack, and
+/// MoeDrop).
 constexpr bool isMixtureOfExperts(plan::Opcode opcode) {
-  return opcode >= plan::Opcode::MoeRouter && opcode <= plan::Opcode::MoeExchangeBack;
+  return (opcode >= plan::Opcode::MoeRouter && opcode <= plan::Opcode::MoeExchangeBack) ||
+         opcode == plan::Opcode::MoeDrop;
 }
 
 /// The table's row for `opcode`, which the caller has checked is at most Opcode::MAX.

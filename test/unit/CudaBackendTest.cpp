@@ -891,6 +891,47 @@ TEST(CudaMoe, ACapacityDropsAsOnTheCpu) {
     ASSERT_NEAR(gotY[i], y[i], 1e-6) << i;
 }
 
+/// Megatron's probs policy drops the same slots on the GPU as on the CPU: 3,000 slots of
+/// four experts keeping 300 each, the gates of few values (ties across chunks), a NaN
+/// (the largest) and -0.0 beside 0.0 (equal), and a slot of no expert (copied).
+TEST(CudaMoe, TheProbsPolicyDropsAsOnTheCpu) {
+  REQUIRE_GPU();
+  std::unique_ptr<Backend> cpu = makeCpuBackend(), cuda;
+  ASSERT_OK(makeCudaBackend(0, cuda));
+  DeviceBuffers buffers(*cuda);
+  constexpr int64_t kTokens = 1500, kSlots = 2, kExperts = 4;
+  std::vector<float> gates(kTokens * kSlots);
+  std::vector<int32_t> experts(gates.size()), kept(gates.size(), 9), gotKept(gates.size());
+  for (size_t i = 0; i < gates.size(); ++i) {
+    gates[i] = static_cast<float>(i * 7 % 5) * 0.25f;
+    experts[i] = static_cast<int32_t>(i * 3 % kExperts);
+  }
+  gates[11] = std::nanf("");
+  gates[12] = -0.0f;
+  experts[13] = -1;
+  const std::vector<TensorView> host = {
+      tensorAt(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
+      tensorAt(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
+      tensorAt(kept.data(), plan::DType::I32, {1, kTokens, kSlots})};
+  std::vector<TensorView> device = host;
+  for (size_t i = 0; i < host.size(); ++i) {
+    device[i].data = buffers.allocate(host[i].bytes());
+    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
+  }
+  test::TestInstruction drop(plan::Opcode::MoeDrop, 2, 1, [](plan::InstructionBuilder &b) {
+    b.add_num_experts(kExperts);
+    b.add_capacity(300);
+  });
+  ASSERT_OK(cpu->run(*drop.inst, host.data(), host.data() + 2, StepContext{}));
+  ASSERT_OK(cuda->run(*drop.inst, device.data(), device.data() + 2, StepContext{}));
+  ASSERT_OK(cuda->copyToHost(gotKept.data(), device[2].data, host[2].bytes()));
+  EXPECT_EQ(gotKept, kept);
+  for (int32_t e = 0; e < kExperts; ++e)
+    EXPECT_EQ(std::count(kept.begin(), kept.end(), e), 300) << "expert " << e;
+  EXPECT_EQ(kept[11], experts[11]) << "a NaN gate is the largest";
+  EXPECT_EQ(kept[13], -1);
+}
+
 /// The optimizer's arithmetic: one AdamW update of the same weights and gradients, every
 /// parameter in one call (one launch on the GPU), each with its own weight decay.
 TEST(CudaAdamW, MatchesTheCpuBackend) {

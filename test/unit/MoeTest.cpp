@@ -263,17 +263,19 @@ void unevenRouting(int64_t capacity) {
 /// loss (which would otherwise index the logits by it).
 TEST(MoeLayer, RoutingOutsideTheExpertsIsRefused) {
   std::unique_ptr<Backend> cpu = makeCpuBackend();
-  {
+  // The router's gradient refuses a dropped slot's -1 too: a router never routes one.
+  for (int32_t bad : {7, -1}) {
     std::vector<double> dgates(12, 1.0), logits(24, 0.5), dlogits(24);
     std::vector<int32_t> experts(12, 1);
-    experts[7] = 7;
+    experts[7] = bad;
     MoeInstruction grad(Opcode::MoeRouterGrad, 3, 1, 2, 4);
     const TensorView in[3] = {view(dgates, {2, 3, 2}), view(logits, {2, 3, 4}),
                               view(experts, {2, 3, 2})};
     const TensorView out[1] = {view(dlogits, {2, 3, 4})};
     Status s = cpu->run(*grad.inst, in, out, StepContext{});
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("expert 7 of 4"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("expert " + std::to_string(bad) + " of 4"), std::string::npos)
+        << s.message();
   }
   std::vector<double> x(2 * 3 * 2, 1.0), rows(12 * 2), w(4 * 2 * 2, 1.0), out(12 * 2);
   std::vector<int32_t> experts(12, 1), counts(4);

@@ -202,19 +202,22 @@ TEST_F(PlanReaderTest, ResealedMutationsNeverCrashTheReaderOrTheExecutor) {
   mutationsNeverCrash(plan(), rng);
 }
 
-/// The same of mixtral-tiny, whose routing decides which rows its kernels touch (its
-/// experts' capacity kept by the largest gates: the drop's -1 experts among them).
+/// The same of mixtral-tiny, whose routing decides which rows its kernels touch: dropless,
+/// and with its experts' capacity kept by the largest gates (the drop's -1 experts).
 TEST_F(PlanReaderTest, ResealedMutationsOfAMixtureOfExpertsNeverCrash) {
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::string path = test::compileModel(
-      test::zooModel("mixtral-tiny"),
-      "--micro-batch-size 2 --global-batch-size 2 --seq-length 8 --moe-expert-capacity-factor 1",
-      "plan_reader_test_moe");
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)),
-                                  std::istreambuf_iterator<char>());
-  ASSERT_FALSE(good.empty()) << "mtc could not compile mixtral-tiny";
-  mutationsNeverCrash(good, rng);
+  for (const char *capacity : {"", " --moe-expert-capacity-factor 1"}) {
+    SCOPED_TRACE(capacity);
+    const std::string path = test::compileModel(
+        test::zooModel("mixtral-tiny"),
+        std::string("--micro-batch-size 2 --global-batch-size 2 --seq-length 8") + capacity,
+        capacity[0] ? "plan_reader_test_moe_drop" : "plan_reader_test_moe");
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<uint8_t> good((std::istreambuf_iterator<char>(in)),
+                                    std::istreambuf_iterator<char>());
+    ASSERT_FALSE(good.empty()) << "mtc could not compile mixtral-tiny";
+    mutationsNeverCrash(good, rng);
+  }
 }
 
 /// gpt-tiny in two pipeline stages under 1F1B, four micro-batches.

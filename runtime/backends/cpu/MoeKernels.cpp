@@ -12,13 +12,14 @@ namespace {
 
 using plan::Opcode;
 
-/// The experts of experts [B, S, k], each checked to be one of `count`, or -1 (a slot
-/// MoeDrop dropped).
-Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> &ids) {
+/// The experts of experts [B, S, k], each checked to be one of `count`, or with
+/// `dropped` -1 (a slot MoeDrop dropped: the router's gradient never reads one).
+Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> &ids,
+                 bool dropped = true) {
   ids.resize(experts.numel());
   for (size_t i = 0; i < ids.size(); ++i) {
     ids[i] = experts.index(static_cast<int64_t>(i));
-    if (ids[i] < -1 || ids[i] >= count)
+    if (ids[i] < (dropped ? -1 : 0) || ids[i] >= count)
       return Status::failure(cat("mixture of experts: expert ", ids[i], " of ", count));
   }
   return Status::success();
@@ -30,6 +31,7 @@ Status expertsOf(const TensorView &experts, int64_t count, std::vector<int64_t> 
 /// of expert -1, get row -1.
 struct Routing {
   std::vector<int64_t> row, counts;
+  bool dropped = false; // some slot has no row
 };
 
 Status routing(const TensorView &experts, const plan::Instruction &inst, Routing &r) {
@@ -47,8 +49,10 @@ Status routing(const TensorView &experts, const plan::Instruction &inst, Routing
   for (int64_t e = 0, at = 0; e < count; at += r.counts[e++])
     next[e] = at;
   r.row.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i)
+  for (size_t i = 0; i < ids.size(); ++i) {
     r.row[i] = ids[i] >= 0 && kept[ids[i]]++ < r.counts[ids[i]] ? next[ids[i]]++ : -1;
+    r.dropped = r.dropped || r.row[i] < 0;
+  }
   return Status::success();
 }
 
@@ -148,7 +152,7 @@ template <typename T> struct Moe {
     const int64_t e = logits.dim(2), k = inst.topk(), tokens = logits.numel() / e;
     const double coeff = inst.aux_loss_coeff();
     std::vector<int64_t> ids; // read once, checked, before dlogits is written
-    MT_TRY(expertsOf(experts, e, ids));
+    MT_TRY(expertsOf(experts, e, ids, /*dropped=*/false));
     std::vector<double> aux(e, 0.0); // d(loss)/d(p_te), the same for every token
     if (coeff > 0) {
       std::vector<int64_t> slots(e, 0); // n_e
@@ -232,7 +236,8 @@ template <typename T> struct Moe {
     Routing r;
     MT_TRY(routing(experts, inst, r));
     const int64_t h = x.dim(2), k = experts.dim(2);
-    std::fill_n(p(rows), rows.numel(), T(0)); // the rows past the kept ones
+    if (r.dropped) // the rows past the kept ones
+      std::fill_n(p(rows), rows.numel(), T(0));
     for (int64_t i = 0; i < experts.numel(); ++i)
       if (r.row[i] >= 0)
         std::copy_n(p(x) + (i / k) * h, h, p(rows) + r.row[i] * h);
@@ -272,7 +277,8 @@ template <typename T> struct Moe {
     Routing r;
     MT_TRY(routing(experts, inst, r));
     const int64_t h = dy.dim(2), k = experts.dim(2);
-    std::fill_n(p(drows), drows.numel(), T(0)); // the rows past the kept ones
+    if (r.dropped) // the rows past the kept ones
+      std::fill_n(p(drows), drows.numel(), T(0));
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < experts.numel(); ++i) {
       if (r.row[i] < 0) {

@@ -1,12 +1,12 @@
-// Mixture of experts on the GPU (plan.fbs: MoeRouter to MoeCombineGrad), as the CPU
+// Mixture of experts on the GPU (plan.fbs: MoeRouter to MoeCombineGrad, and MoeDrop), as the CPU
 // backend computes it (backends/cpu/MoeKernels.cpp) and deterministically: a warp per
 // token routes it (top-k by rounds of a warp's argmax, ties to the lower expert, a NaN
 // the largest); each slot's dispatched row comes from a stable counting sort, one block
 // per expert scanning the slots in order (integer counts, the same whatever the
 // schedule); a token's slots are summed in slot order; the experts' GEMMs are the
 // backend's, one per expert (GroupedLinear, in CudaBackend.cu). A slot whose expert id
-// is outside the experts (a corrupt plan's, never the router's) has no row: nothing is
-// read or written for it.
+// is outside the experts (-1: MoeDrop dropped it; any other, a corrupt plan's, never the
+// router's) has no row: nothing is read or written for it.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_MOE_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_MOE_CUH
 
