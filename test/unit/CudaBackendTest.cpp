@@ -212,6 +212,15 @@ struct DeviceBuffers {
     EXPECT_OK(memory.allocate(backend, bytes));
     return held.emplace_back(std::move(memory)).data();
   }
+  /// Each of `host` copied to device memory of its own.
+  std::vector<TensorView> copies(const std::vector<TensorView> &host) {
+    std::vector<TensorView> device = host;
+    for (size_t i = 0; i < host.size(); ++i) {
+      device[i].data = allocate(host[i].bytes());
+      EXPECT_OK(backend.copyToDevice(device[i].data, host[i].data, host[i].bytes()));
+    }
+    return device;
+  }
 };
 
 /// Everything a step leaves behind, on the host: the loss and each gradient.
@@ -803,11 +812,7 @@ TEST(CudaMoe, RouterGradientWithALoadAsTheCpuBackend) {
       tensorAt(load.data(), plan::DType::I32, {kExperts}),
       tensorAt(dlogits.data(), plan::DType::F32, {1, kTokens, kExperts}),
       tensorAt(counts.data(), plan::DType::I32, {kExperts})};
-  std::vector<TensorView> device = host;
-  for (size_t i = 0; i < host.size(); ++i) {
-    device[i].data = buffers.allocate(host[i].bytes());
-    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
-  }
+  const std::vector<TensorView> device = buffers.copies(host);
   test::TestInstruction grad(plan::Opcode::MoeRouterGrad, 4, 1, [](plan::InstructionBuilder &b) {
     b.add_topk(kSlots);
     b.add_aux_loss_coeff(0.1);
@@ -858,11 +863,7 @@ TEST(CudaMoe, ACapacityDropsAsOnTheCpu) {
       tensorAt(counts.data(), plan::DType::I32, {kExperts}),
       tensorAt(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
       tensorAt(y.data(), plan::DType::F32, {1, kTokens, kWidth})};
-  std::vector<TensorView> device = host;
-  for (size_t i = 0; i < host.size(); ++i) {
-    device[i].data = buffers.allocate(host[i].bytes());
-    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
-  }
+  const std::vector<TensorView> device = buffers.copies(host);
   auto moe = [](plan::Opcode opcode, int inputs, int outputs) {
     return std::make_unique<test::TestInstruction>(opcode, inputs, outputs,
                                                    [](plan::InstructionBuilder &b) {
@@ -913,11 +914,7 @@ TEST(CudaMoe, TheProbsPolicyDropsAsOnTheCpu) {
       tensorAt(gates.data(), plan::DType::F32, {1, kTokens, kSlots}),
       tensorAt(experts.data(), plan::DType::I32, {1, kTokens, kSlots}),
       tensorAt(kept.data(), plan::DType::I32, {1, kTokens, kSlots})};
-  std::vector<TensorView> device = host;
-  for (size_t i = 0; i < host.size(); ++i) {
-    device[i].data = buffers.allocate(host[i].bytes());
-    ASSERT_OK(cuda->copyToDevice(device[i].data, host[i].data, host[i].bytes()));
-  }
+  const std::vector<TensorView> device = buffers.copies(host);
   test::TestInstruction drop(plan::Opcode::MoeDrop, 2, 1, [](plan::InstructionBuilder &b) {
     b.add_num_experts(kExperts);
     b.add_capacity(300);
