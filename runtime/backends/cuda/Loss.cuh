@@ -2,8 +2,9 @@
 // by one block in a fixed order; the fused loss and gradient (one kernel: the row's
 // statistics in one read, then its gradient written over it); and the vocabulary-parallel
 // form, where each shard reduces its columns to per-row statistics and the merged
-// statistics give the loss and the gradient. A row is read in 16-byte vectors where it
-// is aligned to them, and its statistics in one pass (an online softmax: each thread
+// statistics give the loss and the gradient. A row is read in 16-byte vectors from its
+// first 16-byte boundary on (an odd vocabulary's rows start anywhere), and its
+// statistics in one pass (an online softmax: each thread
 // rescales its running sum when its maximum grows; the block then merges them).
 #ifndef MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
@@ -25,42 +26,64 @@ __device__ int64_t rowTarget(const void *targets, bool wide, int64_t r, int64_t 
   return -1;
 }
 
-/// f(j, row[j]) for j in [0, n), the block's threads taking the elements in turn: whole
-/// 16-byte vectors where `row` is aligned to them, then one by one.
+/// The elements of row[0, n) before its first 16-byte boundary (all n where the row is
+/// not even aligned to its elements, or the boundary lies past it).
+template <typename T>
+__device__ __forceinline__ int64_t elementsBeforeVectors(const T *row, int64_t n) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(row);
+  if (at % sizeof(T) != 0)
+    return n;
+  const int64_t head = static_cast<int64_t>((16 - at % 16) % 16 / sizeof(T));
+  return head < n ? head : n;
+}
+
+/// f(j, row[j]) for j in [0, n), the block's threads taking the elements in turn: one by
+/// one to the row's first 16-byte boundary, then whole 16-byte vectors, then the rest
+/// one by one.
 template <typename T, typename F>
 __device__ __forceinline__ void forEachOfRow(const T *row, int64_t n, F &&f) {
   constexpr int kVector = 16 / sizeof(T);
-  const int64_t vectors = reinterpret_cast<uintptr_t>(row) % 16 == 0 ? n / kVector : 0;
+  const int64_t head = elementsBeforeVectors(row, n), vectors = (n - head) / kVector;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    f(j, ld(row, j));
+  const uint4 *aligned = reinterpret_cast<const uint4 *>(row + head);
   for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-    const uint4 raw = reinterpret_cast<const uint4 *>(row)[i];
+    const uint4 raw = aligned[i];
     const T *x = reinterpret_cast<const T *>(&raw);
 #pragma unroll
     for (int k = 0; k < kVector; ++k)
-      f(i * kVector + k, ld(x, k));
+      f(head + i * kVector + k, ld(x, k));
   }
-  for (int64_t j = vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
+  for (int64_t j = head + vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
     f(j, ld(row, j));
 }
 
-/// out[j] = f(j, in[j]) for j in [0, n), in 16-byte vectors where both rows are aligned
-/// to them. A thread reads each of its elements just before writing the same element,
-/// so `out` may be `in`.
+/// out[j] = f(j, in[j]) for j in [0, n): as forEachOfRow reads, in 16-byte vectors where
+/// both rows reach a 16-byte boundary at the same element (one by one elsewhere). A
+/// thread reads each of its elements just before writing the same element, so `out` may
+/// be `in`.
 template <typename T, typename F>
 __device__ __forceinline__ void transformRow(const T *in, T *out, int64_t n, F &&f) {
   constexpr int kVector = 16 / sizeof(T);
-  const bool aligned = (reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
-  const int64_t vectors = aligned ? n / kVector : 0;
+  const bool inPhase =
+      reinterpret_cast<uintptr_t>(in) % 16 == reinterpret_cast<uintptr_t>(out) % 16;
+  const int64_t head = inPhase ? elementsBeforeVectors(in, n) : n;
+  const int64_t vectors = (n - head) / kVector;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    st(out, j, f(j, ld(in, j)));
+  const uint4 *from = reinterpret_cast<const uint4 *>(in + head);
+  uint4 *to = reinterpret_cast<uint4 *>(out + head);
   for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-    const uint4 raw = reinterpret_cast<const uint4 *>(in)[i];
+    const uint4 raw = from[i];
     const T *x = reinterpret_cast<const T *>(&raw);
     uint4 result;
     T *y = reinterpret_cast<T *>(&result);
 #pragma unroll
     for (int k = 0; k < kVector; ++k)
-      st(y, k, f(i * kVector + k, ld(x, k)));
-    reinterpret_cast<uint4 *>(out)[i] = result;
+      st(y, k, f(head + i * kVector + k, ld(x, k)));
+    to[i] = result;
   }
-  for (int64_t j = vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
+  for (int64_t j = head + vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
     st(out, j, f(j, ld(in, j)));
 }
 
