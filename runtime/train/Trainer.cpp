@@ -382,10 +382,11 @@ Status Run::openSplits() {
     if (i == 0)
       trainDocuments_ = {bounds[0], bounds[1]};
     // What a checkpoint records of a blend: each dataset's fraction and its documents.
-    char fraction[32];
-    std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
-    if (blended)
+    if (blended) {
+      char fraction[32];
+      std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
       trainBlend_ += cat(i ? ";" : "", fraction, ",", bounds[0], ",", bounds[1]);
+    }
   }
   if (trainBlend_.size() > kMaxBlendText)
     return Status::failure(cat("a blend of ", sources_.size(), " datasets is more than a ",

@@ -249,25 +249,26 @@ inline std::vector<OpCase> opCases() {
       "(tensor<2x3x6xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 4});
   // The loss as the pair (its gradient written over the logits), and fused over rows
   // wide enough for whole 16-byte vectors (72 classes, 70 real, padded to 128).
-  const std::string linearLogits = R"(
-  %x = mt.param "x" normal(1.0) : tensor<2x3x4xf32>
-  %w = mt.param "w" normal(0.5) : tensor<5x4xf32>
-  %logits = mt.linear %x, %w : (tensor<2x3x4xf32>, tensor<5x4xf32>) -> tensor<2x3x5xf32>)";
-  c.push_back({"cross_entropy_unfused", oneOpModel(linearLogits, 5), "", 3, 5,
+  // Logits [2, 3, classes] of a linear of `features`.
+  auto linearLogits = [](int classes, int features) {
+    const std::string x = "tensor<2x3x" + std::to_string(features) + "xf32>";
+    const std::string w =
+        "tensor<" + std::to_string(classes) + "x" + std::to_string(features) + "xf32>";
+    return "\n  %x = mt.param \"x\" normal(1.0) : " + x +
+           "\n  %w = mt.param \"w\" normal(0.5) : " + w + "\n  %logits = mt.linear %x, %w : (" + x +
+           ", " + w + ") -> tensor<2x3x" + std::to_string(classes) + "xf32>";
+  };
+  c.push_back({"cross_entropy_unfused", oneOpModel(linearLogits(5, 4), 5), "", 3, 5,
                "--no-cross-entropy-loss-fusion"});
-  c.push_back({"cross_entropy_wide", oneOpModel(R"(
-  %x = mt.param "x" normal(1.0) : tensor<2x3x16xf32>
-  %w = mt.param "w" normal(0.5) : tensor<72x16xf32>
-  %logits = mt.linear %x, %w : (tensor<2x3x16xf32>, tensor<72x16xf32>) -> tensor<2x3x72xf32>)", 72,
-      "  %loss = mt.cross_entropy %logits, %targets {num_classes = 70 : i64} : "
-      "(tensor<2x3x72xf32>, tensor<?x?xi32>) -> tensor<f32>"), "", 3, 70});
+  c.push_back({"cross_entropy_wide",
+               oneOpModel(linearLogits(72, 16), 72,
+                          "  %loss = mt.cross_entropy %logits, %targets {num_classes = 70 : i64} : "
+                          "(tensor<2x3x72xf32>, tensor<?x?xi32>) -> tensor<f32>"),
+               "", 3, 70});
   // Rows of 75 logits, unpadded, start off 16-byte boundaries (row 1 at 300 bytes in fp32,
   // 150 in bf16): the GPU's loss reads each row one by one to its first boundary, then in
   // vectors. Fused (the gradient over the logits) and not.
-  const std::string oddLogits = R"(
-  %x = mt.param "x" normal(1.0) : tensor<2x3x16xf32>
-  %w = mt.param "w" normal(0.5) : tensor<75x16xf32>
-  %logits = mt.linear %x, %w : (tensor<2x3x16xf32>, tensor<75x16xf32>) -> tensor<2x3x75xf32>)";
+  const std::string oddLogits = linearLogits(75, 16);
   c.push_back({"cross_entropy_odd", oneOpModel(oddLogits, 75), "", 3, 75,
                "--make-vocab-size-divisible-by 1"});
   c.push_back({"cross_entropy_odd_unfused", oneOpModel(oddLogits, 75), "", 3, 75,

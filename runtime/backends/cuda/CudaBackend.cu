@@ -968,19 +968,20 @@ private:
       throw std::runtime_error("cuda backend: mixture of experts with i64 experts or counts");
     return t.as<int32_t>();
   }
-  /// Each slot's dispatched row of experts [B, S, k] (Moe.cuh; the instruction's experts
-  /// and capacity), in scratch: the slots per expert, the rows each keeps (`kept`), then
-  /// the rows.
-  int *moeRows(const plan::Instruction &inst, const TensorView &experts, int *&kept) {
-    const int64_t slots = experts.numel(), e = inst.num_experts();
-    int *counts = static_cast<int *>(scratch(sizeof(int) * (2 * e + slots)));
+  /// Each slot's dispatched row of experts [B, S, k] among `e` experts keeping `capacity`
+  /// slots each (Moe.cuh; 0: all), in scratch: the slots per expert, the rows each keeps
+  /// (`kept`), then the rows, and `more` ints after them for the caller.
+  int *moeRows(const TensorView &experts, int64_t e, int64_t capacity, int *&kept,
+               int64_t more = 0) {
+    const int64_t slots = experts.numel();
+    int *counts = static_cast<int *>(scratch(sizeof(int) * (2 * e + slots + more)));
     int *rows = counts + 2 * e;
     kept = counts + e;
     moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(ids(experts), slots,
                                                                           counts);
     launched("expert counts");
     moeRowsKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
-        ids(experts), slots, static_cast<int>(e), inst.capacity(), counts, kept, rows);
+        ids(experts), slots, static_cast<int>(e), capacity, counts, kept, rows);
     launched("dispatched rows");
     return rows;
   }
@@ -1023,14 +1024,11 @@ private:
     case Opcode::MoeDrop: {
       const TensorView &experts = in[1];
       const int64_t slots = experts.numel(), e = inst.num_experts();
-      // Each expert's slots in slot order (rows without a capacity), then each slot's rank.
-      counts = static_cast<int *>(scratch(sizeof(int) * (2 * e + 2 * slots)));
-      int *kept = counts + e, *rows = kept + e, *order = rows + slots;
-      moeCountKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(ids(experts), slots,
-                                                                            counts);
-      moeRowsKernel<<<static_cast<unsigned>(e), kMoeThreads, 0, stream_>>>(
-          ids(experts), slots, static_cast<int>(e), 0, counts, kept, rows);
+      // Each expert's slots in slot order (their rows without a capacity: `counts` all of
+      // each expert's), then each slot's rank among them.
+      int *rows = moeRows(experts, e, 0, counts, slots), *order = rows + slots;
       moeOrderKernel<<<blocksFor(slots), kThreads, 0, stream_>>>(rows, slots, order);
+      launched("the experts' slots in order");
       ids(out[0]);
       moeDropKernel<<<blocksFor(slots), kThreads, 0, stream_>>>(
           c.p(in[0]), ids(experts), out[0].as<int32_t>(), slots, static_cast<int>(e),
@@ -1040,7 +1038,7 @@ private:
     case Opcode::MoeDispatch: {
       const TensorView &x = in[0], &experts = in[1];
       const int64_t e = inst.num_experts(), h = x.dim(2);
-      const int *rows = moeRows(inst, experts, counts);
+      const int *rows = moeRows(experts, inst.num_experts(), inst.capacity(), counts);
       check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
       moeDispatchKernel<<<blocksFor(experts.numel() * h), kThreads, 0, stream_>>>(
           c.p(x), rows, c.p(out[0]), experts.numel(), static_cast<int>(experts.dim(2)), h);
@@ -1054,7 +1052,7 @@ private:
     case Opcode::MoeCombine: {
       const bool combine = inst.opcode() == Opcode::MoeCombine;
       const TensorView &experts = in[combine ? 2 : 1];
-      const int *rows = moeRows(inst, experts, counts);
+      const int *rows = moeRows(experts, inst.num_experts(), inst.capacity(), counts);
       const int64_t k = experts.dim(2), tokens = experts.numel() / k, h = out[0].dim(2);
       moeGatherKernel<<<blocksFor(tokens * h), kThreads, 0, stream_>>>(
           c.p(in[0]), combine ? c.p(in[1]) : nullptr, rows, c.p(out[0]), tokens,
@@ -1063,7 +1061,7 @@ private:
     }
     case Opcode::MoeCombineGrad: {
       const TensorView &experts = in[3];
-      const int *rows = moeRows(inst, experts, counts);
+      const int *rows = moeRows(experts, inst.num_experts(), inst.capacity(), counts);
       check(cudaMemsetAsync(out[0].data, 0, out[0].bytes(), stream_), "zeroing the rows");
       moeCombineGradKernel<<<warpsFor(experts.numel()), kThreads, 0, stream_>>>(
           c.p(in[0]), c.p(in[1]), c.p(in[2]), rows, c.p(out[0]), c.p(out[1]), experts.numel(),
