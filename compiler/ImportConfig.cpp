@@ -123,13 +123,15 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   const std::string epsilon = "{epsilon = " + real(eps) + " : f64}";
   Writer w;
   auto &os = w.os;
-  os << "// " << name << ": a " << (c.experts ? "MixtralForCausalLM" : "LlamaForCausalLM") << " of "
-     << layers << " layers, hidden " << h << ", " << heads << " query heads of " << d << " sharing "
+  os << "// " << name << ": a " << c.architecture << " of " << layers << " layers, hidden " << h << ", " << heads << " query heads of " << d << " sharing "
      << kv << " key/value heads, "
      << (c.experts
              ? std::to_string(c.topk) + " of " + std::to_string(c.experts) + " SwiGLU experts of "
              : std::string("SwiGLU MLP of "))
      << ffn << ", vocabulary " << vocab << ", " << positions << " positions"
+     << (c.outputBias ? ", biases on the attention's projections"
+         : c.qkvBias  ? ", biases on the query, key and value projections"
+                      : "")
      << (tied ? ", output layer tied to the embedding" : "") << ".\n"
      << "// Written by mtc import-config from a transformers config.json.\n";
   os << "module attributes {mt.model = \"" << name << "\", mt.seq_length = " << positions
@@ -139,7 +141,9 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   os << "    %n1 = mt.rms_norm %x, %n1_w " << epsilon << " : (" << Writer::a(h) << ", "
      << Writer::t({h}) << ") -> " << Writer::a(h) << "\n";
   w.param("qkv_w", "self_attn.qkv.weight", normal, {qkv, h});
-  w.linear("qkv", "n1", "qkv_w", h, qkv);
+  if (c.qkvBias)
+    w.param("qkv_b", "self_attn.qkv.bias", "zeros", {qkv});
+  w.linear("qkv", "n1", "qkv_w", h, qkv, c.qkvBias ? "qkv_b" : "");
   os << "    %rqkv = mt.rotary %qkv {" << rope << "} : (" << Writer::a(qkv) << ") -> "
      << Writer::a(qkv) << "\n";
   os << "    %att = mt.attention %rqkv {causal, "
@@ -147,7 +151,9 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
      << "heads = " << heads << " : i64, kv_heads = " << kv << " : i64} : (" << Writer::a(qkv)
      << ") -> " << Writer::a(q) << "\n";
   w.param("o_w", "self_attn.o_proj.weight", output, {h, q});
-  w.linear("o", "att", "o_w", q, h);
+  if (c.outputBias)
+    w.param("o_b", "self_attn.o_proj.bias", "zeros", {h});
+  w.linear("o", "att", "o_w", q, h, c.outputBias ? "o_b" : "");
   w.add("r1", "x", "o", h);
   w.param("n2_w", "post_attention_layernorm.weight", "ones", {h});
   os << "    %n2 = mt.rms_norm %r1, %n2_w " << epsilon << " : (" << Writer::a(h) << ", "

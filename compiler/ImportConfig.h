@@ -1,4 +1,4 @@
-// A Hugging Face transformers config.json (GPT2LMHeadModel or LlamaForCausalLM), as the one
+// A Hugging Face transformers config.json (GPT-2, or LLaMA's decoder), as the one
 // reader of one (runtime/train/HfConfig.h) gives it, written as an mtc model file: the zoo's
 // form, one block repeated, parameter names as mtckpt's Hugging Face converter maps them.
 #ifndef MT_COMPILER_IMPORTCONFIG_H

@@ -147,7 +147,17 @@ void rope(Keys &k, ModelConfig &c) {
   ropeType(k, r, "rope_scaling", c);
 }
 
-void llama(Keys &k, ModelConfig &c) {
+/// Mistral's and Mixtral's `sliding_window`, where one is given, spans every position: mtc's
+/// attention sees every earlier one.
+void noWindow(Keys &k, const ModelConfig &c) {
+  if (const json *window = k.get("sliding_window");
+      window && !(window->is_number() && window->get<double>() >= static_cast<double>(c.positions)))
+    k.fail("'sliding_window' is shorter than 'max_position_embeddings': mtc's attention "
+           "sees every earlier position");
+}
+
+/// LLaMA's decoder, as every architecture but GPT-2 has it.
+void decoder(Keys &k, ModelConfig &c) {
   c.layers = k.integer("num_hidden_layers");
   c.hidden = k.integer("hidden_size");
   c.heads = k.integer("num_attention_heads");
@@ -160,9 +170,6 @@ void llama(Keys &k, ModelConfig &c) {
   c.tied = k.flag("tie_word_embeddings", false);
   if (k.string("hidden_act", "silu") != "silu")
     k.fail("'hidden_act' is not silu (mtc's LLaMA MLP is SwiGLU)");
-  for (const char *bias : {"attention_bias", "mlp_bias"})
-    if (k.flag(bias, false))
-      k.fail(Keys::quote(bias) + " is true: mtc's LLaMA has no biases");
   if (c.heads % c.kvHeads != 0)
     k.fail("'num_key_value_heads' does not divide 'num_attention_heads'");
   if (c.headDim % 2 != 0)
@@ -172,9 +179,43 @@ void llama(Keys &k, ModelConfig &c) {
   rope(k, c);
 }
 
+/// LlamaForCausalLM: biases on the attention's projections or none.
+void llama(Keys &k, ModelConfig &c) {
+  decoder(k, c);
+  c.qkvBias = c.outputBias = k.flag("attention_bias", false);
+  if (k.flag("mlp_bias", false))
+    k.fail("'mlp_bias' is true: mtc's LLaMA MLP has no biases");
+}
+
+/// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
+void mistral(Keys &k, ModelConfig &c) {
+  decoder(k, c);
+  noWindow(k, c);
+}
+
+/// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
+/// Its window (`sliding_window`, from layer `max_window_layers` on) is used only where
+/// `use_sliding_window` says so; transformers 5 names each layer's attention in
+/// `layer_types`.
+void qwen2(Keys &k, ModelConfig &c) {
+  decoder(k, c);
+  c.qkvBias = true;
+  k.ignore({"sliding_window", "max_window_layers"});
+  if (k.flag("use_sliding_window", false))
+    k.fail("'use_sliding_window' is true: mtc's attention sees every earlier position");
+  const json *types = k.get("layer_types");
+  if (types && !(types->is_array() && static_cast<int64_t>(types->size()) == c.layers &&
+                 std::all_of(types->begin(), types->end(), [](const json &t) {
+                   return t.is_string() && t.get<std::string>() == "full_attention";
+                 })))
+    k.fail("'layer_types' is not 'full_attention' for each of the 'num_hidden_layers': mtc's "
+           "attention sees every earlier position");
+}
+
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
-  llama(k, c);
+  decoder(k, c);
+  noWindow(k, c);
   c.experts = k.integer("num_local_experts");
   c.topk = k.integer("num_experts_per_tok");
   c.auxLossCoeff = k.number("router_aux_loss_coef", 0.001);
@@ -183,11 +224,6 @@ void mixtral(Keys &k, ModelConfig &c) {
   k.flag("output_router_logits", false);
   if (k.number("router_jitter_noise", 0) != 0)
     k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");
-  if (const json *window = k.get("sliding_window");
-      window && !window->is_null() &&
-      !(window->is_number() && window->get<double>() >= static_cast<double>(c.positions)))
-    k.fail("'sliding_window' is shorter than 'max_position_embeddings': mtc's attention "
-           "sees every earlier position");
   if (c.topk > c.experts)
     k.fail("'num_experts_per_tok' exceeds 'num_local_experts'");
 }
@@ -255,11 +291,22 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   const std::string arch = list && list->is_array() && list->size() == 1 && (*list)[0].is_string()
                                ? (*list)[0].get<std::string>()
                                : "";
-  if (arch != "LlamaForCausalLM" && arch != "MixtralForCausalLM" && arch != "GPT2LMHeadModel")
+  // Each architecture mtc trains, with the reader of its keys.
+  const std::pair<const char *, void (*)(Keys &, ModelConfig &)> readers[] = {
+      {"GPT2LMHeadModel", gpt2},     {"LlamaForCausalLM", llama},
+      {"MistralForCausalLM", mistral}, {"Qwen2ForCausalLM", qwen2},
+      {"MixtralForCausalLM", mixtral}};
+  const auto reader = std::find_if(std::begin(readers), std::end(readers),
+                                   [&](const auto &r) { return arch == r.first; });
+  if (reader == std::end(readers)) {
+    std::string known;
+    for (const auto &r : readers)
+      known += std::string(known.empty() ? "" : ", ") + "[\"" + r.first + "\"]";
     return Status::failure("'architectures' is " + (list ? list->dump() : std::string("missing")) +
-                           ", not [\"GPT2LMHeadModel\"], [\"LlamaForCausalLM\"] or "
-                           "[\"MixtralForCausalLM\"]");
+                           ", not one of " + known);
+  }
   c = ModelConfig{};
+  c.architecture = arch;
   c.llama = arch != "GPT2LMHeadModel";
   // Keys every transformers config may carry that change nothing mtc trains.
   k.ignore({"_name_or_path", "transformers_version", "bos_token_id", "eos_token_id",
@@ -270,12 +317,7 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   c.dtype = dtypeNamed(!dtype.empty() ? dtype : k.string("torch_dtype", "float32"));
   c.vocab = k.integer("vocab_size");
   c.initStd = k.number("initializer_range", 0.02);
-  if (arch == "MixtralForCausalLM")
-    mixtral(k, c);
-  else if (c.llama)
-    llama(k, c);
-  else
-    gpt2(k, c);
+  reader->second(k, c);
   if (std::string e = k.error(); !e.empty())
     return Status::failure(e);
   return Status::success();

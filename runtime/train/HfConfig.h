@@ -1,5 +1,5 @@
-// A transformers config.json of a model mtc trains (GPT2LMHeadModel, LlamaForCausalLM),
-// read once for everything that reads one: `mtc import-config`, which writes the model,
+// A transformers config.json of a model mtc trains (GPT2LMHeadModel, and LLaMA's decoder:
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM), read once for everything that reads one: `mtc import-config`, which writes the model,
 // and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is either
 // honoured, known to change nothing mtc trains, or refused by name, so that no two readers
 // can disagree about what a config means.
@@ -15,7 +15,8 @@
 namespace mt::hf {
 
 struct ModelConfig {
-  bool llama = false;    // LlamaForCausalLM or MixtralForCausalLM; else GPT2LMHeadModel
+  std::string architecture; // the config's one entry of `architectures`
+  bool llama = false;       // LLaMA's decoder (every architecture but GPT2LMHeadModel)
   std::string modelType; // model_type; empty where the config has none
   // Dimensions, each a positive integer up to 2^31 so that no product of a few overflows.
   int64_t layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, ffn = 0, vocab = 0,
@@ -29,6 +30,9 @@ struct ModelConfig {
   bool exactGelu = false; // activation_function "gelu": x·Φ(x); else the tanh approximation
   // LLaMA (attentionDropout too)
   double ropeTheta = 0;
+  // Biases of the fused QKV projection (Qwen2; LLaMA's attention_bias) and of the output
+  // projection (LLaMA's attention_bias): mtc's LLaMA has no others.
+  bool qkvBias = false, outputBias = false;
   struct RopeScaling { // rope_scaling of type llama3 (LLaMA 3.1)
     double factor = 0, lowFreqFactor = 0, highFreqFactor = 0;
     int64_t originalPositions = 0;

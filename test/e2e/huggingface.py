@@ -13,7 +13,10 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
   GPT-2, test/e2e/reference.py's model fed through this script's own conversion: 1e-5
   relative (mtrun in fp32, the references in f64). MixtralForCausalLM likewise (each
   expert's w1/w2/w3 stacked into one tensor; the forward as MixtralSparseMoeBlock computes
-  it), serially, under data parallelism and under a pipeline.
+  it), serially, under data parallelism and under a pipeline. Qwen2ForCausalLM (biases on
+  the query, key and value projections, fused by group as their weights are; the output
+  layer tied) and LlamaForCausalLM with attention_bias (the output projection's bias too),
+  serially and under tensor + sequence parallelism.
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
@@ -124,7 +127,8 @@ def rms_norm(x, w, eps):
 
 def inverse_frequencies(c):
     d = c.get("head_dim", c["hidden_size"] // c["num_attention_heads"])
-    inv = 1.0 / c["rope_theta"] ** (np.arange(0, d, 2) / d)
+    theta = c["rope_parameters"]["rope_theta"] if "rope_parameters" in c else c["rope_theta"]
+    inv = 1.0 / theta ** (np.arange(0, d, 2) / d)
     r = c.get("rope_scaling")
     if r:  # transformers' _compute_llama3_parameters
         low_wl = r["original_max_position_embeddings"] / r["low_freq_factor"]
@@ -181,20 +185,22 @@ def llama_loss(c, w, tokens, targets):
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(c["num_hidden_layers"]):
         p = lambda name: w[f"model.layers.{layer}.{name}"]
+        bias = lambda name: w.get(f"model.layers.{layer}.{name}", 0.0)  # none: no bias
         h = rms_norm(x, p("input_layernorm.weight"), c["rms_norm_eps"])
-        q = (h @ p("self_attn.q_proj.weight").T).reshape(b, s, nh, d).transpose(0, 2, 1, 3)
-        k = (h @ p("self_attn.k_proj.weight").T).reshape(b, s, ng, d).transpose(0, 2, 1, 3)
-        v = (h @ p("self_attn.v_proj.weight").T).reshape(b, s, ng, d).transpose(0, 2, 1, 3)
+        proj = lambda n, heads: (h @ p(f"self_attn.{n}_proj.weight").T + bias(f"self_attn.{n}_proj.bias")
+                                 ).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+        q, k, v = proj("q", nh), proj("k", ng), proj("v", ng)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, nh // ng, axis=1), np.repeat(v, nh // ng, axis=1)  # repeat_kv
         scores = np.where(causal, -np.inf, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d))
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, nh * d)
-        x = x + context @ p("self_attn.o_proj.weight").T
+        x = x + context @ p("self_attn.o_proj.weight").T + bias("self_attn.o_proj.bias")
         h = rms_norm(x, p("post_attention_layernorm.weight"), c["rms_norm_eps"])
         x = x + mlp(c, p, h)
-    logits = rms_norm(x, w["model.norm.weight"], c["rms_norm_eps"]) @ w["lm_head.weight"].T
+    head = w["model.embed_tokens.weight" if c["tie_word_embeddings"] else "lm_head.weight"]
+    logits = rms_norm(x, w["model.norm.weight"], c["rms_norm_eps"]) @ head.T
     top = logits.max(-1, keepdims=True)
     lse = np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
     return float((lse - np.take_along_axis(logits, targets[..., None], -1)[..., 0]).mean())
@@ -220,6 +226,17 @@ MIXTRAL = {
     "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
     "sliding_window": None, "attention_dropout": 0.0,
 }
+# Qwen2.5's keys as transformers 5 writes them (rope_parameters, layer_types, no window).
+QWEN2 = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "tie_word_embeddings": True, "vocab_size": VOCAB, "use_sliding_window": False,
+    "sliding_window": None, "max_window_layers": 2, "attention_dropout": 0.0,
+    "layer_types": ["full_attention", "full_attention"],
+}
+LLAMA_BIAS = dict(LLAMA, attention_bias=True, rope_scaling=None)
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
     "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
@@ -241,14 +258,23 @@ def llama_weights(c, rng):
     else:
         mlp_shapes = [("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)),
                       ("mlp.down_proj.weight", (h, f))]
-    w = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,), "lm_head.weight": (v, h)}
+    w = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
+    if not c["tie_word_embeddings"]:
+        w["lm_head.weight"] = (v, h)
+    qwen2 = c["architectures"] == ["Qwen2ForCausalLM"]
+    biases = [("self_attn.q_proj.bias", (nh * d,)), ("self_attn.k_proj.bias", (ng * d,)),
+              ("self_attn.v_proj.bias", (ng * d,))] if qwen2 or c.get("attention_bias") else []
+    if c.get("attention_bias"):
+        biases.append(("self_attn.o_proj.bias", (h,)))
     for l in range(c["num_hidden_layers"]):
         for name, shape in [("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
                             ("self_attn.k_proj.weight", (ng * d, h)), ("self_attn.v_proj.weight", (ng * d, h)),
                             ("self_attn.o_proj.weight", (h, nh * d)),
-                            ("post_attention_layernorm.weight", (h,))] + mlp_shapes:
+                            ("post_attention_layernorm.weight", (h,))] + mlp_shapes + biases:
             w[f"model.layers.{l}.{name}"] = shape
-    return {n: ((1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
+    # Norm weights about 1; biases large enough to move the loss well past the bound.
+    return {n: (rng.normal(0, 1.0, s) if n.endswith(".bias")
+                else (1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
             for n, s in w.items()}
 
 
@@ -445,6 +471,27 @@ def main():
         got_loss, _ = first_loss(f"mixtral_{i}", work("mixtral.mlir"), work("mixtral_BF16_ckpt"),
                                  layout, ranks)
         check(f"mixtral first loss, {' '.join(layout) or 'serial'}", got_loss, loss)
+
+    # Biases on the attention's projections: Qwen2's on q, k and v (fused by group, as their
+    # weights are; split across ranks with them), LLaMA's attention_bias on o_proj too.
+    for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS)):
+        round_trip(arch, config, llama_weights(config, rng))
+        w = {n: decode(raw, dtype, shape).astype(np.float64)
+             for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
+        mean_loss = lambda w: sum(llama_loss(config, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
+                                  for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
+        loss = mean_loss(w)
+        # Without its biases the loss must differ by far more than the bound, or the checks
+        # below prove nothing about them (a key's bias never does: softmax ignores it).
+        unbiased = mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})
+        print(f"{arch} reference losses with and without the biases differ by "
+              f"{abs(loss - unbiased) / loss:.1e}")
+        if abs(loss - unbiased) / loss <= 1e-4:
+            failures.append(f"{arch}: the biases barely change the reference loss")
+        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
+            got_loss, _ = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"),
+                                     work(f"{arch}_BF16_ckpt"), layout, ranks)
+            check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
 
     # GPT-2 with GELU's exact form (activation_function "gelu", as BERT and PyTorch's
     # default compute it), imported as mt.gelu {approximate = "none"}. The MLP's input

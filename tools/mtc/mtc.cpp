@@ -58,7 +58,8 @@ constexpr const char *kUsage = R"(usage:
   info     prints the model's exact parameter count
   import-config
            writes the model file of a Hugging Face transformers config.json
-           (GPT2LMHeadModel, LlamaForCausalLM); a key it does not support is refused
+           (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+           MixtralForCausalLM); a key it does not support is refused
   schedule prints each pipeline stage's order of forwards and backwards, proves that
            every receive meets its send, and gives the bubble
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model

@@ -77,7 +77,17 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
                    {{q, h}, {kv, h}, {kv, h}},
                    false,
                    true});
+      if (a.qkvBias)
+        m.push_back({mt + "self_attn.qkv.bias",
+                     {q + 2 * kv},
+                     {prefix + hf + "self_attn.q_proj.bias", prefix + hf + "self_attn.k_proj.bias",
+                      prefix + hf + "self_attn.v_proj.bias"},
+                     {{q}, {kv}, {kv}},
+                     false,
+                     true});
       copy(mt + "self_attn.o_proj.weight", hf + "self_attn.o_proj.weight", {h, q});
+      if (a.outputBias)
+        copy(mt + "self_attn.o_proj.bias", hf + "self_attn.o_proj.bias", {h});
       copy(mt + "post_attention_layernorm.weight", hf + "post_attention_layernorm.weight", {h});
       if (a.experts > 0) {
         moe(mt, hf);
@@ -266,10 +276,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
       continue;
     }
     return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ",
-                               a.experts ? "Mixtral"
-                               : a.llama ? "LLaMA"
-                                         : "GPT-2",
-                               " (nothing is dropped silently)"));
+                               a.architecture, " (nothing is dropped silently)"));
   }
   std::string written;
   MT_TRY(checkpoint::writeWholeCheckpoint(
@@ -288,11 +295,7 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
         return Status::success();
       },
       written));
-  report = cat("wrote ", written, ": ", maps.size(), " tensors of ",
-               a.experts ? "MixtralForCausalLM"
-               : a.llama ? "LlamaForCausalLM"
-                         : "GPT2LMHeadModel",
-               " from ", used.size(), " Hugging Face tensors",
+  report = cat("wrote ", written, ": ", maps.size(), " tensors of ", a.architecture, " from ", used.size(), " Hugging Face tensors",
                buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
                "; weights only: mtrun --load starts training from them at step 0");
   return Status::success();
