@@ -13,6 +13,7 @@ packages=(
   libsleef-dev                                             # CPU vectorised tanh, erf, exp
   libsentencepiece-dev sentencepiece                       # tokenizer for mtdata
   libpcre2-dev                                             # byte-level BPE's patterns
+  libutf8proc-dev                                          # its normalizers (NFC...)
   librandom123-dev                                         # counter-based RNG (Philox)
   nlohmann-json3-dev                                       # safetensors headers
   fortunes                                                 # demo corpus

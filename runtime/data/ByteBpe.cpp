@@ -4,6 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <nlohmann/json.hpp>
 #include <pcre2.h>
+#include <utf8proc.h>
 
 #include <algorithm>
 #include <array>
@@ -251,8 +252,10 @@ struct ByteBpe::Impl {
   };
   std::unordered_map<uint64_t, Merge, PairHash> merges; // (left, right) → rank, merged id
   // Added tokens, as tokenizers extracts them: those matched in the text as written
-  // first, then in what is left those matched in normalized text (here the same text).
+  // first, then in what is left, normalized, those whose text is normalized alike.
   AddedTokens added, addedNormalized;
+  // The normalizer's Unicode normal forms, in order, as utf8proc's options.
+  std::vector<utf8proc_option_t> normalForms;
   std::unordered_map<std::string, int32_t> named; // tokens named, not matched in text
   pcre2_code *pattern = nullptr;
   pcre2_match_data *match = nullptr;
@@ -264,6 +267,23 @@ struct ByteBpe::Impl {
       pcre2_match_data_free(match);
     if (pattern)
       pcre2_code_free(pattern);
+  }
+
+  /// `text` (valid UTF-8) in each of the normalizer's forms in turn.
+  Status normalize(std::string_view text, std::string &out) const {
+    out = text;
+    for (utf8proc_option_t form : normalForms) {
+      utf8proc_uint8_t *mapped = nullptr;
+      const utf8proc_ssize_t n =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t *>(out.data()),
+                       static_cast<utf8proc_ssize_t>(out.size()), &mapped, form);
+      if (n < 0)
+        return Status::failure(cat("cannot normalize ", out.size(), " bytes of text: ",
+                                   utf8proc_errmsg(n)));
+      out.assign(reinterpret_cast<const char *>(mapped), static_cast<size_t>(n));
+      std::free(mapped);
+    }
+    return Status::success();
   }
 
   /// Each single byte's id, from `ids`: -1, or the first byte that has none.
@@ -422,7 +442,7 @@ int32_t idOf(const Json &j, const std::string &what) {
 }
 
 /// The BPE model's settings mtdata computes; refuses the others.
-void checkModel(const Json &json, const Json &model) {
+void checkModel(const Json &model) {
   if (typeOf(model) != "BPE")
     throw Refused("model type " + typeOf(model));
   for (const char *flag : {"byte_fallback", "fuse_unk"})
@@ -433,8 +453,32 @@ void checkModel(const Json &json, const Json &model) {
       throw Refused(std::string(affix) + " is set");
   if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0.0)
     throw Refused("BPE dropout is set");
-  if (json.contains("normalizer") && !json["normalizer"].is_null())
-    throw Refused("normalizer " + typeOf(json["normalizer"]));
+}
+
+/// The Unicode normal forms a tokenizer.json's `normalizer` applies (Qwen2's NFC, say),
+/// alone or in a Sequence, in order, as utf8proc's options; any other is refused by name.
+std::vector<utf8proc_option_t> normalFormsOf(const Json &json) {
+  if (!json.contains("normalizer") || json["normalizer"].is_null())
+    return {};
+  const Json &normalizer = json["normalizer"];
+  const std::vector<Json> stages = typeOf(normalizer) == "Sequence"
+                                       ? normalizer.at("normalizers").get<std::vector<Json>>()
+                                       : std::vector<Json>{normalizer};
+  const std::pair<const char *, int> forms[] = {
+      {"NFC", UTF8PROC_COMPOSE},
+      {"NFD", UTF8PROC_DECOMPOSE},
+      {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+      {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
+  std::vector<utf8proc_option_t> out;
+  for (const Json &stage : stages) {
+    const std::string type = typeOf(stage);
+    const auto form = std::find_if(std::begin(forms), std::end(forms),
+                                   [&](const auto &f) { return type == f.first; });
+    if (form == std::end(forms))
+      throw Refused("normalizer " + type);
+    out.push_back(static_cast<utf8proc_option_t>(UTF8PROC_STABLE | form->second));
+  }
+  return out;
 }
 
 /// The pattern the pre-tokenizer splits by: ByteLevel's own (GPT-2's), or a Split's
@@ -532,7 +576,13 @@ void ByteBpe::Impl::readAddedTokens(const Json &json,
     if (auto held = written.find(content); held != written.end() && held->second != id)
       throw Malformed(
           cat("added token '", content, "' has id ", id, ", the vocabulary ", held->second));
-    (token.value("normalized", false) ? addedNormalized : added).add(content, id);
+    std::string normal;
+    if (!token.value("normalized", false))
+      added.add(content, id);
+    else if (Status s = normalize(content, normal); !s.ok()) // matched in normalized text
+      throw Malformed("added token '" + content + "': " + s.message());
+    else
+      addedNormalized.add(normal, id);
     size = std::max<int64_t>(size, int64_t{id} + 1);
   }
 }
@@ -546,7 +596,8 @@ Status ByteBpe::fromJson(const std::string &text, const std::string &path, ByteB
   t.path = path;
   try {
     const Json &model = json.at("model");
-    checkModel(json, model);
+    checkModel(model);
+    t.normalForms = normalFormsOf(json);
     t.ignoreMerges = model.value("ignore_merges", false);
     MT_TRY(t.compile(preTokenizerPattern(json.at("pre_tokenizer"), t.addPrefixSpace)));
     std::unordered_map<std::string, int32_t> written;
@@ -590,15 +641,21 @@ Status ByteBpe::encode(std::string_view raw, std::vector<int32_t> &ids) const {
   return t.added.cut(
       text,
       [&](std::string_view between) {
-        return t.addedNormalized.cut(between, encodeSegment, token);
+        std::string normal;
+        MT_TRY(t.normalize(between, normal));
+        return t.addedNormalized.cut(normal, encodeSegment, token);
       },
       token);
 }
 
 std::optional<int32_t> ByteBpe::addedToken(std::string_view content) const {
-  for (const AddedTokens *list : {&impl_->added, &impl_->addedNormalized})
-    for (const auto &[text, id] : list->tokens)
-      if (text == content)
+  for (const auto &[text, id] : impl_->added.tokens)
+    if (text == content)
+      return id;
+  std::string normal;
+  if (impl_->normalize(validUtf8(content), normal).ok())
+    for (const auto &[text, id] : impl_->addedNormalized.tokens)
+      if (text == normal)
         return id;
   if (auto found = impl_->named.find(std::string(content)); found != impl_->named.end())
     return found->second;

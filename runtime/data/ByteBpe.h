@@ -1,11 +1,13 @@
-// Byte-level BPE, the tokenizer of GPT-2, LLaMA 3 and many models that ship a
-// Hugging Face tokenizer.json: text is cut around the added (special) tokens, split into
-// pieces by the pre-tokenizer's regular expression (PCRE2, Unicode properties), and each
-// piece's UTF-8 bytes are merged pair by pair, the lowest-ranked pair first (the leftmost
-// of equals), as the `tokenizers` library does. Read from a tokenizer.json whose model is
-// BPE over bytes (pre-tokenizer ByteLevel, or Split then ByteLevel); anything else it
-// holds (a normalizer, byte fallback, a Metaspace pre-tokenizer) is refused by name; or
-// from a tiktoken file, as tiktoken computes it.
+// Byte-level BPE, the tokenizer of GPT-2, LLaMA 3, Qwen2 and many models that ship a
+// Hugging Face tokenizer.json: text is cut around the added (special) tokens, brought to
+// the normalizer's Unicode normal forms (utf8proc), split into pieces by the
+// pre-tokenizer's regular expression (PCRE2, Unicode properties), and each piece's UTF-8
+// bytes are merged pair by pair, the lowest-ranked pair first (the leftmost of equals), as
+// the `tokenizers` library does. Read from a tokenizer.json whose model is BPE over bytes
+// (pre-tokenizer ByteLevel, or Split then ByteLevel; normalizer none, or NFC, NFD, NFKC,
+// NFKD, or a Sequence of them); anything else it holds (another normalizer, byte fallback,
+// a Metaspace pre-tokenizer) is refused by name; or from a tiktoken file, as tiktoken
+// computes it.
 #ifndef MT_RUNTIME_DATA_BYTEBPE_H
 #define MT_RUNTIME_DATA_BYTEBPE_H
 

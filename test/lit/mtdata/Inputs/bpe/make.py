@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Makes this folder's fixtures with PyPI's `tokenizers` (run by hand; the tests only
-read what it wrote): three byte-level BPE tokenizers trained on ../lighthouse.txt, as
-GPT-2 builds its (ByteLevel with its own pattern), with add_prefix_space (RoBERTa's),
-and as LLaMA 3 builds its (Split by LLaMA 3's pattern, then ByteLevel, ignore_merges);
-hostile.txt, text that byte-level tokenizers get wrong; and for each tokenizer and each
-text the ids the library gives (TOKENIZER.TEXT.ids, a line per document, each ending in
-the end-of-document id), as mtdata must write them. Then the LLaMA 3 one's ranks as a
+read what it wrote): byte-level BPE tokenizers trained on ../lighthouse.txt, as GPT-2
+builds its (ByteLevel with its own pattern), with add_prefix_space (RoBERTa's), as LLaMA 3
+builds its (Split by LLaMA 3's pattern, then ByteLevel, ignore_merges), as Qwen2 builds
+its (an NFC normalizer, then Split by Qwen2's pattern and ByteLevel) and GPT-2's with an
+NFKC normalizer; hostile.txt, text that byte-level tokenizers get wrong, and normal.txt,
+text that normalizers change; and for each tokenizer and each text the ids the library
+gives (TOKENIZER.TEXT.ids, a line per document, each ending in the end-of-document id),
+as mtdata must write them. Then the LLaMA 3 one's ranks as a
 tiktoken file, llama3.tiktoken, and the ids PyPI's `tiktoken` gives (tiktoken.TEXT.ids).
 
 usage: python3 make.py        (in this folder; needs `pip install tokenizers tiktoken`)
@@ -14,6 +16,8 @@ import os
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Qwen2's: LLaMA 3's with one digit a piece.
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 
 # Text byte-level tokenizers get wrong: emoji with modifiers and joiners, CJK, combining
 # marks, right-to-left script, bytes that are not UTF-8 (a stray continuation, a cut
@@ -48,6 +52,18 @@ def bytes_to_unicode():
     return stand_ins
 
 
+# Text normalizers change: an accent composed and decomposed (and a normalized added
+# token, "Cafe" and U+0301, that matches both), Hangul written as jamo, a letter with two
+# marks in either order, compatibility forms (a ligature, which one tokenizer also has as an
+# added token matched before normalizing, full-width letters and digits, a superscript,
+# a unit, a roman numeral, a non-breaking space), and an Angstrom sign.
+NORMAL = (
+    "Cafe\u0301 and Caf\u00e9 are one word; so are \u1112\u1161\u11ab and \ud55c.\n"
+    "q\u0307\u0323 and q\u0323\u0307; \u1e0b\u0323 and d\u0323\u0307.\n"
+    "\ufb01ne \uff21\uff22\uff23\uff11\uff12\uff13 x\u00b2 5\u338f \u216b\u00a0end \u212b.\n"
+).encode()
+
+
 # Documents that end where a UTF-8 sequence is cut, or are one added token alone, and
 # added tokens that overlap, or are matched before others as tokenizers does (those it
 # matches in the text as written first, then in what is left those it normalizes).
@@ -73,9 +89,10 @@ def documents(data, separator=None):
     return [d for d in found if d.strip(b" \t\r\n\f\v")]
 
 
-def train(pre, specials, ignore_merges=False, name=""):
+def train(pre, specials, ignore_merges=False, name="", normalizer=None):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
@@ -87,10 +104,12 @@ def train(pre, specials, ignore_merges=False, name=""):
 
 
 def main():
-    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    from tokenizers import AddedToken, Regex, Tokenizer, normalizers, pre_tokenizers
     os.chdir(os.path.dirname(os.path.abspath(__file__)))
     with open("hostile.txt", "wb") as f:
         f.write(HOSTILE)
+    with open("normal.txt", "wb") as f:
+        f.write(NORMAL)
     made = {
         "gpt2": (train(pre_tokenizers.ByteLevel(add_prefix_space=False), ["<|endoftext|>"],
                        name="gpt2"), "<|endoftext|>"),
@@ -126,9 +145,23 @@ def main():
                 ids = encoding.encode_ordinary(document.decode("utf-8", errors="replace"))
                 f.write(" ".join(map(str, ids + [len(ranks) + 1])) + "\n")
 
+    # Qwen2's form, with a normalized added token written decomposed; GPT-2's with NFKC (in
+    # a Sequence) and the ligature U+FB01 as an added token, matched as written.
+    qwen2 = train(pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], name="qwen2", normalizer=normalizers.NFC())
+    qwen2.add_tokens([AddedToken("Cafe\u0301", normalized=True)])
+    qwen2.save("qwen2.json")
+    made["qwen2"] = (qwen2, "<|endoftext|>")
+    nfkc = train(pre_tokenizers.ByteLevel(add_prefix_space=False), ["<|endoftext|>"],
+                 name="nfkc", normalizer=normalizers.Sequence([normalizers.NFKC()]))
+    nfkc.add_tokens([AddedToken("\ufb01", normalized=False)])
+    nfkc.save("nfkc.json")
+    made["nfkc"] = (nfkc, "<|endoftext|>")
+
     # The GPT-2 one with added tokens that overlap ("<|end" within "<|endoftext|>"), and one
     # the text as written matches ("eper") before a normalized one ("keep") in "keeper".
-    from tokenizers import AddedToken
     with open("ends.txt", "wb") as f:
         f.write(ENDS)
     added = Tokenizer.from_file("gpt2.json")
@@ -141,8 +174,11 @@ def main():
         end = tokenizer.token_to_id(eod)
         for text, found in (("hostile", documents(HOSTILE)),
                             ("lighthouse", documents(open("../lighthouse.txt", "rb").read(), b"%")),
-                            ("ends", documents(ENDS, b"%"))):
+                            ("ends", documents(ENDS, b"%")),
+                            ("normal", documents(NORMAL))):
             if (name == "added") != (text == "ends"):
+                continue
+            if text == "normal" and name not in ("qwen2", "nfkc", "gpt2"):
                 continue
             with open(f"{name}.{text}.ids", "w") as f:
                 for document in found:
