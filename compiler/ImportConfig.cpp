@@ -132,6 +132,7 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
      << (c.outputBias ? ", biases on the attention's projections"
          : c.qkvBias  ? ", biases on the query, key and value projections"
                       : "")
+     << (c.qkNorm ? ", each query and key head RMS-normalised" : "")
      << (tied ? ", output layer tied to the embedding" : "") << ".\n"
      << "// Written by mtc import-config from a transformers config.json.\n";
   os << "module attributes {mt.model = \"" << name << "\", mt.seq_length = " << positions
@@ -144,7 +145,16 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   if (c.qkvBias)
     w.param("qkv_b", "self_attn.qkv.bias", "zeros", {qkv});
   w.linear("qkv", "n1", "qkv_w", h, qkv, c.qkvBias ? "qkv_b" : "");
-  os << "    %rqkv = mt.rotary %qkv {" << rope << "} : (" << Writer::a(qkv) << ") -> "
+  std::string turned = "qkv";
+  if (c.qkNorm) {
+    w.param("qn_w", "self_attn.q_norm.weight", "ones", {d});
+    w.param("kn_w", "self_attn.k_norm.weight", "ones", {d});
+    os << "    %nqkv = mt.qk_norm %qkv, %qn_w, %kn_w {heads = " << heads << " : i64, kv_heads = "
+       << kv << " : i64, epsilon = " << real(eps) << " : f64} : (" << Writer::a(qkv) << ", "
+       << Writer::t({d}) << ", " << Writer::t({d}) << ") -> " << Writer::a(qkv) << "\n";
+    turned = "nqkv";
+  }
+  os << "    %rqkv = mt.rotary %" << turned << " {" << rope << "} : (" << Writer::a(qkv) << ") -> "
      << Writer::a(qkv) << "\n";
   os << "    %att = mt.attention %rqkv {causal, "
      << (attentionDropout > 0 ? "dropout = " + real(attentionDropout) + " : f64, " : "")

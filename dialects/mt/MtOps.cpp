@@ -317,6 +317,50 @@ LogicalResult RotaryOp::verify() {
   return success();
 }
 
+/// qk_norm's (and its gradient's) weights: each [d] of the qkv's heads, of its element type.
+static LogicalResult checkQkNormWeights(std::optional<Location> loc, StringRef op,
+                                        RankedTensorType qkv, int64_t d, Value query,
+                                        Value key) {
+  for (auto [name, weight] : {std::pair<StringRef, Value>{"query_weight", query}, {"key_weight", key}}) {
+    auto w = ranked(weight);
+    if (w.getRank() != 1 || w.getElementType() != qkv.getElementType() ||
+        !compatible(w.getDimSize(0), d))
+      return emitOptionalError(loc, op, ": ", name, " ", str(w), " must be [",
+                               ShapedType::isDynamic(d) ? std::string("d") : std::to_string(d),
+                               "], a head of qkv ", str(qkv), ", of its element type");
+  }
+  return success();
+}
+
+LogicalResult QkNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto qkv = ranked(adaptor.getQkv());
+  FailureOr<int64_t> d =
+      qkvHeadDim(loc, "mt.qk_norm", qkv, adaptor.getHeads(), adaptor.getKvHeads());
+  if (failed(d) || failed(checkQkNormWeights(loc, "mt.qk_norm", qkv, *d,
+                                             adaptor.getQueryWeight(), adaptor.getKeyWeight())))
+    return failure();
+  types.push_back(qkv);
+  return success();
+}
+
+LogicalResult QkNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto grad = ranked(adaptor.getGrad()), qkv = ranked(adaptor.getQkv());
+  FailureOr<int64_t> d =
+      qkvHeadDim(loc, "mt.qk_norm_grad", qkv, adaptor.getHeads(), adaptor.getKvHeads());
+  if (failed(d) || failed(expectSameShape(loc, "mt.qk_norm_grad", "grad", grad, "qkv", qkv)) ||
+      failed(checkQkNormWeights(loc, "mt.qk_norm_grad", qkv, *d, adaptor.getQueryWeight(),
+                                adaptor.getKeyWeight())))
+    return failure();
+  types.push_back(meetTypes(grad, qkv));
+  for (Value weight : {adaptor.getQueryWeight(), adaptor.getKeyWeight()})
+    types.push_back(weightGradientType(ranked(weight), adaptor.getAccumulate()));
+  return success();
+}
+
+unsigned QkNormGradOp::getFirstWeightGradient() { return 1; }
+
 /// Checks attention's fused QKV against its head counts; returns the width of its output,
 /// heads·d.
 static FailureOr<int64_t> attentionHidden(std::optional<Location> loc, StringRef op,
@@ -651,6 +695,8 @@ LogicalResult LayerNormOp::verify() { return verifyEpsilon(*this); }
 LogicalResult LayerNormGradOp::verify() { return verifyEpsilon(*this); }
 LogicalResult RmsNormOp::verify() { return verifyEpsilon(*this); }
 LogicalResult RmsNormGradOp::verify() { return verifyEpsilon(*this); }
+LogicalResult QkNormOp::verify() { return verifyEpsilon(*this); }
+LogicalResult QkNormGradOp::verify() { return verifyEpsilon(*this); }
 
 /// Logits [..., V] and targets [...] agree on every leading dimension.
 static LogicalResult checkLogitRows(std::optional<Location> loc, StringRef op,
@@ -1201,6 +1247,13 @@ FailureOr<SmallVector<Value>> RmsNormOp::buildGradients(OpBuilder &b,
 
 FailureOr<SmallVector<Value>> SwigluOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
   auto grad = SwigluGradOp::create(b, getLoc(), resultGrads[0], getGate(), getUp());
+  return SmallVector<Value>(grad->getResults());
+}
+
+FailureOr<SmallVector<Value>> QkNormOp::buildGradients(OpBuilder &b, ValueRange resultGrads) {
+  auto grad = QkNormGradOp::create(b, getLoc(), resultGrads[0], getQkv(), getQueryWeight(),
+                                   getKeyWeight(), getHeadsAttr(), getKvHeadsAttr(),
+                                   getEpsilonAttr(), /*accumulate=*/nullptr);
   return SmallVector<Value>(grad->getResults());
 }
 

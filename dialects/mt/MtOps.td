@@ -321,6 +321,26 @@ def Mt_RotaryOp : Mt_ShapedOp<"rotary", [Pure, Mt_ColumnParallelConsumer, Mt_Cos
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
+def Mt_QkNormOp : Mt_ShapedOp<"qk_norm", [Pure, Mt_ColumnParallelConsumer, Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
+  let summary = "RMS normalisation of each query and key head of a fused QKV (Qwen3's)";
+  let description = [{
+    Megatron's --qk-layernorm with RMSNorm, as Qwen3 and OLMo 2 normalise: each query
+    head's d values of `qkv` (mt.rotary's layout, by key/value group) become
+    x / sqrt(mean(x²) + epsilon) · query_weight, each key head's likewise with
+    key_weight (both [d], shared by every head and every group); values pass through.
+    Under tensor parallelism each rank holds whole groups, so the weights' gradients are
+    sums over this rank's heads, summed over the group (tp_grad_reduce).
+  }];
+  let arguments = (ins Mt_FloatTensor:$qkv, Mt_FloatTensor:$query_weight,
+                       Mt_FloatTensor:$key_weight, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
+}
+
 def Mt_DropoutOp : Mt_ShapedOp<"dropout", [Mt_CostOpInterface,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "inverted dropout with a counter-based mask";
@@ -488,6 +508,19 @@ def Mt_RmsNormGradOp : Mt_GradOp<"rms_norm_grad", [
                        DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
   let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$weight_grad);
   let hasVerifier = 1;
+}
+
+def Mt_QkNormGradOp : Mt_GradOp<"qk_norm_grad", [Mt_CostOpInterface,
+    DeclareOpInterfaceMethods<Mt_GradAccumulatingOpInterface, ["getFirstWeightGradient"]>]> {
+  let summary = "gradients of qk_norm: the fused QKV's, the query weight's and the key weight's";
+  let arguments = (ins Mt_FloatTensor:$grad, Mt_FloatTensor:$qkv, Mt_FloatTensor:$query_weight,
+                       Mt_FloatTensor:$key_weight, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon, UnitAttr:$accumulate);
+  let results = (outs Mt_FloatTensor:$input_grad, Mt_FloatTensor:$query_weight_grad,
+                      Mt_FloatTensor:$key_weight_grad);
+  let hasVerifier = 1;
+  let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 
 def Mt_LinearGradInputOp : Mt_GradOp<"linear_grad_input",

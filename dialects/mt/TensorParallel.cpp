@@ -54,7 +54,12 @@ LogicalResult TensorParallelRewriter::shardParam(Value v, int64_t dim, Operation
 }
 
 void TensorParallelRewriter::markGradReduce(Value v) {
-  if (auto param = v.getDefiningOp<ParamOp>(); param && sp_)
+  if (sp_)
+    markPartialGrad(v);
+}
+
+void TensorParallelRewriter::markPartialGrad(Value v) {
+  if (auto param = v.getDefiningOp<ParamOp>())
     param.setTpGradReduce(true);
 }
 
@@ -263,6 +268,13 @@ LogicalResult AttentionOp::partition(TensorParallelRewriter &tp) {
 }
 
 LogicalResult RotaryOp::partition(TensorParallelRewriter &tp) { return splitGroups(*this, tp); }
+
+// Whole groups per rank; each rank's weight gradients are sums over its own heads.
+LogicalResult QkNormOp::partition(TensorParallelRewriter &tp) {
+  tp.markPartialGrad(getQueryWeight());
+  tp.markPartialGrad(getKeyWeight());
+  return splitGroups(*this, tp);
+}
 
 // In the stream: under SP, this rank's block of the sequence takes its positions.
 LogicalResult PositionEmbeddingOp::partition(TensorParallelRewriter &tp) {

@@ -42,6 +42,9 @@ public:
   /// Marks `v`, if it is a parameter and sequence parallelism is on, as a replicated
   /// parameter whose gradient each rank computes only in part.
   void markGradReduce(Value v);
+  /// Marks `v`, if it is a parameter, so whatever the layout (a weight of every head,
+  /// which each rank computes over its own heads).
+  void markPartialGrad(Value v);
 
   /// Megatron's f: every rank needs the whole input (all-gathered under SP); once per
   /// value, placed where it is first needed.

@@ -176,6 +176,26 @@ std::string checkRotary(const Operands &o) {
   return "";
 }
 
+// QkNorm (qkv, wq, wk) -> qkv and QkNormGrad (dy, qkv, wq, wk) -> (dqkv, dwq, dwk): qkv
+// [B, S, (heads + 2·kv_heads)·d], each weight and its gradient [d].
+std::string checkQkNorm(const Operands &o) {
+  const plan::Instruction &inst = o.inst;
+  const bool forward = inst.opcode() == plan::Opcode::QkNorm;
+  const Dims &qkv = o.in[forward ? 0 : 1];
+  const int64_t heads = inst.heads();
+  if (!(inst.epsilon() > 0) || !qkvOf(qkv, heads, inst) || !same(o.out[0], qkv) ||
+      (!forward && !same(o.in[0], qkv)))
+    return "qk_norm operands disagree";
+  const int64_t d = qkv.d[2] / (heads + 2 * kvHeads(inst, heads));
+  for (size_t i = forward ? 1 : 2; i < o.in.size(); ++i)
+    if (o.in[i].numel() != d || o.in[i].dtype != qkv.dtype)
+      return "qk_norm weights are not one head of qkv";
+  for (size_t i = 1; i < o.out.size(); ++i)
+    if (o.out[i].numel() != d)
+      return "qk_norm weight gradients are not one head of qkv";
+  return "";
+}
+
 // Linear (x, W[, b]) -> y and LinearGelu (x, W[, b]) -> (pre, y), pre shaped as y.
 std::string checkLinear(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;

@@ -193,13 +193,10 @@ void mistral(Keys &k, ModelConfig &c) {
   noWindow(k, c);
 }
 
-/// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
-/// Its window (`sliding_window`, from layer `max_window_layers` on) is used only where
+/// Qwen's windows: `sliding_window`, from layer `max_window_layers` on, used only where
 /// `use_sliding_window` says so; transformers 5 names each layer's attention in
-/// `layer_types`.
-void qwen2(Keys &k, ModelConfig &c) {
-  decoder(k, c);
-  c.qkvBias = true;
+/// `layer_types`. mtc's attention sees every earlier position.
+void qwenAttention(Keys &k, const ModelConfig &c) {
   k.ignore({"sliding_window", "max_window_layers"});
   if (k.flag("use_sliding_window", false))
     k.fail("'use_sliding_window' is true: mtc's attention sees every earlier position");
@@ -210,6 +207,22 @@ void qwen2(Keys &k, ModelConfig &c) {
                  })))
     k.fail("'layer_types' is not 'full_attention' for each of the 'num_hidden_layers': mtc's "
            "attention sees every earlier position");
+}
+
+/// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
+void qwen2(Keys &k, ModelConfig &c) {
+  decoder(k, c);
+  c.qkvBias = true;
+  qwenAttention(k, c);
+}
+
+/// Qwen3ForCausalLM: LLaMA's decoder with each query and key head RMS-normalised before
+/// the rotation; biases as attention_bias says (none in Qwen3's own).
+void qwen3(Keys &k, ModelConfig &c) {
+  decoder(k, c);
+  c.qkNorm = true;
+  c.qkvBias = c.outputBias = k.flag("attention_bias", false);
+  qwenAttention(k, c);
 }
 
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
@@ -295,7 +308,7 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   const std::pair<const char *, void (*)(Keys &, ModelConfig &)> readers[] = {
       {"GPT2LMHeadModel", gpt2},     {"LlamaForCausalLM", llama},
       {"MistralForCausalLM", mistral}, {"Qwen2ForCausalLM", qwen2},
-      {"MixtralForCausalLM", mixtral}};
+      {"Qwen3ForCausalLM", qwen3},     {"MixtralForCausalLM", mixtral}};
   const auto reader = std::find_if(std::begin(readers), std::end(readers),
                                    [&](const auto &r) { return arch == r.first; });
   if (reader == std::end(readers)) {

@@ -1,6 +1,7 @@
 // A transformers config.json of a model mtc trains (GPT2LMHeadModel, and LLaMA's decoder:
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM), read once for everything that reads one: `mtc import-config`, which writes the model,
-// and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is either
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+// MixtralForCausalLM), read once for everything that reads one: `mtc import-config`, which
+// writes the model, and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is either
 // honoured, known to change nothing mtc trains, or refused by name, so that no two readers
 // can disagree about what a config means.
 #ifndef MT_RUNTIME_TRAIN_HFCONFIG_H
@@ -33,6 +34,8 @@ struct ModelConfig {
   // Biases of the fused QKV projection (Qwen2; LLaMA's attention_bias) and of the output
   // projection (LLaMA's attention_bias): mtc's LLaMA has no others.
   bool qkvBias = false, outputBias = false;
+  // Qwen3: each query and key head RMS-normalised (q_norm, k_norm) before the rotation.
+  bool qkNorm = false;
   struct RopeScaling { // rope_scaling of type llama3 (LLaMA 3.1)
     double factor = 0, lowFreqFactor = 0, highFreqFactor = 0;
     int64_t originalPositions = 0;

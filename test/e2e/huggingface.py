@@ -16,7 +16,8 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
   it), serially, under data parallelism and under a pipeline. Qwen2ForCausalLM (biases on
   the query, key and value projections, fused by group as their weights are; the output
   layer tied) and LlamaForCausalLM with attention_bias (the output projection's bias too),
-  serially and under tensor + sequence parallelism.
+  serially and under tensor + sequence parallelism; Qwen3ForCausalLM (each query and key
+  head RMS-normalised by q_norm and k_norm, heads of 16 in a hidden of 32) likewise.
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
@@ -177,7 +178,7 @@ def llama_loss(c, w, tokens, targets):
     """LlamaForCausalLM's loss, or MixtralForCausalLM's (without its router's loss)."""
     b, s = tokens.shape
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
-    d = c["hidden_size"] // nh
+    d = c.get("head_dim", c["hidden_size"] // nh)
     angles = np.arange(s)[:, None] * inverse_frequencies(c)[None, :]
     emb = np.concatenate([angles, angles], -1)
     cos, sin = np.cos(emb), np.sin(emb)
@@ -188,8 +189,12 @@ def llama_loss(c, w, tokens, targets):
         bias = lambda name: w.get(f"model.layers.{layer}.{name}", 0.0)  # none: no bias
         h = rms_norm(x, p("input_layernorm.weight"), c["rms_norm_eps"])
         proj = lambda n, heads: (h @ p(f"self_attn.{n}_proj.weight").T + bias(f"self_attn.{n}_proj.bias")
-                                 ).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+                                 ).reshape(b, s, heads, d)
         q, k, v = proj("q", nh), proj("k", ng), proj("v", ng)
+        if c["architectures"] == ["Qwen3ForCausalLM"]:  # each head normalised over its d
+            q = rms_norm(q, p("self_attn.q_norm.weight"), c["rms_norm_eps"])
+            k = rms_norm(k, p("self_attn.k_norm.weight"), c["rms_norm_eps"])
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, nh // ng, axis=1), np.repeat(v, nh // ng, axis=1)  # repeat_kv
         scores = np.where(causal, -np.inf, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d))
@@ -237,6 +242,16 @@ QWEN2 = {
     "layer_types": ["full_attention", "full_attention"],
 }
 LLAMA_BIAS = dict(LLAMA, attention_bias=True, rope_scaling=None)
+# Qwen3's keys (transformers 4.51): heads of 16 in a hidden of 32, q_norm and k_norm.
+QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
+    "hidden_size": 32, "intermediate_size": 96, "num_hidden_layers": 2, "head_dim": 16,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_scaling": None,
+    "tie_word_embeddings": True, "vocab_size": VOCAB, "use_sliding_window": False,
+    "sliding_window": None, "max_window_layers": 2, "attention_dropout": 0.0,
+    "attention_bias": False,
+}
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
     "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
@@ -249,7 +264,7 @@ def llama_weights(c, rng):
     """LlamaForCausalLM's tensors, or MixtralForCausalLM's (a router and each expert's)."""
     h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
-    d = h // nh
+    d = c.get("head_dim", h // nh)
     experts = c.get("num_local_experts", 0)
     if experts:
         mlp_shapes = [("block_sparse_moe.gate.weight", (experts, h))] + [
@@ -266,6 +281,8 @@ def llama_weights(c, rng):
               ("self_attn.v_proj.bias", (ng * d,))] if qwen2 or c.get("attention_bias") else []
     if c.get("attention_bias"):
         biases.append(("self_attn.o_proj.bias", (h,)))
+    if c["architectures"] == ["Qwen3ForCausalLM"]:
+        biases += [("self_attn.q_norm.weight", (d,)), ("self_attn.k_norm.weight", (d,))]
     for l in range(c["num_hidden_layers"]):
         for name, shape in [("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
                             ("self_attn.k_proj.weight", (ng * d, h)), ("self_attn.v_proj.weight", (ng * d, h)),
@@ -472,27 +489,6 @@ def main():
                                  layout, ranks)
         check(f"mixtral first loss, {' '.join(layout) or 'serial'}", got_loss, loss)
 
-    # Biases on the attention's projections: Qwen2's on q, k and v (fused by group, as their
-    # weights are; split across ranks with them), LLaMA's attention_bias on o_proj too.
-    for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS)):
-        round_trip(arch, config, llama_weights(config, rng))
-        w = {n: decode(raw, dtype, shape).astype(np.float64)
-             for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
-        mean_loss = lambda w: sum(llama_loss(config, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
-                                  for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
-        loss = mean_loss(w)
-        # Without its biases the loss must differ by far more than the bound, or the checks
-        # below prove nothing about them (a key's bias never does: softmax ignores it).
-        unbiased = mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})
-        print(f"{arch} reference losses with and without the biases differ by "
-              f"{abs(loss - unbiased) / loss:.1e}")
-        if abs(loss - unbiased) / loss <= 1e-4:
-            failures.append(f"{arch}: the biases barely change the reference loss")
-        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
-            got_loss, _ = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"),
-                                     work(f"{arch}_BF16_ckpt"), layout, ranks)
-            check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
-
     # GPT-2 with GELU's exact form (activation_function "gelu", as BERT and PyTorch's
     # default compute it), imported as mt.gelu {approximate = "none"}. The MLP's input
     # weights are scaled so that its pre-activations spread over |x| of 1 to 3, where the
@@ -529,6 +525,33 @@ def main():
           f"{abs(losses[True] - losses[False]) / losses[False]:.1e}")
     if gap <= 1e-5:
         failures.append("exact and tanh GELU give nearly the same reference gradient norm")
+    # Biases on the attention's projections: Qwen2's on q, k and v (fused by group, as their
+    # weights are; split across ranks with them), LLaMA's attention_bias on o_proj too; and
+    # Qwen3's normalised query and key heads (their weights about 1, drawn, so that a norm
+    # missing or misplaced changes the loss).
+    for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS), ("qwen3", QWEN3)):
+        round_trip(arch, config, llama_weights(config, rng))
+        w = {n: decode(raw, dtype, shape).astype(np.float64)
+             for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
+        mean_loss = lambda w, c=config: sum(
+            llama_loss(c, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
+            for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
+        loss = mean_loss(w)
+        # Without its biases the loss must differ by far more than the bound, or the checks
+        # below prove nothing about them (a key's bias never does: softmax ignores it).
+        if arch == "qwen3":  # the same weights, the heads not normalised
+            what, plain = "the heads' norms", mean_loss(w, dict(config, architectures=["LlamaForCausalLM"]))
+        else:
+            what, plain = "the biases", mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})
+        print(f"{arch} reference losses with and without {what} differ by "
+              f"{abs(loss - plain) / loss:.1e}")
+        if abs(loss - plain) / loss <= 1e-4:
+            failures.append(f"{arch}: {what} barely change the reference loss")
+        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
+            got_loss, _ = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"),
+                                     work(f"{arch}_BF16_ckpt"), layout, ranks)
+            check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
+
     if failures:
         sys.exit("Hugging Face interop differs: " + ", ".join(failures))
     print("all passed")

@@ -169,6 +169,16 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"rotary_grouped_scaled", oneOpModel(R"(
   %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x16xf32>
   %logits = mt.rotary %qkv {heads = 2 : i64, kv_heads = 1 : i64, original_positions = 1000 : i64, scaling_factor = 8.0 : f64} : (tensor<2x3x16xf32>) -> tensor<2x3x16xf32>)", 16), "", 3, 16});
+  // Qwen3's normalised query and key heads: two query heads sharing a key and a value of 4,
+  // the weights of each kind shared by its heads; with and without the weight gradients
+  // added into the parameters' (gradient-accumulation fusion).
+  const std::string qkNorm = oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x16xf32>
+  %wq = mt.param "wq" normal(1.0) : tensor<4xf32>
+  %wk = mt.param "wk" normal(1.0) : tensor<4xf32>
+  %logits = mt.qk_norm %qkv, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64, epsilon = 1.0e-06 : f64} : (tensor<2x3x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x16xf32>)", 16);
+  c.push_back({"qk_norm", qkNorm, "", 3, 16});
+  c.push_back({"qk_norm_unfused", qkNorm, "", 3, 16, "--no-gradient-accumulation-fusion"});
   c.push_back({"add", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %y = mt.param "y" normal(1.0) : tensor<2x3x5xf32>

@@ -85,6 +85,9 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
                      {{q}, {kv}, {kv}},
                      false,
                      true});
+      if (a.qkNorm)
+        for (const char *norm : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"})
+          copy(mt + norm, hf + norm, {a.headDim});
       copy(mt + "self_attn.o_proj.weight", hf + "self_attn.o_proj.weight", {h, q});
       if (a.outputBias)
         copy(mt + "self_attn.o_proj.bias", hf + "self_attn.o_proj.bias", {h});

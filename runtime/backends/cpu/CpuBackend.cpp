@@ -266,6 +266,72 @@ template <typename T> struct Kernels {
         ptr(dw));
   }
 
+  /// Each query head of the fused QKV normalised as rms_norm normalises a row, with wq,
+  /// each key head with wk; values copied.
+  static void qkNorm(const TensorView &qkv, const QkvLayout &layout, const TensorView &wq,
+                     const TensorView &wk, double eps, const TensorView &out) {
+    const int64_t slots = qkv.numel() / layout.d, perGroup = layout.perGroup(), d = layout.d;
+#pragma omp parallel for schedule(static) if (qkv.numel() >= kParallelElements)
+    for (int64_t s = 0; s < slots; ++s) {
+      const int64_t j = s % (perGroup + 2);
+      const T *x = ptr(qkv) + s * d;
+      T *y = ptr(out) + s * d;
+      if (j == perGroup + 1) {
+        std::copy(x, x + d, y);
+        continue;
+      }
+      const T *w = ptr(j < perGroup ? wq : wk);
+      const double rstd = rowRms(x, d, eps);
+      for (int64_t i = 0; i < d; ++i)
+        y[i] = static_cast<T>(x[i] * rstd * w[i]);
+    }
+  }
+
+  /// qk_norm's gradients: each query and key head's dx as rmsNormGrad's (dy of a value
+  /// copied); dwq = Σ dy·x̂ over the rows and their query heads in order, dwk over their
+  /// keys.
+  static void qkNormGrad(const TensorView &dy, const TensorView &qkv, const QkvLayout &layout,
+                         const TensorView &wq, const TensorView &wk, double eps,
+                         const TensorView &dx, const TensorView &dwq, const TensorView &dwk) {
+    const int64_t slots = qkv.numel() / layout.d, perGroup = layout.perGroup(), d = layout.d;
+    std::vector<double> rstds(slots);
+#pragma omp parallel for schedule(static) if (qkv.numel() >= kParallelElements)
+    for (int64_t s = 0; s < slots; ++s) {
+      const int64_t j = s % (perGroup + 2);
+      const T *x = ptr(qkv) + s * d, *g = ptr(dy) + s * d;
+      T *out = ptr(dx) + s * d;
+      if (j == perGroup + 1) {
+        std::copy(g, g + d, out);
+        continue;
+      }
+      const T *w = ptr(j < perGroup ? wq : wk);
+      const double rstd = rstds[s] = rowRms(x, d, eps);
+      double meanGX = 0;
+      for (int64_t i = 0; i < d; ++i)
+        meanGX += static_cast<double>(g[i]) * w[i] * (x[i] * rstd);
+      meanGX /= d;
+      for (int64_t i = 0; i < d; ++i)
+        out[i] = static_cast<T>(rstd * (static_cast<double>(g[i]) * w[i] - x[i] * rstd * meanGX));
+    }
+    // The slot of the n-th query head (of the rows in order, then the heads), and of the
+    // n-th key.
+    const int64_t heads = layout.heads, kv = layout.kv;
+    const auto query = [&](int64_t n) {
+      const int64_t h = n % heads;
+      return n / heads * kv * (perGroup + 2) + layout.query(h) / d;
+    };
+    const auto key = [&](int64_t n) { return n / kv * kv * (perGroup + 2) + layout.key(n % kv) / d; };
+    const int64_t rows = slots / (kv * (perGroup + 2));
+    const auto term = [&](auto slotOf) {
+      return [&, slotOf](int64_t n, int64_t i) {
+        const int64_t s = slotOf(n);
+        return static_cast<double>(ptr(dy)[s * d + i]) * (ptr(qkv)[s * d + i] * rstds[s]);
+      };
+    };
+    columnSums(rows * heads, d, term(query), ptr(dwq));
+    columnSums(rows * kv, d, term(key), ptr(dwk));
+  }
+
   /// out[M×N] = x[M×K]·W[N×K]ᵀ (+ b)
   static void linear(const TensorView &x, const TensorView &w, const TensorView *b,
                      const TensorView &out) {
@@ -1134,6 +1200,10 @@ template <typename T> struct Kernels {
       rotary(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst),
              sequenceMap(inst, in[0].dim(1), ctx), out[0]);
       break;
+    case Opcode::QkNorm:
+      qkNorm(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), in[1], in[2], inst.epsilon(),
+             out[0]);
+      break;
     case Opcode::Attention:
       attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
                 probsDropout(inst, ctx), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
@@ -1198,6 +1268,7 @@ template <typename T> struct Kernels {
 #include "backends/Activations.def"
     case Opcode::SwigluGrad:
     case Opcode::RmsNormGrad:
+    case Opcode::QkNormGrad:
     case Opcode::AttentionGrad:
     case Opcode::CrossEntropyGrad:
     case Opcode::CrossEntropyWithGrad:
@@ -1280,6 +1351,10 @@ template <typename T> struct Kernels {
     case Opcode::RmsNormGrad:
       rmsNormGrad(in[0], in[1], in[2], inst.epsilon(), out[0], out[1]);
       addResidualGrad();
+      break;
+    case Opcode::QkNormGrad:
+      qkNormGrad(in[0], in[1], qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), in[2], in[3],
+                 inst.epsilon(), out[0], out[1], out[2]);
       break;
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,

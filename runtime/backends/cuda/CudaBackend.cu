@@ -825,6 +825,24 @@ private:
       launchRmsNorm(c.p(in[0]), c.p(in[1]), c.p(out[0]), in[0].rows(), in[0].cols(),
                     static_cast<float>(inst.epsilon()), stream_);
       break;
+    case Opcode::QkNorm:
+      launchQkNorm(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), in[0].rows(),
+                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)),
+                   static_cast<float>(inst.epsilon()), stream_);
+      break;
+    case Opcode::QkNormGrad: {
+      const QkvLayout layout = qkvLayoutOf(inst, inst.heads(), in[1].dim(2));
+      const int64_t rows = in[1].rows();
+      auto *rstds = static_cast<float *>(scratch(qkNormGradScratchBytes(rows, layout)));
+      const float eps = static_cast<float>(inst.epsilon());
+      if (inst.accumulate())
+        launchQkNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(in[3]), c.p(out[0]), c.f(out[1]),
+                         c.f(out[2]), rows, layout, eps, true, rstds, stream_);
+      else
+        launchQkNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(in[3]), c.p(out[0]), c.p(out[1]),
+                         c.p(out[2]), rows, layout, eps, false, rstds, stream_);
+      break;
+    }
     case Opcode::RmsNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
       const size_t rowBytes = roundUp(sizeof(float) * std::max<int64_t>(rows, 1));
@@ -1355,6 +1373,8 @@ private:
     case Opcode::RmsNorm:
     case Opcode::RmsNormGrad:
     case Opcode::LayerNormGrad:
+    case Opcode::QkNorm:
+    case Opcode::QkNormGrad:
       runNorms(c);
       break;
     case Opcode::Linear:

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/ColumnSums.cuh"
 #include "backends/cuda/Common.cuh"
+#include "core/SharedMath.h"
 
 namespace mt {
 namespace {
@@ -402,6 +403,123 @@ void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *
                               int64_t h, float *partials, bool accumulate, cudaStream_t stream) {
   launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, partials, dw,
                       static_cast<Out *>(nullptr), accumulate, stream);
+}
+
+//===----------------------------------------------------------------------===//
+// qk_norm: the fused QKV is `slots` heads of d, each row's groups of perGroup query heads,
+// a key and a value (core/SharedMath.h's QkvLayout). A warp takes one head, its sums warp
+// shuffles, so every head's bits depend on d alone.
+//===----------------------------------------------------------------------===//
+
+/// Each warp of the grid takes head s = its index, then a grid's worth of warps on.
+#define WARP_STRIDE(s, n)                                                                          \
+  for (int64_t s = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; s < (n);    \
+       s += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
+
+/// out = x·rstd·w for each query (wq) and key (wk) head; values copied.
+template <typename T>
+__global__ void qkNormKernel(const T *x, const T *wq, const T *wk, T *out, int64_t slots,
+                             int64_t d, int64_t perGroup, float eps) {
+  const int lane = threadIdx.x & 31;
+  WARP_STRIDE(s, slots) {
+    const int64_t j = s % (perGroup + 2), at = s * d;
+    if (j == perGroup + 1) {
+      for (int64_t i = lane; i < d; i += 32)
+        out[at + i] = x[at + i];
+      continue;
+    }
+    const T *w = j < perGroup ? wq : wk;
+    float sq = 0;
+    for (int64_t i = lane; i < d; i += 32)
+      sq += ld(x, at + i) * ld(x, at + i);
+    const float rstd = rsqrtf(warpSum(sq) / static_cast<float>(d) + eps);
+    for (int64_t i = lane; i < d; i += 32)
+      st(out, at + i, ld(x, at + i) * rstd * ld(w, i));
+  }
+}
+
+/// dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd)) for each query and key head, keeping its
+/// rstd; a value's dy copied.
+template <typename T>
+__global__ void qkNormGradKernel(const T *dy, const T *x, const T *wq, const T *wk, T *dx,
+                                 float *rstds, int64_t slots, int64_t d, int64_t perGroup,
+                                 float eps) {
+  const int lane = threadIdx.x & 31;
+  WARP_STRIDE(s, slots) {
+    const int64_t j = s % (perGroup + 2), at = s * d;
+    if (j == perGroup + 1) {
+      for (int64_t i = lane; i < d; i += 32)
+        dx[at + i] = dy[at + i];
+      continue;
+    }
+    const T *w = j < perGroup ? wq : wk;
+    float sq = 0;
+    for (int64_t i = lane; i < d; i += 32)
+      sq += ld(x, at + i) * ld(x, at + i);
+    const float rstd = rsqrtf(warpSum(sq) / static_cast<float>(d) + eps);
+    float sumGX = 0;
+    for (int64_t i = lane; i < d; i += 32)
+      sumGX += ld(dy, at + i) * ld(w, i) * ld(x, at + i) * rstd;
+    const float meanGX = warpSum(sumGX) / static_cast<float>(d);
+    for (int64_t i = lane; i < d; i += 32)
+      st(dx, at + i, rstd * (ld(dy, at + i) * ld(w, i) - ld(x, at + i) * rstd * meanGX));
+    if (lane == 0)
+      rstds[s] = rstd;
+  }
+}
+#undef WARP_STRIDE
+
+/// The term of a qk_norm weight's gradient at (n, i): dy·x·rstd of the n-th query head
+/// (of the rows in order, then their heads), or with `keys` of the n-th key.
+template <typename T> struct QkNormGradTerm {
+  const T *dy, *x;
+  const float *rstds;
+  QkvLayout layout;
+  bool keys;
+  __device__ void operator()(int64_t n, int64_t i, float *acc) const {
+    const int64_t per = keys ? layout.kv : layout.heads, h = n % per;
+    const int64_t s = n / per * layout.kv * (layout.perGroup() + 2) +
+                      (keys ? layout.key(h) : layout.query(h)) / layout.d;
+    acc[0] += ld(dy, s * layout.d + i) * ld(x, s * layout.d + i) * rstds[s];
+  }
+};
+
+/// The heads of `rows` rows of a fused QKV.
+inline int64_t qkvSlots(int64_t rows, const QkvLayout &layout) {
+  return rows * layout.kv * (layout.perGroup() + 2);
+}
+/// The bytes of a rstd per head, rounded up as scratch is cut.
+inline size_t qkNormRstdBytes(int64_t slots) {
+  return (sizeof(float) * static_cast<size_t>(std::max<int64_t>(slots, 1)) + 255) / 256 * 256;
+}
+/// The f32 scratch qk_norm's gradient takes: a rstd per head, then the column sums'.
+inline size_t qkNormGradScratchBytes(int64_t rows, const QkvLayout &layout) {
+  return qkNormRstdBytes(qkvSlots(rows, layout)) +
+         columnSumScratchBytes(1, rows * layout.heads, layout.d);
+}
+
+template <typename T>
+void launchQkNorm(const T *x, const T *wq, const T *wk, T *out, int64_t rows,
+                  const QkvLayout &layout, float eps, cudaStream_t stream) {
+  const int64_t slots = qkvSlots(rows, layout);
+  qkNormKernel<<<blocksFor(32 * slots), kThreads, 0, stream>>>(x, wq, wk, out, slots, layout.d,
+                                                               layout.perGroup(), eps);
+}
+
+/// dx, and dwq and dwk (added with `accumulate`), through `scratch` of
+/// qkNormGradScratchBytes; the weights' sums one after the other in the same partials.
+template <typename T, typename Out>
+void launchQkNormGrad(const T *dy, const T *x, const T *wq, const T *wk, T *dx, Out *dwq, Out *dwk,
+                      int64_t rows, const QkvLayout &layout, float eps, bool accumulate,
+                      float *scratch, cudaStream_t stream) {
+  const int64_t slots = qkvSlots(rows, layout);
+  qkNormGradKernel<<<blocksFor(32 * slots), kThreads, 0, stream>>>(
+      dy, x, wq, wk, dx, scratch, slots, layout.d, layout.perGroup(), eps);
+  float *partials = scratch + qkNormRstdBytes(slots) / sizeof(float);
+  launchColumnSums<1>(QkNormGradTerm<T>{dy, x, scratch, layout, false}, rows * layout.heads,
+                      layout.d, partials, dwq, static_cast<Out *>(nullptr), accumulate, stream);
+  launchColumnSums<1>(QkNormGradTerm<T>{dy, x, scratch, layout, true}, rows * layout.kv, layout.d,
+                      partials, dwk, static_cast<Out *>(nullptr), accumulate, stream);
 }
 
 template <typename T>

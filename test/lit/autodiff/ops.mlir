@@ -263,6 +263,29 @@ func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
 
 // -----
 
+// qk_norm: one gradient op reads dy and the op's input and both weights, and gives the
+// input's gradient and each weight's.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[X:.*]] = mt.param "qkv"
+// CHECK: %[[WQ:.*]] = mt.param "wq"
+// CHECK: %[[WK:.*]] = mt.param "wk"
+// CHECK: %[[Y:.*]] = mt.qk_norm %[[X]], %[[WQ]], %[[WK]]
+// CHECK: %[[DY:.*]] = mt.cross_entropy_grad
+// CHECK: %[[DX:.*]], %[[DWQ:.*]], %[[DWK:.*]] = mt.qk_norm_grad %[[DY]], %[[X]], %[[WQ]], %[[WK]] {epsilon = {{.*}}, heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x16xf32>, tensor<4xf32>, tensor<4xf32>)
+// CHECK-DAG: mt.param_grad "qkv", %[[DX]]
+// CHECK-DAG: mt.param_grad "wq", %[[DWQ]]
+// CHECK-DAG: mt.param_grad "wk", %[[DWK]]
+func.func @forward(%t: tensor<2x4xi32>) -> tensor<f32> {
+  %x = mt.param "qkv" normal(1.0) : tensor<2x4x16xf32>
+  %wq = mt.param "wq" ones : tensor<4xf32>
+  %wk = mt.param "wk" ones : tensor<4xf32>
+  %y = mt.qk_norm %x, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64, epsilon = 1.0e-06 : f64} : (tensor<2x4x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x16xf32>
+  %l = mt.cross_entropy %y, %t : (tensor<2x4x16xf32>, tensor<2x4xi32>) -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
 // rotary: a rotation, so its gradient is the inverse rotation of dy; nothing is saved.
 // CHECK-LABEL: func.func @train_step
 // CHECK: %[[X:.*]] = mt.param "qkv"

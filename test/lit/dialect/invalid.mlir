@@ -977,3 +977,47 @@ func.func @gelu_unknown_approximation(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
   %0 = mt.gelu %x {approximate = "erf"} : (tensor<2x8xf32>) -> tensor<2x8xf32>
   return %0 : tensor<2x8xf32>
 }
+
+// -----
+
+func.func @qk_norm_kv_heads(%x: tensor<2x16x40xf32>, %w: tensor<4xf32>) {
+  // expected-error@+2 {{mt.qk_norm: kv_heads 3 must divide heads 4}}
+  // expected-error@+1 {{'mt.qk_norm' op failed to infer returned types}}
+  %0 = mt.qk_norm %x, %w, %w {heads = 4 : i64, kv_heads = 3 : i64} : (tensor<2x16x40xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x16x40xf32>
+  return
+}
+
+// -----
+
+func.func @qk_norm_weight_not_a_head(%x: tensor<2x16x32xf32>, %wq: tensor<4xf32>, %wk: tensor<8xf32>) {
+  // expected-error@+2 {{mt.qk_norm: key_weight tensor<8xf32> must be [4], a head of qkv tensor<2x16x32xf32>, of its element type}}
+  // expected-error@+1 {{'mt.qk_norm' op failed to infer returned types}}
+  %0 = mt.qk_norm %x, %wq, %wk {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x16x32xf32>, tensor<4xf32>, tensor<8xf32>) -> tensor<2x16x32xf32>
+  return
+}
+
+// -----
+
+func.func @qk_norm_weight_type(%x: tensor<2x16x32xf32>, %wq: tensor<4xbf16>, %wk: tensor<4xf32>) {
+  // expected-error@+2 {{mt.qk_norm: query_weight tensor<4xbf16> must be [4], a head of qkv tensor<2x16x32xf32>, of its element type}}
+  // expected-error@+1 {{'mt.qk_norm' op failed to infer returned types}}
+  %0 = mt.qk_norm %x, %wq, %wk {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x16x32xf32>, tensor<4xbf16>, tensor<4xf32>) -> tensor<2x16x32xf32>
+  return
+}
+
+// -----
+
+func.func @qk_norm_epsilon(%x: tensor<2x16x32xf32>, %w: tensor<4xf32>) {
+  // expected-error@+1 {{'mt.qk_norm' op epsilon 0.000000e+00 must be positive}}
+  %0 = mt.qk_norm %x, %w, %w {heads = 4 : i64, kv_heads = 2 : i64, epsilon = 0.0 : f64} : (tensor<2x16x32xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x16x32xf32>
+  return
+}
+
+// -----
+
+func.func @qk_norm_grad_shapes(%dy: tensor<2x16x24xf32>, %x: tensor<2x16x32xf32>, %w: tensor<4xf32>) {
+  // expected-error@+2 {{mt.qk_norm_grad: grad tensor<2x16x24xf32> and qkv tensor<2x16x32xf32> must have the same shape and element type}}
+  // expected-error@+1 {{'mt.qk_norm_grad' op failed to infer returned types}}
+  %0:3 = mt.qk_norm_grad %dy, %x, %w, %w {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x16x24xf32>, tensor<2x16x32xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x16x32xf32>, tensor<4xf32>, tensor<4xf32>)
+  return
+}

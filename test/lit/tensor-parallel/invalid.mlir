@@ -114,3 +114,15 @@ func.func @forward(%x: tensor<2x4x8xf32>) -> tensor<2x4x4xf32> {
   %g, %e = mt.moe_router %l {topk = 2 : i64} : (tensor<2x4x4xf32>) -> (tensor<2x4x2xf32>, tensor<2x4x2xi32>)
   return %a : tensor<2x4x4xf32>
 }
+
+// -----
+
+func.func @qk_norm_groups(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
+  %w = mt.param "qkv.weight" normal(2.0e-02) : tensor<16x8xf32>
+  %wq = mt.param "q_norm.weight" ones : tensor<4xf32>
+  %wk = mt.param "k_norm.weight" ones : tensor<4xf32>
+  %qkv = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16xf32>
+  // expected-error@+1 {{mt-tensor-parallel: 1 key/value heads are not divisible by tp 2 (tensor parallelism splits whole groups of query heads; use a tp that divides 1)}}
+  %n = mt.qk_norm %qkv, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x4x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x16xf32>
+  return %n : tensor<2x4x16xf32>
+}
