@@ -123,8 +123,8 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   const std::string epsilon = "{epsilon = " + real(eps) + " : f64}";
   Writer w;
   auto &os = w.os;
-  os << "// " << name << ": a " << c.architecture << " of " << layers << " layers, hidden " << h << ", " << heads << " query heads of " << d << " sharing "
-     << kv << " key/value heads, "
+  os << "// " << name << ": a " << c.architecture << " of " << layers << " layers, hidden " << h
+     << ", " << heads << " query heads of " << d << " sharing " << kv << " key/value heads, "
      << (c.experts
              ? std::to_string(c.topk) + " of " + std::to_string(c.experts) + " SwiGLU experts of "
              : std::string("SwiGLU MLP of "))
@@ -149,9 +149,10 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   if (c.qkNorm) {
     w.param("qn_w", "self_attn.q_norm.weight", "ones", {d});
     w.param("kn_w", "self_attn.k_norm.weight", "ones", {d});
-    os << "    %nqkv = mt.qk_norm %qkv, %qn_w, %kn_w {heads = " << heads << " : i64, kv_heads = "
-       << kv << " : i64, epsilon = " << real(eps) << " : f64} : (" << Writer::a(qkv) << ", "
-       << Writer::t({d}) << ", " << Writer::t({d}) << ") -> " << Writer::a(qkv) << "\n";
+    os << "    %nqkv = mt.qk_norm %qkv, %qn_w, %kn_w {heads = " << heads
+       << " : i64, kv_heads = " << kv << " : i64, epsilon = " << real(eps) << " : f64} : ("
+       << Writer::a(qkv) << ", " << Writer::t({d}) << ", " << Writer::t({d}) << ") -> "
+       << Writer::a(qkv) << "\n";
     turned = "nqkv";
   }
   os << "    %rqkv = mt.rotary %" << turned << " {" << rope << "} : (" << Writer::a(qkv) << ") -> "

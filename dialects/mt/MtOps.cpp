@@ -319,9 +319,9 @@ LogicalResult RotaryOp::verify() {
 
 /// qk_norm's (and its gradient's) weights: each [d] of the qkv's heads, of its element type.
 static LogicalResult checkQkNormWeights(std::optional<Location> loc, StringRef op,
-                                        RankedTensorType qkv, int64_t d, Value query,
-                                        Value key) {
-  for (auto [name, weight] : {std::pair<StringRef, Value>{"query_weight", query}, {"key_weight", key}}) {
+                                        RankedTensorType qkv, int64_t d, Value query, Value key) {
+  for (auto [name, weight] :
+       {std::pair<StringRef, Value>{"query_weight", query}, {"key_weight", key}}) {
     auto w = ranked(weight);
     if (w.getRank() != 1 || w.getElementType() != qkv.getElementType() ||
         !compatible(w.getDimSize(0), d))
@@ -337,8 +337,8 @@ LogicalResult QkNormOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   auto qkv = ranked(adaptor.getQkv());
   FailureOr<int64_t> d =
       qkvHeadDim(loc, "mt.qk_norm", qkv, adaptor.getHeads(), adaptor.getKvHeads());
-  if (failed(d) || failed(checkQkNormWeights(loc, "mt.qk_norm", qkv, *d,
-                                             adaptor.getQueryWeight(), adaptor.getKeyWeight())))
+  if (failed(d) || failed(checkQkNormWeights(loc, "mt.qk_norm", qkv, *d, adaptor.getQueryWeight(),
+                                             adaptor.getKeyWeight())))
     return failure();
   types.push_back(qkv);
   return success();

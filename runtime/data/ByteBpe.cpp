@@ -278,8 +278,8 @@ struct ByteBpe::Impl {
           utf8proc_map(reinterpret_cast<const utf8proc_uint8_t *>(out.data()),
                        static_cast<utf8proc_ssize_t>(out.size()), &mapped, form);
       if (n < 0)
-        return Status::failure(cat("cannot normalize ", out.size(), " bytes of text: ",
-                                   utf8proc_errmsg(n)));
+        return Status::failure(
+            cat("cannot normalize ", out.size(), " bytes of text: ", utf8proc_errmsg(n)));
       out.assign(reinterpret_cast<const char *>(mapped), static_cast<size_t>(n));
       std::free(mapped);
     }
@@ -464,11 +464,10 @@ std::vector<utf8proc_option_t> normalFormsOf(const Json &json) {
   const std::vector<Json> stages = typeOf(normalizer) == "Sequence"
                                        ? normalizer.at("normalizers").get<std::vector<Json>>()
                                        : std::vector<Json>{normalizer};
-  const std::pair<const char *, int> forms[] = {
-      {"NFC", UTF8PROC_COMPOSE},
-      {"NFD", UTF8PROC_DECOMPOSE},
-      {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
-      {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
+  const std::pair<const char *, int> forms[] = {{"NFC", UTF8PROC_COMPOSE},
+                                                {"NFD", UTF8PROC_DECOMPOSE},
+                                                {"NFKC", UTF8PROC_COMPOSE | UTF8PROC_COMPAT},
+                                                {"NFKD", UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT}};
   std::vector<utf8proc_option_t> out;
   for (const Json &stage : stages) {
     const std::string type = typeOf(stage);

@@ -176,7 +176,8 @@ inline std::vector<OpCase> opCases() {
   %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x16xf32>
   %wq = mt.param "wq" normal(1.0) : tensor<4xf32>
   %wk = mt.param "wk" normal(1.0) : tensor<4xf32>
-  %logits = mt.qk_norm %qkv, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64, epsilon = 1.0e-06 : f64} : (tensor<2x3x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x16xf32>)", 16);
+  %logits = mt.qk_norm %qkv, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64, epsilon = 1.0e-06 : f64} : (tensor<2x3x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x3x16xf32>)",
+                                        16);
   c.push_back({"qk_norm", qkNorm, "", 3, 16});
   c.push_back({"qk_norm_unfused", qkNorm, "", 3, 16, "--no-gradient-accumulation-fusion"});
   c.push_back({"add", oneOpModel(R"(

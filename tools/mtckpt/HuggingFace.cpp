@@ -278,8 +278,8 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
                                    ", but config.json ties them"));
       continue;
     }
-    return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ",
-                               a.architecture, " (nothing is dropped silently)"));
+    return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ", a.architecture,
+                               " (nothing is dropped silently)"));
   }
   std::string written;
   MT_TRY(checkpoint::writeWholeCheckpoint(
@@ -298,7 +298,8 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
         return Status::success();
       },
       written));
-  report = cat("wrote ", written, ": ", maps.size(), " tensors of ", a.architecture, " from ", used.size(), " Hugging Face tensors",
+  report = cat("wrote ", written, ": ", maps.size(), " tensors of ", a.architecture, " from ",
+               used.size(), " Hugging Face tensors",
                buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
                "; weights only: mtrun --load starts training from them at step 0");
   return Status::success();

@@ -21,6 +21,7 @@
 #include <limits>
 #include <new>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -320,7 +321,9 @@ template <typename T> struct Kernels {
       const int64_t h = n % heads;
       return n / heads * kv * (perGroup + 2) + layout.query(h) / d;
     };
-    const auto key = [&](int64_t n) { return n / kv * kv * (perGroup + 2) + layout.key(n % kv) / d; };
+    const auto key = [&](int64_t n) {
+      return n / kv * kv * (perGroup + 2) + layout.key(n % kv) / d;
+    };
     const int64_t rows = slots / (kv * (perGroup + 2));
     const auto term = [&](auto slotOf) {
       return [&, slotOf](int64_t n, int64_t i) {
@@ -1197,16 +1200,11 @@ template <typename T> struct Kernels {
       swiglu(in[0], in[1], out[0]);
       break;
     case Opcode::Rotary:
-      rotary(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst),
-             sequenceMap(inst, in[0].dim(1), ctx), out[0]);
-      break;
     case Opcode::QkNorm:
-      qkNorm(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), in[1], in[2], inst.epsilon(),
-             out[0]);
-      break;
     case Opcode::Attention:
-      attention(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
-                probsDropout(inst, ctx), ctx, out[0], inst.outputs()->size() > 1 ? &out[1] : nullptr);
+    case Opcode::AttentionProbs:
+    case Opcode::RingAttention:
+      runHeads(inst, in, out, ctx);
       break;
     case Opcode::Dropout:
       dropout(in[0], dropoutRate(inst, ctx), inst.stream(), dropoutShard(inst, in[0], ctx), ctx,
@@ -1214,10 +1212,6 @@ template <typename T> struct Kernels {
       break;
     case Opcode::BiasDropoutAdd:
       biasDropoutAdd(inst, in, out, ctx, stored);
-      break;
-    case Opcode::AttentionProbs:
-      attentionProbs(in[0], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
-                     out[0]);
       break;
     case Opcode::AttentionContext:
       attentionContext(in[0], in[1], qkvLayoutOf(inst, in[0].dim(1), in[1].dim(2)), out[0]);
@@ -1232,10 +1226,6 @@ template <typename T> struct Kernels {
       break;
     case Opcode::ContextOrder:
       contextOrder(in[0], inst.context_parallel(), inst.inverse(), out[0]);
-      break;
-    case Opcode::RingAttention: // a step: (qkv, the share in flight) -> (out, lse)
-      ringAttention(in[0], in[1], qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), inst.causal(),
-                    probsDropout(inst, ctx), ctx, out[0], out[1]);
       break;
     case Opcode::AllReduce:
     case Opcode::AllGather:
@@ -1282,6 +1272,33 @@ template <typename T> struct Kernels {
       return runGradient(inst, in, out, ctx, stored);
     }
     return Status::success();
+  }
+
+  /// Runs a forward `inst` over a fused QKV of the instruction's heads, as run().
+  static void runHeads(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                       const StepContext &ctx) {
+    const QkvLayout layout = qkvLayoutOf(inst, inst.heads(), in[0].dim(2));
+    switch (inst.opcode()) {
+    case Opcode::Rotary:
+      rotary(in[0], layout, ropeOf(inst), sequenceMap(inst, in[0].dim(1), ctx), out[0]);
+      break;
+    case Opcode::QkNorm:
+      qkNorm(in[0], layout, in[1], in[2], inst.epsilon(), out[0]);
+      break;
+    case Opcode::Attention:
+      attention(in[0], layout, inst.causal(), probsDropout(inst, ctx), ctx, out[0],
+                inst.outputs()->size() > 1 ? &out[1] : nullptr);
+      break;
+    case Opcode::AttentionProbs:
+      attentionProbs(in[0], layout, inst.causal(), out[0]);
+      break;
+    case Opcode::RingAttention: // a step: (qkv, the share in flight) -> (out, lse)
+      ringAttention(in[0], in[1], layout, inst.causal(), probsDropout(inst, ctx), ctx, out[0],
+                    out[1]);
+      break;
+    default:
+      throw std::logic_error("cpu backend: not an opcode over heads");
+    }
   }
 
   /// Runs a gradient's (or the vocabulary-parallel loss's) `inst`, as run().

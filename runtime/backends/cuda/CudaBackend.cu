@@ -1358,6 +1358,13 @@ private:
       launchFill(c.p(out), c.n(), static_cast<float>(inst.value()), stream_);
   }
 
+  template <typename T> void rotary(const Call<T> &c) {
+    const TensorView &qkv = c.in[0];
+    launchRotary(c.p(qkv), c.p(c.out[0]), qkv.rows(), qkv.dim(1),
+                 qkvLayoutOf(c.inst, c.inst.heads(), qkv.dim(2)), ropeOf(c.inst), c.positions(qkv),
+                 stream_);
+  }
+
   template <typename T>
   Status dispatch(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
                   const StepContext &ctx) {
@@ -1422,9 +1429,7 @@ private:
       runActivations(c);
       break;
     case Opcode::Rotary:
-      launchRotary(c.p(in[0]), c.p(out[0]), in[0].rows(), in[0].dim(1),
-                   qkvLayoutOf(inst, inst.heads(), in[0].dim(2)), ropeOf(inst), c.positions(in[0]),
-                   stream_);
+      rotary(c);
       break;
     case Opcode::TpCopy:
       convertOn(out[0].data, c.type(), in[0].data, c.type(), c.n());

@@ -418,8 +418,8 @@ void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *
 
 /// out = x·rstd·w for each query (wq) and key (wk) head; values copied.
 template <typename T>
-__global__ void qkNormKernel(const T *x, const T *wq, const T *wk, T *out, int64_t slots,
-                             int64_t d, int64_t perGroup, float eps) {
+__global__ void qkNormKernel(const T *x, const T *wq, const T *wk, T *out, int64_t slots, int64_t d,
+                             int64_t perGroup, float eps) {
   const int lane = threadIdx.x & 31;
   WARP_STRIDE(s, slots) {
     const int64_t j = s % (perGroup + 2), at = s * d;
