@@ -115,7 +115,8 @@ def MtTensorParallel : Pass<"mt-tensor-parallel", "::mlir::ModuleOp"> {
     With `sequence-parallel` (Korthikanti et al. 2022), the regions between them —
     LayerNorm, dropout, residual adds — hold 1/tp of the sequence: entering becomes
     `shard.all_gather` and leaving `shard.reduce_scatter` along the sequence, and the
-    replicated parameters used there are marked `tp_grad_reduce`.
+    replicated parameters used there are marked `tp_grad_reduce`, as are mt.qk_norm's
+    weights in any layout (each rank normalises its own heads).
 
     A mixture of experts stays in the stream, per token (Megatron-Core's expert tensor
     parallelism of 1): its router's linear and its experts' weights are whole on every

@@ -66,7 +66,8 @@ def Mt_ParamOp : Mt_Op<"param"> {
     After mt-tensor-parallel, a sharded parameter's type is its local block: block
     `tp rank` of `global_shape` along `shard_dim`. `tp_grad_reduce` marks a
     replicated parameter whose gradient each tensor-parallel rank computes only in
-    part (sequence parallelism): the runtime sums it over the group.
+    part (under sequence parallelism, or the weights of mt.qk_norm, which every head
+    shares): the runtime sums it over the group.
 
     `vocab_rows` marks a vocabulary table padded by mt-pad-vocab: only its first
     `vocab_rows` rows (of the global shape) are the model's; the rest are padding that
@@ -325,7 +326,7 @@ def Mt_QkNormOp : Mt_ShapedOp<"qk_norm", [Pure, Mt_ColumnParallelConsumer, Mt_Co
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>, DeclareOpInterfaceMethods<Mt_TensorParallelOpInterface>]> {
   let summary = "RMS normalisation of each query and key head of a fused QKV (Qwen3's)";
   let description = [{
-    Megatron's --qk-layernorm with RMSNorm, as Qwen3 and OLMo 2 normalise: each query
+    Megatron's --qk-layernorm with RMSNorm, as Qwen3 normalises: each query
     head's d values of `qkv` (mt.rotary's layout, by key/value group) become
     x / sqrt(mean(x²) + epsilon) · query_weight, each key head's likewise with
     key_weight (both [d], shared by every head and every group); values pass through.

@@ -269,10 +269,16 @@ LogicalResult AttentionOp::partition(TensorParallelRewriter &tp) {
 
 LogicalResult RotaryOp::partition(TensorParallelRewriter &tp) { return splitGroups(*this, tp); }
 
-// Whole groups per rank; each rank's weight gradients are sums over its own heads.
+// Whole groups per rank; each rank's weight gradients are sums over its own heads, so
+// the weights must be parameters no other op reads (whose gradient would be whole).
 LogicalResult QkNormOp::partition(TensorParallelRewriter &tp) {
-  tp.markPartialGrad(getQueryWeight());
-  tp.markPartialGrad(getKeyWeight());
+  for (Value weight : {getQueryWeight(), getKeyWeight()}) {
+    if (!weight.getDefiningOp<ParamOp>() ||
+        !llvm::all_of(weight.getUsers(), [](Operation *user) { return isa<QkNormOp>(user); }))
+      return emitOpError("mt-tensor-parallel: qk_norm's weights must be parameters only "
+                         "qk_norm reads (each rank sums its own heads' part of their gradient)");
+    tp.markPartialGrad(weight);
+  }
   return splitGroups(*this, tp);
 }
 

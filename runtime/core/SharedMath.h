@@ -139,6 +139,15 @@ struct QkvLayout {
   }
   MT_HOST_DEVICE int64_t key(int64_t g) const { return (g * (perGroup() + 2) + perGroup()) * d; }
   MT_HOST_DEVICE int64_t value(int64_t g) const { return key(g) + d; }
+  /// The heads of a row, d apiece: query heads, keys and values alike.
+  MT_HOST_DEVICE int64_t slots() const { return kv * (perGroup() + 2); }
+  /// Which head of the rows (row · slots() + its place in the row) is the n-th query head,
+  /// counting the rows in order and each row's heads in order; or with `keys`, the n-th
+  /// key.
+  MT_HOST_DEVICE int64_t slot(int64_t n, bool keys) const {
+    const int64_t per = keys ? kv : heads, h = n % per;
+    return n / per * slots() + (keys ? key(h) : query(h)) / d;
+  }
 };
 
 /// The softmax statistics of one row, merged over `parts` shards of its columns

@@ -272,6 +272,8 @@ struct ByteBpe::Impl {
   /// `text` (valid UTF-8) in each of the normalizer's forms in turn.
   Status normalize(std::string_view text, std::string &out) const {
     out = text;
+    if (normalForms.empty())
+      return Status::success();
     for (utf8proc_option_t form : normalForms) {
       utf8proc_uint8_t *mapped = nullptr;
       const utf8proc_ssize_t n =
@@ -640,6 +642,8 @@ Status ByteBpe::encode(std::string_view raw, std::vector<int32_t> &ids) const {
   return t.added.cut(
       text,
       [&](std::string_view between) {
+        if (t.normalForms.empty())
+          return t.addedNormalized.cut(between, encodeSegment, token);
         std::string normal;
         MT_TRY(t.normalize(between, normal));
         return t.addedNormalized.cut(normal, encodeSegment, token);

@@ -141,22 +141,35 @@ std::string checkPositionEmbedding(const Operands &o) {
              : "position embedding operands disagree";
 }
 
+/// A norm's weight gradients, the outputs from `first` on: `n` elements each, of the
+/// input's type, or the accumulator's where the instruction adds them into a parameter's
+/// gradient (its kernels write them so: another type would be read or written past its
+/// end).
+bool weightGradients(const Operands &o, size_t first, int64_t n, plan::DType input) {
+  const plan::DType type = o.inst.accumulate() ? o.accumulator : input;
+  for (size_t i = first; i < o.out.size(); ++i)
+    if (o.out[i].numel() != n || o.out[i].dtype != type)
+      return false;
+  return true;
+}
+
 // LayerNorm (x, w, b) -> y and RmsNorm (x, w) -> y, and their gradients
-// (dy, x, w[, residual dx]) -> (dx, dw[, db]).
+// (dy, x, w[, residual dx]) -> (dx, dw[, db]); every weight of x's type.
 std::string checkNorm(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
   const plan::Opcode opcode = o.inst.opcode();
   const bool forward = opcode == plan::Opcode::LayerNorm || opcode == plan::Opcode::RmsNorm;
   const std::string name = plan::EnumNameOpcode(opcode);
   const Dims &x = forward ? in[0] : in[1], &w = forward ? in[1] : in[2];
-  if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || !same(out[0], x))
+  if (!(o.inst.epsilon() > 0) || w.numel() != x.last() || w.dtype != x.dtype || !same(out[0], x))
     return name + " operands disagree";
   if (forward)
-    return in.size() < 3 || in[2].numel() == x.last() ? "" : name + " bias disagrees";
+    return in.size() < 3 || (in[2].numel() == x.last() && in[2].dtype == x.dtype)
+               ? ""
+               : name + " bias disagrees";
   // A gradient's fourth operand, the residual stream's gradient, is added to dx.
-  bool ok = same(in[0], x) && (in.size() < 4 || same(in[3], out[0]));
-  for (size_t i = 1; i < out.size(); ++i)
-    ok = ok && out[i].numel() == x.last();
+  const bool ok = same(in[0], x) && (in.size() < 4 || same(in[3], out[0])) &&
+                  weightGradients(o, 1, x.last(), x.dtype);
   return ok ? "" : name + " operands disagree";
 }
 
@@ -190,9 +203,8 @@ std::string checkQkNorm(const Operands &o) {
   for (size_t i = forward ? 1 : 2; i < o.in.size(); ++i)
     if (o.in[i].numel() != d || o.in[i].dtype != qkv.dtype)
       return "qk_norm weights are not one head of qkv";
-  for (size_t i = 1; i < o.out.size(); ++i)
-    if (o.out[i].numel() != d)
-      return "qk_norm weight gradients are not one head of qkv";
+  if (!weightGradients(o, 1, d, qkv.dtype))
+    return "qk_norm weight gradients are not one head of qkv";
   return "";
 }
 

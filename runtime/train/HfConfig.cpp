@@ -53,6 +53,8 @@ public:
     return value<std::string>(key, fallback, [](const json &v) { return v.is_string(); },
                               " is not a string");
   }
+  /// Whether the key is written at all (null included).
+  bool written(const char *key) const { return object_.contains(key); }
   /// The key's value; null where it is absent or null.
   const json *get(const char *key) {
     used_.insert(key);
@@ -127,17 +129,17 @@ void ropeType(Keys &k, Keys &r, const char *key, ModelConfig &c) {
 /// LLaMA's rotary embedding, in either spelling: transformers 5's `rope_parameters`
 /// ({rope_type, rope_theta, and LLaMA 3.1's factor, low_freq_factor, high_freq_factor,
 /// original_max_position_embeddings}), or 4.x's `rope_theta` and `rope_scaling`.
-void rope(Keys &k, ModelConfig &c) {
+void rope(Keys &k, ModelConfig &c, double defaultTheta) {
   if (const json *parameters = k.get("rope_parameters")) {
     if (k.get("rope_theta") || k.get("rope_scaling"))
       return k.fail("'rope_parameters' and 'rope_theta' or 'rope_scaling' are both given");
     if (!parameters->is_object())
       return k.fail("'rope_parameters' is not an object");
     Keys r(*parameters);
-    c.ropeTheta = r.number("rope_theta", 10000);
+    c.ropeTheta = r.number("rope_theta", defaultTheta);
     return ropeType(k, r, "rope_parameters", c);
   }
-  c.ropeTheta = k.number("rope_theta", 10000);
+  c.ropeTheta = k.number("rope_theta", defaultTheta);
   const json *scaling = k.get("rope_scaling");
   if (!scaling)
     return;
@@ -147,25 +149,40 @@ void rope(Keys &k, ModelConfig &c) {
   ropeType(k, r, "rope_scaling", c);
 }
 
-/// Mistral's and Mixtral's `sliding_window`, where one is given, spans every position: mtc's
-/// attention sees every earlier one.
-void noWindow(Keys &k, const ModelConfig &c) {
-  if (const json *window = k.get("sliding_window");
-      window && !(window->is_number() && window->get<double>() >= static_cast<double>(c.positions)))
-    k.fail("'sliding_window' is shorter than 'max_position_embeddings': mtc's attention "
-           "sees every earlier position");
+/// Mistral's and Mixtral's `sliding_window` (`absent` where the config leaves it out, as
+/// its config class defaults it; null: none) spans every position: mtc's attention sees
+/// every earlier one.
+void noWindow(Keys &k, const ModelConfig &c, std::optional<double> absent) {
+  const json *window = k.get("sliding_window");
+  const std::optional<double> span =
+      window ? std::optional<double>(window->is_number() ? window->get<double>() : -1)
+      : k.written("sliding_window") ? std::nullopt
+                                    : absent;
+  if (span && *span < static_cast<double>(c.positions))
+    k.fail(std::string("'sliding_window' is ") + (window ? "" : "left out, so 4096, and ") +
+           "shorter than 'max_position_embeddings': mtc's attention sees every earlier "
+           "position");
 }
 
+/// What an architecture's transformers config class takes for a key config.json leaves
+/// out, where it differs from LlamaConfig's (a key/value head per head, head_dim
+/// hidden_size/num_attention_heads, 1e-6, 10000): the model mtc builds is the one
+/// transformers builds from the same file.
+struct Defaults {
+  std::optional<int64_t> kvHeads, headDim;
+  double normEpsilon = 1e-6, ropeTheta = 10000;
+};
+
 /// LLaMA's decoder, as every architecture but GPT-2 has it.
-void decoder(Keys &k, ModelConfig &c) {
+void decoder(Keys &k, ModelConfig &c, const Defaults &defaults = {}) {
   c.layers = k.integer("num_hidden_layers");
   c.hidden = k.integer("hidden_size");
   c.heads = k.integer("num_attention_heads");
-  c.kvHeads = k.integer("num_key_value_heads", c.heads);
-  c.headDim = k.integer("head_dim", c.hidden / c.heads);
+  c.kvHeads = k.integer("num_key_value_heads", defaults.kvHeads.value_or(c.heads));
+  c.headDim = k.integer("head_dim", defaults.headDim.value_or(c.hidden / c.heads));
   c.ffn = k.integer("intermediate_size");
   c.positions = k.integer("max_position_embeddings");
-  c.normEpsilon = k.number("rms_norm_eps", 1e-6);
+  c.normEpsilon = k.number("rms_norm_eps", defaults.normEpsilon);
   c.attentionDropout = k.number("attention_dropout", 0);
   c.tied = k.flag("tie_word_embeddings", false);
   if (k.string("hidden_act", "silu") != "silu")
@@ -176,7 +193,7 @@ void decoder(Keys &k, ModelConfig &c) {
     k.fail("'head_dim' is odd: rotary embeddings turn pairs of dimensions");
   if (c.attentionDropout >= 1)
     k.fail("'attention_dropout' is not below 1");
-  rope(k, c);
+  rope(k, c, defaults.ropeTheta);
 }
 
 /// LlamaForCausalLM: biases on the attention's projections or none.
@@ -189,8 +206,8 @@ void llama(Keys &k, ModelConfig &c) {
 
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
-  decoder(k, c);
-  noWindow(k, c);
+  decoder(k, c, {8, std::nullopt});
+  noWindow(k, c, 4096);
 }
 
 /// Qwen's windows: `sliding_window`, from layer `max_window_layers` on, used only where
@@ -211,7 +228,7 @@ void qwenAttention(Keys &k, const ModelConfig &c) {
 
 /// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
 void qwen2(Keys &k, ModelConfig &c) {
-  decoder(k, c);
+  decoder(k, c, {32, std::nullopt});
   c.qkvBias = true;
   qwenAttention(k, c);
 }
@@ -219,7 +236,7 @@ void qwen2(Keys &k, ModelConfig &c) {
 /// Qwen3ForCausalLM: LLaMA's decoder with each query and key head RMS-normalised before
 /// the rotation; biases as attention_bias says (none in Qwen3's own).
 void qwen3(Keys &k, ModelConfig &c) {
-  decoder(k, c);
+  decoder(k, c, {32, 128});
   c.qkNorm = true;
   c.qkvBias = c.outputBias = k.flag("attention_bias", false);
   qwenAttention(k, c);
@@ -227,8 +244,8 @@ void qwen3(Keys &k, ModelConfig &c) {
 
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
-  decoder(k, c);
-  noWindow(k, c);
+  decoder(k, c, {8, std::nullopt, 1e-5, 1e6});
+  noWindow(k, c, std::nullopt);
   c.experts = k.integer("num_local_experts");
   c.topk = k.integer("num_experts_per_tok");
   c.auxLossCoeff = k.number("router_aux_loss_coef", 0.001);

@@ -31,8 +31,8 @@ struct ModelConfig {
   bool exactGelu = false; // activation_function "gelu": x·Φ(x); else the tanh approximation
   // LLaMA (attentionDropout too)
   double ropeTheta = 0;
-  // Biases of the fused QKV projection (Qwen2; LLaMA's attention_bias) and of the output
-  // projection (LLaMA's attention_bias): mtc's LLaMA has no others.
+  // Biases of the fused QKV projection (Qwen2; LLaMA's and Qwen3's attention_bias) and of
+  // the output projection (LLaMA's and Qwen3's attention_bias): mtc's LLaMA has no others.
   bool qkvBias = false, outputBias = false;
   // Qwen3: each query and key head RMS-normalised (q_norm, k_norm) before the rotation.
   bool qkNorm = false;

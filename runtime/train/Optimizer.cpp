@@ -28,18 +28,67 @@ std::vector<Section> sections(const FlatLayout &layout) {
 
 } // namespace
 
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+/// The share of the way from the minimum to the peak at `progress` (0 to 1) of a decay.
+double decayCoefficient(const std::string &style, double progress) {
+  if (style == "linear")
+    return 1.0 - progress;
+  if (style == "cosine")
+    return 0.5 * (1.0 + std::cos(kPi * progress));
+  if (style == "exponential")
+    return 2.0 * std::pow(0.5, progress) - 1.0;
+  return 1.0 - std::sqrt(progress); // minus_sqrt
+}
+
+} // namespace
+
+std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
+  static const char *const kStyles[] = {"cosine", "linear", "constant", "inverse-square-root",
+                                        "WSD"};
+  static const char *const kWsdStyles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+  const auto named = [](const auto &names, const std::string &s) {
+    return std::find(std::begin(names), std::end(names), s) != std::end(names);
+  };
+  if (!named(kStyles, c.decayStyle))
+    return "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD";
+  if (!(c.minLr >= 0 && c.lr >= c.minLr && c.warmupInit >= 0 && c.warmupInit <= c.lr))
+    return "the learning rates need 0 <= --min-lr <= --lr and 0 <= --lr-warmup-init <= --lr";
+  if (c.decayStyle != "WSD")
+    return c.wsdDecaySteps == 0 ? "" : "--lr-wsd-decay-steps applies to --lr-decay WSD";
+  const int64_t decaySteps = c.decaySteps > 0 ? c.decaySteps : totalSteps;
+  if (!named(kWsdStyles, c.wsdDecayStyle))
+    return "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt";
+  if (c.wsdDecaySteps < 1 || c.wsdDecaySteps > decaySteps - c.warmupSteps)
+    return cat("--lr-decay WSD anneals over --lr-wsd-decay-steps, from 1 to the ",
+               decaySteps - c.warmupSteps, " decay steps after warm-up");
+  return "";
+}
+
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
   if (c.warmupSteps > 0 && step < c.warmupSteps)
-    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmupSteps);
-  if (c.decayStyle == "constant")
+    return c.warmupInit +
+           (c.lr - c.warmupInit) * static_cast<double>(step + 1) / static_cast<double>(c.warmupSteps);
+  const int64_t end = c.decaySteps > 0 ? c.decaySteps : totalSteps;
+  if (c.decayStyle == "constant" || end <= c.warmupSteps) // nothing left to decay over
     return c.lr;
-  const int64_t decaySteps = (c.decaySteps > 0 ? c.decaySteps : totalSteps) - c.warmupSteps;
-  if (decaySteps <= 0)
-    return c.lr;
-  double progress = std::min(1.0, static_cast<double>(step - c.warmupSteps) / decaySteps);
-  double coefficient = c.decayStyle == "linear"
-                           ? 1.0 - progress
-                           : 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+  if (step > end)
+    return c.minLr;
+  if (c.decayStyle == "inverse-square-root")
+    return std::max(c.minLr, c.lr * std::sqrt(static_cast<double>(std::max<int64_t>(c.warmupSteps, 1))) /
+                                 std::sqrt(static_cast<double>(std::max<int64_t>(step, 1))));
+  double coefficient = 1;
+  if (c.decayStyle == "WSD") {
+    const int64_t annealFrom = end - c.wsdDecaySteps;
+    if (step > annealFrom)
+      coefficient = decayCoefficient(c.wsdDecayStyle, static_cast<double>(step - annealFrom) /
+                                                          static_cast<double>(c.wsdDecaySteps));
+  } else {
+    coefficient = decayCoefficient(c.decayStyle, static_cast<double>(step - c.warmupSteps) /
+                                                     static_cast<double>(end - c.warmupSteps));
+  }
   return c.minLr + coefficient * (c.lr - c.minLr);
 }
 

@@ -15,15 +15,25 @@ namespace mt {
 
 struct OptimizerConfig {
   double lr = 6e-4, minLr = 0;
+  double warmupInit = 0; // the rate warm-up starts from (Megatron's --lr-warmup-init)
   int64_t warmupSteps = 0;
   int64_t decaySteps = 0; // 0: the whole run
-  std::string decayStyle = "cosine"; // cosine | linear | constant
+  // cosine | linear | constant | inverse-square-root | WSD (Megatron's names)
+  std::string decayStyle = "cosine";
+  // WSD: the last `wsdDecaySteps` of the decay steps anneal, in `wsdDecayStyle`
+  // (exponential | linear | cosine | minus_sqrt); the rest hold the peak.
+  int64_t wsdDecaySteps = 0;
+  std::string wsdDecayStyle = "exponential";
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
   double clipGrad = 1.0; // 0: no clipping
 };
 
-/// Learning rate of (0-based) `step` of a run of `totalSteps`.
+/// Learning rate of (0-based) `step` of a run of `totalSteps`: Megatron's
+/// OptimizerParamScheduler at num_steps = step, but in warm-up, where update k = step + 1
+/// takes init + (peak − init)·k/W (Megatron's k − 1).
 double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
+/// Why `config`'s schedule is not one learningRate computes over `totalSteps`, or "".
+std::string scheduleError(const OptimizerConfig &config, int64_t totalSteps);
 
 /// Makes every rank's gradients those of the whole global batch (still summed over
 /// micro-batches): sums the sequence-parallel partial gradients of replicated

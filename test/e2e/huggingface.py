@@ -538,7 +538,7 @@ def main():
             for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
         loss = mean_loss(w)
         # Without its biases the loss must differ by far more than the bound, or the checks
-        # below prove nothing about them (a key's bias never does: softmax ignores it).
+        # below prove nothing about them.
         if arch == "qwen3":  # the same weights, the heads not normalised
             what, plain = "the heads' norms", mean_loss(w, dict(config, architectures=["LlamaForCausalLM"]))
         else:

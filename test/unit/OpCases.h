@@ -180,6 +180,13 @@ inline std::vector<OpCase> opCases() {
                                         16);
   c.push_back({"qk_norm", qkNorm, "", 3, 16});
   c.push_back({"qk_norm_unfused", qkNorm, "", 3, 16, "--no-gradient-accumulation-fusion"});
+  // Two groups of two query heads, heads of 40: a warp's lanes take more than one element,
+  // and the weights' gradients gather heads from both groups.
+  c.push_back({"qk_norm_groups", oneOpModel(R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x320xf32>
+  %wq = mt.param "wq" normal(1.0) : tensor<40xf32>
+  %wk = mt.param "wk" normal(1.0) : tensor<40xf32>
+  %logits = mt.qk_norm %qkv, %wq, %wk {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x3x320xf32>, tensor<40xf32>, tensor<40xf32>) -> tensor<2x3x320xf32>)", 320), "", 3, 320});
   c.push_back({"add", oneOpModel(R"(
   %x = mt.param "x" normal(1.0) : tensor<2x3x5xf32>
   %y = mt.param "y" normal(1.0) : tensor<2x3x5xf32>

@@ -445,6 +445,46 @@ TEST(PlanReaderEnumTest, AnEnumFieldBeyondItsValuesIsRefusedByName) {
   }
 }
 
+/// A bf16 gpt-tiny whose norms' weight gradients are written in bf16, then added into
+/// the parameters' f32 gradients (no gradient-accumulation fusion), with the buffer of
+/// the first LayerNormGrad's weight gradient retyped f32 (twice the bytes, still inside
+/// the arena): its kernels would write 4-byte elements into a 2-byte buffer's place and
+/// past it. The plan is refused naming the instruction.
+TEST(PlanReaderTypes, ANormWeightGradientOfAnotherTypeIsRefused) {
+  const std::string path =
+      test::compileModel(test::zooModel("gpt-tiny"),
+                         "--micro-batch-size 2 --global-batch-size 2 --bf16 "
+                         "--no-gradient-accumulation-fusion",
+                         "plan_reader_norm_types");
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty()) << "mtc could not compile gpt-tiny";
+  LoadedPlan good;
+  ASSERT_OK(LoadedPlan::parse(bytes, "good.mtp", good));
+  plan::Plan &p = *plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes);
+  bool edited = false;
+  for (flatbuffers::uoffset_t k = 0; k < p.programs()->size() && !edited; ++k) {
+    auto *program = p.mutable_programs()->GetMutableObject(k);
+    for (flatbuffers::uoffset_t i = 0; i < program->instructions()->size() && !edited; ++i) {
+      const plan::Instruction *inst = program->instructions()->Get(i);
+      if (inst->opcode() != plan::Opcode::LayerNormGrad)
+        continue;
+      plan::Buffer *dw = program->mutable_buffers()->GetMutableObject(inst->outputs()->Get(1));
+      ASSERT_EQ(dw->dtype(), plan::DType::BF16);
+      edited = dw->mutate_dtype(plan::DType::F32) && dw->mutate_bytes(2 * dw->bytes());
+    }
+  }
+  ASSERT_TRUE(edited) << "no layer norm's gradient to retype";
+  reseal(bytes);
+  LoadedPlan loaded;
+  const Status s = LoadedPlan::parse(std::move(bytes), "retyped.mtp", loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(LayerNormGrad): LayerNormGrad operands disagree"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(PipelinedPlanTest, AResidualGradientOfAnotherShapeIsRefused) {
   // A norm's gradient that sums the residual stream's (mt-fuse-norm-grad-add) is given
   // its weight, a vector, in its place.

@@ -45,9 +45,13 @@ constexpr const char *kUsage = R"(usage:
   --steps N                 optimizer steps (Megatron: --train-iters)
   --seed S                  parameter init, dropout and data order (default 1234)
   --lr X, --min-lr X        peak and final learning rate (default 6e-4, 0)
-  --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters)
-  --lr-decay cosine|linear|constant   (Megatron: --lr-decay-style)
+  --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters), from
+                            --lr-warmup-init X (default 0)
+  --lr-decay cosine|linear|constant|inverse-square-root|WSD   (Megatron: --lr-decay-style)
   --lr-decay-steps N        (Megatron: --lr-decay-iters; default: all steps)
+  --lr-wsd-decay-steps N    WSD: the last N decay steps anneal to --min-lr, the others
+                            keep the peak (Megatron: --lr-wsd-decay-iters), in
+  --lr-wsd-decay-style exponential|linear|cosine|minus_sqrt   (default exponential)
   --adam-beta1 X, --adam-beta2 X, --adam-eps X, --weight-decay X
   --clip-grad X             global gradient-norm clipping (0: off; default 1.0)
   --save DIR, --save-every K   checkpoint to DIR every K steps and at the end
@@ -105,12 +109,14 @@ const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
                                                      {"lr-warmup-iters", "warmup-steps"},
                                                      {"lr-decay-style", "lr-decay"},
                                                      {"lr-decay-iters", "lr-decay-steps"},
+                                                     {"lr-wsd-decay-iters", "lr-wsd-decay-steps"},
                                                      {"save-interval", "save-every"},
                                                      {"log-interval", "log-every"},
                                                      {"data-path", "data"}};
 // clang-format off
 const std::set<std::string> kFlags = {
     "data", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
+    "lr-warmup-init", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
     "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
@@ -303,6 +309,9 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     o.warmupSteps = integer("warmup-steps", 0);
     o.decaySteps = integer("lr-decay-steps", 0);
     o.decayStyle = text("lr-decay", o.decayStyle);
+    o.warmupInit = number("lr-warmup-init", o.warmupInit);
+    o.wsdDecaySteps = integer("lr-wsd-decay-steps", 0);
+    o.wsdDecayStyle = text("lr-wsd-decay-style", o.wsdDecayStyle);
     o.beta1 = number("adam-beta1", o.beta1);
     o.beta2 = number("adam-beta2", o.beta2);
     o.eps = number("adam-eps", o.eps);
@@ -343,9 +352,8 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
            scaler.hysteresis < 1)
     error = "loss scaling needs 0 < --min-loss-scale <= --initial-loss-scale, "
             "--loss-scale-window >= 1 and --hysteresis >= 1";
-  else if (const std::string &d = config.optimizer.decayStyle;
-           d != "cosine" && d != "linear" && d != "constant")
-    error = "--lr-decay must be cosine, linear or constant";
+  else
+    error = mt::scheduleError(config.optimizer, config.steps);
   return error.empty();
 }
 

@@ -314,25 +314,15 @@ template <typename T> struct Kernels {
       for (int64_t i = 0; i < d; ++i)
         out[i] = static_cast<T>(rstd * (static_cast<double>(g[i]) * w[i] - x[i] * rstd * meanGX));
     }
-    // The slot of the n-th query head (of the rows in order, then the heads), and of the
-    // n-th key.
-    const int64_t heads = layout.heads, kv = layout.kv;
-    const auto query = [&](int64_t n) {
-      const int64_t h = n % heads;
-      return n / heads * kv * (perGroup + 2) + layout.query(h) / d;
-    };
-    const auto key = [&](int64_t n) {
-      return n / kv * kv * (perGroup + 2) + layout.key(n % kv) / d;
-    };
-    const int64_t rows = slots / (kv * (perGroup + 2));
-    const auto term = [&](auto slotOf) {
-      return [&, slotOf](int64_t n, int64_t i) {
-        const int64_t s = slotOf(n);
+    const int64_t rows = slots / layout.slots();
+    const auto term = [&](bool keys) {
+      return [&, keys](int64_t n, int64_t i) {
+        const int64_t s = layout.slot(n, keys);
         return static_cast<double>(ptr(dy)[s * d + i]) * (ptr(qkv)[s * d + i] * rstds[s]);
       };
     };
-    columnSums(rows * heads, d, term(query), ptr(dwq));
-    columnSums(rows * kv, d, term(key), ptr(dwk));
+    columnSums(rows * layout.heads, d, term(false), ptr(dwq));
+    columnSums(rows * layout.kv, d, term(true), ptr(dwk));
   }
 
   /// out[M×N] = x[M×K]·W[N×K]ᵀ (+ b)

@@ -477,25 +477,23 @@ template <typename T> struct QkNormGradTerm {
   QkvLayout layout;
   bool keys;
   __device__ void operator()(int64_t n, int64_t i, float *acc) const {
-    const int64_t per = keys ? layout.kv : layout.heads, h = n % per;
-    const int64_t s = n / per * layout.kv * (layout.perGroup() + 2) +
-                      (keys ? layout.key(h) : layout.query(h)) / layout.d;
+    const int64_t s = layout.slot(n, keys);
     acc[0] += ld(dy, s * layout.d + i) * ld(x, s * layout.d + i) * rstds[s];
   }
 };
 
 /// The heads of `rows` rows of a fused QKV.
-inline int64_t qkvSlots(int64_t rows, const QkvLayout &layout) {
-  return rows * layout.kv * (layout.perGroup() + 2);
-}
+inline int64_t qkvSlots(int64_t rows, const QkvLayout &layout) { return rows * layout.slots(); }
 /// The bytes of a rstd per head, rounded up as scratch is cut.
 inline size_t qkNormRstdBytes(int64_t slots) {
   return (sizeof(float) * static_cast<size_t>(std::max<int64_t>(slots, 1)) + 255) / 256 * 256;
 }
-/// The f32 scratch qk_norm's gradient takes: a rstd per head, then the column sums'.
+/// The f32 scratch qk_norm's gradient takes: a rstd per head, then the partials of the
+/// larger of its two column sums (the chunks do not grow with the rows everywhere).
 inline size_t qkNormGradScratchBytes(int64_t rows, const QkvLayout &layout) {
   return qkNormRstdBytes(qkvSlots(rows, layout)) +
-         columnSumScratchBytes(1, rows * layout.heads, layout.d);
+         std::max(columnSumScratchBytes(1, rows * layout.heads, layout.d),
+                  columnSumScratchBytes(1, rows * layout.kv, layout.d));
 }
 
 template <typename T>

@@ -126,3 +126,16 @@ func.func @qk_norm_groups(%x: tensor<2x4x8xf32>) -> tensor<2x4x16xf32> {
   %n = mt.qk_norm %qkv, %wq, %wk {heads = 2 : i64, kv_heads = 1 : i64} : (tensor<2x4x16xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x16xf32>
   return %n : tensor<2x4x16xf32>
 }
+
+// -----
+
+func.func @qk_norm_weight_read_elsewhere(%x: tensor<2x4x8xf32>) -> tensor<2x4x32xf32> {
+  %w = mt.param "qkv.weight" normal(2.0e-02) : tensor<32x8xf32>
+  %wq = mt.param "q_norm.weight" ones : tensor<4xf32>
+  %wk = mt.param "k_norm.weight" ones : tensor<4xf32>
+  %qkv = mt.linear %x, %w : (tensor<2x4x8xf32>, tensor<32x8xf32>) -> tensor<2x4x32xf32>
+  // expected-error@+1 {{mt-tensor-parallel: qk_norm's weights must be parameters only qk_norm reads (each rank sums its own heads' part of their gradient)}}
+  %n = mt.qk_norm %qkv, %wq, %wk {heads = 4 : i64, kv_heads = 2 : i64} : (tensor<2x4x32xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x32xf32>
+  %s = mt.add %wq, %wk : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %n : tensor<2x4x32xf32>
+}

@@ -1,0 +1,112 @@
+// The learning-rate schedule against values worked by hand from Megatron's
+// OptimizerParamScheduler.get_lr (at num_steps = the 0-based step; warm-up one update
+// ahead, as mtc counts it), for every decay style, and the schedules mtrun refuses.
+#include "train/Optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace mt {
+namespace {
+
+OptimizerConfig config(const std::string &style) {
+  OptimizerConfig c;
+  c.lr = 1.0;
+  c.minLr = 0.1;
+  c.warmupSteps = 2;
+  c.decaySteps = 10;
+  c.decayStyle = style;
+  return c;
+}
+
+TEST(LearningRate, WarmUpStartsFromItsInitialRate) {
+  OptimizerConfig c = config("cosine");
+  EXPECT_DOUBLE_EQ(learningRate(c, 0, 20), 0.5); // update 1 of 2
+  EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 1.0);
+  c.warmupInit = 0.2;
+  EXPECT_DOUBLE_EQ(learningRate(c, 0, 20), 0.6);
+  EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 1.0);
+}
+
+TEST(LearningRate, CosineAndLinearDecayFromThePeakAfterWarmUp) {
+  for (const char *style : {"cosine", "linear"}) {
+    const OptimizerConfig c = config(style);
+    EXPECT_DOUBLE_EQ(learningRate(c, 2, 20), 1.0) << style;
+    EXPECT_NEAR(learningRate(c, 6, 20), 0.55, 1e-15) << style; // half way: both 1/2
+    EXPECT_NEAR(learningRate(c, 10, 20), 0.1, 1e-15) << style;
+    EXPECT_DOUBLE_EQ(learningRate(c, 11, 20), 0.1) << style;
+  }
+  EXPECT_NEAR(learningRate(config("linear"), 4, 20), 0.1 + 0.9 * 0.75, 1e-15);
+  EXPECT_NEAR(learningRate(config("cosine"), 4, 20),
+              0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_DOUBLE_EQ(learningRate(config("constant"), 15, 20), 1.0);
+}
+
+// WSD: the peak until step 10 − 4 = 6, then the last 4 steps anneal.
+TEST(LearningRate, WsdHoldsThePeakThenAnnealsInItsStyle) {
+  OptimizerConfig c = config("WSD");
+  c.wsdDecaySteps = 4;
+  for (int64_t step = 2; step <= 6; ++step)
+    EXPECT_DOUBLE_EQ(learningRate(c, step, 20), 1.0) << step;
+  const struct {
+    const char *style;
+    double quarter, half; // the coefficient a quarter and half of the way
+  } styles[] = {{"exponential", 2 * std::pow(0.5, 0.25) - 1, 2 * std::sqrt(0.5) - 1},
+                {"linear", 0.75, 0.5},
+                {"cosine", 0.5 * (1 + std::cos(M_PI / 4)), 0.5},
+                {"minus_sqrt", 0.5, 1 - std::sqrt(0.5)}};
+  for (const auto &s : styles) {
+    c.wsdDecayStyle = s.style;
+    EXPECT_NEAR(learningRate(c, 7, 20), 0.1 + 0.9 * s.quarter, 1e-15) << s.style;
+    EXPECT_NEAR(learningRate(c, 8, 20), 0.1 + 0.9 * s.half, 1e-15) << s.style;
+    EXPECT_NEAR(learningRate(c, 10, 20), 0.1, 1e-15) << s.style;
+    EXPECT_DOUBLE_EQ(learningRate(c, 12, 20), 0.1) << s.style;
+    EXPECT_EQ(scheduleError(c, 20), "") << s.style;
+  }
+}
+
+// peak·sqrt(max(W, 1))/sqrt(max(step, 1)), at least the minimum, the minimum past the
+// decay steps.
+TEST(LearningRate, InverseSquareRootFallsWithTheStep) {
+  OptimizerConfig c = config("inverse-square-root");
+  c.warmupSteps = 4;
+  c.decaySteps = 100;
+  EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 1.0);
+  EXPECT_DOUBLE_EQ(learningRate(c, 16, 200), 0.5);
+  EXPECT_DOUBLE_EQ(learningRate(c, 100, 200), 0.2);
+  EXPECT_DOUBLE_EQ(learningRate(c, 101, 200), 0.1);
+  c.minLr = 0.3;
+  EXPECT_DOUBLE_EQ(learningRate(c, 100, 200), 0.3);
+  c.warmupSteps = 0;
+  EXPECT_DOUBLE_EQ(learningRate(c, 0, 200), 1.0);
+  EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 0.5);
+}
+
+TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
+  OptimizerConfig c = config("WSD");
+  EXPECT_EQ(scheduleError(c, 20), "--lr-decay WSD anneals over --lr-wsd-decay-steps, from 1 "
+                                  "to the 8 decay steps after warm-up");
+  c.wsdDecaySteps = 9;
+  EXPECT_NE(scheduleError(c, 20), "");
+  c.wsdDecaySteps = 8;
+  EXPECT_EQ(scheduleError(c, 20), "");
+  c.wsdDecayStyle = "step";
+  EXPECT_EQ(scheduleError(c, 20),
+            "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt");
+  c = config("cosine");
+  c.wsdDecaySteps = 3;
+  EXPECT_EQ(scheduleError(c, 20), "--lr-wsd-decay-steps applies to --lr-decay WSD");
+  c = config("wsd");
+  EXPECT_EQ(scheduleError(c, 20),
+            "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD");
+  c = config("linear");
+  c.warmupInit = 2;
+  EXPECT_NE(scheduleError(c, 20), "");
+  c.warmupInit = 0;
+  c.minLr = 2;
+  EXPECT_NE(scheduleError(c, 20), "");
+}
+
+} // namespace
+} // namespace mt
