@@ -228,37 +228,41 @@ template <typename T> struct Kernels {
     return 1.0 / std::sqrt(sq / h + eps);
   }
 
+  /// y = x·rstd·w over one row of h.
+  static void rmsRow(const T *x, const T *w, int64_t h, double eps, T *y) {
+    const double rstd = rowRms(x, h, eps);
+    for (int64_t j = 0; j < h; ++j)
+      y[j] = static_cast<T>(x[j] * rstd * w[j]);
+  }
+
+  /// One row's dx = rstd·(g − x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd; returns rstd.
+  static double rmsRowGrad(const T *dy, const T *x, const T *w, int64_t h, double eps, T *dx) {
+    const double rstd = rowRms(x, h, eps);
+    double meanGX = 0;
+    for (int64_t j = 0; j < h; ++j)
+      meanGX += static_cast<double>(dy[j]) * w[j] * (x[j] * rstd);
+    meanGX /= h;
+    for (int64_t j = 0; j < h; ++j)
+      dx[j] = static_cast<T>(rstd * (static_cast<double>(dy[j]) * w[j] - x[j] * rstd * meanGX));
+    return rstd;
+  }
+
   static void rmsNorm(const TensorView &x, const TensorView &w, double eps,
                       const TensorView &out) {
     const int64_t h = x.cols();
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
-    for (int64_t r = 0; r < x.rows(); ++r) {
-      const T *xr = ptr(x) + r * h;
-      T *o = ptr(out) + r * h;
-      const double rstd = rowRms(xr, h, eps);
-      for (int64_t j = 0; j < h; ++j)
-        o[j] = static_cast<T>(xr[j] * rstd * ptr(w)[j]);
-    }
+    for (int64_t r = 0; r < x.rows(); ++r)
+      rmsRow(ptr(x) + r * h, ptr(w), h, eps, ptr(out) + r * h);
   }
 
-  /// dx = rstd·(g − x̂·mean(g·x̂)) with g = dy·w and x̂ = x·rstd; dw = Σ dy·x̂.
+  /// Each row's dx (rmsRowGrad); dw = Σ dy·x̂.
   static void rmsNormGrad(const TensorView &dy, const TensorView &x, const TensorView &w,
                           double eps, const TensorView &dx, const TensorView &dw) {
     const int64_t h = x.cols(), rows = x.rows();
     std::vector<double> rstds(rows);
 #pragma omp parallel for schedule(static) if (x.numel() >= kParallelElements)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = ptr(x) + r * h, *g = ptr(dy) + r * h;
-      const double rstd = rstds[r] = rowRms(xr, h, eps);
-      double meanGX = 0;
-      for (int64_t j = 0; j < h; ++j)
-        meanGX += static_cast<double>(g[j]) * ptr(w)[j] * (xr[j] * rstd);
-      meanGX /= h;
-      T *d = ptr(dx) + r * h;
-      for (int64_t j = 0; j < h; ++j)
-        d[j] = static_cast<T>(rstd * (static_cast<double>(g[j]) * ptr(w)[j] -
-                                      xr[j] * rstd * meanGX));
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      rstds[r] = rmsRowGrad(ptr(dy) + r * h, ptr(x) + r * h, ptr(w), h, eps, ptr(dx) + r * h);
     columnSums(
         rows, h,
         [&](int64_t r, int64_t j) {
@@ -277,14 +281,10 @@ template <typename T> struct Kernels {
       const int64_t j = s % (perGroup + 2);
       const T *x = ptr(qkv) + s * d;
       T *y = ptr(out) + s * d;
-      if (j == perGroup + 1) {
+      if (j == perGroup + 1)
         std::copy(x, x + d, y);
-        continue;
-      }
-      const T *w = ptr(j < perGroup ? wq : wk);
-      const double rstd = rowRms(x, d, eps);
-      for (int64_t i = 0; i < d; ++i)
-        y[i] = static_cast<T>(x[i] * rstd * w[i]);
+      else
+        rmsRow(x, ptr(j < perGroup ? wq : wk), d, eps, y);
     }
   }
 
@@ -301,18 +301,10 @@ template <typename T> struct Kernels {
       const int64_t j = s % (perGroup + 2);
       const T *x = ptr(qkv) + s * d, *g = ptr(dy) + s * d;
       T *out = ptr(dx) + s * d;
-      if (j == perGroup + 1) {
+      if (j == perGroup + 1)
         std::copy(g, g + d, out);
-        continue;
-      }
-      const T *w = ptr(j < perGroup ? wq : wk);
-      const double rstd = rstds[s] = rowRms(x, d, eps);
-      double meanGX = 0;
-      for (int64_t i = 0; i < d; ++i)
-        meanGX += static_cast<double>(g[i]) * w[i] * (x[i] * rstd);
-      meanGX /= d;
-      for (int64_t i = 0; i < d; ++i)
-        out[i] = static_cast<T>(rstd * (static_cast<double>(g[i]) * w[i] - x[i] * rstd * meanGX));
+      else
+        rstds[s] = rmsRowGrad(g, x, ptr(j < perGroup ? wq : wk), d, eps, out);
     }
     const int64_t rows = slots / layout.slots();
     const auto term = [&](bool keys) {

@@ -160,6 +160,20 @@ def main():
     nfkc.save("nfkc.json")
     made["nfkc"] = (nfkc, "<|endoftext|>")
 
+    # Qwen2's with its normalizer replaced: NFD, and NFKD then NFC in a Sequence (the test
+    # replaces it alike in qwen2.json); the ids of normal.txt only.
+    for variant, normalizer in (("nfd", normalizers.NFD()),
+                                ("nfkd_nfc", normalizers.Sequence([normalizers.NFKD(),
+                                                                   normalizers.NFC()]))):
+        other = Tokenizer.from_file("qwen2.json")
+        other.normalizer = normalizer
+        end = other.token_to_id("<|endoftext|>")
+        with open(f"qwen2_{variant}.normal.ids", "w") as f:
+            for document in documents(NORMAL):
+                ids = other.encode(document.decode("utf-8", errors="replace"),
+                                   add_special_tokens=False).ids
+                f.write(" ".join(map(str, ids + [end])) + "\n")
+
     # The GPT-2 one with added tokens that overlap ("<|end" within "<|endoftext|>"), and one
     # the text as written matches ("eper") before a normalized one ("keep") in "keeper".
     with open("ends.txt", "wb") as f:
