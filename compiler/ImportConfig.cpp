@@ -58,7 +58,8 @@ struct Writer {
   }
 };
 
-/// LLaMA's MLP of %n2 into %mlp: SwiGLU, dense or (Mixtral) a mixture of experts.
+/// LLaMA's MLP of %n2 into %mlp: SwiGLU, dense or (Mixtral, Qwen3-MoE) a mixture of
+/// experts.
 void swigluMlp(Writer &w, const ModelConfig &c, const std::string &normal,
                const std::string &output) {
   const int64_t h = c.hidden, ffn = c.ffn, e = c.experts, k = c.topk;
@@ -80,11 +81,13 @@ void swigluMlp(Writer &w, const ModelConfig &c, const std::string &normal,
   const std::string slots =
       "tensor<?x?x" + std::to_string(k) + "xf32>, tensor<?x?x" + std::to_string(k) + "xi32>";
   const std::string experts = "{num_experts = " + std::to_string(e) + " : i64}";
-  w.param("router_w", "block_sparse_moe.gate.weight", normal, {e, h});
+  const ::mt::hf::ExpertNames names = ::mt::hf::expertNames(c);
+  const std::string prefix = names.prefix, stacked = prefix + "experts.";
+  w.param("router_w", prefix + "gate.weight", normal, {e, h});
   w.linear("router", "n2", "router_w", h, e);
-  os << "    %gates, %experts = mt.moe_router %router {topk = " << k
-     << " : i64, aux_loss_coeff = " << real(c.auxLossCoeff) << " : f64} : (" << Writer::a(e)
-     << ") -> (" << slots << ")\n";
+  os << "    %gates, %experts = mt.moe_router %router {topk = " << k << " : i64, "
+     << (c.preSoftmax ? "pre_softmax, " : "") << "aux_loss_coeff = " << real(c.auxLossCoeff)
+     << " : f64} : (" << Writer::a(e) << ") -> (" << slots << ")\n";
   os << "    %rows, %counts = mt.moe_dispatch %n2, %experts " << experts << " : (" << Writer::a(h)
      << ", tensor<?x?x" << k << "xi32>) -> (" << rows << ", " << counts << ")\n";
   auto grouped = [&](const char *v, const char *x, const char *weight, const std::string &in,
@@ -92,12 +95,12 @@ void swigluMlp(Writer &w, const ModelConfig &c, const std::string &normal,
     os << "    %" << v << " = mt.grouped_linear %" << x << ", %counts, %" << weight << " : (" << in
        << ", " << counts << ", " << Writer::t(dims) << ") -> " << out << "\n";
   };
-  w.param("w1", "block_sparse_moe.experts.w1", normal, {e, ffn, h});
+  w.param("w1", stacked + names.gate, normal, {e, ffn, h});
   grouped("gate", "rows", "w1", rows, inner, {e, ffn, h});
-  w.param("w3", "block_sparse_moe.experts.w3", normal, {e, ffn, h});
+  w.param("w3", stacked + names.up, normal, {e, ffn, h});
   grouped("up", "rows", "w3", rows, inner, {e, ffn, h});
   os << "    %act = mt.swiglu %gate, %up : (" << inner << ", " << inner << ") -> " << inner << "\n";
-  w.param("w2", "block_sparse_moe.experts.w2", output, {e, h, ffn});
+  w.param("w2", stacked + names.down, output, {e, h, ffn});
   grouped("down", "act", "w2", inner, rows, {e, h, ffn});
   os << "    %mlp = mt.moe_combine %down, %gates, %experts " << experts << " : (" << rows << ", "
      << slots << ") -> " << Writer::a(h) << "\n";

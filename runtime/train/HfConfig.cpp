@@ -242,20 +242,43 @@ void qwen3(Keys &k, ModelConfig &c) {
   qwenAttention(k, c);
 }
 
-/// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
-void mixtral(Keys &k, ModelConfig &c) {
-  decoder(k, c, {8, std::nullopt, 1e-5, 1e6});
-  noWindow(k, c, std::nullopt);
-  c.experts = k.integer("num_local_experts");
+/// A mixture's experts (`count` names their number), each token's top k, and the
+/// load-balancing loss's coefficient.
+void mixture(Keys &k, ModelConfig &c, const char *count) {
+  c.experts = k.integer(count);
   c.topk = k.integer("num_experts_per_tok");
   c.auxLossCoeff = k.number("router_aux_loss_coef", 0.001);
   // Whether transformers adds the load-balancing loss to the loss it returns; mtc's
   // router carries it in the gradient either way.
   k.flag("output_router_logits", false);
+  if (c.topk > c.experts)
+    k.fail("'num_experts_per_tok' exceeds " + Keys::quote(count));
+}
+
+/// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
+void mixtral(Keys &k, ModelConfig &c) {
+  decoder(k, c, {8, std::nullopt, 1e-5, 1e6});
+  noWindow(k, c, std::nullopt);
+  mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
     k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");
-  if (c.topk > c.experts)
-    k.fail("'num_experts_per_tok' exceeds 'num_local_experts'");
+}
+
+/// Qwen3MoeForCausalLM: Qwen3's attention, and in every layer a mixture of SwiGLU
+/// experts of `moe_intermediate_size` (the dense `intermediate_size` unused), the gates
+/// renormalised over a token's top k where `norm_topk_prob` says so.
+void qwen3Moe(Keys &k, ModelConfig &c) {
+  decoder(k, c, {4, std::nullopt});
+  c.qkNorm = true;
+  c.qkvBias = c.outputBias = k.flag("attention_bias", false);
+  qwenAttention(k, c);
+  mixture(k, c, "num_experts");
+  c.ffn = k.integer("moe_intermediate_size", 768);
+  c.preSoftmax = !k.flag("norm_topk_prob", false);
+  if (k.integer("decoder_sparse_step", 1) != 1)
+    k.fail("'decoder_sparse_step' is not 1: mtc's layers are alike, each a mixture");
+  if (const json *dense = k.get("mlp_only_layers"); dense && !(dense->is_array() && dense->empty()))
+    k.fail("'mlp_only_layers' is not empty: mtc's layers are alike, each a mixture");
 }
 
 void gpt2(Keys &k, ModelConfig &c) {
@@ -298,6 +321,12 @@ void gpt2(Keys &k, ModelConfig &c) {
 
 } // namespace
 
+ExpertNames expertNames(const ModelConfig &c) {
+  return c.architecture == "Qwen3MoeForCausalLM"
+             ? ExpertNames{"mlp.", "gate_proj", "up_proj", "down_proj"}
+             : ExpertNames{"block_sparse_moe.", "w1", "w3", "w2"};
+}
+
 std::string torchDtypeName(const std::string &dtype) {
   for (const auto &[torch, safetensors] : kDTypes)
     if (dtype == safetensors)
@@ -324,7 +353,8 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
   // Each architecture mtc trains, with the reader of its keys.
   const std::pair<const char *, void (*)(Keys &, ModelConfig &)> readers[] = {
       {"GPT2LMHeadModel", gpt2},   {"LlamaForCausalLM", llama}, {"MistralForCausalLM", mistral},
-      {"Qwen2ForCausalLM", qwen2}, {"Qwen3ForCausalLM", qwen3}, {"MixtralForCausalLM", mixtral}};
+      {"Qwen2ForCausalLM", qwen2}, {"Qwen3ForCausalLM", qwen3}, {"MixtralForCausalLM", mixtral},
+      {"Qwen3MoeForCausalLM", qwen3Moe}};
   const auto reader = std::find_if(std::begin(readers), std::end(readers),
                                    [&](const auto &r) { return arch == r.first; });
   if (reader == std::end(readers)) {

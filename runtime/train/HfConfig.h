@@ -1,7 +1,7 @@
 // A transformers config.json of a model mtc trains (GPT2LMHeadModel, and LLaMA's decoder:
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-// MixtralForCausalLM), read once for everything that reads one: `mtc import-config`, which
-// writes the model, and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is
+// MixtralForCausalLM, Qwen3MoeForCausalLM), read once for everything that reads one:
+// `mtc import-config`, which writes the model, and `mtckpt import-hf`/`export-hf`, which convert its weights. Every key is
 // either honoured, known to change nothing mtc trains, or refused by name, so that no two readers
 // can disagree about what a config means.
 #ifndef MT_RUNTIME_TRAIN_HFCONFIG_H
@@ -41,11 +41,25 @@ struct ModelConfig {
     int64_t originalPositions = 0;
   };
   std::optional<RopeScaling> ropeScaling;
-  // Mixtral: the MLP a mixture of `experts` experts of `ffn`, `topk` a token, the
-  // load-balancing loss's coefficient; 0 experts: LLaMA's dense MLP.
+  // Mixtral, Qwen3-MoE: the MLP a mixture of `experts` experts of `ffn`, `topk` a token,
+  // the load-balancing loss's coefficient; 0 experts: LLaMA's dense MLP. The gates are
+  // the softmax over a token's top k logits (Mixtral's, Qwen's norm_topk_prob), or with
+  // `preSoftmax` the top k of the softmax over all of them.
   int64_t experts = 0, topk = 0;
   double auxLossCoeff = 0;
+  bool preSoftmax = false;
 };
+
+/// A mixture's parameters: `prefix` + "gate.weight" its router's, and its experts'
+/// SwiGLU matrices, each stacked [E, ...] in mtc as `prefix` + "experts." + gate (up,
+/// down), and in Hugging Face's files one per expert, `prefix` + "experts.<e>." + gate +
+/// ".weight".
+struct ExpertNames {
+  const char *prefix, *gate, *up, *down;
+};
+/// Mixtral's (block_sparse_moe., w1, w3, w2) or Qwen3-MoE's (mlp., gate_proj, up_proj,
+/// down_proj).
+ExpertNames expertNames(const ModelConfig &config);
 
 /// torch's name of a dtype safetensors calls `dtype` ("BF16" -> "bfloat16"), as config.json
 /// writes it; empty for one a config cannot name.

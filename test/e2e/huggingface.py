@@ -154,23 +154,37 @@ def swiglu(gate_w, up_w, down_w, h):
     return ((gate / (1 + np.exp(-gate))) * (h @ up_w.T)) @ down_w.T
 
 
+def moe_names(c):
+    """A mixture's router and experts: (prefix, gate, up, down), Mixtral's or Qwen3-MoE's."""
+    if c["architectures"] == ["Qwen3MoeForCausalLM"]:
+        return "mlp.", "gate_proj", "up_proj", "down_proj"
+    return "block_sparse_moe.", "w1", "w3", "w2"
+
+
+def experts_of(c):
+    return c.get("num_local_experts", c.get("num_experts", 0))
+
+
 def mlp(c, p, h):
-    """LLaMA's MLP; or Mixtral's sparse mixture of experts as MixtralSparseMoeBlock
-    computes it: the softmax over the router's logits, its top k renormalised to sum to
-    one, each token the sum of its k experts' SwiGLU MLPs weighted so."""
-    if "num_local_experts" not in c:
+    """LLaMA's MLP; or a sparse mixture of experts as MixtralSparseMoeBlock and
+    Qwen3MoeSparseMoeBlock compute it: the softmax over the router's logits, its top k
+    (renormalised to sum to one: Mixtral's, and Qwen's with norm_topk_prob), each token the
+    sum of its k experts' SwiGLU MLPs weighted so."""
+    if not experts_of(c):
         return swiglu(p("mlp.gate_proj.weight"), p("mlp.up_proj.weight"),
                       p("mlp.down_proj.weight"), h)
-    logits = h @ p("block_sparse_moe.gate.weight").T
+    prefix, gate, up, down = moe_names(c)
+    logits = h @ p(prefix + "gate.weight").T
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     chosen = np.argsort(-probs, axis=-1, kind="stable")[..., :c["num_experts_per_tok"]]
     weights = np.take_along_axis(probs, chosen, -1)
-    weights /= weights.sum(-1, keepdims=True)
+    if c.get("norm_topk_prob", "num_local_experts" in c):
+        weights /= weights.sum(-1, keepdims=True)
     out = np.zeros_like(h)
-    for e in range(c["num_local_experts"]):
-        w = lambda n: p(f"block_sparse_moe.experts.{e}.{n}.weight")
-        out += (weights * (chosen == e)).sum(-1, keepdims=True) * swiglu(w("w1"), w("w3"), w("w2"), h)
+    for e in range(experts_of(c)):
+        w = lambda n: p(f"{prefix}experts.{e}.{n}.weight")
+        out += (weights * (chosen == e)).sum(-1, keepdims=True) * swiglu(w(gate), w(up), w(down), h)
     return out
 
 
@@ -191,7 +205,7 @@ def llama_loss(c, w, tokens, targets):
         proj = lambda n, heads: (h @ p(f"self_attn.{n}_proj.weight").T + bias(f"self_attn.{n}_proj.bias")
                                  ).reshape(b, s, heads, d)
         q, k, v = proj("q", nh), proj("k", ng), proj("v", ng)
-        if c["architectures"] == ["Qwen3ForCausalLM"]:  # each head normalised over its d
+        if c["architectures"] in (["Qwen3ForCausalLM"], ["Qwen3MoeForCausalLM"]):  # over d
             q = rms_norm(q, p("self_attn.q_norm.weight"), c["rms_norm_eps"])
             k = rms_norm(k, p("self_attn.k_norm.weight"), c["rms_norm_eps"])
         q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
@@ -252,6 +266,12 @@ QWEN3 = {
     "sliding_window": None, "max_window_layers": 2, "attention_dropout": 0.0,
     "attention_bias": False,
 }
+# Qwen3-MoE's keys (transformers 4.51): Qwen3's attention, 4 experts of 24, top 2.
+QWEN3_MOE = dict(QWEN3, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe",
+                 num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                 norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                 router_aux_loss_coef=0.001, output_router_logits=False,
+                 tie_word_embeddings=False)
 GPT2 = {
     "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
     "n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": SEQ, "n_ctx": SEQ,
@@ -265,11 +285,13 @@ def llama_weights(c, rng):
     h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
     d = c.get("head_dim", h // nh)
-    experts = c.get("num_local_experts", 0)
+    experts = experts_of(c)
     if experts:
-        mlp_shapes = [("block_sparse_moe.gate.weight", (experts, h))] + [
-            (f"block_sparse_moe.experts.{e}.{n}.weight", shape) for e in range(experts)
-            for n, shape in (("w1", (f, h)), ("w2", (h, f)), ("w3", (f, h)))]
+        prefix, gate, up, down = moe_names(c)
+        f = c.get("moe_intermediate_size", f)
+        mlp_shapes = [(prefix + "gate.weight", (experts, h))] + [
+            (f"{prefix}experts.{e}.{n}.weight", shape) for e in range(experts)
+            for n, shape in ((gate, (f, h)), (down, (h, f)), (up, (f, h)))]
     else:
         mlp_shapes = [("mlp.gate_proj.weight", (f, h)), ("mlp.up_proj.weight", (f, h)),
                       ("mlp.down_proj.weight", (h, f))]
@@ -281,7 +303,7 @@ def llama_weights(c, rng):
               ("self_attn.v_proj.bias", (ng * d,))] if qwen2 or c.get("attention_bias") else []
     if c.get("attention_bias"):
         biases.append(("self_attn.o_proj.bias", (h,)))
-    if c["architectures"] == ["Qwen3ForCausalLM"]:
+    if c["architectures"] in (["Qwen3ForCausalLM"], ["Qwen3MoeForCausalLM"]):
         biases += [("self_attn.q_norm.weight", (d,)), ("self_attn.k_norm.weight", (d,))]
     for l in range(c["num_hidden_layers"]):
         for name, shape in [("input_layernorm.weight", (h,)), ("self_attn.q_proj.weight", (nh * d, h)),
@@ -551,6 +573,32 @@ def main():
             got_loss, _ = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"),
                                      work(f"{arch}_BF16_ckpt"), layout, ranks)
             check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
+
+    # Qwen3-MoE: Qwen3's attention and a mixture in every layer (mlp.gate and each expert's
+    # gate_proj, up_proj, down_proj stacked into one tensor and split again), its gates
+    # renormalised over a token's top 2 (norm_topk_prob) and, the same weights, not
+    # (mt.moe_router's pre_softmax); serially, under tp 2 · sp and under ep 2.
+    round_trip("qwen3_moe", QWEN3_MOE, llama_weights(QWEN3_MOE, rng))
+    w = {n: decode(raw, dtype, shape).astype(np.float64)
+         for n, (dtype, shape, raw) in read_directory(work("qwen3_moe_BF16_hf")).items()}
+    losses = {}
+    for norm in (True, False):
+        config = dict(QWEN3_MOE, norm_topk_prob=norm)
+        losses[norm] = sum(llama_loss(config, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
+                           for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
+        model = work(f"qwen3_moe_{norm}.mlir")
+        with open(work(f"qwen3_moe_{norm}.json"), "w") as f:
+            json.dump(config, f)
+        run([mtc, "import-config", work(f"qwen3_moe_{norm}.json"), "-o", model])
+        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2), (["--dp", "2", "--ep", "2"], 2)):
+            got_loss, _ = first_loss(f"qwen3_moe_{norm}_{ranks}{len(layout)}", model,
+                                     work("qwen3_moe_BF16_ckpt"), layout, ranks)
+            check(f"qwen3_moe norm_topk_prob {norm} first loss, {' '.join(layout) or 'serial'}",
+                  got_loss, losses[norm])
+    gap = abs(losses[True] - losses[False]) / losses[True]
+    print(f"qwen3_moe reference losses with and without norm_topk_prob differ by {gap:.1e}")
+    if gap <= 1e-4:
+        failures.append("qwen3_moe: norm_topk_prob barely changes the reference loss")
 
     if failures:
         sys.exit("Hugging Face interop differs: " + ", ".join(failures))

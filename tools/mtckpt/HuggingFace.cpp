@@ -48,15 +48,17 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
   auto conv1d = [&](std::string mtc, std::string hf, int64_t out, int64_t in) {
     m.push_back({std::move(mtc), {out, in}, {prefix + hf}, {{in, out}}, true});
   };
-  // Mixtral's experts: one mtc tensor [E, ...] of the E Hugging Face ones, stacked.
+  // A mixture's experts: one mtc tensor [E, ...] of the E Hugging Face ones, stacked.
   auto moe = [&](const std::string &mt, const std::string &hf) {
-    copy(mt + "block_sparse_moe.gate.weight", hf + "block_sparse_moe.gate.weight", {a.experts, h});
-    for (const char *w : {"w1", "w2", "w3"}) {
-      const std::vector<int64_t> one =
-          std::string(w) == "w2" ? std::vector<int64_t>{h, a.ffn} : std::vector<int64_t>{a.ffn, h};
-      Mapping stacked{mt + "block_sparse_moe.experts." + w, {a.experts, one[0], one[1]}, {}, {}};
+    const ExpertNames names = expertNames(a);
+    const std::string mixture = names.prefix;
+    copy(mt + mixture + "gate.weight", hf + mixture + "gate.weight", {a.experts, h});
+    for (const char *w : {names.gate, names.down, names.up}) {
+      const std::vector<int64_t> one = w == names.down ? std::vector<int64_t>{h, a.ffn}
+                                                       : std::vector<int64_t>{a.ffn, h};
+      Mapping stacked{mt + mixture + "experts." + w, {a.experts, one[0], one[1]}, {}, {}};
       for (int64_t e = 0; e < a.experts; ++e) {
-        stacked.hf.push_back(cat(prefix, hf, "block_sparse_moe.experts.", e, ".", w, ".weight"));
+        stacked.hf.push_back(cat(prefix, hf, mixture, "experts.", e, ".", w, ".weight"));
         stacked.hfShapes.push_back(one);
       }
       m.push_back(std::move(stacked));

@@ -1,6 +1,6 @@
 // Hugging Face checkpoints in and out. A transformers directory of a GPT2LMHeadModel or of
-// LLaMA's decoder (runtime/train/HfConfig.h: LLaMA, Mistral, Qwen2, Qwen3, Mixtral;
-// config.json, and model.safetensors or its shards with
+// LLaMA's decoder (runtime/train/HfConfig.h: LLaMA, Mistral, Qwen2, Qwen3, Mixtral,
+// Qwen3-MoE; config.json, and model.safetensors or its shards with
 // model.safetensors.index.json; bf16, fp16 or fp32) becomes an mtc checkpoint of weights
 // alone, which mtrun --load starts training from under any layout; an mtc checkpoint
 // goes back out as such a directory. Names, the fused QKV (GPT-2's c_attn columns Q|K|V,
