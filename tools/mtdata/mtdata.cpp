@@ -46,9 +46,11 @@ constexpr const char *kUsage = R"(usage:
   --output-prefix PREFIX  writes PREFIX.bin and PREFIX.idx, Megatron's indexed dataset
   --tokenizer MODEL       encodes with an existing SentencePiece model, with the
                           byte-level BPE of a Hugging Face tokenizer.json (GPT-2,
-                          LLaMA 3, ...: the ids the `tokenizers` library gives),
+                          LLaMA 3, Qwen...: the ids the `tokenizers` library gives),
                           or with a tiktoken file (LLaMA 3's original tokenizer.model:
-                          the ids tiktoken's encode_ordinary gives, LLaMA 3's pattern)
+                          the ids tiktoken's encode_ordinary gives, LLaMA 3's pattern);
+                          or a model's directory: its tokenizer.json, else its
+                          tokenizer.model, else original/tokenizer.model
   --eod-token TEXT        with a tokenizer.json or tiktoken file: the added token that
                           ends each document (default: tokenizer_config.json's eos_token
                           beside it, else <|endoftext|>, <|end_of_text|> or </s>)
@@ -73,6 +75,19 @@ int inputError(const std::string &message) {
 bool isRegularFile(const std::string &path) {
   struct stat info;
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+/// A model's directory, as Hugging Face's hub holds one, names the tokenizer inside: its
+/// tokenizer.json, else its tokenizer.model (SentencePiece's, or LLaMA 3's tiktoken file
+/// under original/); "" where it holds neither. Any other path names itself.
+std::string tokenizerIn(const std::string &path) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
+    return path;
+  for (const char *name : {"tokenizer.json", "tokenizer.model", "original/tokenizer.model"})
+    if (isRegularFile(path + "/" + name))
+      return path + "/" + name;
+  return "";
 }
 
 /// Whether `path` is a byte-level BPE tokenizer: a Hugging Face tokenizer.json (by its
@@ -147,6 +162,14 @@ std::string parseArgs(int argc, char **argv, Options &options) {
     return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
   if (!options.tokenizer.empty() && !vocabulary.empty())
     return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
+  if (!options.tokenizer.empty()) {
+    const std::string inside = tokenizerIn(options.tokenizer);
+    if (inside.empty())
+      return "--tokenizer " + options.tokenizer +
+             " is a directory without a tokenizer.json, tokenizer.model or "
+             "original/tokenizer.model";
+    options.tokenizer = inside;
+  }
   // (A tokenizer that cannot be read is reported as such later.)
   if (!options.eodToken.empty() &&
       (options.tokenizer.empty() ||
