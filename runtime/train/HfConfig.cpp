@@ -159,7 +159,8 @@ void noWindow(Keys &k, const ModelConfig &c, std::optional<double> absent) {
       : k.written("sliding_window") ? std::nullopt
                                     : absent;
   if (span && *span < static_cast<double>(c.positions))
-    k.fail(std::string("'sliding_window' is ") + (window ? "" : "left out, so 4096, and ") +
+    k.fail(std::string("'sliding_window' is ") +
+           (window ? "" : cat("left out, so ", static_cast<int64_t>(*span), ", and ")) +
            "shorter than 'max_position_embeddings': mtc's attention sees every earlier "
            "position");
 }
@@ -171,6 +172,7 @@ void noWindow(Keys &k, const ModelConfig &c, std::optional<double> absent) {
 struct Defaults {
   std::optional<int64_t> kvHeads, headDim;
   double normEpsilon = 1e-6, ropeTheta = 10000;
+  std::optional<int64_t> ffn; // intermediate_size, where the model does not use it
 };
 
 /// LLaMA's decoder, as every architecture but GPT-2 has it.
@@ -180,7 +182,7 @@ void decoder(Keys &k, ModelConfig &c, const Defaults &defaults = {}) {
   c.heads = k.integer("num_attention_heads");
   c.kvHeads = k.integer("num_key_value_heads", defaults.kvHeads.value_or(c.heads));
   c.headDim = k.integer("head_dim", defaults.headDim.value_or(c.hidden / c.heads));
-  c.ffn = k.integer("intermediate_size");
+  c.ffn = k.integer("intermediate_size", defaults.ffn);
   c.positions = k.integer("max_position_embeddings");
   c.normEpsilon = k.number("rms_norm_eps", defaults.normEpsilon);
   c.attentionDropout = k.number("attention_dropout", 0);
@@ -206,7 +208,7 @@ void llama(Keys &k, ModelConfig &c) {
 
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
-  decoder(k, c, {8, std::nullopt});
+  decoder(k, c, {8, std::nullopt, 1e-6, 10000, std::nullopt});
   noWindow(k, c, 4096);
 }
 
@@ -228,7 +230,7 @@ void qwenAttention(Keys &k, const ModelConfig &c) {
 
 /// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
 void qwen2(Keys &k, ModelConfig &c) {
-  decoder(k, c, {32, std::nullopt});
+  decoder(k, c, {32, std::nullopt, 1e-6, 10000, std::nullopt});
   c.qkvBias = true;
   qwenAttention(k, c);
 }
@@ -236,7 +238,7 @@ void qwen2(Keys &k, ModelConfig &c) {
 /// Qwen3ForCausalLM: LLaMA's decoder with each query and key head RMS-normalised before
 /// the rotation; biases as attention_bias says (none in Qwen3's own).
 void qwen3(Keys &k, ModelConfig &c) {
-  decoder(k, c, {32, 128});
+  decoder(k, c, {32, 128, 1e-6, 10000, std::nullopt});
   c.qkNorm = true;
   c.qkvBias = c.outputBias = k.flag("attention_bias", false);
   qwenAttention(k, c);
@@ -257,7 +259,7 @@ void mixture(Keys &k, ModelConfig &c, const char *count) {
 
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
-  decoder(k, c, {8, std::nullopt, 1e-5, 1e6});
+  decoder(k, c, {8, std::nullopt, 1e-5, 1e6, std::nullopt});
   noWindow(k, c, std::nullopt);
   mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
@@ -268,11 +270,15 @@ void mixtral(Keys &k, ModelConfig &c) {
 /// experts of `moe_intermediate_size` (the dense `intermediate_size` unused), the gates
 /// renormalised over a token's top k where `norm_topk_prob` says so.
 void qwen3Moe(Keys &k, ModelConfig &c) {
-  decoder(k, c, {4, std::nullopt});
+  decoder(k, c, {4, std::nullopt, 1e-6, 10000, 6144});
   c.qkNorm = true;
   c.qkvBias = c.outputBias = k.flag("attention_bias", false);
   qwenAttention(k, c);
-  mixture(k, c, "num_experts");
+  // transformers 4 writes num_experts; 5 the attribute it maps to, num_local_experts.
+  const bool five = k.written("num_local_experts");
+  if (five && k.written("num_experts"))
+    return k.fail("'num_experts' and 'num_local_experts' are both given");
+  mixture(k, c, five ? "num_local_experts" : "num_experts");
   c.ffn = k.integer("moe_intermediate_size", 768);
   c.preSoftmax = !k.flag("norm_topk_prob", false);
   if (k.integer("decoder_sparse_step", 1) != 1)

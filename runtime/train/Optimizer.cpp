@@ -32,15 +32,22 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-/// The share of the way from the minimum to the peak at `progress` (0 to 1) of a decay.
+/// The share of the way from the minimum to the peak at `progress` (0 to 1) of a decay
+/// (scheduleError names the styles; cosine stands for any other).
 double decayCoefficient(const std::string &style, double progress) {
   if (style == "linear")
     return 1.0 - progress;
-  if (style == "cosine")
-    return 0.5 * (1.0 + std::cos(kPi * progress));
   if (style == "exponential")
     return 2.0 * std::pow(0.5, progress) - 1.0;
-  return 1.0 - std::sqrt(progress); // minus_sqrt
+  if (style == "minus_sqrt")
+    return 1.0 - std::sqrt(progress);
+  return 0.5 * (1.0 + std::cos(kPi * progress));
+}
+
+/// WSD's anneal style: exponential, Megatron's default, where none is given.
+const std::string &wsdStyle(const OptimizerConfig &c) {
+  static const std::string exponential = "exponential";
+  return c.wsdDecayStyle.empty() ? exponential : c.wsdDecayStyle;
 }
 
 } // namespace
@@ -56,14 +63,21 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
     return "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD";
   if (!(c.minLr >= 0 && c.lr >= c.minLr && c.warmupInit >= 0 && c.warmupInit <= c.lr))
     return "the learning rates need 0 <= --min-lr <= --lr and 0 <= --lr-warmup-init <= --lr";
-  if (c.decayStyle != "WSD")
-    return c.wsdDecaySteps == 0 ? "" : "--lr-wsd-decay-steps applies to --lr-decay WSD";
+  if (c.decayStyle != "WSD" && (c.wsdDecaySteps >= 0 || !c.wsdDecayStyle.empty()))
+    return "--lr-wsd-decay-steps and --lr-wsd-decay-style apply to --lr-decay WSD";
+  // Megatron's scheduler asserts the decay outlasts warm-up; mtc's older styles keep the
+  // peak after a warm-up that does not end before the decay would.
   const int64_t decaySteps = c.decaySteps > 0 ? c.decaySteps : totalSteps;
-  if (!named(kWsdStyles, c.wsdDecayStyle))
+  if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") &&
+      c.warmupSteps >= decaySteps)
+    return cat("--lr-decay ", c.decayStyle, " needs more decay steps (", decaySteps,
+               ") than --warmup-steps (", c.warmupSteps, ")");
+  if (c.decayStyle != "WSD")
+    return "";
+  if (!named(kWsdStyles, wsdStyle(c)))
     return "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt";
-  if (c.wsdDecaySteps < 1 || c.wsdDecaySteps > decaySteps - c.warmupSteps)
-    return cat("--lr-decay WSD anneals over --lr-wsd-decay-steps, from 1 to the ",
-               decaySteps - c.warmupSteps, " decay steps after warm-up");
+  if (c.wsdDecaySteps < 0)
+    return "--lr-decay WSD needs --lr-wsd-decay-steps: the decay steps it anneals over";
   return "";
 }
 
@@ -76,15 +90,17 @@ double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) 
     return c.lr;
   if (step > end)
     return c.minLr;
-  if (c.decayStyle == "inverse-square-root")
-    return std::max(c.minLr, c.lr * std::sqrt(static_cast<double>(std::max<int64_t>(c.warmupSteps, 1))) /
-                                 std::sqrt(static_cast<double>(std::max<int64_t>(step, 1))));
+  if (c.decayStyle == "inverse-square-root") { // in samples, as Megatron counts them
+    const double warm = static_cast<double>(std::max<int64_t>(c.warmupSteps * c.samplesPerStep, 1));
+    const double now = static_cast<double>(std::max<int64_t>(step * c.samplesPerStep, 1));
+    return std::max(c.minLr, c.lr * std::sqrt(warm) / std::sqrt(now));
+  }
   double coefficient = 1;
   if (c.decayStyle == "WSD") {
-    const int64_t annealFrom = end - c.wsdDecaySteps;
+    const int64_t annealFrom = end - c.wsdDecaySteps; // step <= end: no anneal of 0 steps
     if (step > annealFrom)
-      coefficient = decayCoefficient(c.wsdDecayStyle, static_cast<double>(step - annealFrom) /
-                                                          static_cast<double>(c.wsdDecaySteps));
+      coefficient = decayCoefficient(wsdStyle(c), static_cast<double>(step - annealFrom) /
+                                                      static_cast<double>(c.wsdDecaySteps));
   } else {
     coefficient = decayCoefficient(c.decayStyle, static_cast<double>(step - c.warmupSteps) /
                                                      static_cast<double>(end - c.warmupSteps));

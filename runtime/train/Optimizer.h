@@ -20,10 +20,14 @@ struct OptimizerConfig {
   int64_t decaySteps = 0; // 0: the whole run
   // cosine | linear | constant | inverse-square-root | WSD (Megatron's names)
   std::string decayStyle = "cosine";
-  // WSD: the last `wsdDecaySteps` of the decay steps anneal, in `wsdDecayStyle`
-  // (exponential | linear | cosine | minus_sqrt); the rest hold the peak.
-  int64_t wsdDecaySteps = 0;
-  std::string wsdDecayStyle = "exponential";
+  // WSD: the last `wsdDecaySteps` of the decay steps anneal (-1: not given), in
+  // `wsdDecayStyle` (exponential, the default where empty | linear | cosine | minus_sqrt);
+  // the rest hold the peak.
+  int64_t wsdDecaySteps = -1;
+  std::string wsdDecayStyle;
+  // Samples a step takes (the global batch): Megatron counts its schedule in them, which
+  // only inverse-square-root without warm-up shows (its rate at step n, peak/√(n·samples)).
+  int64_t samplesPerStep = 1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
   double clipGrad = 1.0; // 0: no clipping
 };

@@ -512,7 +512,9 @@ Status Run::step(int64_t step) {
   lossScale_ = scaleLoss_ ? state_.lossScaler.scale : 1.0;
   skipped_ = false;
   lossSum_ = gradNorm_ = 0;
-  const double lr = learningRate(config_.optimizer, step, config_.steps);
+  OptimizerConfig schedule = config_.optimizer;
+  schedule.samplesPerStep = plan_.global_batch_size();
+  const double lr = learningRate(schedule, step, config_.steps);
   for (const plan::Action *action : *plan_.stages()->Get(comm_.rank(Group::Pipeline))->actions()) {
     const int64_t mb = firstMicroBatch_ + action->micro_batch();
     auto begin = Timeline::Clock::now();

@@ -81,22 +81,54 @@ TEST(LearningRate, InverseSquareRootFallsWithTheStep) {
   c.warmupSteps = 0;
   EXPECT_DOUBLE_EQ(learningRate(c, 0, 200), 1.0);
   EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 0.5);
+  // Megatron counts in samples: without warm-up, a step of 4 samples is 4 of them.
+  c.samplesPerStep = 4;
+  c.minLr = 0;
+  EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 0.25);
+  c.warmupSteps = 4; // with it, the samples cancel
+  EXPECT_DOUBLE_EQ(learningRate(c, 16, 200), 0.5);
+}
+
+// As Megatron's: an anneal of 0 steps keeps the peak to the end of the decay; one longer
+// than the decay after warm-up starts annealing during warm-up, which takes precedence.
+TEST(LearningRate, WsdAnnealsOfNoStepsAndOfMoreThanTheDecayRun) {
+  OptimizerConfig c = config("WSD");
+  c.wsdDecaySteps = 0;
+  EXPECT_DOUBLE_EQ(learningRate(c, 10, 20), 1.0);
+  EXPECT_DOUBLE_EQ(learningRate(c, 11, 20), 0.1);
+  c.wsdDecaySteps = 10;
+  c.wsdDecayStyle = "linear";
+  EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 1.0); // warm-up
+  EXPECT_NEAR(learningRate(c, 2, 20), 0.1 + 0.9 * 0.8, 1e-15);
+  EXPECT_EQ(scheduleError(c, 20), "");
 }
 
 TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
   OptimizerConfig c = config("WSD");
-  EXPECT_EQ(scheduleError(c, 20), "--lr-decay WSD anneals over --lr-wsd-decay-steps, from 1 "
-                                  "to the 8 decay steps after warm-up");
-  c.wsdDecaySteps = 9;
-  EXPECT_NE(scheduleError(c, 20), "");
-  c.wsdDecaySteps = 8;
+  EXPECT_EQ(scheduleError(c, 20),
+            "--lr-decay WSD needs --lr-wsd-decay-steps: the decay steps it anneals over");
+  c.wsdDecaySteps = 4;
   EXPECT_EQ(scheduleError(c, 20), "");
   c.wsdDecayStyle = "step";
   EXPECT_EQ(scheduleError(c, 20),
             "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt");
+  c.wsdDecayStyle = "";
+  c.warmupSteps = 10; // Megatron asserts warm-up ends before the decay does
+  EXPECT_EQ(scheduleError(c, 20),
+            "--lr-decay WSD needs more decay steps (10) than --warmup-steps (10)");
+  c.decayStyle = "inverse-square-root";
+  c.wsdDecaySteps = -1;
+  EXPECT_NE(scheduleError(c, 20), "");
+  c.decayStyle = "cosine"; // the older styles keep the peak after such a warm-up
+  EXPECT_EQ(scheduleError(c, 20), "");
+  EXPECT_DOUBLE_EQ(learningRate(c, 15, 20), 1.0);
   c = config("cosine");
   c.wsdDecaySteps = 3;
-  EXPECT_EQ(scheduleError(c, 20), "--lr-wsd-decay-steps applies to --lr-decay WSD");
+  EXPECT_EQ(scheduleError(c, 20),
+            "--lr-wsd-decay-steps and --lr-wsd-decay-style apply to --lr-decay WSD");
+  c.wsdDecaySteps = -1;
+  c.wsdDecayStyle = "linear";
+  EXPECT_NE(scheduleError(c, 20), "");
   c = config("wsd");
   EXPECT_EQ(scheduleError(c, 20),
             "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD");

@@ -53,7 +53,7 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
     const ExpertNames names = expertNames(a);
     const std::string mixture = names.prefix;
     copy(mt + mixture + "gate.weight", hf + mixture + "gate.weight", {a.experts, h});
-    for (const char *w : {names.gate, names.down, names.up}) {
+    for (const std::string w : {names.gate, names.down, names.up}) {
       const std::vector<int64_t> one = w == names.down ? std::vector<int64_t>{h, a.ffn}
                                                        : std::vector<int64_t>{a.ffn, h};
       Mapping stacked{mt + mixture + "experts." + w, {a.experts, one[0], one[1]}, {}, {}};

@@ -49,8 +49,9 @@ constexpr const char *kUsage = R"(usage:
                           LLaMA 3, Qwen...: the ids the `tokenizers` library gives),
                           or with a tiktoken file (LLaMA 3's original tokenizer.model:
                           the ids tiktoken's encode_ordinary gives, LLaMA 3's pattern);
-                          or a model's directory: its tokenizer.json, else its
-                          tokenizer.model, else original/tokenizer.model
+                          or a model's directory: its tokenizer.model, else its
+                          tokenizer.json, else original/tokenizer.model (and its
+                          tokenizer_config.json)
   --eod-token TEXT        with a tokenizer.json or tiktoken file: the added token that
                           ends each document (default: tokenizer_config.json's eos_token
                           beside it, else <|endoftext|>, <|end_of_text|> or </s>)
@@ -77,16 +78,21 @@ bool isRegularFile(const std::string &path) {
   return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-/// A model's directory, as Hugging Face's hub holds one, names the tokenizer inside: its
-/// tokenizer.json, else its tokenizer.model (SentencePiece's, or LLaMA 3's tiktoken file
-/// under original/); "" where it holds neither. Any other path names itself.
-std::string tokenizerIn(const std::string &path) {
+/// Whether `path` names a directory.
+bool isDirectory(const std::string &path) {
   struct stat info;
-  if (::stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-    return path;
-  for (const char *name : {"tokenizer.json", "tokenizer.model", "original/tokenizer.model"})
-    if (isRegularFile(path + "/" + name))
-      return path + "/" + name;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+/// The tokenizer a model's directory (as Hugging Face's hub holds one) holds: its
+/// tokenizer.model (SentencePiece's: LLaMA 2, Mistral, Mixtral, whose tokenizer.json beside
+/// it is SentencePiece's too, which mtdata does not read), else its tokenizer.json (LLaMA
+/// 3, Qwen: byte-level BPE), else LLaMA 3's tiktoken file, original/tokenizer.model; ""
+/// where it holds none.
+std::string tokenizerIn(const std::string &directory) {
+  for (const char *name : {"tokenizer.model", "tokenizer.json", "original/tokenizer.model"})
+    if (isRegularFile(directory + "/" + name))
+      return directory + "/" + name;
   return "";
 }
 
@@ -109,6 +115,7 @@ bool isByteLevel(const std::string &path) {
 struct Options {
   std::vector<std::string> inputs;
   std::string outputPrefix, tokenizer, trainTokenizer, splitOn, eodToken;
+  std::string modelDirectory; // where --tokenizer named a model's directory
   bool splitting = false, help = false;
   int vocabularySize = 0;
 };
@@ -162,13 +169,13 @@ std::string parseArgs(int argc, char **argv, Options &options) {
     return "needs either --tokenizer MODEL or --train-tokenizer MODEL_PREFIX";
   if (!options.tokenizer.empty() && !vocabulary.empty())
     return "--vocab-size applies to --train-tokenizer, not to an existing --tokenizer";
-  if (!options.tokenizer.empty()) {
-    const std::string inside = tokenizerIn(options.tokenizer);
-    if (inside.empty())
-      return "--tokenizer " + options.tokenizer +
-             " is a directory without a tokenizer.json, tokenizer.model or "
+  if (!options.tokenizer.empty() && isDirectory(options.tokenizer)) {
+    options.modelDirectory = options.tokenizer;
+    options.tokenizer = tokenizerIn(options.modelDirectory);
+    if (options.tokenizer.empty())
+      return "--tokenizer " + options.modelDirectory +
+             " is a directory without a tokenizer.model, tokenizer.json or "
              "original/tokenizer.model";
-    options.tokenizer = inside;
   }
   // (A tokenizer that cannot be read is reported as such later.)
   if (!options.eodToken.empty() &&
@@ -473,11 +480,16 @@ bool loadSentencePiece(const std::string &path, sentencepiece::SentencePieceProc
   return true;
 }
 
-/// The end-of-sequence token tokenizer_config.json beside `tokenizer` names, or "".
-std::string configuredEndOfSequence(const std::string &tokenizer) {
+/// The end-of-sequence token a model's tokenizer_config.json names (the model directory's,
+/// where --tokenizer named one, else the one beside the tokenizer), or "".
+std::string configuredEndOfSequence(const Options &options) {
+  const std::string &tokenizer = options.tokenizer;
   const size_t slash = tokenizer.find_last_of('/');
   const std::string path =
-      (slash == std::string::npos ? "" : tokenizer.substr(0, slash + 1)) + "tokenizer_config.json";
+      !options.modelDirectory.empty()
+          ? options.modelDirectory + "/tokenizer_config.json"
+          : (slash == std::string::npos ? "" : tokenizer.substr(0, slash + 1)) +
+                "tokenizer_config.json";
   std::string text;
   if (::access(path.c_str(), F_OK) != 0)
     return "";
@@ -510,7 +522,7 @@ bool openByteBpe(const Options &options, Encoder &encoder, std::string &error) {
   std::vector<std::string> names;
   if (!options.eodToken.empty())
     names = {options.eodToken};
-  else if (std::string configured = configuredEndOfSequence(options.tokenizer); !configured.empty())
+  else if (std::string configured = configuredEndOfSequence(options); !configured.empty())
     names = {configured};
   else
     names = {"<|endoftext|>", "<|end_of_text|>", "</s>"};

@@ -310,8 +310,8 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     o.decaySteps = integer("lr-decay-steps", 0);
     o.decayStyle = text("lr-decay", o.decayStyle);
     o.warmupInit = number("lr-warmup-init", o.warmupInit);
-    o.wsdDecaySteps = integer("lr-wsd-decay-steps", 0);
-    o.wsdDecayStyle = text("lr-wsd-decay-style", o.wsdDecayStyle);
+    o.wsdDecaySteps = integer("lr-wsd-decay-steps", -1);
+    o.wsdDecayStyle = text("lr-wsd-decay-style", "");
     o.beta1 = number("adam-beta1", o.beta1);
     o.beta2 = number("adam-beta2", o.beta2);
     o.eps = number("adam-eps", o.eps);

@@ -416,25 +416,41 @@ void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *
   for (int64_t s = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; s < (n);    \
        s += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
 
+/// Head s's weight (wq for a query head, wk for a key); for a value, null once its d
+/// elements of `in` are copied to `out` by the warp.
+template <typename T>
+__device__ __forceinline__ const T *headWeight(int64_t s, int64_t d, int64_t perGroup, const T *wq,
+                                               const T *wk, const T *in, T *out) {
+  const int64_t j = s % (perGroup + 2);
+  if (j < perGroup + 1)
+    return j < perGroup ? wq : wk;
+  for (int64_t i = threadIdx.x & 31; i < d; i += 32)
+    out[s * d + i] = in[s * d + i];
+  return nullptr;
+}
+
+/// 1/sqrt(mean(x²) + eps) of the d elements of one head, over the warp.
+template <typename T>
+__device__ __forceinline__ float headRstd(const T *x, int64_t d, float eps) {
+  float sq = 0;
+  for (int64_t i = threadIdx.x & 31; i < d; i += 32)
+    sq += ld(x, i) * ld(x, i);
+  return rsqrtf(warpSum(sq) / static_cast<float>(d) + eps);
+}
+
 /// out = x·rstd·w for each query (wq) and key (wk) head; values copied.
 template <typename T>
 __global__ void qkNormKernel(const T *x, const T *wq, const T *wk, T *out, int64_t slots, int64_t d,
                              int64_t perGroup, float eps) {
   const int lane = threadIdx.x & 31;
   WARP_STRIDE(s, slots) {
-    const int64_t j = s % (perGroup + 2), at = s * d;
-    if (j == perGroup + 1) {
-      for (int64_t i = lane; i < d; i += 32)
-        out[at + i] = x[at + i];
+    const T *w = headWeight(s, d, perGroup, wq, wk, x, out);
+    if (!w)
       continue;
-    }
-    const T *w = j < perGroup ? wq : wk;
-    float sq = 0;
+    const T *head = x + s * d;
+    const float rstd = headRstd(head, d, eps);
     for (int64_t i = lane; i < d; i += 32)
-      sq += ld(x, at + i) * ld(x, at + i);
-    const float rstd = rsqrtf(warpSum(sq) / static_cast<float>(d) + eps);
-    for (int64_t i = lane; i < d; i += 32)
-      st(out, at + i, ld(x, at + i) * rstd * ld(w, i));
+      st(out, s * d + i, ld(head, i) * rstd * ld(w, i));
   }
 }
 
@@ -446,23 +462,17 @@ __global__ void qkNormGradKernel(const T *dy, const T *x, const T *wq, const T *
                                  float eps) {
   const int lane = threadIdx.x & 31;
   WARP_STRIDE(s, slots) {
-    const int64_t j = s % (perGroup + 2), at = s * d;
-    if (j == perGroup + 1) {
-      for (int64_t i = lane; i < d; i += 32)
-        dx[at + i] = dy[at + i];
+    const T *w = headWeight(s, d, perGroup, wq, wk, dy, dx);
+    if (!w)
       continue;
-    }
-    const T *w = j < perGroup ? wq : wk;
-    float sq = 0;
-    for (int64_t i = lane; i < d; i += 32)
-      sq += ld(x, at + i) * ld(x, at + i);
-    const float rstd = rsqrtf(warpSum(sq) / static_cast<float>(d) + eps);
+    const T *head = x + s * d, *g = dy + s * d;
+    const float rstd = headRstd(head, d, eps);
     float sumGX = 0;
     for (int64_t i = lane; i < d; i += 32)
-      sumGX += ld(dy, at + i) * ld(w, i) * ld(x, at + i) * rstd;
+      sumGX += ld(g, i) * ld(w, i) * ld(head, i) * rstd;
     const float meanGX = warpSum(sumGX) / static_cast<float>(d);
     for (int64_t i = lane; i < d; i += 32)
-      st(dx, at + i, rstd * (ld(dy, at + i) * ld(w, i) - ld(x, at + i) * rstd * meanGX));
+      st(dx, s * d + i, rstd * (ld(g, i) * ld(w, i) - ld(head, i) * rstd * meanGX));
     if (lane == 0)
       rstds[s] = rstd;
   }
