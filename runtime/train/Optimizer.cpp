@@ -44,6 +44,12 @@ double decayCoefficient(const std::string &style, double progress) {
   return 0.5 * (1.0 + std::cos(kPi * progress));
 }
 
+/// Warm-up's length in steps, of a decay that ends at step `end`.
+double warmupOf(const OptimizerConfig &c, int64_t end) {
+  return c.warmupFraction ? *c.warmupFraction * static_cast<double>(end)
+                          : static_cast<double>(c.warmupSteps);
+}
+
 /// WSD's anneal style: exponential, Megatron's default, where none is given.
 const std::string &wsdStyle(const OptimizerConfig &c) {
   static const std::string exponential = "exponential";
@@ -65,13 +71,17 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
     return "the learning rates need 0 <= --min-lr <= --lr and 0 <= --lr-warmup-init <= --lr";
   if (c.decayStyle != "WSD" && (c.wsdDecaySteps >= 0 || !c.wsdDecayStyle.empty()))
     return "--lr-wsd-decay-steps and --lr-wsd-decay-style apply to --lr-decay WSD";
+  if (c.warmupFraction && c.warmupSteps > 0)
+    return "warm-up is --warmup-steps or --lr-warmup-fraction, not both";
+  if (c.warmupFraction && !(*c.warmupFraction >= 0 && *c.warmupFraction < 1))
+    return "--lr-warmup-fraction must be at least 0 and below 1";
   // Megatron's scheduler asserts the decay outlasts warm-up; mtc's older styles keep the
   // peak after a warm-up that does not end before the decay would.
   const int64_t decaySteps = c.decaySteps > 0 ? c.decaySteps : totalSteps;
   if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") &&
-      c.warmupSteps >= decaySteps)
+      warmupOf(c, decaySteps) >= static_cast<double>(decaySteps))
     return cat("--lr-decay ", c.decayStyle, " needs more decay steps (", decaySteps,
-               ") than --warmup-steps (", c.warmupSteps, ")");
+               ") than warm-up (", warmupOf(c, decaySteps), ")");
   if (c.decayStyle != "WSD")
     return "";
   if (!named(kWsdStyles, wsdStyle(c)))
@@ -82,18 +92,19 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
 }
 
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
-  if (c.warmupSteps > 0 && step < c.warmupSteps)
-    return c.warmupInit +
-           (c.lr - c.warmupInit) * static_cast<double>(step + 1) / static_cast<double>(c.warmupSteps);
   const int64_t end = c.decaySteps > 0 ? c.decaySteps : totalSteps;
-  if (c.decayStyle == "constant" || end <= c.warmupSteps) // nothing left to decay over
+  const double warm = warmupOf(c, end), n = static_cast<double>(step);
+  // A warm-up of a fraction of a step ends at its peak.
+  if (warm > 0 && n < warm)
+    return c.warmupInit + (c.lr - c.warmupInit) * std::min(1.0, (n + 1) / warm);
+  if (c.decayStyle == "constant" || static_cast<double>(end) <= warm) // nothing to decay over
     return c.lr;
   if (step > end)
     return c.minLr;
   if (c.decayStyle == "inverse-square-root") { // in samples, as Megatron counts them
-    const double warm = static_cast<double>(std::max<int64_t>(c.warmupSteps * c.samplesPerStep, 1));
-    const double now = static_cast<double>(std::max<int64_t>(step * c.samplesPerStep, 1));
-    return std::max(c.minLr, c.lr * std::sqrt(warm) / std::sqrt(now));
+    const double samples = static_cast<double>(c.samplesPerStep);
+    return std::max(c.minLr, c.lr * std::sqrt(std::max(warm * samples, 1.0)) /
+                                 std::sqrt(std::max(n * samples, 1.0)));
   }
   double coefficient = 1;
   if (c.decayStyle == "WSD") {
@@ -102,8 +113,7 @@ double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) 
       coefficient = decayCoefficient(wsdStyle(c), static_cast<double>(step - annealFrom) /
                                                       static_cast<double>(c.wsdDecaySteps));
   } else {
-    coefficient = decayCoefficient(c.decayStyle, static_cast<double>(step - c.warmupSteps) /
-                                                     static_cast<double>(end - c.warmupSteps));
+    coefficient = decayCoefficient(c.decayStyle, (n - warm) / (static_cast<double>(end) - warm));
   }
   return c.minLr + coefficient * (c.lr - c.minLr);
 }

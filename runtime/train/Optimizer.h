@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ struct OptimizerConfig {
   double lr = 6e-4, minLr = 0;
   double warmupInit = 0; // the rate warm-up starts from (Megatron's --lr-warmup-init)
   int64_t warmupSteps = 0;
+  // Megatron's --lr-warmup-fraction: warm-up over this share of the decay steps, in place
+  // of warmupSteps (a length in steps that need not be whole).
+  std::optional<double> warmupFraction;
   int64_t decaySteps = 0; // 0: the whole run
   // cosine | linear | constant | inverse-square-root | WSD (Megatron's names)
   std::string decayStyle = "cosine";

@@ -89,6 +89,25 @@ TEST(LearningRate, InverseSquareRootFallsWithTheStep) {
   EXPECT_DOUBLE_EQ(learningRate(c, 16, 200), 0.5);
 }
 
+// Megatron's --lr-warmup-fraction: warm-up over a share of the decay steps, 2.5 of 10 here
+// (Megatron's ramp at num_steps 1, 2 is 0.4, 0.8; mtc's, a step ahead, 0.4, 0.8, then 1 at
+// the step the warm-up ends in), then cosine from 2.5.
+TEST(LearningRate, AFractionalWarmUpEndsAtThePeak) {
+  OptimizerConfig c = config("cosine");
+  c.warmupSteps = 0;
+  c.warmupFraction = 0.25;
+  EXPECT_DOUBLE_EQ(learningRate(c, 0, 20), 0.4);
+  EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 0.8);
+  EXPECT_DOUBLE_EQ(learningRate(c, 2, 20), 1.0);
+  EXPECT_NEAR(learningRate(c, 3, 20), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5 / 7.5)), 1e-15);
+  EXPECT_EQ(scheduleError(c, 20), "");
+  c.warmupSteps = 2;
+  EXPECT_EQ(scheduleError(c, 20), "warm-up is --warmup-steps or --lr-warmup-fraction, not both");
+  c.warmupSteps = 0;
+  c.warmupFraction = 1;
+  EXPECT_EQ(scheduleError(c, 20), "--lr-warmup-fraction must be at least 0 and below 1");
+}
+
 // As Megatron's: an anneal of 0 steps keeps the peak to the end of the decay; one longer
 // than the decay after warm-up starts annealing during warm-up, which takes precedence.
 TEST(LearningRate, WsdAnnealsOfNoStepsAndOfMoreThanTheDecayRun) {
@@ -115,7 +134,7 @@ TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
   c.wsdDecayStyle = "";
   c.warmupSteps = 10; // Megatron asserts warm-up ends before the decay does
   EXPECT_EQ(scheduleError(c, 20),
-            "--lr-decay WSD needs more decay steps (10) than --warmup-steps (10)");
+            "--lr-decay WSD needs more decay steps (10) than warm-up (10)");
   c.decayStyle = "inverse-square-root";
   c.wsdDecaySteps = -1;
   EXPECT_NE(scheduleError(c, 20), "");

@@ -45,7 +45,8 @@ constexpr const char *kUsage = R"(usage:
   --steps N                 optimizer steps (Megatron: --train-iters)
   --seed S                  parameter init, dropout and data order (default 1234)
   --lr X, --min-lr X        peak and final learning rate (default 6e-4, 0)
-  --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters), from
+  --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters), or over
+                            --lr-warmup-fraction F of the decay steps, from
                             --lr-warmup-init X (default 0)
   --lr-decay cosine|linear|constant|inverse-square-root|WSD   (Megatron: --lr-decay-style)
   --lr-decay-steps N        (Megatron: --lr-decay-iters; default: all steps)
@@ -116,7 +117,7 @@ const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
 // clang-format off
 const std::set<std::string> kFlags = {
     "data", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
-    "lr-warmup-init", "lr-wsd-decay-steps", "lr-wsd-decay-style",
+    "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
     "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
@@ -310,6 +311,8 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     o.decaySteps = integer("lr-decay-steps", 0);
     o.decayStyle = text("lr-decay", o.decayStyle);
     o.warmupInit = number("lr-warmup-init", o.warmupInit);
+    if (flags.count("lr-warmup-fraction"))
+      o.warmupFraction = number("lr-warmup-fraction", 0);
     o.wsdDecaySteps = integer("lr-wsd-decay-steps", -1);
     o.wsdDecayStyle = text("lr-wsd-decay-style", "");
     o.beta1 = number("adam-beta1", o.beta1);
