@@ -358,8 +358,9 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
                                : "";
   // Each architecture mtc trains, with the reader of its keys.
   const std::pair<const char *, void (*)(Keys &, ModelConfig &)> readers[] = {
-      {"GPT2LMHeadModel", gpt2},   {"LlamaForCausalLM", llama}, {"MistralForCausalLM", mistral},
-      {"Qwen2ForCausalLM", qwen2}, {"Qwen3ForCausalLM", qwen3}, {"MixtralForCausalLM", mixtral},
+      {"GPT2LMHeadModel", gpt2},        {"LlamaForCausalLM", llama},
+      {"MistralForCausalLM", mistral},  {"Qwen2ForCausalLM", qwen2},
+      {"Qwen3ForCausalLM", qwen3},      {"MixtralForCausalLM", mixtral},
       {"Qwen3MoeForCausalLM", qwen3Moe}};
   const auto reader = std::find_if(std::begin(readers), std::end(readers),
                                    [&](const auto &r) { return arch == r.first; });

@@ -187,9 +187,9 @@ TEST(FileFuzz, HuggingFaceConfigMutationsAreReadOrRefused) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   Tally tally;
-  for (const char *file : {"llama-tiny.json", "gpt2.json", "llama3.1-405b.json",
-                           "configs/qwen2.5-7b.v5.json", "mixtral-8x7b.json",
-                           "configs/qwen3-30b-a3b.v4.json"}) {
+  for (const char *file :
+       {"llama-tiny.json", "gpt2.json", "llama3.1-405b.json", "configs/qwen2.5-7b.v5.json",
+        "mixtral-8x7b.json", "configs/qwen3-30b-a3b.v4.json"}) {
     const std::string good = readText(std::string(MTC_SOURCE_DIR) + "/test/lit/hf/Inputs/" + file);
     ASSERT_FALSE(good.empty()) << file;
     hf::ModelConfig config;

@@ -38,8 +38,8 @@ TEST(LearningRate, CosineAndLinearDecayFromThePeakAfterWarmUp) {
     EXPECT_DOUBLE_EQ(learningRate(c, 11, 20), 0.1) << style;
   }
   EXPECT_NEAR(learningRate(config("linear"), 4, 20), 0.1 + 0.9 * 0.75, 1e-15);
-  EXPECT_NEAR(learningRate(config("cosine"), 4, 20),
-              0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_NEAR(learningRate(config("cosine"), 4, 20), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)),
+              1e-15);
   EXPECT_DOUBLE_EQ(learningRate(config("constant"), 15, 20), 1.0);
 }
 
@@ -133,8 +133,7 @@ TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
             "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt");
   c.wsdDecayStyle = "";
   c.warmupSteps = 10; // Megatron asserts warm-up ends before the decay does
-  EXPECT_EQ(scheduleError(c, 20),
-            "--lr-decay WSD needs more decay steps (10) than warm-up (10)");
+  EXPECT_EQ(scheduleError(c, 20), "--lr-decay WSD needs more decay steps (10) than warm-up (10)");
   c.decayStyle = "inverse-square-root";
   c.wsdDecaySteps = -1;
   EXPECT_NE(scheduleError(c, 20), "");

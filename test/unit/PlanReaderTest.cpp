@@ -451,11 +451,10 @@ TEST(PlanReaderEnumTest, AnEnumFieldBeyondItsValuesIsRefusedByName) {
 /// arena): its kernels would write 4-byte elements into a 2-byte buffer's place and
 /// past it. The plan is refused naming the instruction.
 TEST(PlanReaderTypes, ANormWeightGradientOfAnotherTypeIsRefused) {
-  const std::string path =
-      test::compileModel(test::zooModel("gpt-tiny"),
-                         "--micro-batch-size 2 --global-batch-size 2 --bf16 "
-                         "--no-gradient-accumulation-fusion",
-                         "plan_reader_norm_types");
+  const std::string path = test::compileModel(test::zooModel("gpt-tiny"),
+                                              "--micro-batch-size 2 --global-batch-size 2 --bf16 "
+                                              "--no-gradient-accumulation-fusion",
+                                              "plan_reader_norm_types");
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
                              std::istreambuf_iterator<char>());
@@ -482,8 +481,7 @@ TEST(PlanReaderTypes, ANormWeightGradientOfAnotherTypeIsRefused) {
   LoadedPlan loaded;
   const Status s = LoadedPlan::parse(std::move(bytes), "retyped.mtp", loaded);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("(LayerNormGrad): LayerNormGrad operands disagree"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("(LayerNormGrad): LayerNormGrad operands disagree"), std::string::npos)
       << s.message();
 }
 

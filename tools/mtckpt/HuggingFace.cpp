@@ -54,8 +54,8 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
     const std::string mixture = names.prefix;
     copy(mt + mixture + "gate.weight", hf + mixture + "gate.weight", {a.experts, h});
     for (const std::string w : {names.gate, names.down, names.up}) {
-      const std::vector<int64_t> one = w == names.down ? std::vector<int64_t>{h, a.ffn}
-                                                       : std::vector<int64_t>{a.ffn, h};
+      const std::vector<int64_t> one =
+          w == names.down ? std::vector<int64_t>{h, a.ffn} : std::vector<int64_t>{a.ffn, h};
       Mapping stacked{mt + mixture + "experts." + w, {a.experts, one[0], one[1]}, {}, {}};
       for (int64_t e = 0; e < a.experts; ++e) {
         stacked.hf.push_back(cat(prefix, hf, mixture, "experts.", e, ".", w, ".weight"));

@@ -430,8 +430,7 @@ __device__ __forceinline__ const T *headWeight(int64_t s, int64_t d, int64_t per
 }
 
 /// 1/sqrt(mean(x²) + eps) of the d elements of one head, over the warp.
-template <typename T>
-__device__ __forceinline__ float headRstd(const T *x, int64_t d, float eps) {
+template <typename T> __device__ __forceinline__ float headRstd(const T *x, int64_t d, float eps) {
   float sq = 0;
   for (int64_t i = threadIdx.x & 31; i < d; i += 32)
     sq += ld(x, i) * ld(x, i);
