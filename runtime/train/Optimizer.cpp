@@ -94,9 +94,10 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
   const int64_t end = c.decaySteps > 0 ? c.decaySteps : totalSteps;
   const double warm = warmupOf(c, end), n = static_cast<double>(step);
-  // A warm-up of a fraction of a step ends at its peak.
-  if (warm > 0 && n < warm)
-    return c.warmupInit + (c.lr - c.warmupInit) * std::min(1.0, (n + 1) / warm);
+  // Megatron's warm-up, to num_steps = W, one update ahead: the peak from n + 1 > W (a
+  // warm-up of a fraction of a step ends at it).
+  if (warm > 0 && n <= warm)
+    return n + 1 > warm ? c.lr : c.warmupInit + (c.lr - c.warmupInit) * (n + 1) / warm;
   if (c.decayStyle == "constant" || static_cast<double>(end) <= warm) // nothing to decay over
     return c.lr;
   if (step > end)

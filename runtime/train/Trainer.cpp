@@ -168,6 +168,7 @@ public:
   Run(Executor &executor, const TrainerConfig &config, std::FILE *log,
       const std::function<void(const StepRecord &)> &onStep)
       : executor_(executor), plan_(executor.plan()), comm_(executor.comm()), config_(config),
+        schedule_(config.optimizer),
         leader_(comm_.position().worldRank() == 0), log_(leader_ ? log : nullptr), onStep_(onStep),
         // Each data-parallel rank takes a contiguous share of the global batch's
         // micro-batches (the context-parallel ranks of one read the same ones);
@@ -182,7 +183,9 @@ public:
         // fp16 scales the loss (and so every gradient) to keep small gradients
         // representable, and skips the steps whose gradients overflow.
         scaleLoss_(plan_.precision() == plan::DType::F16), timeline_(comm_.position().worldRank()),
-        passes_(executor), inputs_(batch_ * seq_), targets_(batch_ * seq_) {}
+        passes_(executor), inputs_(batch_ * seq_), targets_(batch_ * seq_) {
+    schedule_.samplesPerStep = plan_.global_batch_size(); // as Megatron counts its schedule
+  }
 
   Status start();
   Status step(int64_t step);
@@ -229,6 +232,7 @@ private:
   const plan::Plan &plan_;
   Comm &comm_;
   const TrainerConfig &config_;
+  OptimizerConfig schedule_; // the learning rate's, over samples of the global batch
   const bool leader_; // the first rank: it logs and writes the metrics
   std::FILE *log_;    // the first rank's only
   const std::function<void(const StepRecord &)> &onStep_;
@@ -512,9 +516,7 @@ Status Run::step(int64_t step) {
   lossScale_ = scaleLoss_ ? state_.lossScaler.scale : 1.0;
   skipped_ = false;
   lossSum_ = gradNorm_ = 0;
-  OptimizerConfig schedule = config_.optimizer;
-  schedule.samplesPerStep = plan_.global_batch_size();
-  const double lr = learningRate(schedule, step, config_.steps);
+  const double lr = learningRate(schedule_, step, config_.steps);
   for (const plan::Action *action : *plan_.stages()->Get(comm_.rank(Group::Pipeline))->actions()) {
     const int64_t mb = firstMicroBatch_ + action->micro_batch();
     auto begin = Timeline::Clock::now();
