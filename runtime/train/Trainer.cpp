@@ -168,8 +168,8 @@ public:
   Run(Executor &executor, const TrainerConfig &config, std::FILE *log,
       const std::function<void(const StepRecord &)> &onStep)
       : executor_(executor), plan_(executor.plan()), comm_(executor.comm()), config_(config),
-        schedule_(config.optimizer),
-        leader_(comm_.position().worldRank() == 0), log_(leader_ ? log : nullptr), onStep_(onStep),
+        schedule_(config.optimizer), leader_(comm_.position().worldRank() == 0),
+        log_(leader_ ? log : nullptr), onStep_(onStep),
         // Each data-parallel rank takes a contiguous share of the global batch's
         // micro-batches (the context-parallel ranks of one read the same ones);
         // micro-batch numbers (and so dropout masks) are the global ones.
