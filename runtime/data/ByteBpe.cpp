@@ -272,8 +272,6 @@ struct ByteBpe::Impl {
   /// `text` (valid UTF-8) in each of the normalizer's forms in turn.
   Status normalize(std::string_view text, std::string &out) const {
     out = text;
-    if (normalForms.empty())
-      return Status::success();
     for (utf8proc_option_t form : normalForms) {
       utf8proc_uint8_t *mapped = nullptr;
       const utf8proc_ssize_t n =

@@ -170,9 +170,13 @@ void noWindow(Keys &k, const ModelConfig &c, std::optional<double> absent) {
 /// hidden_size/num_attention_heads, 1e-6, 10000): the model mtc builds is the one
 /// transformers builds from the same file.
 struct Defaults {
+  Defaults(std::optional<int64_t> kvHeads = {}, std::optional<int64_t> headDim = {},
+           std::optional<int64_t> ffn = {}, double normEpsilon = 1e-6, double ropeTheta = 10000)
+      : kvHeads(kvHeads), headDim(headDim), ffn(ffn), normEpsilon(normEpsilon),
+        ropeTheta(ropeTheta) {}
   std::optional<int64_t> kvHeads, headDim;
-  double normEpsilon = 1e-6, ropeTheta = 10000;
   std::optional<int64_t> ffn; // intermediate_size, where the model does not use it
+  double normEpsilon, ropeTheta;
 };
 
 /// LLaMA's decoder, as every architecture but GPT-2 has it.
@@ -208,7 +212,7 @@ void llama(Keys &k, ModelConfig &c) {
 
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
-  decoder(k, c, {8, std::nullopt, 1e-6, 10000, std::nullopt});
+  decoder(k, c, Defaults(8));
   noWindow(k, c, 4096);
 }
 
@@ -230,18 +234,24 @@ void qwenAttention(Keys &k, const ModelConfig &c) {
 
 /// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
 void qwen2(Keys &k, ModelConfig &c) {
-  decoder(k, c, {32, std::nullopt, 1e-6, 10000, std::nullopt});
+  decoder(k, c, Defaults(32));
   c.qkvBias = true;
   qwenAttention(k, c);
 }
 
-/// Qwen3ForCausalLM: LLaMA's decoder with each query and key head RMS-normalised before
-/// the rotation; biases as attention_bias says (none in Qwen3's own).
-void qwen3(Keys &k, ModelConfig &c) {
-  decoder(k, c, {32, 128, 1e-6, 10000, std::nullopt});
+/// Qwen3's attention (Qwen3ForCausalLM's and Qwen3MoeForCausalLM's): each query and key
+/// head RMS-normalised before the rotation; biases as attention_bias says (none in
+/// Qwen3's own); Qwen's windows.
+void qwen3Attention(Keys &k, ModelConfig &c) {
   c.qkNorm = true;
   c.qkvBias = c.outputBias = k.flag("attention_bias", false);
   qwenAttention(k, c);
+}
+
+/// Qwen3ForCausalLM: LLaMA's decoder with Qwen3's attention.
+void qwen3(Keys &k, ModelConfig &c) {
+  decoder(k, c, Defaults(32, 128));
+  qwen3Attention(k, c);
 }
 
 /// A mixture's experts (`count` names their number), each token's top k, and the
@@ -259,7 +269,7 @@ void mixture(Keys &k, ModelConfig &c, const char *count) {
 
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
-  decoder(k, c, {8, std::nullopt, 1e-5, 1e6, std::nullopt});
+  decoder(k, c, Defaults(8, {}, {}, 1e-5, 1e6));
   noWindow(k, c, std::nullopt);
   mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
@@ -270,10 +280,8 @@ void mixtral(Keys &k, ModelConfig &c) {
 /// experts of `moe_intermediate_size` (the dense `intermediate_size` unused), the gates
 /// renormalised over a token's top k where `norm_topk_prob` says so.
 void qwen3Moe(Keys &k, ModelConfig &c) {
-  decoder(k, c, {4, std::nullopt, 1e-6, 10000, 6144});
-  c.qkNorm = true;
-  c.qkvBias = c.outputBias = k.flag("attention_bias", false);
-  qwenAttention(k, c);
+  decoder(k, c, Defaults(4, {}, 6144));
+  qwen3Attention(k, c);
   // transformers 4 writes num_experts; 5 the attribute it maps to, num_local_experts.
   const bool five = k.written("num_local_experts");
   if (five && k.written("num_experts"))

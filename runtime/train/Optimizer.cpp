@@ -26,10 +26,6 @@ std::vector<Section> sections(const FlatLayout &layout) {
   return s;
 }
 
-} // namespace
-
-namespace {
-
 constexpr double kPi = 3.14159265358979323846;
 
 /// The share of the way from the minimum to the peak at `progress` (0 to 1) of a decay
