@@ -97,14 +97,33 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
     sources.push_back({1, words[0]});
     return Status::success();
   }
-  if (words.empty() || words.size() % 2 != 0)
-    return Status::failure(cat("--data: one PREFIX, or pairs of WEIGHT PREFIX, not ",
-                               words.size(), " words"));
+  if (words.empty())
+    return Status::failure("--data: no prefix");
+  auto number = [](const std::string &word) {
+    char *end = nullptr;
+    std::strtod(word.c_str(), &end);
+    return !word.empty() && *end == '\0';
+  };
+  // As Megatron reads the list: weighted when every word in a weight's place reads as a
+  // number; prefixes alone when none does (a prefix that reads as a number: ./2024).
+  size_t numbers = 0, places = 0;
+  for (size_t i = 0; i < words.size(); i += 2, ++places)
+    numbers += number(words[i]);
+  if (words.size() % 2 != 0 || numbers < places) {
+    bool any = numbers > 0;
+    for (size_t i = 1; i < words.size(); i += 2)
+      any = any || number(words[i]);
+    if (any)
+      return Status::failure(cat("--data: give every prefix a weight (W1 P1 W2 P2 ...) or none ",
+                                 "(P1 P2 ...); ", words.size(), " words mix the two"));
+    for (const std::string &prefix : words)
+      sources.push_back({DataSource::kBySamples, prefix});
+    return Status::success();
+  }
   double sum = 0;
   for (size_t i = 0; i < words.size(); i += 2) {
-    char *end = nullptr;
-    const double weight = std::strtod(words[i].c_str(), &end);
-    if (words[i].empty() || *end || !std::isfinite(weight) || !(weight > 0))
+    const double weight = std::strtod(words[i].c_str(), nullptr);
+    if (!std::isfinite(weight) || !(weight > 0))
       return Status::failure(cat("--data: the weight of ", words[i + 1], " must be a positive ",
                                  "number, not '", words[i], "'"));
     sources.push_back({weight, words[i + 1]});

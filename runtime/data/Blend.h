@@ -66,10 +66,14 @@ private:
   Blend blend_;
 };
 
-/// Megatron's --data-path: one PREFIX, or pairs WEIGHT PREFIX (a weight a positive
-/// finite number); `words` in order. Refuses an odd count, a bad weight, weights whose
-/// sum is not finite, and no words.
+/// Megatron's --data-path: pairs WEIGHT PREFIX (a weight a positive finite number), or
+/// prefixes alone, which Megatron weighs by their samples: each dataset's weight in a
+/// split is then the number of samples it has there (kBySamples). `words` in order; one
+/// word is one prefix, even one that reads as a number. Refuses a bad weight, weights
+/// whose sum is not finite, prefixes of which some have a weight and others not, and no
+/// words.
 struct DataSource {
+  static constexpr double kBySamples = 0;
   double weight = 1;
   std::string prefix;
 };

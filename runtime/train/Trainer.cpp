@@ -242,11 +242,11 @@ private:
   /// its splits (training, validation, test; null where not read).
   struct Source {
     IndexedDataset dataset;
+    std::pair<uint64_t, uint64_t> training; // [first, end) of its documents
     std::array<std::unique_ptr<TokenStream>, 3> splits;
   };
   std::vector<Source> sources_;
   std::unique_ptr<BlendedStream> stream_, validation_, test_;
-  std::pair<uint64_t, uint64_t> trainDocuments_; // [first, end) of one dataset's documents
   std::string trainBlend_; // of a blend: each dataset's fraction and training documents
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<CheckpointSaver> saver_;
@@ -294,7 +294,7 @@ Status Run::start() {
   MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
   state_.seed = config_.seed;
   if (trainBlend_.empty())
-    state_.trainDocuments = trainDocuments_;
+    state_.trainDocuments = sources_[0].training;
   state_.trainBlend = trainBlend_;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
@@ -337,11 +337,6 @@ Status Run::openSplits() {
   char sizes[96];
   std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
                 config_.split[2]);
-  const bool blended = sources_.size() > 1;
-  std::vector<double> weights;
-  for (const DataSource &source : config_.data)
-    weights.push_back(source.weight);
-  const Blend blend(weights);
   // Per split, the datasets that have it, and why one does not.
   std::array<std::vector<size_t>, 3> members;
   std::array<std::string, 3> lacking;
@@ -383,13 +378,25 @@ Status Run::openSplits() {
       members[split].push_back(i);
     }
     MT_TRY(sources_[i].splits[0]->checkVocabulary(plan_.vocab_size()));
-    if (i == 0)
-      trainDocuments_ = {bounds[0], bounds[1]};
-    // What a checkpoint records of a blend: each dataset's fraction and its documents.
-    if (blended) {
+    sources_[i].training = {bounds[0], bounds[1]};
+  }
+  // A split's weights: those given, or each dataset's samples there.
+  const bool bySamples = config_.data[0].weight == DataSource::kBySamples;
+  auto weights = [&](int split) {
+    std::vector<double> shares;
+    for (size_t i : members[split])
+      shares.push_back(bySamples ? double(sources_[i].splits[split]->numSamples())
+                                 : config_.data[i].weight);
+    return shares;
+  };
+  // What a checkpoint records of a blend: each dataset's fraction and its documents.
+  if (sources_.size() > 1) {
+    const Blend blend(weights(0));
+    for (size_t i = 0; i < sources_.size(); ++i) {
       char fraction[32];
       std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
-      trainBlend_ += cat(i ? ";" : "", fraction, ",", bounds[0], ",", bounds[1]);
+      trainBlend_ += cat(i ? ";" : "", fraction, ",", sources_[i].training.first, ",",
+                         sources_[i].training.second);
     }
   }
   if (trainBlend_.size() > kMaxBlendText)
@@ -403,16 +410,21 @@ Status Run::openSplits() {
         return Status::failure(lacking[split]);
       continue;
     }
+    const char *name = split == 0 ? "training" : split == 1 ? "validation" : "test";
     if (members[split].size() < sources_.size() && log_)
-      std::fprintf(log_, "the %s blend leaves out the datasets without samples there: %s\n",
-                   split == 1 ? "validation" : "test", lacking[split].c_str());
+      std::fprintf(log_, "the %s blend leaves out the datasets without samples there: %s\n", name,
+                   lacking[split].c_str());
     std::vector<TokenStream *> read;
-    std::vector<double> shares;
+    std::string counts;
     for (size_t i : members[split]) {
       read.push_back(sources_[i].splits[split].get());
-      shares.push_back(weights[i]);
+      counts +=
+          cat(counts.empty() ? "" : ", ", config_.data[i].prefix, " ", read.back()->numSamples());
     }
-    *streams[split] = std::make_unique<BlendedStream>(read, shares);
+    if (bySamples && sources_.size() > 1 && log_)
+      std::fprintf(log_, "the %s blend weighs each dataset by its samples there: %s\n", name,
+                   counts.c_str());
+    *streams[split] = std::make_unique<BlendedStream>(read, weights(split));
   }
   return Status::success();
 }
@@ -457,13 +469,14 @@ Status Run::loadOrInitialise(bool &resumed) {
                                ": resume with the same data and --split"));
   const auto trained = state_.trainDocuments.value_or(
       std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
-  if (trainBlend_.empty() && trained != trainDocuments_)
+  const auto training = sources_[0].training;
+  if (trainBlend_.empty() && trained != training)
     return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
                                trained.first, ", ", trained.second, ") of the data, this run's ",
-                               "training split is [", trainDocuments_.first, ", ",
-                               trainDocuments_.second, "): resume with the same data and --split"));
+                               "training split is [", training.first, ", ", training.second,
+                               "): resume with the same data and --split"));
   if (trainBlend_.empty())
-    state_.trainDocuments = trainDocuments_;
+    state_.trainDocuments = training;
   if (state_.step > config_.steps)
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +

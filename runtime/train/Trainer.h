@@ -19,8 +19,8 @@
 namespace mt {
 
 struct TrainerConfig {
-  /// The data: one indexed dataset, or a blend of several with their weights (Megatron's
-  /// --data-path, data/Blend.h).
+  /// The data: one indexed dataset, or a blend of several with their weights or weighed
+  /// by their samples in each split (Megatron's --data-path, data/Blend.h).
   std::vector<DataSource> data;
   /// Megatron's --split: the relative sizes of the training, validation and test splits
   /// of the data's documents (data/TokenStream.h). By default training reads them all.

@@ -692,17 +692,32 @@ TEST(BlendTest, NormalisesTheWeightsAsNumpySumsThem) {
   EXPECT_EQ(blend.fractions()[1], 0.0025706940874035992);
 }
 
-TEST(BlendTest, DataPathsAreOnePrefixOrWeightedPairs) {
+TEST(BlendTest, DataPathsAreWeightedPairsOrPrefixesAlone) {
   std::vector<DataSource> sources;
   ASSERT_OK(parseDataPath({"a"}, sources));
   ASSERT_EQ(sources.size(), 1u);
   EXPECT_EQ(sources[0].prefix, "a");
-  ASSERT_OK(parseDataPath({"0.3", "a", "7e-1", "b"}, sources));
+  ASSERT_OK(parseDataPath({"2024"}, sources));
+  EXPECT_EQ(sources[0].prefix, "2024");
+  EXPECT_EQ(sources[0].weight, 1);
+  ASSERT_OK(parseDataPath({"0.3", "a", "7e-1", "2024"}, sources));
   ASSERT_EQ(sources.size(), 2u);
   EXPECT_EQ(sources[1].weight, 0.7);
-  EXPECT_EQ(sources[1].prefix, "b");
+  EXPECT_EQ(sources[1].prefix, "2024");
+  // Prefixes alone, odd or even in number, are weighed by their samples.
+  for (const std::vector<std::string> &prefixes :
+       {std::vector<std::string>{"a", "b"}, {"a", "./2024", "c"}}) {
+    ASSERT_OK(parseDataPath(prefixes, sources));
+    ASSERT_EQ(sources.size(), prefixes.size());
+    for (size_t i = 0; i < prefixes.size(); ++i) {
+      EXPECT_EQ(sources[i].prefix, prefixes[i]);
+      EXPECT_EQ(sources[i].weight, DataSource::kBySamples);
+    }
+  }
   for (const std::vector<std::string> &bad : {std::vector<std::string>{},
                                               {"0.3", "a", "b"},
+                                              {"a", "0.3", "b"},
+                                              {"a", "b", "0.3"},
                                               {"0", "a", "1", "b"},
                                               {"-1", "a", "1", "b"},
                                               {"x", "a", "1", "b"},

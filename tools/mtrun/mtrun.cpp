@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -33,6 +34,8 @@ constexpr const char *kUsage = R"(usage:
                             from the dataset furthest behind its share W/(W1+W2+...),
                             as Megatron's blend picks it (a prefix that reads as a
                             number: ./2024)
+  --data P1 P2 ...          a blend weighted by each dataset's samples (Megatron's
+                            --data-path without weights), up to the next flag or file
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
@@ -196,8 +199,7 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
     }
     if (arg.rfind("-", 0) != 0) {
       if (!out.planPath.empty())
-        return usageError("more than one plan given ('" + out.planPath + "' and '" + arg +
-                          "'; several --data prefixes need weights: W1 P1 W2 P2 ...)");
+        return usageError("more than one plan given ('" + out.planPath + "' and '" + arg + "')");
       out.planPath = arg;
       continue;
     }
@@ -219,13 +221,19 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
     // A blend's words, a line each: a number followed by a word that is no flag is a
-    // weight and its prefix, and more pairs follow while a number comes next. (A prefix
-    // that reads as a number, alone: ./2024.)
+    // weight and its prefix, and more pairs follow while a number comes next. Prefixes
+    // alone follow each other until a flag or a file (the plan: a prefix names PREFIX.idx
+    // and PREFIX.bin, not a file of its own). (A prefix that reads as a number: ./2024.)
     auto number = [](const char *word) {
       char *end = nullptr;
       return word[0] && (std::strtod(word, &end), *end == '\0');
     };
     auto word = [&](int at) { return at < argc && argv[at][0] != '-'; };
+    auto prefix = [&](int at) {
+      struct stat file;
+      return word(at) && (stat(argv[at], &file) != 0 || !S_ISREG(file.st_mode) ||
+                          access((argv[at] + std::string(".idx")).c_str(), F_OK) == 0);
+    };
     if (name == "data" && number(value.c_str()) && word(i + 1)) {
       value += '\n' + std::string(argv[++i]);
       for (; i + 1 < argc && number(argv[i + 1]); i += 2) {
@@ -235,10 +243,15 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
         value += '\n' + std::string(argv[i + 1]) + '\n' + argv[i + 2];
       }
     }
+    while (name == "data" && prefix(i + 1)) // more prefixes (or a weight left out)
+      value += '\n' + std::string(argv[++i]);
     out.flags[name] = value;
   }
   if (out.planPath.empty())
-    return usageError("no plan given");
+    return usageError(out.flags.count("data") && out.flags["data"].find('\n') != std::string::npos
+                          ? "no plan given (the words after --data, up to a flag or an "
+                            "existing file, were read as its prefixes)"
+                          : "no plan given");
   if (!out.flags.count("data") || !out.flags.count("steps"))
     return usageError("--data and --steps are required");
   return -1;
