@@ -42,6 +42,9 @@ constexpr uint64_t kTokenizerBytes = uint64_t{512} << 20;
 constexpr uint64_t kIndexBytes = uint64_t{1} << 30;
 /// A model file describes the architecture, not the weights: kilobytes.
 constexpr uint64_t kModelBytes = uint64_t{64} << 20;
+/// A list of datasets and their weights (mtrun --data-args-path): a few hundred bytes
+/// each, and a checkpoint records at most a megabyte of a blend.
+constexpr uint64_t kDataArgsBytes = uint64_t{64} << 20;
 /// A small text file (a checkpoint's latest-iteration marker): a number.
 constexpr uint64_t kMarkerBytes = 4096;
 } // namespace limits

@@ -2,6 +2,7 @@
 #include "backends/Backend.h"
 #include "backends/cpu/CpuThreads.h"
 #include "comm/Comm.h"
+#include "core/InputFile.h"
 #include "data/TokenStream.h"
 #include "exec/Executor.h"
 #include "plan/PlanReader.h"
@@ -36,6 +37,8 @@ constexpr const char *kUsage = R"(usage:
                             number: ./2024)
   --data P1 P2 ...          a blend weighted by each dataset's samples (Megatron's
                             --data-path without weights), up to the next flag or file
+  --data-args-path FILE     --data's words from FILE, separated by white space (a blend
+                            of too many datasets for a command line)
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
@@ -119,7 +122,7 @@ const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
                                                      {"data-path", "data"}};
 // clang-format off
 const std::set<std::string> kFlags = {
-    "data", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
+    "data", "data-args-path", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
     "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
@@ -252,8 +255,10 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
                           ? "no plan given (the words after --data, up to a flag or an "
                             "existing file, were read as its prefixes)"
                           : "no plan given");
-  if (!out.flags.count("data") || !out.flags.count("steps"))
+  if (!(out.flags.count("data") || out.flags.count("data-args-path")) || !out.flags.count("steps"))
     return usageError("--data and --steps are required");
+  if (out.flags.count("data") && out.flags.count("data-args-path"))
+    return usageError("--data and --data-args-path both given: one or the other");
   return -1;
 }
 
@@ -298,6 +303,20 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     std::istringstream lines(text("data", ""));
     for (std::string word; std::getline(lines, word);)
       words.push_back(word);
+    if (std::string path = text("data-args-path", ""); !path.empty()) {
+      std::string list;
+      mt::Status s =
+          mt::readRegularFile(path, mt::limits::kDataArgsBytes, "a list of --data words", list);
+      std::istringstream in(list);
+      for (std::string word; s.ok() && in >> word;)
+        words.push_back(word);
+      if (s.ok() && words.empty())
+        s = mt::Status::failure(path + ": no --data words in it");
+      if (!s.ok()) {
+        error = "--data-args-path: " + s.message();
+        return false;
+      }
+    }
     if (mt::Status s = mt::parseDataPath(words, config.data); !s.ok()) {
       error = s.message();
       return false;
