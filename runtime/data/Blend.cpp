@@ -91,14 +91,15 @@ Status BlendedStream::sample(uint64_t position, int32_t *inputs, int32_t *target
   return streams_[dataset]->sample(inDataset, inputs, targets);
 }
 
-Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSource> &sources) {
+Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSource> &sources,
+                     const std::string &flag) {
   sources.clear();
   if (words.size() == 1) {
     sources.push_back({1, words[0]});
     return Status::success();
   }
   if (words.empty())
-    return Status::failure("--data: no prefix");
+    return Status::failure(flag + ": no prefix");
   auto number = [](const std::string &word) {
     char *end = nullptr;
     std::strtod(word.c_str(), &end);
@@ -114,7 +115,7 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
     for (size_t i = 1; i < words.size(); i += 2)
       any = any || number(words[i]);
     if (any)
-      return Status::failure(cat("--data: give every prefix a weight (W1 P1 W2 P2 ...) or none ",
+      return Status::failure(cat(flag, ": give every prefix a weight (W1 P1 W2 P2 ...) or none ",
                                  "(P1 P2 ...); ", words.size(), " words mix the two"));
     for (const std::string &prefix : words)
       sources.push_back({DataSource::kBySamples, prefix});
@@ -124,13 +125,13 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
   for (size_t i = 0; i < words.size(); i += 2) {
     const double weight = std::strtod(words[i].c_str(), nullptr);
     if (!std::isfinite(weight) || !(weight > 0))
-      return Status::failure(cat("--data: the weight of ", words[i + 1], " must be a positive ",
+      return Status::failure(cat(flag, ": the weight of ", words[i + 1], " must be a positive ",
                                  "number, not '", words[i], "'"));
     sources.push_back({weight, words[i + 1]});
     sum += weight;
   }
   if (!std::isfinite(sum))
-    return Status::failure("--data: the weights add up past the largest number");
+    return Status::failure(flag + ": the weights add up past the largest number");
   return Status::success();
 }
 

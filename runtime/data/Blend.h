@@ -71,13 +71,14 @@ private:
 /// split is then the number of samples it has there (kBySamples). `words` in order; one
 /// word is one prefix, even one that reads as a number. Refuses a bad weight, weights
 /// whose sum is not finite, prefixes of which some have a weight and others not, and no
-/// words.
+/// words, naming `flag`.
 struct DataSource {
   static constexpr double kBySamples = 0;
   double weight = 1;
   std::string prefix;
 };
-Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSource> &sources);
+Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSource> &sources,
+                     const std::string &flag = "--data");
 
 } // namespace mt
 

@@ -241,8 +241,10 @@ private:
   /// Each dataset of the blend (one without weights): its documents, and the streams of
   /// its splits (training, validation, test; null where not read).
   struct Source {
+    DataSource given;
     IndexedDataset dataset;
-    std::pair<uint64_t, uint64_t> training; // [first, end) of its documents
+    std::array<uint64_t, 4> bounds; // split s holds documents [bounds[s], bounds[s + 1])
+    std::array<bool, 3> reads;      // the splits read of it
     std::array<std::unique_ptr<TokenStream>, 3> splits;
   };
   std::vector<Source> sources_;
@@ -294,7 +296,7 @@ Status Run::start() {
   MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
   state_.seed = config_.seed;
   if (trainBlend_.empty())
-    state_.trainDocuments = sources_[0].training;
+    state_.trainDocuments = {sources_[0].bounds[0], sources_[0].bounds[1]};
   state_.trainBlend = trainBlend_;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
@@ -329,11 +331,27 @@ Status Run::start() {
 }
 
 Status Run::openSplits() {
-  if (config_.data.empty())
+  // The datasets: those of --data, each cut by --split into the three splits; or each
+  // split's own (Megatron's --train-data-path ...), whole.
+  const bool perSplit = !config_.splitData[0].empty();
+  if (!perSplit && config_.data.empty())
     return Status::failure("no data to train on");
-  sources_.resize(config_.data.size());
-  for (size_t i = 0; i < sources_.size(); ++i)
-    MT_TRY(IndexedDataset::open(config_.data[i].prefix, sources_[i].dataset));
+  for (int split = 0; split < (perSplit ? 3 : 1); ++split)
+    for (const DataSource &given : perSplit ? config_.splitData[split] : config_.data) {
+      Source &source = sources_.emplace_back();
+      source.given = given;
+      MT_TRY(IndexedDataset::open(given.prefix, source.dataset));
+      const uint64_t documents = source.dataset.numDocuments();
+      source.bounds = splitDocuments(config_.split, documents);
+      if (perSplit) // [0, documents) in its own split, empty in the others
+        for (int bound = 0; bound < 4; ++bound)
+          source.bounds[bound] = bound > split ? documents : 0;
+      // Training reads each of its datasets; the held-out splits, where evaluated.
+      for (int read = 0; read < 3; ++read)
+        source.reads[read] = perSplit
+                                 ? read == split && (read == 0 || config_.evalIters > 0)
+                                 : read == 0 || (config_.evalIters > 0 && config_.split[read] > 0);
+    }
   char sizes[96];
   std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
                 config_.split[2]);
@@ -341,19 +359,18 @@ Status Run::openSplits() {
   std::array<std::vector<size_t>, 3> members;
   std::array<std::string, 3> lacking;
   for (size_t i = 0; i < sources_.size(); ++i) {
-    const std::string &prefix = config_.data[i].prefix;
-    const IndexedDataset &dataset = sources_[i].dataset;
-    const uint64_t documents = dataset.numDocuments();
-    const std::array<uint64_t, 4> bounds = splitDocuments(config_.split, documents);
-    if (bounds[1] == bounds[0])
+    Source &source = sources_[i];
+    const std::string &prefix = source.given.prefix;
+    const std::array<uint64_t, 4> &bounds = source.bounds;
+    const uint64_t documents = bounds[3];
+    if (source.reads[0] && bounds[1] == bounds[0])
       return Status::failure(cat(prefix, ": --split ", sizes, " leaves no training ",
                                  "documents (of ", documents, ")"));
-    // Training reads every dataset; the held-out splits, where evaluated, those that
-    // have documents there (a blend leaves the others out of that split's blend), each
-    // from the same seed's order of its own samples.
+    // A held-out split's blend leaves out the datasets with no documents there, each
+    // read from the same seed's order of its own samples.
     for (auto [split, name] :
          {std::pair{0, "training"}, std::pair{1, "validation"}, std::pair{2, "test"}}) {
-      if (split > 0 && (config_.evalIters <= 0 || config_.split[split] == 0))
+      if (!source.reads[split])
         continue;
       auto lacks = [&, split = split](const std::string &why) {
         lacking[split] += cat(lacking[split].empty() ? "" : "; ", why);
@@ -367,40 +384,41 @@ Status Run::openSplits() {
       if (d.first > 0 || d.end < documents)
         d.name = cat("the ", name, " split (documents [", d.first, ", ", d.end, ") of ", documents,
                      ", --split ", sizes, ")");
-      auto stream = std::make_unique<TokenStream>(dataset, seq_, config_.seed, d);
+      auto stream = std::make_unique<TokenStream>(source.dataset, seq_, config_.seed, d);
       if (!stream->usable()) {
         if (split == 0)
           return Status::failure(stream->whyUnusable());
         lacks(stream->whyUnusable());
         continue;
       }
-      sources_[i].splits[split] = std::move(stream);
+      MT_TRY(stream->checkVocabulary(plan_.vocab_size()));
+      source.splits[split] = std::move(stream);
       members[split].push_back(i);
     }
-    MT_TRY(sources_[i].splits[0]->checkVocabulary(plan_.vocab_size()));
-    sources_[i].training = {bounds[0], bounds[1]};
   }
   // A split's weights: those given, or each dataset's samples there.
-  const bool bySamples = config_.data[0].weight == DataSource::kBySamples;
   auto weights = [&](int split) {
     std::vector<double> shares;
-    for (size_t i : members[split])
-      shares.push_back(bySamples ? double(sources_[i].splits[split]->numSamples())
-                                 : config_.data[i].weight);
+    for (size_t i : members[split]) {
+      const double given = sources_[i].given.weight;
+      shares.push_back(given == DataSource::kBySamples
+                           ? double(sources_[i].splits[split]->numSamples())
+                           : given);
+    }
     return shares;
   };
   // What a checkpoint records of a blend: each dataset's fraction and its documents.
-  if (sources_.size() > 1) {
+  if (members[0].size() > 1) {
     const Blend blend(weights(0));
-    for (size_t i = 0; i < sources_.size(); ++i) {
+    for (size_t k = 0; k < members[0].size(); ++k) {
       char fraction[32];
-      std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[i]);
-      trainBlend_ += cat(i ? ";" : "", fraction, ",", sources_[i].training.first, ",",
-                         sources_[i].training.second);
+      std::snprintf(fraction, sizeof fraction, "%.17g", blend.fractions()[k]);
+      const Source &source = sources_[members[0][k]];
+      trainBlend_ += cat(k ? ";" : "", fraction, ",", source.bounds[0], ",", source.bounds[1]);
     }
   }
   if (trainBlend_.size() > kMaxBlendText)
-    return Status::failure(cat("a blend of ", sources_.size(), " datasets is more than a ",
+    return Status::failure(cat("a blend of ", members[0].size(), " datasets is more than a ",
                                "checkpoint records (", kMaxBlendText, " characters)"));
   // Each split a blend of the datasets' own that have it, with their weights.
   std::array<std::unique_ptr<BlendedStream> *, 3> streams = {&stream_, &validation_, &test_};
@@ -411,7 +429,7 @@ Status Run::openSplits() {
       continue;
     }
     const char *name = split == 0 ? "training" : split == 1 ? "validation" : "test";
-    if (members[split].size() < sources_.size() && log_)
+    if (!lacking[split].empty() && log_)
       std::fprintf(log_, "the %s blend leaves out the datasets without samples there: %s\n", name,
                    lacking[split].c_str());
     std::vector<TokenStream *> read;
@@ -419,9 +437,10 @@ Status Run::openSplits() {
     for (size_t i : members[split]) {
       read.push_back(sources_[i].splits[split].get());
       counts +=
-          cat(counts.empty() ? "" : ", ", config_.data[i].prefix, " ", read.back()->numSamples());
+          cat(counts.empty() ? "" : ", ", sources_[i].given.prefix, " ", read.back()->numSamples());
     }
-    if (bySamples && sources_.size() > 1 && log_)
+    if (read.size() > 1 && sources_[members[split][0]].given.weight == DataSource::kBySamples &&
+        log_)
       std::fprintf(log_, "the %s blend weighs each dataset by its samples there: %s\n", name,
                    counts.c_str());
     *streams[split] = std::make_unique<BlendedStream>(read, weights(split));
@@ -469,7 +488,7 @@ Status Run::loadOrInitialise(bool &resumed) {
                                ": resume with the same data and --split"));
   const auto trained = state_.trainDocuments.value_or(
       std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
-  const auto training = sources_[0].training;
+  const std::pair training{sources_[0].bounds[0], sources_[0].bounds[1]};
   if (trainBlend_.empty() && trained != training)
     return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
                                trained.first, ", ", trained.second, ") of the data, this run's ",

@@ -22,6 +22,10 @@ struct TrainerConfig {
   /// The data: one indexed dataset, or a blend of several with their weights or weighed
   /// by their samples in each split (Megatron's --data-path, data/Blend.h).
   std::vector<DataSource> data;
+  /// Megatron's --train-data-path, --valid-data-path and --test-data-path: each split
+  /// read whole from datasets of its own, in place of `data` cut by `split` (empty: not
+  /// given).
+  std::array<std::vector<DataSource>, 3> splitData;
   /// Megatron's --split: the relative sizes of the training, validation and test splits
   /// of the data's documents (data/TokenStream.h). By default training reads them all.
   std::array<double, 3> split = {1, 0, 0};

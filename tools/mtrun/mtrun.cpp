@@ -39,11 +39,15 @@ constexpr const char *kUsage = R"(usage:
                             --data-path without weights), up to the next flag or file
   --data-args-path FILE     --data's words from FILE, separated by white space (a blend
                             of too many datasets for a command line)
+  --train-data-path ...     each split read whole from datasets of its own, each a
+  --valid-data-path ...     prefix or a blend as --data's (Megatron's flags: in place of
+  --test-data-path ...      --data and --split)
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
                             dataset of a blend cut alike)
-  --eval-interval K         with --split: the validation loss every K steps and after
+  --eval-interval K         with held-out documents (--split, --valid-data-path or
+                            --test-data-path): the validation loss every K steps and after
                             the last (default 1000; 0: after the last only), and the
                             test loss after the last
   --eval-iters N            global batches each evaluation reads: the same N every
@@ -120,9 +124,13 @@ const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
                                                      {"save-interval", "save-every"},
                                                      {"log-interval", "log-every"},
                                                      {"data-path", "data"}};
+/// Megatron's flags that give each split datasets of its own.
+constexpr const char *kSplitDataFlags[3] = {"train-data-path", "valid-data-path", "test-data-path"};
+
 // clang-format off
 const std::set<std::string> kFlags = {
-    "data", "data-args-path", "steps", "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
+    "data", "data-args-path", "train-data-path", "valid-data-path", "test-data-path", "steps",
+    "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
     "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
@@ -237,7 +245,9 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       return word(at) && (stat(argv[at], &file) != 0 || !S_ISREG(file.st_mode) ||
                           access((argv[at] + std::string(".idx")).c_str(), F_OK) == 0);
     };
-    if (name == "data" && number(value.c_str()) && word(i + 1)) {
+    const bool data =
+        name == "data" || std::count(std::begin(kSplitDataFlags), std::end(kSplitDataFlags), name);
+    if (data && number(value.c_str()) && word(i + 1)) {
       value += '\n' + std::string(argv[++i]);
       for (; i + 1 < argc && number(argv[i + 1]); i += 2) {
         if (!word(i + 2))
@@ -246,26 +256,86 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
         value += '\n' + std::string(argv[i + 1]) + '\n' + argv[i + 2];
       }
     }
-    while (name == "data" && prefix(i + 1)) // more prefixes (or a weight left out)
+    while (data && prefix(i + 1)) // more prefixes (or a weight left out)
       value += '\n' + std::string(argv[++i]);
     out.flags[name] = value;
   }
   if (out.planPath.empty())
-    return usageError(out.flags.count("data") && out.flags["data"].find('\n') != std::string::npos
-                          ? "no plan given (the words after --data, up to a flag or an "
-                            "existing file, were read as its prefixes)"
-                          : "no plan given");
-  if (!(out.flags.count("data") || out.flags.count("data-args-path")) || !out.flags.count("steps"))
+    return usageError(
+        std::any_of(out.flags.begin(), out.flags.end(),
+                    [](const auto &flag) { return flag.second.find('\n') != std::string::npos; })
+            ? "no plan given (the words after --data, up to a flag or an "
+              "existing file, were read as its prefixes)"
+            : "no plan given");
+  if (!(out.flags.count("data") || out.flags.count("data-args-path") ||
+        std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
+                    [&](const char *name) { return out.flags.count(name); })) ||
+      !out.flags.count("steps"))
     return usageError("--data and --steps are required");
-  if (out.flags.count("data") && out.flags.count("data-args-path"))
-    return usageError("--data and --data-args-path both given: one or the other");
   return -1;
+}
+
+/// The data: --data's words (or --data-args-path's), or each split's own; false with
+/// `error` naming what is wrong.
+bool dataConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
+                std::string &error) {
+  auto words = [&](const char *name) {
+    std::vector<std::string> out;
+    if (auto it = flags.find(name); it != flags.end()) {
+      std::istringstream lines(it->second);
+      for (std::string word; std::getline(lines, word);)
+        out.push_back(word);
+    }
+    return out;
+  };
+  std::vector<std::string> data = words("data");
+  if (auto it = flags.find("data-args-path"); it != flags.end()) {
+    if (!data.empty()) {
+      error = "--data and --data-args-path both given: one or the other";
+      return false;
+    }
+    std::string list;
+    mt::Status s =
+        mt::readRegularFile(it->second, mt::limits::kDataArgsBytes, "a list of --data words", list);
+    std::istringstream in(list);
+    for (std::string word; s.ok() && in >> word;)
+      data.push_back(word);
+    if (s.ok() && data.empty())
+      s = mt::Status::failure(it->second + ": no --data words in it");
+    if (!s.ok()) {
+      error = "--data-args-path: " + s.message();
+      return false;
+    }
+  }
+  mt::Status s = mt::Status::success();
+  if (!flags.count(kSplitDataFlags[0]) && !flags.count(kSplitDataFlags[1]) &&
+      !flags.count(kSplitDataFlags[2]))
+    s = mt::parseDataPath(data, config.data);
+  else if (!data.empty())
+    error = "--data and --train-data-path (--valid-data-path, --test-data-path) both given: "
+            "one or the other";
+  else if (!flags.count(kSplitDataFlags[0]))
+    error = "--valid-data-path and --test-data-path need --train-data-path";
+  else if (flags.count("split"))
+    error = "--split cuts --data's datasets, and --train-data-path's (--valid-data-path's, "
+            "--test-data-path's) are each read whole: one or the other";
+  for (int split = 0; split < 3 && error.empty() && s.ok(); ++split)
+    if (flags.count(kSplitDataFlags[split]))
+      s = mt::parseDataPath(words(kSplitDataFlags[split]), config.splitData[split],
+                            std::string("--") + kSplitDataFlags[split]);
+  if (!s.ok())
+    error = s.message();
+  return error.empty();
 }
 
 /// The trainer's settings from the flags (the rest keep their defaults); false with
 /// `error` naming what is wrong.
 bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
                    std::string &error) {
+  if (!dataConfig(flags, config, error))
+    return false;
+  const bool heldOut =
+      flags.count("split") || flags.count("valid-data-path") || flags.count("test-data-path");
   auto text = [&](const char *name, const std::string &fallback) {
     auto it = flags.find(name);
     return it == flags.end() ? fallback : it->second;
@@ -299,28 +369,6 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     return static_cast<int64_t>(v);
   };
   try {
-    std::vector<std::string> words;
-    std::istringstream lines(text("data", ""));
-    for (std::string word; std::getline(lines, word);)
-      words.push_back(word);
-    if (std::string path = text("data-args-path", ""); !path.empty()) {
-      std::string list;
-      mt::Status s =
-          mt::readRegularFile(path, mt::limits::kDataArgsBytes, "a list of --data words", list);
-      std::istringstream in(list);
-      for (std::string word; s.ok() && in >> word;)
-        words.push_back(word);
-      if (s.ok() && words.empty())
-        s = mt::Status::failure(path + ": no --data words in it");
-      if (!s.ok()) {
-        error = "--data-args-path: " + s.message();
-        return false;
-      }
-    }
-    if (mt::Status s = mt::parseDataPath(words, config.data); !s.ok()) {
-      error = s.message();
-      return false;
-    }
     config.steps = integer("steps", 0);
     config.seed = static_cast<uint64_t>(integer("seed", 1234));
     config.saveDir = text("save", "");
@@ -357,7 +405,7 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     scaler.minScale = number("min-loss-scale", scaler.minScale);
     scaler.window = integer("loss-scale-window", scaler.window);
     scaler.hysteresis = scaler.hysteresisLeft = integer("hysteresis", scaler.hysteresis);
-    if (flags.count("split")) { // Megatron's defaults
+    if (heldOut) { // Megatron's defaults
       config.evalInterval = integer("eval-interval", 1000);
       config.evalIters = integer("eval-iters", 100);
     }
@@ -375,9 +423,9 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
       error = "--split " + split->second + " holds out no documents to evaluate";
       return false;
     }
-  } else if (evaluates) {
+  } else if (evaluates && !heldOut) {
     error = "--eval-interval and --eval-iters evaluate held-out documents: name them with "
-            "--split (as in 949,50,1)";
+            "--split (as in 949,50,1), or give --valid-data-path";
     return false;
   }
   const mt::LossScaler &scaler = config.lossScaler;
