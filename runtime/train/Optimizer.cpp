@@ -40,10 +40,34 @@ double decayCoefficient(const std::string &style, double progress) {
   return 0.5 * (1.0 + std::cos(kPi * progress));
 }
 
-/// Warm-up's length in steps, of a decay that ends at step `end`.
-double warmupOf(const OptimizerConfig &c, int64_t end) {
-  return c.warmupFraction ? *c.warmupFraction * static_cast<double>(end)
-                          : static_cast<double>(c.warmupSteps);
+/// What the schedule's lengths count: one step's worth of it, the whole run, and the
+/// names of its flags (Megatron's, with steps for iterations).
+struct Units {
+  double step, run;
+  const char *warmup, *decay, *wsdDecay, *unit;
+};
+Units unitsOf(const OptimizerConfig &c, int64_t totalSteps) {
+  if (c.trainSamples > 0)
+    return {static_cast<double>(c.samplesPerStep),
+            static_cast<double>(c.trainSamples),
+            "--lr-warmup-samples",
+            "--lr-decay-samples",
+            "--lr-wsd-decay-samples",
+            "samples"};
+  return {1,
+          static_cast<double>(totalSteps),
+          "--warmup-steps",
+          "--lr-decay-steps",
+          "--lr-wsd-decay-steps",
+          "steps"};
+}
+
+/// Where the decay ends, and warm-up's length, of a decay that ends there.
+double decayEnd(const OptimizerConfig &c, const Units &units) {
+  return c.decay > 0 ? static_cast<double>(c.decay) : units.run;
+}
+double warmupOf(const OptimizerConfig &c, double end) {
+  return c.warmupFraction ? *c.warmupFraction * end : static_cast<double>(c.warmup);
 }
 
 /// WSD's anneal style: exponential, Megatron's default, where none is given.
@@ -58,61 +82,88 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
   static const char *const kStyles[] = {"cosine", "linear", "constant", "inverse-square-root",
                                         "WSD"};
   static const char *const kWsdStyles[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+  static const char *const kIncrStyles[] = {"constant", "linear", "cosine"};
   const auto named = [](const auto &names, const std::string &s) {
     return std::find(std::begin(names), std::end(names), s) != std::end(names);
   };
+  const Units units = unitsOf(c, totalSteps);
   if (!named(kStyles, c.decayStyle))
     return "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD";
   if (!(c.minLr >= 0 && c.lr >= c.minLr && c.warmupInit >= 0 && c.warmupInit <= c.lr))
     return "the learning rates need 0 <= --min-lr <= --lr and 0 <= --lr-warmup-init <= --lr";
-  if (c.decayStyle != "WSD" && (c.wsdDecaySteps >= 0 || !c.wsdDecayStyle.empty()))
-    return "--lr-wsd-decay-steps and --lr-wsd-decay-style apply to --lr-decay WSD";
-  if (c.warmupFraction && c.warmupSteps > 0)
-    return "warm-up is --warmup-steps or --lr-warmup-fraction, not both";
+  if (c.decayStyle != "WSD" && (c.wsdDecay >= 0 || !c.wsdDecayStyle.empty()))
+    return cat(units.wsdDecay, " and --lr-wsd-decay-style apply to --lr-decay WSD");
+  if (c.warmupFraction && c.warmup > 0)
+    return cat("warm-up is ", units.warmup, " or --lr-warmup-fraction, not both");
   if (c.warmupFraction && !(*c.warmupFraction >= 0 && *c.warmupFraction < 1))
     return "--lr-warmup-fraction must be at least 0 and below 1";
+  if (!named(kIncrStyles, c.weightDecayIncrStyle))
+    return "--weight-decay-incr-style must be constant, linear or cosine";
+  // As Megatron's arguments: constant weight decay is --weight-decay's, an increment
+  // names both ends.
+  if (c.weightDecayIncrStyle == "constant" && (c.startWeightDecay || c.endWeightDecay))
+    return "--start-weight-decay and --end-weight-decay apply to --weight-decay-incr-style "
+           "linear or cosine (constant: --weight-decay)";
+  if (c.weightDecayIncrStyle != "constant" && !(c.startWeightDecay && c.endWeightDecay))
+    return cat("--weight-decay-incr-style ", c.weightDecayIncrStyle,
+               " needs --start-weight-decay and --end-weight-decay");
   // Megatron's scheduler asserts the decay outlasts warm-up; mtc's older styles keep the
   // peak after a warm-up that does not end before the decay would.
-  const int64_t decaySteps = c.decaySteps > 0 ? c.decaySteps : totalSteps;
-  if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") &&
-      warmupOf(c, decaySteps) >= static_cast<double>(decaySteps))
-    return cat("--lr-decay ", c.decayStyle, " needs more decay steps (", decaySteps,
-               ") than warm-up (", warmupOf(c, decaySteps), ")");
+  const double end = decayEnd(c, units);
+  if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") && warmupOf(c, end) >= end)
+    return cat("--lr-decay ", c.decayStyle, " needs more decay ", units.unit, " (", end,
+               ") than warm-up (", warmupOf(c, end), ")");
   if (c.decayStyle != "WSD")
     return "";
   if (!named(kWsdStyles, wsdStyle(c)))
     return "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt";
-  if (c.wsdDecaySteps < 0)
-    return "--lr-decay WSD needs --lr-wsd-decay-steps: the decay steps it anneals over";
+  if (c.wsdDecay < 0)
+    return cat("--lr-decay WSD needs ", units.wsdDecay, ": the decay ", units.unit,
+               " it anneals over");
   return "";
 }
 
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
-  const int64_t end = c.decaySteps > 0 ? c.decaySteps : totalSteps;
-  const double warm = warmupOf(c, end), n = static_cast<double>(step);
-  // Megatron's warm-up, to num_steps = W, one update ahead: the peak from n + 1 > W (a
-  // warm-up of a fraction of a step ends at it).
+  const Units units = unitsOf(c, totalSteps);
+  const double end = decayEnd(c, units), warm = warmupOf(c, end),
+               n = static_cast<double>(step) * units.step;
+  // Megatron's warm-up, to num_steps = W, one update ahead: the peak once the update
+  // reaches W (a warm-up that ends within a step ends at it).
   if (warm > 0 && n <= warm)
-    return n + 1 > warm ? c.lr : c.warmupInit + (c.lr - c.warmupInit) * (n + 1) / warm;
-  if (c.decayStyle == "constant" || static_cast<double>(end) <= warm) // nothing to decay over
+    return n + units.step > warm ? c.lr
+                                 : c.warmupInit + (c.lr - c.warmupInit) * (n + units.step) / warm;
+  if (c.decayStyle == "constant" || end <= warm) // nothing to decay over
     return c.lr;
-  if (step > end)
+  if (n > end)
     return c.minLr;
   if (c.decayStyle == "inverse-square-root") { // in samples, as Megatron counts them
-    const double samples = static_cast<double>(c.samplesPerStep);
+    const double samples = static_cast<double>(c.samplesPerStep) / units.step;
     return std::max(c.minLr, c.lr * std::sqrt(std::max(warm * samples, 1.0)) /
                                  std::sqrt(std::max(n * samples, 1.0)));
   }
   double coefficient = 1;
   if (c.decayStyle == "WSD") {
-    const int64_t annealFrom = end - c.wsdDecaySteps; // step <= end: no anneal of 0 steps
-    if (step > annealFrom)
-      coefficient = decayCoefficient(wsdStyle(c), static_cast<double>(step - annealFrom) /
-                                                      static_cast<double>(c.wsdDecaySteps));
+    const double annealFrom = end - static_cast<double>(c.wsdDecay); // n <= end: no 0 anneal
+    if (n > annealFrom)
+      coefficient =
+          decayCoefficient(wsdStyle(c), (n - annealFrom) / static_cast<double>(c.wsdDecay));
   } else {
-    coefficient = decayCoefficient(c.decayStyle, (n - warm) / (static_cast<double>(end) - warm));
+    coefficient = decayCoefficient(c.decayStyle, (n - warm) / (end - warm));
   }
   return c.minLr + coefficient * (c.lr - c.minLr);
+}
+
+double weightDecay(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
+  if (c.weightDecayIncrStyle == "constant")
+    return c.weightDecay;
+  const Units units = unitsOf(c, totalSteps);
+  const double n = static_cast<double>(step) * units.step;
+  if (n > units.run)
+    return *c.endWeightDecay;
+  const double ratio = n / units.run, coefficient = c.weightDecayIncrStyle == "linear"
+                                                        ? ratio
+                                                        : 0.5 * (std::cos(kPi * (1 - ratio)) + 1.0);
+  return *c.startWeightDecay + coefficient * (*c.endWeightDecay - *c.startWeightDecay);
 }
 
 Status synchronizeGradients(Executor &executor, bool distributedOptimizer,
@@ -208,7 +259,7 @@ Status AdamW::gradientNorm(double gradScale, double &norm) {
   return Status::success();
 }
 
-Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
+Status AdamW::step(int64_t step, double lr, double weightDecay, double gradScale, double gradNorm) {
   Backend &backend = executor_.backend();
   Comm &comm = executor_.comm();
   if (!std::isfinite(gradNorm))
@@ -233,7 +284,7 @@ Status AdamW::step(int64_t step, double lr, double gradScale, double gradNorm) {
       tensors.push_back(
           {executor_.masterSlice(begin, end), slice(executor_.flatGrads(), begin, end),
            slice(expAvg_, at, at + end - begin), slice(expAvgSq_, at, at + end - begin),
-           p.weight.rank >= 2 ? config_.weightDecay : 0.0});
+           p.weight.rank >= 2 ? weightDecay : 0.0});
     });
   MT_TRY(backend.adamw(tensors, update));
   // The programs' 16-bit copy follows the master weights it was rounded from.

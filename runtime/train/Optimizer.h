@@ -17,29 +17,43 @@ namespace mt {
 struct OptimizerConfig {
   double lr = 6e-4, minLr = 0;
   double warmupInit = 0; // the rate warm-up starts from (Megatron's --lr-warmup-init)
-  int64_t warmupSteps = 0;
-  // Megatron's --lr-warmup-fraction: warm-up over this share of the decay steps, in place
-  // of warmupSteps (a length in steps that need not be whole).
+  // The schedule's lengths count steps, or samples where the run is given in samples
+  // (Megatron's --train-samples: trainSamples > 0, each step samplesPerStep of them).
+  int64_t trainSamples = 0;
+  int64_t warmup = 0;
+  // Megatron's --lr-warmup-fraction: warm-up over this share of the decay, in place of
+  // `warmup` (a length that need not be whole).
   std::optional<double> warmupFraction;
-  int64_t decaySteps = 0; // 0: the whole run
+  int64_t decay = 0; // 0: the whole run
   // cosine | linear | constant | inverse-square-root | WSD (Megatron's names)
   std::string decayStyle = "cosine";
-  // WSD: the last `wsdDecaySteps` of the decay steps anneal (-1: not given), in
-  // `wsdDecayStyle` (exponential, the default where empty | linear | cosine | minus_sqrt);
-  // the rest hold the peak.
-  int64_t wsdDecaySteps = -1;
+  // WSD: the last `wsdDecay` of the decay anneal (-1: not given), in `wsdDecayStyle`
+  // (exponential, the default where empty | linear | cosine | minus_sqrt); the rest hold
+  // the peak.
+  int64_t wsdDecay = -1;
   std::string wsdDecayStyle;
   // Samples a step takes (the global batch): Megatron counts its schedule in them, which
-  // only inverse-square-root without warm-up shows (its rate at step n, peak/√(n·samples)).
+  // with lengths in steps only inverse-square-root without warm-up shows (its rate at
+  // step n, peak/√(n·samples)).
   int64_t samplesPerStep = 1;
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weightDecay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  // Weight decay: `weightDecay` throughout, or (Megatron's --weight-decay-incr-style
+  // linear | cosine) from startWeightDecay at the first step to endWeightDecay at the
+  // run's end.
+  double weightDecay = 0.1;
+  std::string weightDecayIncrStyle = "constant";
+  std::optional<double> startWeightDecay, endWeightDecay;
   double clipGrad = 1.0; // 0: no clipping
 };
 
 /// Learning rate of (0-based) `step` of a run of `totalSteps`: Megatron's
-/// OptimizerParamScheduler at num_steps = step, but in warm-up, where update k = step + 1
-/// takes init + (peak − init)·k/W (Megatron's k − 1).
+/// OptimizerParamScheduler at num_steps = step (its samples, step · samplesPerStep, where
+/// the lengths count samples), but in warm-up, where update k = step + 1 takes
+/// init + (peak − init)·k/W (Megatron's k − 1).
 double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
+/// Weight decay of (0-based) `step`: Megatron's OptimizerParamScheduler.get_wd at
+/// num_steps = step (or its samples).
+double weightDecay(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
 /// Why `config`'s schedule is not one learningRate computes over `totalSteps`, or "".
 std::string scheduleError(const OptimizerConfig &config, int64_t totalSteps);
 
@@ -95,8 +109,9 @@ public:
   /// Updates from the synchronised gradients times `gradScale` (1/micro-batches, and
   /// 1/loss scale), clipped to `clipGrad` in global norm (`gradNorm`, from
   /// gradientNorm, which must be finite); with the distributed optimizer, gathers the
-  /// updated shards back to every rank. `step` is 1-based.
-  Status step(int64_t step, double lr, double gradScale, double gradNorm);
+  /// updated shards back to every rank. `step` is 1-based; `weightDecay` decays the
+  /// matrices (biases and norms' vectors are not decayed, as in Megatron).
+  Status step(int64_t step, double lr, double weightDecay, double gradScale, double gradNorm);
 
   /// The elements of the flat stores this rank updates (FlatLayout's, or with the
   /// distributed optimizer its shares), and Adam's first and second moments over them.

@@ -705,7 +705,8 @@ Status Run::update(int64_t step, double lr) {
   // it, a gradient that is not finite ends the run in AdamW::step, before it reaches the
   // weights, and so any checkpoint.
   return timed("optimizer", [&] {
-    return optimizer_->step(step + 1 - state_.skippedSteps, lr, gradScale, gradNorm_);
+    return optimizer_->step(step + 1 - state_.skippedSteps, lr,
+                            weightDecay(schedule_, step, config_.steps), gradScale, gradNorm_);
   });
 }
 

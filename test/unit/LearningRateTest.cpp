@@ -1,6 +1,7 @@
-// The learning-rate schedule against values worked by hand from Megatron's
-// OptimizerParamScheduler.get_lr (at num_steps = the 0-based step; warm-up one update
-// ahead, as mtc counts it), for every decay style, and the schedules mtrun refuses.
+// The learning-rate and weight-decay schedules against values worked by hand from
+// Megatron's OptimizerParamScheduler.get_lr and get_wd (at num_steps = the 0-based step,
+// or its samples; warm-up one update ahead, as mtc counts it), for every style, and the
+// schedules mtrun refuses.
 #include "train/Optimizer.h"
 
 #include <gtest/gtest.h>
@@ -14,8 +15,8 @@ OptimizerConfig config(const std::string &style) {
   OptimizerConfig c;
   c.lr = 1.0;
   c.minLr = 0.1;
-  c.warmupSteps = 2;
-  c.decaySteps = 10;
+  c.warmup = 2;
+  c.decay = 10;
   c.decayStyle = style;
   return c;
 }
@@ -46,7 +47,7 @@ TEST(LearningRate, CosineAndLinearDecayFromThePeakAfterWarmUp) {
 // WSD: the peak until step 10 − 4 = 6, then the last 4 steps anneal.
 TEST(LearningRate, WsdHoldsThePeakThenAnnealsInItsStyle) {
   OptimizerConfig c = config("WSD");
-  c.wsdDecaySteps = 4;
+  c.wsdDecay = 4;
   for (int64_t step = 2; step <= 6; ++step)
     EXPECT_DOUBLE_EQ(learningRate(c, step, 20), 1.0) << step;
   const struct {
@@ -70,22 +71,22 @@ TEST(LearningRate, WsdHoldsThePeakThenAnnealsInItsStyle) {
 // decay steps.
 TEST(LearningRate, InverseSquareRootFallsWithTheStep) {
   OptimizerConfig c = config("inverse-square-root");
-  c.warmupSteps = 4;
-  c.decaySteps = 100;
+  c.warmup = 4;
+  c.decay = 100;
   EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 1.0);
   EXPECT_DOUBLE_EQ(learningRate(c, 16, 200), 0.5);
   EXPECT_DOUBLE_EQ(learningRate(c, 100, 200), 0.2);
   EXPECT_DOUBLE_EQ(learningRate(c, 101, 200), 0.1);
   c.minLr = 0.3;
   EXPECT_DOUBLE_EQ(learningRate(c, 100, 200), 0.3);
-  c.warmupSteps = 0;
+  c.warmup = 0;
   EXPECT_DOUBLE_EQ(learningRate(c, 0, 200), 1.0);
   EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 0.5);
   // Megatron counts in samples: without warm-up, a step of 4 samples is 4 of them.
   c.samplesPerStep = 4;
   c.minLr = 0;
   EXPECT_DOUBLE_EQ(learningRate(c, 4, 200), 0.25);
-  c.warmupSteps = 4; // with it, the samples cancel
+  c.warmup = 4; // with it, the samples cancel
   EXPECT_DOUBLE_EQ(learningRate(c, 16, 200), 0.5);
 }
 
@@ -94,16 +95,16 @@ TEST(LearningRate, InverseSquareRootFallsWithTheStep) {
 // the step the warm-up ends in), then cosine from 2.5.
 TEST(LearningRate, AFractionalWarmUpEndsAtThePeak) {
   OptimizerConfig c = config("cosine");
-  c.warmupSteps = 0;
+  c.warmup = 0;
   c.warmupFraction = 0.25;
   EXPECT_DOUBLE_EQ(learningRate(c, 0, 20), 0.4);
   EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 0.8);
   EXPECT_DOUBLE_EQ(learningRate(c, 2, 20), 1.0);
   EXPECT_NEAR(learningRate(c, 3, 20), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5 / 7.5)), 1e-15);
   EXPECT_EQ(scheduleError(c, 20), "");
-  c.warmupSteps = 2;
+  c.warmup = 2;
   EXPECT_EQ(scheduleError(c, 20), "warm-up is --warmup-steps or --lr-warmup-fraction, not both");
-  c.warmupSteps = 0;
+  c.warmup = 0;
   c.warmupFraction = 1;
   EXPECT_EQ(scheduleError(c, 20), "--lr-warmup-fraction must be at least 0 and below 1");
 }
@@ -112,10 +113,10 @@ TEST(LearningRate, AFractionalWarmUpEndsAtThePeak) {
 // than the decay after warm-up starts annealing during warm-up, which takes precedence.
 TEST(LearningRate, WsdAnnealsOfNoStepsAndOfMoreThanTheDecayRun) {
   OptimizerConfig c = config("WSD");
-  c.wsdDecaySteps = 0;
+  c.wsdDecay = 0;
   EXPECT_DOUBLE_EQ(learningRate(c, 10, 20), 1.0);
   EXPECT_DOUBLE_EQ(learningRate(c, 11, 20), 0.1);
-  c.wsdDecaySteps = 10;
+  c.wsdDecay = 10;
   c.wsdDecayStyle = "linear";
   EXPECT_DOUBLE_EQ(learningRate(c, 1, 20), 1.0); // warm-up
   EXPECT_DOUBLE_EQ(learningRate(c, 2, 20), 1.0); // num_steps = W: Megatron's warm-up still
@@ -127,25 +128,25 @@ TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
   OptimizerConfig c = config("WSD");
   EXPECT_EQ(scheduleError(c, 20),
             "--lr-decay WSD needs --lr-wsd-decay-steps: the decay steps it anneals over");
-  c.wsdDecaySteps = 4;
+  c.wsdDecay = 4;
   EXPECT_EQ(scheduleError(c, 20), "");
   c.wsdDecayStyle = "step";
   EXPECT_EQ(scheduleError(c, 20),
             "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt");
   c.wsdDecayStyle = "";
-  c.warmupSteps = 10; // Megatron asserts warm-up ends before the decay does
+  c.warmup = 10; // Megatron asserts warm-up ends before the decay does
   EXPECT_EQ(scheduleError(c, 20), "--lr-decay WSD needs more decay steps (10) than warm-up (10)");
   c.decayStyle = "inverse-square-root";
-  c.wsdDecaySteps = -1;
+  c.wsdDecay = -1;
   EXPECT_NE(scheduleError(c, 20), "");
   c.decayStyle = "cosine"; // the older styles keep the peak after such a warm-up
   EXPECT_EQ(scheduleError(c, 20), "");
   EXPECT_DOUBLE_EQ(learningRate(c, 15, 20), 1.0);
   c = config("cosine");
-  c.wsdDecaySteps = 3;
+  c.wsdDecay = 3;
   EXPECT_EQ(scheduleError(c, 20),
             "--lr-wsd-decay-steps and --lr-wsd-decay-style apply to --lr-decay WSD");
-  c.wsdDecaySteps = -1;
+  c.wsdDecay = -1;
   c.wsdDecayStyle = "linear";
   EXPECT_NE(scheduleError(c, 20), "");
   c = config("wsd");
@@ -157,6 +158,79 @@ TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
   c.warmupInit = 0;
   c.minLr = 2;
   EXPECT_NE(scheduleError(c, 20), "");
+}
+
+// Megatron's --train-samples: lengths in samples, four a step here. Lengths that are
+// whole steps give the steps' schedule (the decays' ratios are the same ratios of whole
+// numbers, exactly; warm-up's ramp to the last bit); others fall within a step.
+TEST(LearningRate, ARunInSamplesCountsItsScheduleInThem) {
+  for (const char *style : {"cosine", "linear", "WSD", "inverse-square-root"}) {
+    OptimizerConfig steps = config(style);
+    steps.warmup = 3;
+    steps.wsdDecay = std::string(style) == "WSD" ? 4 : -1;
+    steps.samplesPerStep = 4;
+    OptimizerConfig samples = steps;
+    samples.trainSamples = 80;
+    samples.warmup = 12;
+    samples.decay = 40;
+    samples.wsdDecay = steps.wsdDecay * 4;
+    for (int64_t step = 0; step < 3; ++step)
+      EXPECT_DOUBLE_EQ(learningRate(samples, step, 20), learningRate(steps, step, 20)) << style;
+    for (int64_t step = 3; step < 20; ++step)
+      EXPECT_EQ(learningRate(samples, step, 20), learningRate(steps, step, 20)) << style;
+    EXPECT_EQ(scheduleError(samples, 20), "") << style;
+  }
+  // Warm-up of 6 samples, linear decay to sample 30 of 40: step k reads sample 4k.
+  OptimizerConfig c = config("linear");
+  c.samplesPerStep = 4;
+  c.trainSamples = 40;
+  c.warmup = 6;
+  c.decay = 30;
+  EXPECT_DOUBLE_EQ(learningRate(c, 0, 10), 4.0 / 6); // update 1 reaches sample 4 of 6
+  EXPECT_DOUBLE_EQ(learningRate(c, 1, 10), 1.0);     // and update 2 passes it
+  EXPECT_NEAR(learningRate(c, 2, 10), 0.1 + 0.9 * (1 - 2.0 / 24), 1e-15);
+  EXPECT_NEAR(learningRate(c, 7, 10), 0.1 + 0.9 * (1 - 22.0 / 24), 1e-15);
+  EXPECT_DOUBLE_EQ(learningRate(c, 8, 10), 0.1);
+  c.decay = 0; // the whole run: its 40 samples
+  EXPECT_NEAR(learningRate(c, 5, 10), 0.1 + 0.9 * (1 - 14.0 / 34), 1e-15);
+  c.decayStyle = "WSD";
+  EXPECT_EQ(scheduleError(c, 10),
+            "--lr-decay WSD needs --lr-wsd-decay-samples: the decay samples it anneals over");
+  c.wsdDecay = 8;
+  c.warmup = 40;
+  EXPECT_EQ(scheduleError(c, 10), "--lr-decay WSD needs more decay samples (40) than warm-up (40)");
+}
+
+// Megatron's get_wd: from the start to the end over the run, linearly or on a half
+// cosine, the end after it; constant is --weight-decay's.
+TEST(WeightDecay, IncreasesOverTheRunInItsStyle) {
+  OptimizerConfig c = config("cosine");
+  c.weightDecay = 0.3;
+  EXPECT_EQ(weightDecay(c, 7, 10), 0.3);
+  c.weightDecayIncrStyle = "linear";
+  c.startWeightDecay = 0.0;
+  c.endWeightDecay = 0.1;
+  EXPECT_EQ(scheduleError(c, 10), "");
+  EXPECT_EQ(weightDecay(c, 0, 10), 0.0);
+  EXPECT_NEAR(weightDecay(c, 5, 10), 0.05, 1e-17);
+  EXPECT_NEAR(weightDecay(c, 10, 10), 0.1, 1e-17);
+  EXPECT_EQ(weightDecay(c, 11, 10), 0.1);
+  c.weightDecayIncrStyle = "cosine";
+  EXPECT_NEAR(weightDecay(c, 0, 10), 0.0, 1e-17);
+  EXPECT_NEAR(weightDecay(c, 5, 10), 0.05, 1e-17);
+  EXPECT_NEAR(weightDecay(c, 2, 8), 0.1 * 0.5 * (1 - std::sqrt(0.5)), 1e-17);
+  c.samplesPerStep = 4; // in samples: step 2 reads sample 8 of 16
+  c.trainSamples = 16;
+  EXPECT_NEAR(weightDecay(c, 2, 4), 0.05, 1e-17);
+  c.endWeightDecay.reset();
+  EXPECT_EQ(scheduleError(c, 4),
+            "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay");
+  c.weightDecayIncrStyle = "constant";
+  EXPECT_EQ(scheduleError(c, 4), "--start-weight-decay and --end-weight-decay apply to "
+                                 "--weight-decay-incr-style linear or cosine (constant: "
+                                 "--weight-decay)");
+  c.weightDecayIncrStyle = "step";
+  EXPECT_EQ(scheduleError(c, 4), "--weight-decay-incr-style must be constant, linear or cosine");
 }
 
 } // namespace

@@ -53,6 +53,9 @@ constexpr const char *kUsage = R"(usage:
   --eval-iters N            global batches each evaluation reads: the same N every
                             time, forward only, without dropout (default 100; 0: none)
   --steps N                 optimizer steps (Megatron: --train-iters)
+  --train-samples N         or a run of N samples: N / global batch steps, the
+                            schedule's lengths counted in samples (--lr-warmup-samples,
+                            --lr-decay-samples, --lr-wsd-decay-samples), as Megatron's
   --seed S                  parameter init, dropout and data order (default 1234)
   --lr X, --min-lr X        peak and final learning rate (default 6e-4, 0)
   --warmup-steps N          linear warm-up (Megatron: --lr-warmup-iters), or over
@@ -64,6 +67,9 @@ constexpr const char *kUsage = R"(usage:
                             keep the peak (Megatron: --lr-wsd-decay-iters), in
   --lr-wsd-decay-style exponential|linear|cosine|minus_sqrt   (default exponential)
   --adam-beta1 X, --adam-beta2 X, --adam-eps X, --weight-decay X
+  --weight-decay-incr-style constant|linear|cosine   weight decay from
+                            --start-weight-decay X to --end-weight-decay X over the run
+                            (default constant: --weight-decay's)
   --clip-grad X             global gradient-norm clipping (0: off; default 1.0)
   --save DIR, --save-every K   checkpoint to DIR every K steps and at the end
                             (Megatron: --save-interval)
@@ -132,6 +138,8 @@ const std::set<std::string> kFlags = {
     "data", "data-args-path", "train-data-path", "valid-data-path", "test-data-path", "steps",
     "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
     "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
+    "train-samples", "lr-warmup-samples", "lr-decay-samples", "lr-wsd-decay-samples",
+    "start-weight-decay", "end-weight-decay", "weight-decay-incr-style",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
     "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
@@ -270,7 +278,7 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
   if (!(out.flags.count("data") || out.flags.count("data-args-path") ||
         std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
                     [&](const char *name) { return out.flags.count(name); })) ||
-      !out.flags.count("steps"))
+      !(out.flags.count("steps") || out.flags.count("train-samples")))
     return usageError("--data and --steps are required");
   return -1;
 }
@@ -328,19 +336,16 @@ bool dataConfig(const std::map<std::string, std::string> &flags, mt::TrainerConf
   return error.empty();
 }
 
-/// The trainer's settings from the flags (the rest keep their defaults); false with
-/// `error` naming what is wrong.
-bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
-                   std::string &error) {
-  if (!dataConfig(flags, config, error))
-    return false;
-  const bool heldOut =
-      flags.count("split") || flags.count("valid-data-path") || flags.count("test-data-path");
-  auto text = [&](const char *name, const std::string &fallback) {
+/// The flags' values, by name: a missing one is its fallback, a bad number throws
+/// std::invalid_argument naming its flag.
+struct FlagValues {
+  const std::map<std::string, std::string> &flags;
+
+  std::string text(const char *name, const std::string &fallback) const {
     auto it = flags.find(name);
     return it == flags.end() ? fallback : it->second;
-  };
-  auto number = [&](const char *name, double fallback) {
+  }
+  double number(const char *name, double fallback) const {
     auto it = flags.find(name);
     if (it == flags.end())
       return fallback;
@@ -353,8 +358,8 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     if (used == 0 || used != it->second.size() || !std::isfinite(v))
       throw std::invalid_argument(name);
     return v;
-  };
-  auto integer = [&](const char *name, int64_t fallback) {
+  }
+  int64_t integer(const char *name, int64_t fallback) const {
     auto it = flags.find(name);
     if (it == flags.end())
       return fallback;
@@ -367,47 +372,90 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     if (used == 0 || used != it->second.size() || v < 0)
       throw std::invalid_argument(name);
     return static_cast<int64_t>(v);
-  };
+  }
+};
+
+/// The optimizer's settings and its schedules' (Megatron's flags, a run's lengths in
+/// steps or, after --train-samples, in samples); "" or what is wrong with them.
+std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
+  const bool samples = f.flags.count("train-samples") > 0;
+  if (samples && f.flags.count("steps"))
+    return "--steps and --train-samples given: one or the other";
+  // Each length in the unit the run is given in.
+  static const char *const kLengths[][2] = {{"warmup-steps", "lr-warmup-samples"},
+                                            {"lr-decay-steps", "lr-decay-samples"},
+                                            {"lr-wsd-decay-steps", "lr-wsd-decay-samples"}};
+  for (const auto &[steps, inSamples] : kLengths) {
+    if (samples && f.flags.count(steps))
+      return mt::cat("a run of --train-samples counts its schedule in samples: --", inSamples,
+                     ", not --", steps);
+    if (!samples && f.flags.count(inSamples))
+      return mt::cat("--", inSamples,
+                     " counts the samples of a run of --train-samples; a run of "
+                     "--steps counts steps: --",
+                     steps);
+  }
+  o.trainSamples = f.integer("train-samples", 0);
+  if (samples && o.trainSamples == 0)
+    return "--train-samples must be positive";
+  o.lr = f.number("lr", o.lr);
+  o.minLr = f.number("min-lr", o.minLr);
+  o.warmup = f.integer(samples ? "lr-warmup-samples" : "warmup-steps", 0);
+  o.decay = f.integer(samples ? "lr-decay-samples" : "lr-decay-steps", 0);
+  o.decayStyle = f.text("lr-decay", o.decayStyle);
+  o.warmupInit = f.number("lr-warmup-init", o.warmupInit);
+  if (f.flags.count("lr-warmup-fraction"))
+    o.warmupFraction = f.number("lr-warmup-fraction", 0);
+  o.wsdDecay = f.integer(samples ? "lr-wsd-decay-samples" : "lr-wsd-decay-steps", -1);
+  o.wsdDecayStyle = f.text("lr-wsd-decay-style", "");
+  o.beta1 = f.number("adam-beta1", o.beta1);
+  o.beta2 = f.number("adam-beta2", o.beta2);
+  o.eps = f.number("adam-eps", o.eps);
+  o.weightDecay = f.number("weight-decay", o.weightDecay);
+  o.weightDecayIncrStyle = f.text("weight-decay-incr-style", o.weightDecayIncrStyle);
+  if (f.flags.count("start-weight-decay"))
+    o.startWeightDecay = f.number("start-weight-decay", 0);
+  if (f.flags.count("end-weight-decay"))
+    o.endWeightDecay = f.number("end-weight-decay", 0);
+  o.clipGrad = f.number("clip-grad", o.clipGrad);
+  return "";
+}
+
+/// The trainer's settings from the flags (the rest keep their defaults); false with
+/// `error` naming what is wrong.
+bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
+                   std::string &error) {
+  if (!dataConfig(flags, config, error))
+    return false;
+  const bool heldOut =
+      flags.count("split") || flags.count("valid-data-path") || flags.count("test-data-path");
+  const FlagValues f{flags};
   try {
-    config.steps = integer("steps", 0);
-    config.seed = static_cast<uint64_t>(integer("seed", 1234));
-    config.saveDir = text("save", "");
-    config.loadDir = text("load", "");
-    config.saveEvery = integer("save-every", 0);
-    config.checkpoint.keep = static_cast<int>(integer("keep-checkpoints", 0));
+    config.steps = f.integer("steps", 0);
+    config.seed = static_cast<uint64_t>(f.integer("seed", 1234));
+    config.saveDir = f.text("save", "");
+    config.loadDir = f.text("load", "");
+    config.saveEvery = f.integer("save-every", 0);
+    config.checkpoint.keep = static_cast<int>(f.integer("keep-checkpoints", 0));
     config.checkpoint.stagingBytes =
-        static_cast<size_t>(std::max<int64_t>(1, integer("checkpoint-buffer-mib", 256))) << 20;
+        static_cast<size_t>(std::max<int64_t>(1, f.integer("checkpoint-buffer-mib", 256))) << 20;
     config.checkpoint.async = flags.count("async-save") > 0;
-    config.collectiveTimeout = number("collective-timeout", config.collectiveTimeout);
-    config.logEvery = integer("log-every", 1);
-    config.metricsPath = text("metrics", "");
-    config.tensorboardDir = text("tensorboard-dir", "");
-    config.peakTflops = number("peak-tflops", 0);
-    config.tracePath = text("trace", "");
-    mt::OptimizerConfig &o = config.optimizer;
-    o.lr = number("lr", o.lr);
-    o.minLr = number("min-lr", o.minLr);
-    o.warmupSteps = integer("warmup-steps", 0);
-    o.decaySteps = integer("lr-decay-steps", 0);
-    o.decayStyle = text("lr-decay", o.decayStyle);
-    o.warmupInit = number("lr-warmup-init", o.warmupInit);
-    if (flags.count("lr-warmup-fraction"))
-      o.warmupFraction = number("lr-warmup-fraction", 0);
-    o.wsdDecaySteps = integer("lr-wsd-decay-steps", -1);
-    o.wsdDecayStyle = text("lr-wsd-decay-style", "");
-    o.beta1 = number("adam-beta1", o.beta1);
-    o.beta2 = number("adam-beta2", o.beta2);
-    o.eps = number("adam-eps", o.eps);
-    o.weightDecay = number("weight-decay", o.weightDecay);
-    o.clipGrad = number("clip-grad", o.clipGrad);
+    config.collectiveTimeout = f.number("collective-timeout", config.collectiveTimeout);
+    config.logEvery = f.integer("log-every", 1);
+    config.metricsPath = f.text("metrics", "");
+    config.tensorboardDir = f.text("tensorboard-dir", "");
+    config.peakTflops = f.number("peak-tflops", 0);
+    config.tracePath = f.text("trace", "");
+    if (error = optimizerConfig(f, config.optimizer); !error.empty())
+      return false;
     mt::LossScaler &scaler = config.lossScaler;
-    scaler.scale = number("initial-loss-scale", scaler.scale);
-    scaler.minScale = number("min-loss-scale", scaler.minScale);
-    scaler.window = integer("loss-scale-window", scaler.window);
-    scaler.hysteresis = scaler.hysteresisLeft = integer("hysteresis", scaler.hysteresis);
+    scaler.scale = f.number("initial-loss-scale", scaler.scale);
+    scaler.minScale = f.number("min-loss-scale", scaler.minScale);
+    scaler.window = f.integer("loss-scale-window", scaler.window);
+    scaler.hysteresis = scaler.hysteresisLeft = f.integer("hysteresis", scaler.hysteresis);
     if (heldOut) { // Megatron's defaults
-      config.evalInterval = integer("eval-interval", 1000);
-      config.evalIters = integer("eval-iters", 100);
+      config.evalInterval = f.integer("eval-interval", 1000);
+      config.evalIters = f.integer("eval-iters", 100);
     }
   } catch (const std::exception &e) {
     error = std::string("bad number for --") + e.what();
@@ -598,6 +646,13 @@ int main(int argc, char **argv) {
   if (mt::Status s = mt::LoadedPlan::read(line.planPath, plan); !s.ok()) {
     std::fprintf(stderr, "mtrun: %s\n", s.message().c_str());
     return 1;
+  }
+  // Megatron's sample-based run: as many whole global batches as the samples hold.
+  if (const int64_t samples = config.optimizer.trainSamples; samples > 0) {
+    config.steps = samples / plan.plan().global_batch_size();
+    if (config.steps == 0)
+      return usageError(mt::cat("--train-samples ", samples, " is less than one global batch (",
+                                plan.plan().global_batch_size(), " samples)"));
   }
   config.startStages.push_back({"reading the plan", std::chrono::steady_clock::now()});
   // One rank needs no communicator, even under a launcher (srun -n 1 on a node without
