@@ -140,23 +140,28 @@ std::string duration(double seconds) {
 }
 
 /// The faults a test asks for: one rank dies at a step (SIGKILL), as a crashed process
-/// would, or stops (SIGSTOP), as a hung one does (MT_FAULT_KILL_RANK and _STEP,
-/// MT_FAULT_STOP_RANK and _STEP).
+/// would, stops (SIGSTOP), as a hung one does, or is sent SIGTERM, as a scheduler ends a
+/// job (MT_FAULT_KILL_RANK and _STEP, MT_FAULT_STOP_RANK and _STEP, MT_FAULT_TERM_RANK
+/// and _STEP).
 class Faults {
 public:
-  Faults()
-      : killRank_(std::getenv("MT_FAULT_KILL_RANK")), killStep_(std::getenv("MT_FAULT_KILL_STEP")),
-        stopRank_(std::getenv("MT_FAULT_STOP_RANK")), stopStep_(std::getenv("MT_FAULT_STOP_STEP")) {}
   /// Raises what is asked of `rank` at `step` (1-based).
   void at(int rank, int64_t step) const {
-    if (killRank_ && killStep_ && std::atoi(killRank_) == rank && std::atoll(killStep_) == step)
-      std::raise(SIGKILL);
-    if (stopRank_ && stopStep_ && std::atoi(stopRank_) == rank && std::atoll(stopStep_) == step)
-      std::raise(SIGSTOP);
+    for (const Fault &fault : faults_) {
+      const char *faultRank = std::getenv(fault.rank), *faultStep = std::getenv(fault.step);
+      if (faultRank && faultStep && std::atoi(faultRank) == rank && std::atoll(faultStep) == step)
+        std::raise(fault.signal);
+    }
   }
 
 private:
-  const char *killRank_, *killStep_, *stopRank_, *stopStep_;
+  struct Fault {
+    const char *rank, *step;
+    int signal;
+  };
+  static constexpr Fault faults_[] = {{"MT_FAULT_KILL_RANK", "MT_FAULT_KILL_STEP", SIGKILL},
+                                      {"MT_FAULT_STOP_RANK", "MT_FAULT_STOP_STEP", SIGSTOP},
+                                      {"MT_FAULT_TERM_RANK", "MT_FAULT_TERM_STEP", SIGTERM}};
 };
 
 /// One training run on this rank, readable top to bottom: start() loads or initialises
@@ -192,6 +197,8 @@ public:
   Status save();
   Status finish();
   int64_t stepsDone() const { return state_.step; }
+  /// Whether an early exit ended the run after the last step (TrainerConfig).
+  bool exited() const { return !exitReason_.empty(); }
 
 private:
   Status loadOrInitialise(bool &resumed);
@@ -206,6 +213,8 @@ private:
   Status evaluate(BlendedStream &stream, const char *split);
   /// After the step's record: the save and the evaluations that are due.
   Status afterStep();
+  /// Whether to exit early after this step (TrainerConfig's exits), agreed by every rank.
+  Status decideExit();
   /// The test split's loss, where there is one (after the last step).
   Status evaluateTest();
   /// The counters of a micro-batch's random numbers, and the loss seed's scale.
@@ -255,6 +264,7 @@ private:
   TrainingState state_;
   bool resumed_ = false;
   int64_t loadedStep_ = 0, firstStep_ = 0;
+  std::string exitReason_; // why the run exits early, once it does
   std::unique_ptr<std::FILE, int (*)(std::FILE *)> metrics_{nullptr, [](std::FILE *f) {
                                                                return f ? std::fclose(f) : 0;
                                                              }};
@@ -620,11 +630,38 @@ Status Run::step(int64_t step) {
   return after;
 }
 
+Status Run::decideExit() {
+  if (config_.exitInterval > 0 && state_.step % config_.exitInterval == 0)
+    exitReason_ = cat("--exit-interval ", config_.exitInterval);
+  // Each rank's clock and signals are its own: every rank takes what any has.
+  comm_.setActivity(cat("deciding whether to exit after step ", state_.step));
+  if (config_.exitMinutes > 0) {
+    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                         config_.launched.value_or(started_))
+                               .count() /
+                           60;
+    double late = minutes > config_.exitMinutes;
+    MT_TRY(comm_.allReduceSumWorld(late));
+    if (late > 0 && exitReason_.empty())
+      exitReason_ = cat("past --exit-duration-in-mins ", config_.exitMinutes, " (", minutes,
+                        " minutes since launch on rank 0)");
+  }
+  if (config_.exitSignalled) {
+    double caught = config_.exitSignalled();
+    MT_TRY(comm_.allReduceSumWorld(caught));
+    if (caught > 0 && exitReason_.empty())
+      exitReason_ = cat(config_.exitSignal, " caught by ", caught, " of ",
+                        comm_.position().worldSize(), " ranks");
+  }
+  return Status::success();
+}
+
 Status Run::afterStep() {
+  MT_TRY(decideExit());
   // The save first: an evaluation that fails or is cut short loses no training.
   const bool lastStep = state_.step == config_.steps;
   if (!config_.saveDir.empty() &&
-      (lastStep || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0))) {
+      (lastStep || exited() || (config_.saveEvery > 0 && state_.step % config_.saveEvery == 0))) {
     MT_TRY(save());
   } else {
     // An asynchronous save is committed once every rank's write has ended.
@@ -636,6 +673,11 @@ Status Run::afterStep() {
     MT_TRY(evaluate(*validation_, "validation"));
   if (lastStep)
     MT_TRY(evaluateTest());
+  if (exited() && !lastStep && log_)
+    std::fprintf(log_, "exiting after step %" PRId64 " of %" PRId64 ": %s%s\n", state_.step,
+                 config_.steps, exitReason_.c_str(),
+                 config_.saveDir.empty() ? " (no --save: not saved)"
+                                         : cat("; saved to ", config_.saveDir).c_str());
   return Status::success();
 }
 
@@ -849,7 +891,7 @@ Status Run::finish() {
                  recorded.programs, recorded.stretches);
   }
   if (log_ && executor_.profile())
-    executor_.profile()->print(log_, config_.steps - firstStep_);
+    executor_.profile()->print(log_, state_.step - firstStep_);
   if (log_ && stages > 1)
     std::fprintf(log_, "stash: %" PRIu64 " bytes held at most on rank 0, %" PRIu64 " planned\n",
                  passes_.stashPeak(),
@@ -875,7 +917,7 @@ Status train(Executor &executor, const TrainerConfig &config, std::FILE *log,
              const std::function<void(const StepRecord &)> &onStep) {
   Run run(executor, config, log, onStep);
   MT_TRY(run.start());
-  for (int64_t step = run.stepsDone(); step < config.steps; ++step)
+  for (int64_t step = run.stepsDone(); step < config.steps && !run.exited(); ++step)
     MT_TRY(run.step(step));
   return run.finish();
 }

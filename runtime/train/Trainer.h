@@ -36,6 +36,15 @@ struct TrainerConfig {
   /// last. 0 evalIters: none.
   int64_t evalInterval = 0, evalIters = 0;
   int64_t steps = 0;
+  /// Megatron's early exits, each decided after a step: every `exitInterval` steps (0:
+  /// none), once more than `exitMinutes` have passed since launch on any rank (0: never),
+  /// or once `exitSignalled` says `exitSignal` was caught by any rank (null: not caught).
+  /// Every rank stops after the same step, saved first where saveDir is set, and the run
+  /// ends as a finished one does.
+  int64_t exitInterval = 0;
+  double exitMinutes = 0;
+  std::function<bool()> exitSignalled;
+  std::string exitSignal;
   uint64_t seed = 1234;
   std::string saveDir, loadDir;
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)

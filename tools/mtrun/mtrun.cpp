@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,16 @@ constexpr const char *kUsage = R"(usage:
   --load DIR                resume from DIR's latest checkpoint (or DIR/iter_N's); with
                             --save DIR (the same DIR), start fresh while it holds none
                             (auto-resume)
+  --exit-interval K         end the run after a step that is a multiple of K (saved
+                            first with --save; Megatron's flags, as the two below)
+  --exit-duration-in-mins M end the run after the first step to end more than M minutes
+                            after launch on any rank (saved first with --save)
+  --exit-signal-handler     catch --exit-signal (SIGTERM, the default; SIGINT, SIGHUP,
+                            SIGUSR1, SIGUSR2): the run ends after the step it reaches any
+                            rank in (saved first with --save), exiting 0, as for a
+                            scheduler's notice (sbatch --signal=TERM@120; under mpirun,
+                            SIGUSR1 or SIGUSR2: it forwards SIGTERM too, but then
+                            exits 1 itself)
   --keep-checkpoints K      keep the newest K checkpoints in the save directory (default
                             0: all)
   --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
@@ -139,7 +150,8 @@ const std::set<std::string> kFlags = {
     "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
     "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "train-samples", "lr-warmup-samples", "lr-decay-samples", "lr-wsd-decay-samples",
-    "start-weight-decay", "end-weight-decay", "weight-decay-incr-style",
+    "start-weight-decay", "end-weight-decay", "weight-decay-incr-style", "exit-interval",
+    "exit-duration-in-mins", "exit-signal",
     "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
     "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
     "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
@@ -147,7 +159,7 @@ const std::set<std::string> kFlags = {
     "loss-scale-window", "hysteresis"};
 // clang-format on
 /// Flags that take no value.
-const std::set<std::string> kSwitches = {"async-save", "profile"};
+const std::set<std::string> kSwitches = {"async-save", "profile", "exit-signal-handler"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
 int localRank() {
@@ -421,6 +433,46 @@ std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
   return "";
 }
 
+/// Whether the signal --exit-signal-handler catches has arrived.
+volatile std::sig_atomic_t exitSignalled = 0;
+extern "C" void catchExitSignal(int) { exitSignalled = 1; }
+
+/// Megatron's early exits (--exit-interval, --exit-duration-in-mins, and
+/// --exit-signal-handler with --exit-signal, SIGTERM by default: it is caught from here
+/// on); "" or what is wrong with them.
+std::string exitConfig(const FlagValues &f, mt::TrainerConfig &config) {
+  config.exitInterval = f.integer("exit-interval", 0);
+  config.exitMinutes = f.number("exit-duration-in-mins", 0);
+  if (config.exitMinutes < 0)
+    return "--exit-duration-in-mins cannot be negative (0: no limit)";
+  if (!f.flags.count("exit-signal-handler"))
+    return f.flags.count("exit-signal")
+               ? "--exit-signal names the signal --exit-signal-handler catches"
+               : "";
+  static const std::pair<const char *, int> kSignals[] = {{"SIGTERM", SIGTERM},
+                                                          {"SIGINT", SIGINT},
+                                                          {"SIGHUP", SIGHUP},
+                                                          {"SIGUSR1", SIGUSR1},
+                                                          {"SIGUSR2", SIGUSR2}};
+  std::string name = f.text("exit-signal", "SIGTERM");
+  if (name.rfind("SIG", 0) != 0)
+    name = "SIG" + name;
+  for (const auto &[known, number] : kSignals)
+    if (name == known) {
+      struct sigaction action = {};
+      action.sa_handler = catchExitSignal;
+      action.sa_flags = SA_RESTART; // what it interrupts goes on
+      sigemptyset(&action.sa_mask);
+      if (sigaction(number, &action, nullptr) != 0)
+        return mt::cat("cannot catch ", name, ": ", std::strerror(errno));
+      config.exitSignal = name;
+      config.exitSignalled = [] { return exitSignalled != 0; };
+      return "";
+    }
+  return "--exit-signal must be SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2, not '" +
+         f.text("exit-signal", "") + "'";
+}
+
 /// The trainer's settings from the flags (the rest keep their defaults); false with
 /// `error` naming what is wrong.
 bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
@@ -447,6 +499,8 @@ bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerC
     config.peakTflops = f.number("peak-tflops", 0);
     config.tracePath = f.text("trace", "");
     if (error = optimizerConfig(f, config.optimizer); !error.empty())
+      return false;
+    if (error = exitConfig(f, config); !error.empty())
       return false;
     mt::LossScaler &scaler = config.lossScaler;
     scaler.scale = f.number("initial-loss-scale", scaler.scale);
