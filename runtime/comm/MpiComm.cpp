@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -390,7 +391,8 @@ public:
       // The rank that called the roll names the stalled ones and ends the job; this one
       // waits for that, rather than end it first with less to say.
       timespec pause{static_cast<time_t>(2 * grace + 2), 0};
-      nanosleep(&pause, nullptr);
+      while (nanosleep(&pause, &pause) != 0 && errno == EINTR) // a caught signal: wait on
+        ;
       abortJob(me, cat("in ", activity_, ", another rank's watchdog called a roll while this ",
                        "one waited ", seconds, " in ", what, ", and did not end the job"));
     }

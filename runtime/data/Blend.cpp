@@ -105,8 +105,10 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
     std::strtod(word.c_str(), &end);
     return !word.empty() && *end == '\0';
   };
-  // As Megatron reads the list: weighted when every word in a weight's place reads as a
-  // number; prefixes alone when none does (a prefix that reads as a number: ./2024).
+  // Weighted when every word in a weight's place reads as a number, as Megatron reads an
+  // even list; prefixes alone when no word does. Megatron reads any odd list as prefixes
+  // alone, and a list with a number in it is refused here: a prefix that reads as a
+  // number is written ./2024.
   size_t numbers = 0, places = 0;
   for (size_t i = 0; i < words.size(); i += 2, ++places)
     numbers += number(words[i]);
@@ -116,7 +118,8 @@ Status parseDataPath(const std::vector<std::string> &words, std::vector<DataSour
       any = any || number(words[i]);
     if (any)
       return Status::failure(cat(flag, ": give every prefix a weight (W1 P1 W2 P2 ...) or none ",
-                                 "(P1 P2 ...); ", words.size(), " words mix the two"));
+                                 "(P1 P2 ...); ", words.size(), " words mix the two (a prefix ",
+                                 "that reads as a number: ./2024)"));
     for (const std::string &prefix : words)
       sources.push_back({DataSource::kBySamples, prefix});
     return Status::success();

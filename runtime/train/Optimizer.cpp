@@ -40,34 +40,27 @@ double decayCoefficient(const std::string &style, double progress) {
   return 0.5 * (1.0 + std::cos(kPi * progress));
 }
 
-/// What the schedule's lengths count: one step's worth of it, the whole run, and the
-/// names of its flags (Megatron's, with steps for iterations).
-struct Units {
-  double step, run;
-  const char *warmup, *decay, *wsdDecay, *unit;
+/// The schedule in samples, as Megatron counts it whether its lengths were given in
+/// iterations (times the global batch) or in samples: a step's worth, the run, where the
+/// decay ends, warm-up and WSD's anneal; with `scale`, the samples of one unit of the
+/// lengths given, and the names of their flags.
+struct Samples {
+  double step, run, end, warmup, wsd, scale;
+  const char *warmupFlag, *wsdFlag, *unit;
 };
-Units unitsOf(const OptimizerConfig &c, int64_t totalSteps) {
-  if (c.trainSamples > 0)
-    return {static_cast<double>(c.samplesPerStep),
-            static_cast<double>(c.trainSamples),
-            "--lr-warmup-samples",
-            "--lr-decay-samples",
-            "--lr-wsd-decay-samples",
-            "samples"};
-  return {1,
-          static_cast<double>(totalSteps),
-          "--warmup-steps",
-          "--lr-decay-steps",
-          "--lr-wsd-decay-steps",
-          "steps"};
-}
-
-/// Where the decay ends, and warm-up's length, of a decay that ends there.
-double decayEnd(const OptimizerConfig &c, const Units &units) {
-  return c.decay > 0 ? static_cast<double>(c.decay) : units.run;
-}
-double warmupOf(const OptimizerConfig &c, double end) {
-  return c.warmupFraction ? *c.warmupFraction * end : static_cast<double>(c.warmup);
+Samples samplesOf(const OptimizerConfig &c, int64_t totalSteps) {
+  const bool given = c.trainSamples > 0;
+  Samples s;
+  s.step = static_cast<double>(c.samplesPerStep);
+  s.scale = given ? 1 : s.step;
+  s.run = given ? static_cast<double>(c.trainSamples) : static_cast<double>(totalSteps) * s.step;
+  s.end = c.decay > 0 ? static_cast<double>(c.decay) * s.scale : s.run;
+  s.warmup = c.warmupFraction ? *c.warmupFraction * s.end : static_cast<double>(c.warmup) * s.scale;
+  s.wsd = static_cast<double>(c.wsdDecay) * s.scale;
+  s.warmupFlag = given ? "--lr-warmup-samples" : "--warmup-steps";
+  s.wsdFlag = given ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-steps";
+  s.unit = given ? "samples" : "steps";
+  return s;
 }
 
 /// WSD's anneal style: exponential, Megatron's default, where none is given.
@@ -86,69 +79,65 @@ std::string scheduleError(const OptimizerConfig &c, int64_t totalSteps) {
   const auto named = [](const auto &names, const std::string &s) {
     return std::find(std::begin(names), std::end(names), s) != std::end(names);
   };
-  const Units units = unitsOf(c, totalSteps);
+  const Samples s = samplesOf(c, totalSteps);
   if (!named(kStyles, c.decayStyle))
     return "--lr-decay must be cosine, linear, constant, inverse-square-root or WSD";
   if (!(c.minLr >= 0 && c.lr >= c.minLr && c.warmupInit >= 0 && c.warmupInit <= c.lr))
     return "the learning rates need 0 <= --min-lr <= --lr and 0 <= --lr-warmup-init <= --lr";
   if (c.decayStyle != "WSD" && (c.wsdDecay >= 0 || !c.wsdDecayStyle.empty()))
-    return cat(units.wsdDecay, " and --lr-wsd-decay-style apply to --lr-decay WSD");
+    return cat(s.wsdFlag, " and --lr-wsd-decay-style apply to --lr-decay WSD");
   if (c.warmupFraction && c.warmup > 0)
-    return cat("warm-up is ", units.warmup, " or --lr-warmup-fraction, not both");
+    return cat("warm-up is ", s.warmupFlag, " or --lr-warmup-fraction, not both");
   if (c.warmupFraction && !(*c.warmupFraction >= 0 && *c.warmupFraction < 1))
     return "--lr-warmup-fraction must be at least 0 and below 1";
   if (!named(kIncrStyles, c.weightDecayIncrStyle))
     return "--weight-decay-incr-style must be constant, linear or cosine";
-  // As Megatron's arguments: constant weight decay is --weight-decay's, an increment
-  // names both ends.
+  // As Megatron's arguments and scheduler: constant weight decay is --weight-decay's, an
+  // increment names both ends, and does not fall.
   if (c.weightDecayIncrStyle == "constant" && (c.startWeightDecay || c.endWeightDecay))
     return "--start-weight-decay and --end-weight-decay apply to --weight-decay-incr-style "
            "linear or cosine (constant: --weight-decay)";
   if (c.weightDecayIncrStyle != "constant" && !(c.startWeightDecay && c.endWeightDecay))
     return cat("--weight-decay-incr-style ", c.weightDecayIncrStyle,
                " needs --start-weight-decay and --end-weight-decay");
+  if (c.startWeightDecay && !(*c.startWeightDecay >= 0 && *c.endWeightDecay >= *c.startWeightDecay))
+    return "the weight decay increment needs 0 <= --start-weight-decay <= --end-weight-decay";
   // Megatron's scheduler asserts the decay outlasts warm-up; mtc's older styles keep the
   // peak after a warm-up that does not end before the decay would.
-  const double end = decayEnd(c, units);
-  if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") && warmupOf(c, end) >= end)
-    return cat("--lr-decay ", c.decayStyle, " needs more decay ", units.unit, " (", end,
-               ") than warm-up (", warmupOf(c, end), ")");
+  if ((c.decayStyle == "WSD" || c.decayStyle == "inverse-square-root") && s.warmup >= s.end)
+    return cat("--lr-decay ", c.decayStyle, " needs more decay ", s.unit, " (", s.end / s.scale,
+               ") than warm-up (", s.warmup / s.scale, ")");
   if (c.decayStyle != "WSD")
     return "";
   if (!named(kWsdStyles, wsdStyle(c)))
     return "--lr-wsd-decay-style must be exponential, linear, cosine or minus_sqrt";
   if (c.wsdDecay < 0)
-    return cat("--lr-decay WSD needs ", units.wsdDecay, ": the decay ", units.unit,
-               " it anneals over");
+    return cat("--lr-decay WSD needs ", s.wsdFlag, ": the decay ", s.unit, " it anneals over");
   return "";
 }
 
 double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
-  const Units units = unitsOf(c, totalSteps);
-  const double end = decayEnd(c, units), warm = warmupOf(c, end),
-               n = static_cast<double>(step) * units.step;
+  const Samples s = samplesOf(c, totalSteps);
+  const double n = static_cast<double>(step) * s.step;
   // Megatron's warm-up, to num_steps = W, one update ahead: the peak once the update
   // reaches W (a warm-up that ends within a step ends at it).
-  if (warm > 0 && n <= warm)
-    return n + units.step > warm ? c.lr
-                                 : c.warmupInit + (c.lr - c.warmupInit) * (n + units.step) / warm;
-  if (c.decayStyle == "constant" || end <= warm) // nothing to decay over
+  if (s.warmup > 0 && n <= s.warmup)
+    return n + s.step > s.warmup ? c.lr
+                                 : c.warmupInit + (c.lr - c.warmupInit) * (n + s.step) / s.warmup;
+  if (c.decayStyle == "constant" || s.end <= s.warmup) // nothing to decay over
     return c.lr;
-  if (n > end)
+  if (n > s.end)
     return c.minLr;
-  if (c.decayStyle == "inverse-square-root") { // in samples, as Megatron counts them
-    const double samples = static_cast<double>(c.samplesPerStep) / units.step;
-    return std::max(c.minLr, c.lr * std::sqrt(std::max(warm * samples, 1.0)) /
-                                 std::sqrt(std::max(n * samples, 1.0)));
-  }
+  if (c.decayStyle == "inverse-square-root")
+    return std::max(c.minLr,
+                    c.lr * std::sqrt(std::max(s.warmup, 1.0)) / std::sqrt(std::max(n, 1.0)));
   double coefficient = 1;
   if (c.decayStyle == "WSD") {
-    const double annealFrom = end - static_cast<double>(c.wsdDecay); // n <= end: no 0 anneal
+    const double annealFrom = s.end - s.wsd; // n <= end: no anneal of 0 samples
     if (n > annealFrom)
-      coefficient =
-          decayCoefficient(wsdStyle(c), (n - annealFrom) / static_cast<double>(c.wsdDecay));
+      coefficient = decayCoefficient(wsdStyle(c), (n - annealFrom) / s.wsd);
   } else {
-    coefficient = decayCoefficient(c.decayStyle, (n - warm) / (end - warm));
+    coefficient = decayCoefficient(c.decayStyle, (n - s.warmup) / (s.end - s.warmup));
   }
   return c.minLr + coefficient * (c.lr - c.minLr);
 }
@@ -156,13 +145,13 @@ double learningRate(const OptimizerConfig &c, int64_t step, int64_t totalSteps) 
 double weightDecay(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
   if (c.weightDecayIncrStyle == "constant")
     return c.weightDecay;
-  const Units units = unitsOf(c, totalSteps);
-  const double n = static_cast<double>(step) * units.step;
-  if (n > units.run)
+  const Samples s = samplesOf(c, totalSteps);
+  const double n = static_cast<double>(step) * s.step;
+  if (n > s.run)
     return *c.endWeightDecay;
-  const double ratio = n / units.run, coefficient = c.weightDecayIncrStyle == "linear"
-                                                        ? ratio
-                                                        : 0.5 * (std::cos(kPi * (1 - ratio)) + 1.0);
+  const double ratio = n / s.run, coefficient = c.weightDecayIncrStyle == "linear"
+                                                    ? ratio
+                                                    : 0.5 * (std::cos(kPi * (1 - ratio)) + 1.0);
   return *c.startWeightDecay + coefficient * (*c.endWeightDecay - *c.startWeightDecay);
 }
 

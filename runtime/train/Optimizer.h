@@ -32,9 +32,9 @@ struct OptimizerConfig {
   // the peak.
   int64_t wsdDecay = -1;
   std::string wsdDecayStyle;
-  // Samples a step takes (the global batch): Megatron counts its schedule in them, which
-  // with lengths in steps only inverse-square-root without warm-up shows (its rate at
-  // step n, peak/√(n·samples)).
+  // Samples a step takes (the global batch): Megatron counts its schedule in them, and so
+  // does learningRate, lengths in steps times this (which shows in the last bit of a
+  // warm-up ramp, and in inverse-square-root without warm-up: peak/√(n·samples) at step n).
   int64_t samplesPerStep = 1;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   // Weight decay: `weightDecay` throughout, or (Megatron's --weight-decay-incr-style
@@ -47,9 +47,9 @@ struct OptimizerConfig {
 };
 
 /// Learning rate of (0-based) `step` of a run of `totalSteps`: Megatron's
-/// OptimizerParamScheduler at num_steps = step (its samples, step · samplesPerStep, where
-/// the lengths count samples), but in warm-up, where update k = step + 1 takes
-/// init + (peak − init)·k/W (Megatron's k − 1).
+/// OptimizerParamScheduler at num_steps = the samples before it, step · samplesPerStep,
+/// but in warm-up, where update k = step + 1 takes init + (peak − init)·k·B/W (W in
+/// samples; Megatron's k − 1).
 double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
 /// Weight decay of (0-based) `step`: Megatron's OptimizerParamScheduler.get_wd at
 /// num_steps = step (or its samples).

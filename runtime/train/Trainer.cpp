@@ -205,6 +205,9 @@ private:
   /// The data's splits: the training stream, and the validation and test streams where
   /// they are evaluated.
   Status openSplits();
+  /// Opens the datasets and places their documents in the splits (openSplits's first
+  /// part): --data's each cut by --split, or each split's own, whole.
+  Status openSources();
   /// The micro-batch of `stream` that starts at sample `position`, into inputs_ and
   /// targets_.
   Status load(BlendedStream &stream, uint64_t position);
@@ -254,6 +257,7 @@ private:
     IndexedDataset dataset;
     std::array<uint64_t, 4> bounds; // split s holds documents [bounds[s], bounds[s + 1])
     std::array<bool, 3> reads;      // the splits read of it
+    const char *flag = nullptr;     // the flag that named it for its split, if one did
     std::array<std::unique_ptr<TokenStream>, 3> splits;
   };
   std::vector<Source> sources_;
@@ -340,9 +344,9 @@ Status Run::start() {
   return Status::success();
 }
 
-Status Run::openSplits() {
-  // The datasets: those of --data, each cut by --split into the three splits; or each
-  // split's own (Megatron's --train-data-path ...), whole.
+Status Run::openSources() {
+  static const char *const kFlags[] = {"--train-data-path", "--valid-data-path",
+                                       "--test-data-path"};
   const bool perSplit = !config_.splitData[0].empty();
   if (!perSplit && config_.data.empty())
     return Status::failure("no data to train on");
@@ -352,16 +356,24 @@ Status Run::openSplits() {
       source.given = given;
       MT_TRY(IndexedDataset::open(given.prefix, source.dataset));
       const uint64_t documents = source.dataset.numDocuments();
-      source.bounds = splitDocuments(config_.split, documents);
-      if (perSplit) // [0, documents) in its own split, empty in the others
+      if (perSplit) { // [0, documents) in its own split, none in the others
+        source.flag = kFlags[split];
         for (int bound = 0; bound < 4; ++bound)
           source.bounds[bound] = bound > split ? documents : 0;
+      } else {
+        source.bounds = splitDocuments(config_.split, documents);
+      }
       // Training reads each of its datasets; the held-out splits, where evaluated.
       for (int read = 0; read < 3; ++read)
         source.reads[read] = perSplit
                                  ? read == split && (read == 0 || config_.evalIters > 0)
                                  : read == 0 || (config_.evalIters > 0 && config_.split[read] > 0);
     }
+  return Status::success();
+}
+
+Status Run::openSplits() {
+  MT_TRY(openSources());
   char sizes[96];
   std::snprintf(sizes, sizeof sizes, "%g,%g,%g", config_.split[0], config_.split[1],
                 config_.split[2]);
@@ -373,11 +385,11 @@ Status Run::openSplits() {
     const std::string &prefix = source.given.prefix;
     const std::array<uint64_t, 4> &bounds = source.bounds;
     const uint64_t documents = bounds[3];
-    if (source.reads[0] && bounds[1] == bounds[0])
+    if (!source.flag && bounds[1] == bounds[0])
       return Status::failure(cat(prefix, ": --split ", sizes, " leaves no training ",
                                  "documents (of ", documents, ")"));
-    // A held-out split's blend leaves out the datasets with no documents there, each
-    // read from the same seed's order of its own samples.
+    // A held-out split's blend of --data leaves out the datasets with no documents
+    // there; each dataset is read from the same seed's order of its own samples.
     for (auto [split, name] :
          {std::pair{0, "training"}, std::pair{1, "validation"}, std::pair{2, "test"}}) {
       if (!source.reads[split])
@@ -385,7 +397,7 @@ Status Run::openSplits() {
       auto lacks = [&, split = split](const std::string &why) {
         lacking[split] += cat(lacking[split].empty() ? "" : "; ", why);
       };
-      if (bounds[split + 1] == bounds[split]) { // evaluation asked for, and nothing there
+      if (!source.flag && bounds[split + 1] == bounds[split]) { // asked for, nothing there
         lacks(cat(prefix, ": --split ", sizes, " gives the ", name, " split none of the ",
                   documents, " documents"));
         continue;
@@ -395,9 +407,10 @@ Status Run::openSplits() {
         d.name = cat("the ", name, " split (documents [", d.first, ", ", d.end, ") of ", documents,
                      ", --split ", sizes, ")");
       auto stream = std::make_unique<TokenStream>(source.dataset, seq_, config_.seed, d);
-      if (!stream->usable()) {
-        if (split == 0)
-          return Status::failure(stream->whyUnusable());
+      if (!stream->usable()) { // a dataset named for the split must have samples
+        if (split == 0 || source.flag)
+          return Status::failure(
+              cat(stream->whyUnusable(), source.flag ? cat(" (", source.flag, ")") : ""));
         lacks(stream->whyUnusable());
         continue;
       }
@@ -633,26 +646,27 @@ Status Run::step(int64_t step) {
 Status Run::decideExit() {
   if (config_.exitInterval > 0 && state_.step % config_.exitInterval == 0)
     exitReason_ = cat("--exit-interval ", config_.exitInterval);
-  // Each rank's clock and signals are its own: every rank takes what any has.
+  if (config_.exitMinutes <= 0 && !config_.exitSignalled)
+    return Status::success();
+  // Each rank's clock and signals are its own: every rank takes what any has, from one
+  // sum over them all of the ranks past the duration and, in units of kCaught, of those
+  // that caught the signal.
+  constexpr double kCaught = double(1 << 24);
   comm_.setActivity(cat("deciding whether to exit after step ", state_.step));
-  if (config_.exitMinutes > 0) {
-    const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                         config_.launched.value_or(started_))
-                               .count() /
-                           60;
-    double late = minutes > config_.exitMinutes;
-    MT_TRY(comm_.allReduceSumWorld(late));
-    if (late > 0 && exitReason_.empty())
-      exitReason_ = cat("past --exit-duration-in-mins ", config_.exitMinutes, " (", minutes,
-                        " minutes since launch on rank 0)");
-  }
-  if (config_.exitSignalled) {
-    double caught = config_.exitSignalled();
-    MT_TRY(comm_.allReduceSumWorld(caught));
-    if (caught > 0 && exitReason_.empty())
-      exitReason_ = cat(config_.exitSignal, " caught by ", caught, " of ",
-                        comm_.position().worldSize(), " ranks");
-  }
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       config_.launched.value_or(started_))
+                             .count() /
+                         60;
+  double votes = (config_.exitMinutes > 0 && minutes > config_.exitMinutes) +
+                 (config_.exitSignalled && config_.exitSignalled()) * kCaught;
+  MT_TRY(comm_.allReduceSumWorld(votes));
+  const double caught = std::floor(votes / kCaught), late = votes - caught * kCaught;
+  if (late > 0 && exitReason_.empty())
+    exitReason_ = cat("past --exit-duration-in-mins ", config_.exitMinutes, " (", minutes,
+                      " minutes since launch on rank 0)");
+  if (caught > 0 && exitReason_.empty())
+    exitReason_ = cat(config_.exitSignal, " caught by ", caught, " of ",
+                      comm_.position().worldSize(), " ranks");
   return Status::success();
 }
 
@@ -676,8 +690,9 @@ Status Run::afterStep() {
   if (exited() && !lastStep && log_)
     std::fprintf(log_, "exiting after step %" PRId64 " of %" PRId64 ": %s%s\n", state_.step,
                  config_.steps, exitReason_.c_str(),
-                 config_.saveDir.empty() ? " (no --save: not saved)"
-                                         : cat("; saved to ", config_.saveDir).c_str());
+                 config_.saveDir.empty()    ? " (no --save: not saved)"
+                 : config_.checkpoint.async ? cat("; saving to ", config_.saveDir).c_str()
+                                            : cat("; saved to ", config_.saveDir).c_str());
   return Status::success();
 }
 

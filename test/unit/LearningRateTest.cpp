@@ -160,24 +160,26 @@ TEST(LearningRate, SchedulesThatCannotRunAreRefused) {
   EXPECT_NE(scheduleError(c, 20), "");
 }
 
-// Megatron's --train-samples: lengths in samples, four a step here. Lengths that are
-// whole steps give the steps' schedule (the decays' ratios are the same ratios of whole
-// numbers, exactly; warm-up's ramp to the last bit); others fall within a step.
+// Megatron counts its schedule in samples whether its lengths were given in iterations
+// or samples: lengths of whole steps give the steps' schedule to the bit (the ratios of
+// whole numbers are the same ratios), with a global batch of 12 here, warm-up's ramp
+// (peak − init)·(k·12)/(W·12) as Megatron rounds it; others fall within a step.
 TEST(LearningRate, ARunInSamplesCountsItsScheduleInThem) {
   for (const char *style : {"cosine", "linear", "WSD", "inverse-square-root"}) {
     OptimizerConfig steps = config(style);
     steps.warmup = 3;
+    steps.warmupInit = 0.1;
     steps.wsdDecay = std::string(style) == "WSD" ? 4 : -1;
-    steps.samplesPerStep = 4;
+    steps.samplesPerStep = 12;
     OptimizerConfig samples = steps;
-    samples.trainSamples = 80;
-    samples.warmup = 12;
-    samples.decay = 40;
-    samples.wsdDecay = steps.wsdDecay * 4;
-    for (int64_t step = 0; step < 3; ++step)
-      EXPECT_DOUBLE_EQ(learningRate(samples, step, 20), learningRate(steps, step, 20)) << style;
-    for (int64_t step = 3; step < 20; ++step)
+    samples.trainSamples = 240;
+    samples.warmup = 36;
+    samples.decay = 120;
+    if (samples.wsdDecay > 0)
+      samples.wsdDecay = 48;
+    for (int64_t step = 0; step < 20; ++step)
       EXPECT_EQ(learningRate(samples, step, 20), learningRate(steps, step, 20)) << style;
+    EXPECT_EQ(learningRate(steps, 1, 20), 0.1 + 0.9 * (2.0 * 12) / (3.0 * 12)) << style;
     EXPECT_EQ(scheduleError(samples, 20), "") << style;
   }
   // Warm-up of 6 samples, linear decay to sample 30 of 40: step k reads sample 4k.
@@ -222,6 +224,11 @@ TEST(WeightDecay, IncreasesOverTheRunInItsStyle) {
   c.samplesPerStep = 4; // in samples: step 2 reads sample 8 of 16
   c.trainSamples = 16;
   EXPECT_NEAR(weightDecay(c, 2, 4), 0.05, 1e-17);
+  c.endWeightDecay = -0.1; // Megatron's scheduler asserts 0 <= start <= end
+  EXPECT_EQ(scheduleError(c, 4),
+            "the weight decay increment needs 0 <= --start-weight-decay <= --end-weight-decay");
+  c.startWeightDecay = -0.2;
+  EXPECT_NE(scheduleError(c, 4), "");
   c.endWeightDecay.reset();
   EXPECT_EQ(scheduleError(c, 4),
             "--weight-decay-incr-style cosine needs --start-weight-decay and --end-weight-decay");

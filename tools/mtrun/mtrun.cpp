@@ -9,6 +9,7 @@
 #include "train/Trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -84,9 +85,9 @@ constexpr const char *kUsage = R"(usage:
   --exit-signal-handler     catch --exit-signal (SIGTERM, the default; SIGINT, SIGHUP,
                             SIGUSR1, SIGUSR2): the run ends after the step it reaches any
                             rank in (saved first with --save), exiting 0, as for a
-                            scheduler's notice (sbatch --signal=TERM@120; under mpirun,
-                            SIGUSR1 or SIGUSR2: it forwards SIGTERM too, but then
-                            exits 1 itself)
+                            scheduler's notice (sbatch --signal=TERM@120; under mpirun
+                            or mtrun -n, SIGUSR1 or SIGUSR2: mpirun follows a SIGTERM
+                            it forwards with SIGKILL within seconds)
   --keep-checkpoints K      keep the newest K checkpoints in the save directory (default
                             0: all)
   --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
@@ -211,6 +212,7 @@ int launchRanks(int ranks, int argc, char **argv) {
 struct CommandLine {
   std::string planPath;
   std::map<std::string, std::string> flags;
+  std::map<std::string, std::string> spelled; // a flag given by another name: that name
   int ranks = 0;
 };
 
@@ -248,7 +250,7 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       return usageError("flag '" + arg + "' needs a value");
     }
     if (auto alias = kAliases.find(name); alias != kAliases.end())
-      name = alias->second;
+      out.spelled[name = alias->second] = "--" + alias->first;
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
     // A blend's words, a line each: a number followed by a word that is no flag is a
@@ -271,7 +273,7 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       value += '\n' + std::string(argv[++i]);
       for (; i + 1 < argc && number(argv[i + 1]); i += 2) {
         if (!word(i + 2))
-          return usageError(std::string("--data: the weight ") + argv[i + 1] +
+          return usageError(arg.substr(0, arg.find('=')) + ": the weight " + argv[i + 1] +
                             " has no prefix after it");
         value += '\n' + std::string(argv[i + 1]) + '\n' + argv[i + 2];
       }
@@ -280,79 +282,35 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       value += '\n' + std::string(argv[++i]);
     out.flags[name] = value;
   }
-  if (out.planPath.empty())
-    return usageError(
-        std::any_of(out.flags.begin(), out.flags.end(),
-                    [](const auto &flag) { return flag.second.find('\n') != std::string::npos; })
-            ? "no plan given (the words after --data, up to a flag or an "
-              "existing file, were read as its prefixes)"
-            : "no plan given");
+  if (out.planPath.empty()) {
+    auto several = std::find_if(out.flags.begin(), out.flags.end(), [](const auto &flag) {
+      return flag.second.find('\n') != std::string::npos;
+    });
+    return usageError(several == out.flags.end()
+                          ? "no plan given"
+                          : "no plan given (the words after --" + several->first +
+                                ", up to a flag or an existing file, were read as its "
+                                "prefixes)");
+  }
   if (!(out.flags.count("data") || out.flags.count("data-args-path") ||
         std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
                     [&](const char *name) { return out.flags.count(name); })) ||
       !(out.flags.count("steps") || out.flags.count("train-samples")))
-    return usageError("--data and --steps are required");
+    return usageError("--data (or --data-args-path, --train-data-path) and --steps (or "
+                      "--train-samples) are required");
   return -1;
-}
-
-/// The data: --data's words (or --data-args-path's), or each split's own; false with
-/// `error` naming what is wrong.
-bool dataConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
-                std::string &error) {
-  auto words = [&](const char *name) {
-    std::vector<std::string> out;
-    if (auto it = flags.find(name); it != flags.end()) {
-      std::istringstream lines(it->second);
-      for (std::string word; std::getline(lines, word);)
-        out.push_back(word);
-    }
-    return out;
-  };
-  std::vector<std::string> data = words("data");
-  if (auto it = flags.find("data-args-path"); it != flags.end()) {
-    if (!data.empty()) {
-      error = "--data and --data-args-path both given: one or the other";
-      return false;
-    }
-    std::string list;
-    mt::Status s =
-        mt::readRegularFile(it->second, mt::limits::kDataArgsBytes, "a list of --data words", list);
-    std::istringstream in(list);
-    for (std::string word; s.ok() && in >> word;)
-      data.push_back(word);
-    if (s.ok() && data.empty())
-      s = mt::Status::failure(it->second + ": no --data words in it");
-    if (!s.ok()) {
-      error = "--data-args-path: " + s.message();
-      return false;
-    }
-  }
-  mt::Status s = mt::Status::success();
-  if (!flags.count(kSplitDataFlags[0]) && !flags.count(kSplitDataFlags[1]) &&
-      !flags.count(kSplitDataFlags[2]))
-    s = mt::parseDataPath(data, config.data);
-  else if (!data.empty())
-    error = "--data and --train-data-path (--valid-data-path, --test-data-path) both given: "
-            "one or the other";
-  else if (!flags.count(kSplitDataFlags[0]))
-    error = "--valid-data-path and --test-data-path need --train-data-path";
-  else if (flags.count("split"))
-    error = "--split cuts --data's datasets, and --train-data-path's (--valid-data-path's, "
-            "--test-data-path's) are each read whole: one or the other";
-  for (int split = 0; split < 3 && error.empty() && s.ok(); ++split)
-    if (flags.count(kSplitDataFlags[split]))
-      s = mt::parseDataPath(words(kSplitDataFlags[split]), config.splitData[split],
-                            std::string("--") + kSplitDataFlags[split]);
-  if (!s.ok())
-    error = s.message();
-  return error.empty();
 }
 
 /// The flags' values, by name: a missing one is its fallback, a bad number throws
 /// std::invalid_argument naming its flag.
 struct FlagValues {
-  const std::map<std::string, std::string> &flags;
+  const std::map<std::string, std::string> &flags, &spelled;
 
+  /// The flag as the command line names it: "--" and its name, or the alias given.
+  std::string as(const std::string &name) const {
+    auto it = spelled.find(name);
+    return it == spelled.end() ? "--" + name : it->second;
+  }
   std::string text(const char *name, const std::string &fallback) const {
     auto it = flags.find(name);
     return it == flags.end() ? fallback : it->second;
@@ -387,12 +345,66 @@ struct FlagValues {
   }
 };
 
+/// The data: --data's words (or --data-args-path's), or each split's own; false with
+/// `error` naming what is wrong.
+bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &error) {
+  const std::map<std::string, std::string> &flags = f.flags;
+  auto words = [&](const char *name) {
+    std::vector<std::string> out;
+    if (auto it = flags.find(name); it != flags.end()) {
+      std::istringstream lines(it->second);
+      for (std::string word; std::getline(lines, word);)
+        out.push_back(word);
+    }
+    return out;
+  };
+  std::vector<std::string> data = words("data");
+  if (auto it = flags.find("data-args-path"); it != flags.end()) {
+    if (!data.empty()) {
+      error = f.as("data") + " and --data-args-path both given: one or the other";
+      return false;
+    }
+    std::string list;
+    mt::Status s =
+        mt::readRegularFile(it->second, mt::limits::kDataArgsBytes, "a list of --data words", list);
+    std::istringstream in(list);
+    for (std::string word; s.ok() && in >> word;)
+      data.push_back(word);
+    if (s.ok() && data.empty())
+      s = mt::Status::failure(it->second + ": no --data words in it");
+    if (!s.ok()) {
+      error = "--data-args-path: " + s.message();
+      return false;
+    }
+  }
+  mt::Status s = mt::Status::success();
+  if (!flags.count(kSplitDataFlags[0]) && !flags.count(kSplitDataFlags[1]) &&
+      !flags.count(kSplitDataFlags[2]))
+    s = mt::parseDataPath(data, config.data);
+  else if (!data.empty())
+    error = (flags.count("data") ? f.as("data") : "--data-args-path") +
+            " and --train-data-path (--valid-data-path, --test-data-path) both given: one or "
+            "the other";
+  else if (!flags.count(kSplitDataFlags[0]))
+    error = "--valid-data-path and --test-data-path need --train-data-path";
+  else if (flags.count("split"))
+    error = "--split cuts --data's datasets, and --train-data-path's (--valid-data-path's, "
+            "--test-data-path's) are each read whole: one or the other";
+  for (int split = 0; split < 3 && error.empty() && s.ok(); ++split)
+    if (flags.count(kSplitDataFlags[split]))
+      s = mt::parseDataPath(words(kSplitDataFlags[split]), config.splitData[split],
+                            std::string("--") + kSplitDataFlags[split]);
+  if (!s.ok())
+    error = s.message();
+  return error.empty();
+}
+
 /// The optimizer's settings and its schedules' (Megatron's flags, a run's lengths in
 /// steps or, after --train-samples, in samples); "" or what is wrong with them.
 std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
   const bool samples = f.flags.count("train-samples") > 0;
   if (samples && f.flags.count("steps"))
-    return "--steps and --train-samples given: one or the other";
+    return f.as("steps") + " and --train-samples given: one or the other";
   // Each length in the unit the run is given in.
   static const char *const kLengths[][2] = {{"warmup-steps", "lr-warmup-samples"},
                                             {"lr-decay-steps", "lr-decay-samples"},
@@ -400,12 +412,10 @@ std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
   for (const auto &[steps, inSamples] : kLengths) {
     if (samples && f.flags.count(steps))
       return mt::cat("a run of --train-samples counts its schedule in samples: --", inSamples,
-                     ", not --", steps);
+                     ", not ", f.as(steps));
     if (!samples && f.flags.count(inSamples))
-      return mt::cat("--", inSamples,
-                     " counts the samples of a run of --train-samples; a run of "
-                     "--steps counts steps: --",
-                     steps);
+      return mt::cat("--", inSamples, " counts the samples of a run of --train-samples; a run of ",
+                     f.as("steps"), " counts steps: --", steps);
   }
   o.trainSamples = f.integer("train-samples", 0);
   if (samples && o.trainSamples == 0)
@@ -434,8 +444,11 @@ std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
 }
 
 /// Whether the signal --exit-signal-handler catches has arrived.
-volatile std::sig_atomic_t exitSignalled = 0;
-extern "C" void catchExitSignal(int) { exitSignalled = 1; }
+/// Whether the signal --exit-signal-handler catches has arrived (on any of the
+/// process's threads).
+std::atomic<bool> exitSignalled{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set in a signal handler");
+extern "C" void catchExitSignal(int) { exitSignalled.store(true); }
 
 /// Megatron's early exits (--exit-interval, --exit-duration-in-mins, and
 /// --exit-signal-handler with --exit-signal, SIGTERM by default: it is caught from here
@@ -461,12 +474,14 @@ std::string exitConfig(const FlagValues &f, mt::TrainerConfig &config) {
     if (name == known) {
       struct sigaction action = {};
       action.sa_handler = catchExitSignal;
-      action.sa_flags = SA_RESTART; // what it interrupts goes on
+      // What it interrupts goes on; a second signal ends the process as uncaught (a run
+      // that is not stepping, loading say, can still be stopped).
+      action.sa_flags = SA_RESTART | SA_RESETHAND;
       sigemptyset(&action.sa_mask);
       if (sigaction(number, &action, nullptr) != 0)
         return mt::cat("cannot catch ", name, ": ", std::strerror(errno));
       config.exitSignal = name;
-      config.exitSignalled = [] { return exitSignalled != 0; };
+      config.exitSignalled = [] { return exitSignalled.load(); };
       return "";
     }
   return "--exit-signal must be SIGTERM, SIGINT, SIGHUP, SIGUSR1 or SIGUSR2, not '" +
@@ -475,13 +490,13 @@ std::string exitConfig(const FlagValues &f, mt::TrainerConfig &config) {
 
 /// The trainer's settings from the flags (the rest keep their defaults); false with
 /// `error` naming what is wrong.
-bool trainerConfig(const std::map<std::string, std::string> &flags, mt::TrainerConfig &config,
-                   std::string &error) {
-  if (!dataConfig(flags, config, error))
+bool trainerConfig(const CommandLine &line, mt::TrainerConfig &config, std::string &error) {
+  const std::map<std::string, std::string> &flags = line.flags;
+  const FlagValues f{flags, line.spelled};
+  if (!dataConfig(f, config, error))
     return false;
   const bool heldOut =
       flags.count("split") || flags.count("valid-data-path") || flags.count("test-data-path");
-  const FlagValues f{flags};
   try {
     config.steps = f.integer("steps", 0);
     config.seed = static_cast<uint64_t>(f.integer("seed", 1234));
@@ -687,7 +702,7 @@ int main(int argc, char **argv) {
     return code;
   mt::TrainerConfig config;
   config.launched = launched;
-  if (std::string error; !trainerConfig(line.flags, config, error))
+  if (std::string error; !trainerConfig(line, config, error))
     return usageError(error);
   auto chosen = line.flags.find("backend");
   const std::string backendName = chosen != line.flags.end() ? chosen->second
