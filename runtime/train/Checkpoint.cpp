@@ -2,9 +2,6 @@
 #include "train/CheckpointFiles.h"
 
 #include <algorithm>
-#include <utility>
-#include <thread>
-#include <functional>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -15,11 +12,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <random>
 #include <set>
 #include <sys/stat.h>
+#include <thread>
+#include <tuple>
+#include <utility>
 
 namespace mt {
 namespace {
@@ -189,6 +190,8 @@ std::map<std::string, std::string> stateText(const plan::Plan &plan, const Train
     meta["train_documents"] = cat(state.trainDocuments->first, ",", state.trainDocuments->second);
   if (!state.trainBlend.empty())
     meta["train_blend"] = state.trainBlend;
+  if (!state.schedule.empty())
+    meta["schedule"] = state.schedule;
   if (plan.precision() == plan::DType::F16) { // the loss scaler's state
     meta["loss_scale"] = roundTrip(state.lossScaler.scale);
     meta["loss_scale_good_steps"] = std::to_string(state.lossScaler.goodSteps);
@@ -236,14 +239,17 @@ Status parseState(const std::string &where, const std::map<std::string, std::str
       return fail("bad training documents '" + text.substr(0, 40) + "' in its index");
     loaded.trainDocuments = {*first, *end};
   }
-  // Compared whole with the resuming run's, never parsed: printable and bounded.
-  loaded.trainBlend.clear();
-  if (auto it = meta.find("train_blend"); it != meta.end()) {
-    const std::string &text = it->second;
-    if (text.empty() || text.size() > kMaxBlendText ||
-        !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isprint(c); }))
-      return fail("bad training blend in its index");
-    loaded.trainBlend = text;
+  // Compared whole with the resuming run's: printable and bounded.
+  for (auto [key, out, what] : {std::tuple{"train_blend", &loaded.trainBlend, "training blend"},
+                                std::tuple{"schedule", &loaded.schedule, "schedule"}}) {
+    out->clear();
+    if (auto it = meta.find(key); it != meta.end()) {
+      const std::string &text = it->second;
+      if (text.empty() || text.size() > kMaxBlendText ||
+          !std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isprint(c); }))
+        return fail(cat("bad ", what, " in its index"));
+      *out = text;
+    }
   }
   // fp16's loss scaler (only fp16 runs write it; otherwise this run's settings stand).
   if (auto it = meta.find("loss_scale"); it != meta.end()) {

@@ -34,6 +34,9 @@ struct TrainingState {
   /// training documents, "f,first,end;..." ("" for one dataset, which trainDocuments
   /// describes).
   std::string trainBlend;
+  /// The learning-rate and weight-decay schedule (scheduleRecord; "" in checkpoints
+  /// written before it was recorded, which resume with any).
+  std::string schedule;
 };
 /// The longest blend a checkpoint records (about 25,000 datasets).
 inline constexpr size_t kMaxBlendText = size_t{1} << 20;

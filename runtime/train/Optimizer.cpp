@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
 #include <vector>
 
 namespace mt {
@@ -153,6 +157,58 @@ double weightDecay(const OptimizerConfig &c, int64_t step, int64_t totalSteps) {
                                                     ? ratio
                                                     : 0.5 * (std::cos(kPi * (1 - ratio)) + 1.0);
   return *c.startWeightDecay + coefficient * (*c.endWeightDecay - *c.startWeightDecay);
+}
+
+std::string scheduleRecord(const OptimizerConfig &c, int64_t totalSteps) {
+  const Samples s = samplesOf(c, totalSteps);
+  auto number = [](double v) { // whole numbers whole; others the shortest text of v
+    char text[32];
+    if (v == std::floor(v) && std::fabs(v) < 1e15)
+      return std::to_string(static_cast<int64_t>(v));
+    for (int digits = 1; digits <= 17; ++digits)
+      if (std::snprintf(text, sizeof text, "%.*g", digits, v), std::strtod(text, nullptr) == v)
+        break;
+    return std::string(text);
+  };
+  std::string record =
+      cat("lr=", number(c.lr), ";lr-decay=", c.decayStyle, ";lr-warmup-init=", number(c.warmupInit),
+          ";warm-up samples=", number(s.warmup));
+  if (c.decayStyle != "constant")
+    record += cat(";min-lr=", number(c.minLr), ";decay samples=", number(s.end));
+  if (c.decayStyle == "WSD")
+    record += cat(";anneal samples=", number(s.wsd), ";lr-wsd-decay-style=", wsdStyle(c));
+  if (c.weightDecayIncrStyle == "constant")
+    return record + ";weight-decay=" + number(c.weightDecay);
+  return record + cat(";weight-decay-incr-style=", c.weightDecayIncrStyle,
+                      ";start-weight-decay=", number(*c.startWeightDecay),
+                      ";end-weight-decay=", number(*c.endWeightDecay),
+                      ";weight-decay samples=", number(s.run));
+}
+
+std::string scheduleDifference(const std::string &recorded, const std::string &resumed) {
+  auto settings = [](const std::string &record) {
+    std::map<std::string, std::string> out;
+    std::istringstream in(record);
+    for (std::string item; std::getline(in, item, ';');) {
+      const size_t eq = item.find('=');
+      out[item.substr(0, eq)] = eq == std::string::npos ? "" : item.substr(eq + 1);
+    }
+    return out;
+  };
+  const auto there = settings(recorded), here = settings(resumed);
+  std::set<std::string> names;
+  for (const auto *side : {&there, &here})
+    for (const auto &[name, value] : *side)
+      names.insert(name);
+  std::string difference;
+  for (const std::string &name : names) {
+    auto a = there.find(name), b = here.find(name);
+    const std::string was = a == there.end() ? "none" : a->second,
+                      is = b == here.end() ? "none" : b->second;
+    if (was != is)
+      difference += cat(difference.empty() ? "" : "; ", name, " ", was, " there, ", is, " here");
+  }
+  return difference;
 }
 
 Status synchronizeGradients(Executor &executor, bool distributedOptimizer,

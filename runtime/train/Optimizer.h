@@ -54,6 +54,13 @@ double learningRate(const OptimizerConfig &config, int64_t step, int64_t totalSt
 /// Weight decay of (0-based) `step`: Megatron's OptimizerParamScheduler.get_wd at
 /// num_steps = step (or its samples).
 double weightDecay(const OptimizerConfig &config, int64_t step, int64_t totalSteps);
+/// What a checkpoint records of the schedule: each setting that shapes the updates, as
+/// "name=value;..." (lengths in samples), so that a resume with another is refused as
+/// Megatron's scheduler refuses one (scheduleDifference).
+std::string scheduleRecord(const OptimizerConfig &config, int64_t totalSteps);
+/// How `resumed`'s record differs from `recorded` ("" where it does not): each setting,
+/// "lr 0.0006 there, 0.001 here; ...".
+std::string scheduleDifference(const std::string &recorded, const std::string &resumed);
 /// Why `config`'s schedule is not one learningRate computes over `totalSteps`, or "".
 std::string scheduleError(const OptimizerConfig &config, int64_t totalSteps);
 

@@ -312,6 +312,7 @@ Status Run::start() {
   if (trainBlend_.empty())
     state_.trainDocuments = {sources_[0].bounds[0], sources_[0].bounds[1]};
   state_.trainBlend = trainBlend_;
+  state_.schedule = scheduleRecord(schedule_, config_.steps);
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
   MT_TRY(ended("the data and the optimizer's state"));
@@ -523,6 +524,19 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +
                            std::to_string(config_.steps));
+  // As Megatron's scheduler: the schedule goes on as it was, or is overridden by name.
+  const std::string schedule = scheduleRecord(schedule_, config_.steps);
+  if (const std::string difference = scheduleDifference(state_.schedule, schedule);
+      !state_.schedule.empty() && !difference.empty()) {
+    if (!config_.overrideSchedule)
+      return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on another ",
+                                 "schedule (", difference, "): resume with its settings, or ",
+                                 "give --override-opt-param-scheduler to go on with these"));
+    if (log_)
+      std::fprintf(log_, "the schedule is this run's, not the checkpoint's: %s\n",
+                   difference.c_str());
+  }
+  state_.schedule = schedule;
   // A lost marker does not stop the resume, and the log says what stood in for it.
   if (log_ && !note.empty())
     std::fprintf(log_, "%s\n", note.c_str());

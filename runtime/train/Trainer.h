@@ -46,6 +46,10 @@ struct TrainerConfig {
   std::function<bool()> exitSignalled;
   std::string exitSignal;
   uint64_t seed = 1234;
+  /// A resume whose learning-rate or weight-decay schedule is not its checkpoint's is
+  /// refused, naming each difference, unless this is set: the schedule is then this
+  /// run's (Megatron's --override-opt_param-scheduler).
+  bool overrideSchedule = false;
   std::string saveDir, loadDir;
   int64_t saveEvery = 0; // 0: save only at the end (when saveDir is set)
   CheckpointOptions checkpoint;

@@ -203,6 +203,29 @@ TEST(LearningRate, ARunInSamplesCountsItsScheduleInThem) {
   EXPECT_EQ(scheduleError(c, 10), "--lr-decay WSD needs more decay samples (40) than warm-up (40)");
 }
 
+// What a checkpoint records of the schedule, and how another run's differs: each setting
+// by name, lengths in samples; a setting one has and the other not is "none" there.
+TEST(LearningRate, ARecordNamesEachSettingThatDiffers) {
+  OptimizerConfig c = config("cosine");
+  c.samplesPerStep = 4;
+  const std::string record = scheduleRecord(c, 20);
+  EXPECT_EQ(record, "lr=1;lr-decay=cosine;lr-warmup-init=0;warm-up samples=8;min-lr=0.1;"
+                    "decay samples=40;weight-decay=0.1");
+  EXPECT_EQ(scheduleDifference(record, record), "");
+  OptimizerConfig other = c;
+  other.decayStyle = "WSD";
+  other.wsdDecay = 4;
+  other.lr = 6e-4;
+  EXPECT_EQ(scheduleDifference(record, scheduleRecord(other, 20)),
+            "anneal samples none there, 16 here; lr 1 there, 0.0006 here; lr-decay cosine "
+            "there, WSD here; lr-wsd-decay-style none there, exponential here");
+  other = c; // the same lengths in samples are the same schedule
+  other.trainSamples = 80;
+  other.warmup = 8;
+  other.decay = 40;
+  EXPECT_EQ(scheduleRecord(other, 20), record);
+}
+
 // Megatron's get_wd: from the start to the end over the run, linearly or on a half
 // cosine, the end after it; constant is --weight-decay's.
 TEST(WeightDecay, IncreasesOverTheRunInItsStyle) {

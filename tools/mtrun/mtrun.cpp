@@ -88,6 +88,9 @@ constexpr const char *kUsage = R"(usage:
                             scheduler's notice (sbatch --signal=TERM@120; under mpirun
                             or mtrun -n, SIGUSR1 or SIGUSR2: mpirun follows a SIGTERM
                             it forwards with SIGKILL within seconds)
+  --override-opt-param-scheduler   resume with this run's learning-rate and weight-decay
+                            schedule where it is not the checkpoint's (which is refused
+                            otherwise, naming each difference, as Megatron refuses it)
   --keep-checkpoints K      keep the newest K checkpoints in the save directory (default
                             0: all)
   --checkpoint-buffer-mib N host memory each rank stages checkpoint reads and writes in
@@ -134,14 +137,16 @@ int usageError(const std::string &message) {
 }
 
 /// Megatron's flag names map onto ours.
-const std::map<std::string, std::string> kAliases = {{"train-iters", "steps"},
-                                                     {"lr-warmup-iters", "warmup-steps"},
-                                                     {"lr-decay-style", "lr-decay"},
-                                                     {"lr-decay-iters", "lr-decay-steps"},
-                                                     {"lr-wsd-decay-iters", "lr-wsd-decay-steps"},
-                                                     {"save-interval", "save-every"},
-                                                     {"log-interval", "log-every"},
-                                                     {"data-path", "data"}};
+const std::map<std::string, std::string> kAliases = {
+    {"train-iters", "steps"},
+    {"lr-warmup-iters", "warmup-steps"},
+    {"lr-decay-style", "lr-decay"},
+    {"lr-decay-iters", "lr-decay-steps"},
+    {"lr-wsd-decay-iters", "lr-wsd-decay-steps"},
+    {"save-interval", "save-every"},
+    {"log-interval", "log-every"},
+    {"data-path", "data"},
+    {"override-opt_param-scheduler", "override-opt-param-scheduler"}};
 /// Megatron's flags that give each split datasets of its own.
 constexpr const char *kSplitDataFlags[3] = {"train-data-path", "valid-data-path", "test-data-path"};
 
@@ -160,7 +165,8 @@ const std::set<std::string> kFlags = {
     "loss-scale-window", "hysteresis"};
 // clang-format on
 /// Flags that take no value.
-const std::set<std::string> kSwitches = {"async-save", "profile", "exit-signal-handler"};
+const std::set<std::string> kSwitches = {"async-save", "profile", "exit-signal-handler",
+                                         "override-opt-param-scheduler"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
 int localRank() {
@@ -237,22 +243,24 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       continue;
     }
     std::string name = arg.substr(arg.find_first_not_of('-')), value;
-    if (kSwitches.count(name)) {
-      out.flags[name] = "1";
-      continue;
-    }
-    if (auto eq = name.find('='); eq != std::string::npos) {
+    const size_t eq = name.find('=');
+    const bool inline_ = eq != std::string::npos;
+    if (inline_) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return usageError("flag '" + arg + "' needs a value");
     }
     if (auto alias = kAliases.find(name); alias != kAliases.end())
       out.spelled[name = alias->second] = "--" + alias->first;
+    if (kSwitches.count(name) && !inline_) {
+      out.flags[name] = "1";
+      continue;
+    }
     if (!kFlags.count(name))
       return usageError("unknown flag '" + arg + "'");
+    if (!inline_ && i + 1 >= argc)
+      return usageError("flag '" + arg + "' needs a value");
+    if (!inline_)
+      value = argv[++i];
     // A blend's words, a line each: a number followed by a word that is no flag is a
     // weight and its prefix, and more pairs follow while a number comes next. Prefixes
     // alone follow each other until a flag or a file (the plan: a prefix names PREFIX.idx
@@ -507,6 +515,7 @@ bool trainerConfig(const CommandLine &line, mt::TrainerConfig &config, std::stri
     config.checkpoint.stagingBytes =
         static_cast<size_t>(std::max<int64_t>(1, f.integer("checkpoint-buffer-mib", 256))) << 20;
     config.checkpoint.async = flags.count("async-save") > 0;
+    config.overrideSchedule = flags.count("override-opt-param-scheduler") > 0;
     config.collectiveTimeout = f.number("collective-timeout", config.collectiveTimeout);
     config.logEvery = f.integer("log-every", 1);
     config.metricsPath = f.text("metrics", "");
