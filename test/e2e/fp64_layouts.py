@@ -71,7 +71,8 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
                   f"{'ok' if ok else 'MISMATCH'}", flush=True)
             if not ok:
                 failures.append(name)
-        more = ["--steps", str(args.steps + 2), "--lr-decay-steps", str(args.steps + 2)]
+        more = ["--steps", str(args.steps + 2), "--lr-decay-steps", str(args.steps + 2),
+                "--override-opt-param-scheduler"]  # a longer schedule, knowingly
         later = lambda name, ranks, load=serial, metrics=None: eq.run(
             [*mtrun, "-n", str(ranks), work(name + ".mtp"), *train, *more, "--load", work(load),
              "--metrics", work((metrics or name) + "_more.txt")])
