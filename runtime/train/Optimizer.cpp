@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
-#include <set>
 #include <sstream>
 #include <vector>
 
@@ -170,44 +168,48 @@ std::string scheduleRecord(const OptimizerConfig &c, int64_t totalSteps) {
         break;
     return std::string(text);
   };
-  std::string record =
-      cat("lr=", number(c.lr), ";lr-decay=", c.decayStyle, ";lr-warmup-init=", number(c.warmupInit),
-          ";warm-up samples=", number(s.warmup));
+  // Megatron's names for the settings, lengths always in samples.
+  std::string record = cat("lr=", number(c.lr), ";lr-decay-style=", c.decayStyle,
+                           ";lr-warmup-samples=", number(s.warmup));
+  if (s.warmup > 0)
+    record += ";lr-warmup-init=" + number(c.warmupInit);
   if (c.decayStyle != "constant")
-    record += cat(";min-lr=", number(c.minLr), ";decay samples=", number(s.end));
+    record += cat(";min-lr=", number(c.minLr), ";lr-decay-samples=", number(s.end));
   if (c.decayStyle == "WSD")
-    record += cat(";anneal samples=", number(s.wsd), ";lr-wsd-decay-style=", wsdStyle(c));
+    record += cat(";lr-wsd-decay-samples=", number(s.wsd), ";lr-wsd-decay-style=", wsdStyle(c));
   if (c.weightDecayIncrStyle == "constant")
     return record + ";weight-decay=" + number(c.weightDecay);
   return record + cat(";weight-decay-incr-style=", c.weightDecayIncrStyle,
                       ";start-weight-decay=", number(*c.startWeightDecay),
                       ";end-weight-decay=", number(*c.endWeightDecay),
-                      ";weight-decay samples=", number(s.run));
+                      ";weight-decay-incr-samples=", number(s.run));
 }
 
 std::string scheduleDifference(const std::string &recorded, const std::string &resumed) {
+  // Each record's settings in its order: the recorded ones first, then any only here.
   auto settings = [](const std::string &record) {
-    std::map<std::string, std::string> out;
+    std::vector<std::pair<std::string, std::string>> out;
     std::istringstream in(record);
     for (std::string item; std::getline(in, item, ';');) {
       const size_t eq = item.find('=');
-      out[item.substr(0, eq)] = eq == std::string::npos ? "" : item.substr(eq + 1);
+      out.emplace_back(item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1));
     }
     return out;
   };
   const auto there = settings(recorded), here = settings(resumed);
-  std::set<std::string> names;
-  for (const auto *side : {&there, &here})
-    for (const auto &[name, value] : *side)
-      names.insert(name);
+  auto valueIn = [](const auto &side, const std::string &name) {
+    for (const auto &[key, value] : side)
+      if (key == name)
+        return value;
+    return std::string("none");
+  };
   std::string difference;
-  for (const std::string &name : names) {
-    auto a = there.find(name), b = here.find(name);
-    const std::string was = a == there.end() ? "none" : a->second,
-                      is = b == here.end() ? "none" : b->second;
-    if (was != is)
-      difference += cat(difference.empty() ? "" : "; ", name, " ", was, " there, ", is, " here");
-  }
+  for (const auto *side : {&there, &here})
+    for (const auto &[name, value] : *side) {
+      const std::string was = valueIn(there, name), is = valueIn(here, name);
+      if (was != is && (side == &there || was == "none"))
+        difference += cat(difference.empty() ? "" : "; ", name, " ", was, " there, ", is, " here");
+    }
   return difference;
 }
 

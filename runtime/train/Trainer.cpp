@@ -524,14 +524,30 @@ Status Run::loadOrInitialise(bool &resumed) {
     return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
                            std::to_string(state_.step) + ", past --steps " +
                            std::to_string(config_.steps));
+  // The schedule counts samples, a step's the global batch: a run given in samples ends
+  // and decays by them, so it resumes with the batch its checkpoint was trained with.
+  const uint64_t batch = static_cast<uint64_t>(plan_.global_batch_size());
+  std::string otherBatch;
+  if (state_.dataPosition != static_cast<uint64_t>(state_.step) * batch) {
+    otherBatch =
+        state_.step > 0 && state_.dataPosition % state_.step == 0
+            ? cat("global batch ", state_.dataPosition / state_.step, " there, ", batch, " here")
+            : cat(state_.dataPosition, " samples in ", state_.step, " steps there, global batch ",
+                  batch, " here");
+    if (schedule_.trainSamples > 0)
+      return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained with another ",
+                                 "global batch (", otherBatch, "): a run of --train-samples ",
+                                 "resumes with its checkpoint's"));
+  }
   // As Megatron's scheduler: the schedule goes on as it was, or is overridden by name.
   const std::string schedule = scheduleRecord(schedule_, config_.steps);
   if (const std::string difference = scheduleDifference(state_.schedule, schedule);
       !state_.schedule.empty() && !difference.empty()) {
     if (!config_.overrideSchedule)
       return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on another ",
-                                 "schedule (", difference, "): resume with its settings, or ",
-                                 "give --override-opt-param-scheduler to go on with these"));
+                                 "schedule (", difference, otherBatch.empty() ? "" : "; ",
+                                 otherBatch, "): resume with its settings, or give ",
+                                 "--override-opt-param-scheduler to go on with these"));
     if (log_)
       std::fprintf(log_, "the schedule is this run's, not the checkpoint's: %s\n",
                    difference.c_str());

@@ -209,16 +209,33 @@ TEST(LearningRate, ARecordNamesEachSettingThatDiffers) {
   OptimizerConfig c = config("cosine");
   c.samplesPerStep = 4;
   const std::string record = scheduleRecord(c, 20);
-  EXPECT_EQ(record, "lr=1;lr-decay=cosine;lr-warmup-init=0;warm-up samples=8;min-lr=0.1;"
-                    "decay samples=40;weight-decay=0.1");
+  EXPECT_EQ(record, "lr=1;lr-decay-style=cosine;lr-warmup-samples=8;lr-warmup-init=0;min-lr=0.1;"
+                    "lr-decay-samples=40;weight-decay=0.1");
   EXPECT_EQ(scheduleDifference(record, record), "");
   OptimizerConfig other = c;
   other.decayStyle = "WSD";
   other.wsdDecay = 4;
   other.lr = 6e-4;
   EXPECT_EQ(scheduleDifference(record, scheduleRecord(other, 20)),
-            "anneal samples none there, 16 here; lr 1 there, 0.0006 here; lr-decay cosine "
-            "there, WSD here; lr-wsd-decay-style none there, exponential here");
+            "lr 1 there, 0.0006 here; lr-decay-style cosine there, WSD here; "
+            "lr-wsd-decay-samples none there, 16 here; lr-wsd-decay-style none there, "
+            "exponential here");
+  // Constant: no decay to record, and no warm-up's start without warm-up; an increment
+  // of weight decay records its ends and length (the run).
+  other = c;
+  other.decayStyle = "constant";
+  other.warmup = 0;
+  other.warmupInit = 0.5;
+  other.weightDecayIncrStyle = "linear";
+  other.startWeightDecay = 0.0;
+  other.endWeightDecay = 0.25;
+  EXPECT_EQ(scheduleRecord(other, 20),
+            "lr=1;lr-decay-style=constant;lr-warmup-samples=0;weight-decay-incr-style=linear;"
+            "start-weight-decay=0;end-weight-decay=0.25;weight-decay-incr-samples=80");
+  other = c; // a warm-up fraction records the samples it comes to
+  other.warmup = 0;
+  other.warmupFraction = 0.3;
+  EXPECT_NE(scheduleRecord(other, 20).find(";lr-warmup-samples=12;"), std::string::npos);
   other = c; // the same lengths in samples are the same schedule
   other.trainSamples = 80;
   other.warmup = 8;

@@ -242,6 +242,8 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
       out.planPath = arg;
       continue;
     }
+    if (arg.find_first_not_of('-') == std::string::npos)
+      return usageError("'" + arg + "' names no flag");
     std::string name = arg.substr(arg.find_first_not_of('-')), value;
     const size_t eq = name.find('=');
     const bool inline_ = eq != std::string::npos;
@@ -251,7 +253,9 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
     }
     if (auto alias = kAliases.find(name); alias != kAliases.end())
       out.spelled[name = alias->second] = "--" + alias->first;
-    if (kSwitches.count(name) && !inline_) {
+    if (kSwitches.count(name)) {
+      if (inline_)
+        return usageError("--" + name + " takes no value");
       out.flags[name] = "1";
       continue;
     }
