@@ -8,7 +8,10 @@
 #include "plan/PlanReader.h"
 #include "train/Trainer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -44,6 +48,8 @@ constexpr const char *kUsage = R"(usage:
   --train-data-path ...     each split read whole from datasets of its own, each a
   --valid-data-path ...     prefix or a blend as --data's (Megatron's flags: in place of
   --test-data-path ...      --data and --split)
+  --per-split-data-args-path FILE   the three from a JSON object: {"train": [words],
+                            "valid": [...], "test": [...]} (or a string of words each)
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
@@ -152,7 +158,8 @@ constexpr const char *kSplitDataFlags[3] = {"train-data-path", "valid-data-path"
 
 // clang-format off
 const std::set<std::string> kFlags = {
-    "data", "data-args-path", "train-data-path", "valid-data-path", "test-data-path", "steps",
+    "data", "data-args-path", "per-split-data-args-path", "train-data-path", "valid-data-path",
+    "test-data-path", "steps",
     "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
     "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
     "train-samples", "lr-warmup-samples", "lr-decay-samples", "lr-wsd-decay-samples",
@@ -305,6 +312,7 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
                                 "prefixes)");
   }
   if (!(out.flags.count("data") || out.flags.count("data-args-path") ||
+        out.flags.count("per-split-data-args-path") ||
         std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
                     [&](const char *name) { return out.flags.count(name); })) ||
       !(out.flags.count("steps") || out.flags.count("train-samples")))
@@ -357,8 +365,54 @@ struct FlagValues {
   }
 };
 
-/// The data: --data's words (or --data-args-path's), or each split's own; false with
-/// `error` naming what is wrong.
+/// Each split's own --data words, where given, and the name a message gives them.
+struct SplitWords {
+  std::array<std::optional<std::vector<std::string>>, 3> words;
+  std::array<std::string, 3> names;
+};
+
+/// Megatron's --per-split-data-args-path: a JSON object whose "train", "valid" and
+/// "test" are each a list of --data words or one string of them (null or left out: none);
+/// "" or what is wrong with it.
+std::string readSplitWords(const std::string &path, SplitWords &out) {
+  std::string text;
+  if (mt::Status s = mt::readRegularFile(path, mt::limits::kDataArgsBytes,
+                                         "a JSON of each split's --data words", text);
+      !s.ok())
+    return "--per-split-data-args-path: " + s.message();
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object())
+    return path + ": not a JSON object (--per-split-data-args-path: {\"train\": [...], "
+                  "\"valid\": [...], \"test\": [...]})";
+  static const char *const kKeys[] = {"train", "valid", "test"};
+  for (int split = 0; split < 3; ++split) {
+    auto it = json.find(kKeys[split]);
+    if (it == json.end() || it->is_null())
+      continue;
+    std::vector<std::string> words;
+    if (it->is_string()) {
+      std::istringstream in(it->get<std::string>());
+      for (std::string word; in >> word;)
+        words.push_back(word);
+    } else if (it->is_array()) {
+      for (const nlohmann::json &word : *it)
+        if (word.is_string() || word.is_number())
+          words.push_back(word.is_string() ? word.get<std::string>() : word.dump());
+        else
+          return mt::cat(path, ": \"", kKeys[split], "\" lists ", word.dump().substr(0, 40),
+                         ", not a weight or a prefix");
+    } else {
+      return mt::cat(path, ": \"", kKeys[split], "\" must be a list of --data words or a string ",
+                     "of them, not ", it->dump().substr(0, 40));
+    }
+    out.words[split] = std::move(words);
+    out.names[split] = mt::cat("--per-split-data-args-path's \"", kKeys[split], "\"");
+  }
+  return "";
+}
+
+/// The data: --data's words (or --data-args-path's), or each split's own (their flags'
+/// or --per-split-data-args-path's); false with `error` naming what is wrong.
 bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &error) {
   const std::map<std::string, std::string> &flags = f.flags;
   auto words = [&](const char *name) {
@@ -389,23 +443,35 @@ bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &err
       return false;
     }
   }
+  SplitWords own;
+  for (int split = 0; split < 3; ++split)
+    if (flags.count(kSplitDataFlags[split])) {
+      own.words[split] = words(kSplitDataFlags[split]);
+      own.names[split] = std::string("--") + kSplitDataFlags[split];
+    }
+  const bool flagged = own.words[0] || own.words[1] || own.words[2];
+  if (auto it = flags.find("per-split-data-args-path"); it != flags.end())
+    error = flagged ? "--per-split-data-args-path and --train-data-path (--valid-data-path, "
+                      "--test-data-path) both given: one or the other"
+                    : readSplitWords(it->second, own);
+  if (!error.empty())
+    return false;
   mt::Status s = mt::Status::success();
-  if (!flags.count(kSplitDataFlags[0]) && !flags.count(kSplitDataFlags[1]) &&
-      !flags.count(kSplitDataFlags[2]))
+  if (!own.words[0] && !own.words[1] && !own.words[2] && !flags.count("per-split-data-args-path"))
     s = mt::parseDataPath(data, config.data);
   else if (!data.empty())
     error = (flags.count("data") ? f.as("data") : "--data-args-path") +
-            " and --train-data-path (--valid-data-path, --test-data-path) both given: one or "
-            "the other";
-  else if (!flags.count(kSplitDataFlags[0]))
-    error = "--valid-data-path and --test-data-path need --train-data-path";
+            " and each split's own data (--train-data-path, --per-split-data-args-path) both "
+            "given: one or the other";
+  else if (!own.words[0])
+    error = flagged ? "--valid-data-path and --test-data-path need --train-data-path"
+                    : flags.at("per-split-data-args-path") + ": no \"train\" list";
   else if (flags.count("split"))
-    error = "--split cuts --data's datasets, and --train-data-path's (--valid-data-path's, "
-            "--test-data-path's) are each read whole: one or the other";
+    error = "--split cuts --data's datasets, and each split's own (--train-data-path, "
+            "--per-split-data-args-path) is read whole: one or the other";
   for (int split = 0; split < 3 && error.empty() && s.ok(); ++split)
-    if (flags.count(kSplitDataFlags[split]))
-      s = mt::parseDataPath(words(kSplitDataFlags[split]), config.splitData[split],
-                            std::string("--") + kSplitDataFlags[split]);
+    if (own.words[split])
+      s = mt::parseDataPath(*own.words[split], config.splitData[split], own.names[split]);
   if (!s.ok())
     error = s.message();
   return error.empty();
@@ -508,7 +574,7 @@ bool trainerConfig(const CommandLine &line, mt::TrainerConfig &config, std::stri
   if (!dataConfig(f, config, error))
     return false;
   const bool heldOut =
-      flags.count("split") || flags.count("valid-data-path") || flags.count("test-data-path");
+      flags.count("split") || !config.splitData[1].empty() || !config.splitData[2].empty();
   try {
     config.steps = f.integer("steps", 0);
     config.seed = static_cast<uint64_t>(f.integer("seed", 1234));
