@@ -346,7 +346,7 @@ Status Run::start() {
 }
 
 Status Run::openSources() {
-  static const char *const kFlags[] = {"--train-data-path", "--valid-data-path",
+  static const char *const kSplitFlags[] = {"--train-data-path", "--valid-data-path",
                                        "--test-data-path"};
   const bool perSplit = !config_.splitData[0].empty();
   if (!perSplit && config_.data.empty())
@@ -358,7 +358,7 @@ Status Run::openSources() {
       MT_TRY(IndexedDataset::open(given.prefix, source.dataset));
       const uint64_t documents = source.dataset.numDocuments();
       if (perSplit) { // [0, documents) in its own split, none in the others
-        source.flag = kFlags[split];
+        source.flag = kSplitFlags[split];
         for (int bound = 0; bound < 4; ++bound)
           source.bounds[bound] = bound > split ? documents : 0;
       } else {

@@ -158,18 +158,21 @@ constexpr const char *kSplitDataFlags[3] = {"train-data-path", "valid-data-path"
 
 // clang-format off
 const std::set<std::string> kFlags = {
-    "data", "data-args-path", "per-split-data-args-path", "train-data-path", "valid-data-path",
-    "test-data-path", "steps",
-    "seed", "lr", "min-lr", "warmup-steps", "lr-decay", "lr-decay-steps",
-    "lr-warmup-init", "lr-warmup-fraction", "lr-wsd-decay-steps", "lr-wsd-decay-style",
-    "train-samples", "lr-warmup-samples", "lr-decay-samples", "lr-wsd-decay-samples",
-    "start-weight-decay", "end-weight-decay", "weight-decay-incr-style", "exit-interval",
-    "exit-duration-in-mins", "exit-signal",
-    "adam-beta1", "adam-beta2", "adam-eps", "weight-decay", "clip-grad", "save", "save-every",
-    "load", "log-every", "backend", "metrics", "trace", "keep-checkpoints",
-    "checkpoint-buffer-mib", "tensorboard-dir", "split", "eval-interval", "eval-iters",
-    "peak-tflops", "collective-timeout", "initial-loss-scale", "min-loss-scale",
-    "loss-scale-window", "hysteresis"};
+    // the data
+    "data", "data-args-path", "train-data-path", "valid-data-path", "test-data-path",
+    "per-split-data-args-path", "split", "eval-interval", "eval-iters",
+    // the run's length and its schedules
+    "steps", "train-samples", "seed", "lr", "min-lr", "warmup-steps", "lr-warmup-samples",
+    "lr-warmup-init", "lr-warmup-fraction", "lr-decay", "lr-decay-steps", "lr-decay-samples",
+    "lr-wsd-decay-steps", "lr-wsd-decay-samples", "lr-wsd-decay-style", "weight-decay",
+    "weight-decay-incr-style", "start-weight-decay", "end-weight-decay",
+    "adam-beta1", "adam-beta2", "adam-eps", "clip-grad",
+    "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis",
+    // checkpoints and exits
+    "save", "save-every", "load", "keep-checkpoints", "checkpoint-buffer-mib",
+    "exit-interval", "exit-duration-in-mins", "exit-signal", "collective-timeout",
+    // what it reports, and where it runs
+    "log-every", "metrics", "trace", "tensorboard-dir", "peak-tflops", "backend"};
 // clang-format on
 /// Flags that take no value.
 const std::set<std::string> kSwitches = {"async-save", "profile", "exit-signal-handler",
