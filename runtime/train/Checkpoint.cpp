@@ -694,7 +694,8 @@ Status checkValues(const std::vector<char> &host, int kind, const FlatShare &hel
 }
 
 Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
-                      size_t stagingBytes, Loaded &out) {
+                      size_t stagingBytes,
+                      const std::function<Status(const TrainingState &)> &resumable, Loaded &out) {
   CheckpointReader reader;
   MT_TRY(CheckpointReader::open(dir, reader));
   const std::string where = reader.directory();
@@ -734,6 +735,8 @@ Status readCheckpoint(const std::string &dir, Executor &executor, const AdamW &o
       return fail(cat("tensor '", name, "' is not a tensor of model '", plan.model()->str(), "'"));
   if (!weightsOnly)
     MT_TRY(parseState(where + "/" + checkpoint::kIndex, index.state, out.state));
+  if (!weightsOnly && resumable)
+    MT_TRY(resumable(out.state));
   out.saveId = index.saveId;
 
   // This rank's state, read straight into host copies of its stores: all of its
@@ -807,11 +810,13 @@ Status install(Executor &executor, const AdamW &optimizer, const Loaded &loaded)
 
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options, uint64_t *bytesRead,
-                      std::string *note) {
+                      std::string *note,
+                      const std::function<Status(const TrainingState &)> &resumable) {
   Comm &comm = executor.comm();
   Loaded loaded;
   loaded.state = state; // what the index does not say stays as it was
-  MT_TRY(agree(comm, readCheckpoint(dir, executor, optimizer, options.stagingBytes, loaded),
+  MT_TRY(agree(comm,
+               readCheckpoint(dir, executor, optimizer, options.stagingBytes, resumable, loaded),
                "load"));
   // Every rank read the same save (each resolved the latest marker on its own).
   double id = static_cast<double>(std::strtoull(loaded.saveId.c_str(), nullptr, 16));

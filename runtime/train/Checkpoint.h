@@ -13,6 +13,7 @@
 #include "train/Boxes.h"
 #include "train/Optimizer.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -118,10 +119,12 @@ private:
 /// `dir` is a save directory (its latest checkpoint) or one checkpoint's directory.
 /// Nothing changes unless every rank read and checked all it needs, of one save. `bytesRead`, if
 /// given, is what all ranks read from the files; `note`, why the save directory's marker
-/// was passed over, if it was.
+/// was passed over, if it was. `resumable`, if given, judges the checkpoint's training
+/// state as its index gives it, before any tensor is read.
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options = {},
-                      uint64_t *bytesRead = nullptr, std::string *note = nullptr);
+                      uint64_t *bytesRead = nullptr, std::string *note = nullptr,
+                      const std::function<Status(const TrainingState &)> &resumable = {});
 
 } // namespace mt
 

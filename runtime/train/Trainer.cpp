@@ -202,6 +202,10 @@ public:
 
 private:
   Status loadOrInitialise(bool &resumed);
+  /// Whether this run may resume from a checkpoint whose training state is `loaded` (as
+  /// its index gives it, before its tensors are read): the same seed, data and split,
+  /// not past --steps, and the same schedule (or --override-opt-param-scheduler).
+  Status resumable(const TrainingState &loaded) const;
   /// The data's splits: the training stream, and the validation and test streams where
   /// they are evaluated.
   Status openSplits();
@@ -472,6 +476,54 @@ Status Run::openSplits() {
   return Status::success();
 }
 
+Status Run::resumable(const TrainingState &loaded) const {
+  auto refuse = [&](const std::string &why) {
+    return Status::failure(cat("checkpoint in ", config_.loadDir, " ", why));
+  };
+  if (loaded.seed != config_.seed)
+    return refuse(cat("was trained with seed ", loaded.seed, ", not ", config_.seed));
+  // The data position counts samples of the training split (of each dataset of a blend,
+  // with the blend's fractions): another's are others.
+  auto data = [](const std::string &blend) {
+    return blend.empty() ? std::string("one dataset") : "the blend " + blend;
+  };
+  if (loaded.trainBlend != trainBlend_)
+    return refuse(cat("was trained on ", data(loaded.trainBlend), ", this run's data is ",
+                      data(trainBlend_), ": resume with the same data and --split"));
+  const auto trained = loaded.trainDocuments.value_or(
+      std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
+  const std::pair training{sources_[0].bounds[0], sources_[0].bounds[1]};
+  if (trainBlend_.empty() && trained != training)
+    return refuse(cat("was trained on documents [", trained.first, ", ", trained.second,
+                      ") of the data, this run's training split is [", training.first, ", ",
+                      training.second, "): resume with the same data and --split"));
+  if (loaded.step > config_.steps)
+    return refuse(cat("is at step ", loaded.step, ", past --steps ", config_.steps));
+  // The schedule counts samples, a step's the global batch: a run given in samples ends
+  // and decays by them, so it resumes with the batch its checkpoint was trained with.
+  const uint64_t batch = static_cast<uint64_t>(plan_.global_batch_size());
+  std::string otherBatch;
+  if (loaded.dataPosition != static_cast<uint64_t>(loaded.step) * batch) {
+    otherBatch =
+        loaded.step > 0 && loaded.dataPosition % loaded.step == 0
+            ? cat("global batch ", loaded.dataPosition / loaded.step, " there, ", batch, " here")
+            : cat(loaded.dataPosition, " samples in ", loaded.step, " steps there, global batch ",
+                  batch, " here");
+    if (schedule_.trainSamples > 0)
+      return refuse(cat("was trained with another global batch (", otherBatch,
+                        "): a run of --train-samples resumes with its checkpoint's"));
+  }
+  // As Megatron's scheduler: the schedule goes on as it was, or is overridden by name.
+  const std::string difference =
+      scheduleDifference(loaded.schedule, scheduleRecord(schedule_, config_.steps));
+  if (!loaded.schedule.empty() && !difference.empty() && !config_.overrideSchedule)
+    return refuse(cat("was trained on another schedule (", difference,
+                      otherBatch.empty() ? "" : "; ", otherBatch,
+                      "): resume with its settings, or give --override-opt-param-scheduler to ",
+                      "go on with these"));
+  return Status::success();
+}
+
 Status Run::loadOrInitialise(bool &resumed) {
   // Megatron users' auto-resume: a job that saves to and loads from one directory starts
   // fresh while the directory holds no checkpoint, so a job script restarted after a
@@ -490,68 +542,21 @@ Status Run::loadOrInitialise(bool &resumed) {
   uint64_t bytesRead = 0;
   std::string note; // why the marker was passed over, if it was
   MT_TRY(loadCheckpoint(config_.loadDir, executor_, *optimizer_, state_, config_.checkpoint,
-                        &bytesRead, &note));
+                        &bytesRead, &note,
+                        [&](const TrainingState &loaded) { return resumable(loaded); }));
   const double loadSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - loadStarted).count();
   // The checkpoint has the scaler's state; its settings are this run's.
   state_.lossScaler.minScale = config_.lossScaler.minScale;
   state_.lossScaler.window = config_.lossScaler.window;
   state_.lossScaler.hysteresis = config_.lossScaler.hysteresis;
-  if (state_.seed != config_.seed)
-    return Status::failure("checkpoint in " + config_.loadDir + " was trained with seed " +
-                           std::to_string(state_.seed) + ", not " +
-                           std::to_string(config_.seed));
-  // The data position counts samples of the training split (of each dataset of a blend,
-  // with the blend's fractions): another's are others.
-  auto data = [](const std::string &blend) {
-    return blend.empty() ? std::string("one dataset") : "the blend " + blend;
-  };
-  if (state_.trainBlend != trainBlend_)
-    return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on ",
-                               data(state_.trainBlend), ", this run's data is ", data(trainBlend_),
-                               ": resume with the same data and --split"));
-  const auto trained = state_.trainDocuments.value_or(
-      std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
-  const std::pair training{sources_[0].bounds[0], sources_[0].bounds[1]};
-  if (trainBlend_.empty() && trained != training)
-    return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on documents [",
-                               trained.first, ", ", trained.second, ") of the data, this run's ",
-                               "training split is [", training.first, ", ", training.second,
-                               "): resume with the same data and --split"));
   if (trainBlend_.empty())
-    state_.trainDocuments = training;
-  if (state_.step > config_.steps)
-    return Status::failure("checkpoint in " + config_.loadDir + " is at step " +
-                           std::to_string(state_.step) + ", past --steps " +
-                           std::to_string(config_.steps));
-  // The schedule counts samples, a step's the global batch: a run given in samples ends
-  // and decays by them, so it resumes with the batch its checkpoint was trained with.
-  const uint64_t batch = static_cast<uint64_t>(plan_.global_batch_size());
-  std::string otherBatch;
-  if (state_.dataPosition != static_cast<uint64_t>(state_.step) * batch) {
-    otherBatch =
-        state_.step > 0 && state_.dataPosition % state_.step == 0
-            ? cat("global batch ", state_.dataPosition / state_.step, " there, ", batch, " here")
-            : cat(state_.dataPosition, " samples in ", state_.step, " steps there, global batch ",
-                  batch, " here");
-    if (schedule_.trainSamples > 0)
-      return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained with another ",
-                                 "global batch (", otherBatch, "): a run of --train-samples ",
-                                 "resumes with its checkpoint's"));
-  }
-  // As Megatron's scheduler: the schedule goes on as it was, or is overridden by name.
+    state_.trainDocuments = {sources_[0].bounds[0], sources_[0].bounds[1]};
   const std::string schedule = scheduleRecord(schedule_, config_.steps);
   if (const std::string difference = scheduleDifference(state_.schedule, schedule);
-      !state_.schedule.empty() && !difference.empty()) {
-    if (!config_.overrideSchedule)
-      return Status::failure(cat("checkpoint in ", config_.loadDir, " was trained on another ",
-                                 "schedule (", difference, otherBatch.empty() ? "" : "; ",
-                                 otherBatch, "): resume with its settings, or give ",
-                                 "--override-opt-param-scheduler to go on with these"));
-    if (log_)
-      std::fprintf(log_, "the schedule is this run's, not the checkpoint's: %s\n",
-                   difference.c_str());
-  }
+      !state_.schedule.empty() && !difference.empty() && log_) // overridden: resumable
+    std::fprintf(log_, "the schedule is this run's, not the checkpoint's: %s\n",
+                 difference.c_str());
   state_.schedule = schedule;
   // A lost marker does not stop the resume, and the log says what stood in for it.
   if (log_ && !note.empty())
