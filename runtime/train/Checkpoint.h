@@ -120,7 +120,8 @@ private:
 /// Nothing changes unless every rank read and checked all it needs, of one save. `bytesRead`, if
 /// given, is what all ranks read from the files; `note`, why the save directory's marker
 /// was passed over, if it was. `resumable`, if given, judges the checkpoint's training
-/// state as its index gives it, before any tensor is read.
+/// state as its index gives it, before any tensor is read (a checkpoint of weights alone,
+/// a Hugging Face import, has none to judge).
 Status loadCheckpoint(const std::string &dir, Executor &executor, const AdamW &optimizer,
                       TrainingState &state, const CheckpointOptions &options = {},
                       uint64_t *bytesRead = nullptr, std::string *note = nullptr,

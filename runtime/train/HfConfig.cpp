@@ -376,7 +376,13 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
     std::string known;
     for (const auto &r : readers)
       known += std::string(known.empty() ? "" : ", ") + "[\"" + r.first + "\"]";
-    return Status::failure("'architectures' is " + (list ? list->dump() : std::string("missing")) +
+    // Quoted where flat: dumping nests recurses, as deep as a hostile file makes them.
+    const bool flat = list && std::none_of(list->begin(), list->end(),
+                                           [](const json &e) { return e.is_structured(); });
+    return Status::failure("'architectures' is " +
+                           (!list  ? std::string("missing")
+                            : flat ? list->dump().substr(0, 200)
+                                   : std::string("a nested ") + list->type_name()) +
                            ", not one of " + known);
   }
   c = ModelConfig{};

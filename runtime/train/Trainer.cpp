@@ -350,8 +350,6 @@ Status Run::start() {
 }
 
 Status Run::openSources() {
-  static const char *const kSplitFlags[] = {"--train-data-path", "--valid-data-path",
-                                       "--test-data-path"};
   const bool perSplit = !config_.splitData[0].empty();
   if (!perSplit && config_.data.empty())
     return Status::failure("no data to train on");
@@ -362,7 +360,7 @@ Status Run::openSources() {
       MT_TRY(IndexedDataset::open(given.prefix, source.dataset));
       const uint64_t documents = source.dataset.numDocuments();
       if (perSplit) { // [0, documents) in its own split, none in the others
-        source.flag = kSplitFlags[split];
+        source.flag = config_.splitDataFlags[split].c_str();
         for (int bound = 0; bound < 4; ++bound)
           source.bounds[bound] = bound > split ? documents : 0;
       } else {

@@ -26,6 +26,9 @@ struct TrainerConfig {
   /// read whole from datasets of its own, in place of `data` cut by `split` (empty: not
   /// given).
   std::array<std::vector<DataSource>, 3> splitData;
+  /// What messages call each split's own datasets: the flag that gave them.
+  std::array<std::string, 3> splitDataFlags = {"--train-data-path", "--valid-data-path",
+                                               "--test-data-path"};
   /// Megatron's --split: the relative sizes of the training, validation and test splits
   /// of the data's documents (data/TokenStream.h). By default training reads them all.
   std::array<double, 3> split = {1, 0, 0};

@@ -319,8 +319,8 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
         std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
                     [&](const char *name) { return out.flags.count(name); })) ||
       !(out.flags.count("steps") || out.flags.count("train-samples")))
-    return usageError("--data (or --data-args-path, --train-data-path) and --steps (or "
-                      "--train-samples) are required");
+    return usageError("--data (or --data-args-path, --train-data-path, "
+                      "--per-split-data-args-path) and --steps (or --train-samples) are required");
   return -1;
 }
 
@@ -375,19 +375,36 @@ struct SplitWords {
 };
 
 /// Megatron's --per-split-data-args-path: a JSON object whose "train", "valid" and
-/// "test" are each a list of --data words or one string of them (null or left out: none);
-/// "" or what is wrong with it.
+/// "test" are each a list of --data words (weights may be numbers) or one string of them
+/// (null: none); "" or what is wrong with it.
 std::string readSplitWords(const std::string &path, SplitWords &out) {
   std::string text;
   if (mt::Status s = mt::readRegularFile(path, mt::limits::kDataArgsBytes,
                                          "a JSON of each split's --data words", text);
       !s.ok())
     return "--per-split-data-args-path: " + s.message();
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-  if (json.is_discarded() || !json.is_object())
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error &e) { // its position only, never its text
+    return mt::cat(path, ": not JSON (a syntax error at byte ", e.byte, ")");
+  } catch (const nlohmann::json::exception &) { // a number past a double's range
+    return path + ": not JSON mtrun reads (a number out of range)";
+  }
+  // Quoted where a scalar: dumping nests recurses, as deep as a hostile file makes them.
+  auto quote = [](const nlohmann::json &value) {
+    return value.is_object()  ? std::string("an object")
+           : value.is_array() ? std::string("a list")
+                              : value.dump().substr(0, 40);
+  };
+  static const char *const kKeys[] = {"train", "valid", "test"};
+  if (!json.is_object())
     return path + ": not a JSON object (--per-split-data-args-path: {\"train\": [...], "
                   "\"valid\": [...], \"test\": [...]})";
-  static const char *const kKeys[] = {"train", "valid", "test"};
+  for (const auto &[key, value] : json.items())
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) == std::end(kKeys))
+      return mt::cat(path, ": \"", key.substr(0, 40), "\" is not a split (\"train\", \"valid\" ",
+                     "or \"test\")");
   for (int split = 0; split < 3; ++split) {
     auto it = json.find(kKeys[split]);
     if (it == json.end() || it->is_null())
@@ -398,15 +415,15 @@ std::string readSplitWords(const std::string &path, SplitWords &out) {
       for (std::string word; in >> word;)
         words.push_back(word);
     } else if (it->is_array()) {
-      for (const nlohmann::json &word : *it)
-        if (word.is_string() || word.is_number())
+      for (const nlohmann::json &word : *it) // a number only where a weight belongs
+        if (word.is_string() || (word.is_number() && words.size() % 2 == 0))
           words.push_back(word.is_string() ? word.get<std::string>() : word.dump());
         else
-          return mt::cat(path, ": \"", kKeys[split], "\" lists ", word.dump().substr(0, 40),
-                         ", not a weight or a prefix");
+          return mt::cat(path, ": \"", kKeys[split], "\" lists ", quote(word), " where ",
+                         word.is_number() ? "a prefix belongs" : "a weight or a prefix belongs");
     } else {
       return mt::cat(path, ": \"", kKeys[split], "\" must be a list of --data words or a string ",
-                     "of them, not ", it->dump().substr(0, 40));
+                     "of them, not ", quote(*it));
     }
     out.words[split] = std::move(words);
     out.names[split] = mt::cat("--per-split-data-args-path's \"", kKeys[split], "\"");
@@ -456,7 +473,9 @@ bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &err
   if (auto it = flags.find("per-split-data-args-path"); it != flags.end())
     error = flagged ? "--per-split-data-args-path and --train-data-path (--valid-data-path, "
                       "--test-data-path) both given: one or the other"
-                    : readSplitWords(it->second, own);
+            : !data.empty() ? (flags.count("data") ? f.as("data") : "--data-args-path") +
+                                  " and --per-split-data-args-path both given: one or the other"
+                            : readSplitWords(it->second, own);
   if (!error.empty())
     return false;
   mt::Status s = mt::Status::success();
@@ -473,8 +492,10 @@ bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &err
     error = "--split cuts --data's datasets, and each split's own (--train-data-path, "
             "--per-split-data-args-path) is read whole: one or the other";
   for (int split = 0; split < 3 && error.empty() && s.ok(); ++split)
-    if (own.words[split])
+    if (own.words[split]) {
       s = mt::parseDataPath(*own.words[split], config.splitData[split], own.names[split]);
+      config.splitDataFlags[split] = own.names[split];
+    }
   if (!s.ok())
     error = s.message();
   return error.empty();
@@ -624,7 +645,8 @@ bool trainerConfig(const CommandLine &line, mt::TrainerConfig &config, std::stri
     }
   } else if (evaluates && !heldOut) {
     error = "--eval-interval and --eval-iters evaluate held-out documents: name them with "
-            "--split (as in 949,50,1), or give --valid-data-path";
+            "--split (as in 949,50,1), or give --valid-data-path (or a \"valid\" list in "
+            "--per-split-data-args-path)";
     return false;
   }
   const mt::LossScaler &scaler = config.lossScaler;
