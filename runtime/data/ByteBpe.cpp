@@ -437,7 +437,11 @@ std::string typeOf(const Json &j) {
 /// An id: an integer in [0, 2^31).
 int32_t idOf(const Json &j, const std::string &what) {
   if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX)
-    throw Malformed(what + " has id " + j.dump() + ", not an integer in [0, 2^31)");
+    throw Malformed(what + " has id " + // a nest named, not dumped: dumping recurses
+                    (j.is_object()  ? std::string("an object")
+                     : j.is_array() ? std::string("a list")
+                                    : j.dump().substr(0, 40)) +
+                    ", not an integer in [0, 2^31)");
   return static_cast<int32_t>(j.get<int64_t>());
 }
 
