@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <unistd.h>
 #include <utility>
 
 namespace mt {
@@ -36,6 +39,39 @@ private:
 };
 
 } // namespace
+
+Status mockDataset(int64_t vocabularySize, IndexedDataset &out) {
+  if (vocabularySize < 2)
+    return Status::failure(cat("mock data needs a vocabulary of 2 or more, not ", vocabularySize));
+  const char *tmp = std::getenv("TMPDIR");
+  const std::string base = tmp && *tmp ? tmp : "/tmp";
+  std::string dir = base + "/mtrun-mock-XXXXXX";
+  if (!::mkdtemp(dir.data()))
+    return Status::failure(cat("cannot create a directory for the mock data in ", base,
+                               " ($TMPDIR): ", std::strerror(errno)));
+  const std::string prefix = dir + "/mock";
+  Status written = [&] {
+    IndexedDatasetWriter writer;
+    MT_TRY(IndexedDatasetWriter::open(
+        prefix, vocabularySize <= 65535 ? MegatronDType::UInt16 : MegatronDType::Int32, writer));
+    SplitMix64 random(0);
+    std::vector<int32_t> document;
+    for (uint64_t tokens = 0; tokens < kMockTokens; tokens += document.size()) {
+      document.resize(random.below(4095) + 1);
+      for (size_t i = 0; i + 1 < document.size(); ++i)
+        document[i] = static_cast<int32_t>((i + 1) % static_cast<uint64_t>(vocabularySize));
+      document.back() = static_cast<int32_t>(vocabularySize - 1);
+      MT_TRY(writer.addDocument(document));
+    }
+    MT_TRY(writer.finish());
+    return IndexedDataset::open(prefix, out);
+  }();
+  // Mapped (or failed): the files go, whatever happened.
+  for (const char *suffix : {".bin", ".idx"})
+    ::unlink((prefix + suffix).c_str());
+  ::rmdir(dir.c_str());
+  return written;
+}
 
 std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t epoch) {
   std::vector<uint64_t> order(numSamples);

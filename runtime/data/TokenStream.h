@@ -37,6 +37,15 @@
 
 namespace mt {
 
+/// Megatron's --mock-data, by the generator above: documents of lengths uniform in
+/// [1, 4096) (SplitMix64 from state 0, below(4095) + 1 each), document d of length n the
+/// tokens 1, 2, ..., n − 1 (mod the vocabulary) and then the end-of-document token,
+/// vocabularySize − 1, as Megatron's MockGPTLowLevelDataset forms them, until
+/// kMockTokens tokens. Written to a temporary directory under $TMPDIR (or /tmp), mapped,
+/// and removed at once: `out` reads it from memory, and nothing is left behind.
+inline constexpr uint64_t kMockTokens = uint64_t{1} << 24;
+Status mockDataset(int64_t vocabularySize, IndexedDataset &out);
+
 /// The order in which epoch `epoch` visits `numSamples` samples (see above).
 std::vector<uint64_t> epochOrder(uint64_t numSamples, uint64_t seed, uint64_t epoch);
 

@@ -351,13 +351,17 @@ Status Run::start() {
 
 Status Run::openSources() {
   const bool perSplit = !config_.splitData[0].empty();
-  if (!perSplit && config_.data.empty())
+  const std::vector<DataSource> mock = {{1, "mock data"}};
+  if (!perSplit && !config_.mockData && config_.data.empty())
     return Status::failure("no data to train on");
   for (int split = 0; split < (perSplit ? 3 : 1); ++split)
-    for (const DataSource &given : perSplit ? config_.splitData[split] : config_.data) {
+    for (const DataSource &given : perSplit           ? config_.splitData[split]
+                                   : config_.mockData ? mock
+                                                      : config_.data) {
       Source &source = sources_.emplace_back();
       source.given = given;
-      MT_TRY(IndexedDataset::open(given.prefix, source.dataset));
+      MT_TRY(config_.mockData ? mockDataset(plan_.vocab_size(), source.dataset)
+                              : IndexedDataset::open(given.prefix, source.dataset));
       const uint64_t documents = source.dataset.numDocuments();
       if (perSplit) { // [0, documents) in its own split, none in the others
         source.flag = config_.splitDataFlags[split].c_str();

@@ -26,6 +26,9 @@ struct TrainerConfig {
   /// read whole from datasets of its own, in place of `data` cut by `split` (empty: not
   /// given).
   std::array<std::vector<DataSource>, 3> splitData;
+  /// Megatron's --mock-data: synthetic documents (data/TokenStream.h's mockDataset) in
+  /// place of `data`, cut by `split` alike.
+  bool mockData = false;
   /// What messages call each split's own datasets: the flag that gave them.
   std::array<std::string, 3> splitDataFlags = {"--train-data-path", "--valid-data-path",
                                                "--test-data-path"};

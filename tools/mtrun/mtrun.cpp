@@ -50,6 +50,9 @@ constexpr const char *kUsage = R"(usage:
   --test-data-path ...      --data and --split)
   --per-split-data-args-path FILE   the three from a JSON object: {"train": [words],
                             "valid": [...], "test": [...]} (or a string of words each)
+  --mock-data               synthetic documents in place of data, as Megatron's (for a
+                            benchmark without a dataset: lengths from a fixed generator,
+                            each 1, 2, ..., then the vocabulary's last id)
   --split A,B,C             train on the first A/(A+B+C) of the documents, hold out the
                             next B/(A+B+C) for validation and the rest for test, cut
                             as Megatron cuts them (default: train on all of them; each
@@ -176,7 +179,7 @@ const std::set<std::string> kFlags = {
 // clang-format on
 /// Flags that take no value.
 const std::set<std::string> kSwitches = {"async-save", "profile", "exit-signal-handler",
-                                         "override-opt-param-scheduler"};
+                                         "override-opt-param-scheduler", "mock-data"};
 
 /// This process's rank among those on its machine, from the launcher's environment.
 int localRank() {
@@ -315,12 +318,13 @@ int parseCommandLine(int argc, char **argv, CommandLine &out) {
                                 "prefixes)");
   }
   if (!(out.flags.count("data") || out.flags.count("data-args-path") ||
-        out.flags.count("per-split-data-args-path") ||
+        out.flags.count("per-split-data-args-path") || out.flags.count("mock-data") ||
         std::any_of(std::begin(kSplitDataFlags), std::end(kSplitDataFlags),
                     [&](const char *name) { return out.flags.count(name); })) ||
       !(out.flags.count("steps") || out.flags.count("train-samples")))
     return usageError("--data (or --data-args-path, --train-data-path, "
-                      "--per-split-data-args-path) and --steps (or --train-samples) are required");
+                      "--per-split-data-args-path, --mock-data) and --steps (or --train-samples) "
+                      "are required");
   return -1;
 }
 
@@ -435,6 +439,16 @@ std::string readSplitWords(const std::string &path, SplitWords &out) {
 /// or --per-split-data-args-path's); false with `error` naming what is wrong.
 bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &error) {
   const std::map<std::string, std::string> &flags = f.flags;
+  if (flags.count("mock-data")) {
+    for (const char *other : {"data", "data-args-path", "per-split-data-args-path",
+                              kSplitDataFlags[0], kSplitDataFlags[1], kSplitDataFlags[2]})
+      if (flags.count(other)) {
+        error = "--mock-data and " + f.as(other) + " both given: one or the other";
+        return false;
+      }
+    config.mockData = true;
+    return true;
+  }
   auto words = [&](const char *name) {
     std::vector<std::string> out;
     if (auto it = flags.find(name); it != flags.end()) {
