@@ -190,6 +190,7 @@ public:
         scaleLoss_(plan_.precision() == plan::DType::F16), timeline_(comm_.position().worldRank()),
         passes_(executor), inputs_(batch_ * seq_), targets_(batch_ * seq_) {
     schedule_.samplesPerStep = plan_.global_batch_size(); // as Megatron counts its schedule
+    scheduleRecord_ = scheduleRecord(schedule_, config_.steps);
   }
 
   Status start();
@@ -212,6 +213,10 @@ private:
   /// Opens the datasets and places their documents in the splits (openSplits's first
   /// part): --data's each cut by --split, or each split's own, whole.
   Status openSources();
+  /// The documents [first, end) training reads of the first (or only) dataset.
+  std::pair<uint64_t, uint64_t> trainingDocuments() const {
+    return {sources_[0].bounds[0], sources_[0].bounds[1]};
+  }
   /// The micro-batch of `stream` that starts at sample `position`, into inputs_ and
   /// targets_.
   Status load(BlendedStream &stream, uint64_t position);
@@ -249,6 +254,7 @@ private:
   Comm &comm_;
   const TrainerConfig &config_;
   OptimizerConfig schedule_; // the learning rate's, over samples of the global batch
+  std::string scheduleRecord_; // what a checkpoint records of it
   const bool leader_; // the first rank: it logs and writes the metrics
   std::FILE *log_;    // the first rank's only
   const std::function<void(const StepRecord &)> &onStep_;
@@ -314,9 +320,9 @@ Status Run::start() {
   MT_TRY(AdamW::create(executor_, config_.optimizer, plan_.distributed_optimizer(), optimizer_));
   state_.seed = config_.seed;
   if (trainBlend_.empty())
-    state_.trainDocuments = {sources_[0].bounds[0], sources_[0].bounds[1]};
+    state_.trainDocuments = trainingDocuments();
   state_.trainBlend = trainBlend_;
-  state_.schedule = scheduleRecord(schedule_, config_.steps);
+  state_.schedule = scheduleRecord_;
   state_.lossScaler = config_.lossScaler;
   comm_.setWatchdog(config_.collectiveTimeout);
   MT_TRY(ended("the data and the optimizer's state"));
@@ -494,7 +500,7 @@ Status Run::resumable(const TrainingState &loaded) const {
                       data(trainBlend_), ": resume with the same data and --split"));
   const auto trained = loaded.trainDocuments.value_or(
       std::pair<uint64_t, uint64_t>{0, sources_[0].dataset.numDocuments()});
-  const std::pair training{sources_[0].bounds[0], sources_[0].bounds[1]};
+  const std::pair training = trainingDocuments();
   if (trainBlend_.empty() && trained != training)
     return refuse(cat("was trained on documents [", trained.first, ", ", trained.second,
                       ") of the data, this run's training split is [", training.first, ", ",
@@ -516,8 +522,7 @@ Status Run::resumable(const TrainingState &loaded) const {
                         "): a run of --train-samples resumes with its checkpoint's"));
   }
   // As Megatron's scheduler: the schedule goes on as it was, or is overridden by name.
-  const std::string difference =
-      scheduleDifference(loaded.schedule, scheduleRecord(schedule_, config_.steps));
+  const std::string difference = scheduleDifference(loaded.schedule, scheduleRecord_);
   if (!loaded.schedule.empty() && !difference.empty() && !config_.overrideSchedule)
     return refuse(cat("was trained on another schedule (", difference,
                       otherBatch.empty() ? "" : "; ", otherBatch,
@@ -553,13 +558,12 @@ Status Run::loadOrInitialise(bool &resumed) {
   state_.lossScaler.window = config_.lossScaler.window;
   state_.lossScaler.hysteresis = config_.lossScaler.hysteresis;
   if (trainBlend_.empty())
-    state_.trainDocuments = {sources_[0].bounds[0], sources_[0].bounds[1]};
-  const std::string schedule = scheduleRecord(schedule_, config_.steps);
-  if (const std::string difference = scheduleDifference(state_.schedule, schedule);
+    state_.trainDocuments = trainingDocuments();
+  if (const std::string difference = scheduleDifference(state_.schedule, scheduleRecord_);
       !state_.schedule.empty() && !difference.empty() && log_) // overridden: resumable
     std::fprintf(log_, "the schedule is this run's, not the checkpoint's: %s\n",
                  difference.c_str());
-  state_.schedule = schedule;
+  state_.schedule = scheduleRecord_;
   // A lost marker does not stop the resume, and the log says what stood in for it.
   if (log_ && !note.empty())
     std::fprintf(log_, "%s\n", note.c_str());

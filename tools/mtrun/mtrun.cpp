@@ -484,21 +484,22 @@ bool dataConfig(const FlagValues &f, mt::TrainerConfig &config, std::string &err
       own.names[split] = std::string("--") + kSplitDataFlags[split];
     }
   const bool flagged = own.words[0] || own.words[1] || own.words[2];
-  if (auto it = flags.find("per-split-data-args-path"); it != flags.end())
+  const bool listed = flags.count("per-split-data-args-path") > 0;
+  const std::string dataFlag = flags.count("data") ? f.as("data") : "--data-args-path";
+  if (listed)
     error = flagged ? "--per-split-data-args-path and --train-data-path (--valid-data-path, "
                       "--test-data-path) both given: one or the other"
-            : !data.empty() ? (flags.count("data") ? f.as("data") : "--data-args-path") +
-                                  " and --per-split-data-args-path both given: one or the other"
-                            : readSplitWords(it->second, own);
+            : !data.empty()
+                ? dataFlag + " and --per-split-data-args-path both given: one or the other"
+                : readSplitWords(flags.at("per-split-data-args-path"), own);
   if (!error.empty())
     return false;
   mt::Status s = mt::Status::success();
-  if (!own.words[0] && !own.words[1] && !own.words[2] && !flags.count("per-split-data-args-path"))
+  if (!flagged && !listed)
     s = mt::parseDataPath(data, config.data);
   else if (!data.empty())
-    error = (flags.count("data") ? f.as("data") : "--data-args-path") +
-            " and each split's own data (--train-data-path, --per-split-data-args-path) both "
-            "given: one or the other";
+    error = dataFlag + " and each split's own data (--train-data-path, "
+                       "--per-split-data-args-path) both given: one or the other";
   else if (!own.words[0])
     error = flagged ? "--valid-data-path and --test-data-path need --train-data-path"
                     : flags.at("per-split-data-args-path") + ": no \"train\" list";
@@ -559,7 +560,6 @@ std::string optimizerConfig(const FlagValues &f, mt::OptimizerConfig &o) {
   return "";
 }
 
-/// Whether the signal --exit-signal-handler catches has arrived.
 /// Whether the signal --exit-signal-handler catches has arrived (on any of the
 /// process's threads).
 std::atomic<bool> exitSignalled{false};
