@@ -1,4 +1,5 @@
 #include "compiler/Estimate.h"
+#include "core/SharedMath.h"
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/PlanEncoding.h"
 #include "passes/Passes.h"
@@ -64,7 +65,8 @@ constexpr int64_t kFlashBlock = 128;
 
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
-/// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
+/// - bf16 or f16 with no dropout of probabilities nor sliding window: cuDNN's flash
+///   kernels, on tensor cores,
 ///   computing under a causal mask only the blocks on or below the diagonal. Forward: QKᵀ
 ///   and P·V. Backward: cuDNN's backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK), 2 products
 ///   shaped as the scores and 3 as the values, from the forward's row statistics
@@ -72,7 +74,8 @@ constexpr int64_t kFlashBlock = 128;
 ///   for them: 3 and 4, in 2 kernels.
 /// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
 ///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
-///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice).
+///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice); a window's rows
+///   each over its w keys at most.
 template <typename Attention>
 double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
                              mlir::mt::GemmShape values, bool backward,
@@ -80,7 +83,8 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
   const llvm::StringRef type = computeType(op.getQkv().getType());
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
-  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
+  const std::optional<uint64_t> window = op.getWindow();
+  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) && !window) {
     // Of the queries' rows over all the keys: under context parallelism a rank's share of
     // the rows, balanced so that its causal share is the whole sequence's.
     const double share = op.getCausal() ? causalShare(scores.n, kFlashBlock) : 1;
@@ -89,8 +93,10 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
            share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
                     (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
   }
+  // The pairs of the rows' keys: Σ min(i + 1, w) over the rows i < s under a causal mask.
   const double s = static_cast<double>(scores.n);
-  const double share = op.getCausal() ? (s + 1) / (2 * s) : 1;
+  const double w = window ? std::min<double>(static_cast<double>(*window), s) : s;
+  const double share = op.getCausal() ? (w * (w + 1) / 2 + (s - w) * w) / (s * s) : 1;
   const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
   return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
 }
@@ -396,14 +402,17 @@ double profileFlops(Operation *op) {
   if (!cost)
     return 0;
   SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
-  auto attention = [&](bool causal, double times) {
-    return times * (causal ? 0.5 : 1) *
-           static_cast<double>(gemms[0].flops() + gemms[1].flops()); // QKᵀ and P·V
+  // QKᵀ and P·V over the keys, of which the mask's share (mtrun's Executor counts alike).
+  auto attention = [&](auto op, double times) {
+    const ::mt::AttentionMask mask{op.getCausal(),
+                                   static_cast<int64_t>(op.getWindow().value_or(0))};
+    return times * mask.share(gemms[0].n) *
+           static_cast<double>(gemms[0].flops() + gemms[1].flops());
   };
   if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
-    return attention(forward.getCausal(), 1);
+    return attention(forward, 1);
   if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
-    return attention(backward.getCausal(), 2.5);
+    return attention(backward, 2.5);
   if (!isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
            mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp,
            mlir::mt::LinearGradWeightBiasOp, mlir::mt::GroupedLinearOp,

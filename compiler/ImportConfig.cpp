@@ -136,6 +136,7 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
          : c.qkvBias  ? ", biases on the query, key and value projections"
                       : "")
      << (c.qkNorm ? ", each query and key head RMS-normalised" : "")
+     << (c.window ? ", a sliding window of " + std::to_string(c.window) + " positions" : "")
      << (tied ? ", output layer tied to the embedding" : "") << ".\n"
      << "// Written by mtc import-config from a transformers config.json.\n";
   os << "module attributes {mt.model = \"" << name << "\", mt.seq_length = " << positions
@@ -162,8 +163,9 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
      << Writer::a(qkv) << "\n";
   os << "    %att = mt.attention %rqkv {causal, "
      << (attentionDropout > 0 ? "dropout = " + real(attentionDropout) + " : f64, " : "")
-     << "heads = " << heads << " : i64, kv_heads = " << kv << " : i64} : (" << Writer::a(qkv)
-     << ") -> " << Writer::a(q) << "\n";
+     << "heads = " << heads << " : i64, kv_heads = " << kv << " : i64"
+     << (c.window ? ", window = " + std::to_string(c.window) + " : i64" : "") << "} : ("
+     << Writer::a(qkv) << ") -> " << Writer::a(q) << "\n";
   w.param("o_w", "self_attn.o_proj.weight", output, {h, q});
   if (c.outputBias)
     w.param("o_b", "self_attn.o_proj.bias", "zeros", {h});

@@ -61,11 +61,11 @@ void gatherKeysAndValues(AttentionOp attention, int64_t cp, FlatSymbolRefAttr gr
 /// merges by them); the runtime brings the others' keys and values round.
 void markRing(AttentionOp attention, int64_t cp) {
   OpBuilder b(attention);
-  auto ring = AttentionOp::create(b, attention.getLoc(), attention.getQkv(),
-                                  attention.getHeadsAttr(), attention.getKvHeadsAttr(),
-                                  attention.getCausalAttr(), attention.getDropoutAttr(),
-                                  attention.getStreamAttr(), attention.getHeadParallelAttr(),
-                                  b.getUnitAttr(), b.getI64IntegerAttr(cp), b.getUnitAttr());
+  auto ring = AttentionOp::create(
+      b, attention.getLoc(), attention.getQkv(), attention.getHeadsAttr(),
+      attention.getKvHeadsAttr(), attention.getCausalAttr(), attention.getDropoutAttr(),
+      attention.getStreamAttr(), attention.getHeadParallelAttr(), b.getUnitAttr(),
+      b.getI64IntegerAttr(cp), b.getUnitAttr(), attention.getWindowAttr());
   ring->setDiscardableAttrs(attention->getDiscardableAttrDictionary());
   attention.getResult().replaceAllUsesWith(ring.getResult());
   if (Value stats = attention.getStats())

@@ -24,6 +24,7 @@ struct MtKeepAttentionStats : impl::MtKeepAttentionStatsBase<MtKeepAttentionStat
       if (forward.getHeadsAttr() != grad.getHeadsAttr() ||
           forward.getKvHeadsAttr() != grad.getKvHeadsAttr() ||
           forward.getCausalAttr() != grad.getCausalAttr() ||
+          forward.getWindowAttr() != grad.getWindowAttr() ||
           forward.getDropoutAttr() != grad.getDropoutAttr() ||
           forward.getStreamAttr() != grad.getStreamAttr())
         continue; // not this attention's gradient: its rows are other rows
@@ -33,7 +34,7 @@ struct MtKeepAttentionStats : impl::MtKeepAttentionStatsBase<MtKeepAttentionStat
             b, forward.getLoc(), forward.getQkv(), forward.getHeadsAttr(), forward.getKvHeadsAttr(),
             forward.getCausalAttr(), forward.getDropoutAttr(), forward.getStreamAttr(),
             forward.getHeadParallelAttr(), b.getUnitAttr(), forward.getContextParallelAttr(),
-            forward.getRingAttr());
+            forward.getRingAttr(), forward.getWindowAttr());
         keeping->setDiscardableAttrs(forward->getDiscardableAttrDictionary());
         forward.getResult().replaceAllUsesWith(keeping.getResult());
         forward.erase();

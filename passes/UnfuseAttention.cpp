@@ -25,8 +25,9 @@ struct MtUnfuseAttention : impl::MtUnfuseAttentionBase<MtUnfuseAttention> {
       }
       OpBuilder b(op);
       DictionaryAttr placement = op->getDiscardableAttrDictionary(); // mt.layer, mt.stage
-      Value probs = AttentionProbsOp::create(b, op.getLoc(), op.getQkv(), op.getHeadsAttr(),
-                                             op.getKvHeadsAttr(), op.getCausalAttr());
+      Value probs =
+          AttentionProbsOp::create(b, op.getLoc(), op.getQkv(), op.getHeadsAttr(),
+                                   op.getKvHeadsAttr(), op.getCausalAttr(), op.getWindowAttr());
       probs.getDefiningOp()->setDiscardableAttrs(placement);
       if (rate > 0) {
         // Head-parallel probabilities hold this rank's block of dimension 1.

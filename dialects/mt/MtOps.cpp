@@ -480,14 +480,26 @@ static LogicalResult verifyRotaryInput(Operation *op, Value qkv, int64_t heads, 
          << " key/value heads";
 }
 
+/// A sliding window masks keys behind a query: only a causal mask has a behind.
+static LogicalResult verifyWindow(Operation *op, bool causal, std::optional<uint64_t> window) {
+  if (window && !causal)
+    return op->emitOpError("has a window of ")
+           << *window << " but no causal mask (a window keeps a query's last keys)";
+  return success();
+}
+
 LogicalResult AttentionOp::verify() {
-  if (failed(verifyRotaryInput(*this, getQkv(), getHeads(), getKeyValueHeads())))
+  if (failed(verifyRotaryInput(*this, getQkv(), getHeads(), getKeyValueHeads())) ||
+      failed(verifyWindow(*this, getCausal(), getWindow())))
     return failure();
   return verifyRandom(*this, getDropoutAttr(), getStreamAttr());
 }
 LogicalResult AttentionProbsOp::verify() {
+  if (failed(verifyWindow(*this, getCausal(), getWindow())))
+    return failure();
   return verifyRotaryInput(*this, getQkv(), getHeads(), getKeyValueHeads());
 }
+LogicalResult AttentionGradOp::verify() { return verifyWindow(*this, getCausal(), getWindow()); }
 
 /// Checks probabilities [B, heads, S, S] against a fused QKV; returns attention's output
 /// width, heads·d.
@@ -1312,7 +1324,7 @@ FailureOr<SmallVector<Value>> AttentionOp::buildGradients(OpBuilder &b,
   return SmallVector<Value>{AttentionGradOp::create(
       b, getLoc(), resultGrads[0], getQkv(), getResult(), getStats(), getHeadsAttr(),
       getKvHeadsAttr(), getCausalAttr(), getDropoutAttr(), getStreamAttr(), getHeadParallelAttr(),
-      getContextParallelAttr(), getRingAttr())};
+      getContextParallelAttr(), getRingAttr(), getWindowAttr())};
 }
 
 // A permutation's gradient is its inverse.

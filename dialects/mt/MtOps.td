@@ -238,7 +238,10 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
     `kv_heads` every head has its own key and value: (head, {q, k, v}, d).
     `kv_heads = 1` is multi-query attention (Shazeer 2019), 1 < kv_heads < heads
     grouped-query attention (Ainslie et al. 2023).
-    Scores are scaled by 1/sqrt(d); `causal` masks future positions. With
+    Scores are scaled by 1/sqrt(d); `causal` masks future positions, and a `window` of w
+    (causal only) the keys more than w − 1 positions back as well: each query sees its
+    own position and the w − 1 before it (Mistral's and Hugging Face's `sliding_window`
+    w; Megatron's `--window-size` (w − 1, 0)). With
     `dropout`, the attention probabilities are dropped at that rate with the keep mask
     of `stream` (numbered by mt-expand), drawn per element of the global [B, heads, S,
     S] probabilities; `head_parallel` (set by mt-tensor-parallel) says the heads are
@@ -267,7 +270,7 @@ def Mt_AttentionOp : Mt_ShapedOp<"attention", [Pure, Mt_ColumnParallelConsumer,
                        UnitAttr:$causal, OptionalAttr<F64Attr>:$dropout,
                        OptionalAttr<I64Attr>:$stream, UnitAttr:$head_parallel,
                        UnitAttr:$keep_stats, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel,
-                       UnitAttr:$ring);
+                       UnitAttr:$ring, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window);
   let results = (outs Mt_FloatTensor:$result, Optional<Mt_FloatTensor>:$stats);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
@@ -277,8 +280,10 @@ def Mt_AttentionProbsOp : Mt_ShapedOp<"attention_probs", [Pure,
     DeclareOpInterfaceMethods<Mt_CostOpInterface, ["getGemms"]>,
     DeclareOpInterfaceMethods<Mt_DifferentiableOpInterface>]> {
   let summary = "softmax(QKᵀ/sqrt(d)) of a fused QKV (mt.attention's layout): [B, heads, S, S]";
+  let description = [{ Masked as mt.attention masks, by `causal` and `window`. }];
   let arguments = (ins Mt_FloatTensor:$qkv, ConfinedAttr<I64Attr, [IntPositive]>:$heads,
-                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads, UnitAttr:$causal);
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$kv_heads, UnitAttr:$causal,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window);
   let results = (outs Mt_FloatTensor:$result);
   let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
@@ -608,8 +613,9 @@ def Mt_AttentionGradOp : Mt_GradOp<"attention_grad",
                        UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$dropout, OptionalAttr<I64Attr>:$stream,
                        UnitAttr:$head_parallel, OptionalAttr<ConfinedAttr<I64Attr, [IntMinValue<2>]>>:$context_parallel,
-                       UnitAttr:$ring);
+                       UnitAttr:$ring, OptionalAttr<ConfinedAttr<I64Attr, [IntPositive]>>:$window);
   let results = (outs Mt_FloatTensor:$result);
+  let hasVerifier = 1;
   let extraClassDeclaration = Mt_KeyValueHeads.methods;
 }
 

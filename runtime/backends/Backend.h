@@ -118,6 +118,11 @@ inline QkvLayout qkvLayoutOf(const plan::Instruction &inst, int64_t heads, int64
   return layout;
 }
 
+/// The mask of an attention instruction's scores.
+inline AttentionMask attentionMaskOf(const plan::Instruction &inst) {
+  return {inst.causal(), inst.window()};
+}
+
 /// One parameter's part of an AdamW step: its master weights, gradient and moments, of
 /// one length, and its weight decay (none for vectors, as Megatron).
 struct AdamWTensors {

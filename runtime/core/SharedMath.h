@@ -150,6 +150,36 @@ struct QkvLayout {
   }
 };
 
+/// The keys a query sees, by position (mt.attention's mask): every one; under a causal
+/// mask those at or before its own position; with a sliding window of w as well only the
+/// last w of those, its own included (Hugging Face's `sliding_window` w).
+struct AttentionMask {
+  bool causal = false;
+  int64_t window = 0; // 0: none
+
+  /// Query position q sees key positions [firstKey(q), endKey(q, keys)) of `keys`.
+  MT_HOST_DEVICE int64_t firstKey(int64_t q) const {
+    return window > 0 && q >= window ? q - window + 1 : 0;
+  }
+  MT_HOST_DEVICE int64_t endKey(int64_t q, int64_t keys) const { return causal ? q + 1 : keys; }
+  /// Key position t is seen by query positions [firstQuery(t), endQuery(t, queries)).
+  MT_HOST_DEVICE int64_t firstQuery(int64_t t) const { return causal ? t : 0; }
+  MT_HOST_DEVICE int64_t endQuery(int64_t t, int64_t queries) const {
+    return window > 0 && t + window < queries ? t + window : queries;
+  }
+  /// The share of a sequence of s's s×s scores the mask lets through, as FLOPs count it:
+  /// all, half under a causal mask, and the band's w(2s − w)/(2s²) under a window w < s
+  /// (areas, as the half is: the diagonal counted once, in neither).
+  double share(int64_t s) const {
+    if (!causal)
+      return 1;
+    if (window <= 0 || window >= s)
+      return 0.5;
+    const double w = static_cast<double>(window), n = static_cast<double>(s);
+    return w * (2 * n - w) / (2 * n * n);
+  }
+};
+
 /// The softmax statistics of one row, merged over `parts` shards of its columns
 /// (vocabulary-parallel cross entropy). Shard p's (max, Σ exp(x − max), target logit)
 /// lie at stats[3p·stride], stats[(3p + 1)·stride], stats[(3p + 2)·stride]. Each

@@ -692,12 +692,12 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
                                             cat(prog.name()->str(), " #", index), shape);
   // The matrix products' FLOPs, 2·m·n·k each: a linear's from its first operand (x or
   // dy) and its result; fused attention's from its output (or the output's gradient, its
-  // first operand) [b, s, heads·d]: QKᵀ and P·V, 4·b·s²·heads·d forward, half of it
-  // under a causal mask (the masked half is skipped), 2.5 times that backward (S again,
-  // dV, dP, dQ and dK).
+  // first operand) [b, s, heads·d]: QKᵀ and P·V, 4·b·s²·heads·d forward, of which the
+  // mask's share (AttentionMask::share: half under a causal mask, the masked part
+  // skipped), 2.5 times that backward (S again, dV, dP, dQ and dK).
   const double result = static_cast<double>(out.numel());
   auto attention = [&](const TensorView &o) {
-    return (inst.causal() ? 2.0 : 4.0) * static_cast<double>(o.numel()) *
+    return 4.0 * attentionMaskOf(inst).share(o.dim(1)) * static_cast<double>(o.numel()) *
            static_cast<double>(o.dim(1));
   };
   switch (inst.opcode()) {

@@ -149,20 +149,18 @@ void rope(Keys &k, ModelConfig &c, double defaultTheta) {
   ropeType(k, r, "rope_scaling", c);
 }
 
-/// Mistral's and Mixtral's `sliding_window` (`absent` where the config leaves it out, as
-/// its config class defaults it; null: none) spans every position: mtc's attention sees
-/// every earlier one.
-void noWindow(Keys &k, const ModelConfig &c, std::optional<double> absent) {
-  const json *window = k.get("sliding_window");
-  const std::optional<double> span =
-      window ? std::optional<double>(window->is_number() ? window->get<double>() : -1)
-      : k.written("sliding_window") ? std::nullopt
-                                    : absent;
-  if (span && *span < static_cast<double>(c.positions))
-    k.fail(std::string("'sliding_window' is ") +
-           (window ? "" : cat("left out, so ", static_cast<int64_t>(*span), ", and ")) +
-           "shorter than 'max_position_embeddings': mtc's attention sees every earlier "
-           "position");
+/// `sliding_window` (`absent` where the config leaves it out, as its config class
+/// defaults it; null: none), as the window of mtc's attention: 0 where it spans every
+/// position the model takes (a mask then the same as the causal mask alone).
+int64_t slidingWindow(Keys &k, const ModelConfig &c, std::optional<int64_t> absent) {
+  const int64_t span =
+      k.written("sliding_window") ? k.integer("sliding_window", 0) : absent.value_or(0);
+  return span < c.positions ? span : 0;
+}
+
+/// Mistral's and Mixtral's window, the same in every layer.
+void window(Keys &k, ModelConfig &c, std::optional<int64_t> absent) {
+  c.window = slidingWindow(k, c, absent);
 }
 
 /// What an architecture's transformers config class takes for a key config.json leaves
@@ -213,23 +211,36 @@ void llama(Keys &k, ModelConfig &c) {
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8));
-  noWindow(k, c, 4096);
+  window(k, c, 4096);
 }
 
-/// Qwen's windows: `sliding_window`, from layer `max_window_layers` on, used only where
-/// `use_sliding_window` says so; transformers 5 names each layer's attention in
-/// `layer_types`. mtc's attention sees every earlier position.
-void qwenAttention(Keys &k, const ModelConfig &c) {
-  k.ignore({"sliding_window", "max_window_layers"});
-  if (k.flag("use_sliding_window", false))
-    k.fail("'use_sliding_window' is true: mtc's attention sees every earlier position");
+/// Qwen's windows: `sliding_window` where `use_sliding_window` says so, in the layers
+/// from `max_window_layers` on, or (transformers 5) in those `layer_types` calls
+/// "sliding_attention". mtc's layers are alike: the window is in all or none.
+void qwenAttention(Keys &k, ModelConfig &c) {
+  const bool use = k.flag("use_sliding_window", false);
+  const int64_t span = slidingWindow(k, c, std::nullopt);
+  // 0 is a count transformers takes here (every layer), as integer() does not.
+  const double from = k.number("max_window_layers", 28);
+  if (from != std::floor(from))
+    k.fail("'max_window_layers' is not an integer");
   const json *types = k.get("layer_types");
   if (types && !(types->is_array() && static_cast<int64_t>(types->size()) == c.layers &&
                  std::all_of(types->begin(), types->end(), [](const json &t) {
-                   return t.is_string() && t.get<std::string>() == "full_attention";
+                   return t.is_string() && (t.get<std::string>() == "full_attention" ||
+                                            t.get<std::string>() == "sliding_attention");
                  })))
-    k.fail("'layer_types' is not 'full_attention' for each of the 'num_hidden_layers': mtc's "
-           "attention sees every earlier position");
+    return k.fail("'layer_types' is not 'full_attention' or 'sliding_attention' for each of "
+                  "the 'num_hidden_layers'");
+  int64_t windowed = 0; // the layers whose attention has the window
+  for (int64_t i = 0; use && span > 0 && i < c.layers; ++i)
+    windowed += types ? (*types)[i].get<std::string>() == "sliding_attention"
+                      : static_cast<double>(i) >= from;
+  if (windowed != 0 && windowed != c.layers)
+    return k.fail(cat("a sliding window in ", windowed, " of the ", c.layers, " layers (",
+                      types ? "'layer_types'" : "'max_window_layers'",
+                      "): mtc's layers are alike"));
+  c.window = windowed ? span : 0;
 }
 
 /// Qwen2ForCausalLM: LLaMA's decoder with biases on the query, key and value projections.
@@ -270,7 +281,7 @@ void mixture(Keys &k, ModelConfig &c, const char *count) {
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8, {}, {}, 1e-5, 1e6));
-  noWindow(k, c, std::nullopt);
+  window(k, c, std::nullopt);
   mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
     k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");

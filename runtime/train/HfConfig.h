@@ -36,6 +36,9 @@ struct ModelConfig {
   bool qkvBias = false, outputBias = false;
   // Qwen3: each query and key head RMS-normalised (q_norm, k_norm) before the rotation.
   bool qkNorm = false;
+  // Every layer's sliding window: each query sees its own position and the window − 1
+  // before it (Mistral's sliding_window); 0: every earlier position.
+  int64_t window = 0;
   struct RopeScaling { // rope_scaling of type llama3 (LLaMA 3.1)
     double factor = 0, lowFreqFactor = 0, highFreqFactor = 0;
     int64_t originalPositions = 0;

@@ -84,14 +84,14 @@ def check(what, models, layouts, skip=lambda model, layout: False, unlike=(), re
             name = model_name + "_" + layout
             later(name, ranks)
             later(serial, 1, load=name, metrics=name + "_serially")
-            for run, what in ((name, " resumed"), (name + "_serially", " saved, resumed serially")):
+            for run, how in ((name, " resumed"), (name + "_serially", " saved, resumed serially")):
                 curve = eq.curve_error(work(run + "_more.txt"),
                                        eq.losses(work(serial + "_more.txt")),
                                        eq.grad_norms(work(serial + "_more.txt")), 2)
-                print(f"{name + what:28s} ranks {ranks}  loss/norm rel err {curve:.1e}  "
+                print(f"{name + how:28s} ranks {ranks}  loss/norm rel err {curve:.1e}  "
                       f"{'ok' if curve <= TOLERANCE else 'MISMATCH'}", flush=True)
                 if curve > TOLERANCE:
-                    failures.append(name + what)
+                    failures.append(name + how)
         bf16 = lambda name, flags: eq.run([mtc, "compile", model, *batch[:-2], "--bf16", *common,
                                            *flags, "-o", work(name + "_bf16.mtp")])
         for layout, flags, ranks in layouts:

@@ -196,7 +196,12 @@ def llama_loss(c, w, tokens, targets):
     angles = np.arange(s)[:, None] * inverse_frequencies(c)[None, :]
     emb = np.concatenate([angles, angles], -1)
     cos, sin = np.cos(emb), np.sin(emb)
+    # Masked: the keys after each query, and with a sliding window w (Mistral's, Mixtral's)
+    # those w or more before it, as transformers' sliding_window_overlay masks them.
     causal = np.triu(np.ones((s, s), dtype=bool), 1)
+    if c.get("sliding_window") and c["architectures"][0] in ("MistralForCausalLM",
+                                                             "MixtralForCausalLM"):
+        causal |= np.tril(np.ones((s, s), dtype=bool), -c["sliding_window"])
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(c["num_hidden_layers"]):
         p = lambda name: w[f"model.layers.{layer}.{name}"]
@@ -256,6 +261,14 @@ QWEN2 = {
     "layer_types": ["full_attention", "full_attention"],
 }
 LLAMA_BIAS = dict(LLAMA, attention_bias=True, rope_scaling=None)
+# Mistral v0.1's form: each query sees its own position and the 4 before it, of 16.
+MISTRAL = {
+    "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
+    "vocab_size": VOCAB, "sliding_window": 5, "attention_dropout": 0.0,
+}
 # Qwen3's keys (transformers 4.51): heads of 16 in a hidden of 32, q_norm and k_norm.
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
@@ -550,8 +563,11 @@ def main():
     # Biases on the attention's projections: Qwen2's on q, k and v (fused by group, as their
     # weights are; split across ranks with them), LLaMA's attention_bias on o_proj too; and
     # Qwen3's normalised query and key heads (their weights about 1, drawn, so that a norm
-    # missing or misplaced changes the loss).
-    for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS), ("qwen3", QWEN3)):
+    # missing or misplaced changes the loss); Mistral's sliding window, under context
+    # parallelism too (its chunks of 4 under cp 2 · p2p: a window reaching into the chunk
+    # before, and the other rank's).
+    for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS), ("qwen3", QWEN3),
+                         ("mistral", MISTRAL)):
         round_trip(arch, config, llama_weights(config, rng))
         w = {n: decode(raw, dtype, shape).astype(np.float64)
              for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
@@ -563,16 +579,23 @@ def main():
         # below prove nothing about them.
         if arch == "qwen3":  # the same weights, the heads not normalised
             what, plain = "the heads' norms", mean_loss(w, dict(config, architectures=["LlamaForCausalLM"]))
+        elif arch == "mistral":
+            what, plain = "the window", mean_loss(w, dict(config, sliding_window=None))
         else:
             what, plain = "the biases", mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})
         print(f"{arch} reference losses with and without {what} differ by "
               f"{abs(loss - plain) / loss:.1e}")
         if abs(loss - plain) / loss <= 1e-4:
             failures.append(f"{arch}: {what} barely change the reference loss")
-        for layout, ranks in (([], 1), (["--tp", "2", "--sp"], 2)):
-            got_loss, _ = first_loss(f"{arch}_{ranks}", work(f"{arch}.mlir"),
+        layouts = [[], ["--tp", "2", "--sp"]]
+        if arch == "mistral":
+            layouts += [["--cp", "2"], ["--cp", "2", "--cp-comm-type", "p2p"],
+                        ["--attention", "unfused"]]
+        for i, layout in enumerate(layouts):
+            ranks = 2 if "2" in layout else 1
+            got_loss, _ = first_loss(f"{arch}_{i}", work(f"{arch}.mlir"),
                                      work(f"{arch}_BF16_ckpt"), layout, ranks)
-            check(f"{arch} first loss, {ranks} rank(s)", got_loss, loss)
+            check(f"{arch} first loss, {' '.join(layout) or 'serial'}", got_loss, loss)
 
     # Qwen3-MoE: Qwen3's attention and a mixture in every layer (mlp.gate and each expert's
     # gate_proj, up_proj, down_proj stacked into one tensor and split again), its gates

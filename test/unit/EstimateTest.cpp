@@ -197,8 +197,11 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
       %h = mt.attention_grad %dy, %qkv, %f {heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       %d = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %e = mt.attention_grad %dy, %qkv, %d {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %w = mt.attention %qkv {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %x = mt.attention_grad %dy, %qkv, %w {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       return
-    })", &context);
+    })",
+                                                                                     &context);
   ASSERT_TRUE(module);
   // 32 products each (batch 2 x 16 heads): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64
   // over 2048.
@@ -210,7 +213,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
     if (op->getNumResults() == 1)
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 6u);
+  ASSERT_EQ(ops.size(), 8u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
@@ -220,6 +223,11 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   const double rows = 2049.0 / 4096;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + rows * 2 * product);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + rows * 8 * product);
+  // A sliding window (which cuDNN is not given): our kernels, each row over its last 512
+  // keys at most, 512·513/2 + 1536·512 pairs of the 2048².
+  const double band = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), 3e-6 + band * 2 * product);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * 3e-6 + band * 8 * product);
 }
 
 // A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly

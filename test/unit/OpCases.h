@@ -219,6 +219,19 @@ inline std::vector<OpCase> opCases() {
   %logits = mt.attention %qkv {causal, dropout = 3.0e-01 : f64, heads = 4 : i64, kv_heads = 2 : i64, stream = 0 : i64} : (tensor<2x3x32xf32>) -> tensor<2x3x16xf32>)", 16);
   c.push_back({"attention_grouped", grouped, "", 3, 16});
   c.push_back({"attention_grouped_unfused", grouped, "", 3, 16, "--attention unfused"});
+  // A sliding window of 2 over 3 positions: the last query no longer sees the first key.
+  // With dropped probabilities and grouped heads, fused (only the keys seen drawn) and
+  // unfused (the whole rows drawn, the masked probabilities 0); and without dropout, where
+  // the CUDA backend's fp16 and bf16 pass cuDNN by.
+  const std::string windowed = R"(
+  %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x32xf32>
+  %logits = mt.attention %qkv {causal, )";
+  const std::string windowShape = R"(heads = 4 : i64, kv_heads = 2 : i64, window = 2 : i64} : (tensor<2x3x32xf32>) -> tensor<2x3x16xf32>)";
+  const std::string droppedWindow =
+      oneOpModel(windowed + "dropout = 3.0e-01 : f64, stream = 0 : i64, " + windowShape, 16);
+  c.push_back({"attention_window", droppedWindow, "", 3, 16});
+  c.push_back({"attention_window_unfused", droppedWindow, "", 3, 16, "--attention unfused"});
+  c.push_back({"attention_window_no_dropout", oneOpModel(windowed + windowShape, 16), "", 3, 16});
   c.push_back({"attention_multi_query", oneOpModel(R"(
   %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x20xf32>
   %logits = mt.attention %qkv {causal, heads = 3 : i64, kv_heads = 1 : i64} : (tensor<2x3x20xf32>) -> tensor<2x3x12xf32>)", 12), "", 3, 12});

@@ -63,7 +63,8 @@ TEST_F(OpRulesTest, AttentionRingEncodesItsOwnOpcode) {
   b.setInsertionPointToStart(&block);
   auto attention = mlir::mt::AttentionOp::create(
       b, loc, qkv, b.getI64IntegerAttr(2), IntegerAttr(), b.getUnitAttr(), FloatAttr(),
-      IntegerAttr(), UnitAttr(), b.getUnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr());
+      IntegerAttr(), UnitAttr(), b.getUnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr(),
+      IntegerAttr());
   mlir::mt::PlanInstruction inst;
   ASSERT_TRUE(
       succeeded(cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
@@ -71,7 +72,7 @@ TEST_F(OpRulesTest, AttentionRingEncodesItsOwnOpcode) {
   auto grad = mlir::mt::AttentionGradOp::create(
       b, loc, attention.getResult(), qkv, attention.getResult(), attention.getStats(),
       b.getI64IntegerAttr(2), IntegerAttr(), b.getUnitAttr(), FloatAttr(), IntegerAttr(),
-      UnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr());
+      UnitAttr(), b.getI64IntegerAttr(2), b.getUnitAttr(), IntegerAttr());
   ASSERT_TRUE(
       succeeded(cast<mlir::mt::PlanOpInterface>(grad.getOperation()).encodeInstruction(inst)));
   EXPECT_EQ(inst.opcode, plan::Opcode::RingAttentionGrad);
@@ -86,7 +87,8 @@ TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
   b.setInsertionPointToStart(&block);
   auto attention = mlir::mt::AttentionOp::create(
       b, loc, input, b.getI64IntegerAttr(2), b.getI64IntegerAttr(1), b.getUnitAttr(),
-      b.getF64FloatAttr(0.25), b.getI64IntegerAttr(7), b.getUnitAttr(), UnitAttr(), IntegerAttr());
+      b.getF64FloatAttr(0.25), b.getI64IntegerAttr(7), b.getUnitAttr(), UnitAttr(), IntegerAttr(),
+      UnitAttr(), b.getI64IntegerAttr(5));
   mlir::mt::PlanInstruction inst;
   ASSERT_TRUE(succeeded(
       cast<mlir::mt::PlanOpInterface>(attention.getOperation()).encodeInstruction(inst)));
@@ -103,6 +105,7 @@ TEST_F(OpRulesTest, AttributesGoToTheirFieldsByName) {
   EXPECT_EQ(read->heads(), 2);
   EXPECT_EQ(read->kv_heads(), 1);
   EXPECT_TRUE(read->causal());
+  EXPECT_EQ(read->window(), 5);
   EXPECT_EQ(read->rate(), 0.25); // attention's `dropout`
   EXPECT_EQ(read->stream(), 7);
   EXPECT_TRUE(read->head_parallel());

@@ -503,16 +503,26 @@ template <typename T> struct Kernels {
       ptr(dx)[i] = mask.as<uint8_t>()[i] ? ptr(dy)[i] * scale : T(0);
   }
 
+  /// The keys [from, to) a row of scores sees: its entries past them are 0.
+  struct KeySpan {
+    int64_t from = 0, to = 0;
+    int64_t size() const { return to - from; }
+  };
+
   /// A block of attention's queries: rows [first, first + rows) of the sequence in qkv,
   /// their output rows from `out` on. One block holds them all; under context
-  /// parallelism the rank's two chunks are two blocks. Causal rows end at their own
-  /// position: a block of q rows over keys [0, k) has the mask's bottom-right alignment.
+  /// parallelism the rank's two chunks are two blocks. Its scores are over keys [0, k),
+  /// k = keys(): the key at index j is at position j.
   struct QueryBlock {
     int64_t first = 0, rows = 0, out = 0;
-    /// The keys of row i over keys [0, k).
-    int64_t valid(int64_t i, int64_t k, bool causal) const { return causal ? k - rows + i + 1 : k; }
+    /// The keys of row i.
+    KeySpan seen(int64_t i, int64_t k, const AttentionMask &mask) const {
+      return {mask.firstKey(first + i), mask.endKey(first + i, k)};
+    }
     /// The keys the block reads: up to its last position under a causal mask.
-    int64_t keys(int64_t s, bool causal) const { return causal ? first + rows : s; }
+    int64_t keys(int64_t s, const AttentionMask &mask) const {
+      return mask.causal ? first + rows : s;
+    }
   };
   /// The query blocks of attention with `rows` output rows over qkv's `s`.
   static std::vector<QueryBlock> queryBlocks(int64_t s, int64_t rows, const StepContext &ctx) {
@@ -537,16 +547,19 @@ template <typename T> struct Kernels {
     }
     /// The keep mask of a block of q rows of keys [0, k) of the s×s probabilities, from
     /// global index `first` (its first row's); under a causal mask only what it lets
-    /// through is drawn (the probabilities past the diagonal are 0, kept or not).
+    /// through is drawn (the probabilities it masks are 0, kept or not).
     void mask(std::vector<uint8_t> &keep, const QueryBlock &block, int64_t k, int64_t s,
-              uint64_t first, bool causal, const StepContext &ctx) const {
+              uint64_t first, const AttentionMask &m, const StepContext &ctx) const {
       const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
       const int64_t q = block.rows;
       keep.assign(q * k, 0);
-      if (!causal) // k = s: the block's rows follow one another in the global index
+      if (!m.causal) // k = s: the block's rows follow one another in the global index
         cpu::dropoutKeeps(draw, first, q * k, keep.data());
-      for (int64_t i = 0; causal && i < q; ++i)
-        cpu::dropoutKeeps(draw, first + i * s, block.valid(i, k, true), keep.data() + i * k);
+      for (int64_t i = 0; m.causal && i < q; ++i) {
+        const KeySpan seen = block.seen(i, k, m);
+        cpu::dropoutKeeps(draw, first + i * s + seen.from, seen.size(),
+                          keep.data() + i * k + seen.from);
+      }
     }
     /// out ← p·mask/(1 − rate) over a block; out may be p.
     void apply(const T *p, const std::vector<uint8_t> &keep, T *out) const {
@@ -577,10 +590,6 @@ template <typename T> struct Kernels {
     }
   }
 
-  /// Scores P = softmax(scale·QKᵀ) [sq, sk] of one (batch, head) of sq queries and sk
-  /// keys, causal rows stopping at their diagonal (bottom-right aligned: the last query
-  /// sees every key); masked entries are exactly 0. With `lse`, each row's log-sum-exp
-  /// of its scaled scores goes to lse[i] (attention's statistics).
   /// softmax of row[0, n) in place (n > 0); returns its log-sum-exp.
   static T softmaxRow(T *row, int64_t n) {
     T max = -std::numeric_limits<T>::infinity();
@@ -594,45 +603,58 @@ template <typename T> struct Kernels {
     return static_cast<T>(max + std::log(sum));
   }
 
+  /// Zeroes row[0, cols) outside the span: what it masks.
+  static void clearOutside(T *row, KeySpan seen, int64_t cols) {
+    std::fill(row, row + seen.from, T(0));
+    std::fill(row + seen.to, row + cols, T(0));
+  }
+
+  /// Scores P = softmax(scale·QKᵀ) [sq, sk] of one (batch, head) of sq queries and sk
+  /// keys, row i over the keys seen(i) (a KeySpan, never empty); masked entries are
+  /// exactly 0. With `lse`, each row's log-sum-exp of its scaled scores goes to lse[i]
+  /// (attention's statistics).
+  template <typename Seen>
   static void attentionScores(const T *q, const T *k, int64_t sq, int64_t sk, int64_t d, int64_t ld,
-                              double scale, bool causal, T *p, T *lse = nullptr) {
+                              double scale, Seen seen, T *p, T *lse = nullptr) {
     gemm(false, true, sq, sk, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, sk);
     for (int64_t i = 0; i < sq; ++i) {
       T *row = p + i * sk;
-      const int64_t valid = causal ? sk - sq + i + 1 : sk;
-      const T rowLse = softmaxRow(row, valid);
-      std::fill(row + valid, row + sk, T(0));
+      const KeySpan span = seen(i);
+      const T rowLse = softmaxRow(row + span.from, span.size());
+      clearOutside(row, span, sk);
       if (lse)
         lse[i] = rowLse;
     }
   }
 
   /// The same P from the rows' statistics, as flash attention's backward forms it:
-  /// exp(scale·qkᵀ − lse) up to the diagonal, 0 past it.
+  /// exp(scale·qkᵀ − lse) over the keys seen, 0 elsewhere.
+  template <typename Seen>
   static void attentionScoresFrom(const T *q, const T *k, const T *lse, int64_t sq, int64_t sk,
-                                  int64_t d, int64_t ld, double scale, bool causal, T *p) {
+                                  int64_t d, int64_t ld, double scale, Seen seen, T *p) {
     gemm(false, true, sq, sk, d, static_cast<T>(scale), q, ld, k, ld, T(0), p, sk);
     for (int64_t i = 0; i < sq; ++i) {
       T *row = p + i * sk;
-      const int64_t valid = causal ? sk - sq + i + 1 : sk;
-      expsShifted(row, valid, lse[i], [&](int64_t j, T e) { row[j] = e; });
-      std::fill(row + valid, row + sk, T(0));
+      const KeySpan span = seen(i);
+      expsShifted(row + span.from, span.size(), lse[i],
+                  [&](int64_t j, T e) { row[span.from + j] = e; });
+      clearOutside(row, span, sk);
     }
   }
 
-  /// dS = P∘(dP − rowsum(dO∘O)) in place of dP [rows, cols]: row i over its first seen(i)
-  /// entries, 0 past them (where P is 0, so is dS). dO and O have rows of stride h.
+  /// dS = P∘(dP − rowsum(dO∘O)) in place of dP [rows, cols]: row i over the keys seen(i),
+  /// 0 elsewhere (where P is 0, so is dS). dO and O have rows of stride h.
   template <typename Seen>
   static void softmaxGrad(const T *p, T *dp, const T *dO, const T *o, int64_t rows, int64_t cols,
                           int64_t h, int64_t d, Seen seen) {
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t n = seen(i);
+      const KeySpan span = seen(i);
       double delta = 0;
       for (int64_t j = 0; j < d; ++j)
         delta += static_cast<double>(dO[i * h + j]) * o[i * h + j];
-      for (int64_t j = 0; j < n; ++j)
+      for (int64_t j = span.from; j < span.to; ++j)
         dp[i * cols + j] = static_cast<T>(p[i * cols + j] * (dp[i * cols + j] - delta));
-      std::fill(dp + i * cols + n, dp + (i + 1) * cols, T(0));
+      clearOutside(dp + i * cols, span, cols);
     }
   }
 
@@ -647,9 +669,9 @@ template <typename T> struct Kernels {
   // blocks (all S, or a context-parallel rank's share). Forward runs per (batch, head);
   // backward per (batch, group), so that a group's key and value gradients are summed
   // over its query heads in head order, whatever the threads do.
-  static void attention(const TensorView &qkv, const QkvLayout &l, bool causal,
-                        const ProbsDropout &drop, const StepContext &ctx,
-                        const TensorView &out, const TensorView *stats) {
+  static void attention(const TensorView &qkv, const QkvLayout &l, const AttentionMask &mask,
+                        const ProbsDropout &drop, const StepContext &ctx, const TensorView &out,
+                        const TensorView *stats) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const int64_t rows = out.dim(1);
     const std::vector<QueryBlock> blocks = queryBlocks(s, rows, ctx);
@@ -663,11 +685,13 @@ template <typename T> struct Kernels {
         const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
         const T *row = ptr(qkv) + bi * s * w;
         for (const QueryBlock &q : blocks) {
-          const int64_t k = q.keys(s, causal);
-          attentionScores(row + q.first * w + l.query(hi), row + l.key(g), q.rows, k, d, w, scale,
-                          causal, p.data(), stats ? ptr(*stats) + bh * rows + q.out : nullptr);
+          const int64_t k = q.keys(s, mask);
+          attentionScores(
+              row + q.first * w + l.query(hi), row + l.key(g), q.rows, k, d, w, scale,
+              [&](int64_t i) { return q.seen(i, k, mask); }, p.data(),
+              stats ? ptr(*stats) + bh * rows + q.out : nullptr);
           if (drop.active()) {
-            drop.mask(keep, q, k, s, drop.first(bi, hi, q.first, s), causal, ctx);
+            drop.mask(keep, q, k, s, drop.first(bi, hi, q.first, s), mask, ctx);
             drop.apply(p.data(), keep, p.data());
           }
           gemm(false, false, q.rows, d, k, T(1), p.data(), k, row + l.value(g), w, T(0),
@@ -681,9 +705,9 @@ template <typename T> struct Kernels {
   /// dS = P∘(dP − rowsum(dO∘O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q (the saved output O
   /// gives the row sums: rowsum(dO∘O) = rowsum(dP∘P)); dK and dV summed over the group
   /// (and the query blocks, in order). Rows of qkv outside the blocks get dQ = 0.
-  static void attentionGrad(const TensorView &dout, const TensorView &qkv,
-                            const TensorView &out, const TensorView *stats, const QkvLayout &l,
-                            bool causal, const ProbsDropout &drop, const StepContext &ctx,
+  static void attentionGrad(const TensorView &dout, const TensorView &qkv, const TensorView &out,
+                            const TensorView *stats, const QkvLayout &l, const AttentionMask &mask,
+                            const ProbsDropout &drop, const StepContext &ctx,
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const int64_t rows = out.dim(1);
@@ -704,19 +728,20 @@ template <typename T> struct Kernels {
         T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
         for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi)
           for (const QueryBlock &blk : blocks) {
-            const int64_t sq = blk.rows, sk = blk.keys(s, causal), at = bi * rows + blk.out;
+            const int64_t sq = blk.rows, sk = blk.keys(s, mask), at = bi * rows + blk.out;
+            auto seen = [&](int64_t i) { return blk.seen(i, sk, mask); };
             const T *q = row + blk.first * w + l.query(hi);
             const T *dO = ptr(dout) + at * h + hi * d, *o = ptr(out) + at * h + hi * d;
             // The group's first head sets dK and dV; the rest add.
             const T sum = zeroed || hi != g * l.perGroup() ? T(1) : T(0);
             if (stats) // [B, heads, rows]: this (batch, head)'s rows
               attentionScoresFrom(q, k, ptr(*stats) + (bi * l.heads + hi) * rows + blk.out, sq, sk,
-                                  d, w, scale, causal, p.data());
+                                  d, w, scale, seen, p.data());
             else
-              attentionScores(q, k, sq, sk, d, w, scale, causal, p.data());
+              attentionScores(q, k, sq, sk, d, w, scale, seen, p.data());
             const T *pv = p.data(); // what multiplied V
             if (drop.active()) {
-              drop.mask(keep, blk, sk, s, drop.first(bi, hi, blk.first, s), causal, ctx);
+              drop.mask(keep, blk, sk, s, drop.first(bi, hi, blk.first, s), mask, ctx);
               drop.apply(p.data(), keep, dropped.data());
               pv = dropped.data();
             }
@@ -724,8 +749,7 @@ template <typename T> struct Kernels {
             gemm(false, true, sq, sk, d, T(1), dO, h, v, w, T(0), dp.data(), sk);
             if (drop.active()) // dP = dP'·mask/(1 − p): the same mask, applied to the gradient
               drop.apply(dp.data(), keep, dp.data());
-            softmaxGrad(p.data(), dp.data(), dO, o, sq, sk, h, d,
-                        [&](int64_t i) { return blk.valid(i, sk, causal); });
+            softmaxGrad(p.data(), dp.data(), dO, o, sq, sk, h, d, seen);
             gemm(false, false, sq, d, sk, static_cast<T>(scale), dp.data(), sk, k, w, T(0),
                  drow + blk.first * w + l.query(hi), w);
             gemm(true, false, sk, d, sq, static_cast<T>(scale), dp.data(), sk, q, w, sum, dk, w);
@@ -748,45 +772,54 @@ template <typename T> struct Kernels {
   }
 
   /// Ring attention's scores of one (batch, head) at a step: P = softmax over the keys of
-  /// `kv`'s share seen, unnormalised exp(scale·qkᵀ − lse) where `lse` is given, and each
-  /// row's count of keys seen; rows that see none are 0. `rowLse`, where given, gets each
-  /// row's log-sum-exp over this share's keys.
+  /// `kv`'s share seen, unnormalised exp(scale·qkᵀ − lse) where `lse` is given; rows that
+  /// see none are 0. `rowLse`, where given, gets each row's log-sum-exp over this share's
+  /// keys.
   struct RingScores {
     SequenceMap queries, keys;
     int64_t rows, w, d, whole;
     double scale;
-    bool causal;
-    int64_t seen(int64_t i) const { return causal ? keys.rowsBefore(queries(i) + 1, rows) : rows; }
+    AttentionMask mask;
+    /// The share's keys row i sees: positions ascend along its rows, so they are a span.
+    KeySpan seen(int64_t i) const {
+      const int64_t at = queries(i);
+      return {keys.rowsBefore(mask.firstKey(at), rows),
+              keys.rowsBefore(mask.endKey(at, whole), rows)};
+    }
     void operator()(const T *q, const T *k, const T *lse, T *p, T *rowLse) const {
       gemm(false, true, rows, rows, d, static_cast<T>(scale), q, w, k, w, T(0), p, rows);
       for (int64_t i = 0; i < rows; ++i) {
         T *row = p + i * rows;
-        const int64_t n = seen(i);
+        const KeySpan span = seen(i);
         if (lse) {
-          expsShifted(row, n, lse[i], [&](int64_t j, T e) { row[j] = e; });
-        } else if (n > 0) {
-          rowLse[i] = softmaxRow(row, n);
+          expsShifted(row + span.from, span.size(), lse[i],
+                      [&](int64_t j, T e) { row[span.from + j] = e; });
+        } else if (span.size() > 0) {
+          rowLse[i] = softmaxRow(row + span.from, span.size());
         } else {
           rowLse[i] = -std::numeric_limits<T>::infinity();
         }
-        std::fill(row + n, row + rows, T(0));
+        clearOutside(row, span, rows);
       }
     }
-    /// The keep mask of the rows' keys seen, drawn at their global (query, key) indices.
-    void mask(const ProbsDropout &drop, int64_t bi, int64_t hi, std::vector<uint8_t> &keep,
-              const StepContext &ctx) const {
+    /// The keep mask of the rows' keys seen, drawn at their global (query, key) indices:
+    /// the span's part in the share's first chunk, then in its second.
+    void keepMask(const ProbsDropout &drop, int64_t bi, int64_t hi, std::vector<uint8_t> &keep,
+                  const StepContext &ctx) const {
       const cpu::DropoutStream draw = dropoutStream(ctx, drop.stream, drop.rate);
       keep.assign(rows * rows, 0);
       for (int64_t i = 0; i < rows; ++i) {
-        const int64_t n = seen(i), first = std::min(n, keys.chunk);
+        const KeySpan span = seen(i);
+        const int64_t split = std::clamp(keys.chunk, span.from, span.to);
         const uint64_t at = drop.first(bi, hi, queries(i), whole);
-        cpu::dropoutKeeps(draw, at + keys.first, first, keep.data() + i * rows);
-        if (n > first)
-          cpu::dropoutKeeps(draw, at + keys.second, n - first, keep.data() + i * rows + first);
+        for (const KeySpan part : {KeySpan{span.from, split}, KeySpan{split, span.to}})
+          if (part.size() > 0)
+            cpu::dropoutKeeps(draw, at + keys(part.from), part.size(),
+                              keep.data() + i * rows + part.from);
       }
     }
   };
-  static RingScores ringScores(const TensorView &qkv, const QkvLayout &l, bool causal,
+  static RingScores ringScores(const TensorView &qkv, const QkvLayout &l, const AttentionMask &mask,
                                const StepContext &ctx) {
     const int64_t rows = qkv.dim(1);
     const SequenceMap queries(rows, 0, 1, ctx.cpRank, ctx.cpSize),
@@ -798,7 +831,7 @@ template <typename T> struct Kernels {
             l.d,
             queries.total,
             1.0 / std::sqrt(static_cast<double>(l.d)),
-            causal};
+            mask};
   }
 
   /// A step of ring attention (RingAttention): this rank's queries (qkv, its share)
@@ -806,9 +839,9 @@ template <typename T> struct Kernels {
   /// out [B, rows, heads·d] and the rows' log-sum-exp lse [B, heads, rows] by their
   /// log-sum-exps; the first step sets them (every row sees its own position then).
   static void ringAttention(const TensorView &qkv, const TensorView &kv, const QkvLayout &l,
-                            bool causal, const ProbsDropout &drop, const StepContext &ctx,
-                            const TensorView &out, const TensorView &lse) {
-    const RingScores scores = ringScores(qkv, l, causal, ctx);
+                            const AttentionMask &mask, const ProbsDropout &drop,
+                            const StepContext &ctx, const TensorView &out, const TensorView &lse) {
+    const RingScores scores = ringScores(qkv, l, mask, ctx);
     const int64_t b = qkv.dim(0), rows = scores.rows, w = l.width(), h = out.dim(2), d = l.d;
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
@@ -820,7 +853,7 @@ template <typename T> struct Kernels {
         const T *q = ptr(qkv) + bi * rows * w + l.query(hi), *k = ptr(kv) + bi * rows * w;
         scores(q, k + l.key(g), nullptr, p.data(), rowLse.data());
         if (drop.active()) {
-          scores.mask(drop, bi, hi, keep, ctx);
+          scores.keepMask(drop, bi, hi, keep, ctx);
           drop.apply(p.data(), keep, p.data());
         }
         gemm(false, false, rows, d, rows, T(1), p.data(), rows, k + l.value(g), w, T(0), o.data(),
@@ -833,7 +866,7 @@ template <typename T> struct Kernels {
             total[i] = rowLse[i];
             continue;
           }
-          if (scores.seen(i) == 0)
+          if (scores.seen(i).size() == 0)
             continue;
           // Each part's weight: its share of the merged rows' sum of exponentials.
           const T merged = std::max(total[i], rowLse[i]);
@@ -851,10 +884,10 @@ template <typename T> struct Kernels {
   /// dV of ctx.ringOwner's share (kv) into dkv, per (batch, group) as attentionGrad.
   static void ringAttentionGrad(const TensorView &dout, const TensorView &qkv,
                                 const TensorView &out, const TensorView &lse, const TensorView &kv,
-                                const QkvLayout &l, bool causal, const ProbsDropout &drop,
-                                const StepContext &ctx, const TensorView &dqkv,
-                                const TensorView &dkv) {
-    const RingScores scores = ringScores(qkv, l, causal, ctx);
+                                const QkvLayout &l, const AttentionMask &mask,
+                                const ProbsDropout &drop, const StepContext &ctx,
+                                const TensorView &dqkv, const TensorView &dkv) {
+    const RingScores scores = ringScores(qkv, l, mask, ctx);
     const int64_t b = qkv.dim(0), rows = scores.rows, w = l.width(), h = out.dim(2), d = l.d;
     const T scale = static_cast<T>(scores.scale);
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
@@ -873,7 +906,7 @@ template <typename T> struct Kernels {
           scores(q, k, ptr(lse) + (bi * l.heads + hi) * rows, p.data(), nullptr);
           const T *pv = p.data();
           if (drop.active()) {
-            scores.mask(drop, bi, hi, keep, ctx);
+            scores.keepMask(drop, bi, hi, keep, ctx);
             drop.apply(p.data(), keep, dropped.data());
             pv = dropped.data();
           }
@@ -892,7 +925,7 @@ template <typename T> struct Kernels {
   }
 
   /// The unfused chain: P [B, heads, S, S] of a fused QKV.
-  static void attentionProbs(const TensorView &qkv, const QkvLayout &l, bool causal,
+  static void attentionProbs(const TensorView &qkv, const QkvLayout &l, const AttentionMask &mask,
                              const TensorView &probs) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width();
     const double scale = 1.0 / std::sqrt(static_cast<double>(l.d));
@@ -900,8 +933,12 @@ template <typename T> struct Kernels {
     for (int64_t bh = 0; bh < b * l.heads; ++bh) {
       const int64_t bi = bh / l.heads, hi = bh % l.heads;
       const T *row = ptr(qkv) + bi * s * w;
-      attentionScores(row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale, causal,
-                      ptr(probs) + bh * s * s);
+      attentionScores(
+          row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale,
+          [&](int64_t i) {
+            return KeySpan{mask.firstKey(i), mask.endKey(i, s)};
+          },
+          ptr(probs) + bh * s * s);
     }
   }
 
@@ -1268,15 +1305,15 @@ template <typename T> struct Kernels {
       qkNorm(in[0], layout, in[1], in[2], inst.epsilon(), out[0]);
       break;
     case Opcode::Attention:
-      attention(in[0], layout, inst.causal(), probsDropout(inst, ctx), ctx, out[0],
+      attention(in[0], layout, attentionMaskOf(inst), probsDropout(inst, ctx), ctx, out[0],
                 inst.outputs()->size() > 1 ? &out[1] : nullptr);
       break;
     case Opcode::AttentionProbs:
-      attentionProbs(in[0], layout, inst.causal(), out[0]);
+      attentionProbs(in[0], layout, attentionMaskOf(inst), out[0]);
       break;
     case Opcode::RingAttention: // a step: (qkv, the share in flight) -> (out, lse)
-      ringAttention(in[0], in[1], layout, inst.causal(), probsDropout(inst, ctx), ctx, out[0],
-                    out[1]);
+      ringAttention(in[0], in[1], layout, attentionMaskOf(inst), probsDropout(inst, ctx), ctx,
+                    out[0], out[1]);
       break;
     default:
       throw std::logic_error("cpu backend: not an opcode over heads");
@@ -1357,12 +1394,12 @@ template <typename T> struct Kernels {
       break;
     case Opcode::AttentionGrad:
       attentionGrad(in[0], in[1], in[2], inst.inputs()->size() > 3 ? &in[3] : nullptr,
-                    qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
+                    qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), attentionMaskOf(inst),
                     probsDropout(inst, ctx), ctx, out[0]);
       break;
     case Opcode::RingAttentionGrad: // a step: (dy, qkv, out, lse, the share) -> (dqkv, its dkv)
       ringAttentionGrad(in[0], in[1], in[2], in[3], in[4],
-                        qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), inst.causal(),
+                        qkvLayoutOf(inst, inst.heads(), in[1].dim(2)), attentionMaskOf(inst),
                         probsDropout(inst, ctx), ctx, out[0], out[1]);
       break;
     case Opcode::CrossEntropyGrad:

@@ -10,9 +10,9 @@
 // Under context parallelism (core/Tensor.h: SequenceMap) the query rows are a context
 // rank's share of the sequence: gathered, at their positions in the whole sequence's
 // qkv (the all-gather form); or in a ring step (RingAttention), the rank's own share of
-// qkv against the keys and values of another rank's (kv). Causal masks compare positions;
-// positions ascend along both maps' rows, so the keys a query sees, and the queries that
-// see a key, are a prefix and a suffix.
+// qkv against the keys and values of another rank's (kv). Masks compare positions
+// (core/SharedMath.h: AttentionMask); positions ascend along both maps' rows, so the keys
+// a query sees, and the queries that see a key, are spans of rows.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_ATTENTION_CUH
 
@@ -35,7 +35,7 @@ struct AttentionShape {
   int64_t whole;             // the sequence's length, of the dropout masks' indices
   QkvLayout layout;
   float scale;
-  bool causal;
+  AttentionMask mask;
   // Probability dropout: the keep mask of global element ((b·A + head)·S + i)·S + j, at
   // the query's and key's positions.
   double rate;
@@ -70,13 +70,19 @@ struct AttentionShape {
                ? static_cast<float>(1.0 / (1.0 - rate))
                : 0.f;
   }
-  /// The keys query row i sees: rows [0, keysSeen(i)) of kv.
-  __device__ int64_t keysSeen(int64_t i) const {
-    return causal ? keys.rowsBefore(queries(i) + 1, s) : s;
+  /// The keys query row i sees: rows [firstKey(i), endKey(i)) of kv.
+  __device__ int64_t firstKey(int64_t i) const {
+    return keys.rowsBefore(mask.firstKey(queries(i)), s);
   }
-  /// The queries that see key row j: rows [firstQuery(j), rows).
+  __device__ int64_t endKey(int64_t i) const {
+    return keys.rowsBefore(mask.endKey(queries(i), whole), s);
+  }
+  /// The queries that see key row j: rows [firstQuery(j), endQuery(j)).
   __device__ int64_t firstQuery(int64_t j) const {
-    return causal ? queries.rowsBefore(keys(j), rows) : 0;
+    return queries.rowsBefore(mask.firstQuery(keys(j)), rows);
+  }
+  __device__ int64_t endQuery(int64_t j) const {
+    return queries.rowsBefore(mask.endQuery(keys(j), whole), rows);
   }
   /// The row this warp works on: (batch, head, query row); false past the last one.
   __device__ bool warpRow(int64_t &row, int64_t &bi, int64_t &hi, int64_t &t) const {
@@ -151,7 +157,7 @@ __device__ void rowStatistics(const T *kv, const AttentionShape &a, int64_t bi, 
                               int64_t i, const float (&q)[kMaxPerLane], float &max, float &sum) {
   max = -INFINITY;
   sum = 0;
-  for (int64_t j = 0; j < a.keysSeen(i); ++j) {
+  for (int64_t j = a.firstKey(i); j < a.endKey(i); ++j) {
     const float score = a.scale * rowDot(q, a.key(kv, bi, hi, j), a.d);
     const float next = fmaxf(max, score);
     sum = sum * expf(max - next) + expf(score - next);
@@ -173,8 +179,8 @@ __global__ void attentionForwardKernel(const T *qkv, const T *kv, T *out, float 
   float q[kMaxPerLane], acc[kMaxPerLane] = {};
   loadRow(a.query(qkv, bi, hi, i), a.d, q);
   float max = -INFINITY, sum = 0;
-  const int64_t seen = a.keysSeen(i);
-  for (int64_t j = 0; j < seen; ++j) {
+  const int64_t from = a.firstKey(i), to = a.endKey(i);
+  for (int64_t j = from; j < to; ++j) {
     const T *k = a.key(kv, bi, hi, j), *v = k + a.d;
     const float score = a.scale * rowDot(q, k, a.d);
     const float next = fmaxf(max, score), correction = expf(max - next), p = expf(score - next);
@@ -191,7 +197,7 @@ __global__ void attentionForwardKernel(const T *qkv, const T *kv, T *out, float 
   T *y = out + a.outAt(bi, hi, i);
   float logSumExp = max + logf(sum);
   if (merge) {
-    if (seen == 0)
+    if (from == to)
       return;
     // Each part's weight: its share of the merged row's sum of exponentials.
     const float total = stats[a.statAt(bi, hi, i)];
@@ -235,7 +241,7 @@ __global__ void attentionBackwardQueryKernel(const T *qkv, const T *kv, const T 
     rowStatistics(kv, a, bi, hi, i, q, max, sum);
     logSumExp = max + logf(sum);
   }
-  for (int64_t j = 0; j < a.keysSeen(i); ++j) {
+  for (int64_t j = a.firstKey(i); j < a.endKey(i); ++j) {
     const T *k = a.key(kv, bi, hi, j), *v = k + a.d;
     const float p = expf(a.scale * rowDot(q, k, a.d) - logSumExp);
     float dP = 0;
@@ -275,7 +281,7 @@ __global__ void attentionBackwardKeyKernel(const T *qkv, const T *kv, const T *d
   loadRow(a.key(kv, bi, first, j), a.d, k);
   loadRow(a.value(kv, bi, first, j), a.d, v);
   for (int64_t hi = first; hi < a.endHead(g); ++hi)
-    for (int64_t i = a.firstQuery(j); i < a.rows; ++i) {
+    for (int64_t i = a.firstQuery(j); i < a.endQuery(j); ++i) {
       const float2 stats = rowStats[a.statAt(bi, hi, i)];
       float q[kMaxPerLane], dO[kMaxPerLane];
       loadRow(a.query(qkv, bi, hi, i), a.d, q);
@@ -318,7 +324,7 @@ __global__ void attentionProbsKernel(const T *qkv, T *probs, AttentionShape a) {
   const int lane = threadIdx.x & 31;
   for (int64_t j = 0; j < a.s; ++j) {
     float value = 0;
-    if (j < a.keysSeen(i))
+    if (j >= a.firstKey(i) && j < a.endKey(i))
       value = expf(a.scale * rowDot(q, a.key(qkv, bi, hi, j), a.d) - max) / sum;
     if (lane == 0)
       st(p, j, value);
@@ -434,13 +440,12 @@ __global__ void attentionContextGradValuesKernel(const T *dout, const T *probs, 
 }
 
 /// The shape of an attention instruction over a fused QKV with `heads` query heads and
-/// `rows` query rows; `dropout`: whether its probabilities are dropped (the fused
-/// kernels) or not (the unfused chain). A context-parallel instruction's queries are
+/// `rows` query rows, masked as it says; `dropout`: whether its probabilities are dropped
+/// (the fused kernels) or not (the unfused chain). A context-parallel instruction's queries are
 /// this context rank's share; a ring step's keys are ctx.ringOwner's.
 inline AttentionShape attentionShape(const TensorView &qkv, int64_t rows, int64_t heads,
-                                     bool causal, const plan::Instruction &inst,
-                                     const StepContext &ctx, const StepCounters *counters,
-                                     bool dropout) {
+                                     const plan::Instruction &inst, const StepContext &ctx,
+                                     const StepCounters *counters, bool dropout) {
   AttentionShape a;
   a.b = qkv.dim(0);
   a.s = qkv.dim(1);
@@ -460,7 +465,7 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t rows, int64_
   a.d = a.layout.d;
   a.h = heads * a.d;
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.d)));
-  a.causal = causal;
+  a.mask = attentionMaskOf(inst);
   a.rate = dropout ? dropoutRate(inst, ctx) : 0.0;
   a.stream = static_cast<uint32_t>(inst.stream());
   a.maskIndex = ProbsMaskIndex(heads, inst.head_parallel(), ctx);

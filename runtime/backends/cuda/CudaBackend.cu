@@ -710,7 +710,9 @@ private:
       why = "it drops probabilities, and cuDNN cannot draw our dropout masks";
     else if (a.queries.chunk != 0)
       why = "its queries are a context-parallel share of the sequence";
-    SdpaProblem problem{a.layout, a.b, a.s, type, a.causal, a.scale};
+    else if (a.mask.window > 0)
+      why = "its sliding window is not passed to cuDNN";
+    SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.scale};
     const bool eligible = why.empty();
     if (eligible && call(problem, why))
       return true;
@@ -1155,8 +1157,8 @@ private:
     case Opcode::Attention: {
       // The rows' statistics go to the second output where the plan keeps them (for
       // the gradient), else to scratch where cuDNN must write them.
-      AttentionShape a = attentionShape(in[0], out[0].dim(1), inst.heads(), inst.causal(), inst,
-                                        c.ctx, c.step, true);
+      AttentionShape a =
+          attentionShape(in[0], out[0].dim(1), inst.heads(), inst, c.ctx, c.step, true);
       float *kept = inst.outputs()->size() > 1 ? c.f(out[1]) : nullptr;
       if (throughCudnn(a, c.type(), [&](const SdpaProblem &problem, std::string &why) {
             float *stats =
@@ -1169,16 +1171,16 @@ private:
       break;
     }
     case Opcode::RingAttention: { // a step: (qkv, the share in flight) -> (out, lse)
-      AttentionShape a = attentionShape(in[0], in[0].dim(1), inst.heads(), inst.causal(), inst,
-                                        c.ctx, c.step, true);
+      AttentionShape a =
+          attentionShape(in[0], in[0].dim(1), inst.heads(), inst, c.ctx, c.step, true);
       withoutCudnn(a, c.type());
       launchAttentionForward(c.p(in[0]), c.p(in[1]), c.p(out[0]), c.f(out[1]), a, !c.ctx.ringFirst,
                              stream_);
       break;
     }
     case Opcode::RingAttentionGrad: { // (dy, qkv, out, lse, the share) -> (dqkv, its dkv) +=
-      AttentionShape a = attentionShape(in[1], in[1].dim(1), inst.heads(), inst.causal(), inst,
-                                        c.ctx, c.step, true);
+      AttentionShape a =
+          attentionShape(in[1], in[1].dim(1), inst.heads(), inst, c.ctx, c.step, true);
       withoutCudnn(a, c.type());
       float2 *stats = static_cast<float2 *>(scratch(sizeof(float2) * a.b * a.heads * a.rows));
       launchAttentionBackwardQuery(c.p(in[1]), c.p(in[4]), c.p(in[2]), c.p(in[0]), c.p(out[0]),
@@ -1189,8 +1191,8 @@ private:
       break;
     }
     case Opcode::AttentionGrad: {
-      AttentionShape a = attentionShape(in[1], in[2].dim(1), inst.heads(), inst.causal(), inst,
-                                        c.ctx, c.step, true);
+      AttentionShape a =
+          attentionShape(in[1], in[2].dim(1), inst.heads(), inst, c.ctx, c.step, true);
       // cuDNN's backward takes the rows' statistics: the forward's where the plan kept
       // them (mt-keep-attention-stats), else from a forward run again for them (its
       // output written to scratch and discarded). Both paths write the same form of
@@ -1225,20 +1227,20 @@ private:
       break;
     }
     case Opcode::AttentionProbs: {
-      AttentionShape a = attentionShape(in[0], in[0].dim(1), inst.heads(), inst.causal(), inst,
-                                        c.ctx, c.step, false);
+      AttentionShape a =
+          attentionShape(in[0], in[0].dim(1), inst.heads(), inst, c.ctx, c.step, false);
       launchAttentionProbs(c.p(in[0]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionContext: {
       AttentionShape a =
-          attentionShape(in[1], in[1].dim(1), in[0].dim(1), false, inst, c.ctx, c.step, false);
+          attentionShape(in[1], in[1].dim(1), in[0].dim(1), inst, c.ctx, c.step, false);
       launchAttentionContext(c.p(in[0]), c.p(in[1]), c.p(out[0]), a, stream_);
       break;
     }
     case Opcode::AttentionProbsGrad: {
       AttentionShape a =
-          attentionShape(in[2], in[2].dim(1), in[1].dim(1), false, inst, c.ctx, c.step, false);
+          attentionShape(in[2], in[2].dim(1), in[1].dim(1), inst, c.ctx, c.step, false);
       float *deltas = static_cast<float *>(scratch(sizeof(float) * a.b * a.heads * a.s));
       launchAttentionProbsGradQuery(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.p(out[0]), deltas, a,
                                     stream_);
@@ -1249,7 +1251,7 @@ private:
     }
     case Opcode::AttentionContextGrad: {
       AttentionShape a =
-          attentionShape(in[2], in[2].dim(1), in[1].dim(1), false, inst, c.ctx, c.step, false);
+          attentionShape(in[2], in[2].dim(1), in[1].dim(1), inst, c.ctx, c.step, false);
       launchAttentionContextGradProbs(c.p(in[0]), c.p(in[2]), c.p(out[0]), a, stream_);
       launched("attention context gradient (probabilities)");
       launchAttentionContextGradValues(c.p(in[0]), c.p(in[1]), c.p(out[1]), a, stream_);

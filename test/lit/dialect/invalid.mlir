@@ -386,6 +386,38 @@ func.func @attention_width_heads(%qkv: tensor<2x16x192xf32>) {
 
 // -----
 
+func.func @attention_window_without_causal(%qkv: tensor<2x16x192xf32>) {
+  // expected-error@+1 {{'mt.attention' op has a window of 4 but no causal mask (a window keeps a query's last keys)}}
+  %0 = mt.attention %qkv {heads = 4 : i64, window = 4 : i64} : (tensor<2x16x192xf32>) -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_probs_window_without_causal(%qkv: tensor<2x16x192xf32>) {
+  // expected-error@+1 {{'mt.attention_probs' op has a window of 4 but no causal mask}}
+  %0 = mt.attention_probs %qkv {heads = 4 : i64, window = 4 : i64} : (tensor<2x16x192xf32>) -> tensor<2x4x16x16xf32>
+  return
+}
+
+// -----
+
+func.func @attention_grad_window_without_causal(%g: tensor<2x16x64xf32>, %qkv: tensor<2x16x192xf32>, %out: tensor<2x16x64xf32>) {
+  // expected-error@+1 {{'mt.attention_grad' op has a window of 4 but no causal mask}}
+  %0 = mt.attention_grad %g, %qkv, %out {heads = 4 : i64, window = 4 : i64} : (tensor<2x16x64xf32>, tensor<2x16x192xf32>, tensor<2x16x64xf32>) -> tensor<2x16x192xf32>
+  return
+}
+
+// -----
+
+func.func @attention_window_zero(%qkv: tensor<2x16x192xf32>) {
+  // expected-error@+1 {{'mt.attention' op attribute 'window' failed to satisfy constraint: 64-bit signless integer attribute whose value is positive}}
+  %0 = mt.attention %qkv {causal, heads = 4 : i64, window = 0 : i64} : (tensor<2x16x192xf32>) -> tensor<2x16x64xf32>
+  return
+}
+
+// -----
+
 func.func @attention_rank(%qkv: tensor<16x192xf32>) {
   // expected-error@+2 {{mt.attention: qkv must be [B, S, (heads + 2·kv_heads)·d], got tensor<16x192xf32>}}
   // expected-error@+1 {{'mt.attention' op failed to infer returned types}}

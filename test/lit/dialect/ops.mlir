@@ -134,10 +134,15 @@ func.func @gelu(%x: tensor<?x?x256xf32>, %y: tensor<4x3072xf64>) -> (tensor<?x?x
 // CHECK-SAME: %[[QKV:[^:]+]]: tensor<?x?x192xf32>, %[[QKV2:[^:]+]]: tensor<2x16x2304xbf16>)
 // CHECK: %[[A0:.+]] = mt.attention %[[QKV]] {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
 // CHECK: %[[A1:.+]] = mt.attention %[[QKV2]] {heads = 12 : i64} : (tensor<2x16x2304xbf16>) -> tensor<2x16x768xbf16>
+// CHECK: mt.attention %[[QKV]] {causal, heads = 4 : i64, window = 5 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+// CHECK: mt.attention_probs %[[QKV]] {causal, heads = 4 : i64, window = 5 : i64} : (tensor<?x?x192xf32>) -> tensor<?x4x?x?xf32>
 // CHECK: return %[[A0]], %[[A1]]
 func.func @attention(%qkv: tensor<?x?x192xf32>, %qkv2: tensor<2x16x2304xbf16>) -> (tensor<?x?x64xf32>, tensor<2x16x768xbf16>) {
   %0 = mt.attention %qkv {causal, heads = 4 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
   %1 = mt.attention %qkv2 {heads = 12 : i64} : (tensor<2x16x2304xbf16>) -> tensor<2x16x768xbf16>
+  // A sliding window: each query sees its own position and the 4 before it.
+  %w = mt.attention %qkv {causal, heads = 4 : i64, window = 5 : i64} : (tensor<?x?x192xf32>) -> tensor<?x?x64xf32>
+  %wp = mt.attention_probs %qkv {causal, heads = 4 : i64, window = 5 : i64} : (tensor<?x?x192xf32>) -> tensor<?x4x?x?xf32>
   return %0, %1 : tensor<?x?x64xf32>, tensor<2x16x768xbf16>
 }
 
