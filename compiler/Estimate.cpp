@@ -93,10 +93,11 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
            share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
                     (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
   }
-  // The pairs of the rows' keys: Σ min(i + 1, w) over the rows i < s under a causal mask.
   const double s = static_cast<double>(scores.n);
-  const double w = window ? std::min<double>(static_cast<double>(*window), s) : s;
-  const double share = op.getCausal() ? (w * (w + 1) / 2 + (s - w) * w) / (s * s) : 1;
+  const double share =
+      ::mt::AttentionMask{op.getCausal(), static_cast<int64_t>(window.value_or(0))}.pairs(
+          scores.n) /
+      (s * s);
   const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
   return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
 }

@@ -44,6 +44,12 @@ struct MtSpecialize : impl::MtSpecializeBase<MtSpecialize> {
       }
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
     }
+    // A window spanning the sequence masks what the causal mask does: none, so that the
+    // backends run plain causal attention (cuDNN's, on a GPU).
+    fn.walk([&](AttentionOp op) {
+      if (op.getWindow() && static_cast<int64_t>(*op.getWindow()) >= seq)
+        op.removeWindowAttr();
+    });
     if (!precision.empty()) {
       MLIRContext *ctx = fn->getContext();
       Type element = llvm::StringSwitch<Type>(precision)

@@ -167,6 +167,15 @@ struct AttentionMask {
   MT_HOST_DEVICE int64_t endQuery(int64_t t, int64_t queries) const {
     return window > 0 && t + window < queries ? t + window : queries;
   }
+  /// The (query, key) pairs of a sequence of s the mask lets through, one by one: what
+  /// kernels that take each row over its own keys compute.
+  double pairs(int64_t s) const {
+    const double n = static_cast<double>(s);
+    if (!causal)
+      return n * n;
+    const double w = window > 0 && window < s ? static_cast<double>(window) : n;
+    return w * (w + 1) / 2 + (n - w) * w;
+  }
   /// The share of a sequence of s's s×s scores the mask lets through, as FLOPs count it:
   /// all, half under a causal mask, and the band's w(2s − w)/(2s²) under a window w < s
   /// (areas, as the half is: the diagonal counted once, in neither).

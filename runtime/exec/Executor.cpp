@@ -692,13 +692,15 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
                                             cat(prog.name()->str(), " #", index), shape);
   // The matrix products' FLOPs, 2·m·n·k each: a linear's from its first operand (x or
   // dy) and its result; fused attention's from its output (or the output's gradient, its
-  // first operand) [b, s, heads·d]: QKᵀ and P·V, 4·b·s²·heads·d forward, of which the
-  // mask's share (AttentionMask::share: half under a causal mask, the masked part
-  // skipped), 2.5 times that backward (S again, dV, dP, dQ and dK).
+  // first operand) o [b, rows, heads·d] over the s keys of its qkv (its first operand, or
+  // its gradient's result; under context parallelism the rows are a share of them): QKᵀ
+  // and P·V, 4·b·rows·s·heads·d forward, of which the mask's share
+  // (AttentionMask::share: half under a causal mask, the masked part skipped), 2.5 times
+  // that backward (S again, dV, dP, dQ and dK).
   const double result = static_cast<double>(out.numel());
-  auto attention = [&](const TensorView &o) {
-    return 4.0 * attentionMaskOf(inst).share(o.dim(1)) * static_cast<double>(o.numel()) *
-           static_cast<double>(o.dim(1));
+  auto attention = [&](const TensorView &o, int64_t keys) {
+    return 4.0 * attentionMaskOf(inst).share(keys) * static_cast<double>(o.numel()) *
+           static_cast<double>(keys);
   };
   switch (inst.opcode()) {
   case plan::Opcode::Linear:                 // y [m, n] = x [m, k]·Wᵀ
@@ -716,10 +718,10 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
               (inst.opcode() == plan::Opcode::GroupedLinearGradWeight ? out.dim(0) : 1);
     break;
   case plan::Opcode::Attention:
-    e.flops = attention(out);
+    e.flops = attention(out, in.dim(1));
     break;
   case plan::Opcode::AttentionGrad:
-    e.flops = 2.5 * attention(in);
+    e.flops = 2.5 * attention(in, out.dim(1));
     break;
   default:
     break;

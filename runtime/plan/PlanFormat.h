@@ -22,7 +22,9 @@
 namespace mt::plan {
 
 inline constexpr char kMagic[4] = {'M', 'T', 'P', 'L'};
-inline constexpr uint32_t kFormatVersion = 3;
+// 4: attention's `window`, which a reader of 3 would skip, running the plan's attention
+// unwindowed.
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr size_t kHeaderBytes = 16;
 inline constexpr size_t kTrailerBytes = 4;
 

@@ -290,8 +290,17 @@ std::string checkDropoutGrad(const Operands &o) {
              : "dropout gradient operands or rate disagree";
 }
 
+/// A sliding window masks under the causal mask only (mt.attention's verifier).
+std::string checkWindow(const plan::Instruction &inst) {
+  if (inst.window() < 0)
+    return cat("attention window ", inst.window(), " is negative");
+  return inst.window() > 0 && !inst.causal() ? "an attention window without the causal mask" : "";
+}
+
 std::string checkAttentionProbs(const Operands &o) {
   const std::vector<Dims> &in = o.in, &out = o.out;
+  if (std::string window = checkWindow(o.inst); !window.empty())
+    return window;
   return probsOf(out[0], in[0], o.inst) && out[0].d[1] == o.inst.heads() &&
                  out[0].dtype == in[0].dtype
              ? ""
@@ -332,6 +341,8 @@ std::string checkAttention(const Operands &o) {
                     inst.opcode() == plan::Opcode::RingAttentionGrad;
   if (ring && inst.context_parallel() < 2)
     return "ring attention without a context-parallel group";
+  if (std::string window = checkWindow(inst); !window.empty())
+    return window;
   // The executor adds a step's share in flight to the operands, which backends run as
   // they are: in f32 or f64, every operand of one type.
   if (ring) {

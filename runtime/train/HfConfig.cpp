@@ -158,11 +158,6 @@ int64_t slidingWindow(Keys &k, const ModelConfig &c, std::optional<int64_t> abse
   return span < c.positions ? span : 0;
 }
 
-/// Mistral's and Mixtral's window, the same in every layer.
-void window(Keys &k, ModelConfig &c, std::optional<int64_t> absent) {
-  c.window = slidingWindow(k, c, absent);
-}
-
 /// What an architecture's transformers config class takes for a key config.json leaves
 /// out, where it differs from LlamaConfig's (a key/value head per head, head_dim
 /// hidden_size/num_attention_heads, 1e-6, 10000): the model mtc builds is the one
@@ -211,15 +206,21 @@ void llama(Keys &k, ModelConfig &c) {
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8));
-  window(k, c, 4096);
+  c.window = slidingWindow(k, c, 4096);
 }
 
-/// Qwen's windows: `sliding_window` where `use_sliding_window` says so, in the layers
-/// from `max_window_layers` on, or (transformers 5) in those `layer_types` calls
-/// "sliding_attention". mtc's layers are alike: the window is in all or none.
-void qwenAttention(Keys &k, ModelConfig &c) {
+/// Qwen's windows: `sliding_window` (4096 where left out) where `use_sliding_window` says
+/// so; in Qwen2's and Qwen3's layers from `max_window_layers` on, or (transformers 5) in
+/// those `layer_types` calls "sliding_attention"; in every layer of Qwen3-MoE (`layered`
+/// false), which reads neither. mtc's layers are alike: the window is in all or none.
+void qwenAttention(Keys &k, ModelConfig &c, bool layered) {
   const bool use = k.flag("use_sliding_window", false);
-  const int64_t span = slidingWindow(k, c, std::nullopt);
+  const int64_t span = slidingWindow(k, c, 4096);
+  if (!layered) {
+    k.ignore({"max_window_layers"});
+    c.window = use ? span : 0;
+    return;
+  }
   // 0 is a count transformers takes here (every layer), as integer() does not.
   const double from = k.number("max_window_layers", 28);
   if (from != std::floor(from))
@@ -247,22 +248,22 @@ void qwenAttention(Keys &k, ModelConfig &c) {
 void qwen2(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(32));
   c.qkvBias = true;
-  qwenAttention(k, c);
+  qwenAttention(k, c, true);
 }
 
 /// Qwen3's attention (Qwen3ForCausalLM's and Qwen3MoeForCausalLM's): each query and key
 /// head RMS-normalised before the rotation; biases as attention_bias says (none in
-/// Qwen3's own); Qwen's windows.
-void qwen3Attention(Keys &k, ModelConfig &c) {
+/// Qwen3's own); Qwen's windows, by layer or (`layered` false) in all.
+void qwen3Attention(Keys &k, ModelConfig &c, bool layered) {
   c.qkNorm = true;
   c.qkvBias = c.outputBias = k.flag("attention_bias", false);
-  qwenAttention(k, c);
+  qwenAttention(k, c, layered);
 }
 
 /// Qwen3ForCausalLM: LLaMA's decoder with Qwen3's attention.
 void qwen3(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(32, 128));
-  qwen3Attention(k, c);
+  qwen3Attention(k, c, true);
 }
 
 /// A mixture's experts (`count` names their number), each token's top k, and the
@@ -281,7 +282,7 @@ void mixture(Keys &k, ModelConfig &c, const char *count) {
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8, {}, {}, 1e-5, 1e6));
-  window(k, c, std::nullopt);
+  c.window = slidingWindow(k, c, std::nullopt);
   mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
     k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");
@@ -292,7 +293,7 @@ void mixtral(Keys &k, ModelConfig &c) {
 /// renormalised over a token's top k where `norm_topk_prob` says so.
 void qwen3Moe(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(4, {}, 6144));
-  qwen3Attention(k, c);
+  qwen3Attention(k, c, false);
   // transformers 4 writes num_experts; 5 the attribute it maps to, num_local_experts.
   const bool five = k.written("num_local_experts");
   if (five && k.written("num_experts"))

@@ -17,7 +17,10 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
   the query, key and value projections, fused by group as their weights are; the output
   layer tied) and LlamaForCausalLM with attention_bias (the output projection's bias too),
   serially and under tensor + sequence parallelism; Qwen3ForCausalLM (each query and key
-  head RMS-normalised by q_norm and k_norm, heads of 16 in a hidden of 32) likewise.
+  head RMS-normalised by q_norm and k_norm, heads of 16 in a hidden of 32) likewise; and
+  sliding windows, masked as transformers masks them: MistralForCausalLM's (serially,
+  under tp 2 · sp, cp 2 of both forms and unfused attention) and Qwen2's where
+  use_sliding_window turns it on.
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
@@ -188,6 +191,23 @@ def mlp(c, p, h):
     return out
 
 
+def window_of(c, layer):
+    """The sliding window of a layer's attention as transformers gives it (None: none):
+    Mistral's and Mixtral's sliding_window; Qwen's where use_sliding_window says so, in
+    Qwen3-MoE's every layer, else in those layer_types names (transformers 5) or from
+    max_window_layers on."""
+    arch, w = c["architectures"][0], c.get("sliding_window")
+    if arch in ("MistralForCausalLM", "MixtralForCausalLM"):
+        return w
+    if not arch.startswith("Qwen") or not c.get("use_sliding_window"):
+        return None
+    if arch == "Qwen3MoeForCausalLM":
+        return w
+    if "layer_types" in c:
+        return w if c["layer_types"][layer] == "sliding_attention" else None
+    return w if layer >= c.get("max_window_layers", 28) else None
+
+
 def llama_loss(c, w, tokens, targets):
     """LlamaForCausalLM's loss, or MixtralForCausalLM's (without its router's loss)."""
     b, s = tokens.shape
@@ -196,14 +216,13 @@ def llama_loss(c, w, tokens, targets):
     angles = np.arange(s)[:, None] * inverse_frequencies(c)[None, :]
     emb = np.concatenate([angles, angles], -1)
     cos, sin = np.cos(emb), np.sin(emb)
-    # Masked: the keys after each query, and with a sliding window w (Mistral's, Mixtral's)
-    # those w or more before it, as transformers' sliding_window_overlay masks them.
-    causal = np.triu(np.ones((s, s), dtype=bool), 1)
-    if c.get("sliding_window") and c["architectures"][0] in ("MistralForCausalLM",
-                                                             "MixtralForCausalLM"):
-        causal |= np.tril(np.ones((s, s), dtype=bool), -c["sliding_window"])
     x = w["model.embed_tokens.weight"][tokens]
     for layer in range(c["num_hidden_layers"]):
+        # Masked: the keys after each query, and with a sliding window w those w or more
+        # before it, as transformers' sliding_window_overlay masks them.
+        masked = np.triu(np.ones((s, s), dtype=bool), 1)
+        if window_of(c, layer):
+            masked |= np.tril(np.ones((s, s), dtype=bool), -window_of(c, layer))
         p = lambda name: w[f"model.layers.{layer}.{name}"]
         bias = lambda name: w.get(f"model.layers.{layer}.{name}", 0.0)  # none: no bias
         h = rms_norm(x, p("input_layernorm.weight"), c["rms_norm_eps"])
@@ -216,7 +235,7 @@ def llama_loss(c, w, tokens, targets):
         q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, nh // ng, axis=1), np.repeat(v, nh // ng, axis=1)  # repeat_kv
-        scores = np.where(causal, -np.inf, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d))
+        scores = np.where(masked, -np.inf, q @ k.transpose(0, 1, 3, 2) / math.sqrt(d))
         probs = np.exp(scores - scores.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         context = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, nh * d)
@@ -261,6 +280,9 @@ QWEN2 = {
     "layer_types": ["full_attention", "full_attention"],
 }
 LLAMA_BIAS = dict(LLAMA, attention_bias=True, rope_scaling=None)
+# Qwen2 with its window turned on in every layer (transformers 5's layer_types).
+QWEN2_WINDOW = dict(QWEN2, use_sliding_window=True, sliding_window=5,
+                    layer_types=["sliding_attention"] * 2)
 # Mistral v0.1's form: each query sees its own position and the 4 before it, of 16.
 MISTRAL = {
     "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_act": "silu",
@@ -567,8 +589,11 @@ def main():
     # parallelism too (its chunks of 4 under cp 2 · p2p: a window reaching into the chunk
     # before, and the other rank's).
     for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS), ("qwen3", QWEN3),
-                         ("mistral", MISTRAL)):
-        round_trip(arch, config, llama_weights(config, rng))
+                         ("mistral", MISTRAL), ("qwen2_window", QWEN2_WINDOW)):
+        # The windows' weights from a generator of their own, leaving the draws of the
+        # models after them as they were.
+        windowed = arch in ("mistral", "qwen2_window")
+        round_trip(arch, config, llama_weights(config, np.random.default_rng(17) if windowed else rng))
         w = {n: decode(raw, dtype, shape).astype(np.float64)
              for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
         mean_loss = lambda w, c=config: sum(
@@ -579,7 +604,7 @@ def main():
         # below prove nothing about them.
         if arch == "qwen3":  # the same weights, the heads not normalised
             what, plain = "the heads' norms", mean_loss(w, dict(config, architectures=["LlamaForCausalLM"]))
-        elif arch == "mistral":
+        elif arch in ("mistral", "qwen2_window"):
             what, plain = "the window", mean_loss(w, dict(config, sliding_window=None))
         else:
             what, plain = "the biases", mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})

@@ -69,15 +69,19 @@ std::vector<Case> cases() {
   // Attention cuDNN's flash attention takes (head_dim 64, no probability dropout; the op
   // cases' heads of 4 dims it does not): in bf16 and fp16 through cuDNN, in fp32 through
   // our kernels. test-gpu.sh runs the flash_ cases again under MT_CUDA_ATTENTION=cudnn,
-  // where falling back to our kernels is an error.
+  // where falling back to our kernels is an error. A sliding window is not given to cuDNN:
+  // in every precision our kernels run it (cuDNN's causal attention would see 48 more
+  // keys a row, and differ).
   // One head over 63 positions: 2 x 63 rows of statistics, whose 504 bytes must not
   // misalign what follows them.
   for (const auto &[name, attributes, heads, kv, seq] :
        {std::tuple{"flash_attention_causal", "causal, heads = 2 : i64", 2, 2, 64},
         std::tuple{"flash_attention", "heads = 2 : i64", 2, 2, 64},
-        std::tuple{"flash_attention_multi_query", "causal, heads = 2 : i64, kv_heads = 1 : i64",
-                   2, 1, 64},
-        std::tuple{"flash_attention_one_head", "causal, heads = 1 : i64", 1, 1, 63}}) {
+        std::tuple{"flash_attention_multi_query", "causal, heads = 2 : i64, kv_heads = 1 : i64", 2,
+                   1, 64},
+        std::tuple{"flash_attention_one_head", "causal, heads = 1 : i64", 1, 1, 63},
+        std::tuple{"window_attention_head64", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
+                   64}}) {
     const std::string width = std::to_string((heads + 2 * kv) * 64);
     const std::string out = std::to_string(heads * 64);
     const std::string rows = "2x" + std::to_string(seq) + "x";
@@ -629,9 +633,10 @@ TEST(CudaMemory, CopiesOnTheDevice) {
 struct ContextInstruction : test::TestInstruction {
   ContextInstruction(plan::Opcode opcode, int inputs, int outputs, int64_t cp, bool inverse,
                      bool sequenceParallel, bool causal = false, double rate = 0.3,
-                     int64_t heads = 2, int64_t kvHeads = 0)
+                     int64_t heads = 2, int64_t kvHeads = 0, int64_t window = 0)
       : TestInstruction(opcode, inputs, outputs, [&](plan::InstructionBuilder &b) {
           fields(b, cp, inverse, sequenceParallel, causal, rate, heads, kvHeads);
+          b.add_window(window);
         }) {}
   static void fields(plan::InstructionBuilder &b, int64_t cp, bool inverse, bool sequenceParallel,
                      bool causal, double rate, int64_t heads, int64_t kvHeads) {
@@ -731,7 +736,9 @@ TEST(CudaContext, PositionsAndOrderAsTheCpuBackend) {
 }
 
 /// Context-parallel attention on the GPU gives the CPU backend's results for each rank
-/// of cp 2, causal or not, with probability dropout or without, grouped queries (4
+/// of cp 2, causal or not, causal with sliding windows of 3 (within a chunk of 4 rows,
+/// and across into the one before) and 6, with probability dropout or without, grouped
+/// queries (4
 /// heads, 2 key/value groups of 8): the all-gather form's queries of a share against the
 /// whole sequence's keys, forward and backward (with the forward's row statistics and
 /// without); and each step of the ring, forward (the first step setting the output, a
@@ -744,36 +751,39 @@ TEST(CudaContext, AttentionAsTheCpuBackend) {
   const std::vector<int64_t> whole = {b, s, width}, share = {b, rows, width}, out = {b, rows, h},
                              stats = {b, 4, rows};
   for (int rank : {0, 1})
-    for (bool causal : {false, true})
-      for (double rate : {0.0, 0.3}) {
-        StepContext ctx;
-        ctx.cpRank = rank;
-        ctx.cpSize = 2;
-        ctx.seed = 11;
-        const std::string form = cat("rank ", rank, causal ? " causal" : "", " rate ", rate);
-        using plan::Opcode;
-        pair.compare(
-            ContextInstruction(Opcode::Attention, 1, 2, 2, false, false, causal, rate, 4, 2),
-            {whole}, {out, stats}, ctx, kF32, "gathered forward, " + form);
-        pair.compare(
-            ContextInstruction(Opcode::AttentionGrad, 4, 1, 2, false, false, causal, rate, 4, 2),
-            {out, whole, out, stats}, {whole}, ctx, kF32, "gathered backward, " + form);
-        pair.compare(
-            ContextInstruction(Opcode::AttentionGrad, 3, 1, 2, false, false, causal, rate, 4, 2),
-            {out, whole, out}, {whole}, ctx, kF32, "gathered backward recomputing, " + form);
-        for (int owner : {0, 1}) {
-          ctx.ringOwner = owner;
-          ctx.ringFirst = owner == rank;
-          const std::string step = cat(form, ", the share of rank ", owner);
-          pair.compare(
-              ContextInstruction(Opcode::RingAttention, 2, 2, 2, false, false, causal, rate, 4, 2),
-              {share, share}, {out, stats}, ctx, kF32, "ring forward, " + step);
-          pair.compare(ContextInstruction(Opcode::RingAttentionGrad, 5, 2, 2, false, false, causal,
-                                          rate, 4, 2),
-                       {out, share, out, stats, share}, {share, share}, ctx, kF32,
-                       "ring backward, " + step);
+    for (int64_t window : {0, 3, 6})
+      for (bool causal : {false, true})
+        for (double rate : {0.0, 0.3}) {
+          if (window && !causal)
+            continue; // a window is causal only
+          StepContext ctx;
+          ctx.cpRank = rank;
+          ctx.cpSize = 2;
+          ctx.seed = 11;
+          const std::string form =
+              cat("rank ", rank, causal ? " causal" : "", " window ", window, " rate ", rate);
+          using plan::Opcode;
+          auto instruction = [&](Opcode opcode, int inputs, int outputs) {
+            return ContextInstruction(opcode, inputs, outputs, 2, false, false, causal, rate, 4, 2,
+                                      window);
+          };
+          pair.compare(instruction(Opcode::Attention, 1, 2), {whole}, {out, stats}, ctx, kF32,
+                       "gathered forward, " + form);
+          pair.compare(instruction(Opcode::AttentionGrad, 4, 1), {out, whole, out, stats}, {whole},
+                       ctx, kF32, "gathered backward, " + form);
+          pair.compare(instruction(Opcode::AttentionGrad, 3, 1), {out, whole, out}, {whole}, ctx,
+                       kF32, "gathered backward recomputing, " + form);
+          for (int owner : {0, 1}) {
+            ctx.ringOwner = owner;
+            ctx.ringFirst = owner == rank;
+            const std::string step = cat(form, ", the share of rank ", owner);
+            pair.compare(instruction(Opcode::RingAttention, 2, 2), {share, share}, {out, stats},
+                         ctx, kF32, "ring forward, " + step);
+            pair.compare(instruction(Opcode::RingAttentionGrad, 5, 2),
+                         {out, share, out, stats, share}, {share, share}, ctx, kF32,
+                         "ring backward, " + step);
+          }
         }
-      }
 }
 
 /// A tensor of `shape` and `dtype` at `data`.

@@ -637,5 +637,37 @@ TEST(ContextParallelPlanTest, AContextCollectiveWithoutTheGroupIsRefused) {
   EXPECT_NE(s.message().find("context"), std::string::npos) << s.message();
 }
 
+/// mistral-tiny's plan: sliding-window attention.
+TEST(WindowPlanTest, AWindowOutsideTheCausalMaskIsRefused) {
+  const std::string path =
+      test::compileModel(test::zooModel("mistral-tiny"),
+                         "--micro-batch-size 1 --global-batch-size 1", "plan_reader_window_test");
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> windowed((std::istreambuf_iterator<char>(in)),
+                                      std::istreambuf_iterator<char>());
+  auto parseEdited = [&](auto edit) {
+    std::vector<uint8_t> bytes = windowed;
+    plan::Plan &p = *plan::GetMutablePlan(bytes.data() + plan::kHeaderBytes);
+    auto *instructions = p.mutable_programs()->GetMutableObject(0)->mutable_instructions();
+    bool edited = false;
+    for (flatbuffers::uoffset_t i = 0; i < instructions->size(); ++i)
+      if (instructions->Get(i)->window() != 0)
+        edited = edit(*instructions->GetMutableObject(i)) || edited;
+    EXPECT_TRUE(edited) << "no windowed instruction";
+    reseal(bytes);
+    LoadedPlan loaded;
+    return LoadedPlan::parse(std::move(bytes), "windowed.mtp", loaded);
+  };
+  Status s = parseEdited([](plan::Instruction &) { return true; });
+  EXPECT_TRUE(s.ok()) << s.message();
+  s = parseEdited([](plan::Instruction &inst) { return inst.mutate_causal(false); });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("an attention window without the causal mask"), std::string::npos)
+      << s.message();
+  s = parseEdited([](plan::Instruction &inst) { return inst.mutate_window(-6); });
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("attention window -6 is negative"), std::string::npos) << s.message();
+}
+
 } // namespace
 } // namespace mt

@@ -933,12 +933,10 @@ template <typename T> struct Kernels {
     for (int64_t bh = 0; bh < b * l.heads; ++bh) {
       const int64_t bi = bh / l.heads, hi = bh % l.heads;
       const T *row = ptr(qkv) + bi * s * w;
+      const QueryBlock all{0, s, 0};
       attentionScores(
           row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale,
-          [&](int64_t i) {
-            return KeySpan{mask.firstKey(i), mask.endKey(i, s)};
-          },
-          ptr(probs) + bh * s * s);
+          [&](int64_t i) { return all.seen(i, s, mask); }, ptr(probs) + bh * s * s);
     }
   }
 

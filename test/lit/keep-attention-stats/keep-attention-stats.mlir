@@ -52,3 +52,15 @@ func.func @other_attention(%qkv: tensor<2x4x24xf32>, %dy: tensor<2x4x8xf32>) -> 
   %d = mt.attention_grad %dy, %qkv, %o {heads = 2 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
   return %d : tensor<2x4x24xf32>
 }
+
+// -----
+
+// A gradient of another window than the forward's is not its gradient: nothing to keep.
+// CHECK-LABEL: func.func @other_window
+// CHECK: mt.attention %arg0 {causal, heads = 2 : i64, window = 2 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+// CHECK: mt.attention_grad %arg1, %arg0, %{{.*}} {causal, heads = 2 : i64, window = 3 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
+func.func @other_window(%qkv: tensor<2x4x24xf32>, %dy: tensor<2x4x8xf32>) -> tensor<2x4x24xf32> {
+  %o = mt.attention %qkv {causal, heads = 2 : i64, window = 2 : i64} : (tensor<2x4x24xf32>) -> tensor<2x4x8xf32>
+  %d = mt.attention_grad %dy, %qkv, %o {causal, heads = 2 : i64, window = 3 : i64} : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>) -> tensor<2x4x24xf32>
+  return %d : tensor<2x4x24xf32>
+}
