@@ -510,26 +510,46 @@ template <typename T> struct Kernels {
   };
 
   /// A block of attention's queries: rows [first, first + rows) of the sequence in qkv,
-  /// their output rows from `out` on. One block holds them all; under context
-  /// parallelism the rank's two chunks are two blocks. Its scores are over keys [0, k),
-  /// k = keys(): the key at index j is at position j.
+  /// their output rows from `out` on. Its scores are over the keys it reads, keys().
   struct QueryBlock {
     int64_t first = 0, rows = 0, out = 0;
-    /// The keys of row i.
-    KeySpan seen(int64_t i, int64_t k, const AttentionMask &mask) const {
-      return {mask.firstKey(first + i), mask.endKey(first + i, k)};
+    /// The keys the block reads: every one its rows see (from the first row's first,
+    /// up to its last row under a causal mask).
+    KeySpan keys(int64_t s, const AttentionMask &mask) const {
+      return {mask.firstKey(first), mask.causal ? first + rows : s};
     }
-    /// The keys the block reads: up to its last position under a causal mask.
-    int64_t keys(int64_t s, const AttentionMask &mask) const {
-      return mask.causal ? first + rows : s;
+    /// The keys of row i, as indices into the block's keys [from, to).
+    KeySpan seen(int64_t i, KeySpan keys, const AttentionMask &mask) const {
+      return {mask.firstKey(first + i) - keys.from, mask.endKey(first + i, keys.to) - keys.from};
     }
   };
-  /// The query blocks of attention with `rows` output rows over qkv's `s`.
-  static std::vector<QueryBlock> queryBlocks(int64_t s, int64_t rows, const StepContext &ctx) {
-    if (rows == s)
-      return {{0, s, 0}};
-    const SequenceMap share(rows, 0, 1, ctx.cpRank, ctx.cpSize); // its two chunks
-    return {{share.first, share.chunk, 0}, {share.second, share.chunk, share.chunk}};
+  /// The query blocks of attention with `rows` output rows over qkv's `s`: one holds them
+  /// all, or under context parallelism the rank's two chunks are two; under a sliding
+  /// window each is cut into blocks of at most min(window, 256) rows, each reading only
+  /// the keys its rows' windows span.
+  static std::vector<QueryBlock> queryBlocks(int64_t s, int64_t rows, const AttentionMask &mask,
+                                             const StepContext &ctx) {
+    std::vector<QueryBlock> whole = {{0, s, 0}};
+    if (rows != s) {
+      const SequenceMap share(rows, 0, 1, ctx.cpRank, ctx.cpSize); // its two chunks
+      whole = {{share.first, share.chunk, 0}, {share.second, share.chunk, share.chunk}};
+    }
+    if (mask.window <= 0)
+      return whole;
+    const int64_t tile = std::min<int64_t>(mask.window, 256);
+    std::vector<QueryBlock> blocks;
+    for (const QueryBlock &w : whole)
+      for (int64_t at = 0; at < w.rows; at += tile)
+        blocks.push_back({w.first + at, std::min(tile, w.rows - at), w.out + at});
+    return blocks;
+  }
+  /// The most scores a block of `blocks` holds.
+  static size_t scoresArea(const std::vector<QueryBlock> &blocks, int64_t s,
+                           const AttentionMask &mask) {
+    size_t area = 0;
+    for (const QueryBlock &q : blocks)
+      area = std::max<size_t>(area, q.rows * q.keys(s, mask).size());
+    return area;
   }
 
   /// Attention-probability dropout of one (batch, head): the keep mask of the global
@@ -545,19 +565,19 @@ template <typename T> struct Kernels {
     uint64_t first(int64_t bi, int64_t hi, int64_t i, int64_t s) const {
       return index(bi, hi, i, 0, s);
     }
-    /// The keep mask of a block of q rows of keys [0, k) of the s×s probabilities, from
-    /// global index `first` (its first row's); under a causal mask only what it lets
-    /// through is drawn (the probabilities it masks are 0, kept or not).
-    void mask(std::vector<uint8_t> &keep, const QueryBlock &block, int64_t k, int64_t s,
+    /// The keep mask of a block of q rows over its keys of the s×s probabilities, from
+    /// global index `first` (its first row's key 0); under a causal mask only what it
+    /// lets through is drawn (the probabilities it masks are 0, kept or not).
+    void mask(std::vector<uint8_t> &keep, const QueryBlock &block, KeySpan keys, int64_t s,
               uint64_t first, const AttentionMask &m, const StepContext &ctx) const {
       const cpu::DropoutStream draw = dropoutStream(ctx, stream, rate);
-      const int64_t q = block.rows;
+      const int64_t q = block.rows, k = keys.size();
       keep.assign(q * k, 0);
-      if (!m.causal) // k = s: the block's rows follow one another in the global index
+      if (!m.causal) // keys [0, s): the block's rows follow one another in the global index
         cpu::dropoutKeeps(draw, first, q * k, keep.data());
       for (int64_t i = 0; m.causal && i < q; ++i) {
-        const KeySpan seen = block.seen(i, k, m);
-        cpu::dropoutKeeps(draw, first + i * s + seen.from, seen.size(),
+        const KeySpan seen = block.seen(i, keys, m);
+        cpu::dropoutKeeps(draw, first + i * s + keys.from + seen.from, seen.size(),
                           keep.data() + i * k + seen.from);
       }
     }
@@ -674,27 +694,29 @@ template <typename T> struct Kernels {
                         const TensorView *stats) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const int64_t rows = out.dim(1);
-    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, ctx);
+    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, mask, ctx);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      std::vector<T> p(blocks[0].rows * s); // a thread's, for every (batch, head) it takes
+      std::vector<T> p(scoresArea(blocks, s, mask)); // a thread's, for all it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < b * l.heads; ++bh) {
         const int64_t bi = bh / l.heads, hi = bh % l.heads, g = l.group(hi);
         const T *row = ptr(qkv) + bi * s * w;
         for (const QueryBlock &q : blocks) {
-          const int64_t k = q.keys(s, mask);
+          const KeySpan keys = q.keys(s, mask);
+          const int64_t k = keys.size();
+          const T *kv = row + keys.from * w; // the block's first key's row
           attentionScores(
-              row + q.first * w + l.query(hi), row + l.key(g), q.rows, k, d, w, scale,
-              [&](int64_t i) { return q.seen(i, k, mask); }, p.data(),
+              row + q.first * w + l.query(hi), kv + l.key(g), q.rows, k, d, w, scale,
+              [&](int64_t i) { return q.seen(i, keys, mask); }, p.data(),
               stats ? ptr(*stats) + bh * rows + q.out : nullptr);
           if (drop.active()) {
-            drop.mask(keep, q, k, s, drop.first(bi, hi, q.first, s), mask, ctx);
+            drop.mask(keep, q, keys, s, drop.first(bi, hi, q.first, s), mask, ctx);
             drop.apply(p.data(), keep, p.data());
           }
-          gemm(false, false, q.rows, d, k, T(1), p.data(), k, row + l.value(g), w, T(0),
+          gemm(false, false, q.rows, d, k, T(1), p.data(), k, kv + l.value(g), w, T(0),
                ptr(out) + (bi * rows + q.out) * h + hi * d, h);
         }
       }
@@ -711,25 +733,29 @@ template <typename T> struct Kernels {
                             const TensorView &dqkv) {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const int64_t rows = out.dim(1);
-    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, ctx);
+    const std::vector<QueryBlock> blocks = queryBlocks(s, rows, mask, ctx);
     const bool zeroed = blocks.size() > 1; // blocks add to dK, dV from zero
     if (zeroed)
       std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      const size_t area = blocks[0].rows * s;
+      const size_t area = scoresArea(blocks, s, mask);
       std::vector<T> p(area), dropped(area), dp(area); // a thread's, for all it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bg = 0; bg < b * l.kv; ++bg) {
         const int64_t bi = bg / l.kv, g = bg % l.kv;
-        const T *row = ptr(qkv) + bi * s * w, *k = row + l.key(g), *v = row + l.value(g);
-        T *drow = ptr(dqkv) + bi * s * w, *dk = drow + l.key(g), *dv = drow + l.value(g);
+        const T *row = ptr(qkv) + bi * s * w;
+        T *drow = ptr(dqkv) + bi * s * w;
         for (int64_t hi = g * l.perGroup(); hi < (g + 1) * l.perGroup(); ++hi)
           for (const QueryBlock &blk : blocks) {
-            const int64_t sq = blk.rows, sk = blk.keys(s, mask), at = bi * rows + blk.out;
-            auto seen = [&](int64_t i) { return blk.seen(i, sk, mask); };
+            const KeySpan keys = blk.keys(s, mask);
+            const int64_t sq = blk.rows, sk = keys.size(), at = bi * rows + blk.out;
+            // The block's keys and values, and their gradients.
+            const T *k = row + keys.from * w + l.key(g), *v = row + keys.from * w + l.value(g);
+            T *dk = drow + keys.from * w + l.key(g), *dv = drow + keys.from * w + l.value(g);
+            auto seen = [&](int64_t i) { return blk.seen(i, keys, mask); };
             const T *q = row + blk.first * w + l.query(hi);
             const T *dO = ptr(dout) + at * h + hi * d, *o = ptr(out) + at * h + hi * d;
             // The group's first head sets dK and dV; the rest add.
@@ -741,7 +767,7 @@ template <typename T> struct Kernels {
               attentionScores(q, k, sq, sk, d, w, scale, seen, p.data());
             const T *pv = p.data(); // what multiplied V
             if (drop.active()) {
-              drop.mask(keep, blk, sk, s, drop.first(bi, hi, blk.first, s), mask, ctx);
+              drop.mask(keep, blk, keys, s, drop.first(bi, hi, blk.first, s), mask, ctx);
               drop.apply(p.data(), keep, dropped.data());
               pv = dropped.data();
             }
@@ -936,7 +962,10 @@ template <typename T> struct Kernels {
       const QueryBlock all{0, s, 0};
       attentionScores(
           row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale,
-          [&](int64_t i) { return all.seen(i, s, mask); }, ptr(probs) + bh * s * s);
+          [&](int64_t i) {
+            return all.seen(i, {0, s}, mask);
+          },
+          ptr(probs) + bh * s * s);
     }
   }
 
