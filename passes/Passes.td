@@ -82,11 +82,11 @@ def MtSpecialize : Pass<"mt-specialize", "::mlir::ModuleOp"> {
     seq-length]; every op's result type is then inferred again, so an impossible
     shape (a sequence longer than the position table) is reported at the op. An
     attention's sliding window as long as the sequence or longer is dropped: it masks
-    nothing the causal mask does not. A seq-length of 0 takes the length of the model's position table. With
-    `precision`, every parameter (and so every activation) takes that float type;
-    losses and softmax statistics stay in f32 (f64 for f64). Under bf16 and f16 the
-    parameters are the 16-bit compute copies: the runtime keeps the f32 master
-    weights, gradients and optimizer state.
+    nothing the causal mask does not. A seq-length of 0 takes the length of the model's
+    position table. With `precision`, every parameter (and so every activation) takes
+    that float type; losses and softmax statistics stay in f32 (f64 for f64). Under bf16
+    and f16 the parameters are the 16-bit compute copies: the runtime keeps the f32
+    master weights, gradients and optimizer state.
   }];
   let options = [
     Option<"microBatchSize", "micro-batch-size", "int64_t", "1", "sequences per micro-batch">,

@@ -694,14 +694,16 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
   // dy) and its result; fused attention's from its output (or the output's gradient, its
   // first operand) o [b, rows, heads·d] over the s keys of its qkv (its first operand, or
   // its gradient's result; under context parallelism the rows are a share of them): QKᵀ
-  // and P·V, 4·b·rows·s·heads·d forward, of which the mask's share
+  // and P·V, 4·b·rows·s·heads·d forward, of which the mask's share of the whole sequence
   // (AttentionMask::share: half under a causal mask, the masked part skipped), 2.5 times
-  // that backward (S again, dV, dP, dQ and dK).
+  // that backward (S again, dV, dP, dQ and dK). A ring step's keys are one share of the
+  // cp, of which it computes the mask's share on average.
   const double result = static_cast<double>(out.numel());
-  auto attention = [&](const TensorView &o, int64_t keys) {
-    return 4.0 * attentionMaskOf(inst).share(keys) * static_cast<double>(o.numel()) *
+  auto attention = [&](const TensorView &o, int64_t keys, int64_t whole) {
+    return 4.0 * attentionMaskOf(inst).share(whole) * static_cast<double>(o.numel()) *
            static_cast<double>(keys);
   };
+  const int64_t cp = inst.context_parallel();
   switch (inst.opcode()) {
   case plan::Opcode::Linear:                 // y [m, n] = x [m, k]·Wᵀ
   case plan::Opcode::LinearGelu:             // the same, GELU in its epilogue
@@ -718,10 +720,16 @@ Profile::Entry &Executor::profileEntry(uint32_t program, uint32_t index,
               (inst.opcode() == plan::Opcode::GroupedLinearGradWeight ? out.dim(0) : 1);
     break;
   case plan::Opcode::Attention:
-    e.flops = attention(out, in.dim(1));
+    e.flops = attention(out, in.dim(1), in.dim(1));
     break;
   case plan::Opcode::AttentionGrad:
-    e.flops = 2.5 * attention(in, out.dim(1));
+    e.flops = 2.5 * attention(in, out.dim(1), out.dim(1));
+    break;
+  case plan::Opcode::RingAttention:
+    e.flops = attention(out, in.dim(1), in.dim(1) * cp);
+    break;
+  case plan::Opcode::RingAttentionGrad:
+    e.flops = 2.5 * attention(in, out.dim(1), out.dim(1) * cp);
     break;
   default:
     break;

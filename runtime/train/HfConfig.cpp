@@ -150,12 +150,11 @@ void rope(Keys &k, ModelConfig &c, double defaultTheta) {
 }
 
 /// `sliding_window` (`absent` where the config leaves it out, as its config class
-/// defaults it; null: none), as the window of mtc's attention: 0 where it spans every
-/// position the model takes (a mask then the same as the causal mask alone).
-int64_t slidingWindow(Keys &k, const ModelConfig &c, std::optional<int64_t> absent) {
-  const int64_t span =
-      k.written("sliding_window") ? k.integer("sliding_window", 0) : absent.value_or(0);
-  return span < c.positions ? span : 0;
+/// defaults it; null: none), as the window of mtc's attention. One spanning the sequence
+/// trained is dropped once that is known (mt-specialize): a rotary model may train on
+/// sequences longer than its positions, which the window would mask.
+int64_t slidingWindow(Keys &k, std::optional<int64_t> absent) {
+  return k.written("sliding_window") ? k.integer("sliding_window", 0) : absent.value_or(0);
 }
 
 /// What an architecture's transformers config class takes for a key config.json leaves
@@ -206,7 +205,7 @@ void llama(Keys &k, ModelConfig &c) {
 /// MistralForCausalLM: LLaMA's decoder, its window spanning every position (v0.2 on).
 void mistral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8));
-  c.window = slidingWindow(k, c, 4096);
+  c.window = slidingWindow(k, 4096);
 }
 
 /// Qwen's windows: `sliding_window` (4096 where left out) where `use_sliding_window` says
@@ -215,7 +214,7 @@ void mistral(Keys &k, ModelConfig &c) {
 /// false), which reads neither. mtc's layers are alike: the window is in all or none.
 void qwenAttention(Keys &k, ModelConfig &c, bool layered) {
   const bool use = k.flag("use_sliding_window", false);
-  const int64_t span = slidingWindow(k, c, 4096);
+  const int64_t span = slidingWindow(k, 4096);
   if (!layered) {
     k.ignore({"max_window_layers"});
     c.window = use ? span : 0;
@@ -282,7 +281,7 @@ void mixture(Keys &k, ModelConfig &c, const char *count) {
 /// MixtralForCausalLM: LLaMA's decoder with a sparse mixture of SwiGLU experts.
 void mixtral(Keys &k, ModelConfig &c) {
   decoder(k, c, Defaults(8, {}, {}, 1e-5, 1e6));
-  c.window = slidingWindow(k, c, std::nullopt);
+  c.window = slidingWindow(k, std::nullopt);
   mixture(k, c, "num_local_experts");
   if (k.number("router_jitter_noise", 0) != 0)
     k.fail("'router_jitter_noise' is not 0: mtc's routing is deterministic");

@@ -196,7 +196,9 @@ def window_of(c, layer):
     Mistral's and Mixtral's sliding_window; Qwen's where use_sliding_window says so, in
     Qwen3-MoE's every layer, else in those layer_types names (transformers 5) or from
     max_window_layers on."""
-    arch, w = c["architectures"][0], c.get("sliding_window")
+    arch = c["architectures"][0]
+    # Left out, as each config class has it: Mixtral none, the others 4096.
+    w = c.get("sliding_window", None if arch == "MixtralForCausalLM" else 4096)
     if arch in ("MistralForCausalLM", "MixtralForCausalLM"):
         return w
     if not arch.startswith("Qwen") or not c.get("use_sliding_window"):

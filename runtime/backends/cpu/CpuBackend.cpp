@@ -538,9 +538,9 @@ template <typename T> struct Kernels {
       return whole;
     const int64_t tile = std::min<int64_t>(mask.window, 256);
     std::vector<QueryBlock> blocks;
-    for (const QueryBlock &w : whole)
-      for (int64_t at = 0; at < w.rows; at += tile)
-        blocks.push_back({w.first + at, std::min(tile, w.rows - at), w.out + at});
+    for (const QueryBlock &part : whole)
+      for (int64_t at = 0; at < part.rows; at += tile)
+        blocks.push_back({part.first + at, std::min(tile, part.rows - at), part.out + at});
     return blocks;
   }
   /// The most scores a block of `blocks` holds.
@@ -695,10 +695,11 @@ template <typename T> struct Kernels {
     const int64_t b = qkv.dim(0), s = qkv.dim(1), w = l.width(), h = out.dim(2), d = l.d;
     const int64_t rows = out.dim(1);
     const std::vector<QueryBlock> blocks = queryBlocks(s, rows, mask, ctx);
+    const size_t area = scoresArea(blocks, s, mask);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      std::vector<T> p(scoresArea(blocks, s, mask)); // a thread's, for all it takes
+      std::vector<T> p(area); // a thread's, for every (batch, head) it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
       for (int64_t bh = 0; bh < b * l.heads; ++bh) {
@@ -737,10 +738,10 @@ template <typename T> struct Kernels {
     const bool zeroed = blocks.size() > 1; // blocks add to dK, dV from zero
     if (zeroed)
       std::fill_n(ptr(dqkv), dqkv.numel(), T(0));
+    const size_t area = scoresArea(blocks, s, mask);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 #pragma omp parallel if (attentionWork(qkv, l) >= kParallelElements)
     {
-      const size_t area = scoresArea(blocks, s, mask);
       std::vector<T> p(area), dropped(area), dp(area); // a thread's, for all it takes
       std::vector<uint8_t> keep;
 #pragma omp for schedule(static)
@@ -752,9 +753,9 @@ template <typename T> struct Kernels {
           for (const QueryBlock &blk : blocks) {
             const KeySpan keys = blk.keys(s, mask);
             const int64_t sq = blk.rows, sk = keys.size(), at = bi * rows + blk.out;
-            // The block's keys and values, and their gradients.
-            const T *k = row + keys.from * w + l.key(g), *v = row + keys.from * w + l.value(g);
-            T *dk = drow + keys.from * w + l.key(g), *dv = drow + keys.from * w + l.value(g);
+            // The block's keys and values, and their gradients, from its first key's row.
+            const T *kv = row + keys.from * w, *k = kv + l.key(g), *v = kv + l.value(g);
+            T *dkv = drow + keys.from * w, *dk = dkv + l.key(g), *dv = dkv + l.value(g);
             auto seen = [&](int64_t i) { return blk.seen(i, keys, mask); };
             const T *q = row + blk.first * w + l.query(hi);
             const T *dO = ptr(dout) + at * h + hi * d, *o = ptr(out) + at * h + hi * d;
@@ -959,11 +960,10 @@ template <typename T> struct Kernels {
     for (int64_t bh = 0; bh < b * l.heads; ++bh) {
       const int64_t bi = bh / l.heads, hi = bh % l.heads;
       const T *row = ptr(qkv) + bi * s * w;
-      const QueryBlock all{0, s, 0};
       attentionScores(
           row + l.query(hi), row + l.key(l.group(hi)), s, s, l.d, w, scale,
           [&](int64_t i) {
-            return all.seen(i, {0, s}, mask);
+            return KeySpan{mask.firstKey(i), mask.endKey(i, s)};
           },
           ptr(probs) + bh * s * s);
     }
