@@ -503,7 +503,7 @@ template <typename T> struct Kernels {
       ptr(dx)[i] = mask.as<uint8_t>()[i] ? ptr(dy)[i] * scale : T(0);
   }
 
-  /// The keys [from, to) a row of scores sees: its entries past them are 0.
+  /// The keys [from, to) a row of scores sees: its entries outside them are 0.
   struct KeySpan {
     int64_t from = 0, to = 0;
     int64_t size() const { return to - from; }
