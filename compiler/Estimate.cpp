@@ -63,6 +63,11 @@ Link linkFor(const SystemSpec &system, int64_t span, int64_t world) {
 /// diagonal.
 constexpr int64_t kFlashBlock = 128;
 
+/// The mask of an attention op (or its gradient).
+template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
+  return {op.getCausal(), static_cast<int64_t>(op.getWindow().value_or(0))};
+}
+
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
 /// - bf16 or f16 with no dropout of probabilities nor sliding window: cuDNN's flash
@@ -83,21 +88,19 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
   const llvm::StringRef type = computeType(op.getQkv().getType());
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
-  const std::optional<uint64_t> window = op.getWindow();
-  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) && !window) {
+  const ::mt::AttentionMask mask = maskOf(op);
+  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
+      mask.window == 0) {
     // Of the queries' rows over all the keys: under context parallelism a rank's share of
     // the rows, balanced so that its causal share is the whole sequence's.
-    const double share = op.getCausal() ? causalShare(scores.n, kFlashBlock) : 1;
+    const double share = mask.causal ? causalShare(scores.n, kFlashBlock) : 1;
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
     return (again ? launches : 0) +
            share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
                     (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
   }
   const double s = static_cast<double>(scores.n);
-  const double share =
-      ::mt::AttentionMask{op.getCausal(), static_cast<int64_t>(window.value_or(0))}.pairs(
-          scores.n) /
-      (s * s);
+  const double share = mask.pairs(scores.n) / (s * s);
   const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
   return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
 }
@@ -405,9 +408,7 @@ double profileFlops(Operation *op) {
   SmallVector<mlir::mt::GemmShape> gemms = cost.getGemms();
   // QKᵀ and P·V over the keys, of which the mask's share (mtrun's Executor counts alike).
   auto attention = [&](auto op, double times) {
-    const ::mt::AttentionMask mask{op.getCausal(),
-                                   static_cast<int64_t>(op.getWindow().value_or(0))};
-    return times * mask.share(gemms[0].n) *
+    return times * maskOf(op).share(gemms[0].n) *
            static_cast<double>(gemms[0].flops() + gemms[1].flops());
   };
   if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
