@@ -5,6 +5,10 @@
 //                       tile-and-wave model gives at the peak (compiler/GemmModel.h)
 //   gemm_efficiency     the median of model/measured over products of at least 1 TFLOP:
 //                       the system file's gpu.gemm_efficiency
+//   gemm_table          the same products over a grid: every m, n and k of `dims` (powers
+//                       of two) of at most 2^41 FLOPs; TFLOP/s in the order [m][n][k], null
+//                       where not run (larger). bench/calibrate.sh completes it for the
+//                       system file's gpu.gemm_table, which mtc estimate interpolates
 //   copy_gbs            a device-to-device copy's bytes read and written per second,
 //   memory_efficiency   over the datasheet bandwidth given
 //   kernel_overhead_us  seconds per kernel of 10,000 empty kernels launched back to back
@@ -17,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -93,7 +98,11 @@ int main(int argc, char **argv) {
   shapes.push_back({tileM * sms, tileN, 8192});
   shapes.push_back({tileM * sms, tileN * 4, 8192});
 
-  size_t most = 0;
+  std::vector<int64_t> dims;
+  for (int64_t d = 128; d <= 32768; d *= 2)
+    dims.push_back(d);
+  const double mostFlops = std::ldexp(1.0, 41);
+  size_t most = static_cast<size_t>(dims.back() * dims.back());
   for (const Shape &s : shapes)
     most = std::max(most, static_cast<size_t>(std::max({s.m * s.k, s.k * s.n, s.m * s.n})));
   __nv_bfloat16 *a, *b, *c;
@@ -102,22 +111,27 @@ int main(int argc, char **argv) {
     fill<<<1024, 256>>>(*p, most);
   }
   check(cudaDeviceSynchronize(), "fill");
+  // Seconds of one column-major C (m x n) = A (m x k) · B (k x n): about a millisecond of
+  // repeats (3 to 50) after one warm-up.
+  auto gemmSeconds = [&](int64_t m, int64_t n, int64_t k) {
+    const float one = 1, zero = 0;
+    auto body = [&] {
+      check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, CUDA_R_16BF, m, b,
+                         CUDA_R_16BF, k, &zero, c, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            "cublasGemmEx");
+    };
+    const double once = timed(body, 1, 1);
+    const int repeats = static_cast<int>(std::clamp(1e-3 / once, 3.0, 50.0));
+    return timed(body, 1, repeats);
+  };
 
   std::printf("{\n  \"device\": \"%s\",\n  \"multiprocessors\": %lld,\n  \"gemms\": [\n",
               prop.name, static_cast<long long>(sms));
   std::vector<double> ratios;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape &s = shapes[i];
-    const float one = 1, zero = 0;
-    // Column-major C (m x n) = A (m x k) · B (k x n).
-    const double seconds = timed(
-        [&] {
-          check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, s.m, s.n, s.k, &one, a,
-                             CUDA_R_16BF, s.m, b, CUDA_R_16BF, s.k, &zero, c, CUDA_R_16BF, s.m,
-                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                "cublasGemmEx");
-        },
-        5, 20);
+    const double seconds = gemmSeconds(s.m, s.n, s.k);
     const double flops = 2.0 * s.m * s.n * s.k;
     const double model = mt::gemmWaveSeconds(1, s.m, s.n, s.k, tileM, tileN, sms, peak);
     if (flops >= 1e12)
@@ -128,6 +142,23 @@ int main(int argc, char **argv) {
                 static_cast<long long>(s.k), seconds, flops / seconds / 1e12, model,
                 i + 1 < shapes.size() ? "," : "");
   }
+  std::printf("  ],\n  \"gemm_table\": {\"dims\": [");
+  for (size_t i = 0; i < dims.size(); ++i)
+    std::printf("%s%lld", i ? ", " : "", static_cast<long long>(dims[i]));
+  std::printf("], \"tflops\": [");
+  bool first = true;
+  for (int64_t m : dims)
+    for (int64_t n : dims)
+      for (int64_t k : dims) {
+        const double flops = 2.0 * m * n * k;
+        std::printf("%s", first ? "" : ", ");
+        first = false;
+        if (flops > mostFlops)
+          std::printf("null");
+        else
+          std::printf("%.2f", flops / gemmSeconds(m, n, k) / 1e12);
+      }
+  std::printf("]},\n");
   std::sort(ratios.begin(), ratios.end());
   const double gemmEfficiency = ratios.empty() ? 0 : ratios[ratios.size() / 2];
 
@@ -140,7 +171,7 @@ int main(int argc, char **argv) {
                             3, 20);
   const double copyRate = 2.0 * static_cast<double>(bytes) / copy;
   const double launch = timed([&] { empty<<<1, 1>>>(); }, 100, 10000);
-  std::printf("  ],\n  \"gemm_efficiency\": %.4f,\n  \"copy_gbs\": %.1f,\n"
+  std::printf("  \"gemm_efficiency\": %.4f,\n  \"copy_gbs\": %.1f,\n"
               "  \"memory_efficiency\": %.4f,\n  \"kernel_overhead_us\": %.3f\n}\n",
               gemmEfficiency, copyRate / 1e9, copyRate / datasheet, launch * 1e6);
   return 0;

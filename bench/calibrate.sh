@@ -5,7 +5,10 @@
 # from the bundle's calibration model (GPT-2 350M, plans/calibrate), OUT's name with
 # .families.json: SYSTEM with each kernel family's achieved rate under `mtrun --profile`
 # (bench/families.py: `kernels`) and the host's gap per launch when kernels are launched
-# one by one (`runtime`). Each field's source names this command, the GPU and the date.
+# one by one (`runtime`); and beside them the profiles of two more models not benchmarked
+# (GPT-2 350M at micro-batch 16, GPT-2 774M at micro-batch 8), OUT's name with
+# .MODEL.profile.log, to calibrate or check the families on where mtc is built. Each
+# field's source names this command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
 #     OUT     where to write (default: SYSTEM's name with -measured.json); the raw
@@ -38,6 +41,24 @@ sources["gpu.gemm_efficiency"] = ("median over bf16 cuBLAS products of at least 
 sources["gpu.memory_efficiency"] = (f"a 1 GiB device-to-device copy: {raw['copy_gbs']} GB/s "
                                     "read and written, over the datasheet; " + how)
 sources["gpu.kernel_overhead_us"] = "10,000 empty kernels launched back to back; " + how
+# The grid's products not run (over 2^41 FLOPs) take the best rate measured at no larger
+# m, n and k: a product's rate grows with each of its dimensions until it reaches the peak.
+table = raw["gemm_table"]
+dims, rates = table["dims"], table["tflops"]
+d = len(dims)
+def at(i, j, l):
+    return rates[(i * d + j) * d + l]
+for i in range(d):
+    for j in range(d):
+        for l in range(d):
+            if at(i, j, l) is None:
+                rates[(i * d + j) * d + l] = max(at(a, b, c) for a in range(i + 1)
+                                                 for b in range(j + 1) for c in range(l + 1)
+                                                 if at(a, b, c) is not None)
+system["gpu"]["gemm_table"] = {"dims": dims, "tflops": rates}
+sources["gpu.gemm_table"] = ("bf16 cuBLAS products (f32 accumulation) C = A·B over every m, n, k "
+                             "of dims, TFLOP/s in the order [m][n][k]; those over 2^41 FLOPs "
+                             "not run but given the best rate at no larger m, n and k; " + how)
 json.dump(system, open(out, "w"), indent=2)
 print(f"calibrate: wrote {out}")
 PY
@@ -63,3 +84,7 @@ python3 "$here/families.py" calibrate "$work/calibrate-profile.log" "$estimate" 
   --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
   --source "mtrun --profile of GPT-2 350M (bf16, s1024, micro-batch 4; bench/calibrate.sh) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)" \
   -o "${out%.json}.families.json"
+for model in gpt2-350m-mb16 gpt2-774m-mb8; do
+  "$bundle/bin/mtrun" "$bundle/plans/calibrate/$model.mtp" --backend cuda --data "$work/tokens" \
+    --steps 10 --log-every 10 --lr 1e-4 --profile >"${out%.json}.$model.profile.log"
+done

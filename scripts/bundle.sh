@@ -161,6 +161,13 @@ done
 "$build/tools/mtc" compile models/gpt2-350m.mlir --bf16 --seq-length 1024 --micro-batch-size 4 \
   --global-batch-size 4 --attention-dropout "$attention_dropout" \
   -o "$out/plans/calibrate/gpt2-350m.mtp" >/dev/null
+# And two more, profiled beside it: 350M at micro-batch 16, GPT-2 774M (hidden 1280) at 8.
+"$build/tools/mtc" compile models/gpt2-350m.mlir --bf16 --seq-length 1024 --micro-batch-size 16 \
+  --global-batch-size 16 --attention-dropout "$attention_dropout" \
+  -o "$out/plans/calibrate/gpt2-350m-mb16.mtp" >/dev/null
+"$build/tools/mtc" compile models/gpt2-774m.mlir --bf16 --seq-length 1024 --micro-batch-size 8 \
+  --global-batch-size 8 --attention-dropout "$attention_dropout" \
+  -o "$out/plans/calibrate/gpt2-774m-mb8.mtp" >/dev/null
 for system in dgx-h100 dgx-h200; do
   "$build/tools/mtc" estimate models/gpt2-350m.mlir --system "$system" --runtime mtrun --gpus 1 --bf16 \
     --seq-length 1024 --micro-batch-size 4 --global-batch-size 4 \
