@@ -149,6 +149,35 @@ bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
   return true;
 }
 
+/// gpu.gemm_table: {"dims": [ascending positive integers], "tflops": [dims³ rates]}.
+bool readGemmTable(Fields &f, GemmTable &out) {
+  const llvm::json::Value *dimsValue = f.get("dims"), *ratesValue = f.get("tflops");
+  if (!dimsValue || !ratesValue)
+    return false;
+  const llvm::json::Array *dims = dimsValue->getAsArray(), *rates = ratesValue->getAsArray();
+  if (!dims)
+    return f.fail("dims", "must be an array");
+  for (const llvm::json::Value &v : *dims) {
+    std::optional<int64_t> d = v.getAsInteger();
+    if (!d || *d <= 0 || *d > (int64_t(1) << 20) || (!out.dims.empty() && *d <= out.dims.back()))
+      return f.fail("dims", "must be ascending positive integers, at most 2^20");
+    out.dims.push_back(*d);
+  }
+  if (out.dims.size() < 2 || out.dims.size() > 64)
+    return f.fail("dims", "must hold 2 to 64 dimensions");
+  const size_t count = out.dims.size() * out.dims.size() * out.dims.size();
+  if (!rates || rates->size() != count)
+    return f.fail("tflops",
+                  "must hold a rate for each m, n and k of 'dims': " + std::to_string(count));
+  for (const llvm::json::Value &v : *rates) {
+    std::optional<double> r = v.getAsNumber();
+    if (!r || !std::isfinite(*r) || *r < 1e-6 || *r > 1e9)
+      return f.fail("tflops", "must be numbers in [1e-6, 1e9] (TFLOP/s)");
+    out.rates.push_back(*r * 1e12);
+  }
+  return true;
+}
+
 /// The JSON object `text` holds (kept alive in `value`), or null with `error` set.
 const llvm::json::Object *parseObject(llvm::StringRef text, std::optional<llvm::json::Value> &value,
                                       std::string &error) {
@@ -217,6 +246,38 @@ bool readLink(Fields &f, Link &link) {
 
 } // namespace
 
+double GemmTable::rate(int64_t m, int64_t n, int64_t k) const {
+  const size_t count = dims.size();
+  // Each dimension's place on the grid: the point at or below it, and the fraction of
+  // the way on to the next, in logarithms.
+  auto place = [&](int64_t x, size_t &below, double &fraction) {
+    const double at = std::log(static_cast<double>(std::clamp(x, dims.front(), dims.back())));
+    below = 0;
+    while (below + 2 < count && at > std::log(static_cast<double>(dims[below + 1])))
+      ++below;
+    const double low = std::log(static_cast<double>(dims[below]));
+    fraction = (at - low) / (std::log(static_cast<double>(dims[below + 1])) - low);
+  };
+  size_t below[3];
+  double fraction[3];
+  place(m, below[0], fraction[0]);
+  place(n, below[1], fraction[1]);
+  place(k, below[2], fraction[2]);
+  double logRate = 0;
+  for (int corner = 0; corner < 8; ++corner) {
+    double weight = 1;
+    size_t at[3];
+    for (int d = 0; d < 3; ++d) {
+      const bool up = (corner >> d) & 1;
+      at[d] = below[d] + up;
+      weight *= up ? fraction[d] : 1 - fraction[d];
+    }
+    if (weight > 0)
+      logRate += weight * std::log(rates[(at[0] * count + at[1]) * count + at[2]]);
+  }
+  return std::exp(logRate);
+}
+
 double SystemSpec::peak(llvm::StringRef elementType) const {
   if (elementType == "bf16")
     return peakBf16;
@@ -253,9 +314,13 @@ bool SystemSpec::parse(llvm::StringRef text, SystemSpec &out, std::string &error
                      g.number("reserved_gib", 1073741824.0, reserved, true) &&
                      g.number("memory_bandwidth_gbs", 1e9, s.memoryBandwidth) &&
                      g.integer("multiprocessors", s.multiprocessors) &&
-                     (tile = g.get("gemm_tile")) && g.fraction("gemm_efficiency", s.gemmEfficiency) &&
+                     (tile = g.get("gemm_tile")) &&
+                     g.fraction("gemm_efficiency", s.gemmEfficiency) &&
                      g.fraction("memory_efficiency", s.memoryEfficiency) &&
-                     g.number("kernel_overhead_us", 1e-6, s.kernelOverhead, true);
+                     g.number("kernel_overhead_us", 1e-6, s.kernelOverhead, true) &&
+                     (!g.has("gemm_table") || g.object("gemm_table", [&](Fields &t) {
+                       return readGemmTable(t, s.gemmTable);
+                     }));
                  if (!ok)
                    return false;
                  // Whole bytes: the capacity rounded down, the reserve up.
@@ -357,6 +422,9 @@ double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
                    llvm::StringRef elementType, int64_t elementBytes) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0)
     return 0;
+  if (!system.gemmTable.dims.empty() && g.batch == 1 &&
+      (elementType == "bf16" || elementType == "f16"))
+    return static_cast<double>(g.flops()) / system.gemmTable.rate(g.m, g.n, g.k);
   const double compute =
       ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
                             system.multiprocessors,

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace mtc {
 
@@ -27,6 +28,18 @@ struct Link {
 /// bytes over bandwidth) over `efficiency`, which keeps the model's dependence on shape.
 struct KernelRate {
   double flops = 0, bytes = 0, efficiency = 0;
+};
+
+/// The rates of single 16-bit products measured over a grid of shapes (bench/calibrate.sh:
+/// gpu.gemm_table): every m, n and k of `dims`.
+struct GemmTable {
+  std::vector<int64_t> dims; // ascending
+  std::vector<double> rates; // FLOP/s, in the order [m][n][k]
+
+  /// FLOP/s of an m x k by k x n product: the grid's rates interpolated (trilinearly, in
+  /// the logarithms of the dimensions and of the rate), a dimension beyond the grid
+  /// taken at its edge.
+  double rate(int64_t m, int64_t n, int64_t k) const;
 };
 
 /// The step's parts beyond its instructions, named as `mtrun --profile` names them.
@@ -80,6 +93,7 @@ struct SystemSpec {
   double gemmEfficiency = 1;    // of the peak, reached by a full wave of tiles
   double memoryEfficiency = 1;  // of the bandwidth, reached by a streaming kernel
   double kernelOverhead = 0;    // seconds each kernel adds (launch, tail)
+  GemmTable gemmTable;          // measured products; none: the tile-and-wave model
   Link intraNode, interNode;
   /// Calibrated families; a family not here is costed by the peaks and efficiencies.
   std::map<std::string, KernelRate> kernels;
@@ -103,9 +117,10 @@ std::string systemPath(const std::string &nameOrPath);
 std::string systemNames();
 
 /// The cost model (README, "Estimating"): seconds for one kernel or collective.
-/// `batch` products of m x k by k x n in `elementType`: whole waves of tiles over the
-/// multiprocessors at the peak times gemm_efficiency, or the bytes of its operands over
-/// the memory bandwidth where that is longer.
+/// `batch` products of m x k by k x n in `elementType`: a single bf16 or f16 product at
+/// the rate of the system's gemm_table where it has one; otherwise whole waves of tiles
+/// over the multiprocessors at the peak times gemm_efficiency, or the bytes of its
+/// operands over the memory bandwidth where that is longer.
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
                    llvm::StringRef elementType, int64_t elementBytes);
 /// The share of an s×s product a causal kernel computes in square blocks of `block`: the

@@ -11,6 +11,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
 
 using namespace mtc;
 
@@ -81,6 +84,65 @@ TEST(CostModel, BiggerSquareProductsAreNoLessEfficient) {
     previous = efficiency;
   }
   EXPECT_GT(previous, 0.9);
+}
+
+/// A system file of a100()'s with `table` as gpu.gemm_table.
+std::string withGemmTable(const std::string &table) {
+  std::ifstream in(systemPath("dgx-a100-80gb"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"gemm_tile\"";
+  return text.insert(text.find(key), "\"gemm_table\": " + table + ", ");
+}
+
+TEST(CostModel, AMeasuredTableCostsSingle16BitProductsBetweenItsPoints) {
+  // Rates over dims {256, 1024}: m 256 runs at 10 TFLOP/s, m 1024 at 40 (n and k alike),
+  // but the product of 1024 x 1024 x 1024 at 80.
+  SystemSpec s;
+  std::string error;
+  ASSERT_TRUE(SystemSpec::parse(
+      withGemmTable(R"({"dims": [256, 1024], "tflops": [10, 10, 10, 10, 40, 40, 40, 80]})"), s,
+      error))
+      << error;
+  auto rate = [&](int64_t batch, int64_t m, int64_t n, int64_t k, const char *type = "bf16") {
+    mlir::mt::GemmShape g{batch, m, n, k};
+    return static_cast<double>(g.flops()) / gemmSeconds(s, g, type, 2);
+  };
+  EXPECT_NEAR(rate(1, 256, 256, 256), 10e12, 1);
+  EXPECT_NEAR(rate(1, 1024, 256, 256), 40e12, 1);
+  EXPECT_NEAR(rate(1, 1024, 1024, 1024), 80e12, 1);
+  // Half way in logarithms: the geometric mean; beyond the grid: its edge.
+  EXPECT_NEAR(rate(1, 512, 256, 256), 20e12, 1);
+  EXPECT_NEAR(rate(1, 1024, 1024, 512), std::sqrt(40e12 * 80e12), 1);
+  EXPECT_NEAR(rate(1, 64, 100, 128), 10e12, 1);
+  EXPECT_NEAR(rate(1, 1 << 20, 4096, 1 << 16), 80e12, 1);
+  EXPECT_NEAR(rate(1, 4096, 4096, 4096, "f16"), 80e12, 1);
+  // Batched products (attention's) and other types keep the tile-and-wave model.
+  SystemSpec plain = a100();
+  for (auto [batch, type] : {std::pair{8, "bf16"}, std::pair{1, "f32"}}) {
+    mlir::mt::GemmShape g{batch, 1024, 1024, 1024};
+    EXPECT_EQ(gemmSeconds(s, g, type, 2), gemmSeconds(plain, g, type, 2)) << type;
+  }
+}
+
+TEST(CostModel, AMalformedGemmTableIsRefusedByItsPath) {
+  const std::pair<const char *, const char *> cases[] = {
+      {R"({"dims": [256], "tflops": [1]})", "'gpu.gemm_table.dims' must hold 2 to 64"},
+      {R"({"dims": [1024, 256], "tflops": [1, 1, 1, 1, 1, 1, 1, 1]})",
+       "'gpu.gemm_table.dims' must be ascending positive integers"},
+      {R"({"dims": [256, 1024], "tflops": [1, 1, 1, 1, 1, 1, 1]})",
+       "'gpu.gemm_table.tflops' must hold a rate for each m, n and k of 'dims': 8"},
+      {R"({"dims": [256, 1024], "tflops": [1, 1, 1, 1, 1, 1, 1, 0]})",
+       "'gpu.gemm_table.tflops' must be numbers in [1e-6, 1e9]"},
+      {R"({"dims": [256, 1024]})", "'gpu.gemm_table.tflops' is missing"},
+      {R"({"dims": [256, 1024], "tflops": [1, 1, 1, 1, 1, 1, 1, 1], "n": 1})",
+       "'gpu.gemm_table.n' is not a field"},
+  };
+  for (auto [table, message] : cases) {
+    SystemSpec s;
+    std::string error;
+    EXPECT_FALSE(SystemSpec::parse(withGemmTable(table), s, error)) << table;
+    EXPECT_NE(error.find(message), std::string::npos) << error;
+  }
 }
 
 TEST(CostModel, GroupsStayOnNvlinkWhileTheyFitInANode) {
