@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # On one GPU: the micro-benchmarks behind `mtc estimate`'s constants (bench/calibrate.cu),
 # and the system file they make: SYSTEM.json with the GPU's measured GEMM efficiency,
-# streaming-memory efficiency and kernel overhead in place of the specification's; then,
-# from the bundle's calibration model (GPT-2 350M, plans/calibrate), OUT's name with
-# .families.json: SYSTEM with each kernel family's achieved rate under `mtrun --profile`
-# (bench/families.py: `kernels`) and the host's gap per launch when kernels are launched
-# one by one (`runtime`); and beside them the profiles of two more models not benchmarked
-# (GPT-2 350M at micro-batch 16, GPT-2 774M at micro-batch 8), OUT's name with
-# .MODEL.profile.log, to calibrate or check the families on where mtc is built. Each
-# field's source names this command, the GPU and the date.
+# table of products (gpu.gemm_table), streaming-memory efficiency and kernel overhead in
+# place of the specification's. Beside it, for the kernel families: `mtrun --profile` of
+# each calibration model (bench/calibration-models.sh; OUT's name with .MODEL.profile.log)
+# and GPT-2 350M's steps kernel by kernel (.eager.log), which bench/calibrate-families.sh
+# turns into the families' rates where mtc is built. Each field's source names this
+# command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
 #     OUT     where to write (default: SYSTEM's name with -measured.json); the raw
@@ -63,28 +61,18 @@ json.dump(system, open(out, "w"), indent=2)
 print(f"calibrate: wrote {out}")
 PY
 
-# The kernel families, on a model the benchmark's are not: its profile (device time by
-# family), and its step kernel by kernel, whose excess over the device time is the host's.
-plan=$bundle/plans/calibrate/gpt2-350m.mtp
-estimate=$bundle/plans/calibrate/gpt2-350m.$(basename "${system%.json}").estimate.json
-[ -e "$estimate" ] || estimate=$bundle/plans/calibrate/gpt2-350m.dgx-h100.estimate.json
+# The kernel families' profiles, on models the benchmark's are not (calibration-models.sh),
+# and 350M's step kernel by kernel, whose excess over its device time is the host's.
+# bench/calibrate-families.sh fits the families to them where mtc is built.
 work=${WORK:-$(mktemp -d)}
 mkdir -p "$work"
 python3 "$here/random_tokens.py" "$work/tokens" 50257 400000
 export MT_CUDA_ATTENTION=${MT_CUDA_ATTENTION:-cudnn}
-MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$plan" --backend cuda --data "$work/tokens" --steps 20 \
-  --log-every 10 --lr 1e-4 >"$work/calibrate-eager.log"
-"$bundle/bin/mtrun" "$plan" --backend cuda --data "$work/tokens" --steps 10 --log-every 10 \
-  --lr 1e-4 --profile >"$work/calibrate-profile.log"
-cp "$work/calibrate-profile.log" "${out%.json}.profile.log"
-rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/calibrate-eager.log" | tail -1)
-# Against the description the bundle's estimate was made from (an efficiency is relative
-# to its model), into a file of its own.
-python3 "$here/families.py" calibrate "$work/calibrate-profile.log" "$estimate" --system "$system" \
-  --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
-  --source "mtrun --profile of GPT-2 350M (bf16, s1024, micro-batch 4; bench/calibrate.sh) on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date +%F)" \
-  -o "${out%.json}.families.json"
-for model in gpt2-350m-mb16 gpt2-774m-mb8; do
+MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$bundle/plans/calibrate/gpt2-350m.mtp" --backend cuda \
+  --data "$work/tokens" --steps 20 --log-every 10 --lr 1e-4 >"${out%.json}.eager.log"
+. "$here/calibration-models.sh"
+for model in "${calibration_models[@]}"; do
   "$bundle/bin/mtrun" "$bundle/plans/calibrate/$model.mtp" --backend cuda --data "$work/tokens" \
     --steps 10 --log-every 10 --lr 1e-4 --profile >"${out%.json}.$model.profile.log"
 done
+echo "calibrate: profiles beside $out; where mtc is built: bench/calibrate-families.sh $(basename "$out") OUT"

@@ -9,18 +9,21 @@ gives the same families for the same plan, with the FLOPs and bytes of each.
       prints both side by side, with the estimate's error per family and for the step;
       --runs-must-match exits 1 unless every family has as many runs in both, --within
       unless every family the profile times at --min-ms or more is estimated within PCT%.
-  families.py calibrate PROFILE.log ESTIMATE.json --system BASE.json --source TEXT -o OUT
-                        [--eager-step-seconds S]
-      writes BASE with a `kernels` section: for families of matrix products (linears,
-      fused attention) the estimate's time over the measured, an efficiency that keeps
-      the model's tiles and waves for other shapes; for the rest the bytes moved over
-      the time; each with TEXT as its source. ESTIMATE must come from BASE as it is
-      (its families not yet calibrated). Families the profile times below
-      --min-ms per step are left out (their time is mostly rounding). With the step's
-      time when run kernel by kernel (S), a `runtime` section too: CUDA graphs, as mtrun
-      records them, and the host's gap per launch g, for which each launch taking
-      max(its kernel, g) makes the step S. Collectives and the gradient sync are left
-      to the links.
+  families.py calibrate PROFILE.log ESTIMATE.json [PROFILE.log ESTIMATE.json ...]
+                        --system BASE.json --source TEXT -o OUT [--eager-step-seconds S]
+      writes BASE with a `kernels` section, each family's run costed as a fixed time
+      (`overhead_us`) plus, for families of matrix products (linears, fused attention),
+      the model's time (measured products, or tiles and waves) over an `efficiency`, and
+      for the rest the bytes moved over a rate (`gbs`); each with TEXT as its source.
+      The two are fitted to the family's runs in every profile given (least squares in
+      relative error); from one profile, or where the fit finds no fixed time, that is
+      none and the rate is the one the profiles' time gives. Each ESTIMATE must come
+      from BASE as it is (its families not yet calibrated), for the plan its PROFILE
+      ran. Families a profile times below --min-ms per step are left out of it (their
+      time is mostly rounding). With the first profile's step time when run kernel by
+      kernel (S), a `runtime` section too: CUDA graphs, as mtrun records them, and the
+      host's gap per launch g, for which each launch taking max(its kernel, g) makes
+      the step S. Collectives and the gradient sync are left to the links.
 """
 import argparse
 import json
@@ -115,27 +118,57 @@ def launch_gap(profile, step):
     return (low + high) / 2
 
 
+def fit(points):
+    """(fixed seconds per run t, seconds per unit c) for which runs·t + c·x best gives
+    each point's (runs, x, seconds), in relative error; t = 0 where one point is given
+    or the fit would make t or c negative."""
+    w = [1 / y for _, _, y in points]
+    rr = sum((wi * r) ** 2 for wi, (r, _, _) in zip(w, points))
+    rx = sum(wi * wi * r * x for wi, (r, x, _) in zip(w, points))
+    xx = sum((wi * x) ** 2 for wi, (_, x, _) in zip(w, points))
+    ry = sum(wi * wi * r * y for wi, (r, _, y) in zip(w, points))
+    xy = sum(wi * wi * x * y for wi, (_, x, y) in zip(w, points))
+    det = rr * xx - rx * rx
+    if len(points) > 1 and det > 1e-9 * rr * xx:
+        t, c = (ry * xx - rx * xy) / det, (rr * xy - rx * ry) / det
+        if t >= 0 and c > 0:
+            return t, c
+    return 0.0, xy / xx
+
+
 def calibrate(args):
-    total = []
-    profile = read_profile(args.profile, total)
-    _, families = read_estimate(args.estimate)
+    if len(args.pairs) % 2:
+        sys.exit("families.py calibrate: give each PROFILE with its ESTIMATE")
+    total, points, kinds = [], {}, {}
+    for i in range(0, len(args.pairs), 2):
+        profile = read_profile(args.pairs[i], total if i == 0 else None)
+        _, families = read_estimate(args.pairs[i + 1])
+        if i == 0:
+            first = profile
+        for name, (runs, seconds) in profile.items():
+            e = families.get(name)
+            if (e is None or name in UNCALIBRATED or seconds * 1e3 < args.min_ms or
+                    runs != round(e["runs"])):
+                continue
+            # Products: the model's time (its tiles and waves kept); the rest: bytes.
+            kind = "efficiency" if e["flops"] > 0 else "gbs" if e["bytes"] > 0 else None
+            if kind:
+                kinds[name] = kind
+                points.setdefault(name, []).append(
+                    (runs, e["seconds"] if kind == "efficiency" else e["bytes"], seconds))
     with open(args.system) as f:
         system = json.load(f)
     kernels = system.setdefault("kernels", {})
     sources = system.setdefault("sources", {})
-    for name, (runs, seconds) in sorted(profile.items()):
-        e = families.get(name)
-        if (e is None or name in UNCALIBRATED or seconds * 1e3 < args.min_ms or
-                runs != round(e["runs"])):
-            continue
-        if e["flops"] > 0:  # the model's time over the measured: waves of tiles kept
-            kernels[name] = {"efficiency": float(f"{e['seconds'] / seconds:.6g}")}
-        elif e["bytes"] > 0:
-            kernels[name] = {"gbs": float(f"{e['bytes'] / seconds / 1e9:.6g}")}
-        else:
-            continue
+    for name in sorted(points):
+        fixed, per = fit(points[name])
+        rate = 1 / per if kinds[name] == "efficiency" else 1 / per / 1e9
+        kernels[name] = {kinds[name]: float(f"{rate:.6g}")}
+        if fixed > 0:
+            kernels[name]["overhead_us"] = float(f"{fixed * 1e6:.6g}")
         sources[f"kernels.{name}"] = args.source
     if args.eager_step_seconds is not None:
+        profile = first
         launches, device = total
         gap = launch_gap(profile, args.eager_step_seconds)
         system["runtime"] = {"name": "mtrun, calibrated", "cuda_graphs": True,
@@ -163,8 +196,7 @@ def main():
     c.add_argument("--within", type=float)
     c.add_argument("--min-ms", type=float, default=0.005)
     k = sub.add_parser("calibrate")
-    k.add_argument("profile")
-    k.add_argument("estimate")
+    k.add_argument("pairs", nargs="+", metavar="PROFILE ESTIMATE")
     k.add_argument("--system", required=True)
     k.add_argument("--source", required=True)
     k.add_argument("--min-ms", type=float, default=0.005)

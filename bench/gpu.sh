@@ -7,7 +7,8 @@
 #   | ratio | mtc TFLOP/s | MFU (of 989 TFLOP/s dense bf16)
 #   | mtrun's start-up (launch to the first step) | what the first 10 steps took beyond
 #   10 steady ones (choosing kernels, recording graphs) | measured step s | `mtc estimate`'s step
-#   s (--system dgx-h200 on an H200, else dgx-h100) | the estimate's error
+#   s (--system dgx-h200-measured on an H200, else dgx-h100-measured: as calibrated by
+#   bench/calibrate.sh and calibrate-families.sh) | the estimate's error
 #   | memory: mtc's prediction, what mtrun held for the plan, mtrun's whole use, PyTorch's
 # then each model's profile (device time by opcode, slowest instructions).
 # Runs from the runtime bundle (scripts/bundle.sh), whose plans were compiled where mtc
@@ -35,8 +36,8 @@ mkdir -p "$work"
 peak=989e12
 
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-system=dgx-h100
-nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
+system=dgx-h100-measured
+nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200-measured
 echo "estimates: mtc estimate --system $system"
 echo "commit $(cat "$bundle/COMMIT")"
 # Fused attention through cuDNN, or the run fails rather than timing our kernels.
@@ -52,7 +53,7 @@ for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   # model seq batch flops layers hidden heads vocab
   eval "$(cat "$env")"
   estimated=$estimated_h100
-  [ "$system" = dgx-h200 ] && estimated=$estimated_h200
+  [ "$system" = dgx-h200-measured ] && estimated=$estimated_h200
   "$bundle/bin/mtrun" "$bundle/plans/bench/$model.mtp" --backend cuda --data "$work/tokens" \
     --steps "$steps" --log-every "$interval" --lr 1e-4 >"$work/$model.run"
   ours=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$work/$model.run" | tail -1)

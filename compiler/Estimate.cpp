@@ -1,4 +1,5 @@
 #include "compiler/Estimate.h"
+#include "compiler/GemmModel.h"
 #include "core/SharedMath.h"
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/PlanEncoding.h"
@@ -29,9 +30,9 @@ llvm::StringRef computeType(Type type) {
 }
 
 /// Seconds of a run of `family` as the system calibrates it, given the model's own
-/// `seconds` (the peaks and efficiencies): the run's FLOPs or bytes at the family's rate,
-/// or the model's time over the family's efficiency; the model's time where the system
-/// calibrates no such family.
+/// `seconds` (the peaks and efficiencies): the family's fixed time per run, plus the
+/// run's FLOPs or bytes at the family's rate, or the model's time over the family's
+/// efficiency; the model's time where the system calibrates no such family.
 double calibrated(const SystemSpec &system, const std::string &family, double flops, int64_t bytes,
                   double seconds) {
   auto it = system.kernels.find(family);
@@ -39,10 +40,10 @@ double calibrated(const SystemSpec &system, const std::string &family, double fl
     return seconds;
   const KernelRate &rate = it->second;
   if (rate.efficiency > 0)
-    return seconds / rate.efficiency;
+    return rate.overhead + seconds / rate.efficiency;
   if (rate.flops > 0 && flops > 0)
-    return flops / rate.flops;
-  return rate.bytes > 0 ? static_cast<double>(bytes) / rate.bytes : seconds;
+    return rate.overhead + flops / rate.flops;
+  return rate.overhead + (rate.bytes > 0 ? static_cast<double>(bytes) / rate.bytes : seconds);
 }
 
 /// Seconds of a memory-bound kernel of `family` moving `bytes`.
@@ -82,9 +83,8 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
 ///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice); a window's rows
 ///   each over its w keys at most.
 template <typename Attention>
-double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
-                             mlir::mt::GemmShape values, bool backward,
-                             const SystemSpec &system, int64_t bytes) {
+double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt::GemmShape values,
+                             bool backward, const SystemSpec &system) {
   const llvm::StringRef type = computeType(op.getQkv().getType());
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
@@ -93,11 +93,16 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores,
       mask.window == 0) {
     // Of the queries' rows over all the keys: under context parallelism a rank's share of
     // the rows, balanced so that its causal share is the whole sequence's.
+    // The scores stay on chip: each product costs its waves of tiles, never its bytes.
     const double share = mask.causal ? causalShare(scores.n, kFlashBlock) : 1;
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
-    return (again ? launches : 0) +
-           share * ((backward ? 2 + again : 1) * gemmSeconds(system, scores, type, bytes) +
-                    (backward ? 3 + again : 1) * gemmSeconds(system, values, type, bytes));
+    auto waves = [&](const mlir::mt::GemmShape &g) {
+      return ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
+                                   system.multiprocessors,
+                                   system.peak(type) * system.gemmEfficiency);
+    };
+    return (again ? launches : 0) + share * ((backward ? 2 + again : 1) * waves(scores) +
+                                             (backward ? 3 + again : 1) * waves(values));
   }
   const double s = static_cast<double>(scores.n);
   const double share = mask.pairs(scores.n) / (s * s);
@@ -115,9 +120,9 @@ double productSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) 
   Type type = op->getOperand(0).getType();
   const int64_t bytes = (getElementTypeOrSelf(type).getIntOrFloatBitWidth() + 7) / 8;
   if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
-    return fusedAttentionSeconds(forward, gemms[0], gemms[1], false, system, bytes);
+    return fusedAttentionSeconds(forward, gemms[0], gemms[1], false, system);
   if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
-    return fusedAttentionSeconds(backward, gemms[0], gemms[1], true, system, bytes);
+    return fusedAttentionSeconds(backward, gemms[0], gemms[1], true, system);
   double seconds = 0;
   if (isa<mlir::mt::AttentionProbsOp, mlir::mt::AttentionContextOp,
           mlir::mt::AttentionProbsGradOp, mlir::mt::AttentionContextGradOp>(op)) {

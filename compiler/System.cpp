@@ -124,7 +124,7 @@ private:
 };
 
 /// A family's rate: {"tflops": X} or {"gbs": X}, achieved, or {"efficiency": X} of the
-/// model's time.
+/// model's time; and optionally "overhead_us", a run's fixed time.
 bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
   for (llvm::StringRef family : f.keys()) {
     const bool part = family == kZeroGradients || family == kGradientNorm || family == kOptimizer;
@@ -139,6 +139,8 @@ bool readKernels(Fields &f, std::map<std::string, KernelRate> &out) {
           const int given = r.has("tflops") + r.has("gbs") + r.has("efficiency");
           if (given != 1)
             return r.fail("tflops", "or 'gbs' or 'efficiency' must be given, one of them");
+          if (r.has("overhead_us") && !r.number("overhead_us", 1e-6, rate.overhead, true))
+            return false;
           return r.has("tflops") ? r.number("tflops", 1e12, rate.flops)
                  : r.has("gbs")  ? r.number("gbs", 1e9, rate.bytes)
                                  : r.number("efficiency", 1, rate.efficiency);

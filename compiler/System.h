@@ -24,10 +24,11 @@ struct Link {
 /// A family of kernels as calibrated on the system (bench/calibrate.sh): a plan opcode,
 /// or one of the step's parts, named as `mtrun --profile` names them. A run's device time
 /// is its FLOPs, counted as the profile counts them, over `flops`; or the bytes it moves
-/// over `bytes` (rates achieved, per second); or the model's time (tiles and waves,
-/// bytes over bandwidth) over `efficiency`, which keeps the model's dependence on shape.
+/// over `bytes` (rates achieved, per second); or the model's time (measured products,
+/// tiles and waves, bytes over bandwidth) over `efficiency`, which keeps the model's
+/// dependence on shape; each plus `overhead` seconds, the run's fixed time.
 struct KernelRate {
-  double flops = 0, bytes = 0, efficiency = 0;
+  double flops = 0, bytes = 0, efficiency = 0, overhead = 0;
 };
 
 /// The rates of single 16-bit products measured over a grid of shapes (bench/calibrate.sh:

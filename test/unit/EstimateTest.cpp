@@ -3,6 +3,7 @@
 // efficient; more GPUs for the same batch are never slower), on systems/*.json and on a
 // lowered gpt-tiny.
 #include "compiler/Estimate.h"
+#include "compiler/GemmModel.h"
 #include "compiler/Registration.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -266,9 +267,14 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
                                                                                      &context);
   ASSERT_TRUE(module);
   // 32 products each (batch 2 x 16 heads): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64
-  // over 2048.
-  const double scores = gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2);
-  const double values = gemmSeconds(s, {32, 2048, 64, 2048}, "bf16", 2);
+  // over 2048; the scores stay on chip, so each product costs its waves of tiles, not the
+  // bytes of a 2048 x 2048 result (which would bind QKᵀ here).
+  auto waves = [&](int64_t m, int64_t n, int64_t k) {
+    return ::mt::gemmWaveSeconds(32, m, n, k, s.tileM, s.tileN, s.multiprocessors,
+                                 s.peakBf16 * s.gemmEfficiency);
+  };
+  const double scores = waves(2048, 2048, 64), values = waves(2048, 64, 2048);
+  ASSERT_LT(scores, gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2));
   const double causal = 17.0 / 32; // 16 x 16 blocks of 128, 136 kept
   std::vector<mlir::Operation *> ops;
   module->walk([&](mlir::Operation *op) {

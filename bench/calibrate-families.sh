@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Where mtc is built: the kernel families of a system file that bench/calibrate.sh measured
+# on a GPU. Each calibration model (bench/calibration-models.sh) profiled there
+# (MEASURED's name with .MODEL.profile.log; GPT-2 350M's at least) is estimated on
+# MEASURED and set beside its profile; then
+# bench/families.py fits each family's fixed time and rate to every profile's runs, and
+# writes OUT: MEASURED with `kernels`, and a `runtime` whose host gap per launch comes
+# from GPT-2 350M's step kernel by kernel (MEASURED's name with .eager.log).
+#   bash bench/calibrate-families.sh MEASURED.json OUT.json    (MTC: mtc, default build's)
+set -euo pipefail
+measured=$(realpath "$1")
+out=$(realpath -m "$2")
+cd "$(dirname "$0")/.."
+mtc=$(realpath "${MTC:-build/tools/mtc}")
+. bench/calibration-models.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pairs=() used=()
+for name in "${calibration_models[@]}"; do
+  profile=${measured%.json}.$name.profile.log
+  if [ ! -s "$profile" ]; then
+    [ "$name" != gpt2-350m ] || { echo "calibrate-families: no $profile" >&2; exit 1; }
+    echo "calibrate-families: no profile of $name: fitted without it"
+    continue
+  fi
+  used+=("$name")
+  read -r seq batch < <(calibration_model "$name" "$work")
+  "$mtc" estimate "$work/$name.mlir" --system "$measured" --runtime mtrun --gpus 1 --bf16 \
+    --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
+    --attention-dropout 0 --json >"$work/$name.estimate.json"
+  pairs+=("$profile" "$work/$name.estimate.json")
+done
+eager=${measured%.json}.eager.log
+rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$eager" | tail -1)
+[ -n "$rate" ] || { echo "calibrate-families: no tok/s in $eager" >&2; exit 1; }
+# Where and when: as bench/calibrate.sh wrote it for the measured table.
+how=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sources"]["gpu.gemm_table"].rsplit("; ", 1)[-1])' "$measured")
+python3 bench/families.py calibrate "${pairs[@]}" --system "$measured" \
+  --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
+  --source "mtrun --profile of the calibration models (bench/calibration-models.sh: ${used[*]}), fitted by bench/calibrate-families.sh; $how" \
+  -o "$out"
