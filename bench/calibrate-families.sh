@@ -6,12 +6,14 @@
 # bench/families.py fits each family's fixed time and rate to every profile's runs, and
 # writes OUT: MEASURED with `kernels`, and a `runtime` whose host gap per launch comes
 # from GPT-2 350M's step kernel by kernel (MEASURED's name with .eager.log).
-#   bash bench/calibrate-families.sh MEASURED.json OUT.json    (MTC: mtc, default build's)
+#   bash bench/calibrate-families.sh MEASURED.json OUT.json
+#     MTC: the mtc to run (a path, or a name on PATH; default: build/tools/mtc)
 set -euo pipefail
 measured=$(realpath "$1")
 out=$(realpath -m "$2")
+mtc=${MTC:-build/tools/mtc}
+[[ $mtc != */* ]] || mtc=$(realpath "$mtc")
 cd "$(dirname "$0")/.."
-mtc=$(realpath "${MTC:-build/tools/mtc}")
 . bench/calibration-models.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
