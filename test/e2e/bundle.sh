@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The runtime bundle (scripts/bundle.sh) as a bare GPU node sees it: at most 64 MiB;
+# The runtime bundle (scripts/bundle.sh) as a bare GPU node sees it: sent as a tarball of
+# at most 48 MiB that unpacks to the same files;
 # moved elsewhere and run from a scrubbed environment it trains a CPU step; every
 # library it loads is its own, the C/C++ runtime's, or CUDA's (found on the machine),
 # and none belongs to a -dev package; a one-process run needs no MPI, several ranks load
@@ -14,16 +15,26 @@ rm -rf "$work" && mkdir -p "$work"
 fail() { echo "bundle test: $*" >&2; exit 1; }
 
 bash scripts/bundle.sh "$work/made" | tee "$work/bundle.log"
+packed=$(stat -c %s "$work/made.tgz")
+[ "$packed" -le $((48 << 20)) ] || fail "its tarball is $packed bytes, over 48 MiB"
+mkdir "$work/unpacked" && tar xzf "$work/made.tgz" -C "$work/unpacked"
+diff -r "$work/made" "$work/unpacked/made" >/dev/null || fail "its tarball does not hold the bundle"
+rm -rf "$work/unpacked"
 # Moved: nothing may point back into the build tree.
 mv "$work/made" "$work/bundle"
 bundle=$work/bundle
-bytes=$(du -sb "$bundle" | cut -f1)
-[ "$bytes" -le $((64 << 20)) ] || fail "$bytes bytes, over 64 MiB"
 
 # session.sh fusion-ab's and vocab-ab's plans.
 for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion gpt2-124m-unpadded; do
   [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh's a/b steps"
 done
+
+# bench/calibrate.sh's: each calibration model's plan, and the list it reads them by.
+. bench/calibration-models.sh
+for name in "${calibration_models[@]}"; do
+  [ -s "$bundle/plans/calibrate/$name.mtp" ] || fail "no plans/calibrate/$name.mtp for calibrate.sh"
+done
+cmp -s bench/calibration-models.sh "$bundle/bench/calibration-models.sh" || fail "no bench/calibration-models.sh"
 
 # A CPU step from a scrubbed environment.
 rm -rf "$work/ckpt"
