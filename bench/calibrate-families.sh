@@ -2,18 +2,28 @@
 # Where mtc is built: the kernel families of a system file that bench/calibrate.sh measured
 # on a GPU. Each calibration model (bench/calibration-models.sh) profiled there
 # (MEASURED's name with .MODEL.profile.log; GPT-2 350M's at least) is estimated on
-# MEASURED and set beside its profile; then
-# bench/families.py fits each family's fixed time and rate to every profile's runs, and
-# writes OUT: MEASURED with `kernels`, and a `runtime` whose host gap per launch comes
-# from GPT-2 350M's step kernel by kernel (MEASURED's name with .eager.log).
+# MEASURED and set beside its profile; then bench/families.py fits each family's fixed
+# time and rate to every profile's runs, and writes OUT: MEASURED with `kernels`, and a
+# `runtime` whose host gap per launch comes from GPT-2 350M's step kernel by kernel
+# (MEASURED's name with .eager.log). MEASURED must have neither yet (its estimates would
+# be calibrated already).
 #   bash bench/calibrate-families.sh MEASURED.json OUT.json
-#     MTC: the mtc to run (a path, or a name on PATH; default: build/tools/mtc)
+#     MTC: the mtc to run (a path, or a name on PATH; default: the build's)
 set -euo pipefail
+(($# == 2)) || { echo "usage: calibrate-families.sh MEASURED.json OUT.json" >&2; exit 2; }
 measured=$(realpath "$1")
 out=$(realpath -m "$2")
-mtc=${MTC:-build/tools/mtc}
+mtc=${MTC:-}
 [[ $mtc != */* ]] || mtc=$(realpath "$mtc")
 cd "$(dirname "$0")/.."
+mtc=${mtc:-$(realpath build/tools/mtc)}
+python3 - "$measured" <<'PY'
+import json, sys
+system = json.load(open(sys.argv[1]))
+if "kernels" in system or "runtime" in system:
+    sys.exit(f"calibrate-families: {sys.argv[1]} has kernels or a runtime already: "
+             "give the file bench/calibrate.sh wrote")
+PY
 . bench/calibration-models.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -26,8 +36,10 @@ for name in "${calibration_models[@]}"; do
     continue
   fi
   used+=("$name")
-  read -r seq batch < <(calibration_model "$name" "$work")
-  "$mtc" estimate "$work/$name.mlir" --system "$measured" --runtime mtrun --gpus 1 --bf16 \
+  shape=$(calibration_model "$name" "$work")
+  read -r seq batch <<<"$shape"
+  [ "$name" != gpt2-350m ] || tokens=$((seq * batch))
+  "$mtc" estimate "$work/$name.mlir" --system "$measured" --gpus 1 --bf16 \
     --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
     --attention-dropout 0 --json >"$work/$name.estimate.json"
   pairs+=("$profile" "$work/$name.estimate.json")
@@ -38,6 +50,6 @@ rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$eager" | tail -1)
 # Where and when: as bench/calibrate.sh wrote it for the measured table.
 how=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["sources"]["gpu.gemm_table"].rsplit("; ", 1)[-1])' "$measured")
 python3 bench/families.py calibrate "${pairs[@]}" --system "$measured" \
-  --eager-step-seconds "$(python3 -c "print(4 * 1024 / $rate)")" \
+  --eager-step-seconds "$(python3 -c "print($tokens / $rate)")" \
   --source "mtrun --profile of the calibration models (bench/calibration-models.sh: ${used[*]}), fitted by bench/calibrate-families.sh; $how" \
   -o "$out"

@@ -6,9 +6,12 @@
 //   gemm_efficiency     the median of model/measured over products of at least 1 TFLOP:
 //                       the system file's gpu.gemm_efficiency
 //   gemm_table          the same products over a grid: every m, n and k of `dims` (powers
-//                       of two) of at most 2^41 FLOPs; TFLOP/s in the order [m][n][k], null
-//                       where not run (larger). bench/calibrate.sh completes it for the
-//                       system file's gpu.gemm_table, which mtc estimate interpolates
+//                       of two) of at most 2^41 FLOPs, as mtc counts a product: the
+//                       row-major C (m x n) = A (m x k) · B (k x n), which cuBLAS runs as
+//                       the column-major Cᵀ = Bᵀ·Aᵀ (its m is our n), as the CUDA backend
+//                       calls it. TFLOP/s in the order [m][n][k], null where not run
+//                       (larger). bench/calibrate.sh completes it for the system file's
+//                       gpu.gemm_table, which mtc estimate interpolates
 //   copy_gbs            a device-to-device copy's bytes read and written per second,
 //   memory_efficiency   over the datasheet bandwidth given
 //   kernel_overhead_us  seconds per kernel of 10,000 empty kernels launched back to back
@@ -156,7 +159,7 @@ int main(int argc, char **argv) {
         if (flops > mostFlops)
           std::printf("null");
         else
-          std::printf("%.2f", flops / gemmSeconds(m, n, k) / 1e12);
+          std::printf("%.2f", flops / gemmSeconds(n, m, k) / 1e12); // row-major, as above
       }
   std::printf("]},\n");
   std::sort(ratios.begin(), ratios.end());

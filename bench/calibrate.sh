@@ -54,9 +54,10 @@ for i in range(d):
                                                  for b in range(j + 1) for c in range(l + 1)
                                                  if at(a, b, c) is not None)
 system["gpu"]["gemm_table"] = {"dims": dims, "tflops": rates}
-sources["gpu.gemm_table"] = ("bf16 cuBLAS products (f32 accumulation) C = A·B over every m, n, k "
-                             "of dims, TFLOP/s in the order [m][n][k]; those over 2^41 FLOPs "
-                             "not run but given the best rate at no larger m, n and k; " + how)
+sources["gpu.gemm_table"] = ("bf16 cuBLAS products (f32 accumulation) over every m, n, k of dims: "
+                             "the row-major C (m x n) = A (m x k) · B (k x n), TFLOP/s in the "
+                             "order [m][n][k]; those over 2^41 FLOPs not run but given the best "
+                             "rate at no larger m, n and k; " + how)
 json.dump(system, open(out, "w"), indent=2)
 print(f"calibrate: wrote {out}")
 PY

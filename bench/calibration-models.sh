@@ -16,7 +16,9 @@ calibration_model() {
   gpt2-350m-s2048-h*)
     sed -e "s/heads = 16 : i64/heads = ${1##*-h} : i64/" \
       -e '/wpe/s/tensor<1024x1024xf32>/tensor<2048x1024xf32>/g' models/gpt2-350m.mlir >"$2/$1.mlir" &&
-      echo 2048 2
+      grep -q "heads = ${1##*-h} : i64" "$2/$1.mlir" && grep -q 'tensor<2048x1024xf32>' "$2/$1.mlir" ||
+      { echo "calibration_model: models/gpt2-350m.mlir no longer reads as $1 expects" >&2; return 1; }
+    echo 2048 2
     ;;
   *) echo "calibration_model: no model $1" >&2; return 1 ;;
   esac

@@ -424,9 +424,12 @@ double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
                    llvm::StringRef elementType, int64_t elementBytes) {
   if (g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0)
     return 0;
-  if (!system.gemmTable.dims.empty() && g.batch == 1 &&
-      (elementType == "bf16" || elementType == "f16"))
-    return static_cast<double>(g.flops()) / system.gemmTable.rate(g.m, g.n, g.k);
+  const GemmTable &table = system.gemmTable;
+  if (!table.dims.empty() && g.batch == 1 && (elementType == "bf16" || elementType == "f16")) {
+    // A dimension below the grid costs as its smallest point: no product is cheaper.
+    auto atLeast = [&](int64_t x) { return static_cast<double>(std::max(x, table.dims.front())); };
+    return 2 * atLeast(g.m) * atLeast(g.n) * atLeast(g.k) / table.rate(g.m, g.n, g.k);
+  }
   const double compute =
       ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
                             system.multiprocessors,

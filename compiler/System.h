@@ -26,13 +26,15 @@ struct Link {
 /// is its FLOPs, counted as the profile counts them, over `flops`; or the bytes it moves
 /// over `bytes` (rates achieved, per second); or the model's time (measured products,
 /// tiles and waves, bytes over bandwidth) over `efficiency`, which keeps the model's
-/// dependence on shape; each plus `overhead` seconds, the run's fixed time.
+/// dependence on shape; each plus `overhead` seconds, the run's fixed time (which, for an
+/// efficiency, adds to the model's own kernel_overhead_us over that efficiency).
 struct KernelRate {
   double flops = 0, bytes = 0, efficiency = 0, overhead = 0;
 };
 
 /// The rates of single 16-bit products measured over a grid of shapes (bench/calibrate.sh:
-/// gpu.gemm_table): every m, n and k of `dims`.
+/// gpu.gemm_table): every m, n and k of `dims`, the row-major m x k by k x n as mtc counts
+/// a product (GemmShape).
 struct GemmTable {
   std::vector<int64_t> dims; // ascending
   std::vector<double> rates; // FLOP/s, in the order [m][n][k]
@@ -119,7 +121,8 @@ std::string systemNames();
 
 /// The cost model (README, "Estimating"): seconds for one kernel or collective.
 /// `batch` products of m x k by k x n in `elementType`: a single bf16 or f16 product at
-/// the rate of the system's gemm_table where it has one; otherwise whole waves of tiles
+/// the rate of the system's gemm_table where it has one (a dimension below the grid
+/// costing as the grid's smallest); otherwise whole waves of tiles
 /// over the multiprocessors at the peak times gemm_efficiency, or the bytes of its
 /// operands over the memory bandwidth where that is longer.
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &gemm,

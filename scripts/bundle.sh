@@ -131,10 +131,11 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
   vocab=${padded:-$vocab}
   heads=$(grep -o 'heads = [0-9]*' "models/$model.mlir" | head -1 | grep -o '[0-9]*$')
   # What mtc estimate predicts for the same step on one H100 and one H200, to set beside
-  # the measure on whichever the benchmark finds.
+  # the measure on whichever the benchmark finds (each description's runtime: mtrun as
+  # calibrated there).
   estimates=()
   for system in dgx-h100-measured dgx-h200-measured; do
-    "$build/tools/mtc" estimate "models/$model.mlir" --system "$system" --runtime mtrun --gpus 1 --bf16 \
+    "$build/tools/mtc" estimate "models/$model.mlir" --system "$system" --gpus 1 --bf16 \
       --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
       --attention-dropout "$attention_dropout" --json \
       >"$out/plans/bench/$model.$system.estimate.json"
@@ -162,7 +163,8 @@ done
 . bench/calibration-models.sh
 models=$(mktemp -d)
 for name in "${calibration_models[@]}"; do
-  read -r seq batch < <(calibration_model "$name" "$models")
+  shape=$(calibration_model "$name" "$models")
+  read -r seq batch <<<"$shape"
   "$build/tools/mtc" compile "$models/$name.mlir" --bf16 --seq-length "$seq" --micro-batch-size "$batch" \
     --global-batch-size "$batch" --attention-dropout "$attention_dropout" \
     -o "$out/plans/calibrate/$name.mtp" >/dev/null

@@ -14,9 +14,10 @@
 #   vocab-ab     GPT-2 124M with its vocabulary padded (50,304) and not (50,257), each
 #                profiled: where an odd vocabulary's time goes
 #   sanitize     test-gpu.sh --sanitize-only
-#   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs, copies,
-#                launches, then the kernel families of a GPT-2 350M profile; the system
-#                files it writes, its raw figures and the profile go to logs.tgz
+#   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs (and
+#                their grid), copies, launches, then the calibration models' profiles;
+#                the system file it writes, its raw figures and the profiles go to
+#                logs.tgz, for bench/calibrate-families.sh where mtc is built
 # Each step's output goes to $OUT/<step>.log, a line per step to $OUT/session.log, and the
 # tests' own logs (not their checkpoints) to $OUT/logs.tgz.
 # usage: OUT=DIR bash session.sh [BUDGET [STEP...]]
