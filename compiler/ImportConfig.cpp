@@ -137,6 +137,8 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
                       : "")
      << (c.qkNorm ? ", each query and key head RMS-normalised" : "")
      << (c.window ? ", a sliding window of " + std::to_string(c.window) + " positions" : "")
+     << (c.residualDropout > 0 ? ", each block's outputs dropped at " + real(c.residualDropout)
+                               : "")
      << (tied ? ", output layer tied to the embedding" : "") << ".\n"
      << "// Written by mtc import-config from a transformers config.json.\n";
   os << "module attributes {mt.model = \"" << name << "\", mt.seq_length = " << positions
@@ -170,12 +172,18 @@ std::string llama(const ModelConfig &c, llvm::StringRef name) {
   if (c.outputBias)
     w.param("o_b", "self_attn.o_proj.bias", "zeros", {h});
   w.linear("o", "att", "o_w", q, h, c.outputBias ? "o_b" : "");
-  w.add("r1", "x", "o", h);
+  // Phi-3's resid_pdrop: each block output dropped before its residual add.
+  const double resid = c.residualDropout;
+  if (resid > 0)
+    w.dropout("o_d", "o", resid, h);
+  w.add("r1", "x", resid > 0 ? "o_d" : "o", h);
   w.param("n2_w", "post_attention_layernorm.weight", "ones", {h});
   os << "    %n2 = mt.rms_norm %r1, %n2_w " << epsilon << " : (" << Writer::a(h) << ", "
      << Writer::t({h}) << ") -> " << Writer::a(h) << "\n";
   swigluMlp(w, c, normal, output);
-  w.add("r2", "r1", "mlp", h);
+  if (resid > 0)
+    w.dropout("mlp_d", "mlp", resid, h);
+  w.add("r2", "r1", resid > 0 ? "mlp_d" : "mlp", h);
   os << "    return %r2 : " << Writer::a(h) << "\n  }\n\n";
   os << "  func.func @forward(%tokens: tensor<?x?xi32>, %targets: tensor<?x?xi32>) -> "
         "tensor<f32> {\n";

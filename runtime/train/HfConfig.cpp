@@ -122,6 +122,10 @@ void ropeType(Keys &k, Keys &r, const char *key, ModelConfig &c) {
   else if (type != "default")
     k.fail(Keys::quote(key) + " of type '" + type +
            "' is not one mtc supports (default and llama3 are)");
+  // transformers 5 writes it for Phi-3 (1.0); Phi-4-mini turns 3/4 of each head.
+  if (r.number("partial_rotary_factor", 1) != 1)
+    k.fail(std::string(key) + ": 'partial_rotary_factor' is not 1: mtc's rotary embedding "
+                              "turns every dimension of a head");
   if (std::string e = r.error(); !e.empty())
     k.fail(std::string(key) + ": " + e);
 }
@@ -265,6 +269,26 @@ void qwen3(Keys &k, ModelConfig &c) {
   qwen3Attention(k, c, true);
 }
 
+/// Phi3ForCausalLM: LLaMA's decoder (transformers builds it as Mistral's), its query, key
+/// and value projections one matrix (qkv_proj) and its MLP's gate and up projections one
+/// (gate_up_proj, the gate's rows first); dropout on each block's two outputs before
+/// their residual adds (resid_pdrop); a window where sliding_window gives one
+/// (Phi-3-mini-4k's 2047 of 4096). transformers' Phi-3 reads neither embd_pdrop (its
+/// embedding has no dropout) nor attention_bias (its projections have no biases), nor
+/// original_max_position_embeddings but for long RoPE, which mtc refuses; auto_map names
+/// the remote code that transformers' own Phi3ForCausalLM stands in for.
+void phi3(Keys &k, ModelConfig &c) {
+  decoder(k, c, Defaults({}, {}, {}, 1e-5));
+  c.window = slidingWindow(k, std::nullopt);
+  c.residualDropout = k.number("resid_pdrop", 0);
+  if (c.residualDropout >= 1)
+    k.fail("'resid_pdrop' is not below 1");
+  if (k.number("partial_rotary_factor", 1) != 1)
+    k.fail("'partial_rotary_factor' is not 1: mtc's rotary embedding turns every dimension "
+           "of a head");
+  k.ignore({"embd_pdrop", "attention_bias", "original_max_position_embeddings", "auto_map"});
+}
+
 /// A mixture's experts (`count` names their number), each token's top k, and the
 /// load-balancing loss's coefficient.
 void mixture(Keys &k, ModelConfig &c, const char *count) {
@@ -377,10 +401,10 @@ Status parseModelConfig(const std::string &text, ModelConfig &c) {
                                : "";
   // Each architecture mtc trains, with the reader of its keys.
   const std::pair<const char *, void (*)(Keys &, ModelConfig &)> readers[] = {
-      {"GPT2LMHeadModel", gpt2},        {"LlamaForCausalLM", llama},
-      {"MistralForCausalLM", mistral},  {"Qwen2ForCausalLM", qwen2},
-      {"Qwen3ForCausalLM", qwen3},      {"MixtralForCausalLM", mixtral},
-      {"Qwen3MoeForCausalLM", qwen3Moe}};
+      {"GPT2LMHeadModel", gpt2},         {"LlamaForCausalLM", llama},
+      {"MistralForCausalLM", mistral},   {"Qwen2ForCausalLM", qwen2},
+      {"Qwen3ForCausalLM", qwen3},       {"MixtralForCausalLM", mixtral},
+      {"Qwen3MoeForCausalLM", qwen3Moe}, {"Phi3ForCausalLM", phi3}};
   const auto reader = std::find_if(std::begin(readers), std::end(readers),
                                    [&](const auto &r) { return arch == r.first; });
   if (reader == std::end(readers)) {

@@ -26,7 +26,7 @@ struct ModelConfig {
   double normEpsilon = 0, initStd = 0;
   std::string dtype; // the weights' (torch_dtype, or dtype) as safetensors spells it; "" if
                      // none of BF16, F16, F32
-  // GPT-2
+  // GPT-2 (residualDropout: Phi-3's too, on each block's two outputs)
   double embeddingDropout = 0, attentionDropout = 0, residualDropout = 0;
   bool exactGelu = false; // activation_function "gelu": x·Φ(x); else the tanh approximation
   // LLaMA (attentionDropout too)

@@ -20,7 +20,10 @@ projections, GPT-2's Conv1D [in, out] weights and c_attn columns Q|K|V), then:
   head RMS-normalised by q_norm and k_norm, heads of 16 in a hidden of 32) likewise; and
   sliding windows, masked as transformers masks them: MistralForCausalLM's (serially,
   under tp 2 · sp, cp 2 of both forms and unfused attention) and Qwen2's where
-  use_sliding_window turns it on.
+  use_sliding_window turns it on. Phi3ForCausalLM (its q, k and v projections in one
+  qkv_proj and its gate and up projections in one gate_up_proj, which the import splits
+  into mtc's tensors and the export joins; the reference cuts them as Phi-3's forward
+  does) with its window, serially and under tp 2 · sp.
 - `mtckpt export-hf` gives back every tensor bit for bit, in bf16, fp16 and fp32, from a
   single file and from shards; a second export of the re-imported checkpoint gives
   byte-identical files.
@@ -197,9 +200,9 @@ def window_of(c, layer):
     Qwen3-MoE's every layer, else in those layer_types names (transformers 5) or from
     max_window_layers on."""
     arch = c["architectures"][0]
-    # Left out, as each config class has it: Mixtral none, the others 4096.
-    w = c.get("sliding_window", None if arch == "MixtralForCausalLM" else 4096)
-    if arch in ("MistralForCausalLM", "MixtralForCausalLM"):
+    # Left out, as each config class has it: Mixtral and Phi-3 none, the others 4096.
+    w = c.get("sliding_window", None if arch in ("MixtralForCausalLM", "Phi3ForCausalLM") else 4096)
+    if arch in ("MistralForCausalLM", "MixtralForCausalLM", "Phi3ForCausalLM"):
         return w
     if not arch.startswith("Qwen") or not c.get("use_sliding_window"):
         return None
@@ -293,6 +296,17 @@ MISTRAL = {
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
     "vocab_size": VOCAB, "sliding_window": 5, "attention_dropout": 0.0,
 }
+# Phi-3-mini-4k's keys, scaled down: LLaMA's decoder with its projections in one matrix
+# each (qkv_proj, gate_up_proj), each query seeing its own position and the 4 before it.
+PHI3 = {
+    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
+    "original_max_position_embeddings": SEQ, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "rope_scaling": None, "tie_word_embeddings": False, "vocab_size": VOCAB,
+    "sliding_window": 5, "attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+    "attention_bias": False,
+}
 # Qwen3's keys (transformers 4.51): heads of 16 in a hidden of 32, q_norm and k_norm.
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
@@ -317,8 +331,39 @@ GPT2 = {
 }
 
 
+PHI3_FUSED = (("self_attn.qkv_proj.weight", ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                             "self_attn.v_proj.weight")),
+              ("mlp.gate_up_proj.weight", ("mlp.gate_proj.weight", "mlp.up_proj.weight")))
+
+
+def phi3_fused(w):
+    """LLaMA's tensors as Phi3ForCausalLM holds them: the q, k and v rows in one qkv_proj,
+    the gate's and the up projection's in one gate_up_proj."""
+    out = dict(w)
+    for name in [n for n in w if n.endswith("self_attn.q_proj.weight")]:
+        layer = name[:-len("self_attn.q_proj.weight")]
+        for fused, parts in PHI3_FUSED:
+            out[layer + fused] = np.concatenate([out.pop(layer + p) for p in parts])
+    return out
+
+
+def phi3_split(c, w):
+    """Phi-3's tensors under LLaMA's names, each fused one cut as Phi-3's forward cuts it."""
+    nh, ng, f = c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
+    d = c["hidden_size"] // nh
+    out = dict(w)
+    for name in [n for n in w if n.endswith("self_attn.qkv_proj.weight")]:
+        layer = name[:-len("self_attn.qkv_proj.weight")]
+        for fused, parts in PHI3_FUSED:
+            rows = [nh * d, ng * d, ng * d] if len(parts) == 3 else [f, f]
+            pieces = np.split(out.pop(layer + fused), np.cumsum(rows)[:-1])
+            out.update({layer + p: x for p, x in zip(parts, pieces)})
+    return out
+
+
 def llama_weights(c, rng):
-    """LlamaForCausalLM's tensors, or MixtralForCausalLM's (a router and each expert's)."""
+    """LlamaForCausalLM's tensors, or MixtralForCausalLM's (a router and each expert's), or
+    Phi3ForCausalLM's (fused)."""
     h, f, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     nh, ng = c["num_attention_heads"], c["num_key_value_heads"]
     d = c.get("head_dim", h // nh)
@@ -349,9 +394,10 @@ def llama_weights(c, rng):
                             ("post_attention_layernorm.weight", (h,))] + mlp_shapes + biases:
             w[f"model.layers.{l}.{name}"] = shape
     # Norm weights about 1; biases large enough to move the loss well past the bound.
-    return {n: (rng.normal(0, 1.0, s) if n.endswith(".bias")
-                else (1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
-            for n, s in w.items()}
+    drawn = {n: (rng.normal(0, 1.0, s) if n.endswith(".bias")
+                 else (1.0 if len(s) == 1 else 0.0) + rng.normal(0, 0.1, s)).astype(np.float32)
+             for n, s in w.items()}
+    return phi3_fused(drawn) if c["architectures"] == ["Phi3ForCausalLM"] else drawn
 
 
 def gpt2_weights(c, rng):
@@ -589,15 +635,18 @@ def main():
     # Qwen3's normalised query and key heads (their weights about 1, drawn, so that a norm
     # missing or misplaced changes the loss); Mistral's sliding window, under context
     # parallelism too (its chunks of 4 under cp 2 · p2p: a window reaching into the chunk
-    # before, and the other rank's).
+    # before, and the other rank's); Phi-3's fused projections (split into mtc's tensors
+    # and joined again on export) and its window.
     for arch, config in (("qwen2", QWEN2), ("llama_bias", LLAMA_BIAS), ("qwen3", QWEN3),
-                         ("mistral", MISTRAL), ("qwen2_window", QWEN2_WINDOW)):
+                         ("mistral", MISTRAL), ("qwen2_window", QWEN2_WINDOW), ("phi3", PHI3)):
         # The windows' weights from a generator of their own, leaving the draws of the
         # models after them as they were.
-        windowed = arch in ("mistral", "qwen2_window")
+        windowed = arch in ("mistral", "qwen2_window", "phi3")
         round_trip(arch, config, llama_weights(config, np.random.default_rng(17) if windowed else rng))
         w = {n: decode(raw, dtype, shape).astype(np.float64)
              for n, (dtype, shape, raw) in read_directory(work(f"{arch}_BF16_hf")).items()}
+        if arch == "phi3":
+            w = phi3_split(config, w)
         mean_loss = lambda w, c=config: sum(
             llama_loss(c, w, *batch_at(tokens, SEQ, SEED, mb * MICRO, MICRO))
             for mb in range(GLOBAL // MICRO)) / (GLOBAL // MICRO)
@@ -606,7 +655,7 @@ def main():
         # below prove nothing about them.
         if arch == "qwen3":  # the same weights, the heads not normalised
             what, plain = "the heads' norms", mean_loss(w, dict(config, architectures=["LlamaForCausalLM"]))
-        elif arch in ("mistral", "qwen2_window"):
+        elif arch in ("mistral", "qwen2_window", "phi3"):
             what, plain = "the window", mean_loss(w, dict(config, sliding_window=None))
         else:
             what, plain = "the biases", mean_loss({n: x for n, x in w.items() if not n.endswith(".bias")})

@@ -30,13 +30,16 @@ using json = nlohmann::json;
 /// heads, its key, its value}, d) rows. `transpose`: GPT-2's Conv1D weights are [in, out].
 /// `vocab`: a vocabulary table, which mtc pads with rows past the vocabulary (Megatron's
 /// --make-vocab-size-divisible-by); an import writes none (mtrun pads as it loads), an
-/// export leaves them out.
+/// export leaves them out. `rowsFrom` ≥ 0: the mtc tensor is that row of its one Hugging
+/// Face tensor and the rows after it (Phi-3's gate_up_proj: the gate's rows, then the
+/// up projection's), which an export writes whole from every mapping that slices it.
 struct Mapping {
   std::string mtc;
   std::vector<int64_t> shape;
   std::vector<std::string> hf;
   std::vector<std::vector<int64_t>> hfShapes;
   bool transpose = false, fuse = false, vocab = false;
+  int64_t rowsFrom = -1;
 };
 
 std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
@@ -67,18 +70,29 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
   auto table = [&](std::string mtc, std::string hf, std::string hfPrefix) {
     m.push_back({std::move(mtc), {a.vocab, h}, {hfPrefix + hf}, {{a.vocab, h}}, false, false, true});
   };
+  // Phi-3's projections in one matrix each: [q; k; v] rows, and [gate; up].
+  const bool phi3 = a.architecture == "Phi3ForCausalLM";
   if (a.llama) {
     table("embed_tokens.weight", "embed_tokens.weight", prefix);
     for (int64_t l = 0; l < a.layers; ++l) {
       const std::string mt = cat("layers.", l, "."), hf = cat("layers.", l, ".");
       copy(mt + "input_layernorm.weight", hf + "input_layernorm.weight", {h});
-      m.push_back({mt + "self_attn.qkv.weight",
-                   {q + 2 * kv, h},
-                   {prefix + hf + "self_attn.q_proj.weight", prefix + hf + "self_attn.k_proj.weight",
-                    prefix + hf + "self_attn.v_proj.weight"},
-                   {{q, h}, {kv, h}, {kv, h}},
-                   false,
-                   true});
+      if (phi3)
+        m.push_back({mt + "self_attn.qkv.weight",
+                     {q + 2 * kv, h},
+                     {prefix + hf + "self_attn.qkv_proj.weight"},
+                     {{q + 2 * kv, h}},
+                     false,
+                     true});
+      else
+        m.push_back(
+            {mt + "self_attn.qkv.weight",
+             {q + 2 * kv, h},
+             {prefix + hf + "self_attn.q_proj.weight", prefix + hf + "self_attn.k_proj.weight",
+              prefix + hf + "self_attn.v_proj.weight"},
+             {{q, h}, {kv, h}, {kv, h}},
+             false,
+             true});
       if (a.qkvBias)
         m.push_back({mt + "self_attn.qkv.bias",
                      {q + 2 * kv},
@@ -98,8 +112,16 @@ std::vector<Mapping> mappings(const ModelConfig &a, const std::string &prefix) {
         moe(mt, hf);
         continue;
       }
-      copy(mt + "mlp.gate_proj.weight", hf + "mlp.gate_proj.weight", {a.ffn, h});
-      copy(mt + "mlp.up_proj.weight", hf + "mlp.up_proj.weight", {a.ffn, h});
+      if (phi3) {
+        const std::string fused = prefix + hf + "mlp.gate_up_proj.weight";
+        for (auto [name, from] : {std::pair{"mlp.gate_proj.weight", int64_t{0}},
+                                  std::pair{"mlp.up_proj.weight", a.ffn}})
+          m.push_back(
+              {mt + name, {a.ffn, h}, {fused}, {{2 * a.ffn, h}}, false, false, false, from});
+      } else {
+        copy(mt + "mlp.gate_proj.weight", hf + "mlp.gate_proj.weight", {a.ffn, h});
+        copy(mt + "mlp.up_proj.weight", hf + "mlp.up_proj.weight", {a.ffn, h});
+      }
       copy(mt + "mlp.down_proj.weight", hf + "mlp.down_proj.weight", {h, a.ffn});
     }
     copy("norm.weight", "norm.weight", {h});
@@ -296,6 +318,11 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
             part = transposed(part, m.hfShapes[0][0], m.hfShapes[0][1]);
           joined.insert(joined.end(), part.begin(), part.end());
         }
+        if (m.rowsFrom >= 0) { // its rows of the one tensor
+          const size_t row = rowBytesOf(m);
+          joined = std::vector<char>(joined.begin() + m.rowsFrom * row,
+                                     joined.begin() + (m.rowsFrom + m.shape[0]) * row);
+        }
         out = m.fuse ? fused(joined, a, rowBytesOf(m)) : std::move(joined);
         return Status::success();
       },
@@ -304,6 +331,35 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
                used.size(), " Hugging Face tensors",
                buffers ? cat(" (", buffers, " buffers the model recomputes left out)") : "",
                "; weights only: mtrun --load starts training from them at step 0");
+  return Status::success();
+}
+
+/// Mapping `m`'s Hugging Face tensors as f32 bytes, from the checkpoint `reader` reads: a
+/// tensor that several mappings slice (rowsFrom) whole, from each of them.
+Status hfParts(checkpoint::CheckpointReader &reader, const ModelConfig &a,
+               const std::vector<Mapping> &maps, const Mapping &m,
+               std::vector<std::vector<char>> &parts) {
+  std::vector<char> data(safetensors::bytesOf("F32", m.shape));
+  MT_TRY(reader.read(m.mtc, wholeBox(m.shape), data.data()));
+  if (m.rowsFrom == 0) {
+    data.resize(safetensors::bytesOf("F32", m.hfShapes[0]));
+    for (const Mapping &slice : maps)
+      if (slice.rowsFrom > 0 && slice.hf[0] == m.hf[0])
+        MT_TRY(reader.read(slice.mtc, wholeBox(slice.shape),
+                           data.data() + slice.rowsFrom * rowBytesOf(slice)));
+  }
+  if (m.fuse)
+    data = unfused(data, a, rowBytesOf(m));
+  parts.clear();
+  size_t at = 0;
+  for (const std::vector<int64_t> &shape : m.hfShapes) {
+    const size_t n = safetensors::bytesOf("F32", shape);
+    std::vector<char> part(data.begin() + at, data.begin() + at + n);
+    at += n;
+    if (m.transpose) // back to Conv1D's [in, out]
+      part = transposed(part, shape[1], shape[0]);
+    parts.push_back(std::move(part));
+  }
   return Status::success();
 }
 
@@ -377,6 +433,8 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
   uint64_t shardBytes = 0, total = 0;
   for (size_t i = 0; i < maps.size(); ++i)
     for (size_t p = 0; p < maps[i].hf.size(); ++p) {
+      if (maps[i].rowsFrom > 0) // written whole with its first rows' mapping
+        continue;
       safetensors::Entry e{maps[i].hf[p], dtype, maps[i].hfShapes[p]};
       const uint64_t bytes = safetensors::bytesOf(dtype, e.shape);
       if (!shards.back().empty() && shardBytes + bytes > options.maxShardBytes) {
@@ -399,21 +457,7 @@ Status exportDirectory(const std::string &checkpointDir, const std::string &hfDi
   std::vector<std::vector<char>> parts;
   auto produce = [&](const Out &o, std::vector<char> &bytes) -> Status {
     if (cached != o.mapping) {
-      const Mapping &m = maps[o.mapping];
-      std::vector<char> data(safetensors::bytesOf("F32", m.shape));
-      MT_TRY(reader.read(m.mtc, wholeBox(m.shape), data.data()));
-      if (m.fuse)
-        data = unfused(data, a, rowBytesOf(m));
-      parts.clear();
-      size_t at = 0;
-      for (const std::vector<int64_t> &shape : m.hfShapes) {
-        const size_t n = safetensors::bytesOf("F32", shape);
-        std::vector<char> part(data.begin() + at, data.begin() + at + n);
-        at += n;
-        if (m.transpose) // back to Conv1D's [in, out]
-          part = transposed(part, shape[1], shape[0]);
-        parts.push_back(std::move(part));
-      }
+      MT_TRY(hfParts(reader, a, maps, maps[o.mapping], parts));
       cached = o.mapping;
     }
     bytes = fromF32(parts[o.part], dtype);
