@@ -1,8 +1,8 @@
 // A transformers config.json of a model mtc trains (GPT2LMHeadModel, and LLaMA's decoder:
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
-// MixtralForCausalLM, Qwen3MoeForCausalLM), read once for everything that reads one:
-// `mtc import-config`, which writes the model, and `mtckpt import-hf`/`export-hf`, which convert
-// its weights. Every key is either honoured, known to change nothing mtc trains, or refused by
+// MixtralForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM), read once for everything that
+// reads one: `mtc import-config`, which writes the model, and `mtckpt import-hf`/`export-hf`,
+// which convert its weights. Every key is either honoured, known to change nothing mtc trains, or refused by
 // name, so that no two readers can disagree about what a config means.
 #ifndef MT_RUNTIME_TRAIN_HFCONFIG_H
 #define MT_RUNTIME_TRAIN_HFCONFIG_H

@@ -59,8 +59,8 @@ constexpr const char *kUsage = R"(usage:
   import-config
            writes the model file of a Hugging Face transformers config.json
            (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-           Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM); a key it does not
-           support is refused
+           Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, Phi3ForCausalLM); a
+           key it does not support is refused
   schedule prints each pipeline stage's order of forwards and backwards, proves that
            every receive meets its send, and gives the bubble
   compile  verify -> autodiff -> memory plan -> emit; prints parameters, model
