@@ -283,9 +283,13 @@ void phi3(Keys &k, ModelConfig &c) {
   c.residualDropout = k.number("resid_pdrop", 0);
   if (c.residualDropout >= 1)
     k.fail("'resid_pdrop' is not below 1");
+  // Refused wherever it is not 1 (transformers reads the top-level key only where the
+  // rotary settings leave it out: mtc refuses a little more than it must).
   if (k.number("partial_rotary_factor", 1) != 1)
     k.fail("'partial_rotary_factor' is not 1: mtc's rotary embedding turns every dimension "
            "of a head");
+  if (c.ropeScaling) // Phi3Config takes default and longrope only
+    k.fail("a rotary type of llama3 is not one Phi-3 takes (default or longrope)");
   k.ignore({"embd_pdrop", "attention_bias", "original_max_position_embeddings", "auto_map"});
 }
 

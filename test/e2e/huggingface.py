@@ -350,7 +350,7 @@ def phi3_fused(w):
 def phi3_split(c, w):
     """Phi-3's tensors under LLaMA's names, each fused one cut as Phi-3's forward cuts it."""
     nh, ng, f = c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
-    d = c["hidden_size"] // nh
+    d = c.get("head_dim", c["hidden_size"] // nh)
     out = dict(w)
     for name in [n for n in w if n.endswith("self_attn.qkv_proj.weight")]:
         layer = name[:-len("self_attn.qkv_proj.weight")]

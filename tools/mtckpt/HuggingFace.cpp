@@ -305,7 +305,8 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
     return Status::failure(cat(hfDir, ": tensor '", name, "' is not part of mtc's ", a.architecture,
                                " (nothing is dropped silently)"));
   }
-  std::string written;
+  std::string written, lastRead; // the tensor sliced last, kept for its other slices
+  std::vector<char> lastWhole;
   MT_TRY(checkpoint::writeWholeCheckpoint(
       saveDir, index,
       [&](const std::string &name, std::vector<char> &out) {
@@ -313,13 +314,20 @@ Status importDirectory(const std::string &hfDir, const std::string &saveDir,
         std::vector<char> joined;
         for (const std::string &hf : m.hf) {
           std::vector<char> part;
-          MT_TRY(readF32(source, hf, part));
+          if (m.rowsFrom >= 0 && hf == lastRead)
+            part = lastWhole;
+          else
+            MT_TRY(readF32(source, hf, part));
+          if (m.rowsFrom >= 0)
+            std::tie(lastRead, lastWhole) = std::pair{hf, part};
           if (m.transpose)
             part = transposed(part, m.hfShapes[0][0], m.hfShapes[0][1]);
           joined.insert(joined.end(), part.begin(), part.end());
         }
         if (m.rowsFrom >= 0) { // its rows of the one tensor
           const size_t row = rowBytesOf(m);
+          if ((m.rowsFrom + m.shape[0]) * row > joined.size())
+            return Status::failure(cat(name, ": rows past the end of ", m.hf[0]));
           joined = std::vector<char>(joined.begin() + m.rowsFrom * row,
                                      joined.begin() + (m.rowsFrom + m.shape[0]) * row);
         }
@@ -342,11 +350,17 @@ Status hfParts(checkpoint::CheckpointReader &reader, const ModelConfig &a,
   std::vector<char> data(safetensors::bytesOf("F32", m.shape));
   MT_TRY(reader.read(m.mtc, wholeBox(m.shape), data.data()));
   if (m.rowsFrom == 0) {
+    int64_t rows = m.shape[0];
     data.resize(safetensors::bytesOf("F32", m.hfShapes[0]));
     for (const Mapping &slice : maps)
-      if (slice.rowsFrom > 0 && slice.hf[0] == m.hf[0])
+      if (slice.rowsFrom > 0 && slice.hf[0] == m.hf[0]) {
         MT_TRY(reader.read(slice.mtc, wholeBox(slice.shape),
                            data.data() + slice.rowsFrom * rowBytesOf(slice)));
+        rows += slice.shape[0];
+      }
+    if (rows != m.hfShapes[0][0])
+      return Status::failure(
+          cat(m.hf[0], ": its slices hold ", rows, " of its ", m.hfShapes[0][0], " rows"));
   }
   if (m.fuse)
     data = unfused(data, a, rowBytesOf(m));
