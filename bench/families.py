@@ -123,10 +123,10 @@ def launch_gap(profile, step):
     return (low + high) / 2
 
 
-def fit(points):
+def fit(points, name=""):
     """(fixed seconds per run t, seconds per unit c) for which runs·t + c·x best gives
     each point's (runs, x, seconds), in relative error; t = 0 where one point is given
-    or the fit would make t or c negative."""
+    or the fit would make t or c negative (said on stderr for `name`)."""
     w = [1 / y for _, _, y in points]
     rr = sum((wi * r) ** 2 for wi, (r, _, _) in zip(w, points))
     rx = sum(wi * wi * r * x for wi, (r, x, _) in zip(w, points))
@@ -138,6 +138,8 @@ def fit(points):
         t, c = (ry * xx - rx * xy) / det, (rr * xy - rx * ry) / det
         if t >= 0 and c > 0:
             return t, c
+        print(f"families.py: {name}: no fixed time fits its runs (t {t * 1e6:.3g} us, "
+              f"c {c:.3g}): a rate alone", file=sys.stderr)
     return 0.0, xy / xx
 
 
@@ -166,7 +168,7 @@ def calibrate(args):
     kernels = system.setdefault("kernels", {})
     sources = system.setdefault("sources", {})
     for name in sorted(points):
-        fixed, per = fit(points[name])
+        fixed, per = fit(points[name], name)
         rate = 1 / per if kinds[name] == "efficiency" else 1 / per / 1e9
         kernels[name] = {kinds[name]: float(f"{rate:.6g}")}
         if fixed > 0:

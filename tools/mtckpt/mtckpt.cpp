@@ -9,8 +9,9 @@
 //                                         checkpoint, which mtrun --load reads
 //   mtckpt diff DIR DIR                   whether two checkpoints hold the same state
 //                                         bit for bit, whatever layouts saved them
-//   mtckpt import-hf HF_DIR -o DIR        a Hugging Face GPT-2 or LLaMA directory becomes
-//                                         DIR's latest checkpoint, of weights alone
+//   mtckpt import-hf HF_DIR -o DIR        a Hugging Face directory of an architecture
+//                                         runtime/train/HfConfig.h lists becomes DIR's
+//                                         latest checkpoint, of weights alone
 //   mtckpt export-hf DIR --config config.json -o HF_DIR [--dtype bf16|fp16|fp32]
 //                    [--max-shard-size BYTES]
 //                                         the reverse: a directory transformers loads
