@@ -1,5 +1,4 @@
 #include "compiler/Estimate.h"
-#include "compiler/GemmModel.h"
 #include "core/SharedMath.h"
 #include "dialects/mt/Collectives.h"
 #include "dialects/mt/PlanEncoding.h"
@@ -96,13 +95,9 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
     // The scores stay on chip: each product costs its waves of tiles, never its bytes.
     const double share = mask.causal ? causalShare(scores.n, kFlashBlock) : 1;
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
-    auto waves = [&](const mlir::mt::GemmShape &g) {
-      return ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
-                                   system.multiprocessors,
-                                   system.peak(type) * system.gemmEfficiency);
-    };
-    return (again ? launches : 0) + share * ((backward ? 2 + again : 1) * waves(scores) +
-                                             (backward ? 3 + again : 1) * waves(values));
+    return (again ? launches : 0) +
+           share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
+                    (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));
   }
   const double s = static_cast<double>(scores.n);
   const double share = mask.pairs(scores.n) / (s * s);

@@ -175,7 +175,7 @@ bool readGemmTable(Fields &f, GemmTable &out) {
     std::optional<double> r = v.getAsNumber();
     if (!r || !std::isfinite(*r) || *r < 1e-6 || *r > 1e9)
       return f.fail("tflops", "must be numbers in [1e-6, 1e9] (TFLOP/s)");
-    out.rates.push_back(*r * 1e12);
+    out.logRates.push_back(std::log(*r * 1e12));
   }
   return true;
 }
@@ -275,7 +275,7 @@ double GemmTable::rate(int64_t m, int64_t n, int64_t k) const {
       weight *= up ? fraction[d] : 1 - fraction[d];
     }
     if (weight > 0)
-      logRate += weight * std::log(rates[(at[0] * count + at[1]) * count + at[2]]);
+      logRate += weight * logRates[(at[0] * count + at[1]) * count + at[2]];
   }
   return std::exp(logRate);
 }
@@ -430,13 +430,17 @@ double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &g,
     auto atLeast = [&](int64_t x) { return static_cast<double>(std::max(x, table.dims.front())); };
     return 2 * atLeast(g.m) * atLeast(g.n) * atLeast(g.k) / table.rate(g.m, g.n, g.k);
   }
-  const double compute =
-      ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
-                            system.multiprocessors,
-                            system.peak(elementType) * system.gemmEfficiency);
+  const double compute = gemmWaveTime(system, g, elementType);
   const double memory = ::mt::gemmBytes(g.batch, g.m, g.n, g.k, elementBytes) /
                         (system.memoryBandwidth * system.memoryEfficiency);
   return std::max(compute, memory);
+}
+
+double gemmWaveTime(const SystemSpec &system, const mlir::mt::GemmShape &g,
+                    llvm::StringRef elementType) {
+  return ::mt::gemmWaveSeconds(g.batch, g.m, g.n, g.k, system.tileM, system.tileN,
+                               system.multiprocessors,
+                               system.peak(elementType) * system.gemmEfficiency);
 }
 
 double causalShare(int64_t s, int64_t block) {

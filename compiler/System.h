@@ -37,7 +37,7 @@ struct KernelRate {
 /// a product (GemmShape).
 struct GemmTable {
   std::vector<int64_t> dims; // ascending
-  std::vector<double> rates; // FLOP/s, in the order [m][n][k]
+  std::vector<double> logRates; // ln(FLOP/s), in the order [m][n][k]
 
   /// FLOP/s of an m x k by k x n product: the grid's rates interpolated (trilinearly, in
   /// the logarithms of the dimensions and of the rate), a dimension beyond the grid
@@ -127,6 +127,10 @@ std::string systemNames();
 /// operands over the memory bandwidth where that is longer.
 double gemmSeconds(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
                    llvm::StringRef elementType, int64_t elementBytes);
+/// Its compute alone: whole waves of tiles at the peak times gemm_efficiency (a product
+/// whose result never leaves the chip, as flash attention's scores).
+double gemmWaveTime(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
+                    llvm::StringRef elementType);
 /// The share of an s×s product a causal kernel computes in square blocks of `block`: the
 /// T(T+1)/2 of T² blocks on or below the diagonal, T = ⌈s/block⌉; a half for long s.
 double causalShare(int64_t s, int64_t block);

@@ -265,15 +265,6 @@ LLAMA = {
     "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
 }
-MIXTRAL = {
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_act": "silu",
-    "hidden_size": 64, "intermediate_size": 48, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
-    "rms_norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-    "vocab_size": VOCAB, "num_local_experts": 4, "num_experts_per_tok": 2,
-    "router_aux_loss_coef": 0.02, "output_router_logits": False, "router_jitter_noise": 0.0,
-    "sliding_window": None, "attention_dropout": 0.0,
-}
 # Qwen2.5's keys as transformers 5 writes them (rope_parameters, layer_types, no window).
 QWEN2 = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_act": "silu",
@@ -296,17 +287,16 @@ MISTRAL = {
     "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
     "vocab_size": VOCAB, "sliding_window": 5, "attention_dropout": 0.0,
 }
+# Mixtral's: Mistral's decoder without a window, 4 experts of 48, each token's top 2.
+MIXTRAL = dict(MISTRAL, architectures=["MixtralForCausalLM"], model_type="mixtral",
+               intermediate_size=48, rope_theta=1000000.0, sliding_window=None,
+               num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.02,
+               output_router_logits=False, router_jitter_noise=0.0)
 # Phi-3-mini-4k's keys, scaled down: LLaMA's decoder with its projections in one matrix
 # each (qkv_proj, gate_up_proj), each query seeing its own position and the 4 before it.
-PHI3 = {
-    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_act": "silu",
-    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": SEQ,
-    "original_max_position_embeddings": SEQ, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-    "rope_scaling": None, "tie_word_embeddings": False, "vocab_size": VOCAB,
-    "sliding_window": 5, "attention_dropout": 0.0, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-    "attention_bias": False,
-}
+PHI3 = dict(MISTRAL, architectures=["Phi3ForCausalLM"], model_type="phi3",
+            original_max_position_embeddings=SEQ, rope_scaling=None, resid_pdrop=0.0,
+            embd_pdrop=0.0, attention_bias=False)
 # Qwen3's keys (transformers 4.51): heads of 16 in a hidden of 32, q_norm and k_norm.
 QWEN3 = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_act": "silu",
