@@ -456,12 +456,54 @@ double modelSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
 
 } // namespace
 
+double stagingSeconds(Operation *op, const SystemSpec &system) {
+  const bool grouped = isa<mlir::mt::GroupedLinearOp, mlir::mt::GroupedLinearGradInputOp,
+                           mlir::mt::GroupedLinearGradWeightOp>(op);
+  if (!grouped && !isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
+                       mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp,
+                       mlir::mt::LinearGradWeightBiasOp>(op))
+    return 0;
+  auto misaligned = [](Value v) {
+    auto type = cast<ShapedType>(v.getType());
+    const int64_t size = (type.getElementTypeBitWidth() + 7) / 8;
+    return type.getShape().back() * size % 16 != 0;
+  };
+  // B is the first operand (x, or dy); C the first result, written plainly except by an
+  // activation's epilogue, into an accumulated gradient or with the bias gradient.
+  const Value b = op->getOperand(0), c = op->getResult(0);
+  const bool plainC =
+      isa<mlir::mt::LinearOp, mlir::mt::LinearGradInputOp, mlir::mt::LinearGradWeightOp>(op) ||
+      grouped;
+  auto accumulates = dyn_cast<mlir::mt::GradAccumulatingOpInterface>(op);
+  int64_t bytes = 0;
+  if (misaligned(b)) {
+    Operation *before = op->getPrevNode();
+    const bool reread =
+        isa<mlir::mt::LinearGradWeightOp, mlir::mt::LinearGradWeightBiasOp>(op) && before &&
+        isa<mlir::mt::LinearGradInputOp, mlir::mt::LinearGradInputGeluOp>(before) &&
+        before->getOperand(0) == b;
+    bytes = reread ? 0 : mlir::mt::tensorBytes(b.getType());
+  } else if (plainC && !(accumulates && accumulates.accumulates()) && misaligned(c)) {
+    bytes = mlir::mt::tensorBytes(c.getType());
+  }
+  if (bytes == 0)
+    return 0;
+  // A copy per expert's rows of a grouped product.
+  const int64_t experts =
+      !grouped ? 1
+      : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
+          ? cast<ShapedType>(c.getType()).getDimSize(0)
+          : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
+  return static_cast<double>(experts) * system.kernelOverhead + memorySeconds(system, 2 * bytes);
+}
+
 double kernelSeconds(Operation *op, const SystemSpec &system) {
   auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
   if (!cost)
     return 0;
   return calibrated(system, familyOf(op), profileFlops(op), cost.getBytesMoved(),
-                    modelSeconds(cost, system));
+                    modelSeconds(cost, system)) +
+         stagingSeconds(op, system);
 }
 
 Placement placeGroups(const SystemSpec &system, const StepLayout &layout) {

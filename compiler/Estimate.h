@@ -93,6 +93,13 @@ std::vector<ChunkProfile> profileChunks(mlir::ModuleOp module, const SystemSpec 
 /// products or its bytes, whichever is longer, plus the kernel overhead; 0 for ops that
 /// launch none.
 double kernelSeconds(mlir::Operation *op, const SystemSpec &system);
+/// The seconds of the copies the CUDA backend makes around a GEMM whose rows (of B or of
+/// a plain C) are not a whole number of 16 bytes, which cuBLASLt runs far slower
+/// (CudaBackend.cu, stagedB and stagingFor): B (the first operand) padded before it, or
+/// else C (the first result) after it; a weight gradient rereads the copy of dy its input
+/// gradient, just before it, made. One copy per expert of a grouped product. In
+/// kernelSeconds.
+double stagingSeconds(mlir::Operation *op, const SystemSpec &system);
 /// The FLOPs of one run of a kernel as `mtrun --profile` counts them (runtime/exec/
 /// Executor.cpp): a linear's products, 2·m·n·k each; fused attention's QKᵀ and P·V, half
 /// of them under a causal mask, 2.5 times that backward; 0 for the rest.

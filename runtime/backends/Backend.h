@@ -39,6 +39,9 @@ struct StepContext {
   /// False in evaluation: every dropout is the identity (dropoutRate), and a program
   /// runs forward only, up to its loss.
   bool training = true;
+  /// The instruction run: its program and its index there (Executor sets them; a backend
+  /// may keep what an instruction made for the one after it in the same program).
+  uint32_t program = 0, instruction = 0;
 };
 
 /// The rate at which a dropout instruction (or attention's probability dropout) drops:

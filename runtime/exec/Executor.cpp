@@ -585,6 +585,8 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
   const plan::Program &prog = *plan_.programs()->Get(program);
   const std::vector<TensorView> &views = views_[program];
   TensorView in[8], out[8];
+  StepContext here = context;
+  here.program = program;
   const auto &instructions = *prog.instructions();
   end = std::min<uint32_t>(end, instructions.size());
   // An evaluation ends with the instruction that completes the loss.
@@ -603,9 +605,10 @@ Status Executor::runInstructions(uint32_t program, const StepContext &context,
     for (uint32_t id : *inst.outputs())
       out[n++] = views[id];
     running_ = i;
+    here.instruction = i;
     if (Status s = opcodeInfo(inst.opcode()).runsOn == RunsOn::Comm
-                       ? runCollective(inst, in, out, context)
-                       : runKernel(inst, in, out, context);
+                       ? runCollective(inst, in, out, here)
+                       : runKernel(inst, in, out, here);
         !s.ok())
       return failedAt(program, i, s);
     if (timed) {

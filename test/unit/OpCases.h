@@ -117,6 +117,20 @@ inline std::vector<OpCase> opCases() {
   c.push_back({"linear_wide", linearWide, "", 8, 32});
   c.push_back({"linear_wide_separate", linearWide, "", 8, 32, "--no-gradient-accumulation-fusion"});
   c.push_back({"linear_wide_unfused", linearWide, "", 8, 32, "--no-bias-grad-fusion"});
+  // An LM head over an odd vocabulary (101 classes): in 16 bits the rows of its logits, and
+  // of their gradient, are not a whole number of 16 bytes, and the CUDA backend runs its
+  // GEMMs on copies with padded rows, its weight gradient reading the copy its input
+  // gradient made; with the bias gradient in the weight gradient's GEMM and apart.
+  const std::string oddHead = oneOpModel(R"(
+  %x = mt.param "x" normal(1.0) : tensor<2x8x64xf32>
+  %w = mt.param "w" normal(0.1) : tensor<101x64xf32>
+  %b = mt.param "b" normal(0.1) : tensor<101xf32>
+  %logits = mt.linear %x, %w, %b : (tensor<2x8x64xf32>, tensor<101x64xf32>, tensor<101xf32>) -> tensor<2x8x101xf32>)",
+      101,
+      "  %loss = mt.cross_entropy %logits, %targets : (tensor<2x8x101xf32>, tensor<?x?xi32>) -> "
+      "tensor<f32>");
+  c.push_back({"lm_head_odd", oddHead, "", 8, 101});
+  c.push_back({"lm_head_odd_unfused", oddHead, "", 8, 101, "--no-bias-grad-fusion"});
   // A GELU between two linears: mt-fuse-epilogues folds it into the first linear and its
   // gradient into the second's input gradient (--no-bias-gelu-fusion: the pair as is).
   // 8 hidden features, or 32 over 8 rows of 16 (the cuBLASLt-only test's), suit

@@ -174,6 +174,8 @@ public:
   Status run(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
              const StepContext &ctx) override {
     ++runs_;
+    ++calls_;
+    previous_ = std::exchange(running_, Place{ctx.program, ctx.instruction});
     // The storage type of the instruction's activations: its first non-index,
     // non-accumulator operand; plans of f32, bf16 and f16 run here.
     DType t = DType::F32;
@@ -272,6 +274,7 @@ public:
     const size_t runs = std::exchange(runs_, runsBefore);
     if (!why.empty()) {
       (void)cudaGetLastError(); // what failed in the capture is reported here, not later
+      staged_ = {};             // as recorded, never run
       return nullptr;
     }
     return std::make_unique<Graph>(*this, exec, base, std::move(checks), runs);
@@ -366,7 +369,7 @@ public:
 
   uint64_t workspaceBytes() const override {
     return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ +
-           scratch_.capacity() + gemmOut_.capacity() + biasCopy_.capacity() +
+           scratch_.capacity() + gemmOut_.capacity() + biasCopy_.capacity() + staging_.capacity() +
            cudnnWorkspace_.capacity() + adamwTable_.capacity() + squaresTable_.capacity();
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
@@ -579,6 +582,22 @@ private:
     return counters_;
   }
 
+  /// What staging_ holds: B's copy (stagedB's arguments), made (or read) by run() call
+  /// `call`; nothing where `source` is null.
+  struct Staged {
+    const void *source = nullptr;
+    int64_t rows = 0, columns = 0, ld = 0;
+    DType dtype = DType::F32;
+    uint64_t call = 0;
+  };
+  /// An instruction's place in its program (StepContext's program and instruction).
+  struct Place {
+    uint32_t program = 0, instruction = 0;
+    bool follows(const Place &before) const {
+      return program == before.program && instruction == before.instruction + 1;
+    }
+  };
+
   /// A program's launches (or a stretch of them) as a CUDA graph, replayed with each
   /// step's counters; its ids' checks are read after the program as those of runs are.
   /// Its checks' flags follow the `base` checks of the program's runs before it.
@@ -587,7 +606,8 @@ private:
     Graph(CudaBackend &backend, cudaGraphExec_t exec, size_t base, std::vector<IdsCheck> checks,
           size_t runs)
         : backend_(backend), exec_(exec), generation_(backend.generation_), base_(base),
-          checks_(std::move(checks)), runs_(runs) {}
+          checks_(std::move(checks)), runs_(runs), last_(backend.running_),
+          staged_(backend.staged_.call == backend.calls_ ? backend.staged_ : Staged{}) {}
     ~Graph() override {
       if (exec_)
         (void)handled(cudaGraphExecDestroy(exec_));
@@ -606,6 +626,10 @@ private:
           backend_.checks_.push_back(c);
         }
         backend_.runs_ += runs_;
+        backend_.calls_ += runs_;
+        backend_.running_ = last_;
+        backend_.staged_ = staged_;
+        backend_.staged_.call = backend_.calls_;
       });
     }
 
@@ -616,7 +640,56 @@ private:
     size_t base_;
     std::vector<IdsCheck> checks_;
     size_t runs_;
+    Place last_;    // the last instruction it runs
+    Staged staged_; // what its last instruction left in the staging buffer, if anything
   };
+
+  /// cuBLASLt runs at a fraction of its speed on a matrix whose columns (column-major)
+  /// are not a whole number of 16 bytes, as an odd vocabulary's logits are (its LM head's
+  /// GEMMs at 150–210 TFLOP/s in place of 700–800 on an H100): such a B is read, and such
+  /// a C written, through staging_, its columns padded to 16 bytes by a pitched copy.
+  static int64_t paddedColumn(int64_t ld, DType dtype) {
+    const int64_t per = 16 / static_cast<int64_t>(dtypeBytes(dtype));
+    return (ld + per - 1) / per * per;
+  }
+  /// `columns` columns of `rows` elements, `srcLd` apart at `src`, to `dstLd` apart.
+  void copyColumns(void *dst, int64_t dstLd, const void *src, int64_t srcLd, int64_t rows,
+                   int64_t columns, DType dtype) {
+    const size_t size = dtypeBytes(dtype);
+    check(cudaMemcpy2DAsync(dst, size * dstLd, src, size * srcLd, size * rows, columns,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "copying misaligned columns to or from their staging");
+  }
+  /// B (`columns` of `rows` elements, `ld` apart) where cuBLASLt reads it: B itself where
+  /// its columns are aligned, else its copy in staging_, with `ld` padded. The copy is not
+  /// made again where the run() call before, the instruction before this one in its
+  /// program, made it (a weight gradient after its input gradient: both read dy).
+  const void *stagedB(const void *b, int64_t rows, int64_t columns, int64_t &ld, DType dtype) {
+    const int64_t padded = paddedColumn(ld, dtype);
+    if (padded == ld)
+      return b;
+    void *copy = grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
+    const Staged wanted{b, rows, columns, ld, dtype, calls_};
+    const bool held = staged_.source == b && staged_.rows == rows &&
+                      staged_.columns == columns && staged_.ld == ld &&
+                      staged_.dtype == dtype && staged_.call + 1 == calls_ &&
+                      running_.follows(previous_);
+    if (!held)
+      copyColumns(copy, padded, b, ld, rows, columns, dtype);
+    staged_ = wanted;
+    ld = padded;
+    return copy;
+  }
+  /// Where cuBLASLt writes C (`columns` of `ld` elements): C itself where its columns are
+  /// aligned, else staging_, with `ld` padded (the caller copies it to C).
+  void *stagingFor(void *c, int64_t columns, int64_t &ld, DType dtype) {
+    const int64_t padded = paddedColumn(ld, dtype);
+    if (padded == ld)
+      return c;
+    staged_ = {};
+    ld = padded;
+    return grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
+  }
 
   /// C = op(A)·op(B) with `epilogue` (Gemm.cuh), column-major, C contiguous (ldc = m):
   /// f32 compute, A, B, C, the bias (length m) and the auxiliary matrix in `dtype`.
@@ -644,16 +717,24 @@ private:
     // The (biased) product: GELU's input, kept in the auxiliary matrix, or C.
     void *stored = activation == Activation::Gelu ? epilogue.aux : c;
     if (gemmPath_ != GemmPath::CublasOnly) {
+      // B, or else a plain C, through the staging buffer where its columns are misaligned.
+      int64_t ldB = ldb, ldStored = ldc;
+      const void *bRead = stagedB(b, transB ? n : k, transB ? k : n, ldB, dtype);
+      void *target = bRead == b && activation == Activation::None && !epilogue.accumulate
+                         ? stagingFor(c, n, ldStored, dtype)
+                         : stored;
       // The activation in cuBLASLt's epilogue in 16 bits; otherwise, or where cuBLASLt
       // has no algorithm for that epilogue, its plain GEMM and then our kernel.
       if (activation != Activation::None && dtype != DType::F32 &&
-          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
+          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB,
                         c, ldc, dtype, epilogue, stream_))
         return;
-      if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, b, ldb,
-                        stored, ldc, dtype,
+      if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB,
+                        target, ldStored, dtype,
                         Epilogue{bias, Activation::None, nullptr, epilogue.accumulate},
                         stream_)) {
+        if (target != stored)
+          copyColumns(c, ldc, target, ldStored, m, n, dtype);
         applyActivation(epilogue, stored, c, m * n, dtype);
         return;
       }
@@ -892,9 +973,11 @@ private:
     const TensorView *in = c.in, *out = c.out;
     const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
     Epilogue epilogue{nullptr, Activation::None, nullptr, c.inst.accumulate(), sums};
+    int64_t ldDy = nOut;
     if (sums && gemmPath_ != GemmPath::CublasOnly &&
         ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k,
-                      in[0].data, nOut, out[0].data, k, c.type(), epilogue, stream_))
+                      stagedB(in[0].data, nOut, m, ldDy, c.type()), ldDy, out[0].data, k,
+                      c.type(), epilogue, stream_))
       return true;
     if (sums && gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error(cat("cuda backend: cuBLASLt did not run the bias-gradient "
@@ -1510,6 +1593,10 @@ private:
   DeviceBuffer scratch_;  // one instruction's temporaries
   DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
+  DeviceBuffer staging_;  // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
+  Staged staged_;
+  Place running_, previous_; // of the run() call running (or last run) and of the one before
+  uint64_t calls_ = 0;       // run() calls, and those a replay stands for
   CudnnAttention cudnn_;
   DeviceBuffer cudnnWorkspace_;
   DeviceBuffer adamwTable_, squaresTable_; // the optimizer's chunks (onDevice)
