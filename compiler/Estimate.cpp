@@ -478,10 +478,10 @@ double stagingSeconds(Operation *op, const SystemSpec &system) {
   int64_t bytes = 0;
   if (misaligned(b)) {
     Operation *before = op->getPrevNode();
-    const bool reread =
-        isa<mlir::mt::LinearGradWeightOp, mlir::mt::LinearGradWeightBiasOp>(op) && before &&
-        isa<mlir::mt::LinearGradInputOp, mlir::mt::LinearGradInputGeluOp>(before) &&
-        before->getOperand(0) == b;
+    const bool reread = isa<mlir::mt::LinearGradWeightOp, mlir::mt::LinearGradWeightBiasOp>(op) &&
+                        before &&
+                        isa<mlir::mt::LinearGradInputOp, mlir::mt::LinearGradInputGeluOp>(before) &&
+                        before->getOperand(0) == b;
     bytes = reread ? 0 : mlir::mt::tensorBytes(b.getType());
   } else if (plainC && !(accumulates && accumulates.accumulates()) && misaligned(c)) {
     bytes = mlir::mt::tensorBytes(c.getType());
@@ -489,11 +489,10 @@ double stagingSeconds(Operation *op, const SystemSpec &system) {
   if (bytes == 0)
     return 0;
   // A copy per expert's rows of a grouped product.
-  const int64_t experts =
-      !grouped ? 1
-      : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
-          ? cast<ShapedType>(c.getType()).getDimSize(0)
-          : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
+  const int64_t experts = !grouped ? 1
+                          : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
+                              ? cast<ShapedType>(c.getType()).getDimSize(0)
+                              : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
   return static_cast<double>(experts) * system.kernelOverhead + memorySeconds(system, 2 * bytes);
 }
 

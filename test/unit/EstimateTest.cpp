@@ -411,13 +411,13 @@ TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
     };
     const std::string v = std::to_string(vocab), x = ty("4x512x1024"), w = ty(v + "x1024"),
                       y = ty("4x512x" + v), gw = ty(v + "x1024");
-    const std::string source =
-        "func.func @f(%x: " + x + ", %w: " + w + ", %dy: " + y + ") {\n" +
-        "  %y = mt.linear %x, %w : (" + x + ", " + w + ") -> " + y + "\n" +
-        "  %dx = mt.linear_grad_input %dy, %w : (" + y + ", " + w + ") -> " + x + "\n" +
-        "  %dw = mt.linear_grad_weight %dy, %x : (" + y + ", " + x + ") -> " + gw + "\n" +
-        "  %dw2 = mt.linear_grad_weight %dy, %x : (" + y + ", " + x + ") -> " + gw + "\n" +
-        "  return\n}\n";
+    const std::string source = "func.func @f(%x: " + x + ", %w: " + w + ", %dy: " + y + ") {\n" +
+                               "  %y = mt.linear %x, %w : (" + x + ", " + w + ") -> " + y + "\n" +
+                               "  %dx = mt.linear_grad_input %dy, %w : (" + y + ", " + w + ") -> " +
+                               x + "\n" + "  %dw = mt.linear_grad_weight %dy, %x : (" + y + ", " +
+                               x + ") -> " + gw + "\n" +
+                               "  %dw2 = mt.linear_grad_weight %dy, %x : (" + y + ", " + x +
+                               ") -> " + gw + "\n" + "  return\n}\n";
     mlir::OwningOpRef<mlir::ModuleOp> module =
         mlir::parseSourceString<mlir::ModuleOp>(source, &context);
     ASSERT_TRUE(module);
@@ -428,8 +428,7 @@ TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
     });
     ASSERT_EQ(ops.size(), 4u);
     // One copy of the logits (or of dy): read and written, with its launch.
-    const double copy =
-        copies ? 3e-6 + memorySeconds(s, 2 * int64_t{4} * 512 * vocab * size) : 0;
+    const double copy = copies ? 3e-6 + memorySeconds(s, 2 * int64_t{4} * 512 * vocab * size) : 0;
     EXPECT_DOUBLE_EQ(stagingSeconds(ops[0], s), copy);
     EXPECT_DOUBLE_EQ(stagingSeconds(ops[1], s), copy);
     EXPECT_DOUBLE_EQ(stagingSeconds(ops[2], s), 0); // dy's copy read again

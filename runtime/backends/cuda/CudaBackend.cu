@@ -368,8 +368,8 @@ public:
   void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
 
   uint64_t workspaceBytes() const override {
-    return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ +
-           scratch_.capacity() + gemmOut_.capacity() + biasCopy_.capacity() + staging_.capacity() +
+    return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ + scratch_.capacity() +
+           gemmOut_.capacity() + biasCopy_.capacity() + staging_.capacity() +
            cudnnWorkspace_.capacity() + adamwTable_.capacity() + squaresTable_.capacity();
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
@@ -670,9 +670,8 @@ private:
       return b;
     void *copy = grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
     const Staged wanted{b, rows, columns, ld, dtype, calls_};
-    const bool held = staged_.source == b && staged_.rows == rows &&
-                      staged_.columns == columns && staged_.ld == ld &&
-                      staged_.dtype == dtype && staged_.call + 1 == calls_ &&
+    const bool held = staged_.source == b && staged_.rows == rows && staged_.columns == columns &&
+                      staged_.ld == ld && staged_.dtype == dtype && staged_.call + 1 == calls_ &&
                       running_.follows(previous_);
     if (!held)
       copyColumns(copy, padded, b, ld, rows, columns, dtype);
@@ -726,13 +725,12 @@ private:
       // The activation in cuBLASLt's epilogue in 16 bits; otherwise, or where cuBLASLt
       // has no algorithm for that epilogue, its plain GEMM and then our kernel.
       if (activation != Activation::None && dtype != DType::F32 &&
-          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB,
-                        c, ldc, dtype, epilogue, stream_))
+          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB, c,
+                        ldc, dtype, epilogue, stream_))
         return;
       if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB,
                         target, ldStored, dtype,
-                        Epilogue{bias, Activation::None, nullptr, epilogue.accumulate},
-                        stream_)) {
+                        Epilogue{bias, Activation::None, nullptr, epilogue.accumulate}, stream_)) {
         if (target != stored)
           copyColumns(c, ldc, target, ldStored, m, n, dtype);
         applyActivation(epilogue, stored, c, m * n, dtype);
@@ -976,8 +974,8 @@ private:
     int64_t ldDy = nOut;
     if (sums && gemmPath_ != GemmPath::CublasOnly &&
         ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k,
-                      stagedB(in[0].data, nOut, m, ldDy, c.type()), ldDy, out[0].data, k,
-                      c.type(), epilogue, stream_))
+                      stagedB(in[0].data, nOut, m, ldDy, c.type()), ldDy, out[0].data, k, c.type(),
+                      epilogue, stream_))
       return true;
     if (sums && gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error(cat("cuda backend: cuBLASLt did not run the bias-gradient "
