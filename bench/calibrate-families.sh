@@ -6,7 +6,9 @@
 # time and rate to every profile's runs, and writes OUT: MEASURED with `kernels`, and a
 # `runtime` whose host gap per launch comes from GPT-2 350M's step kernel by kernel
 # (MEASURED's name with .eager.log). MEASURED must have neither yet (its estimates would
-# be calibrated already).
+# be calibrated already). Then each model's step as mtrun ran it, its programs replayed as
+# CUDA graphs (.MODEL.step.log), beside its profile's device time: what the profile's
+# kernel-by-kernel timing adds or leaves out, which the estimate has no term for yet.
 #   bash bench/calibrate-families.sh MEASURED.json OUT.json
 #     MTC: the mtc to run (a path, or a name on PATH; default: the build's)
 set -euo pipefail
@@ -28,6 +30,7 @@ PY
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pairs=() used=()
+declare -A tokens_of
 for name in "${calibration_models[@]}"; do
   profile=${measured%.json}.$name.profile.log
   if [ ! -s "$profile" ]; then
@@ -38,6 +41,7 @@ for name in "${calibration_models[@]}"; do
   used+=("$name")
   shape=$(calibration_model "$name" "$work")
   read -r seq batch <<<"$shape"
+  tokens_of[$name]=$((seq * batch))
   [ "$name" != gpt2-350m ] || tokens=$((seq * batch))
   "$mtc" estimate "$work/$name.mlir" --system "$measured" --gpus 1 --bf16 \
     --seq-length "$seq" --micro-batch-size "$batch" --global-batch-size "$batch" \
@@ -53,3 +57,23 @@ python3 bench/families.py calibrate "${pairs[@]}" --system "$measured" \
   --eager-step-seconds "$(python3 -c "print($tokens / $rate)")" \
   --source "mtrun --profile of the calibration models (bench/calibration-models.sh: ${used[*]}), fitted by bench/calibrate-families.sh; $how" \
   -o "$out"
+echo "calibrate-families: each model's step, its programs replayed as graphs, against its profile"
+for name in "${used[@]}"; do
+  log=${measured%.json}.$name.step.log
+  [ -s "$log" ] || { echo "  $name: no step log ($log)"; continue; }
+  step_rate=$(sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$log" | tail -1)
+  [ -n "$step_rate" ] || { echo "calibrate-families: no tok/s in $log" >&2; exit 1; }
+  python3 - "$name" "${measured%.json}.$name.profile.log" "${tokens_of[$name]}" "$step_rate" <<'PY'
+import sys
+sys.path.insert(0, "bench")
+import families
+name, profile, tokens, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+total = []
+families.read_profile(profile, total)
+launches, device = total
+step = tokens / rate
+print(f"  {name}: step {step * 1e3:.3f} ms, profile {device * 1e3:.3f} ms in {launches} "
+      f"launches: {100 * (step - device) / device:+.2f}%, "
+      f"{(step - device) / launches * 1e6:+.2f} us a launch")
+PY
+done

@@ -5,7 +5,9 @@
 # place of the specification's. Beside it, for the kernel families: `mtrun --profile` of
 # each calibration model (bench/calibration-models.sh; OUT's name with .MODEL.profile.log)
 # and GPT-2 350M's steps kernel by kernel (.eager.log), which bench/calibrate-families.sh
-# turns into the families' rates where mtc is built. Each field's source names this
+# turns into the families' rates where mtc is built; and each calibration model's steps
+# as mtrun runs them, its programs replayed as CUDA graphs (.MODEL.step.log), which it
+# sets beside the profile's device time. Each field's source names this
 # command, the GPU and the date.
 #   bash build/mtc-runtime/bench/calibrate.sh [SYSTEM [OUT]]
 #     SYSTEM  the description to start from (default: the bundle's systems/dgx-h100.json)
@@ -75,5 +77,8 @@ MT_CUDA_GRAPHS=off "$bundle/bin/mtrun" "$bundle/plans/calibrate/gpt2-350m.mtp" -
 for model in "${calibration_models[@]}"; do
   "$bundle/bin/mtrun" "$bundle/plans/calibrate/$model.mtp" --backend cuda --data "$work/tokens" \
     --steps 10 --log-every 10 --lr 1e-4 --profile >"${out%.json}.$model.profile.log"
+  # The last line's tok/s: steps 11 to 20, the graphs recorded.
+  "$bundle/bin/mtrun" "$bundle/plans/calibrate/$model.mtp" --backend cuda --data "$work/tokens" \
+    --steps 20 --log-every 10 --lr 1e-4 >"${out%.json}.$model.step.log"
 done
 echo "calibrate: profiles beside $out; where mtc is built: bench/calibrate-families.sh $(basename "$out") OUT"
