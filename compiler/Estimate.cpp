@@ -212,6 +212,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     costRing(op, placement, options, pass);
     const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
+    pass.stagingBytes = std::max(pass.stagingBytes, stagingBytes(op));
     record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
     return;
   }
@@ -456,44 +457,85 @@ double modelSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
 
 } // namespace
 
-double stagingSeconds(Operation *op, const SystemSpec &system) {
-  const bool grouped = isa<mlir::mt::GroupedLinearOp, mlir::mt::GroupedLinearGradInputOp,
-                           mlir::mt::GroupedLinearGradWeightOp>(op);
-  if (!grouped && !isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
-                       mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp,
-                       mlir::mt::LinearGradWeightBiasOp>(op))
-    return 0;
-  auto misaligned = [](Value v) {
-    auto type = cast<ShapedType>(v.getType());
-    const int64_t size = (type.getElementTypeBitWidth() + 7) / 8;
-    return type.getShape().back() * size % 16 != 0;
-  };
-  // B is the first operand (x, or dy); C the first result, written plainly except by an
-  // activation's epilogue, into an accumulated gradient or with the bias gradient.
+namespace {
+
+bool isGrouped(Operation *op) {
+  return isa<mlir::mt::GroupedLinearOp, mlir::mt::GroupedLinearGradInputOp,
+             mlir::mt::GroupedLinearGradWeightOp>(op);
+}
+
+bool isDenseLinear(Operation *op) {
+  return isa<mlir::mt::LinearOp, mlir::mt::LinearGeluOp, mlir::mt::LinearGradInputOp,
+             mlir::mt::LinearGradInputGeluOp, mlir::mt::LinearGradWeightOp,
+             mlir::mt::LinearGradWeightBiasOp>(op);
+}
+
+int64_t elementBytes(Value v) {
+  return (cast<ShapedType>(v.getType()).getElementTypeBitWidth() + 7) / 8;
+}
+
+int64_t lastDim(Value v) { return cast<ShapedType>(v.getType()).getShape().back(); }
+
+bool misaligned(Value v) { return ::mt::paddedColumn(lastDim(v), elementBytes(v)) != lastDim(v); }
+
+/// The operand the CUDA backend copies around a GEMM op (CudaBackend.cu, stagedB and
+/// stagingFor): B, the first operand (x, or dy), where its rows are misaligned; else C,
+/// the first result, where its are and it is written plainly (not by an activation's
+/// epilogue, nor into an accumulated gradient, nor beside the bias gradient); else none.
+Value stagedOperand(Operation *op) {
+  if (!isGrouped(op) && !isDenseLinear(op))
+    return {};
   const Value b = op->getOperand(0), c = op->getResult(0);
-  const bool plainC =
-      isa<mlir::mt::LinearOp, mlir::mt::LinearGradInputOp, mlir::mt::LinearGradWeightOp>(op) ||
-      grouped;
+  if (misaligned(b))
+    return b;
   auto accumulates = dyn_cast<mlir::mt::GradAccumulatingOpInterface>(op);
-  int64_t bytes = 0;
-  if (misaligned(b)) {
-    Operation *before = op->getPrevNode();
-    const bool reread = isa<mlir::mt::LinearGradWeightOp, mlir::mt::LinearGradWeightBiasOp>(op) &&
-                        before &&
-                        isa<mlir::mt::LinearGradInputOp, mlir::mt::LinearGradInputGeluOp>(before) &&
-                        before->getOperand(0) == b;
-    bytes = reread ? 0 : mlir::mt::tensorBytes(b.getType());
-  } else if (plainC && !(accumulates && accumulates.accumulates()) && misaligned(c)) {
-    bytes = mlir::mt::tensorBytes(c.getType());
-  }
-  if (bytes == 0)
+  const bool plain =
+      isGrouped(op) ||
+      isa<mlir::mt::LinearOp, mlir::mt::LinearGradInputOp, mlir::mt::LinearGradWeightOp>(op);
+  return plain && !(accumulates && accumulates.accumulates()) && misaligned(c) ? c : Value{};
+}
+
+} // namespace
+
+int64_t stagingBytes(Operation *op) {
+  const Value staged = stagedOperand(op);
+  if (!staged)
     return 0;
+  const int64_t size = elementBytes(staged);
+  if (isGrouped(op)) {
+    // Sized once for any expert's rows (runGroupedLinear): max(n, o) columns of the
+    // wider of o and i.
+    const auto w = cast<ShapedType>(
+        (isa<mlir::mt::GroupedLinearGradWeightOp>(op) ? op->getResult(0) : op->getOperand(2))
+            .getType());
+    const int64_t n = cast<ShapedType>(op->getOperand(0).getType()).getDimSize(0);
+    const int64_t o = w.getDimSize(1), i = w.getDimSize(2);
+    return size * std::max(n, o) *
+           std::max(::mt::paddedColumn(o, size), ::mt::paddedColumn(i, size));
+  }
+  const int64_t rows = mlir::mt::tensorBytes(staged.getType()) / size / lastDim(staged);
+  return size * rows * ::mt::paddedColumn(lastDim(staged), size);
+}
+
+double stagingSeconds(Operation *op, const SystemSpec &system) {
+  const Value staged = stagedOperand(op);
+  if (!staged)
+    return 0;
+  if (staged == op->getOperand(0) && isDenseLinear(op)) {
+    // The instruction before (ops that write none skipped) copied the same B.
+    Operation *before = op->getPrevNode();
+    while (before && familyOf(before).empty())
+      before = before->getPrevNode();
+    if (before && isDenseLinear(before) && before->getOperand(0) == staged)
+      return 0;
+  }
   // A copy per expert's rows of a grouped product.
-  const int64_t experts = !grouped ? 1
-                          : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
-                              ? cast<ShapedType>(c.getType()).getDimSize(0)
-                              : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
-  return static_cast<double>(experts) * system.kernelOverhead + memorySeconds(system, 2 * bytes);
+  const int64_t copies = !isGrouped(op) ? 1
+                         : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
+                             ? cast<ShapedType>(op->getResult(0).getType()).getDimSize(0)
+                             : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
+  return static_cast<double>(copies) * system.kernelOverhead +
+         memorySeconds(system, 2 * mlir::mt::tensorBytes(staged.getType()));
 }
 
 double kernelSeconds(Operation *op, const SystemSpec &system) {
@@ -602,6 +644,9 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
            std::to_string(p * v);
   const Placement placement = placeGroups(system, layout);
   StepEstimate e;
+  for (const ChunkProfile &chunk : chunks)
+    e.stagingBytes =
+        std::max({e.stagingBytes, chunk.forward.stagingBytes, chunk.backward.stagingBytes});
 
   // The passes, on the schedule's clock.
   ::mt::ScheduleTiming timing;

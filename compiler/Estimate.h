@@ -69,6 +69,7 @@ struct PassCost {
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;
   int64_t launches = 0;                                       // kernels and collectives
+  int64_t stagingBytes = 0; // the most any kernel's copies need (stagingBytes)
   std::vector<Launch> queued;                                 // the pass's launches, in order
   Families families;        // the kernels and collectives, by family
   double total() const {
@@ -96,10 +97,13 @@ double kernelSeconds(mlir::Operation *op, const SystemSpec &system);
 /// The seconds of the copies the CUDA backend makes around a GEMM whose rows (of B or of
 /// a plain C) are not a whole number of 16 bytes, which cuBLASLt runs far slower
 /// (CudaBackend.cu, stagedB and stagingFor): B (the first operand) padded before it, or
-/// else C (the first result) after it; a weight gradient rereads the copy of dy its input
-/// gradient, just before it, made. One copy per expert of a grouped product. In
-/// kernelSeconds.
+/// else C (the first result) after it; none for a B the linear before it copied (a weight
+/// gradient after its input gradient, both reading dy). One copy per expert of a grouped
+/// product. In kernelSeconds.
 double stagingSeconds(mlir::Operation *op, const SystemSpec &system);
+/// The bytes of the CUDA backend's buffer for those copies that the op needs (0: none):
+/// beyond the plan's memory, among the backend's workspaces.
+int64_t stagingBytes(mlir::Operation *op);
 /// The FLOPs of one run of a kernel as `mtrun --profile` counts them (runtime/exec/
 /// Executor.cpp): a linear's products, 2·m·n·k each; fused attention's QKᵀ and P·V, half
 /// of them under a causal mask, 2.5 times that backward; 0 for the rest.
@@ -158,6 +162,11 @@ struct StepEstimate {
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;  // per micro-batch, one rank
   int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
   StepAccount account; // memory, exactly as `mtc compile` accounts it
+  /// Beyond it, on a GPU: the CUDA backend's buffer for misaligned rows' copies, as the
+  /// most any kernel of a chunk needs (stagingBytes).
+  int64_t stagingBytes = 0;
+  /// The memory a rank needs on a GPU: the account's and the staging buffer.
+  int64_t gpuBytes() const { return account.memory.total() + stagingBytes; }
   std::vector<int64_t> inFlight;
 };
 

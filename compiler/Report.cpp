@@ -28,7 +28,7 @@ Figures figuresOf(const StepEstimate &e, const SystemSpec &system,
   f.mfu = f.modelTflops * 1e12 / system.peak(layout.options.precision);
   f.tokensPerSecond =
       static_cast<double>(layout.options.globalBatchSize * seqLength) / e.iteration;
-  f.fits = e.account.memory.total() <= system.planBytes();
+  f.fits = e.gpuBytes() <= system.planBytes();
   return f;
 }
 
@@ -45,6 +45,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
       {"mfu", f.mfu},
       {"tokens_per_second", f.tokensPerSecond},
       {"memory_bytes_per_rank", e.account.memory.total()},
+      {"staging_bytes_per_rank", e.stagingBytes},
       {"fits", f.fits},
       {"model_flops_per_step", static_cast<double>(e.modelFlops)},
       {"bubble", e.bubble},
@@ -300,12 +301,15 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
       "%.0f tokens/s\n",
       f.modelTflops, f.hardwareTflops, 100.0 * f.mfu, system.peak(o.precision) / 1e12,
       f.tokensPerSecond);
-  row("memory per rank") << withCommas(e.account.memory.total()) << " bytes ("
-                         << binarySize(e.account.memory.total()) << " of the "
-                         << binarySize(system.planBytes()) << " a plan may use: "
-                         << binarySize(system.memoryBytes) << " less "
-                         << binarySize(system.reservedBytes)
-                         << " reserved): " << (f.fits ? "fits" : "does not fit") << "\n";
+  llvm::raw_ostream &os = row("memory per rank");
+  os << withCommas(e.account.memory.total()) << " bytes";
+  if (e.stagingBytes > 0)
+    os << " and " << withCommas(e.stagingBytes)
+       << " for the copies of misaligned rows (an odd vocabulary's logits)";
+  os << " (" << binarySize(e.gpuBytes()) << " of the " << binarySize(system.planBytes())
+     << " a plan may use: " << binarySize(system.memoryBytes) << " less "
+     << binarySize(system.reservedBytes) << " reserved): " << (f.fits ? "fits" : "does not fit")
+     << "\n";
   if (trainTokens > 0)
     row("training") << llvm::format("%.4g tokens: %.1f days, %.3g GPU-hours\n", trainTokens,
                                     days, gpuHours);

@@ -21,6 +21,15 @@ MT_HOST_DEVICE inline double expOf(double x) { return exp(x); }
 MT_HOST_DEVICE inline float erfOf(float x) { return erff(x); }
 MT_HOST_DEVICE inline double erfOf(double x) { return erf(x); }
 
+/// `ld` elements of `bytes` each rounded up to a whole number of 16 bytes: cuBLASLt runs
+/// at a fraction of its speed on a matrix whose columns (column-major) start misaligned,
+/// and the CUDA backend copies such a GEMM operand to columns of this length (mtc
+/// estimate costs the copies and counts the buffer).
+inline int64_t paddedColumn(int64_t ld, int64_t bytes) {
+  const int64_t per = 16 / bytes;
+  return (ld + per - 1) / per * per;
+}
+
 // Activations: value(x) and derivative(x), so that dx = dy · derivative(x).
 
 /// GELU (Hendrycks & Gimpel 2016), x·Φ(x): exactly, 0.5·x·(1 + erf(x/√2)), as BERT and

@@ -175,7 +175,7 @@ public:
              const StepContext &ctx) override {
     ++runs_;
     ++calls_;
-    previous_ = std::exchange(running_, Place{ctx.program, ctx.instruction});
+    running_ = {ctx.program, ctx.instruction};
     // The storage type of the instruction's activations: its first non-index,
     // non-accumulator operand; plans of f32, bf16 and f16 run here.
     DType t = DType::F32;
@@ -253,9 +253,12 @@ public:
       return nullptr;
     }
     const size_t base = checks_.size(), runsBefore = std::exchange(runs_, 0);
+    // A recording makes its own copies: it holds none from before it, nor leaves any.
+    staged_ = {};
     capturing_ = true;
     const Status done = guarded(work);
     capturing_ = false;
+    staged_ = {};
     cudaGraph_t graph = nullptr;
     const cudaError_t ended = handled(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
@@ -274,7 +277,6 @@ public:
     const size_t runs = std::exchange(runs_, runsBefore);
     if (!why.empty()) {
       (void)cudaGetLastError(); // what failed in the capture is reported here, not later
-      staged_ = {};             // as recorded, never run
       return nullptr;
     }
     return std::make_unique<Graph>(*this, exec, base, std::move(checks), runs);
@@ -582,20 +584,21 @@ private:
     return counters_;
   }
 
-  /// What staging_ holds: B's copy (stagedB's arguments), made (or read) by run() call
-  /// `call`; nothing where `source` is null.
-  struct Staged {
-    const void *source = nullptr;
-    int64_t rows = 0, columns = 0, ld = 0;
-    DType dtype = DType::F32;
-    uint64_t call = 0;
-  };
   /// An instruction's place in its program (StepContext's program and instruction).
   struct Place {
     uint32_t program = 0, instruction = 0;
     bool follows(const Place &before) const {
       return program == before.program && instruction == before.instruction + 1;
     }
+  };
+  /// What staging_ holds: B's copy (stagedB's arguments), made (or read) by run() call
+  /// `call`, of the instruction at `at`; nothing where `source` is null.
+  struct Staged {
+    const void *source = nullptr;
+    int64_t rows = 0, columns = 0, ld = 0;
+    DType dtype = DType::F32;
+    uint64_t call = 0;
+    Place at;
   };
 
   /// A program's launches (or a stretch of them) as a CUDA graph, replayed with each
@@ -606,13 +609,13 @@ private:
     Graph(CudaBackend &backend, cudaGraphExec_t exec, size_t base, std::vector<IdsCheck> checks,
           size_t runs)
         : backend_(backend), exec_(exec), generation_(backend.generation_), base_(base),
-          checks_(std::move(checks)), runs_(runs), last_(backend.running_),
-          staged_(backend.staged_.call == backend.calls_ ? backend.staged_ : Staged{}) {}
+          checks_(std::move(checks)), runs_(runs) {}
     ~Graph() override {
       if (exec_)
         (void)handled(cudaGraphExecDestroy(exec_));
     }
     Status replay(const StepContext &context, bool &stale) override {
+      backend_.staged_ = {}; // what it copies is its own
       // Flags another stretch's checks hold now would be overwritten: made again.
       stale = backend_.generation_ != generation_ || backend_.checks_.size() != base_;
       if (stale)
@@ -626,10 +629,6 @@ private:
           backend_.checks_.push_back(c);
         }
         backend_.runs_ += runs_;
-        backend_.calls_ += runs_;
-        backend_.running_ = last_;
-        backend_.staged_ = staged_;
-        backend_.staged_.call = backend_.calls_;
       });
     }
 
@@ -640,17 +639,15 @@ private:
     size_t base_;
     std::vector<IdsCheck> checks_;
     size_t runs_;
-    Place last_;    // the last instruction it runs
-    Staged staged_; // what its last instruction left in the staging buffer, if anything
   };
 
   /// cuBLASLt runs at a fraction of its speed on a matrix whose columns (column-major)
   /// are not a whole number of 16 bytes, as an odd vocabulary's logits are (its LM head's
   /// GEMMs at 150–210 TFLOP/s in place of 700–800 on an H100): such a B is read, and such
-  /// a C written, through staging_, its columns padded to 16 bytes by a pitched copy.
+  /// a C written, through staging_, its columns padded (core/SharedMath.h) by a pitched
+  /// copy.
   static int64_t paddedColumn(int64_t ld, DType dtype) {
-    const int64_t per = 16 / static_cast<int64_t>(dtypeBytes(dtype));
-    return (ld + per - 1) / per * per;
+    return mt::paddedColumn(ld, static_cast<int64_t>(dtypeBytes(dtype)));
   }
   /// `columns` columns of `rows` elements, `srcLd` apart at `src`, to `dstLd` apart.
   void copyColumns(void *dst, int64_t dstLd, const void *src, int64_t srcLd, int64_t rows,
@@ -662,17 +659,19 @@ private:
   }
   /// B (`columns` of `rows` elements, `ld` apart) where cuBLASLt reads it: B itself where
   /// its columns are aligned, else its copy in staging_, with `ld` padded. The copy is not
-  /// made again where the run() call before, the instruction before this one in its
-  /// program, made it (a weight gradient after its input gradient: both read dy).
+  /// made again where this run() call made it, or the one before, the instruction before
+  /// this one in its program (a weight gradient after its input gradient: both read dy;
+  /// nothing runs between two instructions of a program but the backend's own calls).
   const void *stagedB(const void *b, int64_t rows, int64_t columns, int64_t &ld, DType dtype) {
     const int64_t padded = paddedColumn(ld, dtype);
     if (padded == ld)
       return b;
     void *copy = grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
-    const Staged wanted{b, rows, columns, ld, dtype, calls_};
-    const bool held = staged_.source == b && staged_.rows == rows && staged_.columns == columns &&
-                      staged_.ld == ld && staged_.dtype == dtype && staged_.call + 1 == calls_ &&
-                      running_.follows(previous_);
+    const Staged wanted{b, rows, columns, ld, dtype, calls_, running_};
+    const bool held =
+        staged_.source == b && staged_.rows == rows && staged_.columns == columns &&
+        staged_.ld == ld && staged_.dtype == dtype &&
+        (staged_.call == calls_ || (staged_.call + 1 == calls_ && running_.follows(staged_.at)));
     if (!held)
       copyColumns(copy, padded, b, ld, rows, columns, dtype);
     staged_ = wanted;
@@ -971,12 +970,13 @@ private:
     const TensorView *in = c.in, *out = c.out;
     const int64_t m = in[0].rows(), nOut = in[0].cols(), k = in[1].cols();
     Epilogue epilogue{nullptr, Activation::None, nullptr, c.inst.accumulate(), sums};
-    int64_t ldDy = nOut;
-    if (sums && gemmPath_ != GemmPath::CublasOnly &&
-        ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k,
-                      stagedB(in[0].data, nOut, m, ldDy, c.type()), ldDy, out[0].data, k, c.type(),
-                      epilogue, stream_))
-      return true;
+    if (sums && gemmPath_ != GemmPath::CublasOnly) {
+      int64_t ldDy = nOut;
+      const void *dy = stagedB(in[0].data, nOut, m, ldDy, c.type());
+      if (ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k, dy,
+                        ldDy, out[0].data, k, c.type(), epilogue, stream_))
+        return true;
+    }
     if (sums && gemmPath_ == GemmPath::CublasLtOnly)
       throw std::runtime_error(cat("cuda backend: cuBLASLt did not run the bias-gradient "
                                    "epilogue of a ",
@@ -1202,6 +1202,11 @@ private:
       rows[x % e] += counts[x];
     }
     const size_t size = dtypeBytes(c.type());
+    // Misaligned columns' copies (stagedB, stagingFor) sized once for any expert's rows:
+    // the buffer growing between experts would make every recorded program stale.
+    const int64_t paddedO = paddedColumn(o, c.type()), paddedI = paddedColumn(i, c.type());
+    if (paddedO != o || paddedI != i)
+      grow(staging_, size * std::max(n, o) * std::max(paddedO, paddedI), "allocating the staging");
     auto at = [&](const TensorView &t, int64_t element) {
       return static_cast<char *>(t.data) + size * element;
     };
@@ -1593,8 +1598,8 @@ private:
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   DeviceBuffer staging_;  // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
   Staged staged_;
-  Place running_, previous_; // of the run() call running (or last run) and of the one before
-  uint64_t calls_ = 0;       // run() calls, and those a replay stands for
+  Place running_;      // of the run() call running, or last run
+  uint64_t calls_ = 0; // run() calls
   CudnnAttention cudnn_;
   DeviceBuffer cudnnWorkspace_;
   DeviceBuffer adamwTable_, squaresTable_; // the optimizer's chunks (onDevice)
