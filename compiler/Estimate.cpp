@@ -70,9 +70,9 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
 
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
-/// - bf16 or f16 with no dropout of probabilities nor sliding window: cuDNN's flash
-///   kernels, on tensor cores,
-///   computing under a causal mask only the blocks on or below the diagonal. Forward: QKᵀ
+/// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
+///   computing only the blocks the mask keeps a pair of (under a causal mask those on or
+///   below the diagonal; within a window those near it). Forward: QKᵀ
 ///   and P·V. Backward: cuDNN's backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK), 2 products
 ///   shaped as the scores and 3 as the values, from the forward's row statistics
 ///   (mt-keep-attention-stats); where they were not kept, the forward first runs again
@@ -88,12 +88,11 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
   const ::mt::AttentionMask mask = maskOf(op);
-  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
-      mask.window == 0) {
+  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
     // Of the queries' rows over all the keys: under context parallelism a rank's share of
     // the rows, balanced so that its causal share is the whole sequence's.
     // The scores stay on chip: each product costs its waves of tiles, never its bytes.
-    const double share = mask.causal ? causalShare(scores.n, kFlashBlock) : 1;
+    const double share = blockShare(scores.n, kFlashBlock, mask.causal, mask.window);
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
     return (again ? launches : 0) +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +

@@ -443,11 +443,18 @@ double gemmWaveTime(const SystemSpec &system, const mlir::mt::GemmShape &g,
                                system.peak(elementType) * system.gemmEfficiency);
 }
 
-double causalShare(int64_t s, int64_t block) {
-  if (s <= 0 || block <= 0)
+double blockShare(int64_t s, int64_t block, bool causal, int64_t window) {
+  if (s <= 0 || block <= 0 || (!causal && window <= 0))
     return 1;
-  const double blocks = static_cast<double>((s + block - 1) / block);
-  return (blocks + 1) / (2 * blocks);
+  // Blocks d = i − j off the diagonal (query block i, key block j) hold a pair the mask
+  // keeps where d ≥ 0 under a causal mask, and where d·block − (block − 1) < window (its
+  // nearest pair's distance) within a window.
+  const int64_t blocks = (s + block - 1) / block;
+  int64_t kept = 0;
+  for (int64_t d = -(blocks - 1); d < blocks; ++d)
+    if ((!causal || d >= 0) && (window <= 0 || d * block - (block - 1) < window))
+      kept += blocks - (d < 0 ? -d : d);
+  return static_cast<double>(kept) / static_cast<double>(blocks * blocks);
 }
 
 double memorySeconds(const SystemSpec &system, int64_t bytes) {

@@ -69,9 +69,9 @@ std::vector<Case> cases() {
   // Attention cuDNN's flash attention takes (head_dim 64, no probability dropout; the op
   // cases' heads of 4 dims it does not): in bf16 and fp16 through cuDNN, in fp32 through
   // our kernels. test-gpu.sh runs the flash_ cases again under MT_CUDA_ATTENTION=cudnn,
-  // where falling back to our kernels is an error. A sliding window is not given to cuDNN:
-  // in every precision our kernels run it (cuDNN's causal attention would see 48 more
-  // keys a row, and differ).
+  // where falling back to our kernels is an error: a sliding window too, which cuDNN is
+  // given as its band's left bound (without it, each row would see 48 more keys and differ
+  // from the CPU's).
   // One head over 63 positions: 2 x 63 rows of statistics, whose 504 bytes must not
   // misalign what follows them.
   for (const auto &[name, attributes, heads, kv, seq] :
@@ -80,7 +80,7 @@ std::vector<Case> cases() {
         std::tuple{"flash_attention_multi_query", "causal, heads = 2 : i64, kv_heads = 1 : i64", 2,
                    1, 64},
         std::tuple{"flash_attention_one_head", "causal, heads = 1 : i64", 1, 1, 63},
-        std::tuple{"window_attention_head64", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
+        std::tuple{"flash_attention_window", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
                    64}}) {
     const std::string width = std::to_string((heads + 2 * kv) * 64);
     const std::string out = std::to_string(heads * 64);

@@ -66,11 +66,20 @@ TEST(CostModel, WholeWavesOfTilesRunAtThePeakAndOneTileMoreTakesAWave) {
                    2.0 * s.tileM * s.tileN * 4096 / (s.peakBf16 / s.multiprocessors));
 }
 
-TEST(CostModel, ACausalKernelComputesTheBlocksOnOrBelowTheDiagonal) {
-  EXPECT_DOUBLE_EQ(causalShare(1024, 128), 36.0 / 64); // 8 x 8 blocks, 36 kept
-  EXPECT_DOUBLE_EQ(causalShare(129, 128), 3.0 / 4);
-  EXPECT_DOUBLE_EQ(causalShare(100, 128), 1.0); // one block: the diagonal's
-  EXPECT_NEAR(causalShare(1 << 20, 128), 0.5, 1e-3);
+TEST(CostModel, AMaskedKernelComputesTheBlocksItsMaskKeepsAPairOf) {
+  EXPECT_DOUBLE_EQ(blockShare(1024, 128, true), 36.0 / 64); // 8 x 8 blocks, 36 kept
+  EXPECT_DOUBLE_EQ(blockShare(129, 128, true), 3.0 / 4);
+  EXPECT_DOUBLE_EQ(blockShare(100, 128, true), 1.0); // one block: the diagonal's
+  EXPECT_NEAR(blockShare(1 << 20, 128, true), 0.5, 1e-3);
+  EXPECT_DOUBLE_EQ(blockShare(1024, 128, false), 1.0);
+  // A window of 512 keys over 16 x 16 blocks: the diagonal and the 4 below it, whose
+  // nearest pairs are 1, 129, 257 and 385 apart (the fifth's, 513, is not within it).
+  EXPECT_DOUBLE_EQ(blockShare(2048, 128, true, 512), (16.0 + 15 + 14 + 13 + 12) / 256);
+  EXPECT_DOUBLE_EQ(blockShare(2048, 128, true, 513), (16.0 + 15 + 14 + 13 + 12) / 256);
+  EXPECT_DOUBLE_EQ(blockShare(2048, 128, true, 514), (16.0 + 15 + 14 + 13 + 12 + 11) / 256);
+  EXPECT_DOUBLE_EQ(blockShare(1024, 128, true, 1), 8.0 / 64); // the diagonal's alone
+  // Without the causal mask, every key after the query too.
+  EXPECT_DOUBLE_EQ(blockShare(2048, 128, false, 512), (136.0 + 15 + 14 + 13 + 12) / 256);
 }
 
 TEST(CostModel, BiggerSquareProductsAreNoLessEfficient) {
@@ -252,9 +261,9 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
 
 // Fused attention costs what the CUDA backend runs. Through cuDNN (bf16, no dropout of
 // probabilities): flash kernels on tensor cores, blocks above the diagonal skipped under
-// a causal mask, and a backward that runs the forward again before its own five
-// products. Otherwise mtrun's kernels on CUDA cores: rows up to their last key, 2
-// products forward and 8 backward.
+// a causal mask (and those beyond a sliding window), and a backward that runs the forward again
+// before its own five products. Otherwise mtrun's kernels on CUDA cores: rows up to their last key,
+// 2 products forward and 8 backward.
 TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
@@ -268,6 +277,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
       %e = mt.attention_grad %dy, %qkv, %d {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       %w = mt.attention %qkv {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %x = mt.attention_grad %dy, %qkv, %w {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %y = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 2 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       return
     })",
                                                                                      &context);
@@ -287,7 +297,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
     if (op->getNumResults() == 1)
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 8u);
+  ASSERT_EQ(ops.size(), 9u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
@@ -297,11 +307,14 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   const double rows = 2049.0 / 4096;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + rows * 2 * product);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + rows * 8 * product);
-  // A sliding window (which cuDNN is not given): our kernels, each row over its last 512
-  // keys at most, 512·513/2 + 1536·512 pairs of the 2048².
-  const double band = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), 3e-6 + band * 2 * product);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * 3e-6 + band * 8 * product);
+  // A sliding window of 512 keys: cuDNN's blocks near the diagonal, 70 of the 256.
+  const double band = 70.0 / 256;
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), 3e-6 + band * (scores + values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * 3e-6 + band * (3 * scores + 4 * values));
+  // Dropped within the window: our kernels, each row over its last 512 keys at most,
+  // 512·513/2 + 1536·512 pairs of the 2048².
+  const double pairs = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + pairs * 2 * product);
 }
 
 // A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly

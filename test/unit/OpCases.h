@@ -236,8 +236,8 @@ inline std::vector<OpCase> opCases() {
   // A sliding window of 2 over 3 positions: the last query no longer sees the first key.
   // With dropped probabilities and grouped heads, fused (only the keys seen drawn) and
   // unfused (the whole rows drawn, the masked probabilities 0); and without dropout
-  // (cuDNN, which declines heads of 4 anyway, is held off a window by CudaBackendTest's
-  // window_attention_head64).
+  // (cuDNN declines heads of 4: CudaBackendTest's flash_attention_window gives it a
+  // window).
   const std::string windowed = R"(
   %qkv = mt.param "qkv" normal(1.0) : tensor<2x3x32xf32>
   %logits = mt.attention %qkv {causal, )";

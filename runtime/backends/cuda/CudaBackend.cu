@@ -788,9 +788,7 @@ private:
       why = "it drops probabilities, and cuDNN cannot draw our dropout masks";
     else if (a.queries.chunk != 0)
       why = "its queries are a context-parallel share of the sequence";
-    else if (a.mask.window > 0)
-      why = "its sliding window is not passed to cuDNN";
-    SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.scale};
+    SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.mask.window, a.scale};
     const bool eligible = why.empty();
     if (eligible && call(problem, why))
       return true;

@@ -50,11 +50,16 @@ void output(fe::graph::Tensor_attributes &tensor, Uid uid, const SdpaView &view)
   tensor.set_output(true).set_uid(uid).set_dim(vec(view.dim)).set_stride(vec(view.stride));
 }
 
-template <typename Attributes> void mask(Attributes &attributes, bool causal) {
-  // Key j is visible to query i where j ≤ i: the band right of the diagonal is empty.
-  if (causal)
-    attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-        .set_diagonal_band_right_bound(0);
+template <typename Attributes> void mask(Attributes &attributes, const SdpaProblem &problem) {
+  // Key j is visible to query i where j ≤ i (causal: the band right of the diagonal is
+  // empty), and where j + window > i (the band's left bound: the window's keys).
+  if (!problem.causal && problem.window == 0)
+    return;
+  attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT);
+  if (problem.causal)
+    attributes.set_diagonal_band_right_bound(0);
+  if (problem.window > 0)
+    attributes.set_diagonal_band_left_bound(static_cast<int>(problem.window));
 }
 
 /// A graph over `problem`'s views, with forward's or backward's SDPA node.
@@ -73,7 +78,7 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                           .set_name("attention")
                           .set_generate_stats(true)
                           .set_attn_scale(problem.scale);
-    mask(attributes, problem.causal);
+    mask(attributes, problem);
     auto [o, stats] = graph->sdpa(q, k, v, attributes);
     output(*o, kO, view.o);
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT)
@@ -92,7 +97,7 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                         .set_name("attention backward")
                         .set_attn_scale(problem.scale)
                         .set_deterministic_algorithm(true); // no atomics: the same bits
-  mask(attributes, problem.causal);
+  mask(attributes, problem);
   auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, attributes);
   output(*dQ, kDQ, view.q);
   output(*dK, kDK, view.k);
@@ -117,8 +122,9 @@ void check(cudnnStatus_t status, const char *what) {
 
 struct CudnnAttention::Graphs {
   cudnnHandle_t handle = nullptr;
-  // (forward, heads, kv, d, b, s, dtype, causal, scale's bits)
-  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, uint32_t>;
+  // (forward, heads, kv, d, b, s, dtype, causal, window, scale's bits)
+  using Key =
+      std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int64_t, uint32_t>;
   std::map<Key, Built> built;
 
   ~Graphs() {
@@ -131,9 +137,16 @@ struct CudnnAttention::Graphs {
   const Built &get(const SdpaProblem &problem, bool forward) {
     uint32_t scaleBits;
     std::memcpy(&scaleBits, &problem.scale, sizeof scaleBits);
-    const Key key{forward,   problem.layout.heads, problem.layout.kv,
-                  problem.layout.d, problem.b,     problem.s,
-                  static_cast<int>(problem.dtype), problem.causal, scaleBits};
+    const Key key{forward,
+                  problem.layout.heads,
+                  problem.layout.kv,
+                  problem.layout.d,
+                  problem.b,
+                  problem.s,
+                  static_cast<int>(problem.dtype),
+                  problem.causal,
+                  problem.window,
+                  scaleBits};
     auto found = built.find(key);
     if (found != built.end())
       return found->second;

@@ -1,9 +1,10 @@
 // Fused attention through cuDNN's flash attention (the cuDNN frontend's graph API):
-// forward and backward of softmax(scale·q·kᵀ, causally masked or not)·v over our fused
-// qkv, in bf16 or f16 with f32 softmax, for evenly spaced query heads (SdpaLayout.h) and
-// no probability dropout — cuDNN cannot draw our Philox masks, so dropped attention stays
-// with our kernels (Attention.cuh). The backward is cuDNN's deterministic algorithm: the
-// same bits on every run. One graph per shape, built on first use and kept.
+// forward and backward of softmax(scale·q·kᵀ, masked causally, to a sliding window of
+// keys, both or neither)·v over our fused qkv, in bf16 or f16 with f32 softmax, for
+// evenly spaced query heads (SdpaLayout.h) and no probability dropout — cuDNN cannot draw
+// our Philox masks, so dropped attention stays with our kernels (Attention.cuh). The backward is
+// cuDNN's deterministic algorithm: the same bits on every run. One graph per shape, built on first
+// use and kept.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 #define MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 
@@ -24,6 +25,7 @@ struct SdpaProblem {
   int64_t b = 0, s = 0;
   plan::DType dtype = plan::DType::BF16; // BF16 or F16
   bool causal = false;
+  int64_t window = 0; // 0: none; else query q sees keys from q − window + 1 on
   float scale = 1;
 };
 
