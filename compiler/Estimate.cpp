@@ -72,7 +72,8 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
 /// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
 ///   computing only the blocks the mask keeps a pair of (under a causal mask those on or
-///   below the diagonal; within a window those near it). Forward: QKᵀ
+///   below the diagonal; within a window those near it); grouped-query heads' queries
+///   copied to a packed buffer first, and backward their gradient back. Forward: QKᵀ
 ///   and P·V. Backward: cuDNN's backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK), 2 products
 ///   shaped as the scores and 3 as the values, from the forward's row statistics
 ///   (mt-keep-attention-stats); where they were not kept, the forward first runs again
@@ -94,7 +95,16 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
     // The scores stay on chip: each product costs its waves of tiles, never its bytes.
     const double share = blockShare(scores.n, kFlashBlock, mask.causal, mask.window);
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
-    return (again ? launches : 0) +
+    // Grouped-query attention's queries copied to a packed buffer, and backward their
+    // gradient back (CudnnAttention.cpp), each read and written: as many bytes as the
+    // output (or its gradient, backward's first operand).
+    const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
+    const Value queries = backward ? op->getOperand(0) : op->getResult(0);
+    const double packing =
+        kv > 1 && heads > kv
+            ? memorySeconds(system, (backward ? 4 : 2) * mlir::mt::tensorBytes(queries.getType()))
+            : 0;
+    return (again ? launches : 0) + packing +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
                     (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));
   }

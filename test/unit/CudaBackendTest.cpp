@@ -73,13 +73,16 @@ std::vector<Case> cases() {
   // given as its band's left bound (without it, each row would see 48 more keys and differ
   // from the CPU's).
   // One head over 63 positions: 2 x 63 rows of statistics, whose 504 bytes must not
-  // misalign what follows them.
+  // misalign what follows them. Grouped-query heads (two groups of two), their queries
+  // packed for cuDNN and their gradient unpacked.
   for (const auto &[name, attributes, heads, kv, seq] :
        {std::tuple{"flash_attention_causal", "causal, heads = 2 : i64", 2, 2, 64},
         std::tuple{"flash_attention", "heads = 2 : i64", 2, 2, 64},
         std::tuple{"flash_attention_multi_query", "causal, heads = 2 : i64, kv_heads = 1 : i64", 2,
                    1, 64},
         std::tuple{"flash_attention_one_head", "causal, heads = 1 : i64", 1, 1, 63},
+        std::tuple{"flash_attention_grouped", "causal, heads = 4 : i64, kv_heads = 2 : i64", 4, 2,
+                   64},
         std::tuple{"flash_attention_window", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
                    64}}) {
     const std::string width = std::to_string((heads + 2 * kv) * 64);

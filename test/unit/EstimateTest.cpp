@@ -268,7 +268,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
   mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
-    func.func @f(%qkv: tensor<2x2048x3072xbf16>, %dy: tensor<2x2048x1024xbf16>) {
+    func.func @f(%qkv: tensor<2x2048x3072xbf16>, %dy: tensor<2x2048x1024xbf16>, %gqkv: tensor<2x2048x1536xbf16>) {
       %c = mt.attention %qkv {causal, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %g = mt.attention_grad %dy, %qkv, %c {causal, heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       %f = mt.attention %qkv {heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
@@ -278,6 +278,8 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
       %w = mt.attention %qkv {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %x = mt.attention_grad %dy, %qkv, %w {causal, heads = 16 : i64, window = 512 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
       %y = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 2 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %q = mt.attention %gqkv {causal, heads = 16 : i64, kv_heads = 4 : i64} : (tensor<2x2048x1536xbf16>) -> tensor<2x2048x1024xbf16>
+      %r = mt.attention_grad %dy, %gqkv, %q {causal, heads = 16 : i64, kv_heads = 4 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x1536xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x1536xbf16>
       return
     })",
                                                                                      &context);
@@ -297,7 +299,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
     if (op->getNumResults() == 1)
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 9u);
+  ASSERT_EQ(ops.size(), 11u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
@@ -315,6 +317,13 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   // 512·513/2 + 1536·512 pairs of the 2048².
   const double pairs = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + pairs * 2 * product);
+  // Grouped-query heads (4 of 16 keys and values): cuDNN's, with the queries copied to
+  // a packed [2, 2048, 1024] and back, and the gradient's from it, each read and written.
+  const int64_t queries = int64_t{2} * 2048 * 1024 * 2;
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[9], s),
+                   3e-6 + memorySeconds(s, 2 * queries) + causal * (scores + values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[10], s),
+                   2 * 3e-6 + memorySeconds(s, 4 * queries) + causal * (3 * scores + 4 * values));
 }
 
 // A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly

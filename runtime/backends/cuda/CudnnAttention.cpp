@@ -118,6 +118,12 @@ void check(cudnnStatus_t status, const char *what) {
                              cudnnGetErrorString(status));
 }
 
+void checkCuda(cudaError_t code, const char *what) {
+  if (code != cudaSuccess)
+    throw std::runtime_error(std::string("cuda backend: ") + what + ": " +
+                             cudaGetErrorString(code));
+}
+
 } // namespace
 
 struct CudnnAttention::Graphs {
@@ -151,13 +157,8 @@ struct CudnnAttention::Graphs {
     if (found != built.end())
       return found->second;
     Built &entry = built[key];
-    SdpaLayout view;
-    if (!sdpaLayout(problem.layout, problem.b, problem.s, view)) {
-      entry.why = "its query heads are not evenly spaced in qkv";
-      return entry;
-    }
     try {
-      build(problem, view, forward, entry);
+      build(problem, sdpaLayout(problem.layout, problem.b, problem.s), forward, entry);
     } catch (const std::exception &e) { // a missing library, the frontend's own throws
       entry.graph = nullptr;
       entry.why = cat("building cuDNN ", version(), "'s graph failed: ", e.what());
@@ -188,8 +189,9 @@ struct CudnnAttention::Graphs {
   }
 
   /// Runs the graph of `problem` in one direction: q, k and v in `qkv`, their gradients
-  /// in `dqkv` (backward), the other operands in `pointers`. False, with `why`, where
-  /// cuDNN has no graph for it or its workspace does not fit.
+  /// in `dqkv` (backward), the other operands in `pointers`. Packed queries (and their
+  /// gradient) lie in the workspace after cuDNN's own. False, with `why`, where cuDNN has
+  /// no graph for it or the workspace does not fit.
   bool run(const SdpaProblem &problem, bool forward, const void *qkv, void *dqkv,
            std::unordered_map<int64_t, void *> pointers, const Workspace &workspace,
            cudaStream_t stream, std::string &why) {
@@ -198,24 +200,35 @@ struct CudnnAttention::Graphs {
       why = entry.why;
       return false;
     }
-    SdpaLayout view;
-    sdpaLayout(problem.layout, problem.b, problem.s, view);
+    const SdpaLayout view = sdpaLayout(problem.layout, problem.b, problem.s);
+    const QueryPacking &pack = view.packing;
+    const size_t size = dtypeBytes(problem.dtype);
+    const size_t own = (static_cast<size_t>(entry.workspaceBytes) + 255) / 256 * 256;
+    const size_t packed = view.packedQuery ? size * pack.rows * pack.length : 0;
+    const size_t bytes = own + (forward ? 1 : 2) * packed;
+    char *space = nullptr;
+    if (bytes > 0 && !(space = static_cast<char *>(workspace(bytes)))) {
+      why = cat("cuDNN's workspace of ", bytes, " bytes does not fit");
+      return false;
+    }
     for (auto [uid, gradient, part] : {std::tuple{kQ, kDQ, &view.q}, std::tuple{kK, kDK, &view.k},
                                        std::tuple{kV, kDV, &view.v}}) {
       pointers[uid] = at(qkv, part->offset, problem.dtype);
       if (dqkv)
         pointers[gradient] = at(dqkv, part->offset, problem.dtype);
     }
-    return execute(entry, pointers, workspace, stream, why);
-  }
-
-  /// False, with `why`, where the workspace cannot be allocated.
-  bool execute(const Built &entry, std::unordered_map<int64_t, void *> &pointers,
-               const Workspace &workspace, cudaStream_t stream, std::string &why) {
-    void *space = nullptr;
-    if (entry.workspaceBytes > 0 && !(space = workspace(entry.workspaceBytes))) {
-      why = cat("cuDNN's workspace of ", entry.workspaceBytes, " bytes does not fit");
-      return false;
+    // A group's queries are one row of a pitched copy, to the packed queries and back.
+    auto copy = [&](void *to, size_t toPitch, const void *from, size_t fromPitch) {
+      checkCuda(cudaMemcpy2DAsync(to, size * toPitch, from, size * fromPitch, size * pack.length,
+                                  pack.rows, cudaMemcpyDeviceToDevice, stream),
+                "copying the grouped queries");
+    };
+    if (view.packedQuery) {
+      pointers[kQ] = space + own;
+      copy(pointers[kQ], pack.length, at(qkv, problem.layout.query(0), problem.dtype),
+           pack.fusedPitch);
+      if (dqkv)
+        pointers[kDQ] = space + own + packed;
     }
     check(cudnnSetStream(handle, stream), "setting the stream");
     fe::error_t status = entry.graph->execute(handle, pointers, space);
@@ -223,6 +236,9 @@ struct CudnnAttention::Graphs {
       (void)cudaGetLastError(); // a copy or set the frontend made: reported here, not later
       throw std::runtime_error("cuda backend: cuDNN attention failed: " + status.get_message());
     }
+    if (view.packedQuery && dqkv)
+      copy(at(dqkv, problem.layout.query(0), problem.dtype), pack.fusedPitch, pointers[kDQ],
+           pack.length);
     return true;
   }
 };
