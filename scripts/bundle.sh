@@ -158,6 +158,15 @@ for variant in "" --no-bias-grad-fusion "--make-vocab-size-divisible-by 1"; do
     --global-batch-size 8 --attention-dropout "$attention_dropout" $variant \
     -o "$out/plans/ab/$name.mtp" >/dev/null
 done
+# LLaMA 3 8B's shapes in 4 layers (grouped-query attention, 32 heads in 8 groups of 128,
+# over 2048 positions), for attention-ab: its attention through cuDNN and through our
+# kernels.
+sed 's/mt.repeat 32 @block/mt.repeat 4 @block/' models/llama3-8b.mlir >"$out/llama3-8b-4layers.mlir"
+grep -q 'mt.repeat 4 @block' "$out/llama3-8b-4layers.mlir" ||
+  { echo "bundle.sh: models/llama3-8b.mlir no longer repeats 32 blocks" >&2; exit 1; }
+"$build/tools/mtc" compile "$out/llama3-8b-4layers.mlir" --bf16 --seq-length 2048 \
+  --micro-batch-size 1 --global-batch-size 1 -o "$out/plans/ab/llama3-8b-4layers.mtp" >/dev/null
+rm "$out/llama3-8b-4layers.mlir"
 # The models bench/calibrate.sh profiles to calibrate the kernel families, apart from the
 # benchmark's models, which the calibration is then checked on.
 . bench/calibration-models.sh

@@ -24,8 +24,8 @@ rm -rf "$work/unpacked"
 mv "$work/made" "$work/bundle"
 bundle=$work/bundle
 
-# session.sh fusion-ab's and vocab-ab's plans.
-for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion gpt2-124m-unpadded; do
+# session.sh fusion-ab's, vocab-ab's and attention-ab's plans.
+for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion gpt2-124m-unpadded llama3-8b-4layers; do
   [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh's a/b steps"
 done
 

@@ -13,6 +13,8 @@
 #                turn, twice: one change's profile before and after on one device
 #   vocab-ab     GPT-2 124M with its vocabulary padded (50,304) and not (50,257), each
 #                profiled: where an odd vocabulary's time goes
+#   attention-ab LLaMA 3 8B's shapes in 4 layers, its grouped-query attention through
+#                cuDNN (its queries packed) and through our kernels, each profiled
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs (and
 #                their grid), copies, launches, then the calibration models' profiles;
@@ -33,7 +35,7 @@ logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin; the default four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45)
+  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -71,6 +73,12 @@ run_step() {
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
   fusion-ab) ab 2 gpt2-124m gpt2-124m-no-bias-grad-fusion ;;
   vocab-ab) ab 1 gpt2-124m gpt2-124m-unpadded ;;
+  attention-ab)
+    for path in cudnn exact; do
+      echo "== MT_CUDA_ATTENTION=$path"
+      MT_CUDA_ATTENTION=$path ab 1 llama3-8b-4layers || return
+    done
+    ;;
   calibrate)
     local system=dgx-h100
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
