@@ -70,7 +70,8 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
 
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
-/// - bf16 or f16 with no dropout of probabilities: cuDNN's flash kernels, on tensor cores,
+/// - bf16 or f16 with no dropout of probabilities, heads of a multiple of 8 up to 256, not
+///   under context parallelism: cuDNN's flash kernels, on tensor cores,
 ///   computing only the blocks the mask keeps a pair of (under a causal mask those on or
 ///   below the diagonal; within a window those near it); grouped-query heads' queries
 ///   copied to a packed buffer first, and backward their gradient back. Forward: QKᵀ
@@ -89,21 +90,23 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
   const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
   const ::mt::AttentionMask mask = maskOf(op);
-  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0)) {
-    // Of the queries' rows over all the keys: under context parallelism a rank's share of
-    // the rows, balanced so that its causal share is the whole sequence's.
+  // cuDNN's flash attention takes heads of a multiple of 8 up to 256, and neither a
+  // context-parallel share of the queries nor a ring's step (CudaBackend.cu, throughCudnn).
+  const int64_t d = values.n;
+  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
+      !op.getContextParallel() && !op.getRing() && d % 8 == 0 && d <= 256) {
     // The scores stay on chip: each product costs its waves of tiles, never its bytes.
     const double share = blockShare(scores.n, kFlashBlock, mask.causal, mask.window);
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
-    // Grouped-query attention's queries copied to a packed buffer, and backward their
-    // gradient back (CudnnAttention.cpp), each read and written: as many bytes as the
-    // output (or its gradient, backward's first operand).
+    // Grouped-query attention's queries copied to a packed buffer by each run of cuDNN's
+    // graphs, and backward's gradient back (CudnnAttention.cpp): each copy a launch, read
+    // and written, as many bytes as the output (or its gradient, backward's first operand).
     const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
     const Value queries = backward ? op->getOperand(0) : op->getResult(0);
+    const int copies = !(kv > 1 && heads > kv) ? 0 : backward ? 2 + again : 1;
     const double packing =
-        kv > 1 && heads > kv
-            ? memorySeconds(system, (backward ? 4 : 2) * mlir::mt::tensorBytes(queries.getType()))
-            : 0;
+        copies * (system.kernelOverhead +
+                  memorySeconds(system, 2 * mlir::mt::tensorBytes(queries.getType())));
     return (again ? launches : 0) + packing +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
                     (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));

@@ -74,7 +74,8 @@ std::vector<Case> cases() {
   // from the CPU's).
   // One head over 63 positions: 2 x 63 rows of statistics, whose 504 bytes must not
   // misalign what follows them. Grouped-query heads (two groups of two), their queries
-  // packed for cuDNN and their gradient unpacked.
+  // packed for cuDNN and their gradient unpacked; with a window of 100 over 320 positions,
+  // across cuDNN's blocks.
   for (const auto &[name, attributes, heads, kv, seq] :
        {std::tuple{"flash_attention_causal", "causal, heads = 2 : i64", 2, 2, 64},
         std::tuple{"flash_attention", "heads = 2 : i64", 2, 2, 64},
@@ -83,6 +84,8 @@ std::vector<Case> cases() {
         std::tuple{"flash_attention_one_head", "causal, heads = 1 : i64", 1, 1, 63},
         std::tuple{"flash_attention_grouped", "causal, heads = 4 : i64, kv_heads = 2 : i64", 4, 2,
                    64},
+        std::tuple{"flash_attention_grouped_window",
+                   "causal, heads = 4 : i64, kv_heads = 2 : i64, window = 100 : i64", 4, 2, 320},
         std::tuple{"flash_attention_window", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
                    64}}) {
     const std::string width = std::to_string((heads + 2 * kv) * 64);
@@ -417,7 +420,7 @@ TEST(CudaGraphs, ReplayTheInstructionsBits) {
     if (c.op.name != "gpt_tiny" && c.op.name != "flash_attention_gpt_tiny" &&
         c.op.name != "llama_tiny" && c.op.name != "attention_dropout" &&
         c.op.name != "bias_dropout_add" && c.op.name != "moe" && c.op.name != "moe_aux" &&
-        c.op.name != "lm_head_odd")
+        c.op.name != "lm_head_odd" && c.op.name != "flash_attention_grouped")
       continue;
     SCOPED_TRACE(caseName(c));
     LoadedPlan plan;
@@ -529,8 +532,10 @@ TEST(CudaGraphs, ReplayTheInstructionsBits) {
     }
     ++compared;
   }
-  EXPECT_EQ(compared, 14) << "gpt-tiny (3 precisions, 2 through cuDNN), llama-tiny, "
-                             "attention's and the residual branch's dropout, two mixtures";
+  EXPECT_EQ(compared, 20) << "gpt-tiny (3 precisions, 2 through cuDNN), llama-tiny, "
+                             "attention's and the residual branch's dropout, two mixtures, "
+                             "an odd vocabulary's head and grouped-query attention (3 "
+                             "precisions each)";
 }
 
 /// GELU and its gradient run inside cuBLASLt's epilogues in bf16 and fp16, and after

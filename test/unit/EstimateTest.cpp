@@ -260,10 +260,10 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
 }
 
 // Fused attention costs what the CUDA backend runs. Through cuDNN (bf16, no dropout of
-// probabilities): flash kernels on tensor cores, blocks above the diagonal skipped under
-// a causal mask (and those beyond a sliding window), and a backward that runs the forward again
-// before its own five products. Otherwise mtrun's kernels on CUDA cores: rows up to their last key,
-// 2 products forward and 8 backward.
+// probabilities, no context-parallel share): flash kernels on tensor cores, blocks above
+// the diagonal skipped under a causal mask (and those beyond a sliding window), and a
+// backward that runs the forward again before its own five products. Otherwise mtrun's
+// kernels on CUDA cores: rows up to their last key, 2 products forward and 8 backward.
 TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
@@ -280,6 +280,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
       %y = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 2 : i64, window = 512 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %q = mt.attention %gqkv {causal, heads = 16 : i64, kv_heads = 4 : i64} : (tensor<2x2048x1536xbf16>) -> tensor<2x2048x1024xbf16>
       %r = mt.attention_grad %dy, %gqkv, %q {causal, heads = 16 : i64, kv_heads = 4 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x1536xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x1536xbf16>
+      %z = mt.attention %qkv {causal, context_parallel = 2 : i64, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x1024x1024xbf16>
       return
     })",
                                                                                      &context);
@@ -299,7 +300,7 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
     if (op->getNumResults() == 1)
       ops.push_back(op);
   });
-  ASSERT_EQ(ops.size(), 11u);
+  ASSERT_EQ(ops.size(), 12u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
@@ -318,12 +319,16 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   const double pairs = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + pairs * 2 * product);
   // Grouped-query heads (4 of 16 keys and values): cuDNN's, with the queries copied to
-  // a packed [2, 2048, 1024] and back, and the gradient's from it, each read and written.
-  const int64_t queries = int64_t{2} * 2048 * 1024 * 2;
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[9], s),
-                   3e-6 + memorySeconds(s, 2 * queries) + causal * (scores + values));
+  // a packed [2, 2048, 1024] by each of its graphs' runs, forward's again before the
+  // backward here (no kept statistics), whose dQ is copied back: each copy a launch, read
+  // and written.
+  const double copy = 3e-6 + memorySeconds(s, 2 * int64_t{2} * 2048 * 1024 * 2);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[9], s), 3e-6 + copy + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[10], s),
-                   2 * 3e-6 + memorySeconds(s, 4 * queries) + causal * (3 * scores + 4 * values));
+                   2 * 3e-6 + 3 * copy + causal * (3 * scores + 4 * values));
+  // A context-parallel share of the queries (1024 rows of each sequence's 2048), which
+  // cuDNN is not given: our kernels, its rows' causal share of the keys.
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[11], s), 3e-6 + rows * 2 * product / 2);
 }
 
 // A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly

@@ -204,7 +204,7 @@ struct CudnnAttention::Graphs {
     const QueryPacking &pack = view.packing;
     const size_t size = dtypeBytes(problem.dtype);
     const size_t own = (static_cast<size_t>(entry.workspaceBytes) + 255) / 256 * 256;
-    const size_t packed = view.packedQuery ? size * pack.rows * pack.length : 0;
+    const size_t packed = view.packedQuery ? (size * pack.rows * pack.length + 255) / 256 * 256 : 0;
     const size_t bytes = own + (forward ? 1 : 2) * packed;
     char *space = nullptr;
     if (bytes > 0 && !(space = static_cast<char *>(workspace(bytes)))) {

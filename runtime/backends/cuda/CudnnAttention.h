@@ -1,10 +1,10 @@
 // Fused attention through cuDNN's flash attention (the cuDNN frontend's graph API):
 // forward and backward of softmax(scale·q·kᵀ, masked causally, to a sliding window of
-// keys, both or neither)·v over our fused qkv, in bf16 or f16 with f32 softmax (grouped-
-// query heads' queries packed: SdpaLayout.h), with no probability dropout — cuDNN cannot
-// draw our Philox masks, so dropped attention stays with our kernels (Attention.cuh). The backward is
-// cuDNN's deterministic algorithm: the same bits on every run. One graph per shape, built on first
-// use and kept.
+// keys, both or neither)·v over our fused qkv, in bf16 or f16 with f32 softmax
+// (grouped-query heads' queries packed: SdpaLayout.h), with no probability dropout —
+// cuDNN cannot draw our Philox masks, so dropped attention stays with our kernels
+// (Attention.cuh). The backward is cuDNN's deterministic algorithm: the same bits on
+// every run. One graph per shape, built on first use and kept.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 #define MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 
