@@ -40,7 +40,8 @@ declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 
 ab() {
   local rounds=$1
   shift
-  python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 || return
+  [ -s "$logs/tokens.idx" ] || python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 ||
+    return
   for ((round = 1; round <= rounds; ++round)); do
     for plan in "$@"; do
       echo "== $plan, round $round"
