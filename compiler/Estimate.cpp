@@ -68,6 +68,24 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
   return {op.getCausal(), static_cast<int64_t>(op.getWindow().value_or(0))};
 }
 
+/// The width of an attention op's heads: its qkv's rows hold heads + 2·kv of them.
+template <typename Attention> int64_t headDim(Attention op) {
+  const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
+  return cast<ShapedType>(op.getQkv().getType()).getShape().back() /
+         static_cast<int64_t>(heads + 2 * kv);
+}
+
+/// Whether the CUDA backend runs fused attention through cuDNN (CudaBackend.cu,
+/// throughCudnn): bf16 or f16 without dropout of probabilities, heads of a multiple of 8
+/// up to 256 (cuDNN's), neither a context-parallel share of the queries nor a ring's step.
+template <typename Attention> bool viaCudnn(Attention op) {
+  const llvm::StringRef type = computeType(op.getQkv().getType());
+  const std::optional<llvm::APFloat> rate = op.getDropout();
+  const int64_t d = headDim(op);
+  return (type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
+         !op.getContextParallel() && !op.getRing() && d % 8 == 0 && d <= 256;
+}
+
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
 /// - bf16 or f16 with no dropout of probabilities, heads of a multiple of 8 up to 256, not
@@ -87,14 +105,9 @@ template <typename Attention>
 double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt::GemmShape values,
                              bool backward, const SystemSpec &system) {
   const llvm::StringRef type = computeType(op.getQkv().getType());
-  const std::optional<llvm::APFloat> rate = op.getDropout();
   const double launches = backward ? system.kernelOverhead : 0; // the second kernel
   const ::mt::AttentionMask mask = maskOf(op);
-  // cuDNN's flash attention takes heads of a multiple of 8 up to 256, and neither a
-  // context-parallel share of the queries nor a ring's step (CudaBackend.cu, throughCudnn).
-  const int64_t d = values.n;
-  if ((type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
-      !op.getContextParallel() && !op.getRing() && d % 8 == 0 && d <= 256) {
+  if (viaCudnn(op)) {
     // The scores stay on chip: each product costs its waves of tiles, never its bytes.
     const double share = blockShare(scores.n, kFlashBlock, mask.causal, mask.window);
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
@@ -225,6 +238,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
     pass.stagingBytes = std::max(pass.stagingBytes, stagingBytes(op));
+    pass.attentionBytes = std::max(pass.attentionBytes, attentionWorkspaceBytes(op));
     record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
     return;
   }
@@ -529,6 +543,34 @@ int64_t stagingBytes(Operation *op) {
   return size * rows * ::mt::paddedColumn(lastDim(staged), size);
 }
 
+int64_t attentionWorkspaceBytes(Operation *op) {
+  auto bytes = [](auto attention, bool backward) -> int64_t {
+    if (!viaCudnn(attention))
+      return 0;
+    auto qkv = cast<ShapedType>(attention.getQkv().getType());
+    const int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
+    const int64_t heads = static_cast<int64_t>(attention.getHeads());
+    const int64_t kv = static_cast<int64_t>(attention.getKvHeads().value_or(heads));
+    // Grouped-query heads' packed queries, and backward their gradient, 256-byte aligned.
+    const int64_t packed =
+        kv > 1 && heads > kv
+            ? (elementBytes(attention.getQkv()) * b * s * heads * headDim(attention) + 255) / 256 *
+                  256
+            : 0;
+    // The deterministic backward's dP [b, heads, s, s] in 16 bits, each side rounded up to
+    // 64: GPT-2 124M's 8 x 12 heads over 1,024 positions measured 201,326,592 bytes and
+    // GPT-3 1.3B's 4 x 16 over 2,048 positions 536,870,912 beside the GEMMs' 32 MiB
+    // (bench/results/2026-11-27, their memory lines).
+    const int64_t rounded = (s + 63) / 64 * 64;
+    return backward ? b * heads * rounded * rounded * 2 + 2 * packed : packed;
+  };
+  if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
+    return bytes(forward, false);
+  if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op))
+    return bytes(backward, true);
+  return 0;
+}
+
 double stagingSeconds(Operation *op, const SystemSpec &system) {
   const Value staged = stagedOperand(op);
   if (!staged)
@@ -656,9 +698,14 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
            std::to_string(p * v);
   const Placement placement = placeGroups(system, layout);
   StepEstimate e;
+  // The backend's buffers grow to the most any kernel needs; each is one buffer.
+  int64_t staging = 0, attention = 0;
   for (const ChunkProfile &chunk : chunks)
-    e.stagingBytes =
-        std::max({e.stagingBytes, chunk.forward.stagingBytes, chunk.backward.stagingBytes});
+    for (const PassCost *pass : {&chunk.forward, &chunk.backward}) {
+      staging = std::max(staging, pass->stagingBytes);
+      attention = std::max(attention, pass->attentionBytes);
+    }
+  e.workspaceBytes = staging + attention;
 
   // The passes, on the schedule's clock.
   ::mt::ScheduleTiming timing;

@@ -69,7 +69,8 @@ struct PassCost {
   int64_t tensorParallelBytes = 0, sequenceParallelBytes = 0; // sent by each rank
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;
   int64_t launches = 0;                                       // kernels and collectives
-  int64_t stagingBytes = 0; // the most any kernel's copies need (stagingBytes)
+  int64_t stagingBytes = 0;   // the most any kernel's copies need (stagingBytes)
+  int64_t attentionBytes = 0; // and cuDNN's attention (attentionWorkspaceBytes)
   std::vector<Launch> queued;                                 // the pass's launches, in order
   Families families;        // the kernels and collectives, by family
   double total() const {
@@ -104,6 +105,10 @@ double stagingSeconds(mlir::Operation *op, const SystemSpec &system);
 /// The bytes of the CUDA backend's buffer for those copies that the op needs (0: none):
 /// beyond the plan's memory, among the backend's workspaces.
 int64_t stagingBytes(mlir::Operation *op);
+/// The bytes of the CUDA backend's workspace for cuDNN's attention that the op needs (0:
+/// none, or not through cuDNN): backward's deterministic algorithm keeps dP, and grouped-
+/// query heads their packed queries. Beyond the plan's memory, as stagingBytes.
+int64_t attentionWorkspaceBytes(mlir::Operation *op);
 /// The FLOPs of one run of a kernel as `mtrun --profile` counts them (runtime/exec/
 /// Executor.cpp): a linear's products, 2·m·n·k each; fused attention's QKᵀ and P·V, half
 /// of them under a causal mask, 2.5 times that backward; 0 for the rest.
@@ -162,11 +167,11 @@ struct StepEstimate {
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;  // per micro-batch, one rank
   int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
   StepAccount account; // memory, exactly as `mtc compile` accounts it
-  /// Beyond it, on a GPU: the CUDA backend's buffer for misaligned rows' copies, as the
-  /// most any kernel of a chunk needs (stagingBytes).
-  int64_t stagingBytes = 0;
-  /// The memory a rank needs on a GPU: the account's and the staging buffer.
-  int64_t gpuBytes() const { return account.memory.total() + stagingBytes; }
+  /// Beyond it, on a GPU: the CUDA backend's workspaces that grow with the model, each as
+  /// the most any kernel of a chunk needs (stagingBytes, attentionWorkspaceBytes).
+  int64_t workspaceBytes = 0;
+  /// The memory a rank needs on a GPU: the account's and those workspaces.
+  int64_t gpuBytes() const { return account.memory.total() + workspaceBytes; }
   std::vector<int64_t> inFlight;
 };
 

@@ -45,7 +45,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
       {"mfu", f.mfu},
       {"tokens_per_second", f.tokensPerSecond},
       {"memory_bytes_per_rank", e.account.memory.total()},
-      {"staging_bytes_per_rank", e.stagingBytes},
+      {"workspace_bytes_per_rank", e.workspaceBytes},
       {"fits", f.fits},
       {"model_flops_per_step", static_cast<double>(e.modelFlops)},
       {"bubble", e.bubble},
@@ -303,9 +303,9 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
       f.tokensPerSecond);
   llvm::raw_ostream &os = row("memory per rank");
   os << withCommas(e.account.memory.total()) << " bytes";
-  if (e.stagingBytes > 0)
-    os << " and " << withCommas(e.stagingBytes)
-       << " for the copies of misaligned rows (an odd vocabulary's logits)";
+  if (e.workspaceBytes > 0)
+    os << " and " << withCommas(e.workspaceBytes)
+       << " of the CUDA backend's workspaces (cuDNN's attention, copies of misaligned rows)";
   os << " (" << binarySize(e.gpuBytes()) << " of the " << binarySize(system.planBytes())
      << " a plan may use: " << binarySize(system.memoryBytes) << " less "
      << binarySize(system.reservedBytes) << " reserved): " << (f.fits ? "fits" : "does not fit")

@@ -329,6 +329,15 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   // A context-parallel share of the queries (1024 rows of each sequence's 2048), which
   // cuDNN is not given: our kernels, its rows' causal share of the keys.
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[11], s), 3e-6 + rows * 2 * product / 2);
+  // cuDNN's workspace beyond the plan: backward's dP, 2 x 16 heads x 2048² in bf16, and
+  // grouped queries packed (and their gradient); none for what our kernels run.
+  const int64_t dp = int64_t{2} * 16 * 2048 * 2048 * 2, packed = int64_t{2} * 2048 * 1024 * 2;
+  EXPECT_EQ(attentionWorkspaceBytes(ops[0]), 0);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[1]), dp);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[5]), 0);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[9]), packed);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[10]), dp + 2 * packed);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[11]), 0);
 }
 
 // A GELU epilogue costs one kernel in 16 bits (cuBLASLt's epilogue), and in f32 exactly

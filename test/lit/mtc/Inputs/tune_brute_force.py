@@ -69,7 +69,7 @@ for tp, pp in itertools.product(divisors(gpus), divisors(gpus)):
                 fits += 1
                 assert flags in fitting, f"{flags} fits, tune rejected it: {rejected.get(flags)}"
                 t = fitting[flags]
-                for key in ("iteration_seconds", "memory_bytes_per_rank", "staging_bytes_per_rank",
+                for key in ("iteration_seconds", "memory_bytes_per_rank", "workspace_bytes_per_rank",
                             "mfu", "parts"):
                     assert t[key] == e[key], f"{flags}: {key} {t[key]} != {e[key]}"
         micro *= 2
