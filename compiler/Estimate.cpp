@@ -86,6 +86,29 @@ template <typename Attention> bool viaCudnn(Attention op) {
          !op.getContextParallel() && !op.getRing() && d % 8 == 0 && d <= 256;
 }
 
+/// cuDNN's deterministic backward keeps dP [b, heads, s, s] in 16 bits, each side of the
+/// scores rounded up to 64: GPT-2 124M's 8 x 12 heads over 1,024 positions measured
+/// 201,326,592 bytes and GPT-3 1.3B's 4 x 16 over 2,048 positions 536,870,912 beside the
+/// GEMMs' 32 MiB (bench/results/2026-11-27, their memory lines).
+template <typename Attention> int64_t dpBytes(Attention op) {
+  auto qkv = cast<ShapedType>(op.getQkv().getType());
+  const int64_t rounded = (qkv.getDimSize(1) + 63) / 64 * 64;
+  return qkv.getDimSize(0) * static_cast<int64_t>(op.getHeads()) * rounded * rounded * 2;
+}
+
+/// Grouped-query heads' queries packed for cuDNN, 256-byte aligned (CudnnAttention.cpp);
+/// 0 for other heads.
+template <typename Attention> int64_t packedQueryBytes(Attention op) {
+  const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
+  if (!(kv > 1 && heads > kv))
+    return 0;
+  auto qkv = cast<ShapedType>(op.getQkv().getType());
+  const int64_t size = (qkv.getElementTypeBitWidth() + 7) / 8;
+  const int64_t bytes =
+      size * qkv.getDimSize(0) * qkv.getDimSize(1) * static_cast<int64_t>(heads) * headDim(op);
+  return (bytes + 255) / 256 * 256;
+}
+
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
 /// - bf16 or f16 with no dropout of probabilities, heads of a multiple of 8 up to 256, not
@@ -544,25 +567,12 @@ int64_t stagingBytes(Operation *op) {
 }
 
 int64_t attentionWorkspaceBytes(Operation *op) {
+  // Forward: the packed queries; backward: dP, the packed queries and their gradient.
   auto bytes = [](auto attention, bool backward) -> int64_t {
     if (!viaCudnn(attention))
       return 0;
-    auto qkv = cast<ShapedType>(attention.getQkv().getType());
-    const int64_t b = qkv.getDimSize(0), s = qkv.getDimSize(1);
-    const int64_t heads = static_cast<int64_t>(attention.getHeads());
-    const int64_t kv = static_cast<int64_t>(attention.getKvHeads().value_or(heads));
-    // Grouped-query heads' packed queries, and backward their gradient, 256-byte aligned.
-    const int64_t packed =
-        kv > 1 && heads > kv
-            ? (elementBytes(attention.getQkv()) * b * s * heads * headDim(attention) + 255) / 256 *
-                  256
-            : 0;
-    // The deterministic backward's dP [b, heads, s, s] in 16 bits, each side rounded up to
-    // 64: GPT-2 124M's 8 x 12 heads over 1,024 positions measured 201,326,592 bytes and
-    // GPT-3 1.3B's 4 x 16 over 2,048 positions 536,870,912 beside the GEMMs' 32 MiB
-    // (bench/results/2026-11-27, their memory lines).
-    const int64_t rounded = (s + 63) / 64 * 64;
-    return backward ? b * heads * rounded * rounded * 2 + 2 * packed : packed;
+    const int64_t packed = packedQueryBytes(attention);
+    return backward ? dpBytes(attention) + 2 * packed : packed;
   };
   if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
     return bytes(forward, false);
