@@ -136,13 +136,10 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
     const int again = backward && !op.getStats() ? 1 : 0; // the forward, for the statistics
     // Grouped-query attention's queries copied to a packed buffer by each run of cuDNN's
     // graphs, and backward's gradient back (CudnnAttention.cpp): each copy a launch, read
-    // and written, as many bytes as the output (or its gradient, backward's first operand).
-    const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
-    const Value queries = backward ? op->getOperand(0) : op->getResult(0);
-    const int copies = !(kv > 1 && heads > kv) ? 0 : backward ? 2 + again : 1;
-    const double packing =
-        copies * (system.kernelOverhead +
-                  memorySeconds(system, 2 * mlir::mt::tensorBytes(queries.getType())));
+    // and written.
+    const int64_t packed = packedQueryBytes(op);
+    const int copies = packed == 0 ? 0 : backward ? 2 + again : 1;
+    const double packing = copies * (system.kernelOverhead + memorySeconds(system, 2 * packed));
     return (again ? launches : 0) + packing +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
                     (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));
