@@ -194,6 +194,17 @@ struct LoweredTest : ::testing::Test {
     registerAll(r);
     return r;
   }
+  /// The ops with results of `source`'s functions, in order (the module kept in `held`).
+  std::vector<mlir::Operation *> opsOf(llvm::StringRef source) {
+    held = mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+    std::vector<mlir::Operation *> ops;
+    if (held)
+      held->walk([&](mlir::Operation *op) {
+        if (op->getNumResults() > 0)
+          ops.push_back(op);
+      });
+    return ops;
+  }
   /// A zoo model's (gpt-tiny's) step under `layout`, estimated on `system`.
   StepEstimate estimate(const StepLayout &layout, const SystemSpec &system,
                         const std::string &model = "gpt-tiny") {
@@ -207,6 +218,7 @@ struct LoweredTest : ::testing::Test {
     return e;
   }
   mlir::MLIRContext context;
+  mlir::OwningOpRef<mlir::ModuleOp> held; // opsOf's, destroyed before the context
 };
 
 // Within a node; across nodes, gpt-tiny's step is so short that the network's latency
@@ -267,7 +279,7 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
 TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
+  const std::vector<mlir::Operation *> ops = opsOf(R"(
     func.func @f(%qkv: tensor<2x2048x3072xbf16>, %dy: tensor<2x2048x1024xbf16>, %gqkv: tensor<2x2048x1536xbf16>) {
       %c = mt.attention %qkv {causal, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
       %g = mt.attention_grad %dy, %qkv, %c {causal, heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
@@ -282,9 +294,8 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
       %r = mt.attention_grad %dy, %gqkv, %q {causal, heads = 16 : i64, kv_heads = 4 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x1536xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x1536xbf16>
       %z = mt.attention %qkv {causal, context_parallel = 2 : i64, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x1024x1024xbf16>
       return
-    })",
-                                                                                     &context);
-  ASSERT_TRUE(module);
+    })");
+  ASSERT_TRUE(held);
   // 32 products each (batch 2 x 16 heads): QKᵀ is 2048 x 2048 over 64, P·V 2048 x 64
   // over 2048; the scores stay on chip, so each product costs its waves of tiles, not the
   // bytes of a 2048 x 2048 result (which would bind QKᵀ here).
@@ -295,11 +306,6 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   const double scores = waves(2048, 2048, 64), values = waves(2048, 64, 2048);
   ASSERT_LT(scores, gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2));
   const double causal = 17.0 / 32; // 16 x 16 blocks of 128, 136 kept
-  std::vector<mlir::Operation *> ops;
-  module->walk([&](mlir::Operation *op) {
-    if (op->getNumResults() == 1)
-      ops.push_back(op);
-  });
   ASSERT_EQ(ops.size(), 12u);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), 3e-6 + causal * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
@@ -364,14 +370,8 @@ TEST_F(LoweredTest, GeluEpiloguesCostWhatTheCudaBackendRuns) {
         "  %f = mt.linear_grad_input_gelu %dy, %w2, %h : (" + ty("4x512x1024") + ", " +
         ty("1024x4096") + ", " + ty("4x512x4096") + ") -> " + ty("4x512x4096") + "\n" +
         "  return\n}\n";
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-    ASSERT_TRUE(module);
-    std::vector<mlir::Operation *> ops;
-    module->walk([&](mlir::Operation *op) {
-      if (op->getNumResults() > 0)
-        ops.push_back(op);
-    });
+    const std::vector<mlir::Operation *> ops = opsOf(source);
+    ASSERT_TRUE(held);
     ASSERT_EQ(ops.size(), 6u);
     const double forwardPair = kernelSeconds(ops[0], s) + kernelSeconds(ops[1], s);
     const double backwardPair = kernelSeconds(ops[3], s) + kernelSeconds(ops[4], s);
@@ -397,7 +397,7 @@ TEST_F(LoweredTest, GeluEpiloguesCostWhatTheCudaBackendRuns) {
 TEST_F(LoweredTest, TheBiasGradientEpilogueCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
-  mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceString<mlir::ModuleOp>(R"(
+  const std::vector<mlir::Operation *> ops = opsOf(R"(
     func.func @f(%dy: tensor<4x512x4096xbf16>, %x: tensor<4x512x1024xbf16>) {
       %w = mt.linear_grad_weight %dy, %x : (tensor<4x512x4096xbf16>, tensor<4x512x1024xbf16>) -> tensor<4096x1024xbf16>
       %b = mt.bias_grad %dy : (tensor<4x512x4096xbf16>) -> tensor<4096xbf16>
@@ -408,13 +408,8 @@ TEST_F(LoweredTest, TheBiasGradientEpilogueCostsWhatTheCudaBackendRuns) {
       mt.param_grad "w2", %gw : tensor<4096x1024xf32>
       mt.param_grad "b2", %gb : tensor<4096xf32>
       return
-    })", &context);
-  ASSERT_TRUE(module);
-  std::vector<mlir::Operation *> ops;
-  module->walk([&](mlir::Operation *op) {
-    if (op->getNumResults() > 0)
-      ops.push_back(op);
-  });
+    })");
+  ASSERT_TRUE(held);
   ASSERT_EQ(ops.size(), 5u);
   const int64_t dy = 4 * 512 * 4096 * 2, x = 4 * 512 * 1024 * 2, dw = 4096 * 1024 * 2,
                 db = 4096 * 2;
@@ -455,14 +450,8 @@ TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
                                x + "\n" + "  %dw" + weightGrad + "  %dw2" + weightGrad +
                                "  %g = mt.gelu %dy : (" + y + ") -> " + y + "\n" + "  %dw3" +
                                weightGrad + "  return\n}\n";
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-    ASSERT_TRUE(module);
-    std::vector<mlir::Operation *> ops;
-    module->walk([&](mlir::Operation *op) {
-      if (op->getNumResults() > 0)
-        ops.push_back(op);
-    });
+    const std::vector<mlir::Operation *> ops = opsOf(source);
+    ASSERT_TRUE(held);
     ASSERT_EQ(ops.size(), 6u);
     // One copy of the logits (or of dy): read and written, with its launch; into a buffer
     // of their rows padded.

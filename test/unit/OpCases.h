@@ -106,14 +106,21 @@ inline std::vector<OpCase> opCases() {
   // cuBLASLt's BGRADB epilogue, where it has an algorithm for the shapes, as 16 by 32
   // features over 16 rows should suit), added into the parameter's f32 gradient or
   // written as a result of its own; and the pair.
-  const std::string linearWide = oneOpModel(R"(
-  %x = mt.param "x" normal(1.0) : tensor<2x8x16xf32>
-  %w = mt.param "w" normal(0.5) : tensor<32x16xf32>
-  %b = mt.param "b" normal(0.5) : tensor<32xf32>
-  %logits = mt.linear %x, %w, %b : (tensor<2x8x16xf32>, tensor<32x16xf32>, tensor<32xf32>) -> tensor<2x8x32xf32>)",
-      32,
-      "  %loss = mt.cross_entropy %logits, %targets : (tensor<2x8x32xf32>, tensor<?x?xi32>) -> "
-      "tensor<f32>");
+  // x [2, 8, in] · wᵀ + b: logits over `out` classes, the weights drawn with `std`.
+  auto biasedLinear = [](int64_t in, int64_t out, const std::string &std) {
+    const std::string x = "tensor<2x8x" + std::to_string(in) + "xf32>",
+                      w = "tensor<" + std::to_string(out) + "x" + std::to_string(in) + "xf32>",
+                      b = "tensor<" + std::to_string(out) + "xf32>",
+                      y = "tensor<2x8x" + std::to_string(out) + "xf32>";
+    return oneOpModel("  %x = mt.param \"x\" normal(1.0) : " + x + "\n  %w = mt.param \"w\" normal(" +
+                          std + ") : " + w + "\n  %b = mt.param \"b\" normal(" + std + ") : " + b +
+                          "\n  %logits = mt.linear %x, %w, %b : (" + x + ", " + w + ", " + b +
+                          ") -> " + y,
+                      out,
+                      "  %loss = mt.cross_entropy %logits, %targets : (" + y +
+                          ", tensor<?x?xi32>) -> tensor<f32>");
+  };
+  const std::string linearWide = biasedLinear(16, 32, "0.5");
   c.push_back({"linear_wide", linearWide, "", 8, 32});
   c.push_back({"linear_wide_separate", linearWide, "", 8, 32, "--no-gradient-accumulation-fusion"});
   c.push_back({"linear_wide_unfused", linearWide, "", 8, 32, "--no-bias-grad-fusion"});
@@ -121,14 +128,7 @@ inline std::vector<OpCase> opCases() {
   // of their gradient, are not a whole number of 16 bytes, and the CUDA backend runs its
   // GEMMs on copies with padded rows, its weight gradient reading the copy its input
   // gradient made; with the bias gradient in the weight gradient's GEMM and apart.
-  const std::string oddHead = oneOpModel(R"(
-  %x = mt.param "x" normal(1.0) : tensor<2x8x64xf32>
-  %w = mt.param "w" normal(0.1) : tensor<101x64xf32>
-  %b = mt.param "b" normal(0.1) : tensor<101xf32>
-  %logits = mt.linear %x, %w, %b : (tensor<2x8x64xf32>, tensor<101x64xf32>, tensor<101xf32>) -> tensor<2x8x101xf32>)",
-      101,
-      "  %loss = mt.cross_entropy %logits, %targets : (tensor<2x8x101xf32>, tensor<?x?xi32>) -> "
-      "tensor<f32>");
+  const std::string oddHead = biasedLinear(64, 101, "0.1");
   c.push_back({"lm_head_odd", oddHead, "", 8, 101});
   c.push_back({"lm_head_odd_unfused", oddHead, "", 8, 101, "--no-bias-grad-fusion"});
   // A GELU between two linears: mt-fuse-epilogues folds it into the first linear and its
