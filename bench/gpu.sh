@@ -99,7 +99,8 @@ done
 echo "plan GiB: mtc compile's prediction per rank; held GiB: the most mtrun held for the plan"
 echo "at once; mtc GiB: the device's memory in use (device-wide) at mtrun's peak: the plan's"
 echo "buffers, workspaces, libraries, the CUDA context; torch GiB: PyTorch's max_memory_allocated."
-echo "mtc GiB less held GiB is what systems/*.json's gpu.reserved_gib allows for."
+echo "mtc GiB less held GiB, less the workspaces mtc estimate counts (its workspace_bytes_per_rank"
+echo "in plans/bench/MODEL.SYSTEM.estimate.json), is what systems/*.json's gpu.reserved_gib allows for."
 
 # Where each step's time goes: device time by opcode and the slowest instructions
 # (mtrun --profile). The host waits for every program there, so these steps are not

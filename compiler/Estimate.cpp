@@ -87,13 +87,16 @@ template <typename Attention> bool viaCudnn(Attention op) {
 }
 
 /// cuDNN's deterministic backward keeps dP [b, heads, s, s] in 16 bits, each side of the
-/// scores rounded up to 64: GPT-2 124M's 8 x 12 heads over 1,024 positions measured
-/// 201,326,592 bytes and GPT-3 1.3B's 4 x 16 over 2,048 positions 536,870,912 beside the
-/// GEMMs' 32 MiB (bench/results/2026-11-27, their memory lines).
+/// scores rounded up to 64, and each row's sum of dO∘O [b, heads, s] in f32 (the
+/// frontend's softmax_sum): of GPT-2 124M's 8 x 12 heads over 1,024 positions,
+/// 201,719,808 bytes of the 202,110,488 its workspaces held beyond the GEMMs' 32 MiB;
+/// of GPT-3 1.3B's 4 x 16 over 2,048, 537,395,200 of 539,284,376 (bench/results/
+/// 2026-11-27, their memory lines).
 template <typename Attention> int64_t dpBytes(Attention op) {
   auto qkv = cast<ShapedType>(op.getQkv().getType());
-  const int64_t rounded = (qkv.getDimSize(1) + 63) / 64 * 64;
-  return qkv.getDimSize(0) * static_cast<int64_t>(op.getHeads()) * rounded * rounded * 2;
+  const int64_t rows = qkv.getDimSize(0) * static_cast<int64_t>(op.getHeads());
+  const int64_t s = qkv.getDimSize(1), rounded = (s + 63) / 64 * 64;
+  return rows * rounded * rounded * 2 + rows * s * 4;
 }
 
 /// Grouped-query heads' queries packed for cuDNN, 256-byte aligned (CudnnAttention.cpp);
@@ -694,6 +697,26 @@ void addPasses(const ChunkProfile &chunk, double mb, StepEstimate &e) {
   e.contextParallelBytes += f.contextParallelBytes + bw.contextParallelBytes;
 }
 
+/// On a GPU each stage also holds the CUDA backend's two buffers that grow with the model,
+/// each to the most any kernel of its chunks needs: the stage needing the most, its
+/// account and its buffers together, is the rank's figure (e.gpuBytes).
+void addWorkspaces(const std::vector<ChunkProfile> &chunks, int64_t p, StepEstimate &e) {
+  const int64_t all = static_cast<int64_t>(chunks.size());
+  for (int64_t s = 0; s < p; ++s) {
+    int64_t staging = 0, attention = 0;
+    for (int64_t c = s; c < all; c += p)
+      for (const PassCost *pass : {&chunks[c].forward, &chunks[c].backward}) {
+        staging = std::max(staging, pass->stagingBytes);
+        attention = std::max(attention, pass->attentionBytes);
+      }
+    const int64_t total = e.account.stages[s].total() + staging + attention;
+    if (total > e.gpuBytes) {
+      e.gpuBytes = total;
+      e.workspaceBytes = staging + attention;
+    }
+  }
+}
+
 } // namespace
 
 std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSpec &system,
@@ -705,14 +728,6 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
            std::to_string(p * v);
   const Placement placement = placeGroups(system, layout);
   StepEstimate e;
-  // The backend's buffers grow to the most any kernel needs; each is one buffer.
-  int64_t staging = 0, attention = 0;
-  for (const ChunkProfile &chunk : chunks)
-    for (const PassCost *pass : {&chunk.forward, &chunk.backward}) {
-      staging = std::max(staging, pass->stagingBytes);
-      attention = std::max(attention, pass->attentionBytes);
-    }
-  e.workspaceBytes = staging + attention;
 
   // The passes, on the schedule's clock.
   ::mt::ScheduleTiming timing;
@@ -746,6 +761,7 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
                             layout.distributedOptimizer);
   if (e.account.costs.overflowed || e.account.recompute.overflowed)
     return kFlopsOverflow;
+  addWorkspaces(chunks, p, e);
   const BytesPerParameter &b = e.account.bytesPerParameter;
 
   // Parameters several stages hold (a tied embedding): their gradients are summed.

@@ -167,11 +167,11 @@ struct StepEstimate {
   int64_t contextParallelBytes = 0, expertParallelBytes = 0;  // per micro-batch, one rank
   int64_t pipelineMessageBytes = 0, gradientBytes = 0;        // per message; per step
   StepAccount account; // memory, exactly as `mtc compile` accounts it
-  /// Beyond it, on a GPU: the CUDA backend's workspaces that grow with the model, each as
-  /// the most any kernel of a chunk needs (stagingBytes, attentionWorkspaceBytes).
-  int64_t workspaceBytes = 0;
-  /// The memory a rank needs on a GPU: the account's and those workspaces.
-  int64_t gpuBytes() const { return account.memory.total() + workspaceBytes; }
+  /// The memory a rank needs on a GPU: the most any pipeline stage needs, its account's and
+  /// beyond it the CUDA backend's workspaces that grow with the model (stagingBytes,
+  /// attentionWorkspaceBytes: each buffer the most a kernel of the stage's chunks needs);
+  /// and that stage's workspaces.
+  int64_t gpuBytes = 0, workspaceBytes = 0;
   std::vector<int64_t> inFlight;
 };
 

@@ -28,7 +28,7 @@ Figures figuresOf(const StepEstimate &e, const SystemSpec &system,
   f.mfu = f.modelTflops * 1e12 / system.peak(layout.options.precision);
   f.tokensPerSecond =
       static_cast<double>(layout.options.globalBatchSize * seqLength) / e.iteration;
-  f.fits = e.gpuBytes() <= system.planBytes();
+  f.fits = e.gpuBytes <= system.planBytes();
   return f;
 }
 
@@ -46,6 +46,7 @@ llvm::json::Object estimateJson(const StepEstimate &e, const SystemSpec &system,
       {"tokens_per_second", f.tokensPerSecond},
       {"memory_bytes_per_rank", e.account.memory.total()},
       {"workspace_bytes_per_rank", e.workspaceBytes},
+      {"gpu_bytes_per_rank", e.gpuBytes},
       {"fits", f.fits},
       {"model_flops_per_step", static_cast<double>(e.modelFlops)},
       {"bubble", e.bubble},
@@ -304,9 +305,9 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
   llvm::raw_ostream &os = row("memory per rank");
   os << withCommas(e.account.memory.total()) << " bytes";
   if (e.workspaceBytes > 0)
-    os << " and " << withCommas(e.workspaceBytes)
-       << " of the CUDA backend's workspaces (cuDNN's attention, copies of misaligned rows)";
-  os << " (" << binarySize(e.gpuBytes()) << " of the " << binarySize(system.planBytes())
+    os << "; on a GPU " << withCommas(e.gpuBytes)
+       << " with the CUDA backend's workspaces (cuDNN's attention, copies of misaligned rows)";
+  os << " (" << binarySize(e.gpuBytes) << " of the " << binarySize(system.planBytes())
      << " a plan may use: " << binarySize(system.memoryBytes) << " less "
      << binarySize(system.reservedBytes) << " reserved): " << (f.fits ? "fits" : "does not fit")
      << "\n";
@@ -351,9 +352,9 @@ int printTune(const TuneResult &result, const TuneRequest &request, const System
   for (size_t i = 0; i < shown; ++i) {
     const TuneCandidate &c = result.fitting[i];
     const Figures f = figuresOf(c.estimate, system, c.layout, seqLength);
-    outs() << llvm::format("  %2zu. %8.3f s/iter  MFU %5.1f%%  %6.1f TFLOP/s  %6.2f GiB  ",
-                           i + 1, c.estimate.iteration, 100.0 * f.mfu, f.modelTflops,
-                           c.estimate.account.memory.total() / 1073741824.0)
+    outs() << llvm::format("  %2zu. %8.3f s/iter  MFU %5.1f%%  %6.1f TFLOP/s  %6.2f GiB  ", i + 1,
+                           c.estimate.iteration, 100.0 * f.mfu, f.modelTflops,
+                           c.estimate.gpuBytes / 1073741824.0)
            << layoutFlags(c.layout) << "\n";
   }
   // Why the rest were dropped: how many for each reason, with the first of each.

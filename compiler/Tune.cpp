@@ -201,7 +201,7 @@ void Tuner::estimateVariantsOf(StepLayout layout, int64_t layers,
           reject(layout, error);
           continue;
         }
-        const int64_t bytes = candidate.estimate.gpuBytes();
+        const int64_t bytes = candidate.estimate.gpuBytes;
         if (bytes > system_.planBytes()) {
           candidate.rejected = "needs " + binarySize(bytes) + " per rank, the GPU has " +
                                binarySize(system_.planBytes()) + " for the plan";

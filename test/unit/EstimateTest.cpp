@@ -211,6 +211,7 @@ struct LoweredTest : ::testing::Test {
     mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(
         std::string(MTC_MODELS_DIR "/") + model + ".mlir", &context);
     EXPECT_TRUE(module);
+    EXPECT_TRUE(mlir::succeeded(prepareModel(*module, layout.options)));
     EXPECT_TRUE(mlir::succeeded(lowerToTrainStep(*module, layout.options)));
     StepEstimate e;
     EXPECT_EQ(estimateStep(profileChunks(*module, system, layout.options), system, layout, e),
@@ -335,9 +336,10 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   // A context-parallel share of the queries (1024 rows of each sequence's 2048), which
   // cuDNN is not given: our kernels, its rows' causal share of the keys.
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[11], s), 3e-6 + rows * 2 * product / 2);
-  // cuDNN's workspace beyond the plan: backward's dP, 2 x 16 heads x 2048² in bf16, and
-  // grouped queries packed (and their gradient); none for what our kernels run.
-  const int64_t dp = int64_t{2} * 16 * 2048 * 2048 * 2, packed = int64_t{2} * 2048 * 1024 * 2;
+  // cuDNN's workspace beyond the plan: backward's dP, 2 x 16 heads x 2048² in bf16, with
+  // each row's sum in f32, and grouped queries packed (and their gradient); none for what
+  // our kernels run.
+  const int64_t dp = int64_t{2} * 16 * 2048 * (2048 * 2 + 4), packed = int64_t{2} * 2048 * 1024 * 2;
   EXPECT_EQ(attentionWorkspaceBytes(ops[0]), 0);
   EXPECT_EQ(attentionWorkspaceBytes(ops[1]), dp);
   EXPECT_EQ(attentionWorkspaceBytes(ops[5]), 0);
@@ -431,6 +433,27 @@ TEST_F(LoweredTest, TheBiasGradientEpilogueCostsWhatTheCudaBackendRuns) {
 // number of 16 bytes in bf16 or f32, and the CUDA backend copies them to rows padded to
 // 16 bytes around its GEMMs (50,264 in bf16, 50,260 in f32), a GEMM rereading the copy
 // of dy the instruction just before it made; 50,304 classes need no copy.
+// On a GPU each pipeline stage holds the CUDA backend's buffers for its own kernels: under
+// pp 2 the odd vocabulary's copies only on the last stage (1 x 64 tokens of 50,264 bf16
+// values), cuDNN's dP on both (12 heads x 64² in bf16 and a row sum of 64 in f32 each).
+TEST_F(LoweredTest, EachStageHoldsItsOwnWorkspaces) {
+  StepLayout l;
+  l.options.microBatchSize = 1;
+  l.options.globalBatchSize = 2;
+  l.options.pp = 2;
+  l.options.seqLength = 64;
+  l.options.vocabMultiple = 1;
+  l.options.attentionDropout = 0;
+  l.options.precision = "bf16";
+  const StepEstimate e = estimate(l, a100(), "gpt2-124m");
+  ASSERT_EQ(e.account.stages.size(), 2u);
+  const int64_t dp = int64_t{12} * 64 * (64 * 2 + 4), staging = int64_t{64} * 50264 * 2;
+  const int64_t first = e.account.stages[0].total() + dp,
+                last = e.account.stages[1].total() + dp + staging;
+  EXPECT_EQ(e.gpuBytes, std::max(first, last));
+  EXPECT_EQ(e.workspaceBytes, first > last ? dp : dp + staging);
+}
+
 TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
