@@ -666,7 +666,9 @@ private:
     const int64_t padded = paddedColumn(ld, dtype);
     if (padded == ld)
       return b;
-    void *copy = grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
+    void *copy = stagingBuffer(dtypeBytes(dtype) * columns * padded);
+    if (!copy)
+      return b;
     const Staged wanted{b, rows, columns, ld, dtype, calls_, running_};
     const bool held =
         staged_.source == b && staged_.rows == rows && staged_.columns == columns &&
@@ -684,9 +686,27 @@ private:
     const int64_t padded = paddedColumn(ld, dtype);
     if (padded == ld)
       return c;
+    void *data = stagingBuffer(dtypeBytes(dtype) * columns * padded);
+    if (!data)
+      return c;
     staged_ = {};
     ld = padded;
-    return grow(staging_, dtypeBytes(dtype) * columns * padded, "allocating the staging");
+    return data;
+  }
+  /// staging_, of at least `bytes`; null where the device has not that much free (said
+  /// once): the GEMM then reads or writes its misaligned matrix as it is, slower.
+  void *stagingBuffer(size_t bytes) {
+    void *data = grow(staging_, bytes, "allocating the staging", true);
+    if (!data) {
+      staged_ = {}; // what it held is gone
+      if (!warnedStaging_)
+        std::fprintf(stderr,
+                     "cuda backend: no %zu bytes free for a copy of misaligned rows; GEMMs "
+                     "read and write such rows as they are, slower\n",
+                     bytes);
+      warnedStaging_ = true;
+    }
+    return data;
   }
 
   /// C = op(A)·op(B) with `epilogue` (Gemm.cuh), column-major, C contiguous (ldc = m):
@@ -1204,7 +1224,7 @@ private:
     // the buffer growing between experts would make every recorded program stale.
     const int64_t paddedO = paddedColumn(o, c.type()), paddedI = paddedColumn(i, c.type());
     if (paddedO != o || paddedI != i)
-      grow(staging_, size * std::max(n, o) * std::max(paddedO, paddedI), "allocating the staging");
+      stagingBuffer(size * std::max(n, o) * std::max(paddedO, paddedI));
     auto at = [&](const TensorView &t, int64_t element) {
       return static_cast<char *>(t.data) + size * element;
     };
@@ -1605,6 +1625,7 @@ private:
   std::vector<SquaresChunk> squaresHost_;
   bool warnedCudnn_ = false;
   bool warnedBiasGrad_ = false; // said once: a bias gradient summed apart
+  bool warnedStaging_ = false;  // said once: no memory for staging_
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();
   const AttentionPath attentionPath_ = attentionPath();
