@@ -444,16 +444,15 @@ double gemmWaveTime(const SystemSpec &system, const mlir::mt::GemmShape &g,
 }
 
 double blockShare(int64_t s, int64_t block, bool causal, int64_t window) {
-  if (s <= 0 || block <= 0 || (!causal && window <= 0))
+  if (s <= 0 || block <= 0 || !causal)
     return 1;
-  // Blocks d = i − j off the diagonal (query block i, key block j) hold a pair the mask
-  // keeps where d ≥ 0 under a causal mask, and where d·block − (block − 1) < window (its
-  // nearest pair's distance) within a window.
+  // Blocks d = i − j ≥ 0 below the diagonal (query block i, key block j) hold a pair the
+  // mask keeps; within a window, where d·block − (block − 1) (their nearest pair's
+  // distance) is less than it.
   const int64_t blocks = (s + block - 1) / block;
   int64_t kept = 0;
-  for (int64_t d = -(blocks - 1); d < blocks; ++d)
-    if ((!causal || d >= 0) && (window <= 0 || d * block - (block - 1) < window))
-      kept += blocks - (d < 0 ? -d : d);
+  for (int64_t d = 0; d < blocks && (window <= 0 || d * block - (block - 1) < window); ++d)
+    kept += blocks - d;
   return static_cast<double>(kept) / static_cast<double>(blocks * blocks);
 }
 

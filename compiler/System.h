@@ -133,8 +133,8 @@ double gemmWaveTime(const SystemSpec &system, const mlir::mt::GemmShape &gemm,
                     llvm::StringRef elementType);
 /// The share of an s×s product a masked kernel computes in square blocks of `block`: the
 /// blocks holding a pair the mask keeps, of T² (T = ⌈s/block⌉). Causal: the T(T+1)/2 on or
-/// below the diagonal, a half for long s; a sliding window (0: none) keeps those within
-/// it of the diagonal.
+/// below the diagonal, a half for long s; a sliding window (0: none; only under a causal
+/// mask, as mt.attention's verifier has it) keeps those within it of the diagonal.
 double blockShare(int64_t s, int64_t block, bool causal, int64_t window = 0);
 /// A memory-bound kernel moving `bytes`.
 double memorySeconds(const SystemSpec &system, int64_t bytes);
