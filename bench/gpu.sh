@@ -116,4 +116,15 @@ for env in "$bundle"/plans/bench/${MT_BENCH_MODELS:-*}.env; do
   echo "$model: measured beside mtc estimate --system $system, by family:"
   python3 "$here/families.py" compare "$work/$model.profile" \
     "$bundle/plans/bench/$model.$system.estimate.json"
+  # The backend's workspaces beside the estimate's (those that grow with the model) and
+  # the GEMMs' fixed 32 MiB (CudaBackend.cu: kWorkspaceBytes).
+  python3 - "$work/$model.profile" "$bundle/plans/bench/$model.$system.estimate.json" <<'PY'
+import json, re, sys
+m = re.search(r"(\d+) in the backend's workspaces", open(sys.argv[1]).read())
+estimated = json.load(open(sys.argv[2]))["workspace_bytes_per_rank"]
+if m:
+    measured = int(m.group(1))
+    print(f"workspaces: {measured:,} bytes measured, {estimated:,} estimated + 33,554,432 "
+          f"of the GEMMs': {measured - estimated - (32 << 20):+,} bytes apart")
+PY
 done
