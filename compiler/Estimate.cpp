@@ -68,6 +68,11 @@ template <typename Attention>::mt::AttentionMask maskOf(Attention op) {
   return {op.getCausal(), static_cast<int64_t>(op.getWindow().value_or(0))};
 }
 
+/// The bytes of one element of a tensor.
+int64_t elementBytes(Value v) {
+  return (cast<ShapedType>(v.getType()).getElementTypeBitWidth() + 7) / 8;
+}
+
 /// The width of an attention op's heads: its qkv's rows hold heads + 2·kv of them.
 template <typename Attention> int64_t headDim(Attention op) {
   const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
@@ -106,9 +111,8 @@ template <typename Attention> int64_t packedQueryBytes(Attention op) {
   if (!(kv > 1 && heads > kv))
     return 0;
   auto qkv = cast<ShapedType>(op.getQkv().getType());
-  const int64_t size = (qkv.getElementTypeBitWidth() + 7) / 8;
-  const int64_t bytes =
-      size * qkv.getDimSize(0) * qkv.getDimSize(1) * static_cast<int64_t>(heads) * headDim(op);
+  const int64_t bytes = elementBytes(op.getQkv()) * qkv.getDimSize(0) * qkv.getDimSize(1) *
+                        static_cast<int64_t>(heads) * headDim(op);
   return (bytes + 255) / 256 * 256;
 }
 
@@ -519,11 +523,14 @@ bool isDenseLinear(Operation *op) {
              mlir::mt::LinearGradWeightBiasOp>(op);
 }
 
-int64_t elementBytes(Value v) {
-  return (cast<ShapedType>(v.getType()).getElementTypeBitWidth() + 7) / 8;
-}
-
 int64_t lastDim(Value v) { return cast<ShapedType>(v.getType()).getShape().back(); }
+
+/// A grouped product's weights (or their gradient) [E, O, I].
+ShapedType expertWeights(Operation *op) {
+  return cast<ShapedType>(
+      (isa<mlir::mt::GroupedLinearGradWeightOp>(op) ? op->getResult(0) : op->getOperand(2))
+          .getType());
+}
 
 bool misaligned(Value v) { return ::mt::paddedColumn(lastDim(v), elementBytes(v)) != lastDim(v); }
 
@@ -554,9 +561,7 @@ int64_t stagingBytes(Operation *op) {
   if (isGrouped(op)) {
     // Sized once for any expert's rows (runGroupedLinear): max(n, o) columns of the
     // wider of o and i.
-    const auto w = cast<ShapedType>(
-        (isa<mlir::mt::GroupedLinearGradWeightOp>(op) ? op->getResult(0) : op->getOperand(2))
-            .getType());
+    const ShapedType w = expertWeights(op);
     const int64_t n = cast<ShapedType>(op->getOperand(0).getType()).getDimSize(0);
     const int64_t o = w.getDimSize(1), i = w.getDimSize(2);
     return size * std::max(n, o) *
@@ -594,10 +599,7 @@ double stagingSeconds(Operation *op, const SystemSpec &system) {
       return 0;
   }
   // A copy per expert's rows of a grouped product.
-  const int64_t copies = !isGrouped(op) ? 1
-                         : isa<mlir::mt::GroupedLinearGradWeightOp>(op)
-                             ? cast<ShapedType>(op->getResult(0).getType()).getDimSize(0)
-                             : cast<ShapedType>(op->getOperand(2).getType()).getDimSize(0);
+  const int64_t copies = isGrouped(op) ? expertWeights(op).getDimSize(0) : 1;
   return static_cast<double>(copies) * system.kernelOverhead +
          memorySeconds(system, 2 * mlir::mt::tensorBytes(staged.getType()));
 }

@@ -663,10 +663,8 @@ private:
   /// this one in its program (a weight gradient after its input gradient: both read dy;
   /// nothing runs between two instructions of a program but the backend's own calls).
   const void *stagedB(const void *b, int64_t rows, int64_t columns, int64_t &ld, DType dtype) {
-    const int64_t padded = paddedColumn(ld, dtype);
-    if (padded == ld)
-      return b;
-    void *copy = stagingBuffer(dtypeBytes(dtype) * columns * padded);
+    int64_t padded = ld;
+    void *copy = staging(columns, padded, dtype);
     if (!copy)
       return b;
     const Staged wanted{b, rows, columns, ld, dtype, calls_, running_};
@@ -683,14 +681,21 @@ private:
   /// Where cuBLASLt writes C (`columns` of `ld` elements): C itself where its columns are
   /// aligned, else staging_, with `ld` padded (the caller copies it to C).
   void *stagingFor(void *c, int64_t columns, int64_t &ld, DType dtype) {
-    const int64_t padded = paddedColumn(ld, dtype);
-    if (padded == ld)
-      return c;
-    void *data = stagingBuffer(dtypeBytes(dtype) * columns * padded);
+    void *data = staging(columns, ld, dtype);
     if (!data)
       return c;
     staged_ = {};
-    ld = padded;
+    return data;
+  }
+  /// staging_ for `columns` of `ld` elements with `ld` padded; null, `ld` kept, where the
+  /// columns are aligned already or the buffer does not fit.
+  void *staging(int64_t columns, int64_t &ld, DType dtype) {
+    const int64_t padded = paddedColumn(ld, dtype);
+    if (padded == ld)
+      return nullptr;
+    void *data = stagingBuffer(dtypeBytes(dtype) * columns * padded);
+    if (data)
+      ld = padded;
     return data;
   }
   /// staging_, of at least `bytes`; null where the device has not that much free (said
