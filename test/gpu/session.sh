@@ -15,6 +15,11 @@
 #                profiled: where an odd vocabulary's time goes
 #   attention-ab LLaMA 3 8B's shapes in 4 layers, its grouped-query attention through
 #                cuDNN (its queries packed) and through our kernels, each profiled
+#   gemm-ab      GPT-2 124M profiled with cuBLASLt's heuristic's first algorithms, then
+#                choosing the fastest of its candidates (MT_CUDA_GEMM_CHOICES, a new
+#                file), then reading that file (the same losses); the 1.3B model the
+#                same, less the rereading; the files, with every candidate's time, go to
+#                logs.tgz
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs (and
 #                their grid), copies, launches, then the calibration models' profiles;
@@ -36,7 +41,7 @@ say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin (attention-ab's and calibrate's
 # with its step runs not yet measured); the default four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90)
+  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -81,6 +86,19 @@ run_step() {
       MT_CUDA_ATTENTION=$path ab 1 llama3-8b-4layers || return
     done
     ;;
+  gemm-ab)
+    rm -f "$logs"/*.choices
+    echo "== the heuristic's first" && ab 1 gpt2-124m &&
+      echo "== choosing" && MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m &&
+      echo "== the file's choices" && MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m ||
+      return
+    for choices in "" "$logs/gpt3-1.3b.choices"; do
+      echo "== gpt3-1.3b, MT_CUDA_GEMM_CHOICES=$choices"
+      MT_CUDA_ATTENTION=cudnn MT_CUDA_GEMM_CHOICES=$choices "$here/bin/mtrun" \
+        "$here/plans/bench/gpt3-1.3b.mtp" --backend cuda --data "$logs/tokens" --steps 6 \
+        --log-every 6 --lr 1e-4 --profile || return
+    done
+    ;;
   calibrate)
     local system=dgx-h100
     nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && system=dgx-h200
@@ -108,5 +126,5 @@ for name in "${steps[@]}"; do
   say "$name: exit $? after $((SECONDS - began)) s (limit $limit s)"
 done
 (cd "$logs" && find . -name '*.log' -o -name '*.metrics' -o -name '*.run' -o -name '*.eager' \
-  -o -name '*.torch' -o -name '*.profile' -o -name '*-measured*.json' |
+  -o -name '*.torch' -o -name '*.profile' -o -name '*-measured*.json' -o -name '*.choices' |
   tar czf "$out/logs.tgz" -T -) 2>/dev/null

@@ -28,15 +28,17 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <regex>
 #include <sys/stat.h>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -1236,6 +1238,77 @@ TEST(CudaLinear, BiasGradientRunsInCublasLt) {
     }
   }
   EXPECT_EQ(cases, 6);
+}
+
+/// MT_CUDA_GEMM_CHOICES: the first run times each GEMM shape's candidates and writes the
+/// fastest to the file, with what each took; a run that finds every shape there appends
+/// nothing and gives the first run's bits; a line that is not one, or an algorithm
+/// cuBLASLt refuses, fails the run naming the file.
+TEST(CudaGemmChoices, ARunReadingTheFileGivesTheBitsOfTheRunThatWroteIt) {
+  const std::vector<Case> all = cases();
+  const auto found = std::find_if(all.begin(), all.end(), [](const Case &c) {
+    return c.op.name == "gpt_tiny" && std::string(c.precision.flag) == "bf16";
+  });
+  ASSERT_NE(found, all.end());
+  LoadedPlan plan;
+  ASSERT_NO_FATAL_FAILURE(readPlan(*found, plan));
+  REQUIRE_GPU();
+  const std::string path = ::testing::TempDir() + "gemm_choices." + std::to_string(getpid());
+  std::remove(path.c_str());
+  ScopedEnv choices("MT_CUDA_GEMM_CHOICES", path.c_str());
+  const uint64_t seed = test::testSeed();
+  const auto batch = drawBatch(plan, found->op.vocab, seed);
+  auto read = [&] {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  Result first, second;
+  for (Result *result : {&first, &second}) {
+    std::unique_ptr<Backend> cuda;
+    ASSERT_OK(makeCudaBackend(0, cuda));
+    ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, batch, *result));
+  }
+  const std::string written = read();
+  const std::regex line("\ngemm [^\n]* algo( [0-9a-f]+){8}\n");
+  const auto lines = std::distance(std::sregex_iterator(written.begin(), written.end(), line),
+                                   std::sregex_iterator());
+  EXPECT_GE(lines, 3) << "gpt-tiny's linears have several shapes:\n" << written;
+  EXPECT_NE(written.find("# chosen: "), std::string::npos) << written;
+  expectSameBits(first, second, "between the run that chose and the run that read");
+  {
+    std::unique_ptr<Backend> cuda;
+    ASSERT_OK(makeCudaBackend(0, cuda));
+    Result third;
+    ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, batch, third));
+  }
+  EXPECT_EQ(read(), written) << "a run that finds every shape appends nothing";
+
+  // Every algorithm's words replaced: cuBLASLt refuses them at the first GEMM.
+  std::ofstream(path) << std::regex_replace(written, std::regex("algo( [0-9a-f]+){8}"),
+                                            "algo ffffffff ffffffff ffffffff ffffffff "
+                                            "ffffffff ffffffff ffffffff ffffffff");
+  {
+    std::unique_ptr<Backend> cuda;
+    ASSERT_OK(makeCudaBackend(0, cuda));
+    std::unique_ptr<Comm> comm = makeLocalComm();
+    std::unique_ptr<Executor> executor;
+    ASSERT_OK(Executor::create(plan, *cuda, *comm, {}, executor));
+    ASSERT_OK(executor->initParameters(seed));
+    ASSERT_OK(executor->zeroGradients());
+    double loss = 0;
+    const Status refused = executor->forwardBackward(batch.first.data(), batch.second.data(),
+                                                     StepContext{seed, 5, 2}, loss);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.message().find(path + ": the algorithm it holds for `"), std::string::npos)
+        << refused.message();
+  }
+  std::ofstream(path) << "gemm a algo 1 2\n";
+  std::unique_ptr<Backend> cuda;
+  const Status malformed = makeCudaBackend(0, cuda);
+  ASSERT_FALSE(malformed.ok());
+  EXPECT_NE(malformed.message().find(path + ":1: no `algo`"), std::string::npos)
+      << malformed.message();
+  std::remove(path.c_str());
 }
 
 /// The device initialises every parameter of gpt-tiny as the CPU backend does, bit for

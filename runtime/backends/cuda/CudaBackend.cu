@@ -74,7 +74,7 @@ public:
     check(cudaStreamCreate(&owned_.stream), "creating the stream");
     stream_ = owned_.stream;
     check(cublasLtCreate(&lt_), "creating the cuBLASLt handle");
-    ltGemms_ = std::make_unique<LtGemms>(lt_);
+    ltGemms_ = makeLtGemms(device);
     check(cublasCreate(&blas_), "creating the cuBLAS handle");
     check(cublasSetStream(blas_, stream_), "setting the cuBLAS stream");
     // 16-bit products are summed in f32 to the end and rounded once, as on the CPU.
@@ -390,6 +390,26 @@ public:
 
 private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
+
+  /// cuBLASLt's plans, with MT_CUDA_GEMM_CHOICES's file of algorithms where it is set
+  /// (Gemm.cuh's LtGemms), its keys beginning with `device`'s name, multiprocessors and
+  /// cuBLASLt's version.
+  std::unique_ptr<LtGemms> makeLtGemms(int device) {
+    const char *path = std::getenv("MT_CUDA_GEMM_CHOICES");
+    if (!path || !*path)
+      return std::make_unique<LtGemms>(lt_, nullptr, std::string());
+    if (Status read = GemmChoices::load(path, gemmChoices_); !read.ok())
+      throw std::runtime_error(cat("cuda backend: MT_CUDA_GEMM_CHOICES: ", read.message()));
+    cudaDeviceProp prop;
+    check(cudaGetDeviceProperties(&prop, device), "reading the device's properties");
+    std::string name = prop.name;
+    for (char &c : name)
+      if (c == ' ' || c == '\t')
+        c = '_';
+    return std::make_unique<LtGemms>(
+        lt_, &gemmChoices_,
+        cat(name, "/", prop.multiProcessorCount, "sm/cublasLt", cublasLtGetVersion()));
+  }
   /// A check of the ids an instruction reads, since checkRuns last read them: each has
   /// its own flag of flags_ (of kChecks), in order.
   struct IdsCheck {
@@ -1605,6 +1625,7 @@ private:
     }
   } owned_;
   cublasLtHandle_t lt_ = nullptr;
+  GemmChoices gemmChoices_;          // MT_CUDA_GEMM_CHOICES's file, read once
   std::unique_ptr<LtGemms> ltGemms_; // lt_'s plans, freed before it
   cublasHandle_t blas_ = nullptr;
   void *workspace_ = nullptr;

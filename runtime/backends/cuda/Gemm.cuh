@@ -6,14 +6,18 @@
 #define MT_RUNTIME_BACKENDS_CUDA_GEMM_CUH
 
 #include "backends/cuda/Common.cuh"
+#include "backends/cuda/GemmChoices.h"
 
 #include <cublasLt.h>
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace mt {
 namespace {
@@ -57,10 +61,17 @@ struct Epilogue {
 
 /// GEMMs through cuBLASLt, each shape's descriptors and algorithm chosen once and kept:
 /// the heuristic query costs the host far more than a launch, and a fixed algorithm per
-/// shape keeps reruns bit-identical.
+/// shape keeps reruns bit-identical. The algorithm is the heuristic's first; with
+/// `choices` (MT_CUDA_GEMM_CHOICES), the one the file holds for the shape, or else the
+/// fastest of the heuristic's candidates, timed at the shape's first run (outside a
+/// recording) on scratch outputs and added to the file: runs that find every shape in
+/// the file take the same algorithms, and give the same bits, each time.
 class LtGemms {
 public:
-  explicit LtGemms(cublasLtHandle_t lt) : lt_(lt) {}
+  /// `identity`: the device, its multiprocessors and cuBLASLt's version, which the
+  /// choices' keys begin with (an algorithm's bits hold on that alone).
+  LtGemms(cublasLtHandle_t lt, GemmChoices *choices, std::string identity)
+      : lt_(lt), choices_(choices), identity_(std::move(identity)) {}
   LtGemms(const LtGemms &) = delete;
   LtGemms &operator=(const LtGemms &) = delete;
   ~LtGemms() {
@@ -113,7 +124,7 @@ public:
     auto found = plans_.find(key);
     if (found == plans_.end()) {
       Plan plan;
-      if (!choose(key, epilogue, plan))
+      if (!choose(key, epilogue, {a, b, workspaceData, stream}, plan))
         return false; // the heuristic failed: asked again next time
       found = plans_.emplace(key, plan).first;
     }
@@ -177,6 +188,13 @@ private:
     cublasLtMatmulAlgo_t algo{};
     bool haveAlgorithm = false;
   };
+  /// The first call's operands, which the candidates are timed on.
+  struct Operands {
+    const void *a, *b;
+    void *workspace;
+    cudaStream_t stream;
+  };
+  static constexpr int kCandidates = 16;
 
   static void destroy(Plan &plan) {
     for (cublasLtMatrixLayout_t *layout : {&plan.la, &plan.lb, &plan.lc})
@@ -186,9 +204,11 @@ private:
       cublasLtMatmulDescDestroy(std::exchange(plan.desc, nullptr));
   }
 
-  /// The descriptors of `key`'s shape and the heuristic's first algorithm for it (none:
-  /// `haveAlgorithm` false); false, holding nothing, where the heuristic itself failed.
-  bool choose(const Key &key, const Epilogue &epilogue, Plan &plan) const {
+  /// The descriptors of `key`'s shape and its algorithm: the heuristic's first, the
+  /// choices' or the fastest candidate (none: `haveAlgorithm` false); false, holding
+  /// nothing, where the heuristic itself failed.
+  bool choose(const Key &key, const Epilogue &epilogue, const Operands &operands,
+              Plan &plan) const {
     try {
       const cudaDataType_t type = cudaTypeOf(static_cast<DType>(key.dtype));
       check(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -249,6 +269,9 @@ private:
       check(cublasLtMatrixLayoutCreate(&plan.lc, key.accumulate ? CUDA_R_32F : type, m, n,
                                        key.ldc),
             "layout C");
+      const std::string text = choices_ ? keyText(key) : std::string();
+      if (choices_ && takeKept(text, plan))
+        return true;
       cublasLtMatmulPreference_t preference;
       check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
       cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -266,11 +289,17 @@ private:
       const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
       cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                            &reduction, sizeof reduction);
-      cublasLtMatmulHeuristicResult_t heuristic;
+      // The heuristic's candidates: its first alone, unless they are to be timed, which a
+      // recording cannot do (its calls would run only at the replay).
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      const bool timing = choices_ &&
+                          cudaStreamIsCapturing(operands.stream, &capturing) == cudaSuccess &&
+                          capturing == cudaStreamCaptureStatusNone;
+      std::vector<cublasLtMatmulHeuristicResult_t> heuristic(timing ? kCandidates : 1);
       int found = 0;
-      const cublasStatus_t status =
-          cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc,
-                                         preference, 1, &heuristic, &found);
+      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+          lt_, plan.desc, plan.la, plan.lb, plan.lc, plan.lc, preference,
+          static_cast<int>(heuristic.size()), heuristic.data(), &found);
       cublasLtMatmulPreferenceDestroy(preference);
       // No algorithm for the shape is an answer to keep; a failed query is not.
       if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) {
@@ -279,7 +308,11 @@ private:
       }
       plan.haveAlgorithm = status == CUBLAS_STATUS_SUCCESS && found > 0;
       if (plan.haveAlgorithm)
-        plan.algo = heuristic.algo;
+        plan.algo = heuristic[0].algo;
+      if (plan.haveAlgorithm && timing) {
+        heuristic.resize(static_cast<size_t>(found));
+        chooseFastest(key, text, epilogue, operands, heuristic, plan);
+      }
       return true;
     } catch (...) {
       destroy(plan);
@@ -287,7 +320,163 @@ private:
     }
   }
 
+  /// The choices' algorithm for the shape `text` in `plan`, checked; false where they have
+  /// none. One cuBLASLt refuses, or one summing split-K's parts other than in f32 (a
+  /// hand-edited line), throws.
+  bool takeKept(const std::string &text, Plan &plan) const {
+    const GemmAlgorithm *kept = choices_->find(text);
+    if (!kept)
+      return false;
+    std::memcpy(&plan.algo, kept->data(), sizeof plan.algo);
+    cublasLtMatmulHeuristicResult_t checked;
+    const cublasStatus_t valid = cublasLtMatmulAlgoCheck(lt_, plan.desc, plan.la, plan.lb, plan.lc,
+                                                         plan.lc, &plan.algo, &checked);
+    const uint64_t reduction = configOf(plan.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+    if (valid != CUBLAS_STATUS_SUCCESS || (reduction != CUBLASLT_REDUCTION_SCHEME_NONE &&
+                                           reduction != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE))
+      throw std::runtime_error(
+          cat("cuda backend: ", choices_->path(), ": the algorithm it holds for `", text,
+              "` cannot run here (",
+              valid != CUBLAS_STATUS_SUCCESS
+                  ? cat("cuBLAS status ", static_cast<int>(valid))
+                  : cat("split-K summed in reduction scheme ", reduction, ", not in f32"),
+              "); delete that line, or the file, to choose again"));
+    plan.haveAlgorithm = true;
+    return true;
+  }
+
+  /// The choices' key of a shape: the device's identity, then the shape.
+  std::string keyText(const Key &key) const {
+    return cat(identity_, " ", key.transA ? "T" : "N", key.transB ? "T" : "N", " m", key.m, " n",
+               key.n, " k", key.k, " ld", key.lda, ",", key.ldb, ",", key.ldc, " ",
+               plan::EnumNameDType(static_cast<DType>(key.dtype)), " bias", key.bias, " act",
+               key.activation, " acc", key.accumulate, " bgrad", key.biasGrad, " align", key.alignA,
+               ",", key.alignB, ",", key.alignC, " ws", key.workspace);
+  }
+
+  /// One of an algorithm's configuration attributes, as a number (0 where unknown).
+  static uint64_t configOf(const cublasLtMatmulAlgo_t &algo,
+                           cublasLtMatmulAlgoConfigAttributes_t what) {
+    uint64_t value = 0;
+    size_t size = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, what, nullptr, 0, &size) !=
+            CUBLAS_STATUS_SUCCESS ||
+        size > sizeof value ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, what, &value, size, &size) !=
+            CUBLAS_STATUS_SUCCESS)
+      return 0;
+    return value; // little-endian: a narrower attribute reads as its value
+  }
+
+  /// Times each of `candidates` on `plan`'s descriptors (the operands' own A and B,
+  /// scratch outputs), keeps the fastest in `plan` and adds it to the choices, with
+  /// every candidate's configuration and time as its comment.
+  void chooseFastest(const Key &key, const std::string &text, const Epilogue &epilogue,
+                     const Operands &operands,
+                     const std::vector<cublasLtMatmulHeuristicResult_t> &candidates,
+                     Plan &plan) const {
+    const size_t cBytes =
+        static_cast<size_t>(key.ldc * key.n) *
+        (key.accumulate ? sizeof(float) : dtypeBytes(static_cast<DType>(key.dtype)));
+    const size_t auxBytes = epilogue.activation != Activation::None ? cBytes : 0;
+    const size_t vectorBytes = sizeof(float) * static_cast<size_t>(std::max(key.m, key.n));
+    auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    char *scratch = nullptr;
+    check(cudaMalloc(&scratch, round(cBytes) + round(auxBytes) + vectorBytes),
+          "allocating the outputs GEMM candidates are timed on");
+    cudaEvent_t start = nullptr, stop = nullptr;
+    try {
+      check(cudaMemsetAsync(scratch, 0, round(cBytes) + round(auxBytes) + vectorBytes,
+                            operands.stream),
+            "clearing the timed outputs");
+      void *c = scratch, *aux = scratch + round(cBytes);
+      void *vector = scratch + round(cBytes) + round(auxBytes);
+      if (epilogue.activation != Activation::None)
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                             &aux, sizeof aux),
+              "the timed auxiliary matrix");
+      if (key.biasGrad)
+        check(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector,
+                                             sizeof vector),
+              "the timed bias gradient");
+      check(cudaEventCreate(&start), "creating an event");
+      check(cudaEventCreate(&stop), "creating an event");
+      const float one = 1.f, beta = key.accumulate ? 1.f : 0.f;
+      auto call = [&](const cublasLtMatmulAlgo_t &algo) {
+        return cublasLtMatmul(lt_, plan.desc, &one, operands.a, plan.la, operands.b, plan.lb, &beta,
+                              c, plan.lc, c, plan.lc, &algo, operands.workspace, key.workspace,
+                              operands.stream);
+      };
+      // Seconds per call: the best of three rounds of about 0.2 ms each; none where the
+      // candidate fails.
+      auto seconds = [&](const cublasLtMatmulAlgo_t &algo) {
+        if (call(algo) != CUBLAS_STATUS_SUCCESS)
+          return -1.0;
+        double best = 0;
+        for (int round = 0, repeats = 1; round < 4; ++round) {
+          check(cudaEventRecord(start, operands.stream), "recording an event");
+          for (int i = 0; i < repeats; ++i)
+            if (call(algo) != CUBLAS_STATUS_SUCCESS)
+              return -1.0;
+          check(cudaEventRecord(stop, operands.stream), "recording an event");
+          check(cudaEventSynchronize(stop), "timing a GEMM candidate");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, start, stop), "timing a GEMM candidate");
+          const double each = ms / 1e3 / repeats;
+          if (round == 0) // the first round sizes the others
+            repeats = static_cast<int>(std::clamp(2e-4 / std::max(each, 1e-7), 1.0, 50.0));
+          else if (round == 1 || each < best)
+            best = each;
+        }
+        return best;
+      };
+      const double flops = 2.0 * static_cast<double>(key.m) * key.n * key.k;
+      std::string comment = cat(text, ": the heuristic's ", candidates.size(), " candidates\n");
+      size_t fastest = 0;
+      std::vector<double> times;
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        const cublasLtMatmulAlgo_t &algo = candidates[i].algo;
+        times.push_back(seconds(algo));
+        if (times[i] > 0 && (times[fastest] <= 0 || times[i] < times[fastest]))
+          fastest = i;
+        comment += cat(i, ": id ", configOf(algo, CUBLASLT_ALGO_CONFIG_ID), " tile ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_TILE_ID), " stages ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID), " splitk ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM), " reduction ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), " swizzle ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), " cluster ",
+                       configOf(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), ": ");
+        comment += times[i] > 0
+                       ? cat(times[i] * 1e6, " us, ", flops / times[i] / 1e12, " TFLOP/s\n")
+                       : std::string("failed\n");
+      }
+      check(cudaEventDestroy(std::exchange(start, nullptr)), "destroying an event");
+      check(cudaEventDestroy(std::exchange(stop, nullptr)), "destroying an event");
+      check(cudaFree(std::exchange(scratch, nullptr)), "freeing the timed outputs");
+      if (times[fastest] <= 0)
+        return; // none ran: the heuristic's first, which the real call may yet refuse
+      plan.algo = candidates[fastest].algo;
+      comment += cat("chosen: ", fastest,
+                     times[0] > 0 ? cat(", ", times[0] / times[fastest], "x the heuristic's first")
+                                  : std::string());
+      GemmAlgorithm bytes;
+      std::memcpy(bytes.data(), &plan.algo, sizeof plan.algo);
+      if (Status added = choices_->add(text, bytes, comment); !added.ok())
+        throw std::runtime_error(cat("cuda backend: ", added.message()));
+    } catch (...) {
+      if (start)
+        cudaEventDestroy(start);
+      if (stop)
+        cudaEventDestroy(stop);
+      if (scratch)
+        cudaFree(scratch);
+      throw;
+    }
+  }
+
   cublasLtHandle_t lt_;
+  GemmChoices *choices_;
+  std::string identity_;
   std::map<Key, Plan> plans_;
   bool warnedFailure_ = false;
 };
