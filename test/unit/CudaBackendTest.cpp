@@ -152,6 +152,19 @@ std::vector<Case> cases() {
                            p});
         }
       }
+  // Rows too long for the GPU to stage in shared memory (60,001 logits: 120 KB in 16
+  // bits), read twice: the fused loss's other kernel, fed odd rows. (Not an op case: the
+  // finite differences of 60,001 classes' gradients drown in rounding.)
+  const std::string longRows =
+      test::oneOpModel("  %x = mt.param \"x\" normal(1.0) : tensor<2x3x8xf32>\n"
+                       "  %w = mt.param \"w\" normal(0.5) : tensor<60001x8xf32>\n"
+                       "  %logits = mt.linear %x, %w : (tensor<2x3x8xf32>, tensor<60001x8xf32>) -> "
+                       "tensor<2x3x60001xf32>",
+                       60001);
+  for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
+    all.push_back(
+        {{"cross_entropy_long_rows", longRows, "", 3, 60001, "--make-vocab-size-divisible-by 1"},
+         p});
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});
@@ -160,7 +173,7 @@ std::vector<Case> cases() {
   for (const test::OpCase &op : test::opCases())
     if (op.name == "mlp_gelu_wide" || op.name.rfind("linear_wide", 0) == 0 ||
         op.name.rfind("lm_head_odd", 0) == 0 || op.name.rfind("bias_dropout_add", 0) == 0 ||
-        op.name.rfind("norm_grad_add", 0) == 0)
+        op.name.rfind("norm_grad_add", 0) == 0 || op.name.rfind("cross_entropy_odd", 0) == 0)
       all.push_back({op, {"fp16", 1e-2}});
   return all;
 }
@@ -373,37 +386,39 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam())
 
 /// Fused kernels that round each step as the unfused kernels store it give their bits,
 /// in every precision: the residual branch's bias, dropout and add
-/// (mt-fuse-bias-dropout-add), and a norm's gradient with the residual stream's
-/// (mt-fuse-norm-grad-add), by the block-per-row kernels and by rows held in registers.
+/// (mt-fuse-bias-dropout-add), a norm's gradient with the residual stream's
+/// (mt-fuse-norm-grad-add), by the block-per-row kernels and by rows held in registers,
+/// and the loss with its gradient over rows of odd length (its rows staged in shared
+/// memory, the unfused loss's read where they lie).
 TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
-  for (const std::string fusion :
-       {"bias_dropout_add", "norm_grad_add", "norm_rows_768", "norm_rows_2048"})
-  for (const char *precision : {"fp32", "bf16", "fp16"}) {
-    SCOPED_TRACE(fusion + " in " + precision);
-    // One seed for the pair: the same weights and data for the fused and the unfused.
-    const uint64_t seed = test::testSeed();
-    std::optional<Result> first;
-    int compared = 0;
-    for (const Case &c : cases()) {
-      if (c.precision.flag != std::string(precision) ||
-          (c.op.name != fusion && c.op.name != fusion + "_unfused"))
-        continue;
-      LoadedPlan plan;
-      ASSERT_NO_FATAL_FAILURE(readPlan(c, plan));
-      REQUIRE_GPU();
-      std::unique_ptr<Backend> cuda;
-      ASSERT_OK(makeCudaBackend(0, cuda));
-      Result result;
-      ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, drawBatch(plan, c.op.vocab, seed), result));
-      if (first) {
-        expectSameBits(*first, result, "between the fused and the unfused kernels");
-        ++compared;
-      } else {
-        first = std::move(result);
+  for (const std::string fusion : {"bias_dropout_add", "norm_grad_add", "norm_rows_768",
+                                   "norm_rows_2048", "cross_entropy_odd"})
+    for (const char *precision : {"fp32", "bf16", "fp16"}) {
+      SCOPED_TRACE(fusion + " in " + precision);
+      // One seed for the pair: the same weights and data for the fused and the unfused.
+      const uint64_t seed = test::testSeed();
+      std::optional<Result> first;
+      int compared = 0;
+      for (const Case &c : cases()) {
+        if (c.precision.flag != std::string(precision) ||
+            (c.op.name != fusion && c.op.name != fusion + "_unfused"))
+          continue;
+        LoadedPlan plan;
+        ASSERT_NO_FATAL_FAILURE(readPlan(c, plan));
+        REQUIRE_GPU();
+        std::unique_ptr<Backend> cuda;
+        ASSERT_OK(makeCudaBackend(0, cuda));
+        Result result;
+        ASSERT_NO_FATAL_FAILURE(step(plan, *cuda, seed, drawBatch(plan, c.op.vocab, seed), result));
+        if (first) {
+          expectSameBits(*first, result, "between the fused and the unfused kernels");
+          ++compared;
+        } else {
+          first = std::move(result);
+        }
       }
+      EXPECT_EQ(compared, 1) << "the fused and the unfused " << fusion << " in " << precision;
     }
-    EXPECT_EQ(compared, 1) << "the fused and the unfused " << fusion << " in " << precision;
-  }
 }
 
 /// A program recorded as a CUDA graph and replayed gives the bits of its instructions run

@@ -1,6 +1,8 @@
 // Cross-entropy: one block per row for the row losses and gradients, the mean over rows
 // by one block in a fixed order; the fused loss and gradient (one kernel: the row's
-// statistics in one read, then its gradient written over it); and the vocabulary-parallel
+// statistics in one read, then its gradient written over it; a row of up to
+// kStagedRowBytes is copied to shared memory first, so that memory is read once, not
+// twice, with the same bits); and the vocabulary-parallel
 // form, where each shard reduces its columns to per-row statistics and the merged
 // statistics give the loss and the gradient. A row is read in 16-byte vectors from its
 // first 16-byte boundary on (an odd vocabulary's rows start anywhere), and its
@@ -10,6 +12,8 @@
 #define MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 
 #include "backends/cuda/Common.cuh"
+
+#include <cuda_pipeline.h>
 
 namespace mt {
 namespace {
@@ -38,12 +42,12 @@ __device__ __forceinline__ int64_t elementsBeforeVectors(const T *row, int64_t n
 }
 
 /// f(j, row[j]) for j in [0, n), the block's threads taking the elements in turn: one by
-/// one to the row's first 16-byte boundary, then whole 16-byte vectors, then the rest
-/// one by one.
+/// one to element `head` (row + head is 16-byte aligned, or head is n), then whole
+/// 16-byte vectors, then the rest one by one.
 template <typename T, typename F>
-__device__ __forceinline__ void forEachOfRow(const T *row, int64_t n, F &&f) {
+__device__ __forceinline__ void forEachOfRow(const T *row, int64_t head, int64_t n, F &&f) {
   constexpr int kVector = 16 / sizeof(T);
-  const int64_t head = elementsBeforeVectors(row, n), vectors = (n - head) / kVector;
+  const int64_t vectors = (n - head) / kVector;
   for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
     f(j, ld(row, j));
   const uint4 *aligned = reinterpret_cast<const uint4 *>(row + head);
@@ -89,12 +93,15 @@ __device__ __forceinline__ void transformRow(const T *in, T *out, int64_t n, F &
 
 /// max and Σ exp(x − max) of row[0, n), computed by the whole block in one read of the
 /// row: each thread keeps its own maximum and its sum relative to it, and the block
-/// rescales every sum to the row's maximum before adding them.
+/// rescales every sum to the row's maximum before adding them. The threads take the
+/// elements as forEachOfRow gives them from `head` (by default the row's own first
+/// 16-byte boundary: a row staged in shared memory at the same offset from one is summed
+/// in the same order, to the same bits).
 template <typename T>
-__device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max,
-                                  float &sum) {
+__device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max, float &sum,
+                                  int64_t head = -1) {
   float mine = -INFINITY, partial = 0;
-  forEachOfRow(row, n, [&](int64_t, float x) {
+  forEachOfRow(row, head < 0 ? elementsBeforeVectors(row, n) : head, n, [&](int64_t, float x) {
     if (x > mine) {
       partial = partial * expf(mine - x) + 1.f; // exp(-inf) = 0 for the first element
       mine = x;
@@ -166,6 +173,89 @@ __global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
   });
 }
 
+/// s[j] = row[j] for j in [0, n), by the whole block, 16 bytes at a time from the row's
+/// first 16-byte boundary on (asynchronous copies, all in flight at once); `s`, in shared
+/// memory, lies as far past a 16-byte boundary as the row does.
+template <typename T> __device__ __forceinline__ void stageRow(const T *row, int64_t n, T *s) {
+  constexpr int kVector = 16 / sizeof(T);
+  const int64_t head = elementsBeforeVectors(row, n), vectors = (n - head) / kVector;
+  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
+    s[j] = row[j];
+  const uint4 *from = reinterpret_cast<const uint4 *>(row + head);
+  uint4 *to = reinterpret_cast<uint4 *>(s + head);
+  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x)
+    __pipeline_memcpy_async(to + i, from + i, sizeof(uint4));
+  __pipeline_commit();
+  for (int64_t j = head + vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
+    s[j] = row[j];
+  __pipeline_wait_prior(0);
+  __syncthreads();
+}
+
+/// Rows of at most this many bytes (with a vector's slack) are staged in shared memory:
+/// two such blocks fit one of Hopper's multiprocessors (228 KB). GPT-2's 50,304 bf16
+/// logits take 98 KB; LLaMA 3's 128,256 do not fit, and read their row twice.
+constexpr size_t kStagedRowBytes = size_t{110} << 10;
+template <typename T> size_t stagedRowBytes(int64_t v) {
+  return (sizeof(T) * static_cast<size_t>(v) + 2 * 16 - 1) / 16 * 16;
+}
+
+/// crossEntropyWithGradKernel with the row staged in shared memory (stagedRowBytes): the
+/// row is read from memory once; its statistics, loss and gradient are those of the
+/// unstaged kernel, bit for bit (the threads take the same elements in the same order).
+template <typename T>
+__global__ void crossEntropyWithGradStagedKernel(const float *dloss, const T *logits,
+                                                 const void *targets, bool wide, float *rowLoss,
+                                                 T *dlogits, int64_t m, int64_t v, int64_t classes,
+                                                 unsigned long long *bad) {
+  extern __shared__ uint4 staged[];
+  __shared__ float shared[32];
+  const int64_t r = blockIdx.x;
+  const int64_t t = rowTarget(targets, wide, r, classes, bad);
+  if (t < 0)
+    return;
+  const T *row = logits + r * v;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(row);
+  T *s = reinterpret_cast<T *>(staged) + (at % sizeof(T) == 0 ? at % 16 / sizeof(T) : 0);
+  stageRow(row, v, s);
+  float max, sum;
+  blockSoftmaxStats(s, classes, shared, max, sum, elementsBeforeVectors(row, classes));
+  if (rowLoss && threadIdx.x == 0)
+    rowLoss[r] = logf(sum) + max - ld(s, t);
+  const float factor = dloss[0] / m;
+  transformRow(s, dlogits + r * v, v, [&](int64_t j, float x) {
+    return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
+  });
+}
+
+/// The fused loss and gradient over rows of v logits: staged where the row fits
+/// (kStagedRowBytes, and what the device allows a block), else read twice.
+template <typename T>
+void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const void *targets,
+                                    bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
+                                    int64_t classes, unsigned long long *bad, cudaStream_t stream) {
+  static const bool stageable = [] {
+    int device = 0, optin = 0;
+    const bool allowed = cudaGetDevice(&device) == cudaSuccess &&
+                         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                                device) == cudaSuccess &&
+                         static_cast<size_t>(optin) >= kStagedRowBytes &&
+                         cudaFuncSetAttribute(crossEntropyWithGradStagedKernel<T>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(kStagedRowBytes)) == cudaSuccess;
+    if (!allowed)
+      (void)cudaGetLastError(); // a device without the room reads rows twice instead
+    return allowed;
+  }();
+  const size_t bytes = stagedRowBytes<T>(v);
+  if (stageable && bytes <= kStagedRowBytes)
+    crossEntropyWithGradStagedKernel<<<static_cast<unsigned>(m), kThreads, bytes, stream>>>(
+        dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
+  else
+    crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+        dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
+}
+
 /// Vocabulary-parallel statistics of this shard: [max, Σ exp(x − max), target logit].
 template <typename T>
 __global__ void crossEntropyStatsKernel(const T *logits, const void *targets, bool wide,
@@ -234,16 +324,16 @@ template <typename T>
 void launchCrossEntropyGrad(const float *dloss, const T *logits, const void *targets, bool wide,
                             T *dlogits, int64_t m, int64_t v, int64_t classes,
                             unsigned long long *bad, cudaStream_t stream) {
-  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-      dloss, logits, targets, wide, nullptr, dlogits, m, v, classes, bad);
+  launchCrossEntropyRowsWithGrad(dloss, logits, targets, wide, nullptr, dlogits, m, v, classes, bad,
+                                 stream);
 }
 
 template <typename T>
 void launchCrossEntropyWithGrad(const float *dloss, const T *logits, const void *targets,
                                 bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
                                 int64_t classes, unsigned long long *bad, cudaStream_t stream) {
-  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-      dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
+  launchCrossEntropyRowsWithGrad(dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad,
+                                 stream);
 }
 
 template <typename T>
