@@ -12,6 +12,7 @@
 #define MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 
 #include "backends/cuda/Common.cuh"
+#include "core/SharedMath.h"
 
 #include <cuda_pipeline.h>
 
@@ -192,15 +193,9 @@ template <typename T> __device__ __forceinline__ void stageRow(const T *row, int
   __syncthreads();
 }
 
-/// Rows of at most this many bytes (with a vector's slack) are staged in shared memory:
-/// two such blocks fit one of Hopper's multiprocessors (228 KB). GPT-2's 50,304 bf16
-/// logits take 98 KB; LLaMA 3's 128,256 do not fit, and read their row twice.
-constexpr size_t kStagedRowBytes = size_t{110} << 10;
-template <typename T> size_t stagedRowBytes(int64_t v) {
-  return (sizeof(T) * static_cast<size_t>(v) + 2 * 16 - 1) / 16 * 16;
-}
-
-/// crossEntropyWithGradKernel with the row staged in shared memory (stagedRowBytes): the
+/// crossEntropyWithGradKernel with the row staged in shared memory (core/SharedMath.h's
+/// stagedRowBytes: GPT-2's 50,304 bf16 logits take 98 KB; LLaMA 3's 128,256 do not fit,
+/// and read their row twice): the
 /// row is read from memory once; its statistics, loss and gradient are those of the
 /// unstaged kernel, bit for bit (the threads take the same elements in the same order).
 template <typename T>
@@ -239,7 +234,7 @@ void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const v
     const bool allowed = cudaGetDevice(&device) == cudaSuccess &&
                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                                 device) == cudaSuccess &&
-                         static_cast<size_t>(optin) >= kStagedRowBytes &&
+                         optin >= kStagedRowBytes &&
                          cudaFuncSetAttribute(crossEntropyWithGradStagedKernel<T>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               static_cast<int>(kStagedRowBytes)) == cudaSuccess;
@@ -247,9 +242,10 @@ void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const v
       (void)cudaGetLastError(); // a device without the room reads rows twice instead
     return allowed;
   }();
-  const size_t bytes = stagedRowBytes<T>(v);
+  const int64_t bytes = stagedRowBytes(v, sizeof(T));
   if (stageable && bytes <= kStagedRowBytes)
-    crossEntropyWithGradStagedKernel<<<static_cast<unsigned>(m), kThreads, bytes, stream>>>(
+    crossEntropyWithGradStagedKernel<<<static_cast<unsigned>(m), kThreads,
+                                       static_cast<size_t>(bytes), stream>>>(
         dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
   else
     crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
