@@ -132,24 +132,30 @@ std::vector<Case> cases() {
   // Norms whose rows a team of warps holds in registers (Norms.cuh), each norm's input
   // gradient added to the residual stream's in its kernel (norm_grad_add's model, wider):
   // one warp of one quad and of six (rows of 128, 768), two warps of eight (2048), four of
-  // five (2560); 6 rows, so the last block of four one-warp rows is part empty; and 200,
-  // which no team holds (a block per row).
+  // five (2560); 6 rows, so the gradient's one block of eight one-warp teams (or four
+  // two-warp ones) is part empty; and 200, which no team holds (a block per row). Over
+  // 2 x 601 rows (_long), the gradient's blocks take several rows a team, the last block
+  // part empty, and its column sums add 76 blocks' (101 blocks') partials.
   for (const test::OpCase &op : test::opCases())
     if (op.name == "norm_grad_add")
-      for (int h : {128, 768, 2048, 2560, 200}) {
+      for (int h : {128, 768, 2048, 2560, 200, -768, -2048}) {
+        const bool longRows = h < 0;
+        h = std::abs(h);
         std::string mlir = op.mlir;
         const std::string width = std::to_string(h);
         for (auto [from, to] : {std::pair<std::string, std::string>{"x5xf32", "x" + width + "xf32"},
-                                {"<5xf32>", "<" + width + "xf32>"}})
+                                {"<5xf32>", "<" + width + "xf32>"},
+                                {"2x3x", longRows ? "2x601x" : "2x3x"}})
           for (size_t at = 0; (at = mlir.find(from, at)) != std::string::npos; at += to.size())
             mlir.replace(at, from.size(), to);
+        const std::string name = "norm_rows_" + width + (longRows ? "_long" : "");
         for (Precision p :
              {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
-          all.push_back({{"norm_rows_" + width, mlir, "", 3, h}, p});
+          all.push_back({{name, mlir, "", longRows ? 601 : 3, h}, p});
           if (h == 768 || h == 2048) // the fused rows kernels against their unfused pair
-            all.push_back({{"norm_rows_" + width + "_unfused", mlir, "", 3, h,
-                            "--no-norm-grad-add-fusion"},
-                           p});
+            all.push_back(
+                {{name + "_unfused", mlir, "", longRows ? 601 : 3, h, "--no-norm-grad-add-fusion"},
+                 p});
         }
       }
   // Rows too long for the GPU to stage in shared memory (60,001 logits: 120 KB in 16
@@ -391,8 +397,9 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam())
 /// and the loss with its gradient over rows of odd length (its rows staged in shared
 /// memory, the unfused loss's read where they lie).
 TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
-  for (const std::string fusion : {"bias_dropout_add", "norm_grad_add", "norm_rows_768",
-                                   "norm_rows_2048", "cross_entropy_odd"})
+  for (const std::string fusion :
+       {"bias_dropout_add", "norm_grad_add", "norm_rows_768", "norm_rows_2048",
+        "norm_rows_768_long", "norm_rows_2048_long", "cross_entropy_odd"})
     for (const char *precision : {"fp32", "bf16", "fp16"}) {
       SCOPED_TRACE(fusion + " in " + precision);
       // One seed for the pair: the same weights and data for the fused and the unfused.

@@ -969,35 +969,31 @@ private:
     case Opcode::RmsNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
       const size_t rowBytes = roundUp(sizeof(float) * std::max<int64_t>(rows, 1));
-      auto *rstds = static_cast<float *>(scratch(rowBytes + columnSumScratchBytes(1, rows, h)));
-      if (rows > 0)
-        launchRmsNormGradRows(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
-                              rstds, rows, h, static_cast<float>(inst.epsilon()), stream_);
-      launched("rms norm gradient");
-      float *partials = after<float>(rstds, rowBytes);
+      auto *rstds = static_cast<float *>(scratch(rowBytes + normGradColumnBytes(1, rows, h)));
+      float *sums = after<float>(rstds, rowBytes);
+      const float eps = static_cast<float>(inst.epsilon());
       if (inst.accumulate())
-        launchRmsNormGradColumns(c.p(in[0]), c.p(in[1]), rstds, c.f(out[1]), rows, h, partials,
-                                 true, stream_);
+        launchRmsNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]), rstds,
+                          c.f(out[1]), rows, h, eps, sums, true, stream_);
       else
-        launchRmsNormGradColumns(c.p(in[0]), c.p(in[1]), rstds, c.p(out[1]), rows, h, partials,
-                                 false, stream_);
+        launchRmsNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]), rstds,
+                          c.p(out[1]), rows, h, eps, sums, false, stream_);
+      launched("rms norm gradient");
       break;
     }
     case Opcode::LayerNormGrad: {
       const int64_t rows = in[1].rows(), h = in[1].cols();
       const size_t rowBytes = roundUp(sizeof(float2) * std::max<int64_t>(rows, 1));
-      auto *moments = static_cast<float2 *>(scratch(rowBytes + columnSumScratchBytes(2, rows, h)));
-      if (rows > 0)
-        launchLayerNormGradRows(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
-                                moments, rows, h, static_cast<float>(inst.epsilon()), stream_);
-      launched("layer norm gradient");
-      float *partials = after<float>(moments, rowBytes);
+      auto *moments = static_cast<float2 *>(scratch(rowBytes + normGradColumnBytes(2, rows, h)));
+      float *sums = after<float>(moments, rowBytes);
+      const float eps = static_cast<float>(inst.epsilon());
       if (inst.accumulate())
-        launchLayerNormGradColumns(c.p(in[0]), c.p(in[1]), moments, c.f(out[1]), c.f(out[2]), rows,
-                                   h, partials, true, stream_);
+        launchLayerNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
+                            moments, c.f(out[1]), c.f(out[2]), rows, h, eps, sums, true, stream_);
       else
-        launchLayerNormGradColumns(c.p(in[0]), c.p(in[1]), moments, c.p(out[1]), c.p(out[2]), rows,
-                                   h, partials, false, stream_);
+        launchLayerNormGrad(c.p(in[0]), c.p(in[1]), c.p(in[2]), c.residualGrad(), c.p(out[0]),
+                            moments, c.p(out[1]), c.p(out[2]), rows, h, eps, sums, false, stream_);
+      launched("layer norm gradient");
       break;
     }
     default:

@@ -1,7 +1,8 @@
 // Layer and RMS normalisation, forward and backward: rows held in registers by a team of
 // warps where the row's length allows (below), else one block per row with the row's
 // moments through the block reduction of Common.cuh; the weight and bias gradients as
-// column sums (ColumnSums.cuh).
+// column sums (ColumnSums.cuh), begun inside the rows kernel where it holds the rows
+// (below: dy and x are then read once).
 #ifndef MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_NORMS_CUH
 
@@ -25,8 +26,11 @@ namespace {
 
 struct RowTeam {
   int warps = 1;
+  int teams = 4; // a block's teams: 4 one-warp teams, else 1 (more in column sums, below)
   __host__ __device__ int threads() const { return 32 * warps; }
-  __host__ __device__ int rowsPerBlock() const { return warps == 1 ? 4 : 1; }
+  __host__ __device__ int rowsPerBlock() const { return teams; }
+  /// The thread's team in its block.
+  __device__ int index() const { return static_cast<int>(threadIdx.x) / threads(); }
 };
 
 /// Q for rows of h elements, with `team` their team, or 0 where the block-per-row
@@ -36,6 +40,7 @@ inline int rowQuads(int64_t h, RowTeam &team) {
   for (int warps = 1; warps <= 8; warps *= 2)
     if (h % (128 * warps) == 0 && h / (128 * warps) <= 8) {
       team.warps = warps;
+      team.teams = warps == 1 ? 4 : 1;
       return static_cast<int>(h / (128 * warps));
     }
   return 0;
@@ -87,18 +92,25 @@ __device__ __forceinline__ void storeRow(T *row, RowTeam team, bool vector,
     storeQuad(row, 4 * (t + team.threads() * q), 4, vector, v[q]);
 }
 
-/// Σ v over the team; `shared` holds 32 floats.
+/// Waits for the team's threads alone: a named barrier a team (of several warps) of its
+/// own, so that the teams of a block keep their own pace.
+__device__ __forceinline__ void teamSync(RowTeam team) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + team.index()), "r"(team.threads()) : "memory");
+}
+
+/// Σ v over the team, its warps' sums added in order; `shared` holds 32 floats.
 __device__ __forceinline__ float teamSum(float v, RowTeam team, float *shared) {
   v = warpSum(v);
   if (team.warps == 1)
     return v;
   if ((threadIdx.x & 31) == 0)
     shared[threadIdx.x / 32] = v;
-  __syncthreads();
+  teamSync(team);
+  const float *warps = shared + team.index() * team.warps;
   float sum = 0;
   for (int w = 0; w < team.warps; ++w)
-    sum += shared[w];
-  __syncthreads(); // read by all before it is written again
+    sum += warps[w];
+  teamSync(team); // read by all before it is written again
   return sum;
 }
 
@@ -171,38 +183,159 @@ __device__ __forceinline__ void storeRowInputGrad(T *dx, const T *residual, RowT
   storeRow(dx, team, vector, v);
 }
 
-/// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), a row per team; keeps the row's
-/// mean and rstd for the column sums.
+//===----------------------------------------------------------------------===//
+// Column sums inside the gradient's rows kernel: a block of 8 warps (8 / W teams) takes
+// `blockRows` consecutive rows, its teams in turn, each team adding its rows' K weight-
+// (and bias-) gradient terms, in row order, to a slice of shared memory of its own
+// ([K][h]: each column's element belongs to one thread); the block then adds its teams'
+// slices in team order into partials[block][K][h], which launchColumnSums adds in block
+// order. dy and x are read once, where the column sums alone would read them again.
+// At most kColumnBlocks blocks: two to each of Hopper's 132 multiprocessors (what a
+// block's registers allow), and partials of at most 2 KB a column (GPT-2's 8,192 rows of
+// 768: 256 blocks, 1.5 MB; GPT-3 1.3B's of 2,048: 4 MB).
+//===----------------------------------------------------------------------===//
+
+constexpr int64_t kColumnBlocks = 264;
+
+/// How a norm's gradient over rows of h sums its K column terms in its rows kernel.
+struct ColumnPlan {
+  RowTeam team;
+  int quads = 0;
+  int64_t blocks = 0, blockRows = 0;
+  size_t slices = 0; // shared memory: 4 KB · K · quads, at most 64 KB
+};
+/// False where the rows kernel cannot (rows not held in registers, or none).
+inline bool columnPlan(int K, int64_t rows, int64_t h, ColumnPlan &plan) {
+  plan.quads = rows > 0 ? rowQuads(h, plan.team) : 0;
+  if (plan.quads == 0)
+    return false;
+  const int teams = plan.team.teams = 8 / plan.team.warps;
+  plan.slices = sizeof(float) * static_cast<size_t>(K * h * teams);
+  const int64_t perBlock = (rows + kColumnBlocks - 1) / kColumnBlocks;
+  plan.blockRows = (perBlock + teams - 1) / teams * teams;
+  plan.blocks = (rows + plan.blockRows - 1) / plan.blockRows;
+  return true;
+}
+inline size_t blockPartialsBytes(int K, const ColumnPlan &plan, int64_t h) {
+  return (sizeof(float) * static_cast<size_t>(plan.blocks * K * h) + 255) / 256 * 256;
+}
+
+/// The f32 scratch a norm's gradient sums its K column terms in, after its rows'
+/// statistics: the blocks' partials and their sums' where the rows kernel begins them,
+/// else the column sums' own.
+inline size_t normGradColumnBytes(int K, int64_t rows, int64_t h) {
+  ColumnPlan plan;
+  if (columnPlan(K, rows, h, plan))
+    return blockPartialsBytes(K, plan, h) + columnSumScratchBytes(K, plan.blocks, h);
+  return columnSumScratchBytes(K, rows, h);
+}
+
+/// The rows a team takes, in turn: `steps` of them, from `first` on, a block's teams
+/// apart.
+struct BlockRows {
+  int64_t first;
+  int steps;
+  __device__ BlockRows(RowTeam team, int64_t blockRows)
+      : first(blockIdx.x * blockRows + team.index()),
+        steps(static_cast<int>(blockRows / team.teams)) {}
+  __device__ int64_t row(RowTeam team, int step) const {
+    return first + static_cast<int64_t>(step) * team.teams;
+  }
+};
+
+/// This thread's slice of the block's column sums (its team's [K][h]), cleared.
+template <int K>
+__device__ __forceinline__ float *clearedSlice(float *slices, RowTeam team, int64_t h) {
+  for (int64_t i = threadIdx.x; i < K * h * team.teams; i += blockDim.x)
+    slices[i] = 0;
+  __syncthreads();
+  return slices + static_cast<int64_t>(team.index()) * K * h;
+}
+
+/// slice[term's h columns] += v, this thread's quads of them.
+template <int Q>
+__device__ __forceinline__ void addToSlice(float *slice, RowTeam team, const float (&v)[Q][4]) {
+  const int t = threadIdx.x % team.threads();
+  for (int q = 0; q < Q; ++q) {
+    float4 *at = reinterpret_cast<float4 *>(slice + 4 * (t + team.threads() * q));
+    float4 sum = *at;
+    sum.x += v[q][0];
+    sum.y += v[q][1];
+    sum.z += v[q][2];
+    sum.w += v[q][3];
+    *at = sum;
+  }
+}
+
+/// partials[block] = the block's slices added in team order.
+template <int K>
+__device__ __forceinline__ void writeBlockPartials(const float *slices, RowTeam team, int64_t h,
+                                                   float *partials) {
+  __syncthreads();
+  float *out = partials + blockIdx.x * static_cast<int64_t>(K) * h;
+  for (int64_t i = threadIdx.x; i < K * h; i += blockDim.x) {
+    float sum = 0;
+    for (int s = 0; s < team.teams; ++s)
+      sum += slices[s * K * h + i];
+    out[i] = sum;
+  }
+}
+
+/// The terms launchColumnSums adds over blocks: row r of the partials, K of h.
+template <int K> struct BlockPartials {
+  const float *partials;
+  int64_t h;
+  __device__ void operator()(int64_t r, int64_t j, float *acc) const {
+    for (int k = 0; k < K; ++k)
+      acc[k] += partials[(r * K + k) * h + j];
+  }
+};
+
+/// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), a row per team at a time, and the
+/// block's partial column sums of dy·x̂ and dy (columnPlan).
 template <int Q, typename T>
 __global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
-                                        T *dx, float2 *moments, int64_t rows, float eps,
-                                        RowTeam team, bool vector) {
+                                        T *dx, int64_t rows, float eps, RowTeam team, bool vector,
+                                        int64_t blockRows, float *partials) {
+  extern __shared__ float4 slices[];
   __shared__ float shared[32];
-  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
-  if (r < 0)
-    return;
-  float xv[Q][4], g[Q][4], wv[Q][4];
-  loadRow(x + r * h, team, vector, xv);
-  loadRow(dy + r * h, team, vector, g);
-  loadRow(w, team, vector, wv);
-  float mean, rstd;
-  rowMoments(xv, team, eps, shared, mean, rstd);
-  float sumG = 0, sumGX = 0;
-  for (int q = 0; q < Q; ++q)
-    for (int k = 0; k < 4; ++k) {
-      xv[q][k] = (xv[q][k] - mean) * rstd; // x̂
-      g[q][k] *= wv[q][k];                 // dy·w
-      sumG += g[q][k];
-      sumGX += g[q][k] * xv[q][k];
-    }
-  const float meanG = teamSum(sumG, team, shared) / static_cast<float>(h),
-              meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
-  for (int q = 0; q < Q; ++q)
-    for (int k = 0; k < 4; ++k)
-      g[q][k] = rstd * (g[q][k] - meanG - xv[q][k] * meanGX);
-  storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
-  if (threadIdx.x % team.threads() == 0)
-    moments[r] = make_float2(mean, rstd);
+  const int64_t h = int64_t{128} * Q * team.warps;
+  float *slice = clearedSlice<2>(reinterpret_cast<float *>(slices), team, h);
+  const BlockRows block(team, blockRows);
+  for (int step = 0; step < block.steps; ++step) {
+    const int64_t r = block.row(team, step);
+    if (r >= rows)
+      break; // the whole team: a team's later rows lie further on
+    float xv[Q][4], g[Q][4], wv[Q][4];
+    loadRow(x + r * h, team, vector, xv);
+    loadRow(dy + r * h, team, vector, g);
+    loadRow(w, team, vector, wv);
+    float mean, rstd;
+    rowMoments(xv, team, eps, shared, mean, rstd);
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        xv[q][k] = (xv[q][k] - mean) * rstd; // x̂
+    float gx[Q][4];
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        gx[q][k] = g[q][k] * xv[q][k];
+    addToSlice(slice, team, gx);
+    addToSlice(slice + h, team, g);
+    float sumG = 0, sumGX = 0;
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k) {
+        g[q][k] *= wv[q][k]; // dy·w
+        sumG += g[q][k];
+        sumGX += g[q][k] * xv[q][k];
+      }
+    const float meanG = teamSum(sumG, team, shared) / static_cast<float>(h),
+                meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        g[q][k] = rstd * (g[q][k] - meanG - xv[q][k] * meanGX);
+    storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
+  }
+  writeBlockPartials<2>(reinterpret_cast<const float *>(slices), team, h, partials);
 }
 
 /// out = x·rstd·w, a row per team.
@@ -223,31 +356,42 @@ __global__ void rmsNormRowsKernel(const T *x, const T *w, T *out, int64_t rows, 
   storeRow(out + r * h, team, vector, v);
 }
 
-/// dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd)), a row per team; keeps the row's rstd.
+/// dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd)), a row per team at a time, and the
+/// block's partial column sums of dy·x·rstd (columnPlan).
 template <int Q, typename T>
 __global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual, T *dx,
-                                      float *rstds, int64_t rows, float eps, RowTeam team,
-                                      bool vector) {
+                                      int64_t rows, float eps, RowTeam team, bool vector,
+                                      int64_t blockRows, float *partials) {
+  extern __shared__ float4 slices[];
   __shared__ float shared[32];
-  const int64_t r = teamRow(team, rows), h = int64_t{128} * Q * team.warps;
-  if (r < 0)
-    return;
-  float xv[Q][4], g[Q][4], wv[Q][4];
-  loadRow(x + r * h, team, vector, xv);
-  loadRow(dy + r * h, team, vector, g);
-  loadRow(w, team, vector, wv);
-  const float rstd = rowRms(xv, team, eps, shared);
-  float sumGX = 0;
-  for (int q = 0; q < Q; ++q)
-    for (int k = 0; k < 4; ++k)
-      sumGX += g[q][k] * wv[q][k] * xv[q][k] * rstd;
-  const float meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
-  for (int q = 0; q < Q; ++q)
-    for (int k = 0; k < 4; ++k)
-      g[q][k] = rstd * (g[q][k] * wv[q][k] - xv[q][k] * rstd * meanGX);
-  storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
-  if (threadIdx.x % team.threads() == 0)
-    rstds[r] = rstd;
+  const int64_t h = int64_t{128} * Q * team.warps;
+  float *slice = clearedSlice<1>(reinterpret_cast<float *>(slices), team, h);
+  const BlockRows block(team, blockRows);
+  for (int step = 0; step < block.steps; ++step) {
+    const int64_t r = block.row(team, step);
+    if (r >= rows)
+      break; // the whole team: a team's later rows lie further on
+    float xv[Q][4], g[Q][4], wv[Q][4];
+    loadRow(x + r * h, team, vector, xv);
+    loadRow(dy + r * h, team, vector, g);
+    loadRow(w, team, vector, wv);
+    const float rstd = rowRms(xv, team, eps, shared);
+    float gx[Q][4];
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        gx[q][k] = g[q][k] * xv[q][k] * rstd;
+    addToSlice(slice, team, gx);
+    float sumGX = 0;
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        sumGX += g[q][k] * wv[q][k] * xv[q][k] * rstd;
+    const float meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        g[q][k] = rstd * (g[q][k] * wv[q][k] - xv[q][k] * rstd * meanGX);
+    storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
+  }
+  writeBlockPartials<1>(reinterpret_cast<const float *>(slices), team, h, partials);
 }
 
 /// The whole block's mean and 1/sqrt(variance + eps) of the row x[0, h), in two passes.
@@ -385,23 +529,62 @@ void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, floa
     rmsNormBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, out, h, eps);
 }
 
-template <typename T>
-void launchRmsNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
-                           float *rstds, int64_t rows, int64_t h, float eps, cudaStream_t stream) {
-  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
-        rmsNormGradRowsKernel<decltype(q)::value><<<grid, block, 0, stream>>>(
-            dy, x, w, residual, dx, rstds, rows, eps, team, quadsAligned(dy, x, w, residual, dx));
-      }))
-    rmsNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, residual,
-                                                                                 dx, rstds, h, eps);
+/// Lets `kernel` take `bytes` of dynamic shared memory, past the 48 KB every kernel may
+/// (once for each kernel: the attribute stays).
+template <typename Kernel> void allowSharedBytes(Kernel kernel, size_t bytes, bool &allowed) {
+  if (bytes <= (size_t{48} << 10) || allowed)
+    return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)),
+        "giving a norm gradient's kernel its shared memory");
+  allowed = true;
 }
 
-/// dw = Σ over rows of dy·x·rstd (dw += it with `accumulate`); `partials` holds
-/// columnSumScratchBytes(1, rows, h).
+/// A norm gradient over rows held in registers, its K column sums begun in its rows
+/// kernel (columnPlan): launch(std::integral_constant<int, Q>, plan, partials) launches
+/// that kernel, then the column sums' passes over its blocks' partials (in `scratch`,
+/// normGradColumnBytes) write out0 and out1. False, launching nothing, where the rows
+/// are not held in registers.
+template <int K, typename Out, typename Launch>
+bool launchRowsWithColumns(int64_t rows, int64_t h, float *scratch, Out *out0, Out *out1,
+                           bool accumulate, cudaStream_t stream, Launch &&launch) {
+  ColumnPlan plan;
+  if (!columnPlan(K, rows, h, plan))
+    return false;
+  withQuads(plan.quads, [&](auto q) { launch(q, plan, scratch); });
+  float *sums = scratch + blockPartialsBytes(K, plan, h) / sizeof(float);
+  launchColumnSums<K>(BlockPartials<K>{scratch, h}, plan.blocks, h, sums, out0, out1, accumulate,
+                      stream);
+  return true;
+}
+
+/// The rows kernel's launch shape under `plan`: its blocks of 8 warps.
+inline dim3 columnGrid(const ColumnPlan &plan) { return dim3(static_cast<unsigned>(plan.blocks)); }
+inline dim3 columnBlock(const ColumnPlan &plan) {
+  return dim3(static_cast<unsigned>(plan.team.threads() * plan.team.teams));
+}
+
+/// dx and rstds by rows (rmsNormGradRowsKernel), and dw = Σ over rows of dy·x·rstd (dw +=
+/// it with `accumulate`); `scratch` holds normGradColumnBytes(1, rows, h).
 template <typename T, typename Out>
-void launchRmsNormGradColumns(const T *dy, const T *x, const float *rstds, Out *dw, int64_t rows,
-                              int64_t h, float *partials, bool accumulate, cudaStream_t stream) {
-  launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, partials, dw,
+void launchRmsNormGrad(const T *dy, const T *x, const T *w, const T *residual, T *dx, float *rstds,
+                       Out *dw, int64_t rows, int64_t h, float eps, float *scratch, bool accumulate,
+                       cudaStream_t stream) {
+  const bool vector = quadsAligned(dy, x, w, residual, dx);
+  if (launchRowsWithColumns<1>(
+          rows, h, scratch, dw, static_cast<Out *>(nullptr), accumulate, stream,
+          [&](auto q, const ColumnPlan &plan, float *partials) {
+            constexpr int Q = decltype(q)::value;
+            static bool allowed = false;
+            allowSharedBytes(rmsNormGradRowsKernel<Q, T>, plan.slices, allowed);
+            rmsNormGradRowsKernel<Q><<<columnGrid(plan), columnBlock(plan), plan.slices, stream>>>(
+                dy, x, w, residual, dx, rows, eps, plan.team, vector, plan.blockRows, partials);
+          }))
+    return;
+  if (rows > 0)
+    rmsNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, residual,
+                                                                                 dx, rstds, h, eps);
+  launchColumnSums<1>(RmsNormGradTerm<T>{dy, x, rstds, h}, rows, h, scratch, dw,
                       static_cast<Out *>(nullptr), accumulate, stream);
 }
 
@@ -540,25 +723,28 @@ void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, i
                                                                                eps);
 }
 
-template <typename T>
-void launchLayerNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx,
-                             float2 *moments, int64_t rows, int64_t h, float eps,
-                             cudaStream_t stream) {
-  if (!launchRows(rows, h, [&](auto q, dim3 grid, dim3 block, RowTeam team) {
-        layerNormGradRowsKernel<decltype(q)::value><<<grid, block, 0, stream>>>(
-            dy, x, w, residual, dx, moments, rows, eps, team, quadsAligned(dy, x, w, residual, dx));
-      }))
+/// dx and the moments by rows (layerNormGradRowsKernel), and dw = Σ over rows of dy·x̂, db
+/// = Σ dy (each added with `accumulate`); `scratch` holds normGradColumnBytes(2, rows, h).
+template <typename T, typename Out>
+void launchLayerNormGrad(const T *dy, const T *x, const T *w, const T *residual, T *dx,
+                         float2 *moments, Out *dw, Out *db, int64_t rows, int64_t h, float eps,
+                         float *scratch, bool accumulate, cudaStream_t stream) {
+  const bool vector = quadsAligned(dy, x, w, residual, dx);
+  if (launchRowsWithColumns<2>(
+          rows, h, scratch, dw, db, accumulate, stream,
+          [&](auto q, const ColumnPlan &plan, float *partials) {
+            constexpr int Q = decltype(q)::value;
+            static bool allowed = false;
+            allowSharedBytes(layerNormGradRowsKernel<Q, T>, plan.slices, allowed);
+            layerNormGradRowsKernel<Q>
+                <<<columnGrid(plan), columnBlock(plan), plan.slices, stream>>>(
+                    dy, x, w, residual, dx, rows, eps, plan.team, vector, plan.blockRows, partials);
+          }))
+    return;
+  if (rows > 0)
     layerNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
         dy, x, w, residual, dx, moments, h, eps);
-}
-
-/// dw = Σ over rows of dy·x̂, db = Σ dy (each added with `accumulate`); `partials` holds
-/// columnSumScratchBytes(2, rows, h).
-template <typename T, typename Out>
-void launchLayerNormGradColumns(const T *dy, const T *x, const float2 *moments, Out *dw, Out *db,
-                                int64_t rows, int64_t h, float *partials, bool accumulate,
-                                cudaStream_t stream) {
-  launchColumnSums<2>(LayerNormGradTerms<T>{dy, x, moments, h}, rows, h, partials, dw, db,
+  launchColumnSums<2>(LayerNormGradTerms<T>{dy, x, moments, h}, rows, h, scratch, dw, db,
                       accumulate, stream);
 }
 
