@@ -20,6 +20,9 @@
 #                file), then reading that file (the same losses); the 1.3B model the
 #                same, less the rereading; the files, with every candidate's time, go to
 #                logs.tgz
+#   kernels      Nsight Compute (where the node has ncu) on one eager step of GPT-2 124M:
+#                each bandwidth-bound kernel's and GEMM's speed of light (memory and
+#                compute throughput against the device's peaks), for what bounds each
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs (and
 #                their grid), copies, launches, then the calibration models' profiles;
@@ -41,7 +44,7 @@ say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin (attention-ab's and calibrate's
 # with its step runs not yet measured); the default four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120)
+  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120 [kernels]=90)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -97,6 +100,22 @@ run_step() {
       MT_CUDA_ATTENTION=cudnn MT_CUDA_GEMM_CHOICES=$choices "$here/bin/mtrun" \
         "$here/plans/bench/gpt3-1.3b.mtp" --backend cuda --data "$logs/tokens" --steps 6 \
         --log-every 6 --lr 1e-4 --profile || return
+    done
+    ;;
+  kernels)
+    local ncu
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda/nsight-compute*/ncu \
+      /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "kernels: no ncu on this node"; return 1; }
+    [ -s "$logs/tokens.idx" ] || python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 ||
+      return
+    for kernels in 'regex:adamw|NormGrad|crossEntropy|[Dd]ropout|sumOfSquares|columnPartials' \
+      'regex:gemm|nvjet|xmma|cutlass|sm90'; do
+      echo "== $kernels"
+      MT_CUDA_GRAPHS=off "$ncu" --target-processes all --kernel-name "$kernels" --launch-count 24 \
+        --section SpeedOfLight \
+        "$here/bin/mtrun" "$here/plans/ab/gpt2-124m.mtp" --backend cuda --data "$logs/tokens" \
+        --steps 1 --lr 1e-4 || return
     done
     ;;
   calibrate)
