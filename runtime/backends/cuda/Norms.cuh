@@ -291,25 +291,14 @@ template <int K> struct BlockPartials {
   }
 };
 
-/// dx = rstd·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), a row per team at a time, and the
-/// block's partial column sums of dy·x̂ and dy (columnPlan).
-template <int Q, typename T>
-__global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual,
-                                        T *dx, int64_t rows, float eps, RowTeam team, bool vector,
-                                        int64_t blockRows, float *partials) {
-  extern __shared__ float4 slices[];
-  __shared__ float shared[32];
-  const int64_t h = int64_t{128} * Q * team.warps;
-  float *slice = clearedSlice<2>(reinterpret_cast<float *>(slices), team, h);
-  const BlockRows block(team, blockRows);
-  for (int step = 0; step < block.steps; ++step) {
-    const int64_t r = block.row(team, step);
-    if (r >= rows)
-      break; // the whole team: a team's later rows lie further on
-    float xv[Q][4], g[Q][4], wv[Q][4];
-    loadRow(x + r * h, team, vector, xv);
-    loadRow(dy + r * h, team, vector, g);
-    loadRow(w, team, vector, wv);
+/// A layer norm's gradient of one row (x̂ left in xv, dx in g): dx = rstd·(dy·w − mean(dy·w)
+/// − x̂·mean(dy·w·x̂)); its weight and bias gradients' terms dy·x̂ and dy to the slice.
+struct LayerNormRowGrad {
+  static constexpr int K = 2;
+  float eps;
+  template <int Q>
+  __device__ void operator()(float (&xv)[Q][4], float (&g)[Q][4], const float (&wv)[Q][4],
+                             RowTeam team, float *shared, float *slice, int64_t h) const {
     float mean, rstd;
     rowMoments(xv, team, eps, shared, mean, rstd);
     for (int q = 0; q < Q; ++q)
@@ -333,9 +322,58 @@ __global__ void layerNormGradRowsKernel(const T *dy, const T *x, const T *w, con
     for (int q = 0; q < Q; ++q)
       for (int k = 0; k < 4; ++k)
         g[q][k] = rstd * (g[q][k] - meanG - xv[q][k] * meanGX);
+  }
+};
+
+/// An RMS norm's gradient of one row (dx in g): dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd));
+/// its weight gradient's term dy·x·rstd to the slice.
+struct RmsNormRowGrad {
+  static constexpr int K = 1;
+  float eps;
+  template <int Q>
+  __device__ void operator()(float (&xv)[Q][4], float (&g)[Q][4], const float (&wv)[Q][4],
+                             RowTeam team, float *shared, float *slice, int64_t h) const {
+    const float rstd = rowRms(xv, team, eps, shared);
+    float gx[Q][4];
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        gx[q][k] = g[q][k] * xv[q][k] * rstd;
+    addToSlice(slice, team, gx);
+    float sumGX = 0;
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        sumGX += g[q][k] * wv[q][k] * xv[q][k] * rstd;
+    const float meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
+    for (int q = 0; q < Q; ++q)
+      for (int k = 0; k < 4; ++k)
+        g[q][k] = rstd * (g[q][k] * wv[q][k] - xv[q][k] * rstd * meanGX);
+  }
+};
+
+/// A norm's input gradient, a row per team at a time (Grad: LayerNormRowGrad or
+/// RmsNormRowGrad), stored with the residual stream's gradient where given, and the
+/// block's partial column sums of its weight (and bias) gradient (columnPlan).
+template <int Q, typename Grad, typename T>
+__global__ void normGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual, T *dx,
+                                   int64_t rows, Grad grad, RowTeam team, bool vector,
+                                   int64_t blockRows, float *partials) {
+  extern __shared__ float4 slices[];
+  __shared__ float shared[32];
+  const int64_t h = int64_t{128} * Q * team.warps;
+  float *slice = clearedSlice<Grad::K>(reinterpret_cast<float *>(slices), team, h);
+  const BlockRows block(team, blockRows);
+  for (int step = 0; step < block.steps; ++step) {
+    const int64_t r = block.row(team, step);
+    if (r >= rows)
+      break; // the whole team: a team's later rows lie further on
+    float xv[Q][4], g[Q][4], wv[Q][4];
+    loadRow(x + r * h, team, vector, xv);
+    loadRow(dy + r * h, team, vector, g);
+    loadRow(w, team, vector, wv);
+    grad(xv, g, wv, team, shared, slice, h);
     storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
   }
-  writeBlockPartials<2>(reinterpret_cast<const float *>(slices), team, h, partials);
+  writeBlockPartials<Grad::K>(reinterpret_cast<const float *>(slices), team, h, partials);
 }
 
 /// out = x·rstd·w, a row per team.
@@ -354,44 +392,6 @@ __global__ void rmsNormRowsKernel(const T *x, const T *w, T *out, int64_t rows, 
     for (int k = 0; k < 4; ++k)
       v[q][k] = v[q][k] * rstd * wv[q][k];
   storeRow(out + r * h, team, vector, v);
-}
-
-/// dx = rstd·(dy·w − x·rstd·mean(dy·w·x·rstd)), a row per team at a time, and the
-/// block's partial column sums of dy·x·rstd (columnPlan).
-template <int Q, typename T>
-__global__ void rmsNormGradRowsKernel(const T *dy, const T *x, const T *w, const T *residual, T *dx,
-                                      int64_t rows, float eps, RowTeam team, bool vector,
-                                      int64_t blockRows, float *partials) {
-  extern __shared__ float4 slices[];
-  __shared__ float shared[32];
-  const int64_t h = int64_t{128} * Q * team.warps;
-  float *slice = clearedSlice<1>(reinterpret_cast<float *>(slices), team, h);
-  const BlockRows block(team, blockRows);
-  for (int step = 0; step < block.steps; ++step) {
-    const int64_t r = block.row(team, step);
-    if (r >= rows)
-      break; // the whole team: a team's later rows lie further on
-    float xv[Q][4], g[Q][4], wv[Q][4];
-    loadRow(x + r * h, team, vector, xv);
-    loadRow(dy + r * h, team, vector, g);
-    loadRow(w, team, vector, wv);
-    const float rstd = rowRms(xv, team, eps, shared);
-    float gx[Q][4];
-    for (int q = 0; q < Q; ++q)
-      for (int k = 0; k < 4; ++k)
-        gx[q][k] = g[q][k] * xv[q][k] * rstd;
-    addToSlice(slice, team, gx);
-    float sumGX = 0;
-    for (int q = 0; q < Q; ++q)
-      for (int k = 0; k < 4; ++k)
-        sumGX += g[q][k] * wv[q][k] * xv[q][k] * rstd;
-    const float meanGX = teamSum(sumGX, team, shared) / static_cast<float>(h);
-    for (int q = 0; q < Q; ++q)
-      for (int k = 0; k < 4; ++k)
-        g[q][k] = rstd * (g[q][k] * wv[q][k] - xv[q][k] * rstd * meanGX);
-    storeRowInputGrad(dx + r * h, residual ? residual + r * h : nullptr, team, vector, g);
-  }
-  writeBlockPartials<1>(reinterpret_cast<const float *>(slices), team, h, partials);
 }
 
 /// The whole block's mean and 1/sqrt(variance + eps) of the row x[0, h), in two passes.
@@ -529,57 +529,49 @@ void launchRmsNorm(const T *x, const T *w, T *out, int64_t rows, int64_t h, floa
     rmsNormBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, out, h, eps);
 }
 
-/// Lets `kernel` take `bytes` of dynamic shared memory, past the 48 KB every kernel may
-/// (once for each kernel: the attribute stays).
-template <typename Kernel> void allowSharedBytes(Kernel kernel, size_t bytes, bool &allowed) {
-  if (bytes <= (size_t{48} << 10) || allowed)
-    return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(bytes)),
-        "giving a norm gradient's kernel its shared memory");
-  allowed = true;
-}
-
-/// A norm gradient over rows held in registers, its K column sums begun in its rows
-/// kernel (columnPlan): launch(std::integral_constant<int, Q>, plan, partials) launches
-/// that kernel, then the column sums' passes over its blocks' partials (in `scratch`,
-/// normGradColumnBytes) write out0 and out1. False, launching nothing, where the rows
-/// are not held in registers.
-template <int K, typename Out, typename Launch>
-bool launchRowsWithColumns(int64_t rows, int64_t h, float *scratch, Out *out0, Out *out1,
-                           bool accumulate, cudaStream_t stream, Launch &&launch) {
+/// A norm's gradient over rows held in registers (normGradRowsKernel, columnPlan): dx,
+/// then the column sums' passes over the blocks' partials (in `scratch`,
+/// normGradColumnBytes) write out0 (and out1, with K = 2), added to them with
+/// `accumulate`. False, launching nothing, where the rows are not held in registers.
+template <typename Grad, typename T, typename Out>
+bool launchNormGradRows(const T *dy, const T *x, const T *w, const T *residual, T *dx, Grad grad,
+                        Out *out0, Out *out1, int64_t rows, int64_t h, float *scratch,
+                        bool accumulate, cudaStream_t stream) {
   ColumnPlan plan;
-  if (!columnPlan(K, rows, h, plan))
+  if (!columnPlan(Grad::K, rows, h, plan))
     return false;
-  withQuads(plan.quads, [&](auto q) { launch(q, plan, scratch); });
-  float *sums = scratch + blockPartialsBytes(K, plan, h) / sizeof(float);
-  launchColumnSums<K>(BlockPartials<K>{scratch, h}, plan.blocks, h, sums, out0, out1, accumulate,
-                      stream);
+  const bool vector = quadsAligned(dy, x, w, residual, dx);
+  withQuads(plan.quads, [&](auto q) {
+    constexpr int Q = decltype(q)::value;
+    // Past the 48 KB every kernel may take, once for each kernel (the attribute stays).
+    static bool allowed = false;
+    if (plan.slices > (size_t{48} << 10) && !allowed) {
+      check(cudaFuncSetAttribute(normGradRowsKernel<Q, Grad, T>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(plan.slices)),
+            "giving a norm gradient's kernel its shared memory");
+      allowed = true;
+    }
+    normGradRowsKernel<Q><<<dim3(static_cast<unsigned>(plan.blocks)),
+                            dim3(static_cast<unsigned>(plan.team.threads() * plan.team.teams)),
+                            plan.slices, stream>>>(dy, x, w, residual, dx, rows, grad, plan.team,
+                                                   vector, plan.blockRows, scratch);
+  });
+  float *sums = scratch + blockPartialsBytes(Grad::K, plan, h) / sizeof(float);
+  launchColumnSums<Grad::K>(BlockPartials<Grad::K>{scratch, h}, plan.blocks, h, sums, out0, out1,
+                            accumulate, stream);
   return true;
 }
 
-/// The rows kernel's launch shape under `plan`: its blocks of 8 warps.
-inline dim3 columnGrid(const ColumnPlan &plan) { return dim3(static_cast<unsigned>(plan.blocks)); }
-inline dim3 columnBlock(const ColumnPlan &plan) {
-  return dim3(static_cast<unsigned>(plan.team.threads() * plan.team.teams));
-}
-
-/// dx and rstds by rows (rmsNormGradRowsKernel), and dw = Σ over rows of dy·x·rstd (dw +=
-/// it with `accumulate`); `scratch` holds normGradColumnBytes(1, rows, h).
+/// dx, and dw = Σ over rows of dy·x·rstd (dw += it with `accumulate`): by rows held in
+/// registers, else a block per row (keeping the rows' rstd) and then the column sums;
+/// `scratch` holds normGradColumnBytes(1, rows, h).
 template <typename T, typename Out>
 void launchRmsNormGrad(const T *dy, const T *x, const T *w, const T *residual, T *dx, float *rstds,
                        Out *dw, int64_t rows, int64_t h, float eps, float *scratch, bool accumulate,
                        cudaStream_t stream) {
-  const bool vector = quadsAligned(dy, x, w, residual, dx);
-  if (launchRowsWithColumns<1>(
-          rows, h, scratch, dw, static_cast<Out *>(nullptr), accumulate, stream,
-          [&](auto q, const ColumnPlan &plan, float *partials) {
-            constexpr int Q = decltype(q)::value;
-            static bool allowed = false;
-            allowSharedBytes(rmsNormGradRowsKernel<Q, T>, plan.slices, allowed);
-            rmsNormGradRowsKernel<Q><<<columnGrid(plan), columnBlock(plan), plan.slices, stream>>>(
-                dy, x, w, residual, dx, rows, eps, plan.team, vector, plan.blockRows, partials);
-          }))
+  if (launchNormGradRows(dy, x, w, residual, dx, RmsNormRowGrad{eps}, dw,
+                         static_cast<Out *>(nullptr), rows, h, scratch, accumulate, stream))
     return;
   if (rows > 0)
     rmsNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(dy, x, w, residual,
@@ -723,23 +715,15 @@ void launchLayerNorm(const T *x, const T *w, const T *b, T *out, int64_t rows, i
                                                                                eps);
 }
 
-/// dx and the moments by rows (layerNormGradRowsKernel), and dw = Σ over rows of dy·x̂, db
-/// = Σ dy (each added with `accumulate`); `scratch` holds normGradColumnBytes(2, rows, h).
+/// dx, and dw = Σ over rows of dy·x̂ and db = Σ dy (each added with `accumulate`): by rows
+/// held in registers, else a block per row (keeping the rows' moments) and then the
+/// column sums; `scratch` holds normGradColumnBytes(2, rows, h).
 template <typename T, typename Out>
 void launchLayerNormGrad(const T *dy, const T *x, const T *w, const T *residual, T *dx,
                          float2 *moments, Out *dw, Out *db, int64_t rows, int64_t h, float eps,
                          float *scratch, bool accumulate, cudaStream_t stream) {
-  const bool vector = quadsAligned(dy, x, w, residual, dx);
-  if (launchRowsWithColumns<2>(
-          rows, h, scratch, dw, db, accumulate, stream,
-          [&](auto q, const ColumnPlan &plan, float *partials) {
-            constexpr int Q = decltype(q)::value;
-            static bool allowed = false;
-            allowSharedBytes(layerNormGradRowsKernel<Q, T>, plan.slices, allowed);
-            layerNormGradRowsKernel<Q>
-                <<<columnGrid(plan), columnBlock(plan), plan.slices, stream>>>(
-                    dy, x, w, residual, dx, rows, eps, plan.team, vector, plan.blockRows, partials);
-          }))
+  if (launchNormGradRows(dy, x, w, residual, dx, LayerNormRowGrad{eps}, dw, db, rows, h, scratch,
+                         accumulate, stream))
     return;
   if (rows > 0)
     layerNormGradBlockKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
