@@ -132,10 +132,11 @@ std::vector<Case> cases() {
   // Norms whose rows a team of warps holds in registers (Norms.cuh), each norm's input
   // gradient added to the residual stream's in its kernel (norm_grad_add's model, wider):
   // one warp of one quad and of six (rows of 128, 768), two warps of eight (2048), four of
-  // five (2560); 6 rows, so the gradient's one block of eight one-warp teams (or four
-  // two-warp ones) is part empty; and 200, which no team holds (a block per row). Over
-  // 2 x 601 rows (_long), the gradient's blocks take several rows a team, the last block
-  // part empty, and its column sums add 76 blocks' (101 blocks') partials.
+  // five (2560); 6 rows, so the gradient's last block (of eight one-warp teams, four
+  // two-warp ones, or two of four) is part empty; and 200, which no team holds (a block
+  // per row). Over 2 x 2501 rows (_long), the gradient's teams take 3 rows each (768) or
+  // 5 (2048), the last block's teams but two none, and its column sums add 209 (251)
+  // blocks' partials.
   for (const test::OpCase &op : test::opCases())
     if (op.name == "norm_grad_add")
       for (int h : {128, 768, 2048, 2560, 200, -768, -2048}) {
@@ -145,32 +146,43 @@ std::vector<Case> cases() {
         const std::string width = std::to_string(h);
         for (auto [from, to] : {std::pair<std::string, std::string>{"x5xf32", "x" + width + "xf32"},
                                 {"<5xf32>", "<" + width + "xf32>"},
-                                {"2x3x", longRows ? "2x601x" : "2x3x"}})
+                                {"2x3x", longRows ? "2x2501x" : "2x3x"}})
           for (size_t at = 0; (at = mlir.find(from, at)) != std::string::npos; at += to.size())
             mlir.replace(at, from.size(), to);
         const std::string name = "norm_rows_" + width + (longRows ? "_long" : "");
         for (Precision p :
              {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
-          all.push_back({{name, mlir, "", longRows ? 601 : 3, h}, p});
+          all.push_back({{name, mlir, "", longRows ? 2501 : 3, h}, p});
           if (h == 768 || h == 2048) // the fused rows kernels against their unfused pair
             all.push_back(
-                {{name + "_unfused", mlir, "", longRows ? 601 : 3, h, "--no-norm-grad-add-fusion"},
+                {{name + "_unfused", mlir, "", longRows ? 2501 : 3, h, "--no-norm-grad-add-fusion"},
                  p});
         }
       }
-  // Rows too long for the GPU to stage in shared memory (60,001 logits: 120 KB in 16
-  // bits), read twice: the fused loss's other kernel, fed odd rows. (Not an op case: the
-  // finite differences of 60,001 classes' gradients drown in rounding.)
-  const std::string longRows =
-      test::oneOpModel("  %x = mt.param \"x\" normal(1.0) : tensor<2x3x8xf32>\n"
-                       "  %w = mt.param \"w\" normal(0.5) : tensor<60001x8xf32>\n"
-                       "  %logits = mt.linear %x, %w : (tensor<2x3x8xf32>, tensor<60001x8xf32>) -> "
-                       "tensor<2x3x60001xf32>",
-                       60001);
-  for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
-    all.push_back(
-        {{"cross_entropy_long_rows", longRows, "", 3, 60001, "--make-vocab-size-divisible-by 1"},
-         p});
+  // Rows of logits the fused loss stages in shared memory past the 48 KB a kernel takes
+  // unasked (30,001 logits: 60 KB in 16 bits; 120 KB in f32, too long), and rows too long
+  // for it in every precision (60,001): read twice, by the fused loss's other kernel. Odd
+  // rows, their threads each taking many vectors; the 30,001's fused loss against the
+  // unfused pair, which reads its rows where they lie (CudaFusions). (Not op cases: the
+  // finite differences of so many classes' gradients drown in rounding.)
+  for (int classes : {30001, 60001}) {
+    const std::string v = std::to_string(classes), w = "tensor<" + v + "x8xf32>";
+    const std::string rows = test::oneOpModel(
+        "  %x = mt.param \"x\" normal(1.0) : tensor<2x3x8xf32>\n  %w = mt.param \"w\" "
+        "normal(0.5) : " +
+            w + "\n  %logits = mt.linear %x, %w : (tensor<2x3x8xf32>, " + w + ") -> tensor<2x3x" +
+            v + "xf32>",
+        classes);
+    const std::string name = "cross_entropy_rows_" + v, odd = "--make-vocab-size-divisible-by 1";
+    for (Precision p :
+         {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
+      all.push_back({{name, rows, "", 3, classes, odd}, p});
+      if (classes == 30001)
+        all.push_back(
+            {{name + "_unfused", rows, "", 3, classes, odd + " --no-cross-entropy-loss-fusion"},
+             p});
+    }
+  }
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
   all.push_back({{"gpt_tiny_unfused", "", "gpt-tiny", 8, 512, "--attention unfused"}, {"fp32", 1e-5}});
   all.push_back({{"gpt_tiny", "", "gpt-tiny", 8, 512}, {"fp16", 1e-2}});
@@ -397,9 +409,9 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam())
 /// and the loss with its gradient over rows of odd length (its rows staged in shared
 /// memory, the unfused loss's read where they lie).
 TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
-  for (const std::string fusion :
-       {"bias_dropout_add", "norm_grad_add", "norm_rows_768", "norm_rows_2048",
-        "norm_rows_768_long", "norm_rows_2048_long", "cross_entropy_odd"})
+  for (const std::string fusion : {"bias_dropout_add", "norm_grad_add", "norm_rows_768",
+                                   "norm_rows_2048", "norm_rows_768_long", "norm_rows_2048_long",
+                                   "cross_entropy_odd", "cross_entropy_rows_30001"})
     for (const char *precision : {"fp32", "bf16", "fp16"}) {
       SCOPED_TRACE(fusion + " in " + precision);
       // One seed for the pair: the same weights and data for the fused and the unfused.

@@ -68,6 +68,25 @@ TEST(GemmChoices, TheFirstLineOfAKeyHolds) {
   std::remove(path.c_str());
 }
 
+TEST(GemmChoices, ALastLineWithoutItsNewlineIsEndedFirst) {
+  const std::string path = freshPath("unterminated");
+  const GemmAlgorithm first{1, 0, 0, 0, 0, 0, 0, 0}, second{2, 0, 0, 0, 0, 0, 0, 0};
+  std::string edited = GemmChoices::line(kKey, first);
+  edited.pop_back(); // saved by an editor that ends no file with a newline
+  write(path, edited);
+  GemmChoices choices;
+  ASSERT_TRUE(GemmChoices::load(path, choices).ok());
+  ASSERT_TRUE(choices.add(kKey + " bias1", second, "").ok());
+  GemmChoices again;
+  const Status read = GemmChoices::load(path, again);
+  ASSERT_TRUE(read.ok()) << read.message();
+  ASSERT_NE(again.find(kKey), nullptr);
+  EXPECT_EQ(*again.find(kKey), first);
+  ASSERT_NE(again.find(kKey + " bias1"), nullptr);
+  EXPECT_EQ(*again.find(kKey + " bias1"), second);
+  std::remove(path.c_str());
+}
+
 TEST(GemmChoices, ALineThatIsNotOneIsNamed) {
   const std::string path = freshPath("bad");
   const std::string good = GemmChoices::line(kKey, {1, 2, 3, 4, 5, 6, 7, 8});

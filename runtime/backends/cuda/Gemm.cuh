@@ -270,7 +270,7 @@ private:
                                        key.ldc),
             "layout C");
       const std::string text = choices_ ? keyText(key) : std::string();
-      if (choices_ && takeKept(text, plan))
+      if (choices_ && takeKept(key, text, plan))
         return true;
       cublasLtMatmulPreference_t preference;
       check(cublasLtMatmulPreferenceCreate(&preference), "matmul preference");
@@ -323,7 +323,7 @@ private:
   /// The choices' algorithm for the shape `text` in `plan`, checked; false where they have
   /// none. One cuBLASLt refuses, or one summing split-K's parts other than in f32 (a
   /// hand-edited line), throws.
-  bool takeKept(const std::string &text, Plan &plan) const {
+  bool takeKept(const Key &key, const std::string &text, Plan &plan) const {
     const GemmAlgorithm *kept = choices_->find(text);
     if (!kept)
       return false;
@@ -332,15 +332,18 @@ private:
     const cublasStatus_t valid = cublasLtMatmulAlgoCheck(lt_, plan.desc, plan.la, plan.lb, plan.lc,
                                                          plan.lc, &plan.algo, &checked);
     const uint64_t reduction = configOf(plan.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
-    if (valid != CUBLAS_STATUS_SUCCESS || (reduction != CUBLASLT_REDUCTION_SCHEME_NONE &&
-                                           reduction != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE))
-      throw std::runtime_error(
-          cat("cuda backend: ", choices_->path(), ": the algorithm it holds for `", text,
-              "` cannot run here (",
-              valid != CUBLAS_STATUS_SUCCESS
-                  ? cat("cuBLAS status ", static_cast<int>(valid))
-                  : cat("split-K summed in reduction scheme ", reduction, ", not in f32"),
-              "); delete that line, or the file, to choose again"));
+    std::string why;
+    if (valid != CUBLAS_STATUS_SUCCESS)
+      why = cat("cuBLAS status ", static_cast<int>(valid));
+    else if (reduction != CUBLASLT_REDUCTION_SCHEME_NONE &&
+             reduction != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+      why = cat("split-K summed in reduction scheme ", reduction, ", not in f32");
+    else if (checked.workspaceSize > key.workspace)
+      why = cat("it wants ", checked.workspaceSize, " bytes of workspace, of ", key.workspace);
+    if (!why.empty())
+      throw std::runtime_error(cat("cuda backend: ", choices_->path(),
+                                   ": the algorithm it holds for `", text, "` cannot run here (",
+                                   why, "); delete that line, or the file, to choose again"));
     plan.haveAlgorithm = true;
     return true;
   }
@@ -382,8 +385,18 @@ private:
     const size_t vectorBytes = sizeof(float) * static_cast<size_t>(std::max(key.m, key.n));
     auto round = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
     char *scratch = nullptr;
-    check(cudaMalloc(&scratch, round(cBytes) + round(auxBytes) + vectorBytes),
-          "allocating the outputs GEMM candidates are timed on");
+    // Timing is a choice, not a need: where the device has no room for the outputs, the
+    // heuristic's first runs, and the shape is chosen by a later run.
+    if (handled(cudaMalloc(&scratch, round(cBytes) + round(auxBytes) + vectorBytes)) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr,
+                   "cuda backend: no room to time the candidates of a %lld x %lld x %lld GEMM; "
+                   "it runs the heuristic's first, and %s does not hold it yet\n",
+                   static_cast<long long>(key.m), static_cast<long long>(key.n),
+                   static_cast<long long>(key.k), choices_->path().c_str());
+      return;
+    }
     cudaEvent_t start = nullptr, stop = nullptr;
     try {
       check(cudaMemsetAsync(scratch, 0, round(cBytes) + round(auxBytes) + vectorBytes,
@@ -410,14 +423,18 @@ private:
       // Seconds per call: the best of three rounds of about 0.2 ms each; none where the
       // candidate fails.
       auto seconds = [&](const cublasLtMatmulAlgo_t &algo) {
-        if (call(algo) != CUBLAS_STATUS_SUCCESS)
+        if (call(algo) != CUBLAS_STATUS_SUCCESS) {
+          (void)cudaGetLastError(); // a refused candidate leaves nothing for a later check
           return -1.0;
+        }
         double best = 0;
         for (int round = 0, repeats = 1; round < 4; ++round) {
           check(cudaEventRecord(start, operands.stream), "recording an event");
           for (int i = 0; i < repeats; ++i)
-            if (call(algo) != CUBLAS_STATUS_SUCCESS)
+            if (call(algo) != CUBLAS_STATUS_SUCCESS) {
+              (void)cudaGetLastError();
               return -1.0;
+            }
           check(cudaEventRecord(stop, operands.stream), "recording an event");
           check(cudaEventSynchronize(stop), "timing a GEMM candidate");
           float ms = 0;

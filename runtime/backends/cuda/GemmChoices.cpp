@@ -4,12 +4,14 @@
 #include "core/InputFile.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 namespace mt {
@@ -41,6 +43,7 @@ Status GemmChoices::load(const std::string &path, GemmChoices &out) {
     return Status::success(); // the first run writes it
   std::string text;
   MT_TRY(readRegularFile(path, kChoicesBytes, "a file of GEMM choices", text));
+  out.unterminated_ = !text.empty() && text.back() != '\n';
   std::istringstream lines(text);
   std::string line;
   for (int number = 1; std::getline(lines, line); ++number) {
@@ -91,19 +94,24 @@ Status GemmChoices::add(const std::string &key, const GemmAlgorithm &algorithm,
                         const std::string &comment) {
   if (!chosen_.emplace(key, algorithm).second)
     return Status::success();
-  std::string text;
+  // A last line left without its newline (by hand) is ended first.
+  std::string text = std::exchange(unterminated_, false) ? "\n" : "";
   std::istringstream lines(comment);
   for (std::string each; std::getline(lines, each);)
     text += "# " + each + "\n";
   text += line(key, algorithm);
   std::FILE *file = nullptr;
   MT_TRY(openForAppending(path_, file));
-  // One write of the whole entry: ranks appending to one file do not interleave lines.
-  std::setvbuf(file, nullptr, _IOFBF, text.size() + 1);
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed)
-    return Status::failure(cat("cannot write ", path_, ": ", std::strerror(errno)));
+  // One write(2) of the whole entry, appended (O_APPEND) at once: ranks adding to one file
+  // do not interleave their lines.
+  ssize_t written;
+  do
+    written = ::write(::fileno(file), text.data(), text.size());
+  while (written < 0 && errno == EINTR);
+  const int error = written < 0 ? errno : ENOSPC; // a short write: the disk is full
+  std::fclose(file);
+  if (written != static_cast<ssize_t>(text.size()))
+    return Status::failure(cat("cannot write ", path_, ": ", std::strerror(error)));
   return Status::success();
 }
 

@@ -9,7 +9,10 @@
 // and alignments), then cublasLtMatmulAlgo_t's eight 64-bit words in hex. Lines starting
 // with '#' (what each candidate took, written beside the choice) and blank lines are
 // read past. Where a key appears twice (ranks of one run appending to one file), the
-// first line holds. Plain C++: the CPU's tests read and write it.
+// first line holds. Each rank of the run that writes a line times its own candidates, so
+// under several ranks that run may take other algorithms than those the file keeps, and
+// differ in bits from the runs that read it; those runs agree with one another. Plain
+// C++: the CPU's tests read and write it.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_GEMMCHOICES_H
 #define MT_RUNTIME_BACKENDS_CUDA_GEMMCHOICES_H
 
@@ -46,6 +49,7 @@ public:
 private:
   std::string path_;
   std::map<std::string, GemmAlgorithm> chosen_;
+  bool unterminated_ = false; // the file's last line lacks its newline
 };
 
 } // namespace mt

@@ -229,21 +229,22 @@ template <typename T>
 void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const void *targets,
                                     bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
                                     int64_t classes, unsigned long long *bad, cudaStream_t stream) {
-  static const bool stageable = [] {
+  // The most a staged row may take: kStagedRowBytes, or what the device allows a block
+  // (less the kernel's own 128 bytes), given to the kernel once.
+  static const int64_t most = [] {
     int device = 0, optin = 0;
-    const bool allowed = cudaGetDevice(&device) == cudaSuccess &&
-                         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                                device) == cudaSuccess &&
-                         optin >= kStagedRowBytes &&
-                         cudaFuncSetAttribute(crossEntropyWithGradStagedKernel<T>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(kStagedRowBytes)) == cudaSuccess;
-    if (!allowed)
-      (void)cudaGetLastError(); // a device without the room reads rows twice instead
-    return allowed;
+    check(cudaGetDevice(&device), "finding the device");
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "reading the shared memory a block may take");
+    const int64_t bytes = std::min<int64_t>(kStagedRowBytes, optin - 1024);
+    check(cudaFuncSetAttribute(crossEntropyWithGradStagedKernel<T>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          "giving the staged loss its shared memory");
+    return bytes;
   }();
   const int64_t bytes = stagedRowBytes(v, sizeof(T));
-  if (stageable && bytes <= kStagedRowBytes)
+  if (bytes <= most)
     crossEntropyWithGradStagedKernel<<<static_cast<unsigned>(m), kThreads,
                                        static_cast<size_t>(bytes), stream>>>(
         dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
