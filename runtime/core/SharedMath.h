@@ -234,19 +234,21 @@ struct AdamWStep {
   double gradScale = 1;
   int64_t step = 1; // 1-based, for the bias corrections
 
-  /// Adam's bias corrections, 1 − β₁ᵗ and 1 − β₂ᵗ (host only: computed once per update).
-  double correction1() const { return 1 - pow(beta1, static_cast<double>(step)); }
-  double correction2() const { return 1 - pow(beta2, static_cast<double>(step)); }
+  /// The reciprocals of Adam's bias corrections, 1/(1 − β₁ᵗ) and 1/(1 − β₂ᵗ) (host only:
+  /// computed once per update). The moments are multiplied by them: a division per
+  /// element costs the GPU's f64 units several products.
+  double inverseCorrection1() const { return 1 / (1 - pow(beta1, static_cast<double>(step))); }
+  double inverseCorrection2() const { return 1 / (1 - pow(beta2, static_cast<double>(step))); }
 
   /// One element, in f64: updates the moments m and v from gradient g and returns the
-  /// new weight; c1 and c2 are the bias corrections. The decay is decoupled from the
-  /// gradient, applied to the weight before the update.
-  MT_HOST_DEVICE double update(double w, double g, double &m, double &v, double c1,
-                               double c2) const {
+  /// new weight; r1 and r2 are the bias corrections' reciprocals. The decay is decoupled
+  /// from the gradient, applied to the weight before the update.
+  MT_HOST_DEVICE double update(double w, double g, double &m, double &v, double r1,
+                               double r2) const {
     const double grad = g * gradScale;
     m = beta1 * m + (1 - beta1) * grad;
     v = beta2 * v + (1 - beta2) * grad * grad;
-    return w - lr * ((m / c1) / (sqrt(v / c2) + eps) + weightDecay * w);
+    return w - lr * ((m * r1) / (sqrt(v * r2) + eps) + weightDecay * w);
   }
 };
 

@@ -1490,11 +1490,11 @@ template <typename T> struct Kernels {
 
   static void adamw(const TensorView &w, const TensorView &g, const TensorView &m,
                     const TensorView &v, const AdamWStep &a) {
-    const double c1 = a.correction1(), c2 = a.correction2();
+    const double r1 = a.inverseCorrection1(), r2 = a.inverseCorrection2();
 #pragma omp parallel for schedule(static) if (w.numel() >= kParallelElements)
     for (int64_t i = 0; i < w.numel(); ++i) {
       double mi = ptr(m)[i], vi = ptr(v)[i];
-      const double wi = a.update(ptr(w)[i], ptr(g)[i], mi, vi, c1, c2);
+      const double wi = a.update(ptr(w)[i], ptr(g)[i], mi, vi, r1, r2);
       ptr(m)[i] = static_cast<T>(mi);
       ptr(v)[i] = static_cast<T>(vi);
       ptr(w)[i] = static_cast<T>(wi);

@@ -43,7 +43,7 @@ void appendChunks(std::vector<Chunk> &chunks, int64_t n, F &&make) {
 /// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay). A
 /// thread takes four consecutive elements, each array's four in one access where the
 /// chunk's arrays are all aligned to them (a parameter may start anywhere in the store).
-__global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, double c2) {
+__global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double r1, double r2) {
   const AdamWChunk c = chunks[blockIdx.x];
   a.weightDecay = c.weightDecay;
   const bool vector = quadsAligned(c.w, c.g, c.m, c.v);
@@ -56,7 +56,7 @@ __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double c1, do
     loadQuad(c.v, i, count, vector, v);
     forQuad(count, [&](int k) {
       double mk = m[k], vk = v[k];
-      w[k] = static_cast<float>(a.update(w[k], g[k], mk, vk, c1, c2));
+      w[k] = static_cast<float>(a.update(w[k], g[k], mk, vk, r1, r2));
       m[k] = static_cast<float>(mk);
       v[k] = static_cast<float>(vk);
     });
@@ -92,8 +92,8 @@ __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) 
 
 inline void launchAdamw(const AdamWChunk *chunks, size_t count, const AdamWStep &a,
                         cudaStream_t stream) {
-  adamwKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(chunks, a, a.correction1(),
-                                                                     a.correction2());
+  adamwKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
+      chunks, a, a.inverseCorrection1(), a.inverseCorrection2());
 }
 
 inline void launchSumOfSquares(const SquaresChunk *chunks, size_t count, double *partial,
