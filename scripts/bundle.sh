@@ -148,10 +148,12 @@ for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
     >"$out/plans/bench/$model.env"
 done
 # GPT-2 124M as the benchmark runs it, with and without the bias-gradient fusion, for
-# session.sh's fusion-ab (the one change's profile before and after, on one device), and
+# session.sh's fusion-ab (the one change's profile before and after, on one device),
 # with its vocabulary unpadded (50,257), for vocab-ab (where the odd vocabulary's time
-# goes).
-for variant in "" --no-bias-grad-fusion "--make-vocab-size-divisible-by 1"; do
+# goes), and without the gradient-accumulation fusion, for gemm-ab (weight gradients
+# written in 16 bits, then added).
+for variant in "" --no-bias-grad-fusion "--make-vocab-size-divisible-by 1" \
+  --no-gradient-accumulation-fusion; do
   name=gpt2-124m${variant:+-${variant#--}}
   [[ $variant == --make-vocab* ]] && name=gpt2-124m-unpadded
   "$build/tools/mtc" compile models/gpt2-124m.mlir --bf16 --seq-length 1024 --micro-batch-size 8 \

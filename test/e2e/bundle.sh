@@ -24,8 +24,11 @@ rm -rf "$work/unpacked"
 mv "$work/made" "$work/bundle"
 bundle=$work/bundle
 
-# session.sh fusion-ab's, vocab-ab's and attention-ab's plans.
-for plan in gpt2-124m gpt2-124m-no-bias-grad-fusion gpt2-124m-unpadded llama3-8b-4layers; do
+# Every plan session.sh's a/b steps profile (`ab ROUNDS PLAN...`).
+plans=$(grep -oE '\bab [0-9]+( [a-z0-9][a-z0-9.-]*)+' "$bundle/session.sh" | cut -d' ' -f3- |
+  tr ' ' '\n' | sort -u)
+[ "$(echo "$plans" | wc -l)" -ge 5 ] || fail "session.sh's a/b steps name too few plans: $plans"
+for plan in $plans; do
   [ -s "$bundle/plans/ab/$plan.mtp" ] || fail "no plans/ab/$plan.mtp for session.sh's a/b steps"
 done
 

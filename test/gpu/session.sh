@@ -17,9 +17,10 @@
 #                cuDNN (its queries packed) and through our kernels, each profiled
 #   gemm-ab      GPT-2 124M profiled with cuBLASLt's heuristic's first algorithms, then
 #                choosing the fastest of its candidates (MT_CUDA_GEMM_CHOICES, a new
-#                file), then reading that file (the same losses); the 1.3B model the
-#                same, less the rereading; the files, with every candidate's time, go to
-#                logs.tgz
+#                file), then reading that file (the same losses), then choosing for its
+#                weight gradients written in 16 bits and added apart (without the
+#                gradient-accumulation fusion); the 1.3B model chosen for too; the files,
+#                with every candidate's time, go to logs.tgz
 #   kernels      Nsight Compute (where the node has ncu) on one eager step of GPT-2 124M:
 #                each bandwidth-bound kernel's and GEMM's speed of light (memory and
 #                compute throughput against the device's peaks), for what bounds each
@@ -93,7 +94,9 @@ run_step() {
     rm -f "$logs"/*.choices
     echo "== the heuristic's first" && ab 1 gpt2-124m &&
       echo "== choosing" && MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m &&
-      echo "== the file's choices" && MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m ||
+      echo "== the file's choices" && MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m &&
+      echo "== choosing, weight gradients in 16 bits" &&
+      MT_CUDA_GEMM_CHOICES="$logs/gpt2-124m.choices" ab 1 gpt2-124m-no-gradient-accumulation-fusion ||
       return
     for choices in "" "$logs/gpt3-1.3b.choices"; do
       echo "== gpt3-1.3b, MT_CUDA_GEMM_CHOICES=$choices"
