@@ -22,8 +22,9 @@
 #                gradient-accumulation fusion); the 1.3B model chosen for too; the files,
 #                with every candidate's time, go to logs.tgz
 #   kernels      Nsight Compute (where the node has ncu) on one eager step of GPT-2 124M:
-#                each bandwidth-bound kernel's and GEMM's speed of light (memory and
-#                compute throughput against the device's peaks), for what bounds each
+#                the first launches of each bandwidth-bound family and of the forward's
+#                and the backward's GEMMs, each one's speed of light (memory and compute
+#                throughput against the device's peaks): what bounds each
 #   sanitize     test-gpu.sh --sanitize-only
 #   calibrate    bench/calibrate.sh with the H100's or H200's system file: GEMMs (and
 #                their grid), copies, launches, then the calibration models' profiles;
@@ -42,10 +43,11 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(bench-gpt2 test-gpu bench-1.3b sanitize)
 logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
-# What each took on an H100 on 2026-11-26, with a margin (attention-ab's and calibrate's
-# with its step runs not yet measured); the default four fit 540 s.
+# What each took on an H100 on 2026-11-26, with a margin (attention-ab's, gemm-ab's,
+# kernels' and calibrate's with its step runs not yet measured, but guessed); the default
+# four fit 540 s.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120 [kernels]=90)
+  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -106,17 +108,24 @@ run_step() {
     done
     ;;
   kernels)
+    # The toolkit's own ncu first, else the newest installed apart.
     local ncu
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /usr/local/cuda/nsight-compute*/ncu \
-      /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null ||
+      ls /usr/local/cuda/nsight-compute*/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null |
+      sort -V | tail -1)
     [ -n "$ncu" ] || { echo "kernels: no ncu on this node"; return 1; }
     [ -s "$logs/tokens.idx" ] || python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 ||
       return
-    for kernels in 'regex:adamw|NormGrad|crossEntropy|[Dd]ropout|sumOfSquares|columnPartials' \
-      'regex:gemm|nvjet|xmma|cutlass|sm90'; do
-      echo "== $kernels"
-      MT_CUDA_GRAPHS=off "$ncu" --target-processes all --kernel-name "$kernels" --launch-count 24 \
-        --section SpeedOfLight \
+    # Each family's first launches (FAMILY:COUNT[:SKIPPED]): the weight-gradient GEMMs
+    # come after the 49 of the forward.
+    local family name count skip
+    for family in adamwKernel:1 normGradRows:2 crossEntropyWithGrad:1 biasDropoutAdd:1 \
+      dropoutGrad:1 sumOfSquares:1 columnPartials:2 layerNormRows:1 'gemm|nvjet|xmma:6' \
+      'gemm|nvjet|xmma:12:49'; do
+      IFS=: read -r name count skip <<<"$family"
+      echo "== $name: $count launches after ${skip:-0}"
+      MT_CUDA_GRAPHS=off "$ncu" --target-processes all --kernel-name "regex:$name" \
+        --launch-skip "${skip:-0}" --launch-count "$count" --section SpeedOfLight \
         "$here/bin/mtrun" "$here/plans/ab/gpt2-124m.mtp" --backend cuda --data "$logs/tokens" \
         --steps 1 --lr 1e-4 || return
     done

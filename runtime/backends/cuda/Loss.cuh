@@ -230,7 +230,8 @@ void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const v
                                     bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
                                     int64_t classes, unsigned long long *bad, cudaStream_t stream) {
   // The most a staged row may take: kStagedRowBytes, or what the device allows a block
-  // (less the kernel's own 128 bytes), given to the kernel once.
+  // (less 1 KB, beside the kernel's own 128 bytes of shared memory), given to the kernel
+  // once.
   static const int64_t most = [] {
     int device = 0, optin = 0;
     check(cudaGetDevice(&device), "finding the device");

@@ -543,9 +543,11 @@ bool launchNormGradRows(const T *dy, const T *x, const T *w, const T *residual, 
   const bool vector = quadsAligned(dy, x, w, residual, dx);
   withQuads(plan.quads, [&](auto q) {
     constexpr int Q = decltype(q)::value;
-    // Past the 48 KB every kernel may take, once for each kernel (the attribute stays).
+    // The slices (4 KB · K · Q: fixed for each kernel) may pass the 48 KB a kernel takes
+    // unasked, which its own shared[32] counts against too: asked for once for each
+    // kernel, whatever the size (the attribute stays).
     static bool allowed = false;
-    if (plan.slices > (size_t{48} << 10) && !allowed) {
+    if (!allowed) {
       check(cudaFuncSetAttribute(normGradRowsKernel<Q, Grad, T>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(plan.slices)),
