@@ -9,6 +9,7 @@
 #define MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
 
 #include "backends/cuda/Common.cuh"
+#include "backends/cuda/RowShapes.h"
 
 #include <algorithm>
 
@@ -17,19 +18,6 @@ namespace {
 
 constexpr int kSumColumns = 32; // columns per block: a warp reads 32 adjacent elements
 constexpr int kSumRows = 8;     // row threads per block
-
-/// Rows per chunk of the first pass: at least 256, and at most 1024 chunks.
-inline int64_t columnSumChunkRows(int64_t rows) {
-  return std::max<int64_t>(256, (rows + 1023) / 1024);
-}
-inline int64_t columnSumChunks(int64_t rows) {
-  const int64_t per = columnSumChunkRows(rows);
-  return std::max<int64_t>(1, (rows + per - 1) / per);
-}
-/// The f32 scratch the partial sums of K sums over `cols` columns take.
-inline size_t columnSumScratchBytes(int K, int64_t rows, int64_t cols) {
-  return sizeof(float) * static_cast<size_t>(columnSumChunks(rows) * K * cols);
-}
 
 /// First pass: partials[(chunk · K + k) · cols + j] = Σ over the chunk's rows r of the
 /// k-th value term(r, j) adds.

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/ColumnSums.cuh"
 #include "backends/cuda/Common.cuh"
+#include "backends/cuda/RowShapes.h"
 #include "core/SharedMath.h"
 
 namespace mt {
@@ -24,26 +25,9 @@ namespace {
 // fused norm and its unfused pair run the same one.
 //===----------------------------------------------------------------------===//
 
-struct RowTeam {
-  int warps = 1;
-  int teams = 4; // a block's teams: 4 one-warp teams, else 1 (more in column sums, below)
-  __host__ __device__ int threads() const { return 32 * warps; }
-  __host__ __device__ int rowsPerBlock() const { return teams; }
-  /// The thread's team in its block.
-  __device__ int index() const { return static_cast<int>(threadIdx.x) / threads(); }
-};
-
-/// Q for rows of h elements, with `team` their team, or 0 where the block-per-row
-/// kernels run.
-inline int rowQuads(int64_t h, RowTeam &team) {
-  // At most 8 warps, 256 threads: a team's registers (up to ~130 a thread) allow no more.
-  for (int warps = 1; warps <= 8; warps *= 2)
-    if (h % (128 * warps) == 0 && h / (128 * warps) <= 8) {
-      team.warps = warps;
-      team.teams = warps == 1 ? 4 : 1;
-      return static_cast<int>(h / (128 * warps));
-    }
-  return 0;
+/// The thread's team in its block.
+__device__ __forceinline__ int teamIndex(RowTeam team) {
+  return static_cast<int>(threadIdx.x) / team.threads();
 }
 
 /// f(std::integral_constant<int, quads>), for quads from Q to 8.
@@ -95,7 +79,7 @@ __device__ __forceinline__ void storeRow(T *row, RowTeam team, bool vector,
 /// Waits for the team's threads alone: a named barrier a team (of several warps) of its
 /// own, so that the teams of a block keep their own pace.
 __device__ __forceinline__ void teamSync(RowTeam team) {
-  asm volatile("bar.sync %0, %1;" ::"r"(1 + team.index()), "r"(team.threads()) : "memory");
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + teamIndex(team)), "r"(team.threads()) : "memory");
 }
 
 /// Σ v over the team, its warps' sums added in order; `shared` holds 32 floats.
@@ -106,7 +90,7 @@ __device__ __forceinline__ float teamSum(float v, RowTeam team, float *shared) {
   if ((threadIdx.x & 31) == 0)
     shared[threadIdx.x / 32] = v;
   teamSync(team);
-  const float *warps = shared + team.index() * team.warps;
+  const float *warps = shared + teamIndex(team) * team.warps;
   float sum = 0;
   for (int w = 0; w < team.warps; ++w)
     sum += warps[w];
@@ -190,56 +174,18 @@ __device__ __forceinline__ void storeRowInputGrad(T *dx, const T *residual, RowT
 // ([K][h]: each column's element belongs to one thread); the block then adds its teams'
 // slices in team order into partials[block][K][h], which launchColumnSums adds in block
 // order. dy and x are read once, where the column sums alone would read them again.
-// At most kColumnBlocks blocks: two to each of Hopper's 132 multiprocessors (what a
-// block's registers allow), and partials of at most 2 KB a column (GPT-2's 8,192 rows of
-// 768: 256 blocks, 1.5 MB; GPT-3 1.3B's of 2,048: 4 MB).
+// The blocks and their rows: RowShapes.h's columnPlan.
 //===----------------------------------------------------------------------===//
 
-constexpr int64_t kColumnBlocks = 264;
-
-/// How a norm's gradient over rows of h sums its K column terms in its rows kernel.
-struct ColumnPlan {
-  RowTeam team;
-  int quads = 0;
-  int64_t blocks = 0, blockRows = 0;
-  size_t slices = 0; // shared memory: 4 KB · K · quads, at most 64 KB
-};
-/// False where the rows kernel cannot (rows not held in registers, or none).
-inline bool columnPlan(int K, int64_t rows, int64_t h, ColumnPlan &plan) {
-  plan.quads = rows > 0 ? rowQuads(h, plan.team) : 0;
-  if (plan.quads == 0)
-    return false;
-  const int teams = plan.team.teams = 8 / plan.team.warps;
-  plan.slices = sizeof(float) * static_cast<size_t>(K * h * teams);
-  const int64_t perBlock = (rows + kColumnBlocks - 1) / kColumnBlocks;
-  plan.blockRows = (perBlock + teams - 1) / teams * teams;
-  plan.blocks = (rows + plan.blockRows - 1) / plan.blockRows;
-  return true;
-}
-inline size_t blockPartialsBytes(int K, const ColumnPlan &plan, int64_t h) {
-  return (sizeof(float) * static_cast<size_t>(plan.blocks * K * h) + 255) / 256 * 256;
-}
-
-/// The f32 scratch a norm's gradient sums its K column terms in, after its rows'
-/// statistics: the blocks' partials and their sums' where the rows kernel begins them,
-/// else the column sums' own.
-inline size_t normGradColumnBytes(int K, int64_t rows, int64_t h) {
-  ColumnPlan plan;
-  if (columnPlan(K, rows, h, plan))
-    return blockPartialsBytes(K, plan, h) + columnSumScratchBytes(K, plan.blocks, h);
-  return columnSumScratchBytes(K, rows, h);
-}
-
-/// The rows a team takes, in turn: `steps` of them, from `first` on, a block's teams
+/// The rows a team takes, in turn: `steps` of them (columnPlanRow), a block's teams
 /// apart.
 struct BlockRows {
-  int64_t first;
   int steps;
+  int64_t blockRows;
   __device__ BlockRows(RowTeam team, int64_t blockRows)
-      : first(blockIdx.x * blockRows + team.index()),
-        steps(static_cast<int>(blockRows / team.teams)) {}
+      : steps(static_cast<int>(blockRows / team.teams)), blockRows(blockRows) {}
   __device__ int64_t row(RowTeam team, int step) const {
-    return first + static_cast<int64_t>(step) * team.teams;
+    return columnPlanRow(blockRows, team.teams, blockIdx.x, teamIndex(team), step);
   }
 };
 
@@ -249,7 +195,7 @@ __device__ __forceinline__ float *clearedSlice(float *slices, RowTeam team, int6
   for (int64_t i = threadIdx.x; i < K * h * team.teams; i += blockDim.x)
     slices[i] = 0;
   __syncthreads();
-  return slices + static_cast<int64_t>(team.index()) * K * h;
+  return slices + static_cast<int64_t>(teamIndex(team)) * K * h;
 }
 
 /// slice[term's h columns] += v, this thread's quads of them.
