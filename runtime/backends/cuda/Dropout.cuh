@@ -54,7 +54,12 @@ __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bia
     loadQuad(x, i, count, vector, v);
     loadQuad(residual, i, count, vector, r);
     rng::dropoutKeepsQuad(c.seed, c.step, c.microBatch, stream, shard, i, count, rate, keep);
-    int64_t column = bias ? i % cols : 0;
+    // The quad's first column: a 32-bit remainder where both fit (a 64-bit one is a long
+    // sequence of instructions, per thread).
+    int64_t column = 0;
+    if (bias)
+      column =
+          (i | cols) >> 32 == 0 ? static_cast<uint32_t>(i) % static_cast<uint32_t>(cols) : i % cols;
     forQuad(count, [&](int k) {
       if (bias) {
         v[k] = roundTo<T>(__fadd_rn(v[k], ld(bias, column)));
