@@ -46,23 +46,27 @@ void appendChunks(std::vector<Chunk> &chunks, int64_t n, F &&make) {
 __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double r1, double r2) {
   const AdamWChunk c = chunks[blockIdx.x];
   a.weightDecay = c.weightDecay;
-  const bool vector = quadsAligned(c.w, c.g, c.m, c.v);
+  // Four arrays that never overlap: the next quad's loads may go ahead of this one's stores.
+  float *__restrict__ weights = c.w, *__restrict__ first = c.m, *__restrict__ second = c.v;
+  const float *__restrict__ grads = c.g;
+  const bool vector = quadsAligned(weights, grads, first, second);
+#pragma unroll 2
   for (int64_t i = 4 * threadIdx.x; i < c.n; i += 4 * blockDim.x) {
     const int count = quadCount(c.n, i);
     float w[4] = {}, g[4] = {}, m[4] = {}, v[4] = {};
-    loadQuad(c.w, i, count, vector, w);
-    loadQuad(c.g, i, count, vector, g);
-    loadQuad(c.m, i, count, vector, m);
-    loadQuad(c.v, i, count, vector, v);
+    loadQuad(weights, i, count, vector, w);
+    loadQuad(grads, i, count, vector, g);
+    loadQuad(first, i, count, vector, m);
+    loadQuad(second, i, count, vector, v);
     forQuad(count, [&](int k) {
       double mk = m[k], vk = v[k];
       w[k] = static_cast<float>(a.update(w[k], g[k], mk, vk, r1, r2));
       m[k] = static_cast<float>(mk);
       v[k] = static_cast<float>(vk);
     });
-    storeQuad(c.w, i, count, vector, w);
-    storeQuad(c.m, i, count, vector, m);
-    storeQuad(c.v, i, count, vector, v);
+    storeQuad(weights, i, count, vector, w);
+    storeQuad(first, i, count, vector, m);
+    storeQuad(second, i, count, vector, v);
   }
 }
 
@@ -73,6 +77,8 @@ __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) 
   const SquaresChunk c = chunks[blockIdx.x];
   const bool vector = quadsAligned(c.x);
   double acc = 0;
+  // Unrolled: several quads' loads in flight at once, added in the same order.
+#pragma unroll 4
   for (int64_t i = 4 * threadIdx.x; i < c.n; i += 4 * blockDim.x) {
     const int count = quadCount(c.n, i);
     float x[4] = {};
