@@ -143,37 +143,6 @@ __global__ void meanKernel(const float *values, int64_t n, float *out) {
     out[0] = acc / n;
 }
 
-/// One block per row, the gradient (and with `rowLoss`, the loss) from one read of the
-/// row for its statistics and one more for the gradient: reads dloss, the row's logits
-/// and target, writes the row's loss and the row of dlogits (softmax − one-hot, times
-/// dloss/m; zero past `classes`), which may be the logits' own buffer: every thread reads
-/// its elements for the statistics before the block's reductions, and each element again
-/// just before writing it.
-template <typename T>
-__global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
-                                           const void *targets, bool wide, float *rowLoss,
-                                           T *dlogits, int64_t m, int64_t v, int64_t classes,
-                                           unsigned long long *bad) {
-  __shared__ float shared[32];
-  const int64_t r = blockIdx.x;
-  const int64_t t = rowTarget(targets, wide, r, classes, bad);
-  if (t < 0)
-    return;
-  const T *row = logits + r * v;
-  float max, sum;
-  blockSoftmaxStats(row, classes, shared, max, sum); // ends with the block synchronised
-  if (rowLoss) {
-    const float target = ld(row, t);
-    if (threadIdx.x == 0)
-      rowLoss[r] = logf(sum) + max - target;
-    __syncthreads(); // the target logit is read before any thread writes over it
-  }
-  const float factor = dloss[0] / m;
-  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
-    return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
-  });
-}
-
 /// s[j] = row[j] for j in [0, n), by the whole block, 16 bytes at a time from the row's
 /// first 16-byte boundary on (asynchronous copies, all in flight at once); `s`, in shared
 /// memory, lies as far past a 16-byte boundary as the row does.
@@ -193,32 +162,43 @@ template <typename T> __device__ __forceinline__ void stageRow(const T *row, int
   __syncthreads();
 }
 
-/// crossEntropyWithGradKernel with the row staged in shared memory (core/SharedMath.h's
-/// stagedRowBytes: GPT-2's 50,304 bf16 logits take 98 KB; LLaMA 3's 128,256 do not fit,
-/// and read their row twice): the
-/// row is read from memory once; its statistics, loss and gradient are those of the
-/// unstaged kernel, bit for bit (the threads take the same elements in the same order).
-template <typename T>
-__global__ void crossEntropyWithGradStagedKernel(const float *dloss, const T *logits,
-                                                 const void *targets, bool wide, float *rowLoss,
-                                                 T *dlogits, int64_t m, int64_t v, int64_t classes,
-                                                 unsigned long long *bad) {
+/// One block per row, the gradient (and with `rowLoss`, the loss): reads dloss, the row's
+/// logits and target, writes the row's loss and the row of dlogits (softmax − one-hot,
+/// times dloss/m; zero past `classes`), which may be the logits' own buffer. Staged, the
+/// row is first copied to shared memory (core/SharedMath.h's stagedRowBytes: GPT-2's
+/// 50,304 bf16 logits take 98 KB; LLaMA 3's 128,256 do not fit) and read from memory once;
+/// else it is read once for the statistics and once more for the gradient, every thread
+/// reading its elements for the statistics before the block's reductions and each again
+/// just before writing it. The two give the same bits: staged at the row's own offset
+/// from a 16-byte boundary, its threads take the same elements in the same order.
+template <bool Staged, typename T>
+__global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits, const void *targets,
+                                           bool wide, float *rowLoss, T *dlogits, int64_t m,
+                                           int64_t v, int64_t classes, unsigned long long *bad) {
   extern __shared__ uint4 staged[];
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const int64_t t = rowTarget(targets, wide, r, classes, bad);
   if (t < 0)
     return;
-  const T *row = logits + r * v;
-  const uintptr_t at = reinterpret_cast<uintptr_t>(row);
-  T *s = reinterpret_cast<T *>(staged) + (at % sizeof(T) == 0 ? at % 16 / sizeof(T) : 0);
-  stageRow(row, v, s);
+  const T *row = logits + r * v, *from = row;
+  if constexpr (Staged) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(row);
+    T *s = reinterpret_cast<T *>(staged) + (at % sizeof(T) == 0 ? at % 16 / sizeof(T) : 0);
+    stageRow(row, v, s);
+    from = s;
+  }
   float max, sum;
-  blockSoftmaxStats(s, classes, shared, max, sum, elementsBeforeVectors(row, classes));
-  if (rowLoss && threadIdx.x == 0)
-    rowLoss[r] = logf(sum) + max - ld(s, t);
+  blockSoftmaxStats(from, classes, shared, max, sum, elementsBeforeVectors(row, classes));
+  // (blockSoftmaxStats ends with the block synchronised.)
+  if (rowLoss) {
+    const float target = ld(from, t);
+    if (threadIdx.x == 0)
+      rowLoss[r] = logf(sum) + max - target;
+    __syncthreads(); // the target logit is read before any thread writes over it
+  }
   const float factor = dloss[0] / m;
-  transformRow(s, dlogits + r * v, v, [&](int64_t j, float x) {
+  transformRow(from, dlogits + r * v, v, [&](int64_t j, float x) {
     return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
   });
 }
@@ -238,7 +218,7 @@ void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const v
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
           "reading the shared memory a block may take");
     const int64_t bytes = std::min<int64_t>(kStagedRowBytes, optin - 1024);
-    check(cudaFuncSetAttribute(crossEntropyWithGradStagedKernel<T>,
+    check(cudaFuncSetAttribute(crossEntropyWithGradKernel<true, T>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(bytes)),
           "giving the staged loss its shared memory");
@@ -246,11 +226,11 @@ void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const v
   }();
   const int64_t bytes = stagedRowBytes(v, sizeof(T));
   if (bytes <= most)
-    crossEntropyWithGradStagedKernel<<<static_cast<unsigned>(m), kThreads,
-                                       static_cast<size_t>(bytes), stream>>>(
-        dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
+    crossEntropyWithGradKernel<true>
+        <<<static_cast<unsigned>(m), kThreads, static_cast<size_t>(bytes), stream>>>(
+            dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
   else
-    crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+    crossEntropyWithGradKernel<false><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
         dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
 }
 
