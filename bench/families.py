@@ -10,6 +10,10 @@ gives the same families for the same plan, with the FLOPs and bytes of each.
       --runs-must-match exits 1 unless every family has as many runs in both, --within
       unless every family the profile times at --min-ms or more is estimated within PCT%,
       --device-within unless the device time (the families' sum) is.
+  families.py diff BEFORE.log AFTER.log
+      one plan's profiles before and after a change (or on two devices): each family's
+      runs and ms per step in both, the change in ms and in percent, largest first,
+      and the device time's.
   families.py calibrate PROFILE.log ESTIMATE.json [PROFILE.log ESTIMATE.json ...]
                         --system BASE.json --source TEXT -o OUT [--eager-step-seconds S]
       writes BASE with a `kernels` section, each family's run costed as a fixed time
@@ -103,6 +107,22 @@ def compare(args):
         sys.exit("families.py: runs differ: " + "; ".join(mismatched))
     if wrong:
         sys.exit("families.py: estimated beyond the bounds: " + "; ".join(wrong))
+
+
+def diff(args):
+    before, after = read_profile(args.before), read_profile(args.after)
+    names = sorted(set(before) | set(after),
+                   key=lambda n: -abs(after.get(n, (0, 0.0))[1] - before.get(n, (0, 0.0))[1]))
+    print(f"  {'opcode or part':26} {'runs':>6} {'after':>6} {'ms/step':>9} {'after ms':>9} "
+          f"{'change':>9} {'':>8}")
+    for name in names:
+        (runs, old), (new_runs, new) = before.get(name, (0, 0.0)), after.get(name, (0, 0.0))
+        percent = f"{100 * (new - old) / old:+.1f}%" if old > 0 else ""
+        print(f"  {name:26} {runs:6d} {new_runs:6d} {old * 1e3:9.3f} {new * 1e3:9.3f} "
+              f"{(new - old) * 1e3:+9.3f} {percent:>8}")
+    old, new = sum(s for _, s in before.values()), sum(s for _, s in after.values())
+    print(f"  {'device time':26} {'':6} {'':6} {old * 1e3:9.3f} {new * 1e3:9.3f} "
+          f"{(new - old) * 1e3:+9.3f} {100 * (new - old) / old:+7.1f}%")
 
 
 # Families costed otherwise: collectives by the links, the gradient sync by its parts.
@@ -203,6 +223,9 @@ def main():
     c.add_argument("--within", type=float)
     c.add_argument("--min-ms", type=float, default=0.005)
     c.add_argument("--device-within", type=float)
+    d = sub.add_parser("diff")
+    d.add_argument("before")
+    d.add_argument("after")
     k = sub.add_parser("calibrate")
     k.add_argument("pairs", nargs="+", metavar="PROFILE ESTIMATE")
     k.add_argument("--system", required=True)
@@ -211,7 +234,7 @@ def main():
     k.add_argument("--eager-step-seconds", type=float)
     k.add_argument("-o", dest="output", required=True)
     args = parser.parse_args()
-    compare(args) if args.command == "compare" else calibrate(args)
+    {"compare": compare, "diff": diff, "calibrate": calibrate}[args.command](args)
 
 
 if __name__ == "__main__":
