@@ -49,15 +49,15 @@ template <typename Launch> bool launchRows(int64_t rows, int64_t h, Launch &&lau
   const int quads = rowQuads(h, team);
   if (quads == 0)
     return false;
-  const dim3 grid(static_cast<unsigned>((rows + team.rowsPerBlock() - 1) / team.rowsPerBlock())),
-      block(static_cast<unsigned>(team.threads() * team.rowsPerBlock()));
+  const dim3 grid(static_cast<unsigned>((rows + team.teams - 1) / team.teams)),
+      block(static_cast<unsigned>(team.threads() * team.teams));
   withQuads(quads, [&](auto q) { launch(q, grid, block, team); });
   return true;
 }
 
 /// The team's row (from blockIdx.x), or -1 past the last: the whole team leaves together.
 __device__ __forceinline__ int64_t teamRow(RowTeam team, int64_t rows) {
-  const int64_t r = blockIdx.x * int64_t{team.rowsPerBlock()} + threadIdx.x / team.threads();
+  const int64_t r = blockIdx.x * int64_t{team.teams} + threadIdx.x / team.threads();
   return r < rows ? r : -1;
 }
 
@@ -212,6 +212,16 @@ __device__ __forceinline__ void addToSlice(float *slice, RowTeam team, const flo
     *at = sum;
   }
 }
+/// slice += v·x·scale, this thread's quads of them (each product rounded as written).
+template <int Q>
+__device__ __forceinline__ void addToSlice(float *slice, RowTeam team, const float (&v)[Q][4],
+                                           const float (&x)[Q][4], float scale) {
+  float product[Q][4];
+  for (int q = 0; q < Q; ++q)
+    for (int k = 0; k < 4; ++k)
+      product[q][k] = v[q][k] * x[q][k] * scale;
+  addToSlice(slice, team, product);
+}
 
 /// partials[block] = the block's slices added in team order.
 template <int K>
@@ -250,11 +260,7 @@ struct LayerNormRowGrad {
     for (int q = 0; q < Q; ++q)
       for (int k = 0; k < 4; ++k)
         xv[q][k] = (xv[q][k] - mean) * rstd; // x̂
-    float gx[Q][4];
-    for (int q = 0; q < Q; ++q)
-      for (int k = 0; k < 4; ++k)
-        gx[q][k] = g[q][k] * xv[q][k];
-    addToSlice(slice, team, gx);
+    addToSlice(slice, team, g, xv, 1.f);     // dy·x̂ (times 1: exact)
     addToSlice(slice + h, team, g);
     float sumG = 0, sumGX = 0;
     for (int q = 0; q < Q; ++q)
@@ -280,11 +286,7 @@ struct RmsNormRowGrad {
   __device__ void operator()(float (&xv)[Q][4], float (&g)[Q][4], const float (&wv)[Q][4],
                              RowTeam team, float *shared, float *slice, int64_t h) const {
     const float rstd = rowRms(xv, team, eps, shared);
-    float gx[Q][4];
-    for (int q = 0; q < Q; ++q)
-      for (int k = 0; k < 4; ++k)
-        gx[q][k] = g[q][k] * xv[q][k] * rstd;
-    addToSlice(slice, team, gx);
+    addToSlice(slice, team, g, xv, rstd); // dy·x·rstd
     float sumGX = 0;
     for (int q = 0; q < Q; ++q)
       for (int k = 0; k < 4; ++k)

@@ -34,7 +34,6 @@ struct RowTeam {
   int warps = 1;
   int teams = 4; // 4 one-warp teams, else 1 (8 warps' worth in a gradient's column sums)
   MT_HOST_DEVICE int threads() const { return 32 * warps; }
-  MT_HOST_DEVICE int rowsPerBlock() const { return teams; }
 };
 
 /// Q for rows of h elements, with `team` their team, or 0 where the block-per-row
