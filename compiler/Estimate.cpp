@@ -73,18 +73,6 @@ int64_t elementBytes(Value v) {
   return (cast<ShapedType>(v.getType()).getElementTypeBitWidth() + 7) / 8;
 }
 
-/// The bytes an op's kernel moves on the CUDA backend: the op's own count, less the
-/// logits' second read where the fused cross-entropy stages each row in shared memory
-/// (core/SharedMath.h's stagedRowBytes).
-int64_t gpuBytesMoved(mlir::mt::CostOpInterface cost) {
-  const int64_t bytes = cost.getBytesMoved();
-  auto fused = dyn_cast<mlir::mt::CrossEntropyWithGradOp>(cost.getOperation());
-  const int64_t v = fused ? cast<ShapedType>(fused.getLogits().getType()).getShape().back() : 0;
-  if (v <= 0 || ::mt::stagedRowBytes(v, elementBytes(fused.getLogits())) > ::mt::kStagedRowBytes)
-    return bytes;
-  return bytes - mlir::mt::tensorBytes(fused.getLogits().getType());
-}
-
 /// The width of an attention op's heads: its qkv's rows hold heads + 2·kv of them.
 template <typename Attention> int64_t headDim(Attention op) {
   const uint64_t heads = op.getHeads(), kv = op.getKvHeads().value_or(heads);
@@ -278,7 +266,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
     pass.stagingBytes = std::max(pass.stagingBytes, stagingBytes(op));
     pass.attentionBytes = std::max(pass.attentionBytes, attentionWorkspaceBytes(op));
-    record(seconds, profileFlops(op), static_cast<double>(gpuBytesMoved(cost)));
+    record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
     return;
   }
   // Sequence parallelism gathers and scatters [b, s, h] activations along s; every
@@ -510,7 +498,7 @@ double modelSeconds(mlir::mt::CostOpInterface cost, const SystemSpec &system) {
            memorySeconds(system, (forward ? 2 : 3) * t);
   }
   const double kernel =
-      system.kernelOverhead + std::max(product, memorySeconds(system, gpuBytesMoved(cost)));
+      system.kernelOverhead + std::max(product, memorySeconds(system, cost.getBytesMoved()));
   // Where it accumulates, the CUDA backend's epilogue writes the bias gradient to f32
   // scratch and a kernel of its own adds it into the parameter's gradient (CudaBackend.cu,
   // LinearGradWeightBias): the scratch read, the gradient read and written.
@@ -620,7 +608,7 @@ double kernelSeconds(Operation *op, const SystemSpec &system) {
   auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
   if (!cost)
     return 0;
-  return calibrated(system, familyOf(op), profileFlops(op), gpuBytesMoved(cost),
+  return calibrated(system, familyOf(op), profileFlops(op), cost.getBytesMoved(),
                     modelSeconds(cost, system)) +
          stagingSeconds(op, system);
 }

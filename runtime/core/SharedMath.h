@@ -30,13 +30,6 @@ inline int64_t paddedColumn(int64_t ld, int64_t bytes) {
   return (ld + per - 1) / per * per;
 }
 
-/// The bytes of shared memory the CUDA backend's fused cross-entropy stages a row of `v`
-/// logits of `bytes` each in (a vector's slack for the row's offset from a 16-byte
-/// boundary), and the most it stages: two such blocks fit one of Hopper's multiprocessors
-/// (228 KB). A staged row is read from memory once, not twice (mtc estimate counts it so).
-constexpr int64_t kStagedRowBytes = int64_t{110} << 10;
-inline int64_t stagedRowBytes(int64_t v, int64_t bytes) { return (bytes * v + 31) / 16 * 16; }
-
 // Activations: value(x) and derivative(x), so that dx = dy · derivative(x).
 
 /// GELU (Hendrycks & Gimpel 2016), x·Φ(x): exactly, 0.5·x·(1 + erf(x/√2)), as BERT and

@@ -46,7 +46,7 @@ say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took on an H100 on 2026-11-26, with a margin (attention-ab's, gemm-ab's,
 # kernels' and calibrate's with its step runs not yet measured, but guessed); the default
 # four fit 540 s.
-declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=180 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
+declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=300 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
   [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {

@@ -489,31 +489,6 @@ TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
   }
 }
 
-// The fused loss and gradient read a row the CUDA backend stages in shared memory once
-// (GPT-2's 50,304 bf16 logits: 100,624 bytes with the slack, of at most 112,640), and a
-// longer row twice (60,001 in bf16, 50,304 in f32); the estimate's bytes, which the
-// calibration's rates are fitted to, are the kernel's.
-TEST_F(LoweredTest, TheFusedLossReadsAStagedRowOnce) {
-  SystemSpec s = a100();
-  s.kernelOverhead = 3e-6;
-  for (const auto &[type, vocab, size, reads] :
-       {std::tuple{"bf16", 50304, 2, 1}, {"bf16", 60001, 2, 2}, {"f32", 50304, 4, 2}}) {
-    SCOPED_TRACE(std::string(type) + " " + std::to_string(vocab));
-    const std::string logits =
-        "tensor<4x512x" + std::to_string(vocab) + "x" + std::string(type) + ">";
-    const std::vector<mlir::Operation *> ops =
-        opsOf("func.func @f(%g: tensor<f32>, %logits: " + logits +
-              ", %t: tensor<4x512xi32>) {\n"
-              "  %loss, %dlogits = mt.cross_entropy_with_grad %g, %logits, %t : (tensor<f32>, " +
-              logits + ", tensor<4x512xi32>) -> (tensor<f32>, " + logits + ")\n  return\n}\n");
-    ASSERT_TRUE(held);
-    ASSERT_EQ(ops.size(), 1u);
-    const int64_t rows = int64_t{4} * 512 * vocab * size, targets = 4 * 512 * 4;
-    EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s),
-                     3e-6 + memorySeconds(s, 4 + reads * rows + targets + 4 + rows));
-  }
-}
-
 } // namespace
 
 namespace {

@@ -1,8 +1,6 @@
 // Cross-entropy: one block per row for the row losses and gradients, the mean over rows
 // by one block in a fixed order; the fused loss and gradient (one kernel: the row's
-// statistics in one read, then its gradient written over it; a row of up to
-// kStagedRowBytes is copied to shared memory first, so that memory is read once, not
-// twice, with the same bits); and the vocabulary-parallel
+// statistics in one read, then its gradient written over it); and the vocabulary-parallel
 // form, where each shard reduces its columns to per-row statistics and the merged
 // statistics give the loss and the gradient. A row is read in 16-byte vectors from its
 // first 16-byte boundary on (an odd vocabulary's rows start anywhere), and its
@@ -12,9 +10,6 @@
 #define MT_RUNTIME_BACKENDS_CUDA_LOSS_CUH
 
 #include "backends/cuda/Common.cuh"
-#include "core/SharedMath.h"
-
-#include <cuda_pipeline.h>
 
 namespace mt {
 namespace {
@@ -43,12 +38,12 @@ __device__ __forceinline__ int64_t elementsBeforeVectors(const T *row, int64_t n
 }
 
 /// f(j, row[j]) for j in [0, n), the block's threads taking the elements in turn: one by
-/// one to element `head` (row + head is 16-byte aligned, or head is n), then whole
-/// 16-byte vectors, then the rest one by one.
+/// one to the row's first 16-byte boundary, then whole 16-byte vectors, then the rest
+/// one by one.
 template <typename T, typename F>
-__device__ __forceinline__ void forEachOfRow(const T *row, int64_t head, int64_t n, F &&f) {
+__device__ __forceinline__ void forEachOfRow(const T *row, int64_t n, F &&f) {
   constexpr int kVector = 16 / sizeof(T);
-  const int64_t vectors = (n - head) / kVector;
+  const int64_t head = elementsBeforeVectors(row, n), vectors = (n - head) / kVector;
   for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
     f(j, ld(row, j));
   const uint4 *aligned = reinterpret_cast<const uint4 *>(row + head);
@@ -94,15 +89,12 @@ __device__ __forceinline__ void transformRow(const T *in, T *out, int64_t n, F &
 
 /// max and Σ exp(x − max) of row[0, n), computed by the whole block in one read of the
 /// row: each thread keeps its own maximum and its sum relative to it, and the block
-/// rescales every sum to the row's maximum before adding them. The threads take the
-/// elements as forEachOfRow gives them from `head` (by default the row's own first
-/// 16-byte boundary: a row staged in shared memory at the same offset from one is summed
-/// in the same order, to the same bits).
+/// rescales every sum to the row's maximum before adding them.
 template <typename T>
-__device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max, float &sum,
-                                  int64_t head = -1) {
+__device__ void blockSoftmaxStats(const T *row, int64_t n, float *shared, float &max,
+                                  float &sum) {
   float mine = -INFINITY, partial = 0;
-  forEachOfRow(row, head < 0 ? elementsBeforeVectors(row, n) : head, n, [&](int64_t, float x) {
+  forEachOfRow(row, n, [&](int64_t, float x) {
     if (x > mine) {
       partial = partial * expf(mine - x) + 1.f; // exp(-inf) = 0 for the first element
       mine = x;
@@ -143,95 +135,35 @@ __global__ void meanKernel(const float *values, int64_t n, float *out) {
     out[0] = acc / n;
 }
 
-/// s[j] = row[j] for j in [0, n), by the whole block, 16 bytes at a time from the row's
-/// first 16-byte boundary on (asynchronous copies, all in flight at once); `s`, in shared
-/// memory, lies as far past a 16-byte boundary as the row does.
-template <typename T> __device__ __forceinline__ void stageRow(const T *row, int64_t n, T *s) {
-  constexpr int kVector = 16 / sizeof(T);
-  const int64_t head = elementsBeforeVectors(row, n), vectors = (n - head) / kVector;
-  for (int64_t j = threadIdx.x; j < head; j += blockDim.x)
-    s[j] = row[j];
-  const uint4 *from = reinterpret_cast<const uint4 *>(row + head);
-  uint4 *to = reinterpret_cast<uint4 *>(s + head);
-  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x)
-    __pipeline_memcpy_async(to + i, from + i, sizeof(uint4));
-  __pipeline_commit();
-  for (int64_t j = head + vectors * kVector + threadIdx.x; j < n; j += blockDim.x)
-    s[j] = row[j];
-  __pipeline_wait_prior(0);
-  __syncthreads();
-}
-
-/// One block per row, the gradient (and with `rowLoss`, the loss): reads dloss, the row's
-/// logits and target, writes the row's loss and the row of dlogits (softmax − one-hot,
-/// times dloss/m; zero past `classes`), which may be the logits' own buffer. Staged, the
-/// row is first copied to shared memory (core/SharedMath.h's stagedRowBytes: GPT-2's
-/// 50,304 bf16 logits take 98 KB; LLaMA 3's 128,256 do not fit) and read from memory once;
-/// else it is read once for the statistics and once more for the gradient, every thread
-/// reading its elements for the statistics before the block's reductions and each again
-/// just before writing it. The two give the same bits: staged at the row's own offset
-/// from a 16-byte boundary, its threads take the same elements in the same order.
-template <bool Staged, typename T>
-__global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits, const void *targets,
-                                           bool wide, float *rowLoss, T *dlogits, int64_t m,
-                                           int64_t v, int64_t classes, unsigned long long *bad) {
-  extern __shared__ uint4 staged[];
+/// One block per row, the gradient (and with `rowLoss`, the loss) from one read of the
+/// row for its statistics and one more for the gradient: reads dloss, the row's logits
+/// and target, writes the row's loss and the row of dlogits (softmax − one-hot, times
+/// dloss/m; zero past `classes`), which may be the logits' own buffer: every thread reads
+/// its elements for the statistics before the block's reductions, and each element again
+/// just before writing it.
+template <typename T>
+__global__ void crossEntropyWithGradKernel(const float *dloss, const T *logits,
+                                           const void *targets, bool wide, float *rowLoss,
+                                           T *dlogits, int64_t m, int64_t v, int64_t classes,
+                                           unsigned long long *bad) {
   __shared__ float shared[32];
   const int64_t r = blockIdx.x;
   const int64_t t = rowTarget(targets, wide, r, classes, bad);
   if (t < 0)
     return;
-  const T *row = logits + r * v, *from = row;
-  if constexpr (Staged) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(row);
-    T *s = reinterpret_cast<T *>(staged) + (at % sizeof(T) == 0 ? at % 16 / sizeof(T) : 0);
-    stageRow(row, v, s);
-    from = s;
-  }
+  const T *row = logits + r * v;
   float max, sum;
-  blockSoftmaxStats(from, classes, shared, max, sum, elementsBeforeVectors(row, classes));
-  // (blockSoftmaxStats ends with the block synchronised.)
+  blockSoftmaxStats(row, classes, shared, max, sum); // ends with the block synchronised
   if (rowLoss) {
-    const float target = ld(from, t);
+    const float target = ld(row, t);
     if (threadIdx.x == 0)
       rowLoss[r] = logf(sum) + max - target;
     __syncthreads(); // the target logit is read before any thread writes over it
   }
   const float factor = dloss[0] / m;
-  transformRow(from, dlogits + r * v, v, [&](int64_t j, float x) {
+  transformRow(row, dlogits + r * v, v, [&](int64_t j, float x) {
     return j < classes ? factor * expf(x - max) / sum - (j == t ? factor : 0.f) : 0.f;
   });
-}
-
-/// The fused loss and gradient over rows of v logits: staged where the row fits
-/// (kStagedRowBytes, and what the device allows a block), else read twice.
-template <typename T>
-void launchCrossEntropyRowsWithGrad(const float *dloss, const T *logits, const void *targets,
-                                    bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
-                                    int64_t classes, unsigned long long *bad, cudaStream_t stream) {
-  // The most a staged row may take: kStagedRowBytes, or what the device allows a block
-  // (less 1 KB, beside the kernel's own 128 bytes of shared memory), given to the kernel
-  // once.
-  static const int64_t most = [] {
-    int device = 0, optin = 0;
-    check(cudaGetDevice(&device), "finding the device");
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-          "reading the shared memory a block may take");
-    const int64_t bytes = std::min<int64_t>(kStagedRowBytes, optin - 1024);
-    check(cudaFuncSetAttribute(crossEntropyWithGradKernel<true, T>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          "giving the staged loss its shared memory");
-    return bytes;
-  }();
-  const int64_t bytes = stagedRowBytes(v, sizeof(T));
-  if (bytes <= most)
-    crossEntropyWithGradKernel<true>
-        <<<static_cast<unsigned>(m), kThreads, static_cast<size_t>(bytes), stream>>>(
-            dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
-  else
-    crossEntropyWithGradKernel<false><<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
-        dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
 }
 
 /// Vocabulary-parallel statistics of this shard: [max, Σ exp(x − max), target logit].
@@ -302,16 +234,16 @@ template <typename T>
 void launchCrossEntropyGrad(const float *dloss, const T *logits, const void *targets, bool wide,
                             T *dlogits, int64_t m, int64_t v, int64_t classes,
                             unsigned long long *bad, cudaStream_t stream) {
-  launchCrossEntropyRowsWithGrad(dloss, logits, targets, wide, nullptr, dlogits, m, v, classes, bad,
-                                 stream);
+  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+      dloss, logits, targets, wide, nullptr, dlogits, m, v, classes, bad);
 }
 
 template <typename T>
 void launchCrossEntropyWithGrad(const float *dloss, const T *logits, const void *targets,
                                 bool wide, float *rowLoss, T *dlogits, int64_t m, int64_t v,
                                 int64_t classes, unsigned long long *bad, cudaStream_t stream) {
-  launchCrossEntropyRowsWithGrad(dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad,
-                                 stream);
+  crossEntropyWithGradKernel<<<static_cast<unsigned>(m), kThreads, 0, stream>>>(
+      dloss, logits, targets, wide, rowLoss, dlogits, m, v, classes, bad);
 }
 
 template <typename T>
