@@ -664,18 +664,21 @@ private:
   /// cuBLASLt runs at a fraction of its speed on a matrix whose columns (column-major)
   /// are not a whole number of 16 bytes, as an odd vocabulary's logits are (its LM head's
   /// GEMMs at 150–210 TFLOP/s in place of 700–800 on an H100): such a B is read, and such
-  /// a C written, through staging_, its columns padded (core/SharedMath.h) by a pitched
-  /// copy.
+  /// a C written, through staging_, its columns padded (core/SharedMath.h) by
+  /// copyColumnsKernel.
   static int64_t paddedColumn(int64_t ld, DType dtype) {
     return mt::paddedColumn(ld, static_cast<int64_t>(dtypeBytes(dtype)));
   }
   /// `columns` columns of `rows` elements, `srcLd` apart at `src`, to `dstLd` apart.
   void copyColumns(void *dst, int64_t dstLd, const void *src, int64_t srcLd, int64_t rows,
                    int64_t columns, DType dtype) {
-    const size_t size = dtypeBytes(dtype);
-    check(cudaMemcpy2DAsync(dst, size * dstLd, src, size * srcLd, size * rows, columns,
-                            cudaMemcpyDeviceToDevice, stream_),
-          "copying misaligned columns to or from their staging");
+    const unsigned blocks = static_cast<unsigned>(std::clamp<int64_t>(columns, 1, 1 << 16));
+    withStorage(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      copyColumnsKernel<<<blocks, kThreads, 0, stream_>>>(
+          static_cast<T *>(dst), dstLd, static_cast<const T *>(src), srcLd, rows, columns);
+    });
+    launched("copying misaligned columns to or from their staging");
   }
   /// B (`columns` of `rows` elements, `ld` apart) where cuBLASLt reads it: B itself where
   /// its columns are aligned, else its copy in staging_, with `ld` padded. The copy is not
