@@ -57,10 +57,17 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.op.name << "_" << c.precision.flag; }
 
+/// bf16 over a whole model's step: the backends round each layer's activations to bf16's
+/// 8 bits apart, and the first layer's norm weight and bias gradients, sums that cancel,
+/// drift furthest. On an H200, of 480 seeded draws of the gpt-tiny bf16 cases, 5 passed 1e-2
+/// (the largest 1.2e-2, each a norm parameter of the first layer); of 240 in fp16, none.
+constexpr Precision kBf16Model{"bf16", 2e-2};
+
 std::vector<Case> cases() {
   std::vector<Case> all;
   for (const test::OpCase &op : test::opCases())
-    for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}})
+    for (Precision p :
+         {Precision{"fp32", 1e-5}, op.zooModel.empty() ? Precision{"bf16", 1e-2} : kBf16Model})
       if (!op.routed || std::string(p.flag) == "fp32")
         all.push_back({op, p});
   // With the load-balancing loss, whose gradient the router's adds (not a term of the
@@ -106,7 +113,7 @@ std::vector<Case> cases() {
   }
   // Whole gpt-tiny steps whose attention cuDNN takes (heads of 16, no dropout of
   // probabilities).
-  for (Precision p : {Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}})
+  for (Precision p : {kBf16Model, Precision{"fp16", 1e-2}})
     all.push_back({{"flash_attention_gpt_tiny", "", "gpt-tiny", 8, 512, "--attention-dropout 0"}, p});
   // Column sums (the bias, layer-norm and RMS-norm weight gradients) over 2 x 601 rows:
   // several chunks of rows, the last one partial and not a whole number of the row
@@ -159,13 +166,12 @@ std::vector<Case> cases() {
                  p});
         }
       }
-  // Rows of logits the fused loss stages in shared memory past the 48 KB a kernel takes
-  // unasked (30,001 logits: 60 KB in 16 bits; 120 KB in f32, too long), and rows too long
-  // for it in every precision (60,001): read twice, by the fused loss's other kernel. Odd
-  // rows, their threads each taking many vectors; the 30,001's fused loss against the
-  // unfused pair, which reads its rows where they lie (CudaFusions). (Not op cases: the
+  // Long odd rows of logits (30,001), their threads each taking many vectors: the head's
+  // product written, and its input gradient's dy read, through the copies of misaligned
+  // columns; the fused loss against the unfused pair (CudaFusions). (Not op cases: the
   // finite differences of so many classes' gradients drown in rounding.)
-  for (int classes : {30001, 60001}) {
+  {
+    const int classes = 30001;
     const std::string v = std::to_string(classes), w = "tensor<" + v + "x8xf32>";
     const std::string rows = test::oneOpModel(
         "  %x = mt.param \"x\" normal(1.0) : tensor<2x3x8xf32>\n  %w = mt.param \"w\" "
@@ -177,10 +183,8 @@ std::vector<Case> cases() {
     for (Precision p :
          {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}}) {
       all.push_back({{name, rows, "", 3, classes, odd}, p});
-      if (classes == 30001)
-        all.push_back(
-            {{name + "_unfused", rows, "", 3, classes, odd + " --no-cross-entropy-loss-fusion"},
-             p});
+      all.push_back(
+          {{name + "_unfused", rows, "", 3, classes, odd + " --no-cross-entropy-loss-fusion"}, p});
     }
   }
   // An unfused gpt-tiny, and a 16-bit one: the attention chain and fp16 storage.
@@ -406,8 +410,7 @@ TEST_P(CudaBackendTest, MatchesTheCpuBackend) { matchesTheCpuBackend(GetParam())
 /// in every precision: the residual branch's bias, dropout and add
 /// (mt-fuse-bias-dropout-add), a norm's gradient with the residual stream's
 /// (mt-fuse-norm-grad-add), by the block-per-row kernels and by rows held in registers,
-/// and the loss with its gradient over rows of odd length (its rows staged in shared
-/// memory, the unfused loss's read where they lie).
+/// and the loss with its gradient over rows of odd length.
 TEST(CudaFusions, GiveTheUnfusedKernelsBits) {
   for (const std::string fusion : {"bias_dropout_add", "norm_grad_add", "norm_rows_768",
                                    "norm_rows_2048", "norm_rows_768_long", "norm_rows_2048_long",
