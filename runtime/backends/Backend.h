@@ -127,10 +127,13 @@ inline AttentionMask attentionMaskOf(const plan::Instruction &inst) {
 }
 
 /// One parameter's part of an AdamW step: its master weights, gradient and moments, of
-/// one length, and its weight decay (none for vectors, as Megatron).
+/// one length, and its weight decay (none for vectors, as Megatron). `compute`, where it
+/// has data, is the weights' 16-bit copy the programs read, of the same length: written
+/// from the updated weights as convert() rounds them (on a GPU, by the update's own pass).
 struct AdamWTensors {
   TensorView weight, grad, expAvg, expAvgSq;
   double weightDecay = 0;
+  TensorView compute;
 };
 
 /// Marks in the order of a backend's work, and the seconds between them: what a profile
@@ -256,7 +259,8 @@ public:
   /// tensor.
   virtual Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) = 0;
   /// One AdamW step of every parameter in `tensors` (each with its own weight decay, in
-  /// place of step's): one call for all of them, so a queued backend launches once.
+  /// place of step's, and its 16-bit copy written where given): one call for all of
+  /// them, so a queued backend launches once.
   virtual Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) = 0;
 
   /// Bytes of this backend's memory that DeviceMemory holds now (the plan's arena and

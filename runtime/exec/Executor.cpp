@@ -283,13 +283,6 @@ Status Executor::refreshComputeWeights() {
   return backend_.convert(flatCompute_, flatWeights_);
 }
 
-Status Executor::refreshComputeWeights(int64_t begin, int64_t end) {
-  if (!flatCompute_.data || begin >= end)
-    return Status::success();
-  return backend_.convert(sliceOf(flatCompute_, dtypeBytes(flatCompute_.dtype), begin, end),
-                          masterSlice(begin, end));
-}
-
 Status Executor::initParameters(uint64_t seed) {
   const int tpRank = comm_.rank(Group::Tensor), tpSize = comm_.size(Group::Tensor);
   if (!masterSharded()) {

@@ -127,11 +127,10 @@ public:
   Status initParameters(uint64_t seed);
   /// Under bf16 and f16, the programs read a 16-bit copy of the f32 master weights:
   /// this rounds the master weights into it. Whatever changes the weights calls it (init,
-  /// the optimizer, a checkpoint load); without a copy, or with sharded master weights
-  /// (whose optimizer gathers the copy itself), it does nothing.
+  /// the optimizer where its update does not write the copy, a checkpoint load); without a
+  /// copy, or with sharded master weights (whose optimizer gathers the copy itself), it
+  /// does nothing.
   Status refreshComputeWeights();
-  /// Rounds master weights [begin, end) (which this rank holds) into the compute copy.
-  Status refreshComputeWeights(int64_t begin, int64_t end);
   Status zeroGradients();
   /// One micro-batch forward and backward; gradients accumulate into the parameters'
   /// gradient buffers. `tokens` and `targets` hold tokensPerMicroBatch() ids each. In

@@ -323,6 +323,13 @@ Status AdamW::step(int64_t step, double lr, double weightDecay, double gradScale
   update.eps = config_.eps;
   update.gradScale = gradScale * clip;
   update.step = step;
+  // The programs' 16-bit copy follows the master weights it is rounded from: written by
+  // the update itself where the weights it updates are all the copy needs (without a
+  // distributed optimizer, or with the master weights sharded, each rank's share);
+  // otherwise converted once the master weights are gathered.
+  const bool sharded = executor_.masterSharded();
+  const TensorView &compute = executor_.flatCompute();
+  const bool copies = compute.data && (!distributed_ || sharded);
   std::vector<AdamWTensors> tensors;
   for (Executor::Parameter &p : executor_.parameters())
     share_.forEachIn(p.offset, p.offset + p.numel, [&](int64_t begin, int64_t end) {
@@ -331,21 +338,18 @@ Status AdamW::step(int64_t step, double lr, double weightDecay, double gradScale
       tensors.push_back(
           {executor_.masterSlice(begin, end), slice(executor_.flatGrads(), begin, end),
            slice(expAvg_, at, at + end - begin), slice(expAvgSq_, at, at + end - begin),
-           p.weight.rank >= 2 ? weightDecay : 0.0});
+           p.weight.rank >= 2 ? weightDecay : 0.0,
+           copies ? slice(compute, begin, end) : TensorView{}});
     });
   MT_TRY(backend.adamw(tensors, update));
-  // The programs' 16-bit copy follows the master weights it was rounded from.
   if (!distributed_)
-    return executor_.refreshComputeWeights();
+    return Status::success();
   // Each section's shares are gathered: of the master weights, or, where each rank keeps
-  // only its share of those, of the compute copy each rounds its share into.
-  const bool sharded = executor_.masterSharded();
-  const TensorView &gathered = sharded ? executor_.flatCompute() : executor_.flatWeights();
+  // only its share of those, of the compute copy each rounded its share into.
+  const TensorView &gathered = sharded ? compute : executor_.flatWeights();
   const std::vector<Section> all = sections(executor_.flatLayout());
   for (size_t i = 0; i < all.size(); ++i) {
     const FlatShare::Run mine = share_.runs[i], run = all[i].run;
-    if (sharded)
-      MT_TRY(executor_.refreshComputeWeights(mine.begin, mine.end));
     MT_TRY(comm.allGather(all[i].group, slice(gathered, mine.begin, mine.end),
                           slice(gathered, run.begin, run.end), 0));
   }

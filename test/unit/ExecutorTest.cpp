@@ -1,11 +1,12 @@
 // The executor against the compiler's promises: the arena reaches exactly the planned
 // peak, the plan's buffer reuse changes no bit of the result, and random numbers
 // depend on global indices only.
+#include "exec/Executor.h"
 #include "CompileWithMtc.h"
 #include "StatusAssertions.h"
+#include "TestSeed.h"
 #include "backends/Backend.h"
 #include "comm/Comm.h"
-#include "exec/Executor.h"
 #include "core/Rng.h"
 
 #include <gtest/gtest.h>
@@ -714,6 +715,45 @@ TEST(BackendMemory, CountsWhatIsHeld) {
   }
   EXPECT_EQ(backend->heldBytes(), 0u);
   EXPECT_EQ(backend->heldPeakBytes(), 1024u);
+}
+
+/// AdamW writes a weight's 16-bit copy where given, as convert() rounds the updated
+/// weights, and leaves alone what it is not given.
+TEST(BackendAdamW, WritesTheCopyConvertWouldRound) {
+  std::unique_ptr<Backend> backend = makeCpuBackend();
+  const int64_t n = 1000;
+  std::mt19937_64 rng(test::testSeed());
+  std::normal_distribution<float> normal;
+  std::vector<float> stores[4];
+  for (std::vector<float> &s : stores) {
+    s.resize(2 * n);
+    for (float &x : s)
+      x = std::abs(normal(rng)); // the second moment's too
+  }
+  std::vector<uint16_t> copy(2 * n, 0xabcd);
+  auto view = [&](void *data, plan::DType dtype) {
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.rank = 1;
+    v.shape[0] = n;
+    return v;
+  };
+  std::vector<AdamWTensors> tensors(2);
+  for (int t = 0; t < 2; ++t) {
+    TensorView *views[] = {&tensors[t].weight, &tensors[t].grad, &tensors[t].expAvg,
+                           &tensors[t].expAvgSq};
+    for (int i = 0; i < 4; ++i)
+      *views[i] = view(stores[i].data() + t * n, plan::DType::F32);
+  }
+  tensors[0].compute = view(copy.data(), plan::DType::BF16); // the second has none
+  AdamWStep step;
+  step.lr = 1e-2;
+  ASSERT_OK(backend->adamw(tensors, step));
+  std::vector<uint16_t> rounded(n);
+  ASSERT_OK(backend->convert(view(rounded.data(), plan::DType::BF16), tensors[0].weight));
+  EXPECT_EQ(std::memcmp(copy.data(), rounded.data(), sizeof(uint16_t) * n), 0);
+  EXPECT_EQ(std::count(copy.begin() + n, copy.end(), 0xabcd), n);
 }
 
 TEST(Rng, ParameterInitDependsOnGlobalIndexOnly) {

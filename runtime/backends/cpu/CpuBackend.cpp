@@ -1665,6 +1665,8 @@ public:
         Kernels<double>::adamw(t.weight, t.grad, t.expAvg, t.expAvgSq, own);
       else
         Kernels<float>::adamw(t.weight, t.grad, t.expAvg, t.expAvgSq, own);
+      if (t.compute.data)
+        mt::convert(t.compute, t.weight);
     }
     return Status::success();
   }

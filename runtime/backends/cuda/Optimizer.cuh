@@ -17,11 +17,13 @@ namespace {
 /// tensor that small tensors (biases, norms) do not leave the device idle.
 constexpr int64_t kChunkElements = int64_t{1} << 16;
 
-/// A run of one parameter's elements: its master weights, gradient and moments.
+/// A run of one parameter's elements: its master weights, gradient and moments, and
+/// where not null, the weights' 16-bit copy (of the launch's type).
 struct AdamWChunk {
   float *w;
   const float *g;
   float *m, *v;
+  void *copy;
   int64_t n;
   double weightDecay;
 };
@@ -40,16 +42,20 @@ void appendChunks(std::vector<Chunk> &chunks, int64_t n, F &&make) {
 }
 
 /// Block b updates chunk b in place: the moments and the decoupled weight decay in one
-/// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay). A
-/// thread takes four consecutive elements, each array's four in one access where the
-/// chunk's arrays are all aligned to them (a parameter may start anywhere in the store).
+/// pass (AdamWStep::update, the CPU backend's arithmetic, with the chunk's decay), and
+/// writes the new weights rounded to C into the chunk's copy, if it has one (as the
+/// conversion would, without reading the weights again). A thread takes four
+/// consecutive elements, each array's four in one access where the chunk's arrays are
+/// all aligned to them (a parameter may start anywhere in the store).
+template <typename C>
 __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double r1, double r2) {
   const AdamWChunk c = chunks[blockIdx.x];
   a.weightDecay = c.weightDecay;
-  // Four arrays that never overlap: the next quad's loads may go ahead of this one's stores.
+  // Arrays that never overlap: the next quad's loads may go ahead of this one's stores.
   float *__restrict__ weights = c.w, *__restrict__ first = c.m, *__restrict__ second = c.v;
   const float *__restrict__ grads = c.g;
-  const bool vector = quadsAligned(weights, grads, first, second);
+  C *__restrict__ copy = static_cast<C *>(c.copy);
+  const bool vector = quadsAligned(weights, grads, first, second, copy);
 #pragma unroll 2
   for (int64_t i = 4 * threadIdx.x; i < c.n; i += 4 * blockDim.x) {
     const int count = quadCount(c.n, i);
@@ -67,6 +73,8 @@ __global__ void adamwKernel(const AdamWChunk *chunks, AdamWStep a, double r1, do
     storeQuad(weights, i, count, vector, w);
     storeQuad(first, i, count, vector, m);
     storeQuad(second, i, count, vector, v);
+    if (copy)
+      storeQuad(copy, i, count, vector, w);
   }
 }
 
@@ -96,10 +104,13 @@ __global__ void sumOfSquaresKernel(const SquaresChunk *chunks, double *partial) 
     partial[blockIdx.x] = shared[0];
 }
 
-inline void launchAdamw(const AdamWChunk *chunks, size_t count, const AdamWStep &a,
+/// The chunks' copies are of type `copies` (f32 where no chunk has one).
+inline void launchAdamw(const AdamWChunk *chunks, size_t count, const AdamWStep &a, DType copies,
                         cudaStream_t stream) {
-  adamwKernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
-      chunks, a, a.inverseCorrection1(), a.inverseCorrection2());
+  withStorage(copies, [&](auto tag) {
+    adamwKernel<decltype(tag)><<<static_cast<unsigned>(count), kThreads, 0, stream>>>(
+        chunks, a, a.inverseCorrection1(), a.inverseCorrection2());
+  });
 }
 
 inline void launchSumOfSquares(const SquaresChunk *chunks, size_t count, double *partial,
