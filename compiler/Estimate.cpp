@@ -81,14 +81,26 @@ template <typename Attention> int64_t headDim(Attention op) {
 }
 
 /// Whether the CUDA backend runs fused attention through cuDNN (CudaBackend.cu,
-/// throughCudnn): bf16 or f16 without dropout of probabilities, heads of a multiple of 8
-/// up to 256 (cuDNN's), neither a context-parallel share of the queries nor a ring's step.
+/// throughCudnn): bf16 or f16, heads of a multiple of 8 up to 256 (cuDNN's), neither a
+/// context-parallel share of the queries nor a ring's step.
 template <typename Attention> bool viaCudnn(Attention op) {
   const llvm::StringRef type = computeType(op.getQkv().getType());
-  const std::optional<llvm::APFloat> rate = op.getDropout();
   const int64_t d = headDim(op);
-  return (type == "bf16" || type == "f16") && !(rate && rate->convertToDouble() > 0) &&
-         !op.getContextParallel() && !op.getRing() && d % 8 == 0 && d <= 256;
+  return (type == "bf16" || type == "f16") && !op.getContextParallel() && !op.getRing() &&
+         d % 8 == 0 && d <= 256;
+}
+
+/// Where cuDNN runs attention that drops probabilities, the keep mask our kernel writes
+/// for each call, [b, heads, s, s] in the op's 16 bits, its rows padded to 16 bytes
+/// (CudaBackend.cu, keepMask); else 0.
+template <typename Attention> int64_t keepMaskBytes(Attention op) {
+  const std::optional<llvm::APFloat> rate = op.getDropout();
+  if (!viaCudnn(op) || !(rate && rate->convertToDouble() > 0))
+    return 0;
+  auto qkv = cast<ShapedType>(op.getQkv().getType());
+  const int64_t s = qkv.getDimSize(1), size = elementBytes(op.getQkv());
+  return size * qkv.getDimSize(0) * static_cast<int64_t>(op.getHeads()) * s *
+         ::mt::paddedColumn(s, size);
 }
 
 /// cuDNN's deterministic backward keeps dP [b, heads, s, s] in 16 bits, each side of the
@@ -118,15 +130,18 @@ template <typename Attention> int64_t packedQueryBytes(Attention op) {
 
 /// Fused attention as mtrun's CUDA backend runs it (CudaBackend.cu, throughCudnn), with
 /// `scores` (QKᵀ per head) and `values` (P·V) the op's products:
-/// - bf16 or f16 with no dropout of probabilities, heads of a multiple of 8 up to 256, not
-///   under context parallelism: cuDNN's flash kernels, on tensor cores,
+/// - bf16 or f16, heads of a multiple of 8 up to 256, not under context parallelism:
+///   cuDNN's flash kernels, on tensor cores,
 ///   computing only the blocks the mask keeps a pair of (under a causal mask those on or
 ///   below the diagonal; within a window those near it); grouped-query heads' queries
 ///   copied to a packed buffer first, and backward their gradient back. Forward: QKᵀ
 ///   and P·V. Backward: cuDNN's backward (QKᵀ again, dP = dO·Vᵀ, dV, dQ, dK), 2 products
 ///   shaped as the scores and 3 as the values, from the forward's row statistics
 ///   (mt-keep-attention-stats); where they were not kept, the forward first runs again
-///   for them: 3 and 4, in 2 kernels.
+///   for them: 3 and 4, in 2 kernels. Dropping probabilities, each call first writes the
+///   keep mask, which each of cuDNN's kernels then reads: a launch, and the mask's bytes
+///   written and read. (On Blackwell, whose deterministic backward cuDNN gives no
+///   dropout, our kernels run it; the estimate does not know the architecture.)
 /// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
 ///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
 ///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice); a window's rows
@@ -147,7 +162,11 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
     const int64_t packed = packedQueryBytes(op);
     const int copies = packed == 0 ? 0 : backward ? 2 + again : 1;
     const double packing = copies * (system.kernelOverhead + memorySeconds(system, 2 * packed));
-    return (again ? launches : 0) + packing +
+    // The keep mask written, then read by each of cuDNN's kernels.
+    const int64_t keep = keepMaskBytes(op);
+    const double keeping =
+        keep == 0 ? 0 : system.kernelOverhead + memorySeconds(system, (2 + again) * keep);
+    return (again ? launches : 0) + packing + keeping +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
                     (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));
   }
@@ -572,12 +591,13 @@ int64_t stagingBytes(Operation *op) {
 }
 
 int64_t attentionWorkspaceBytes(Operation *op) {
-  // Forward: the packed queries; backward: dP, the packed queries and their gradient.
+  // Forward: the packed queries; backward: dP, the packed queries and their gradient;
+  // both, dropping probabilities, the keep mask.
   auto bytes = [](auto attention, bool backward) -> int64_t {
     if (!viaCudnn(attention))
       return 0;
     const int64_t packed = packedQueryBytes(attention);
-    return backward ? dpBytes(attention) + 2 * packed : packed;
+    return keepMaskBytes(attention) + (backward ? dpBytes(attention) + 2 * packed : packed);
   };
   if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op))
     return bytes(forward, false);

@@ -106,8 +106,9 @@ double stagingSeconds(mlir::Operation *op, const SystemSpec &system);
 /// beyond the plan's memory, among the backend's workspaces.
 int64_t stagingBytes(mlir::Operation *op);
 /// The bytes of the CUDA backend's workspace for cuDNN's attention that the op needs (0:
-/// none, or not through cuDNN): backward's deterministic algorithm keeps dP, and grouped-
-/// query heads their packed queries. Beyond the plan's memory, as stagingBytes.
+/// none, or not through cuDNN): backward's deterministic algorithm keeps dP, grouped-
+/// query heads their packed queries, and dropped probabilities our keep mask. Beyond the
+/// plan's memory, as stagingBytes.
 int64_t attentionWorkspaceBytes(mlir::Operation *op);
 /// The FLOPs of one run of a kernel as `mtrun --profile` counts them (runtime/exec/
 /// Executor.cpp): a linear's products, 2·m·n·k each; fused attention's QKᵀ and P·V, half

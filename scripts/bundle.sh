@@ -92,7 +92,8 @@ for precision in fp32 bf16; do
       -o "$out/plans/gpt-tiny-$precision-$recompute.mtp" >/dev/null
   done
 done
-# gpt-tiny whose attention cuDNN takes: bf16, no dropout of probabilities.
+# gpt-tiny in bf16 without dropout of probabilities (the plans above drop them, cuDNN
+# given our keep mask): cuDNN's attention alone.
 "$build/tools/mtc" compile models/gpt-tiny.mlir --micro-batch-size 4 --global-batch-size 8 \
   --precision bf16 --attention-dropout 0 -o "$out/plans/gpt-tiny-bf16-flash.mtp" >/dev/null
 python3 bench/random_tokens.py "$out/data/tiny" 512 100000
@@ -111,8 +112,8 @@ done
   --vocab-size 1024 --output-prefix "$out/data/fortunes" >/dev/null
 rm -f "$out/data/fortunes.model" "$out/data/fortunes.vocab"
 # model, sequence, micro-batch. No dropout of attention probabilities, on both sides of
-# the benchmark: cuDNN's flash attention cannot draw our masks (the exact kernels would
-# run), and PyTorch's flash attention is faster without it too.
+# the benchmark: PyTorch's flash attention is faster without it, and so is cuDNN's (which
+# then reads no keep mask of ours).
 attention_dropout=0
 for config in "gpt2-124m 1024 8" "gpt3-1.3b 2048 4"; do
   read -r model seq batch <<<"$config"
@@ -160,6 +161,11 @@ for variant in "" --no-bias-grad-fusion "--make-vocab-size-divisible-by 1" \
     --global-batch-size 8 --attention-dropout "$attention_dropout" $variant \
     -o "$out/plans/ab/$name.mtp" >/dev/null
 done
+# And with 10% of its attention's probabilities dropped, Megatron's default, for
+# dropout-ab (cuDNN with our keep mask, and our kernels).
+"$build/tools/mtc" compile models/gpt2-124m.mlir --bf16 --seq-length 1024 --micro-batch-size 8 \
+  --global-batch-size 8 --attention-dropout 0.1 -o "$out/plans/ab/gpt2-124m-attention-dropout.mtp" \
+  >/dev/null
 # LLaMA 3 8B's shapes in 4 layers (grouped-query attention, 32 heads in 8 groups of 128,
 # over 2048 positions), for attention-ab: its attention through cuDNN and through our
 # kernels.

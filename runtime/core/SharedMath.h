@@ -24,7 +24,8 @@ MT_HOST_DEVICE inline double erfOf(double x) { return erf(x); }
 /// `ld` elements of `bytes` each rounded up to a whole number of 16 bytes: cuBLASLt runs
 /// at a fraction of its speed on a matrix whose columns (column-major) start misaligned,
 /// and the CUDA backend copies such a GEMM operand to columns of this length (mtc
-/// estimate costs the copies and counts the buffer).
+/// estimate costs the copies and counts the buffer); the rows of attention's keep mask
+/// for cuDNN are as long.
 inline int64_t paddedColumn(int64_t ld, int64_t bytes) {
   const int64_t per = 16 / bytes;
   return (ld + per - 1) / per * per;

@@ -13,6 +13,9 @@
 #                turn, twice: one change's profile before and after on one device
 #   vocab-ab     GPT-2 124M with its vocabulary padded (50,304) and not (50,257), each
 #                profiled: where an odd vocabulary's time goes
+#   dropout-ab   GPT-2 124M without and with 10% of its attention's probabilities
+#                dropped (cuDNN given our keep mask), each profiled; then the latter
+#                through our kernels (MT_CUDA_ATTENTION=exact)
 #   attention-ab LLaMA 3 8B's shapes in 4 layers, its grouped-query attention through
 #                cuDNN (its queries packed) and through our kernels, each profiled
 #   gemm-ab      GPT-2 124M profiled with cuBLASLt's heuristic's first algorithms, then
@@ -48,7 +51,7 @@ say() { echo "session: $*" | tee -a "$out/session.log"; }
 # calibrate's with its step runs guessed. The default four's limits add to 660 s: under
 # the default budget the last, sanitize, gets what is left.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=300 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
+  [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [dropout-ab]=60 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -87,6 +90,11 @@ run_step() {
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
   fusion-ab) ab 2 gpt2-124m gpt2-124m-no-bias-grad-fusion ;;
   vocab-ab) ab 1 gpt2-124m gpt2-124m-unpadded ;;
+  dropout-ab)
+    ab 1 gpt2-124m gpt2-124m-attention-dropout &&
+      echo "== MT_CUDA_ATTENTION=exact" &&
+      MT_CUDA_ATTENTION=exact ab 1 gpt2-124m-attention-dropout
+    ;;
   attention-ab)
     for path in cudnn exact; do
       echo "== MT_CUDA_ATTENTION=$path"

@@ -76,8 +76,8 @@ std::vector<Case> cases() {
   all.push_back(
       {{"moe_aux", test::moeModel(2, ", aux_loss_coeff = 1.0e-01 : f64"), "", 3, 5, "", true},
        {"fp32", 1e-5}});
-  // Attention cuDNN's flash attention takes (head_dim 64, no probability dropout; the op
-  // cases' heads of 4 dims it does not): in bf16 and fp16 through cuDNN, in fp32 through
+  // Attention cuDNN's flash attention takes (head_dim 64; the op cases' heads of 4 dims it
+  // does not): in bf16 and fp16 through cuDNN, in fp32 through
   // our kernels. test-gpu.sh runs the flash_ cases again under MT_CUDA_ATTENTION=cudnn,
   // where falling back to our kernels is an error: a sliding window too, which cuDNN is
   // given as its band's left bound (without it, each row would see 48 more keys and differ
@@ -85,7 +85,9 @@ std::vector<Case> cases() {
   // One head over 63 positions: 2 x 63 rows of statistics, whose 504 bytes must not
   // misalign what follows them. Grouped-query heads (two groups of two), their queries
   // packed for cuDNN and their gradient unpacked; with a window of 100 over 320 positions,
-  // across cuDNN's blocks.
+  // across cuDNN's blocks. Dropped probabilities, our keep mask given to cuDNN: over 64
+  // positions, and grouped in a window over 318 (rows of keys that are not whole Philox
+  // blocks of four).
   for (const auto &[name, attributes, heads, kv, seq] :
        {std::tuple{"flash_attention_causal", "causal, heads = 2 : i64", 2, 2, 64},
         std::tuple{"flash_attention", "heads = 2 : i64", 2, 2, 64},
@@ -97,7 +99,13 @@ std::vector<Case> cases() {
         std::tuple{"flash_attention_grouped_window",
                    "causal, heads = 4 : i64, kv_heads = 2 : i64, window = 100 : i64", 4, 2, 320},
         std::tuple{"flash_attention_window", "causal, heads = 2 : i64, window = 16 : i64", 2, 2,
-                   64}}) {
+                   64},
+        std::tuple{"flash_attention_dropout",
+                   "causal, dropout = 1.0e-01 : f64, heads = 2 : i64, stream = 0 : i64", 2, 2, 64},
+        std::tuple{"flash_attention_dropout_window",
+                   "causal, dropout = 3.0e-01 : f64, heads = 4 : i64, kv_heads = 2 : i64, stream = "
+                   "0 : i64, window = 100 : i64",
+                   4, 2, 318}}) {
     const std::string width = std::to_string((heads + 2 * kv) * 64);
     const std::string out = std::to_string(heads * 64);
     const std::string rows = "2x" + std::to_string(seq) + "x";
@@ -112,10 +120,12 @@ std::vector<Case> cases() {
     for (Precision p : {Precision{"fp32", 1e-5}, Precision{"bf16", 1e-2}, Precision{"fp16", 1e-2}})
       all.push_back({{name, mlir, "", seq, heads * 64}, p});
   }
-  // Whole gpt-tiny steps whose attention cuDNN takes (heads of 16, no dropout of
-  // probabilities).
-  for (Precision p : {kBf16Model, Precision{"fp16", 1e-2}})
+  // Whole gpt-tiny steps whose attention cuDNN takes (heads of 16), without and with
+  // dropped probabilities (our keep mask).
+  for (Precision p : {kBf16Model, Precision{"fp16", 1e-2}}) {
     all.push_back({{"flash_attention_gpt_tiny", "", "gpt-tiny", 8, 512, "--attention-dropout 0"}, p});
+    all.push_back({{"flash_attention_gpt_tiny_dropout", "", "gpt-tiny", 8, 512}, p});
+  }
   // Column sums (the bias, layer-norm and RMS-norm weight gradients) over 2 x 601 rows:
   // several chunks of rows, the last one partial and not a whole number of the row
   // threads' strides, and 70 columns, the last tile partial.

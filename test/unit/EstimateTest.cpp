@@ -270,11 +270,12 @@ TEST_F(LoweredTest, TheModelsFlopsAreTheCompilersAndThePartsAddUp) {
   EXPECT_GT(p.sequenceParallel, 0.0);
 }
 
-// Fused attention costs what the CUDA backend runs. Through cuDNN (bf16, no dropout of
-// probabilities, no context-parallel share): flash kernels on tensor cores, blocks above
-// the diagonal skipped under a causal mask (and those beyond a sliding window), and a
-// backward that runs the forward again before its own five products. Otherwise mtrun's
-// kernels on CUDA cores: rows up to their last key, 2 products forward and 8 backward.
+// Fused attention costs what the CUDA backend runs. Through cuDNN (bf16, no context-
+// parallel share): flash kernels on tensor cores, blocks above the diagonal skipped under
+// a causal mask (and those beyond a sliding window), a backward that runs the forward
+// again before its own five products, and where probabilities are dropped, our keep mask
+// written and read by each call. Otherwise mtrun's kernels on CUDA cores: rows up to
+// their last key, 2 products forward and 8 backward.
 TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   SystemSpec s = a100();
   s.kernelOverhead = 3e-6;
@@ -310,19 +311,20 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), 2 * 3e-6 + causal * (3 * scores + 4 * values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), 2 * 3e-6 + 3 * scores + 4 * values);
-  // Dropped probabilities: every row up to its key, 2 x 32 x 2048² x 64 FLOPs a product.
-  const double product = 2.0 * 32 * 2048 * 2048 * 64 / s.peakFp32;
-  const double rows = 2049.0 / 4096;
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + rows * 2 * product);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + rows * 8 * product);
+  // Dropped probabilities: cuDNN's, each call after a launch writing the keep mask,
+  // 2 x 16 heads x 2048² in bf16, which each of cuDNN's kernels reads (backward's two
+  // here: the forward again, then its own).
+  const int64_t keep = int64_t{2} * 16 * 2048 * 2048 * 2;
+  const double keeping = 3e-6 + memorySeconds(s, 2 * keep);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + keeping + causal * (scores + values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + 3e-6 + memorySeconds(s, 3 * keep) +
+                                                 causal * (3 * scores + 4 * values));
   // A sliding window of 512 keys: cuDNN's blocks near the diagonal, 70 of the 256.
   const double band = 70.0 / 256;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), 3e-6 + band * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * 3e-6 + band * (3 * scores + 4 * values));
-  // Dropped within the window: our kernels, each row over its last 512 keys at most,
-  // 512·513/2 + 1536·512 pairs of the 2048².
-  const double pairs = (512.0 * 513 / 2 + 1536.0 * 512) / (2048.0 * 2048);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + pairs * 2 * product);
+  // Dropped within the window: cuDNN's band, and the keep mask.
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + keeping + band * (scores + values));
   // Grouped-query heads (4 of 16 keys and values): cuDNN's, with the queries copied to
   // a packed [2, 2048, 1024] by each of its graphs' runs, forward's again before the
   // backward here (no kept statistics), whose dQ is copied back: each copy a launch, read
@@ -332,15 +334,19 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[10], s),
                    2 * 3e-6 + 3 * copy + causal * (3 * scores + 4 * values));
   // A context-parallel share of the queries (1024 rows of each sequence's 2048), which
-  // cuDNN is not given: our kernels, its rows' causal share of the keys.
+  // cuDNN is not given: our kernels, its rows' causal share of the keys, 2 x 32 x 2048²
+  // x 64 FLOPs a product over the whole square.
+  const double product = 2.0 * 32 * 2048 * 2048 * 64 / s.peakFp32;
+  const double rows = 2049.0 / 4096;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[11], s), 3e-6 + rows * 2 * product / 2);
   // cuDNN's workspace beyond the plan: backward's dP, 2 x 16 heads x 2048² in bf16, with
-  // each row's sum in f32, and grouped queries packed (and their gradient); none for what
-  // our kernels run.
+  // each row's sum in f32, grouped queries packed (and their gradient), and the keep
+  // mask where probabilities are dropped; none for what our kernels run.
   const int64_t dp = int64_t{2} * 16 * 2048 * (2048 * 2 + 4), packed = int64_t{2} * 2048 * 1024 * 2;
   EXPECT_EQ(attentionWorkspaceBytes(ops[0]), 0);
   EXPECT_EQ(attentionWorkspaceBytes(ops[1]), dp);
-  EXPECT_EQ(attentionWorkspaceBytes(ops[5]), 0);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[4]), keep);
+  EXPECT_EQ(attentionWorkspaceBytes(ops[5]), keep + dp);
   EXPECT_EQ(attentionWorkspaceBytes(ops[9]), packed);
   EXPECT_EQ(attentionWorkspaceBytes(ops[10]), dp + 2 * packed);
   EXPECT_EQ(attentionWorkspaceBytes(ops[11]), 0);

@@ -387,7 +387,8 @@ public:
   uint64_t workspaceBytes() const override {
     return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ + scratch_.capacity() +
            gemmOut_.capacity() + biasCopy_.capacity() + staging_.capacity() +
-           cudnnWorkspace_.capacity() + adamwTable_.capacity() + squaresTable_.capacity();
+           cudnnWorkspace_.capacity() + keep_.capacity() + adamwTable_.capacity() +
+           squaresTable_.capacity();
   }
   bool deviceMemory(uint64_t &used, uint64_t &total) const override {
     size_t free = 0, size = 0;
@@ -841,39 +842,58 @@ private:
 
   /// Runs attention `a` through cuDNN where it applies — `call(problem, why)` launches it,
   /// or returns false saying why cuDNN has no engine — and returns whether it ran. Where
-  /// cuDNN cannot run it: false (our kernels run it), with a warning the first time
-  /// cuDNN declines a problem it should take or a dropout of probabilities keeps it
-  /// from one (our kernels run on CUDA cores: on an H200, LLaMA 3 8B's attention took
-  /// 289 ms a step through them, 1.9 ms through cuDNN); under MT_CUDA_ATTENTION=cudnn,
-  /// an error.
+  /// cuDNN cannot run it: false (our kernels run it, on CUDA cores: on an H200, LLaMA 3
+  /// 8B's attention took 289 ms a step through them, 1.9 ms through cuDNN), with a warning
+  /// the first time cuDNN declines a problem it should take; under
+  /// MT_CUDA_ATTENTION=cudnn, an error. Dropped probabilities go with our keep mask
+  /// (attentionKeepMaskKernel), written for each call.
   template <typename Call> bool throughCudnn(const AttentionShape &a, DType type, Call &&call) {
     if (attentionPath_ == AttentionPath::ExactOnly)
       return false;
     std::string why;
     if (type != DType::BF16 && type != DType::F16)
       why = "cuDNN's flash attention takes bf16 or f16, not f32";
-    else if (a.rate > 0)
-      why = "it drops probabilities, and cuDNN cannot draw our dropout masks";
     else if (a.queries.chunk != 0)
       why = "its queries are a context-parallel share of the sequence";
-    SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.mask.window, a.scale};
+    SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.mask.window, a.scale, a.rate};
     const bool eligible = why.empty();
-    if (eligible && call(problem, why))
+    if (eligible && (a.rate == 0 || keepMask(a, problem, why)) && call(problem, why))
       return true;
     std::string shape = cat(a.b, " x ", a.s, " tokens, ", a.heads, " heads of ", a.d, " (",
                             a.layout.kv, " key/value)");
     if (attentionPath_ == AttentionPath::CudnnOnly)
       throw std::runtime_error(cat("cuda backend: MT_CUDA_ATTENTION=cudnn, but attention over ",
                                    shape, " cannot go through cuDNN: ", why));
-    if ((eligible || a.rate > 0) && !warnedCudnn_) {
-      std::fprintf(stderr, "cuda backend: attention over %s through our kernels: %s%s\n",
-                   shape.c_str(), why.c_str(),
-                   eligible ? ""
-                            : " (they run on CUDA cores, many times slower than cuDNN's flash "
-                              "attention: `mtc compile --attention-dropout 0` lets it run)");
+    if (eligible && !warnedCudnn_) {
+      std::fprintf(stderr, "cuda backend: attention over %s through our kernels: %s\n",
+                   shape.c_str(), why.c_str());
       warnedCudnn_ = true;
     }
     return false;
+  }
+  /// problem.keep = a's keep mask, written to keep_ where cuDNN has graphs for `problem`
+  /// (it is not written for a problem cuDNN declines: on Blackwell, cuDNN's deterministic
+  /// backward drops no probabilities); false, with `why`, where not, or where the device
+  /// has no room for it (remembered: a mask as large is not tried again).
+  bool keepMask(const AttentionShape &a, SdpaProblem &problem, std::string &why) {
+    if (!cudnn_.supports(problem, why))
+      return false;
+    const int64_t pitch = SdpaProblem::keepPitch(a.s);
+    const size_t bytes = dtypeBytes(problem.dtype) * a.b * a.heads * a.s * pitch;
+    void *keep = keepRefused_ == 0 || bytes < keepRefused_
+                     ? grow(keep_, bytes, "allocating attention's keep mask", true)
+                     : nullptr;
+    if (!keep) {
+      keepRefused_ = keepRefused_ == 0 ? bytes : std::min(keepRefused_, bytes);
+      why = cat("its keep mask of ", bytes, " bytes does not fit");
+      return false;
+    }
+    withStorage(problem.dtype, [&](auto tag) {
+      launchAttentionKeepMask(static_cast<decltype(tag) *>(keep), pitch, a, stream_);
+    });
+    launched("attention's keep mask");
+    problem.keep = keep;
+    return true;
   }
   /// Attention cuDNN never runs (a ring step's): under MT_CUDA_ATTENTION=cudnn, an error.
   void withoutCudnn(const AttentionShape &a, DType type) {
@@ -1663,6 +1683,8 @@ private:
   DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   DeviceBuffer staging_;  // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
+  DeviceBuffer keep_;     // attention's keep mask for cuDNN (keepMask)
+  size_t keepRefused_ = 0; // the smallest keep mask the device had no room for (0: none)
   Staged staged_;
   Place running_;      // of the run() call running, or last run
   uint64_t calls_ = 0; // run() calls

@@ -20,7 +20,7 @@ namespace {
 namespace fe = cudnn_frontend;
 
 // The graphs' tensors, by uid.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kKeep };
 
 std::vector<int64_t> vec(const std::array<int64_t, 4> &a) { return {a.begin(), a.end()}; }
 
@@ -62,6 +62,23 @@ template <typename Attributes> void mask(Attributes &attributes, const SdpaProbl
     attributes.set_diagonal_band_left_bound(static_cast<int>(problem.window));
 }
 
+/// Where `problem` drops probabilities: its keep mask [b, heads, s, s] (the graph's
+/// 16-bit type; rows `pitch` apart, SdpaProblem::keepPitch), and the scale of the kept
+/// ones, 1/(1 − rate), as our kernels round it.
+std::shared_ptr<fe::graph::Tensor_attributes> keepMask(fe::graph::Graph &graph,
+                                                       const SdpaProblem &p) {
+  const int64_t heads = p.layout.heads, pitch = SdpaProblem::keepPitch(p.s);
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name("keep")
+                          .set_uid(kKeep)
+                          .set_dim({p.b, heads, p.s, p.s})
+                          .set_stride({heads * p.s * pitch, p.s * pitch, pitch, 1}));
+}
+std::shared_ptr<fe::graph::Tensor_attributes> scalar(float value) {
+  return std::make_shared<fe::graph::Tensor_attributes>(value);
+}
+float keptScale(const SdpaProblem &p) { return static_cast<float>(1.0 / (1.0 - p.rate)); }
+
 /// A graph over `problem`'s views, with forward's or backward's SDPA node.
 std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const SdpaLayout &view,
                                           bool forward) {
@@ -79,6 +96,8 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                           .set_generate_stats(true)
                           .set_attn_scale(problem.scale);
     mask(attributes, problem);
+    if (problem.rate > 0)
+      attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem)));
     auto [o, stats] = graph->sdpa(q, k, v, attributes);
     output(*o, kO, view.o);
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT)
@@ -98,6 +117,9 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                         .set_attn_scale(problem.scale)
                         .set_deterministic_algorithm(true); // no atomics: the same bits
   mask(attributes, problem);
+  if (problem.rate > 0)
+    attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem)),
+                           scalar(static_cast<float>(1.0 - problem.rate)));
   auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, attributes);
   output(*dQ, kDQ, view.q);
   output(*dK, kDK, view.k);
@@ -128,9 +150,9 @@ void checkCuda(cudaError_t code, const char *what) {
 
 struct CudnnAttention::Graphs {
   cudnnHandle_t handle = nullptr;
-  // (forward, heads, kv, d, b, s, dtype, causal, window, scale's bits)
-  using Key =
-      std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int64_t, uint32_t>;
+  // (forward, heads, kv, d, b, s, dtype, causal, window, scale's bits, rate's bits)
+  using Key = std::tuple<bool, int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, int64_t,
+                         uint32_t, uint64_t>;
   std::map<Key, Built> built;
 
   ~Graphs() {
@@ -143,6 +165,8 @@ struct CudnnAttention::Graphs {
   const Built &get(const SdpaProblem &problem, bool forward) {
     uint32_t scaleBits;
     std::memcpy(&scaleBits, &problem.scale, sizeof scaleBits);
+    uint64_t rateBits;
+    std::memcpy(&rateBits, &problem.rate, sizeof rateBits);
     const Key key{forward,
                   problem.layout.heads,
                   problem.layout.kv,
@@ -152,7 +176,8 @@ struct CudnnAttention::Graphs {
                   static_cast<int>(problem.dtype),
                   problem.causal,
                   problem.window,
-                  scaleBits};
+                  scaleBits,
+                  rateBits};
     auto found = built.find(key);
     if (found != built.end())
       return found->second;
@@ -211,6 +236,8 @@ struct CudnnAttention::Graphs {
       why = cat("cuDNN's workspace of ", bytes, " bytes does not fit");
       return false;
     }
+    if (problem.rate > 0)
+      pointers[kKeep] = const_cast<void *>(problem.keep);
     for (auto [uid, gradient, part] : {std::tuple{kQ, kDQ, &view.q}, std::tuple{kK, kDK, &view.k},
                                        std::tuple{kV, kDV, &view.v}}) {
       pointers[uid] = at(qkv, part->offset, problem.dtype);

@@ -1,10 +1,10 @@
 // Fused attention through cuDNN's flash attention (the cuDNN frontend's graph API):
 // forward and backward of softmax(scale·q·kᵀ, masked causally, to a sliding window of
 // keys, both or neither)·v over our fused qkv, in bf16 or f16 with f32 softmax
-// (grouped-query heads' queries packed: SdpaLayout.h), with no probability dropout —
-// cuDNN cannot draw our Philox masks, so dropped attention stays with our kernels
-// (Attention.cuh). The backward is cuDNN's deterministic algorithm: the same bits on
-// every run. One graph per shape, built on first use and kept.
+// (grouped-query heads' queries packed: SdpaLayout.h). Dropped probabilities take our
+// keep mask (cuDNN cannot draw our Philox masks; Attention.cuh writes ours), times
+// 1/(1 − rate). The backward is cuDNN's deterministic algorithm: the same bits on every
+// run. One graph per shape, built on first use and kept.
 #ifndef MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 #define MT_RUNTIME_BACKENDS_CUDA_CUDNNATTENTION_H
 
@@ -27,6 +27,12 @@ struct SdpaProblem {
   bool causal = false;
   int64_t window = 0; // 0: none; else query q sees keys from q − window + 1 on
   float scale = 1;
+  double rate = 0; // of dropping probabilities
+  /// Where rate > 0, the keep mask [b, heads, s, s] in `dtype` (1 kept, 0 dropped), its
+  /// rows keepPitch(s) elements apart, which a call reads (not part of the graph's key).
+  const void *keep = nullptr;
+  /// A whole number of 16 bytes in 16 bits, as cuDNN wants its tensors' strides.
+  static int64_t keepPitch(int64_t s) { return paddedColumn(s, 2); }
 };
 
 class CudnnAttention {
