@@ -76,6 +76,32 @@ MT_HOST_DEVICE inline void dropoutKeepsQuad(uint64_t seed, uint32_t step, uint32
   }
 }
 
+/// Keys [j, j + count) (count ≤ 4) of a row of attention probabilities whose key j has
+/// global mask index `index`: keep[k] = whether dropout keeps key j + k, false where it
+/// lies outside the keys the row sees, [first, end). One Philox block serves the four
+/// where `index` is a multiple of 4 (their indices are one block's); a quad the row does
+/// not see draws nothing. The CUDA backend's keep mask for cuDNN is made so
+/// (Attention.cuh).
+MT_HOST_DEVICE inline void attentionKeeps(uint64_t seed, uint32_t step, uint32_t microBatch,
+                                          uint32_t stream, uint64_t index, int64_t j, int count,
+                                          int64_t first, int64_t end, double rate,
+                                          bool (&keep)[4]) {
+  for (int k = 0; k < 4; ++k)
+    keep[k] = false;
+  if (j + count <= first || j >= end)
+    return;
+  if (count == 4 && index % 4 == 0) {
+    const Philox::ctr_type words = dropoutBlock(seed, step, microBatch, stream, index);
+    for (int k = 0; k < 4; ++k)
+      keep[k] = j + k >= first && j + k < end && uniform24(words.v[k]) >= rate;
+    return;
+  }
+  for (int k = 0; k < 4; ++k)
+    if (k < count)
+      keep[k] = j + k >= first && j + k < end &&
+                dropoutKeeps(seed, step, microBatch, stream, index + k, rate);
+}
+
 /// FNV-1a: the stream of a parameter is its name, so init is independent of order.
 inline uint64_t nameHash(std::string_view name) {
   uint64_t h = 1469598103934665603ull;

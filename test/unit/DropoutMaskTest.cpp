@@ -37,6 +37,36 @@ TEST(DropoutMask, EqualsThePerElementDecisionAtEveryStartAndLength) {
       }
 }
 
+/// The attention keep mask's quads (rng::attentionKeeps, what the CUDA backend gives
+/// cuDNN): each key's per-element decision where the row sees it, false where it does
+/// not, from a Philox block or element by element, at every alignment of the quad's
+/// global index and every overlap with the keys seen.
+TEST(AttentionKeeps, EqualTheRowsPerElementDecisions) {
+  const uint64_t seed = 0x0123456789abcdefull;
+  for (double rate : {0.1, 0.5})
+    for (uint64_t base : {0ull, 4096ull, (1ull << 34) - 8, (1ull << 36) + 5})
+      for (uint64_t offset = 0; offset < 4; ++offset)
+        for (int count = 1; count <= 4; ++count)
+          for (const auto &[first, end] : {std::pair<int64_t, int64_t>{0, 64},
+                                           {0, 9},
+                                           {10, 64},
+                                           {11, 13},
+                                           {12, 12},
+                                           {0, 8},
+                                           {14, 64}})
+            for (int64_t j : {int64_t{8}, int64_t{12}}) {
+              const uint64_t index = base + offset;
+              bool keep[4];
+              rng::attentionKeeps(seed, 9, 2, 5, index, j, count, first, end, rate, keep);
+              for (int k = 0; k < 4; ++k) {
+                const bool seen = k < count && j + k >= first && j + k < end;
+                EXPECT_EQ(keep[k], seen && rng::dropoutKeeps(seed, 9, 2, 5, index + k, rate))
+                    << "index " << index << ", key " << j + k << " of [" << first << ", " << end
+                    << "), count " << count << ", rate " << rate;
+              }
+            }
+}
+
 TEST(DropoutMask, RatesAtAndBetweenTheEdges) {
   // 2⁻²⁴ steps: a rate exactly on a 24-bit uniform, and one just above it.
   for (double rate :

@@ -481,33 +481,22 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t rows, int64_
 /// probability (i, j) — dropFactor's draw, the CPU backend's — else 0, and 0 where the
 /// mask hides key j from query i (never left undefined: 0 times a NaN's bits is NaN).
 /// Queries and keys are the whole sequence's rows (no context parallelism). A block a
-/// row; a thread four keys, from one Philox block where the row's length is a multiple
-/// of 4 (a quad's global indices are then one block's).
-/// `pitch`, a multiple of 4, keeps every row's quads aligned where the mask's first is.
+/// row; a thread four keys (rng::attentionKeeps). `pitch`, a multiple of 4, keeps every
+/// row's quads aligned where the mask's first is.
 template <typename T>
 __global__ void attentionKeepMaskKernel(T *keep, int64_t pitch, AttentionShape a) {
   const StepCounters c = *a.counters;
-  const bool blocks = a.s % 4 == 0;
   const bool vector = quadAligned(keep);
   for (int64_t row = blockIdx.x; row < a.b * a.heads * a.s; row += gridDim.x) {
     const int64_t i = row % a.s, hi = row / a.s % a.heads, bi = row / a.s / a.heads;
     const int64_t first = a.mask.firstKey(i), end = a.mask.endKey(i, a.s);
     for (int64_t j = 4 * static_cast<int64_t>(threadIdx.x); j < a.s; j += 4 * blockDim.x) {
       const int count = quadCount(a.s, j);
-      const uint64_t index = a.maskIndex(bi, hi, i, j, a.s);
+      bool keeps[4];
+      rng::attentionKeeps(c.seed, c.step, c.microBatch, a.stream, a.maskIndex(bi, hi, i, j, a.s), j,
+                          count, first, end, a.rate, keeps);
       float kept[4] = {};
-      if (blocks && j + 4 > first && j < end) {
-        const rng::Philox::ctr_type words =
-            rng::dropoutBlock(c.seed, c.step, c.microBatch, a.stream, index);
-        forQuad(4, [&](int k) {
-          kept[k] = j + k >= first && j + k < end && rng::uniform24(words.v[k]) >= a.rate;
-        });
-      } else if (!blocks) {
-        forQuad(count, [&](int k) {
-          kept[k] = j + k >= first && j + k < end &&
-                    rng::dropoutKeeps(c.seed, c.step, c.microBatch, a.stream, index + k, a.rate);
-        });
-      }
+      forQuad(count, [&](int k) { kept[k] = keeps[k]; });
       storeQuad(keep + row * pitch, j, count, vector, kept);
     }
   }
