@@ -719,9 +719,11 @@ void addPasses(const ChunkProfile &chunk, double mb, StepEstimate &e) {
   e.contextParallelBytes += f.contextParallelBytes + bw.contextParallelBytes;
 }
 
-/// On a GPU each stage also holds the CUDA backend's two buffers that grow with the model,
-/// each to the most any kernel of its chunks needs: the stage needing the most, its
-/// account and its buffers together, is the rank's figure (e.gpuBytes).
+/// On a GPU each stage also holds the CUDA backend's buffers that grow with the model,
+/// each to the most any kernel of its chunks needs (the staging copies; cuDNN's
+/// attention workspace and keep mask, counted together as the kernel that needs the
+/// most of both: exact where a model's attention is of one shape): the stage needing the
+/// most, its account and its buffers together, is the rank's figure (e.gpuBytes).
 void addWorkspaces(const std::vector<ChunkProfile> &chunks, int64_t p, StepEstimate &e) {
   const int64_t all = static_cast<int64_t>(chunks.size());
   for (int64_t s = 0; s < p; ++s) {

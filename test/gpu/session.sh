@@ -48,7 +48,7 @@ logs=$(mktemp -d)
 say() { echo "session: $*" | tee -a "$out/session.log"; }
 # What each took, with a margin: on an H100 on 2026-11-26, test-gpu's (182 s),
 # gemm-ab's (13 s), kernels' (55 s) and attention-ab's (4 s) on an H200 on 2026-11-28,
-# calibrate's with its step runs guessed. The default four's limits add to 660 s: under
+# calibrate's with its step runs, and dropout-ab's, guessed. The default four's limits add to 660 s: under
 # the default budget the last, sanitize, gets what is left.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=300 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
   [calibrate]=180 [fusion-ab]=60 [vocab-ab]=45 [dropout-ab]=60 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)

@@ -44,8 +44,8 @@ TEST(DropoutMask, EqualsThePerElementDecisionAtEveryStartAndLength) {
 TEST(AttentionKeeps, EqualTheRowsPerElementDecisions) {
   const uint64_t seed = 0x0123456789abcdefull;
   for (double rate : {0.1, 0.5})
-    for (uint64_t base : {0ull, 4096ull, (1ull << 34) - 8, (1ull << 36) + 5})
-      for (uint64_t offset = 0; offset < 4; ++offset)
+    for (uint64_t base : {0ull, 4096ull, (1ull << 34) - 8, (1ull << 34) - 4, (1ull << 36) + 5})
+      for (uint64_t offset = 0; offset < 4; ++offset) // from -4 + 1: quads across 2^34
         for (int count = 1; count <= 4; ++count)
           for (const auto &[first, end] : {std::pair<int64_t, int64_t>{0, 64},
                                            {0, 9},
