@@ -139,9 +139,10 @@ template <typename Attention> int64_t packedQueryBytes(Attention op) {
 ///   shaped as the scores and 3 as the values, from the forward's row statistics
 ///   (mt-keep-attention-stats); where they were not kept, the forward first runs again
 ///   for them: 3 and 4, in 2 kernels. Dropping probabilities, each call first writes the
-///   keep mask, which each of cuDNN's kernels then reads: a launch, and the mask's bytes
-///   written and read. (On Blackwell, whose deterministic backward cuDNN gives no
-///   dropout, our kernels run it; the estimate does not know the architecture.)
+///   keep mask, which each of cuDNN's kernels then reads where it computes: a launch,
+///   the mask's bytes written, and its computed blocks' read. (On Blackwell, whose deterministic
+///   backward cuDNN gives no dropout, our kernels run it; the estimate does not know the
+///   architecture.)
 /// - otherwise mtrun's own kernels, a warp per row on CUDA cores (the f32 peak), each row
 ///   up to its last key: forward 2 products; backward 8 (QKᵀ three times, dP twice, dQ,
 ///   dK, dV), in 2 kernels, or 7 from kept row statistics (QKᵀ twice); a window's rows
@@ -162,10 +163,12 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
     const int64_t packed = packedQueryBytes(op);
     const int copies = packed == 0 ? 0 : backward ? 2 + again : 1;
     const double packing = copies * (system.kernelOverhead + memorySeconds(system, 2 * packed));
-    // The keep mask written, then read by each of cuDNN's kernels.
+    // The keep mask written whole, then read by each of cuDNN's kernels where it computes
+    // (the blocks the mask keeps).
     const int64_t keep = keepMaskBytes(op);
-    const double keeping =
-        keep == 0 ? 0 : system.kernelOverhead + memorySeconds(system, (2 + again) * keep);
+    const double keeping = keep == 0 ? 0
+                                     : system.kernelOverhead + memorySeconds(system, keep) +
+                                           (1 + again) * share * memorySeconds(system, keep);
     return (again ? launches : 0) + packing + keeping +
            share * ((backward ? 2 + again : 1) * gemmWaveTime(system, scores, type) +
                     (backward ? 3 + again : 1) * gemmWaveTime(system, values, type));

@@ -312,19 +312,21 @@ TEST_F(LoweredTest, FusedAttentionCostsWhatTheCudaBackendRuns) {
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), 3e-6 + scores + values);
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), 2 * 3e-6 + 3 * scores + 4 * values);
   // Dropped probabilities: cuDNN's, each call after a launch writing the keep mask,
-  // 2 x 16 heads x 2048² in bf16, which each of cuDNN's kernels reads (backward's two
-  // here: the forward again, then its own).
+  // 2 x 16 heads x 2048² in bf16, whose blocks each of cuDNN's kernels reads where it
+  // computes (backward's two here: the forward again, then its own).
   const int64_t keep = int64_t{2} * 16 * 2048 * 2048 * 2;
-  const double keeping = 3e-6 + memorySeconds(s, 2 * keep);
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), 3e-6 + keeping + causal * (scores + values));
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + 3e-6 + memorySeconds(s, 3 * keep) +
+  const double mask = memorySeconds(s, keep);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s),
+                   3e-6 + (3e-6 + mask + causal * mask) + causal * (scores + values));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), 2 * 3e-6 + (3e-6 + mask + 2 * causal * mask) +
                                                  causal * (3 * scores + 4 * values));
   // A sliding window of 512 keys: cuDNN's blocks near the diagonal, 70 of the 256.
   const double band = 70.0 / 256;
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), 3e-6 + band * (scores + values));
   EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * 3e-6 + band * (3 * scores + 4 * values));
-  // Dropped within the window: cuDNN's band, and the keep mask.
-  EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s), 3e-6 + keeping + band * (scores + values));
+  // Dropped within the window: cuDNN's band, and the keep mask's.
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[8], s),
+                   3e-6 + (3e-6 + mask + band * mask) + band * (scores + values));
   // Grouped-query heads (4 of 16 keys and values): cuDNN's, with the queries copied to
   // a packed [2, 2048, 1024] by each of its graphs' runs, forward's again before the
   // backward here (no kept statistics), whose dQ is copied back: each copy a launch, read
