@@ -3,8 +3,10 @@
 // alone, so that every run gives the same bits. The first pass gives each block 32
 // columns and a chunk of rows; its 8 row threads sum strided rows, then the 8 partial
 // sums add in order. The second adds each column's chunk sums in chunk order and rounds
-// once. (One thread per column over every row, the simple way, leaves all but a few
-// multiprocessors idle: 768 columns are 3 blocks.)
+// once; where there is one chunk (256 rows or fewer: a norm gradient's blocks' partials),
+// the first pass writes the sums itself, as the second would. (One thread per column over
+// every row, the simple way, leaves all but a few multiprocessors idle: 768 columns are 3
+// blocks.)
 #ifndef MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
 #define MT_RUNTIME_BACKENDS_CUDA_COLUMNSUMS_CUH
 
@@ -19,11 +21,18 @@ namespace {
 constexpr int kSumColumns = 32; // columns per block: a warp reads 32 adjacent elements
 constexpr int kSumRows = 8;     // row threads per block
 
+/// out_k[j] = sum, or += it with `accumulate`, rounded once to T: the column sums' last
+/// step, after 0 + the chunks' sums in chunk order.
+template <typename T>
+__device__ __forceinline__ void finishColumn(T *out, int64_t j, float sum, bool accumulate) {
+  st(out, j, accumulate ? ld(out, j) + sum : sum);
+}
+
 /// First pass: partials[(chunk · K + k) · cols + j] = Σ over the chunk's rows r of the
-/// k-th value term(r, j) adds.
-template <int K, typename Term>
+/// k-th value term(r, j) adds; with `Finish` (one chunk), out_k[j] from it instead.
+template <int K, bool Finish, typename Term, typename T>
 __global__ void columnPartialsKernel(Term term, int64_t rows, int64_t cols, int64_t chunkRows,
-                                     float *partials) {
+                                     float *partials, T *out0, T *out1, bool accumulate) {
   __shared__ float shared[K][kSumRows][kSumColumns + 1];
   const int64_t j = blockIdx.x * static_cast<int64_t>(kSumColumns) + threadIdx.x;
   const int64_t chunk = blockIdx.y;
@@ -41,7 +50,10 @@ __global__ void columnPartialsKernel(Term term, int64_t rows, int64_t cols, int6
       float sum = 0;
       for (int y = 0; y < kSumRows; ++y)
         sum += shared[k][y][threadIdx.x];
-      partials[(chunk * K + k) * cols + j] = sum;
+      if constexpr (Finish)
+        finishColumn(k == 0 ? out0 : out1, j, 0.f + sum, accumulate);
+      else
+        partials[(chunk * K + k) * cols + j] = sum;
     }
 }
 
@@ -55,8 +67,7 @@ __global__ void columnFinishKernel(const float *partials, int64_t chunks, int64_
       float sum = 0;
       for (int64_t c = 0; c < chunks; ++c)
         sum += partials[(c * K + k) * cols + j];
-      T *out = k == 0 ? out0 : out1;
-      st(out, j, accumulate ? ld(out, j) + sum : sum);
+      finishColumn(k == 0 ? out0 : out1, j, sum, accumulate);
     }
   }
 }
@@ -71,8 +82,13 @@ void launchColumnSums(const Term &term, int64_t rows, int64_t cols, float *parti
   const int64_t chunks = columnSumChunks(rows);
   const dim3 grid(static_cast<unsigned>((cols + kSumColumns - 1) / kSumColumns),
                   static_cast<unsigned>(chunks));
-  columnPartialsKernel<K><<<grid, dim3(kSumColumns, kSumRows), 0, stream>>>(
-      term, rows, cols, columnSumChunkRows(rows), partials);
+  if (chunks == 1) {
+    columnPartialsKernel<K, true><<<grid, dim3(kSumColumns, kSumRows), 0, stream>>>(
+        term, rows, cols, columnSumChunkRows(rows), partials, out0, out1, accumulate);
+    return;
+  }
+  columnPartialsKernel<K, false><<<grid, dim3(kSumColumns, kSumRows), 0, stream>>>(
+      term, rows, cols, columnSumChunkRows(rows), partials, out0, out1, accumulate);
   columnFinishKernel<K><<<blocksFor(cols), kThreads, 0, stream>>>(partials, chunks, cols, out0,
                                                                    out1, accumulate);
 }
