@@ -90,16 +90,13 @@ MT_HOST_DEVICE inline void attentionKeeps(uint64_t seed, uint32_t step, uint32_t
     keep[k] = false;
   if (j + count <= first || j >= end)
     return;
-  if (count == 4 && index % 4 == 0) {
-    const Philox::ctr_type words = dropoutBlock(seed, step, microBatch, stream, index);
-    for (int k = 0; k < 4; ++k)
-      keep[k] = j + k >= first && j + k < end && uniform24(words.v[k]) >= rate;
-    return;
-  }
+  const bool block = count == 4 && index % 4 == 0;
+  const Philox::ctr_type words =
+      block ? dropoutBlock(seed, step, microBatch, stream, index) : Philox::ctr_type{};
   for (int k = 0; k < 4; ++k)
-    if (k < count)
-      keep[k] = j + k >= first && j + k < end &&
-                dropoutKeeps(seed, step, microBatch, stream, index + k, rate);
+    if (k < count && j + k >= first && j + k < end)
+      keep[k] = block ? uniform24(words.v[k]) >= rate
+                      : dropoutKeeps(seed, step, microBatch, stream, index + k, rate);
 }
 
 /// FNV-1a: the stream of a parameter is its name, so init is independent of order.

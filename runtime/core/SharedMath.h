@@ -21,6 +21,12 @@ MT_HOST_DEVICE inline double expOf(double x) { return exp(x); }
 MT_HOST_DEVICE inline float erfOf(float x) { return erff(x); }
 MT_HOST_DEVICE inline double erfOf(double x) { return erf(x); }
 
+/// What dropout scales a kept element by in f32, 1/(1 − rate) (1 at rate 0): the GPU's
+/// dropouts, attention's among them and cuDNN's with our keep mask, alike.
+MT_HOST_DEVICE inline float keptScale(double rate) {
+  return static_cast<float>(1.0 / (1.0 - rate));
+}
+
 /// `ld` elements of `bytes` each rounded up to a whole number of 16 bytes: cuBLASLt runs
 /// at a fraction of its speed on a matrix whose columns (column-major) start misaligned,
 /// and the CUDA backend copies such a GEMM operand to columns of this length (mtc

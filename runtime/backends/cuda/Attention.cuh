@@ -67,7 +67,7 @@ struct AttentionShape {
       return 1.f;
     return rng::dropoutKeeps(counters->seed, counters->step, counters->microBatch, stream,
                              maskIndex(bi, hi, queries(i), keys(j), whole), rate)
-               ? static_cast<float>(1.0 / (1.0 - rate))
+               ? keptScale(rate)
                : 0.f;
   }
   /// The keys query row i sees: rows [firstKey(i), endKey(i)) of kv.

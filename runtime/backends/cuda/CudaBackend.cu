@@ -1625,7 +1625,7 @@ private:
       // A dropout gradient without its mask draws the mask again: the same dropout.
       if (inst.opcode() == Opcode::DropoutGrad && inst.inputs()->size() == 2) {
         launchDropoutGrad(c.p(in[0]), static_cast<const uint8_t *>(in[1].data), c.p(out[0]), c.n(),
-                          static_cast<float>(1.0 / (1.0 - inst.rate())), stream_);
+                          keptScale(inst.rate()), stream_);
         break;
       }
       const bool masked = inst.opcode() == Opcode::Dropout && inst.outputs()->size() == 2;

@@ -63,8 +63,8 @@ template <typename Attributes> void mask(Attributes &attributes, const SdpaProbl
 }
 
 /// Where `problem` drops probabilities: its keep mask [b, heads, s, s] (the graph's
-/// 16-bit type; rows `pitch` apart, SdpaProblem::keepPitch), and the scale of the kept
-/// ones, 1/(1 − rate), as our kernels round it.
+/// 16-bit type; rows `pitch` apart, SdpaProblem::keepPitch), given beside the kept
+/// ones' scale (core/SharedMath.h's keptScale, as our kernels take it).
 std::shared_ptr<fe::graph::Tensor_attributes> keepMask(fe::graph::Graph &graph,
                                                        const SdpaProblem &p) {
   const int64_t heads = p.layout.heads, pitch = SdpaProblem::keepPitch(p.s);
@@ -77,7 +77,6 @@ std::shared_ptr<fe::graph::Tensor_attributes> keepMask(fe::graph::Graph &graph,
 std::shared_ptr<fe::graph::Tensor_attributes> scalar(float value) {
   return std::make_shared<fe::graph::Tensor_attributes>(value);
 }
-float keptScale(const SdpaProblem &p) { return static_cast<float>(1.0 / (1.0 - p.rate)); }
 
 /// A graph over `problem`'s views, with forward's or backward's SDPA node.
 std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const SdpaLayout &view,
@@ -97,7 +96,7 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                           .set_attn_scale(problem.scale);
     mask(attributes, problem);
     if (problem.rate > 0)
-      attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem)));
+      attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem.rate)));
     auto [o, stats] = graph->sdpa(q, k, v, attributes);
     output(*o, kO, view.o);
     stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT)
@@ -118,7 +117,7 @@ std::shared_ptr<fe::graph::Graph> graphOf(const SdpaProblem &problem, const Sdpa
                         .set_deterministic_algorithm(true); // no atomics: the same bits
   mask(attributes, problem);
   if (problem.rate > 0)
-    attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem)),
+    attributes.set_dropout(keepMask(*graph, problem), scalar(keptScale(problem.rate)),
                            scalar(static_cast<float>(1.0 - problem.rate)));
   auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, attributes);
   output(*dQ, kDQ, view.q);

@@ -19,7 +19,7 @@ template <typename T>
 __global__ void dropoutKernel(const T *x, T *out, uint8_t *mask, int64_t n, double rate,
                               uint32_t stream, ShardMap shard, const StepCounters *counters,
                               bool vector) {
-  const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
+  const float scale = keptScale(rate);
   const StepCounters c = *counters;
   GRID_STRIDE(q, quadsOf(n)) {
     const int64_t i = 4 * q;
@@ -42,7 +42,7 @@ template <typename T>
 __global__ void biasDropoutAddKernel(const T *x, const T *residual, const T *bias, int64_t cols,
                                      T *out, uint8_t *mask, int64_t n, double rate, uint32_t stream,
                                      ShardMap shard, const StepCounters *counters, bool vector) {
-  const float scale = rate == 0 ? 1.f : static_cast<float>(1.0 / (1.0 - rate));
+  const float scale = keptScale(rate);
   const StepCounters c = *counters;
   // Each product and sum rounded on its own (no contraction into a fused multiply-add),
   // as the separate kernels compute them.
