@@ -479,7 +479,8 @@ inline AttentionShape attentionShape(const TensorView &qkv, int64_t rows, int64_
 /// The keep mask of a's dropped probabilities, as cuDNN's flash attention multiplies
 /// them by it: keep[((bi·heads + hi)·s + i)·pitch + j] = 1 where dropout keeps
 /// probability (i, j) — dropFactor's draw, the CPU backend's — else 0, and 0 where the
-/// mask hides key j from query i (never left undefined: 0 times a NaN's bits is NaN).
+/// mask hides key j from query i, and 0 in each row's padding [s, pitch) (nothing left
+/// undefined: 0 times a NaN's bits is NaN, should an engine read a whole vector past s).
 /// Queries and keys are the whole sequence's rows (no context parallelism). A block a
 /// row; a thread four keys (rng::attentionKeeps). `pitch`, a multiple of 4, keeps every
 /// row's quads aligned where the mask's first is.
@@ -490,14 +491,16 @@ __global__ void attentionKeepMaskKernel(T *keep, int64_t pitch, AttentionShape a
   for (int64_t row = blockIdx.x; row < a.b * a.heads * a.s; row += gridDim.x) {
     const int64_t i = row % a.s, hi = row / a.s % a.heads, bi = row / a.s / a.heads;
     const int64_t first = a.mask.firstKey(i), end = a.mask.endKey(i, a.s);
-    for (int64_t j = 4 * static_cast<int64_t>(threadIdx.x); j < a.s; j += 4 * blockDim.x) {
-      const int count = quadCount(a.s, j);
-      bool keeps[4];
-      rng::attentionKeeps(c.seed, c.step, c.microBatch, a.stream, a.maskIndex(bi, hi, i, j, a.s), j,
-                          count, first, end, a.rate, keeps);
+    for (int64_t j = 4 * static_cast<int64_t>(threadIdx.x); j < pitch; j += 4 * blockDim.x) {
       float kept[4] = {};
-      forQuad(count, [&](int k) { kept[k] = keeps[k]; });
-      storeQuad(keep + row * pitch, j, count, vector, kept);
+      if (j < a.s) {
+        const int count = quadCount(a.s, j);
+        bool keeps[4];
+        rng::attentionKeeps(c.seed, c.step, c.microBatch, a.stream, a.maskIndex(bi, hi, i, j, a.s),
+                            j, count, first, end, a.rate, keeps);
+        forQuad(count, [&](int k) { kept[k] = keeps[k]; });
+      }
+      storeQuad(keep + row * pitch, j, 4, vector, kept);
     }
   }
 }

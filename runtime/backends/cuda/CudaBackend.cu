@@ -510,6 +510,17 @@ private:
     check(code, what);
     return data;
   }
+  /// grow(buffer, bytes), or null where the device had no room for it or for fewer
+  /// bytes before (`refused`, 0 or the smallest refused: not tried again, each try
+  /// waiting for the device to free the buffer).
+  void *growUnlessRefused(DeviceBuffer &buffer, size_t bytes, size_t &refused, const char *what) {
+    if (refused != 0 && bytes >= refused)
+      return nullptr;
+    void *data = grow(buffer, bytes, what, true);
+    if (!data)
+      refused = bytes;
+    return data;
+  }
   /// One instruction's temporaries.
   void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
   /// A table of chunks on the device, copied only when it differs from the last one
@@ -856,8 +867,13 @@ private:
     else if (a.queries.chunk != 0)
       why = "its queries are a context-parallel share of the sequence";
     SdpaProblem problem{a.layout, a.b, a.s, type, a.mask.causal, a.mask.window, a.scale, a.rate};
+    const void *written = nullptr; // the mask, once a call has asked for it
+    if (a.rate > 0)
+      problem.keep = [&](std::string &whyNot) {
+        return written ? written : (written = keepMask(a, type, whyNot));
+      };
     const bool eligible = why.empty();
-    if (eligible && (a.rate == 0 || keepMask(a, problem, why)) && call(problem, why))
+    if (eligible && call(problem, why))
       return true;
     std::string shape = cat(a.b, " x ", a.s, " tokens, ", a.heads, " heads of ", a.d, " (",
                             a.layout.kv, " key/value)");
@@ -871,29 +887,23 @@ private:
     }
     return false;
   }
-  /// problem.keep = a's keep mask, written to keep_ where cuDNN has graphs for `problem`
-  /// (it is not written for a problem cuDNN declines: on Blackwell, cuDNN's deterministic
-  /// backward drops no probabilities); false, with `why`, where not, or where the device
-  /// has no room for it (remembered: a mask as large is not tried again).
-  bool keepMask(const AttentionShape &a, SdpaProblem &problem, std::string &why) {
-    if (!cudnn_.supports(problem, why))
-      return false;
+  /// a's keep mask, written to keep_ (cuDNN asks for it once it has graphs and a
+  /// workspace for the call: none is written for a problem it declines, as on Blackwell,
+  /// whose deterministic backward drops no probabilities); null, with `why`, where the
+  /// device has no room for it.
+  const void *keepMask(const AttentionShape &a, DType type, std::string &why) {
     const int64_t pitch = SdpaProblem::keepPitch(a.s);
-    const size_t bytes = dtypeBytes(problem.dtype) * a.b * a.heads * a.s * pitch;
-    void *keep = keepRefused_ == 0 || bytes < keepRefused_
-                     ? grow(keep_, bytes, "allocating attention's keep mask", true)
-                     : nullptr;
+    const size_t bytes = dtypeBytes(type) * a.b * a.heads * a.s * pitch;
+    void *keep = growUnlessRefused(keep_, bytes, keepRefused_, "allocating attention's keep mask");
     if (!keep) {
-      keepRefused_ = keepRefused_ == 0 ? bytes : std::min(keepRefused_, bytes);
       why = cat("its keep mask of ", bytes, " bytes does not fit");
-      return false;
+      return nullptr;
     }
-    withStorage(problem.dtype, [&](auto tag) {
+    withStorage(type, [&](auto tag) {
       launchAttentionKeepMask(static_cast<decltype(tag) *>(keep), pitch, a, stream_);
     });
     launched("attention's keep mask");
-    problem.keep = keep;
-    return true;
+    return keep;
   }
   /// Attention cuDNN never runs (a ring step's): under MT_CUDA_ATTENTION=cudnn, an error.
   void withoutCudnn(const AttentionShape &a, DType type) {
@@ -901,7 +911,8 @@ private:
   }
   CudnnAttention::Workspace cudnnWorkspace() {
     return [this](size_t bytes) {
-      return grow(cudnnWorkspace_, bytes, "allocating cuDNN's workspace", true);
+      return growUnlessRefused(cudnnWorkspace_, bytes, workspaceRefused_,
+                               "allocating cuDNN's workspace");
     };
   }
 
@@ -1684,7 +1695,8 @@ private:
   DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
   DeviceBuffer staging_;  // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
   DeviceBuffer keep_;     // attention's keep mask for cuDNN (keepMask)
-  size_t keepRefused_ = 0; // the smallest keep mask the device had no room for (0: none)
+  size_t keepRefused_ = 0;      // the smallest keep mask the device had no room for (0: none)
+  size_t workspaceRefused_ = 0; // the smallest cuDNN workspace it had no room for (0: none)
   Staged staged_;
   Place running_;      // of the run() call running, or last run
   uint64_t calls_ = 0; // run() calls

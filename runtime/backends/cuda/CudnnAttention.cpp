@@ -235,8 +235,15 @@ struct CudnnAttention::Graphs {
       why = cat("cuDNN's workspace of ", bytes, " bytes does not fit");
       return false;
     }
-    if (problem.rate > 0)
-      pointers[kKeep] = const_cast<void *>(problem.keep);
+    if (problem.rate > 0) {
+      const void *keep = problem.keep ? problem.keep(why) : nullptr;
+      if (!keep) {
+        if (why.empty())
+          why = "no keep mask was given for its dropped probabilities";
+        return false;
+      }
+      pointers[kKeep] = const_cast<void *>(keep);
+    }
     for (auto [uid, gradient, part] : {std::tuple{kQ, kDQ, &view.q}, std::tuple{kK, kDK, &view.k},
                                        std::tuple{kV, kDV, &view.v}}) {
       pointers[uid] = at(qkv, part->offset, problem.dtype);

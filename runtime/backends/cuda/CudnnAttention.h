@@ -29,8 +29,11 @@ struct SdpaProblem {
   float scale = 1;
   double rate = 0; // of dropping probabilities
   /// Where rate > 0, the keep mask [b, heads, s, s] in `dtype` (1 kept, 0 dropped), its
-  /// rows keepPitch(s) elements apart, which a call reads (not part of the graph's key).
-  const void *keep = nullptr;
+  /// rows keepPitch(s) elements apart, which a call reads (not part of the graph's key):
+  /// a call asks for it once its graph and workspace are secured, just before cuDNN runs
+  /// (so no mask is written for a call that then declines); null, with `why`, where it
+  /// cannot be had (the call returns false, launching nothing).
+  std::function<const void *(std::string &why)> keep = nullptr;
   /// A whole number of 16 bytes in 16 bits, as cuDNN wants its tensors' strides.
   static int64_t keepPitch(int64_t s) { return paddedColumn(s, 2); }
 };
