@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 using namespace mlir;
 
@@ -177,6 +178,48 @@ double fusedAttentionSeconds(Attention op, mlir::mt::GemmShape scores, mlir::mt:
   const double share = mask.pairs(scores.n) / (s * s);
   const int products = backward ? (op.getStats() ? 7 : 8) : 2; // kept statistics: QKᵀ once less
   return launches + share * products * static_cast<double>(scores.flops()) / system.peak("f32");
+}
+
+/// Attention as a runtime that materializes its scores runs it (RuntimeSpec::
+/// materializedAttention): each product a batched GEMM on tensor cores over the whole
+/// square (a causal mask computes no fewer blocks), the [b, heads, s, s] scores written
+/// by the first and read by the next between memory-bound kernels — the fused
+/// scale-mask-softmax (reads the scores, writes the probabilities; backward reads them
+/// and their gradient, writes the scores') and, where the op drops probabilities itself,
+/// dropout (reads and writes them, and a mask of a byte each; backward reads the mask and
+/// the gradient, writes it). The unfused plan's own dropout is an op of its own.
+double materializedAttentionSeconds(Operation *op, const SystemSpec &system) {
+  SmallVector<mlir::mt::GemmShape> gemms = cast<mlir::mt::CostOpInterface>(op).getGemms();
+  const Type type = op->getOperand(0).getType();
+  const int64_t size = elementBytes(op->getOperand(0));
+  double seconds = 0;
+  for (const mlir::mt::GemmShape &g : gemms)
+    seconds += system.kernelOverhead + gemmSeconds(system, g, computeType(type), size);
+  // The scores' count: of the first product, QKᵀ's result (dQ = dS·K's k, ProbsGrad's).
+  const mlir::mt::GemmShape &first = gemms[0];
+  const int64_t scores =
+      first.batch * first.m * (isa<mlir::mt::AttentionProbsGradOp>(op) ? first.k : first.n);
+  auto passes = [&](int64_t bytesPerScore) {
+    seconds += system.kernelOverhead + memorySeconds(system, bytesPerScore * scores);
+  };
+  auto dropping = [](auto attention) {
+    const std::optional<llvm::APFloat> rate = attention.getDropout();
+    return rate && rate->convertToDouble() > 0;
+  };
+  if (isa<mlir::mt::AttentionProbsOp>(op))
+    passes(2 * size);
+  else if (isa<mlir::mt::AttentionProbsGradOp>(op))
+    passes(3 * size);
+  else if (auto forward = dyn_cast<mlir::mt::AttentionOp>(op)) {
+    passes(2 * size);
+    if (dropping(forward))
+      passes(2 * size + 1);
+  } else if (auto backward = dyn_cast<mlir::mt::AttentionGradOp>(op)) {
+    passes(3 * size);
+    if (dropping(backward))
+      passes(2 * size + 1);
+  }
+  return seconds;
 }
 
 /// The matrix products a kernel runs, in seconds: a linear's on tensor cores; attention's
@@ -631,6 +674,12 @@ double kernelSeconds(Operation *op, const SystemSpec &system) {
   auto cost = dyn_cast<mlir::mt::CostOpInterface>(op);
   if (!cost)
     return 0;
+  // Another runtime's attention: the system's calibrated families are mtrun's kernels.
+  if (system.runtime.materializedAttention &&
+      isa<mlir::mt::AttentionOp, mlir::mt::AttentionGradOp, mlir::mt::AttentionProbsOp,
+          mlir::mt::AttentionContextOp, mlir::mt::AttentionProbsGradOp,
+          mlir::mt::AttentionContextGradOp>(op))
+    return materializedAttentionSeconds(op, system);
   return calibrated(system, familyOf(op), profileFlops(op), cost.getBytesMoved(),
                     modelSeconds(cost, system)) +
          stagingSeconds(op, system);
@@ -653,24 +702,40 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
   StepLayout layout;
   layout.options = options;
   const Placement placement = placeGroups(system, layout);
+  // A runtime that reruns a recomputed layer's whole forward: each layer's forward apart,
+  // and the layers whose ops mt-recompute copied (those copies not costed).
+  const bool whole = system.runtime.recomputeWholeLayers;
+  std::vector<std::map<int64_t, PassCost>> layers(chunks.size());
+  std::vector<std::set<int64_t>> recomputed(chunks.size());
+  auto cost = [&](Operation *op, size_t chunk, bool forward) {
+    auto layer = op->getAttrOfType<IntegerAttr>(mlir::mt::kLayerAttr);
+    if (whole && layer && op->hasAttr(mlir::mt::kRecomputedAttr)) {
+      recomputed[chunk].insert(layer.getInt());
+      return;
+    }
+    costOp(op, system, placement, options,
+           forward ? chunks[chunk].forward : chunks[chunk].backward);
+    if (whole && layer && forward)
+      costOp(op, system, placement, options, layers[chunk][layer.getInt()]);
+  };
   module.walk([&](func::FuncOp fn) {
     if (fn.getName() == "train_step") {
       Block &body = fn.getFunctionBody().front();
       DenseMap<Operation *, int64_t> position;
       const int64_t backwardStart = mlir::mt::numberOps(body, position);
       for (Operation &op : body)
-        costOp(&op, system, placement, options,
-               position[&op] < backwardStart ? chunks[0].forward : chunks[0].backward);
+        cost(&op, 0, position[&op] < backwardStart);
       return;
     }
     bool forward = false;
     std::optional<int64_t> v = chunkOf(fn, forward);
     if (!v || *v >= static_cast<int64_t>(chunks.size()))
       return;
-    fn.walk([&](Operation *op) {
-      costOp(op, system, placement, options, forward ? chunks[*v].forward : chunks[*v].backward);
-    });
+    fn.walk([&](Operation *op) { cost(op, static_cast<size_t>(*v), forward); });
   });
+  for (size_t c = 0; c < chunks.size(); ++c)
+    for (int64_t layer : recomputed[c])
+      addRecomputed(chunks[c].backward, layers[c][layer]);
   for (ChunkProfile &c : chunks) {
     c.forward.host = hostWaiting(system, c.forward.queued);
     c.backward.host = hostWaiting(system, c.backward.queued);
@@ -685,6 +750,22 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
     chunks[0].backward.host = hostWaiting(system, program);
   }
   return chunks;
+}
+
+void addRecomputed(PassCost &backward, const PassCost &layer) {
+  backward.recompute += layer.compute + layer.recompute;
+  backward.tensorParallel += layer.tensorParallel;
+  backward.sequenceParallel += layer.sequenceParallel;
+  backward.contextParallel += layer.contextParallel;
+  backward.expertParallel += layer.expertParallel;
+  backward.tensorParallelBytes += layer.tensorParallelBytes;
+  backward.sequenceParallelBytes += layer.sequenceParallelBytes;
+  backward.contextParallelBytes += layer.contextParallelBytes;
+  backward.expertParallelBytes += layer.expertParallelBytes;
+  backward.launches += layer.launches;
+  backward.queued.insert(backward.queued.end(), layer.queued.begin(), layer.queued.end());
+  for (const auto &[name, cost] : layer.families)
+    backward.families[name].add(cost);
 }
 
 double pipelineMessageSeconds(const SystemSpec &system, const StepLayout &layout,

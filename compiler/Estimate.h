@@ -85,8 +85,14 @@ struct ChunkProfile {
   PassCost forward, backward;
 };
 
+/// Adds a recomputed layer's forward (`layer`, costed as its forward pass) to a backward
+/// pass as recomputation: its kernels, collectives, launches and families.
+void addRecomputed(PassCost &backward, const PassCost &layer);
+
 /// Profiles every chunk of a module lowered by `lowerToTrainStep`: one (@train_step)
-/// without a pipeline, else one per virtual stage (@forward_v, @backward_v).
+/// without a pipeline, else one per virtual stage (@forward_v, @backward_v). Under a
+/// runtime that recomputes whole layers (RuntimeSpec::recomputeWholeLayers), each layer
+/// mt-recompute copied ops of costs its whole forward again, in place of the copies.
 std::vector<ChunkProfile> profileChunks(mlir::ModuleOp module, const SystemSpec &system,
                                         const CompileOptions &options);
 

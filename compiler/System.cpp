@@ -232,7 +232,9 @@ bool readRuntime(Fields &f, RuntimeSpec &r) {
       {"cuda_graphs", &r.graphs},
       {"overlap_gradient_reduction", &r.overlapGradientReduction},
       {"overlap_parameter_gather", &r.overlapParameterGather},
-      {"pipeline_scatter_gather", &r.pipelineScatterGather}};
+      {"pipeline_scatter_gather", &r.pipelineScatterGather},
+      {"materialized_attention", &r.materializedAttention},
+      {"recompute_whole_layers", &r.recomputeWholeLayers}};
   for (auto [key, value] : flags)
     if (f.has(key) && !f.flag(key, *value))
       return false;

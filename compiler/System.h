@@ -70,6 +70,15 @@ struct RuntimeSpec {
   /// A pipeline message under tensor parallelism sent as tp pieces, one per rank, then
   /// all-gathered within the node (Megatron's scatter/gather optimisation).
   bool pipelineScatterGather = false;
+  /// Attention that writes its scores [b, heads, s, s] to memory: batched products on
+  /// tensor cores over the whole square, softmax and dropout as memory-bound kernels
+  /// between them (Megatron-LM before flash attention), in place of the plan's own kernels.
+  bool materializedAttention = false;
+  /// Recomputation that reruns each recomputed layer's whole forward, the products whose
+  /// results backward never reads included (a checkpointed function run again, as
+  /// Megatron's CheckpointFunction does), in place of mt-recompute's copies of what
+  /// backward reads.
+  bool recomputeWholeLayers = false;
 
   /// Reads a runtime's fields from a system file's `runtime` or a runtime file
   /// (systems/runtimes/*.json); a field absent keeps its value.

@@ -5,6 +5,9 @@
 #include "compiler/Estimate.h"
 #include "compiler/GemmModel.h"
 #include "compiler/Registration.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -458,6 +461,95 @@ TEST_F(LoweredTest, EachStageHoldsItsOwnWorkspaces) {
                 last = e.account.stages[1].total() + dp + staging;
   EXPECT_EQ(e.gpuBytes, std::max(first, last));
   EXPECT_EQ(e.workspaceBytes, first > last ? dp : dp + staging);
+}
+
+// A runtime that materializes attention's scores (Megatron-LM before flash attention):
+// batched products on tensor cores over the whole square whatever the mask, the scores
+// [2, 16, 2048, 2048] in bf16 written and read between memory-bound kernels: softmax
+// (2 bytes a score each way), dropout where the fused op drops (and a byte of mask),
+// backward softmax's gradient (3 x 2 bytes) and dropout's (2 x 2 + 1). The unfused
+// plan's ops cost the same products and passes, its dropout being an op of its own.
+TEST_F(LoweredTest, MaterializedAttentionCostsItsProductsAndItsScoresPasses) {
+  SystemSpec s = a100();
+  s.kernelOverhead = 3e-6;
+  s.runtime.materializedAttention = true;
+  const std::vector<mlir::Operation *> ops = opsOf(R"(
+    func.func @f(%qkv: tensor<2x2048x3072xbf16>, %dy: tensor<2x2048x1024xbf16>, %p: tensor<2x16x2048x2048xbf16>) {
+      %c = mt.attention %qkv {causal, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %g = mt.attention_grad %dy, %qkv, %c {causal, heads = 16 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %d = mt.attention %qkv {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %e = mt.attention_grad %dy, %qkv, %d {causal, dropout = 1.000000e-01 : f64, heads = 16 : i64, stream = 1 : i64} : (tensor<2x2048x1024xbf16>, tensor<2x2048x3072xbf16>, tensor<2x2048x1024xbf16>) -> tensor<2x2048x3072xbf16>
+      %probs = mt.attention_probs %qkv {causal, heads = 16 : i64} : (tensor<2x2048x3072xbf16>) -> tensor<2x16x2048x2048xbf16>
+      %ctx = mt.attention_context %p, %qkv : (tensor<2x16x2048x2048xbf16>, tensor<2x2048x3072xbf16>) -> tensor<2x2048x1024xbf16>
+      %dp, %dv = mt.attention_context_grad %dy, %p, %qkv : (tensor<2x2048x1024xbf16>, tensor<2x16x2048x2048xbf16>, tensor<2x2048x3072xbf16>) -> (tensor<2x16x2048x2048xbf16>, tensor<2x2048x3072xbf16>)
+      %dqk = mt.attention_probs_grad %p, %p, %qkv : (tensor<2x16x2048x2048xbf16>, tensor<2x16x2048x2048xbf16>, tensor<2x2048x3072xbf16>) -> tensor<2x2048x3072xbf16>
+      return
+    })");
+  ASSERT_TRUE(held);
+  ASSERT_EQ(ops.size(), 8u); // %dp, %dv: one op
+  const double scores = 3e-6 + gemmSeconds(s, {32, 2048, 2048, 64}, "bf16", 2),
+               values = 3e-6 + gemmSeconds(s, {32, 2048, 64, 2048}, "bf16", 2);
+  auto pass = [&](int64_t bytesPerScore) {
+    return 3e-6 + memorySeconds(s, bytesPerScore * int64_t{32} * 2048 * 2048);
+  };
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[0], s), scores + values + pass(4));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[1], s), scores + 3 * values + pass(6));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[2], s), scores + values + pass(4) + pass(5));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[3], s), scores + 3 * values + pass(6) + pass(5));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[4], s), scores + pass(4));
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[5], s), values);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[6], s), scores + values);
+  EXPECT_DOUBLE_EQ(kernelSeconds(ops[7], s), 2 * values + pass(6));
+  // The square in memory outweighs flash attention's blocks on chip.
+  s.runtime.materializedAttention = false;
+  const double flash = kernelSeconds(ops[0], s);
+  s.runtime.materializedAttention = true;
+  EXPECT_GT(kernelSeconds(ops[0], s), 2 * flash);
+}
+
+// Under a runtime that reruns each recomputed layer's whole forward (Megatron's
+// CheckpointFunction), full recomputation costs every layer's forward again — the ops
+// whose results backward never reads (the MLP's second linear, its residual add)
+// included — in place of mt-recompute's copies of what backward reads.
+TEST_F(LoweredTest, WholeLayerRecomputationCostsEachLayersForwardAgain) {
+  SystemSpec s = a100();
+  StepLayout l;
+  l.options.microBatchSize = 2;
+  l.options.globalBatchSize = 2;
+  l.options.precision = "bf16";
+  l.options.recompute = "full";
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceFile<mlir::ModuleOp>(MTC_MODELS_DIR "/gpt-tiny.mlir", &context);
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(mlir::succeeded(prepareModel(*module, l.options)));
+  ASSERT_TRUE(mlir::succeeded(lowerToTrainStep(*module, l.options)));
+  const std::vector<ChunkProfile> pruned = profileChunks(*module, s, l.options);
+  s.runtime.recomputeWholeLayers = true;
+  const std::vector<ChunkProfile> whole = profileChunks(*module, s, l.options);
+  ASSERT_EQ(whole.size(), 1u);
+  // mt-recompute's copies, and the forward ops of gpt-tiny's two layers, costed one by one.
+  double copies = 0, forwardOfLayers = 0;
+  module->walk([&](mlir::Operation *op) {
+    if (op->hasAttr(mlir::mt::kLayerAttr) && op->hasAttr(mlir::mt::kRecomputedAttr))
+      copies += kernelSeconds(op, s);
+  });
+  mlir::func::FuncOp step = module->lookupSymbol<mlir::func::FuncOp>("train_step");
+  ASSERT_TRUE(step);
+  llvm::DenseMap<mlir::Operation *, int64_t> position;
+  const int64_t backwardStart = mlir::mt::numberOps(step.getFunctionBody().front(), position);
+  for (mlir::Operation &op : step.getFunctionBody().front())
+    if (op.hasAttr(mlir::mt::kLayerAttr) && position[&op] < backwardStart)
+      forwardOfLayers += kernelSeconds(&op, s);
+  EXPECT_DOUBLE_EQ(pruned[0].backward.recompute, copies);
+  EXPECT_NEAR(whole[0].backward.recompute, forwardOfLayers, 1e-18);
+  EXPECT_GT(whole[0].backward.recompute, pruned[0].backward.recompute);
+  EXPECT_EQ(whole[0].forward.compute, pruned[0].forward.compute);
+  EXPECT_EQ(whole[0].backward.compute, pruned[0].backward.compute);
+  // Each layer's second MLP linear, whose result backward never reads (mt-recompute
+  // copies the rest), runs again: 2 more Linear runs.
+  EXPECT_EQ(whole[0].backward.families.at("Linear").runs -
+                pruned[0].backward.families.at("Linear").runs,
+            2.0);
 }
 
 TEST_F(LoweredTest, TheOddVocabularysCopiesCostWhatTheCudaBackendRuns) {
