@@ -329,6 +329,7 @@ void costOp(Operation *op, const SystemSpec &system, const Placement &placement,
     costRing(op, placement, options, pass);
     const double seconds = kernelSeconds(op, system);
     (op->hasAttr(mlir::mt::kRecomputedAttr) ? pass.recompute : pass.compute) += seconds;
+    pass.gemmFlops += cost.getGemmFlops();
     pass.stagingBytes = std::max(pass.stagingBytes, stagingBytes(op));
     pass.attentionBytes = std::max(pass.attentionBytes, attentionWorkspaceBytes(op));
     record(seconds, profileFlops(op), static_cast<double>(cost.getBytesMoved()));
@@ -702,9 +703,10 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
   StepLayout layout;
   layout.options = options;
   const Placement placement = placeGroups(system, layout);
-  // A runtime that reruns a recomputed layer's whole forward: each layer's forward apart,
-  // and the layers whose ops mt-recompute copied (those copies not costed).
-  const bool whole = system.runtime.recomputeWholeLayers;
+  // A runtime that reruns a recomputed layer's whole forward under full recomputation
+  // (selective recomputation's copies are the attention core it reruns): each layer's
+  // forward apart, and the layers whose ops mt-recompute copied (those copies not costed).
+  const bool whole = system.runtime.recomputeWholeLayers && options.recompute == "full";
   std::vector<std::map<int64_t, PassCost>> layers(chunks.size());
   std::vector<std::set<int64_t>> recomputed(chunks.size());
   auto cost = [&](Operation *op, size_t chunk, bool forward) {
@@ -754,6 +756,8 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
 
 void addRecomputed(PassCost &backward, const PassCost &layer) {
   backward.recompute += layer.compute + layer.recompute;
+  backward.gemmFlops += layer.gemmFlops;
+  backward.wholeLayerFlops += layer.gemmFlops;
   backward.tensorParallel += layer.tensorParallel;
   backward.sequenceParallel += layer.sequenceParallel;
   backward.contextParallel += layer.contextParallel;
@@ -928,8 +932,13 @@ std::string estimateStep(const std::vector<ChunkProfile> &chunks, const SystemSp
   const U replicas =
       static_cast<U>(m) * static_cast<U>(o.tp) * static_cast<U>(o.cp) * static_cast<U>(o.dp);
   e.modelFlops = static_cast<U>(e.account.costs.gemmFlops) * replicas;
+  // Recomputation's products: mt-recompute's copies, or the whole layers a runtime reruns.
+  U wholeLayers = 0;
+  for (const ChunkProfile &c : chunks)
+    wholeLayers += static_cast<U>(c.backward.wholeLayerFlops);
   e.hardwareFlops =
-      (static_cast<U>(e.account.costs.gemmFlops) + static_cast<U>(e.account.recompute.gemmFlops)) *
+      (static_cast<U>(e.account.costs.gemmFlops) +
+       (wholeLayers > 0 ? wholeLayers : static_cast<U>(e.account.recompute.gemmFlops))) *
       replicas;
   out = std::move(e);
   return "";

@@ -71,6 +71,8 @@ struct PassCost {
   int64_t launches = 0;                                       // kernels and collectives
   int64_t stagingBytes = 0;   // the most any kernel's copies need (stagingBytes)
   int64_t attentionBytes = 0; // and cuDNN's attention (attentionWorkspaceBytes)
+  int64_t gemmFlops = 0;      // the products' FLOPs (CostOpInterface::getGemmFlops)
+  int64_t wholeLayerFlops = 0; // of them, whole layers rerun (RuntimeSpec::recomputeWholeLayers)
   std::vector<Launch> queued;                                 // the pass's launches, in order
   Families families;        // the kernels and collectives, by family
   double total() const {

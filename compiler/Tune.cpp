@@ -155,11 +155,14 @@ void Tuner::estimateVariantsOf(StepLayout layout, int64_t layers,
     if (sp && o.tp == 1)
       continue;
     for (const std::string &recompute : recomputes) {
-      if (o.cp > 1 && recompute == "selective")
-        continue; // it re-runs unfused attention, which context parallelism cannot split
+      // Selective recomputation re-runs unfused attention, as a runtime that materializes
+      // the scores runs it always: context parallelism cannot split it.
+      const bool unfused = recompute == "selective" || system_.runtime.materializedAttention;
+      if (o.cp > 1 && unfused)
+        continue;
       layout.options.sequenceParallel = sp;
       layout.options.recompute = recompute;
-      layout.options.attention = recompute == "selective" ? "unfused" : "fused";
+      layout.options.attention = unfused ? "unfused" : "fused";
       // One layer per chunk, lowered once per (tp, sp), says whether the layout lowers at
       // all and, exactly, what its parameters' state needs: a layout that cannot hold its
       // parameters is dropped before its own lowering.

@@ -3,7 +3,7 @@
 # tests and the GPU benchmark on a machine with no LLVM, no MPI and no -dev packages —
 # a bare GPU node. Plans are compiled here, where mtc is built, and travel as files.
 #
-#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test, bin/gpu_calibrate (CUDA builds)
+#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test, bin/gpu_calibrate, bin/gpu_streams (CUDA builds)
 #                                      wrappers: set the library path, run libexec/*
 #   lib/                               the shared libraries a bare node lacks (OpenBLAS,
 #                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
@@ -34,15 +34,17 @@ done
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,plans/calibrate,plans/ab,data,bench}
 cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/test/cuda_backend_test" "$out/libexec/"
-[ ! -x "$build/runtime/gpu_calibrate" ] || cp "$build/runtime/gpu_calibrate" "$out/libexec/"
+for tool in gpu_calibrate gpu_streams; do
+  [ ! -x "$build/runtime/$tool" ] || cp "$build/runtime/$tool" "$out/libexec/"
+done
 # Under the 64 MiB a lease carries: the tools but mtrun lose their symbol tables (mtrun,
 # which the sanitizers run, keeps its own for their host backtraces).
-for tool in mtckpt cuda_backend_test gpu_calibrate; do
+for tool in mtckpt cuda_backend_test gpu_calibrate gpu_streams; do
   [ ! -f "$out/libexec/$tool" ] || strip "$out/libexec/$tool"
 done
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
-for tool in mtrun mtckpt cuda_backend_test $([ ! -x "$out/libexec/gpu_calibrate" ] || echo gpu_calibrate); do
+for tool in mtrun mtckpt cuda_backend_test $(cd "$out/libexec" && ls gpu_calibrate gpu_streams 2>/dev/null); do
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done

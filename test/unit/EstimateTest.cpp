@@ -545,6 +545,39 @@ TEST_F(LoweredTest, WholeLayerRecomputationCostsEachLayersForwardAgain) {
   EXPECT_GT(whole[0].backward.recompute, pruned[0].backward.recompute);
   EXPECT_EQ(whole[0].forward.compute, pruned[0].forward.compute);
   EXPECT_EQ(whole[0].backward.compute, pruned[0].backward.compute);
+  // The hardware's FLOPs count the layers' forward products again.
+  double forwardLayerFlops = 0;
+  for (mlir::Operation &op : step.getFunctionBody().front())
+    if (auto cost = mlir::dyn_cast<mlir::mt::CostOpInterface>(&op);
+        cost && op.hasAttr(mlir::mt::kLayerAttr) && position[&op] < backwardStart)
+      forwardLayerFlops += static_cast<double>(cost.getGemmFlops());
+  EXPECT_EQ(whole[0].backward.wholeLayerFlops, static_cast<int64_t>(forwardLayerFlops));
+  StepEstimate e;
+  ASSERT_EQ(estimateStep(whole, s, l, e), "");
+  EXPECT_EQ(static_cast<double>(e.hardwareFlops - e.modelFlops), forwardLayerFlops);
+  // Sequence parallelism's gathers, copied for backward without recomputation, and
+  // selective recomputation's copies (the attention core) are what the runtime reruns.
+  StepLayout sp = l;
+  sp.options.tp = 2;
+  sp.options.sequenceParallel = true;
+  sp.options.recompute = "none";
+  StepEstimate gathers = estimate(sp, s), own;
+  s.runtime.recomputeWholeLayers = false;
+  own = estimate(sp, s);
+  EXPECT_EQ(gathers.parts.recompute, own.parts.recompute);
+  EXPECT_EQ(gathers.hardwareFlops, own.hardwareFlops);
+  s.runtime.recomputeWholeLayers = true;
+  l.options.recompute = "selective";
+  l.options.attention = "unfused";
+  mlir::OwningOpRef<mlir::ModuleOp> selective =
+      mlir::parseSourceFile<mlir::ModuleOp>(MTC_MODELS_DIR "/gpt-tiny.mlir", &context);
+  ASSERT_TRUE(selective);
+  ASSERT_TRUE(mlir::succeeded(prepareModel(*selective, l.options)));
+  ASSERT_TRUE(mlir::succeeded(lowerToTrainStep(*selective, l.options)));
+  const double rerun = profileChunks(*selective, s, l.options)[0].backward.recompute;
+  s.runtime.recomputeWholeLayers = false;
+  EXPECT_GT(rerun, 0.0);
+  EXPECT_EQ(rerun, profileChunks(*selective, s, l.options)[0].backward.recompute);
   // Each layer's second MLP linear, whose result backward never reads (mt-recompute
   // copies the rest), runs again: 2 more Linear runs.
   EXPECT_EQ(whole[0].backward.families.at("Linear").runs -

@@ -337,6 +337,17 @@ int runEstimate(MLIRContext &context, const Flags &args) {
   std::string precision;
   if (int status = mtc::readLayout(args, layout, precision))
     return status;
+  // A runtime that materializes attention's scores runs the unfused chain: its plan keeps
+  // the probabilities for backward, and its ops are costed as that runtime runs them.
+  if (system.runtime.materializedAttention) {
+    if (args.values.lookup("attention") == "fused")
+      return usageError("--attention fused: the runtime '" + system.runtime.name +
+                        "' materializes attention's scores (unfused)");
+    if (layout.options.cp > 1)
+      return usageError("--cp splits fused attention's queries; the runtime '" +
+                        system.runtime.name + "' materializes attention's scores (unfused)");
+    layout.options.attention = "unfused";
+  }
   double trainTokens = 0;
   if (args.values.count("train-tokens") &&
       (llvm::StringRef(args.values.lookup("train-tokens")).getAsDouble(trainTokens) ||
