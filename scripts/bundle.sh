@@ -3,7 +3,8 @@
 # tests and the GPU benchmark on a machine with no LLVM, no MPI and no -dev packages —
 # a bare GPU node. Plans are compiled here, where mtc is built, and travel as files.
 #
-#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test, bin/gpu_calibrate, bin/gpu_streams (CUDA builds)
+#   bin/mtrun, bin/mtckpt, bin/cuda_backend_test, bin/gpu_calibrate, bin/gpu_streams,
+#   bin/gpu_attention (CUDA builds)
 #                                      wrappers: set the library path, run libexec/*
 #   lib/                               the shared libraries a bare node lacks (OpenBLAS,
 #                                      OpenMP, zlib, ...) and the MPI plugin; CUDA's own
@@ -34,17 +35,17 @@ done
 rm -rf "$out"
 mkdir -p "$out"/{bin,libexec,lib,plans/cuda_backend_test,plans/bench,plans/calibrate,plans/ab,data,bench}
 cp "$build/tools/mtrun" "$build/tools/mtckpt" "$build/test/cuda_backend_test" "$out/libexec/"
-for tool in gpu_calibrate gpu_streams; do
+for tool in gpu_calibrate gpu_streams gpu_attention; do
   [ ! -x "$build/runtime/$tool" ] || cp "$build/runtime/$tool" "$out/libexec/"
 done
 # Under the 64 MiB a lease carries: the tools but mtrun lose their symbol tables (mtrun,
 # which the sanitizers run, keeps its own for their host backtraces).
-for tool in mtckpt cuda_backend_test gpu_calibrate gpu_streams; do
+for tool in mtckpt cuda_backend_test gpu_calibrate gpu_streams gpu_attention; do
   [ ! -f "$out/libexec/$tool" ] || strip "$out/libexec/$tool"
 done
 cp "$build/tools/libmtc_mpi.so" "$out/lib/"
 cp scripts/bundle/paths.sh "$out/lib/"
-for tool in mtrun mtckpt cuda_backend_test $(cd "$out/libexec" && ls gpu_calibrate gpu_streams 2>/dev/null); do
+for tool in mtrun mtckpt cuda_backend_test $(cd "$out/libexec" && ls gpu_calibrate gpu_streams gpu_attention 2>/dev/null); do
   cp scripts/bundle/wrapper.sh "$out/bin/$tool"
   chmod +x "$out/bin/$tool"
 done
