@@ -298,7 +298,8 @@ void printEstimate(const StepEstimate &e, const SystemSpec &system, const StepLa
   part("  optimizer", p.optimizer) << "  (zeroing, gradient norm, Adam; memory-bound)\n";
   row("model FLOPs/step") << withCommas(e.modelFlops) << "\n";
   row("throughput") << llvm::format(
-      "%.1f TFLOP/s per GPU (model), %.1f (hardware), MFU %.1f%% of %.0f TFLOP/s; "
+      "%.1f TFLOP/s per GPU (model), %.1f (hardware: recomputation counted, as Narayanan et al. "
+      "report), MFU %.1f%% of %.0f TFLOP/s; "
       "%.0f tokens/s\n",
       f.modelTflops, f.hardwareTflops, 100.0 * f.mfu, system.peak(o.precision) / 1e12,
       f.tokensPerSecond);
