@@ -104,69 +104,93 @@ std::shared_ptr<fe::graph::Graph> graphOf(const Shape &p, bool forward, bool det
   return g;
 }
 
-/// Prints `label`'s plans as JSON: each plan's median seconds and TFLOP/s.
+/// `text` as the inside of a JSON string.
+std::string jsonText(const std::string &text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return out;
+}
+
+/// Prints `label`'s plans as JSON: each plan's time per run and TFLOP/s, or why it has
+/// none.
 void timePlans(cudnnHandle_t handle, const Shape &p, const char *label, bool forward,
                bool deterministic, const std::unordered_map<int64_t, void *> &buffers, bool last) {
-  auto g = graphOf(p, forward, deterministic);
+  std::printf("      \"%s\": ", label);
+  std::shared_ptr<fe::graph::Graph> g;
+  fe::error_t status;
+  try { // the frontend throws on some graphs it cannot take
+    g = graphOf(p, forward, deterministic);
+    status = g->validate();
+    if (status.is_good())
+      status = g->build_operation_graph(handle);
+    if (status.is_good())
+      status = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (status.is_good())
+      status = g->check_support();
+  } catch (const std::exception &e) {
+    status = {fe::error_code_t::GRAPH_NOT_SUPPORTED, e.what()};
+  }
+  if (!status.is_good()) {
+    std::printf("{\"error\": \"%s\"}%s\n", jsonText(status.get_message()).c_str(), last ? "" : ",");
+    return;
+  }
   // The graph's own tensors' buffers: the forward writes o and the statistics, which the
   // backward reads.
   std::unordered_map<int64_t, void *> pointers;
   for (Uid uid : forward ? std::vector<Uid>{kQ, kK, kV, kO, kStats}
                          : std::vector<Uid>{kQ, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV})
     pointers[uid] = buffers.at(uid);
-  std::printf("      \"%s\": ", label);
-  fe::error_t status = g->validate();
-  if (status.is_good())
-    status = g->build_operation_graph(handle);
-  if (status.is_good())
-    status = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
-  if (status.is_good())
-    status = g->check_support();
-  if (status.is_good())
-    status = g->build_plans(fe::BuildPlanPolicy_t::ALL);
-  if (!status.is_good()) {
-    std::string why = status.get_message();
-    std::replace(why.begin(), why.end(), '"', '\'');
-    std::printf("{\"error\": \"%s\"}%s\n", why.c_str(), last ? "" : ",");
-    return;
-  }
   const double pairs = p.s * (p.s + 1) / 2.0;
   const double flops = (forward ? 2 : 5) * 2.0 * p.b * p.h * pairs * p.d;
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "event");
   check(cudaEventCreate(&stop), "event");
   std::printf("[");
+  // The first 12 configurations the heuristics rank, each built alone (building them all
+  // would compile every one).
   const int64_t plans = std::min<int64_t>(g->get_execution_plan_count(), 12);
-  bool first = true;
   for (int64_t i = 0; i < plans; ++i) {
+    std::printf("%s{\"plan\": %lld, ", i ? ", " : "", static_cast<long long>(i));
     int64_t bytes = 0;
-    if (!g->get_workspace_size_plan_at_index(i, bytes).is_good())
-      continue;
+    fe::error_t built = g->build_plan_at_index(i);
+    if (built.is_good())
+      built = g->get_workspace_size_plan_at_index(i, bytes);
     void *workspace = nullptr;
-    if (bytes > 0 && cudaMalloc(&workspace, bytes) != cudaSuccess)
+    if (!built.is_good() || (bytes > 0 && cudaMalloc(&workspace, bytes) != cudaSuccess)) {
+      std::printf("\"error\": \"%s\"}", built.is_good() ? "no memory for its workspace"
+                                                        : jsonText(built.get_message()).c_str());
+      (void)cudaGetLastError();
       continue;
+    }
+    // Batches of 10 runs queued back to back (each call's host work hidden behind the
+    // device's), after 2 runs of warm-up: the median batch's time per run.
+    auto run = [&] { return g->execute_plan_at_index(handle, pointers, workspace, i).is_good(); };
+    bool ok = run() && run();
     std::vector<float> ms;
-    bool ok = true;
-    for (int run = 0; run < 12 && ok; ++run) {
+    for (int batch = 0; batch < 5 && ok; ++batch) {
       check(cudaEventRecord(start), "record");
-      ok = g->execute_plan_at_index(handle, pointers, workspace, i).is_good();
+      for (int r = 0; r < 10 && ok; ++r)
+        ok = run();
       check(cudaEventRecord(stop), "record");
       check(cudaEventSynchronize(stop), "synchronize");
       float t = 0;
       check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-      if (run >= 2)
-        ms.push_back(t);
+      ms.push_back(t / 10);
     }
     cudaFree(workspace);
-    (void)cudaGetLastError();
-    if (!ok)
+    if (!ok) {
+      (void)cudaGetLastError();
+      std::printf("\"error\": \"a run failed\"}");
       continue;
+    }
     std::sort(ms.begin(), ms.end());
     const double seconds = ms[ms.size() / 2] / 1e3;
-    std::printf("%s{\"plan\": %lld, \"workspace_bytes\": %lld, \"us\": %.2f, \"tflops\": %.1f}",
-                first ? "" : ", ", static_cast<long long>(i), static_cast<long long>(bytes),
-                seconds * 1e6, flops / seconds / 1e12);
-    first = false;
+    std::printf("\"workspace_bytes\": %lld, \"us\": %.2f, \"tflops\": %.1f}",
+                static_cast<long long>(bytes), seconds * 1e6, flops / seconds / 1e12);
   }
   std::printf("]%s\n", last ? "" : ",");
   cudaEventDestroy(start);
@@ -199,6 +223,7 @@ int main() {
       pointers[uid] = x;
     }
     check(cudaMalloc(&pointers[kStats], sizeof(float) * p.b * p.h * p.s), "cudaMalloc");
+    check(cudaMemset(pointers[kStats], 0, sizeof(float) * p.b * p.h * p.s), "cudaMemset");
     check(cudaDeviceSynchronize(), "fill");
     std::printf("    {\"shape\": \"%s\", \"b\": %lld, \"heads\": %lld, \"s\": %lld, \"d\": %lld,\n",
                 p.name, static_cast<long long>(p.b), static_cast<long long>(p.h),

@@ -31,6 +31,9 @@
 #   streams      gpu_streams: a layer's backward products with the weight gradients on a
 #                second stream beside the input gradients, against one stream (GPT-2
 #                124M's and the 1.3B's shapes): what overlapping them would save
+#   side-ab      GPT-2 124M trained with its weight gradients on one stream and on two
+#                (MT_CUDA_SIDE_STREAM=on), twice in turn, unprofiled (a profile runs one
+#                stream): tokens/s, and whether the losses are the same bits
 #   attention-engines  gpu_attention: every engine cuDNN's flash attention offers for
 #                GPT-2 124M's and the 1.3B's attention, forward and backward
 #                (deterministic, and with atomics for the price of determinism)
@@ -57,7 +60,7 @@ say() { echo "session: $*" | tee -a "$out/session.log"; }
 # calibrate's with its step runs, and dropout-ab's, guessed. The default four's limits add to 660 s: under
 # the default budget the last, sanitize, gets what is left.
 declare -A limits=([bench-gpt2]=90 [backend]=60 [test-gpu]=300 [bench-1.3b]=150 [mtc-1.3b]=70 [sanitize]=120
-  [calibrate]=180 [streams]=30 [attention-engines]=90 [fusion-ab]=60 [vocab-ab]=45 [dropout-ab]=60 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
+  [calibrate]=180 [streams]=30 [side-ab]=90 [attention-engines]=90 [fusion-ab]=60 [vocab-ab]=45 [dropout-ab]=60 [attention-ab]=90 [gemm-ab]=120 [kernels]=150)
 # ROUNDS rounds of each plan of plans/ab profiled in turn, on the same tokens.
 ab() {
   local rounds=$1
@@ -95,6 +98,19 @@ run_step() {
     ;;
   sanitize) LOGS="$logs/sanitize" bash "$here/test-gpu.sh" --sanitize-only ;;
   streams) "$here/bin/gpu_streams" ;;
+  side-ab)
+    [ -s "$logs/tokens.idx" ] || python3 "$here/bench/random_tokens.py" "$logs/tokens" 50257 2000000 ||
+      return
+    for round in 1 2; do
+      for side in off on; do
+        echo "== MT_CUDA_SIDE_STREAM=$side, round $round"
+        MT_CUDA_SIDE_STREAM=$side "$here/bin/mtrun" "$here/plans/ab/gpt2-124m.mtp" --backend cuda \
+          --data "$logs/tokens" --steps 30 --log-every 10 --lr 1e-4 \
+          --metrics "$logs/side-$side.$round.metrics" || return
+      done
+    done
+    cmp "$logs/side-off.1.metrics" "$logs/side-on.1.metrics" && echo "side-ab: the same losses"
+    ;;
   attention-engines) "$here/bin/gpu_attention" ;;
   fusion-ab) ab 2 gpt2-124m gpt2-124m-no-bias-grad-fusion ;;
   vocab-ab) ab 1 gpt2-124m gpt2-124m-unpadded ;;

@@ -72,6 +72,17 @@ if [ "$gpus" -gt 0 ]; then
     "$logs/cuda_backend_test.cublas.log" | tr '\n' ' ')"
   [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_GEMM=cublas (see $logs/cuda_backend_test.cublas.log)"
 fi
+# 1d. Weight gradients on a second stream (MT_CUDA_SIDE_STREAM=on), on every case with a
+# linear: what they read and write waited for where later instructions meet it.
+if [ "$gpus" -gt 0 ]; then
+  MT_CUDA_SIDE_STREAM=on MT_TEST_PLANS="$here/plans/cuda_backend_test" \
+    "$here/bin/cuda_backend_test" --gtest_filter='*linear*:*mlp*:*gpt_tiny*:*llama_tiny*' \
+    >"$logs/cuda_backend_test.side.log" 2>&1
+  status=$?
+  echo "MT_CUDA_SIDE_STREAM=on: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
+    "$logs/cuda_backend_test.side.log" | tr '\n' ' ')"
+  [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_SIDE_STREAM=on (see $logs/cuda_backend_test.side.log)"
+fi
 if [ "$gpus" -eq 0 ]; then
   note "no GPU: the CUDA cases were skipped; steps 2 and 3 need a GPU"
   exit $((failures > 0))
@@ -105,6 +116,15 @@ for plan in gpt-tiny-fp32-none gpt-tiny-bf16-none gpt-tiny-bf16-full gpt-tiny-bf
     note "$plan: 3 steps + save + resume + 3 equal 6 steps bit for bit"
   else
     failed "$plan: the resumed run differs from the straight one"
+  fi
+done
+# Weight gradients on a second stream: the same bits as on one.
+for plan in gpt-tiny-bf16-none gpt-tiny-bf16-full; do
+  MT_CUDA_SIDE_STREAM=on train "$plan" "$plan.side" 6
+  if cmp -s "$logs/$plan.a.metrics" "$logs/$plan.side.metrics"; then
+    note "$plan: weight gradients on a second stream equal one stream's bit for bit"
+  else
+    failed "$plan: weight gradients on a second stream differ from one stream's"
   fi
 done
 

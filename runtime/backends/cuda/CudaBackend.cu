@@ -25,6 +25,7 @@
 #include "backends/cuda/Moe.cuh"
 #include "backends/cuda/Norms.cuh"
 #include "backends/cuda/Optimizer.cuh"
+#include "backends/cuda/SideStream.h"
 #include "core/DType.h"
 #include "core/Poll.h"
 #include "core/SharedMath.h"
@@ -80,24 +81,38 @@ public:
     // 16-bit products are summed in f32 to the end and rounded once, as on the CPU.
     check(cublasSetMathMode(blas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION),
           "setting cuBLAS's math mode");
-    check(cudaMalloc(&workspace_, kWorkspaceBytes), "allocating the GEMM workspace");
+    check(cudaMalloc(&main_.workspace, kWorkspaceBytes), "allocating the GEMM workspace");
     // cuBLAS's fallback GEMMs share it (on the same stream, one call at a time) rather
     // than allocating their own, which a recorded program cannot.
-    check(cublasSetWorkspace(blas_, workspace_, kWorkspaceBytes), "setting cuBLAS's workspace");
+    check(cublasSetWorkspace(blas_, main_.workspace, kWorkspaceBytes),
+          "setting cuBLAS's workspace");
     check(cudaMalloc(&flags_, sizeof(unsigned long long) * kChecks), "allocating the flags");
     check(cudaMalloc(&counters_, sizeof(StepCounters)), "allocating the step's counters");
     check(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming), "creating an event");
+    if (sideWanted_ && !synchronous_) {
+      check(cudaStreamCreate(&ownedSide_.stream), "creating the side stream");
+      side_ = ownedSide_.stream;
+      check(cudaMalloc(&sideBuffers_.workspace, kWorkspaceBytes),
+            "allocating the side stream's GEMM workspace");
+      check(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "creating an event");
+      check(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming), "creating an event");
+    }
   }
   ~CudaBackend() override {
+    if (forked_)
+      cudaEventDestroy(forked_);
+    if (joined_)
+      cudaEventDestroy(joined_);
     cudaEventDestroy(drained_);
     cudaFree(counters_);
     cudaFree(flags_);
-    cudaFree(workspace_);
+    cudaFree(main_.workspace);
+    cudaFree(sideBuffers_.workspace);
     cublasDestroy(blas_);
     ltGemms_.reset();
     cublasLtDestroy(lt_);
   }
-  // (scratch_, gemmOut_ and biasCopy_ free themselves.)
+  // (The buffers free themselves.)
   const char *name() const override { return "cuda"; }
 
   Status allocate(size_t bytes, void *&out) override {
@@ -125,6 +140,7 @@ public:
     return guarded([&] { copyNow(host, device, bytes, cudaMemcpyDeviceToHost, "to the host"); });
   }
   Status setBytes(void *device, uint8_t value, size_t bytes) override {
+    MT_TRY(sideJoined());
     return guarded(
         [&] { check(cudaMemsetAsync(device, value, bytes, stream_), "setting device memory"); });
   }
@@ -161,6 +177,7 @@ public:
   }
 
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
+    MT_TRY(sideJoined());
     return guarded([&] {
       check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_),
             "copying on the device");
@@ -168,6 +185,7 @@ public:
   }
 
   Status convert(const TensorView &dst, const TensorView &src) override {
+    MT_TRY(sideJoined());
     return guarded([&] { convertOn(dst.data, dst.dtype, src.data, src.dtype, src.numel()); });
   }
 
@@ -197,7 +215,22 @@ public:
     if (empty)
       return Status::success();
     return guarded([&] {
-      return withStorage(t, [&](auto tag) { return dispatch<decltype(tag)>(inst, in, out, ctx); });
+      auto issue = [&] {
+        return withStorage(t,
+                           [&](auto tag) { return dispatch<decltype(tag)>(inst, in, out, ctx); });
+      };
+      const bool side = toSide(inst, in);
+      if (side || sideBusy_)
+        rangesOf(inst, in, out, reads_, writes_);
+      if (!side) {
+        if (sideBusy_ && hazards_.mustWait(reads_, writes_))
+          joinSide();
+        return issue();
+      }
+      hazards_.issued(reads_, writes_);
+      sideBusy_ = true;
+      OnSide scope(*this);
+      return issue();
     });
   }
 
@@ -243,6 +276,12 @@ public:
       why = synchronous_ ? "MT_CUDA_SYNC waits for every kernel" : "MT_CUDA_GRAPHS=off";
       return nullptr;
     }
+    // The recording's work on side_ forks from it and joins it before it ends; what side_
+    // holds from before is waited for first (a capture cannot wait for it).
+    if (Status joined = guarded([&] { joinSide(); }); !joined.ok()) {
+      why = joined.message();
+      return nullptr;
+    }
     // The recording's checks take the flags after those of the program's runs before it
     // (a recording of a stretch of it: Executor::runStretch), and count their runs from
     // its first; a replay adds them to those of the runs before it.
@@ -256,7 +295,9 @@ public:
     // A recording makes its own copies: it holds none from before it, nor leaves any.
     staged_ = {};
     capturing_ = true;
-    const Status done = guarded(work);
+    Status done = guarded(work);
+    if (const Status joined = guarded([&] { joinSide(); }); done.ok() && !joined.ok())
+      done = joined;
     capturing_ = false;
     staged_ = {};
     cudaGraph_t graph = nullptr;
@@ -284,6 +325,7 @@ public:
 
   Status initParameter(const TensorView &w, const plan::Param &param, uint64_t seed, int tpRank,
                        int tpSize) override {
+    MT_TRY(sideJoined());
     // The CPU backend's rule on the device (the same bits: a GPU test compares them). A
     // master type other than f32 is made on the host and copied.
     if (w.dtype == DType::F32)
@@ -312,6 +354,7 @@ public:
   }
 
   Status sumOfSquares(const std::vector<TensorView> &xs, double &sum) override {
+    MT_TRY(sideJoined());
     // Every tensor's chunks in one launch, one partial sum each, then one wait and one
     // copy: the host adds each tensor's partials in chunk order, then the tensors in
     // order.
@@ -347,6 +390,7 @@ public:
   }
 
   Status adamw(const std::vector<AdamWTensors> &tensors, const AdamWStep &step) override {
+    MT_TRY(sideJoined());
     std::vector<AdamWChunk> chunks;
     DType copies = DType::F32; // the 16-bit copies' type; f32: none given
     for (const AdamWTensors &t : tensors) {
@@ -385,8 +429,7 @@ public:
   void setWaitWatch(WaitWatch watch) override { watch_ = std::move(watch); }
 
   uint64_t workspaceBytes() const override {
-    return kWorkspaceBytes + sizeof *flags_ * kChecks + sizeof *counters_ + scratch_.capacity() +
-           gemmOut_.capacity() + biasCopy_.capacity() + staging_.capacity() +
+    return main_.bytes() + sideBuffers_.bytes() + sizeof *flags_ * kChecks + sizeof *counters_ +
            cudnnWorkspace_.capacity() + keep_.capacity() + adamwTable_.capacity() +
            squaresTable_.capacity();
   }
@@ -400,6 +443,7 @@ public:
   }
 
   std::unique_ptr<Stopwatch> stopwatch() override {
+    profiling_ = true; // every instruction on stream_, timed between its marks
     return std::make_unique<EventStopwatch>(*this);
   }
 
@@ -482,6 +526,7 @@ private:
   /// memory, a free), so that a collective that never ends meets the watchdog rather
   /// than blocking the host for good.
   void drain(const char *what) {
+    joinSide();
     if (!watch_)
       return;
     check(cudaEventRecord(drained_, stream_), "recording an event");
@@ -489,6 +534,71 @@ private:
     pollUntil([&] { return (code = queryEvent(drained_)) != cudaErrorNotReady; },
               [&](double waited) { watch_(cat("the device's queue ", what), waited); });
     check(code, what);
+  }
+
+  /// joinSide() at an entry point other than run(): its work meets what side_ holds.
+  Status sideJoined() {
+    return guarded([&] { joinSide(); });
+  }
+  /// stream_ waits for everything issued to side_ (nothing while an instruction is being
+  /// issued to it).
+  void joinSide() {
+    if (onSide_ || !sideBusy_)
+      return;
+    check(cudaEventRecord(joined_, side_), "joining the side stream");
+    check(cudaStreamWaitEvent(stream_, joined_), "joining the side stream");
+    hazards_.joined();
+    sideBusy_ = false;
+  }
+  /// Whether `inst` goes to side_: a weight gradient, where the side stream is on and not
+  /// profiling, whose operands need no staging (staged_ is the main stream's): their rows
+  /// and first elements 16-byte aligned.
+  bool toSide(const plan::Instruction &inst, const TensorView *in) const {
+    if (!side_ || profiling_ ||
+        (inst.opcode() != Opcode::LinearGradWeight &&
+         inst.opcode() != Opcode::LinearGradWeightBias))
+      return false;
+    for (int i : {0, 1})
+      if (in[i].cols() * static_cast<int64_t>(dtypeBytes(in[i].dtype)) % 16 != 0 ||
+          reinterpret_cast<uintptr_t>(in[i].data) % 16 != 0)
+        return false;
+    return true;
+  }
+  /// An instruction issued to side_, forked from stream_ where everything before it is
+  /// queued: for its lifetime, stream_ is side_ and buffers_ the side stream's.
+  class OnSide {
+  public:
+    explicit OnSide(CudaBackend &b) : b_(b) {
+      check(cudaEventRecord(b.forked_, b.stream_), "forking the side stream");
+      check(cudaStreamWaitEvent(b.side_, b.forked_), "forking the side stream");
+      swap();
+    }
+    ~OnSide() { swap(); }
+    OnSide(const OnSide &) = delete;
+    OnSide &operator=(const OnSide &) = delete;
+
+  private:
+    void swap() {
+      std::swap(b_.stream_, b_.side_);
+      b_.buffers_ = b_.onSide_ ? &b_.main_ : &b_.sideBuffers_;
+      b_.onSide_ = !b_.onSide_;
+      b_.staged_ = {};
+      // The cuBLAS fallback's stream and workspace follow (cuBLASLt is given both).
+      (void)cublasSetStream(b_.blas_, b_.stream_);
+      (void)cublasSetWorkspace(b_.blas_, b_.buffers_->workspace, kWorkspaceBytes);
+    }
+    CudaBackend &b_;
+  };
+  /// What `inst` reads (its inputs) and writes (its outputs, which an accumulating one
+  /// reads too): the byte ranges of the side stream's hazards.
+  static void rangesOf(const plan::Instruction &inst, const TensorView *in, const TensorView *out,
+                       std::vector<ByteRange> &reads, std::vector<ByteRange> &writes) {
+    reads.clear();
+    writes.clear();
+    for (size_t i = 0; i < inst.inputs()->size(); ++i)
+      reads.push_back(ByteRange::of(in[i].data, in[i].bytes()));
+    for (size_t i = 0; i < inst.outputs()->size(); ++i)
+      writes.push_back(ByteRange::of(out[i].data, out[i].bytes()));
   }
 
   /// At least `bytes` of `buffer`, or an exception naming `what`; with `orNull`, null
@@ -522,7 +632,9 @@ private:
     return data;
   }
   /// One instruction's temporaries.
-  void *scratch(size_t bytes) { return grow(scratch_, bytes, "allocating scratch memory"); }
+  void *scratch(size_t bytes) {
+    return grow(buffers_->scratch, bytes, "allocating scratch memory");
+  }
   /// A table of chunks on the device, copied only when it differs from the last one
   /// (`held`): the optimizer's tensors are the same every step, so after the first the
   /// launch needs no copy and no wait.
@@ -638,8 +750,8 @@ private:
       return program == before.program && instruction == before.instruction + 1;
     }
   };
-  /// What staging_ holds: B's copy (stagedB's arguments), made (or read) by run() call
-  /// `call`, of the instruction at `at`; nothing where `source` is null.
+  /// What the main stream's staging holds: B's copy (stagedB's arguments), made (or read) by run()
+  /// call `call`, of the instruction at `at`; nothing where `source` is null.
   struct Staged {
     const void *source = nullptr;
     int64_t rows = 0, columns = 0, ld = 0;
@@ -662,6 +774,7 @@ private:
         (void)handled(cudaGraphExecDestroy(exec_));
     }
     Status replay(const StepContext &context, bool &stale) override {
+      MT_TRY(backend_.sideJoined());
       backend_.staged_ = {}; // what it copies is its own
       // Flags another stretch's checks hold now would be overwritten: made again.
       stale = backend_.generation_ != generation_ || backend_.checks_.size() != base_;
@@ -691,7 +804,7 @@ private:
   /// cuBLASLt runs at a fraction of its speed on a matrix whose columns (column-major)
   /// are not a whole number of 16 bytes, as an odd vocabulary's logits are (its LM head's
   /// GEMMs at 150–210 TFLOP/s in place of 700–800 on an H100): such a B is read, and such
-  /// a C written, through staging_, its columns padded (core/SharedMath.h) by
+  /// a C written, through the stream's staging, its columns padded (core/SharedMath.h) by
   /// copyColumnsKernel.
   static int64_t paddedColumn(int64_t ld, DType dtype) {
     return mt::paddedColumn(ld, static_cast<int64_t>(dtypeBytes(dtype)));
@@ -710,7 +823,7 @@ private:
     launched("copying misaligned columns to or from their staging");
   }
   /// B (`columns` of `rows` elements, `ld` apart) where cuBLASLt reads it: B itself where
-  /// its columns are aligned, else its copy in staging_, with `ld` padded. The copy is not
+  /// its columns are aligned, else its copy in the staging, with `ld` padded. The copy is not
   /// made again where this run() call made it, or the one before, the instruction before
   /// this one in its program (a weight gradient after its input gradient: both read dy;
   /// nothing runs between two instructions of a program but the backend's own calls).
@@ -731,7 +844,7 @@ private:
     return copy;
   }
   /// Where cuBLASLt writes C (`columns` of `ld` elements): C itself where its columns are
-  /// aligned, else staging_, with `ld` padded (the caller copies it to C).
+  /// aligned, else the staging, with `ld` padded (the caller copies it to C).
   void *stagingFor(void *c, int64_t columns, int64_t &ld, DType dtype) {
     void *data = staging(columns, ld, dtype);
     if (!data)
@@ -739,7 +852,7 @@ private:
     staged_ = {};
     return data;
   }
-  /// staging_ for `columns` of `ld` elements with `ld` padded; null, `ld` kept, where the
+  /// The staging for `columns` of `ld` elements with `ld` padded; null, `ld` kept, where the
   /// columns are aligned already or the buffer does not fit.
   void *staging(int64_t columns, int64_t &ld, DType dtype) {
     const int64_t padded = paddedColumn(ld, dtype);
@@ -750,10 +863,10 @@ private:
       ld = padded;
     return data;
   }
-  /// staging_, of at least `bytes`; null where the device has not that much free (said
+  /// The staging, of at least `bytes`; null where the device has not that much free (said
   /// once): the GEMM then reads or writes its misaligned matrix as it is, slower.
   void *stagingBuffer(size_t bytes) {
-    void *data = grow(staging_, bytes, "allocating the staging", true);
+    void *data = grow(buffers_->staging, bytes, "allocating the staging", true);
     if (!data) {
       staged_ = {}; // what it held is gone
       if (!warnedStaging_)
@@ -782,7 +895,7 @@ private:
     // cuBLASLt's bias epilogue wants a 16-byte aligned vector; a parameter at an odd
     // offset of the flat store is copied to an aligned buffer first.
     if (bias && reinterpret_cast<uintptr_t>(bias) % 16 != 0) {
-      void *aligned = grow(biasCopy_, dtypeBytes(dtype) * m, "allocating the bias copy");
+      void *aligned = grow(buffers_->biasCopy, dtypeBytes(dtype) * m, "allocating the bias copy");
       check(cudaMemcpyAsync(aligned, bias, dtypeBytes(dtype) * m, cudaMemcpyDeviceToDevice,
                             stream_),
             "copying the bias");
@@ -801,11 +914,11 @@ private:
       // The activation in cuBLASLt's epilogue in 16 bits; otherwise, or where cuBLASLt
       // has no algorithm for that epilogue, its plain GEMM and then our kernel.
       if (activation != Activation::None && dtype != DType::F32 &&
-          ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB, c,
-                        ldc, dtype, epilogue, stream_))
+          ltGemms_->run(buffers_->workspace, kWorkspaceBytes, transA, transB, m, n, k, a, lda,
+                        bRead, ldB, c, ldc, dtype, epilogue, stream_))
         return;
-      if (ltGemms_->run(workspace_, kWorkspaceBytes, transA, transB, m, n, k, a, lda, bRead, ldB,
-                        target, ldStored, dtype,
+      if (ltGemms_->run(buffers_->workspace, kWorkspaceBytes, transA, transB, m, n, k, a, lda,
+                        bRead, ldB, target, ldStored, dtype,
                         Epilogue{bias, Activation::None, nullptr, epilogue.accumulate}, stream_)) {
         if (target != stored)
           copyColumns(c, ldc, target, ldStored, m, n, dtype);
@@ -817,8 +930,9 @@ private:
       throw std::runtime_error("cuda backend: cuBLASLt has no algorithm for this GEMM, and "
                                "MT_CUDA_GEMM=cublaslt forbids the cuBLAS fallback");
     // With a bias: the product in f32, then bias added and rounded once.
-    void *product = bias ? grow(gemmOut_, sizeof(float) * m * n, "allocating the GEMM output")
-                         : stored;
+    void *product =
+        bias ? grow(buffers_->gemmOut, sizeof(float) * m * n, "allocating the GEMM output")
+             : stored;
     gemmEx(blas_, transA, transB, m, n, k, a, lda, b, ldb, product,
            bias || epilogue.accumulate ? CUDA_R_32F : cudaTypeOf(dtype), bias ? m : ldc, dtype,
            epilogue.accumulate);
@@ -1069,8 +1183,8 @@ private:
     if (sums && gemmPath_ != GemmPath::CublasOnly) {
       int64_t ldDy = nOut;
       const void *dy = stagedB(in[0].data, nOut, m, ldDy, c.type());
-      if (ltGemms_->run(workspace_, kWorkspaceBytes, false, true, k, nOut, m, in[1].data, k, dy,
-                        ldDy, out[0].data, k, c.type(), epilogue, stream_))
+      if (ltGemms_->run(buffers_->workspace, kWorkspaceBytes, false, true, k, nOut, m, in[1].data,
+                        k, dy, ldDy, out[0].data, k, c.type(), epilogue, stream_))
         return true;
     }
     if (sums && gemmPath_ == GemmPath::CublasLtOnly)
@@ -1676,12 +1790,24 @@ private:
       if (stream)
         cudaStreamDestroy(stream);
     }
-  } owned_;
+  } owned_, ownedSide_;
+  // MT_CUDA_SIDE_STREAM=on: weight gradients on a second stream (side_, a blocking one as
+  // stream_ is), each forked from stream_ as it is issued, beside the rest of backward.
+  // An instruction on stream_ waits for them where it meets what they read or write
+  // (hazards_); any other work on stream_ waits for them whole (joinSide). Off while
+  // profiling: the profile times instructions on one stream.
+  const bool sideWanted_ = environmentChoice("MT_CUDA_SIDE_STREAM", "on", "off") == 1;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t forked_ = nullptr, joined_ = nullptr;
+  SideStreamHazards hazards_;
+  std::vector<ByteRange> reads_, writes_; // run()'s instruction's, reused
+  bool sideBusy_ = false;                 // side_ holds work stream_ has not waited for
+  bool onSide_ = false; // an instruction is issued to side_: stream_ and buffers_ swapped
+  bool profiling_ = false;
   cublasLtHandle_t lt_ = nullptr;
   GemmChoices gemmChoices_;          // MT_CUDA_GEMM_CHOICES's file, read once
   std::unique_ptr<LtGemms> ltGemms_; // lt_'s plans, freed before it
   cublasHandle_t blas_ = nullptr;
-  void *workspace_ = nullptr;
   unsigned long long *flags_ = nullptr;
   std::vector<IdsCheck> checks_;
   size_t runs_ = 0; // run() calls since checkRuns
@@ -1690,10 +1816,21 @@ private:
   bool capturing_ = false;  // a program is being recorded: nothing may wait or allocate
   uint64_t generation_ = 0; // counts the buffers that moved (graphs hold their addresses)
   const bool graphsOff_ = environmentChoice("MT_CUDA_GRAPHS", "off", "on") == 1;
-  DeviceBuffer scratch_;  // one instruction's temporaries
-  DeviceBuffer gemmOut_;  // an f32 product before its bias (the cuBLAS fallback)
-  DeviceBuffer biasCopy_; // a misaligned bias, aligned for the epilogue
-  DeviceBuffer staging_;  // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
+  /// What a stream's instructions use for their temporaries, each filled and read by one
+  /// instruction (or two in a row: staged_): the main stream's, and the side stream's.
+  struct StreamBuffers {
+    void *workspace = nullptr; // kWorkspaceBytes: cuBLASLt's and the cuBLAS fallback's
+    DeviceBuffer scratch;      // one instruction's temporaries
+    DeviceBuffer gemmOut;      // an f32 product before its bias (the cuBLAS fallback)
+    DeviceBuffer biasCopy;     // a misaligned bias, aligned for the epilogue
+    DeviceBuffer staging;      // a GEMM's B or C with its columns aligned (stagedB, stagingFor)
+    size_t bytes() const {
+      return (workspace ? kWorkspaceBytes : 0) + scratch.capacity() + gemmOut.capacity() +
+             biasCopy.capacity() + staging.capacity();
+    }
+  };
+  StreamBuffers main_, sideBuffers_;
+  StreamBuffers *buffers_ = &main_; // the stream's running instructions
   DeviceBuffer keep_;     // attention's keep mask for cuDNN (keepMask)
   size_t keepRefused_ = 0;      // the smallest keep mask the device had no room for (0: none)
   size_t workspaceRefused_ = 0; // the smallest cuDNN workspace it had no room for (0: none)
@@ -1707,7 +1844,7 @@ private:
   std::vector<SquaresChunk> squaresHost_;
   bool warnedCudnn_ = false;
   bool warnedBiasGrad_ = false; // said once: a bias gradient summed apart
-  bool warnedStaging_ = false;  // said once: no memory for staging_
+  bool warnedStaging_ = false;  // said once: no memory for the staging
   const bool synchronous_ = synchronousLaunches();
   const GemmPath gemmPath_ = gemmPath();
   const AttentionPath attentionPath_ = attentionPath();
