@@ -145,6 +145,7 @@ public:
         [&] { check(cudaMemsetAsync(device, value, bytes, stream_), "setting device memory"); });
   }
   Status extentNot(const void *device, uint8_t value, size_t bytes, uint64_t &extent) override {
+    MT_TRY(sideJoined());
     return guarded([&] {
       auto *last = static_cast<unsigned long long *>(scratch(sizeof(unsigned long long)));
       check(cudaMemsetAsync(last, 0, sizeof *last, stream_), "zeroing a counter");
@@ -214,6 +215,9 @@ public:
       empty = empty && out[i].numel() == 0;
     if (empty)
       return Status::success();
+    if (swapFailed_)
+      return Status::failure("cuda backend: cuBLAS's handle could not follow a switch between "
+                             "the main and the side stream");
     return guarded([&] {
       auto issue = [&] {
         return withStorage(t,
@@ -227,6 +231,9 @@ public:
           joinSide();
         return issue();
       }
+      // The step's counters, which main-stream kernels read, written (where they changed)
+      // on the main stream before the fork.
+      counters(ctx);
       hazards_.issued(reads_, writes_);
       sideBusy_ = true;
       OnSide scope(*this);
@@ -443,7 +450,8 @@ public:
   }
 
   std::unique_ptr<Stopwatch> stopwatch() override {
-    profiling_ = true; // every instruction on stream_, timed between its marks
+    (void)sideJoined(); // a failed join fails the next call that waits
+    profiling_ = true;  // every instruction on stream_, timed between its marks
     return std::make_unique<EventStopwatch>(*this);
   }
 
@@ -554,7 +562,9 @@ private:
   /// profiling, whose operands need no staging (staged_ is the main stream's): their rows
   /// and first elements 16-byte aligned.
   bool toSide(const plan::Instruction &inst, const TensorView *in) const {
-    if (!side_ || profiling_ ||
+    // Not with cuBLAS's GEMMs (its bits promised on one stream) nor while choosing GEMM
+    // algorithms by timing (the other stream's kernels would skew the times).
+    if (!side_ || profiling_ || gemmPath_ == GemmPath::CublasOnly || choosing_ ||
         (inst.opcode() != Opcode::LinearGradWeight &&
          inst.opcode() != Opcode::LinearGradWeightBias))
       return false;
@@ -583,9 +593,12 @@ private:
       b_.buffers_ = b_.onSide_ ? &b_.main_ : &b_.sideBuffers_;
       b_.onSide_ = !b_.onSide_;
       b_.staged_ = {};
-      // The cuBLAS fallback's stream and workspace follow (cuBLASLt is given both).
-      (void)cublasSetStream(b_.blas_, b_.stream_);
-      (void)cublasSetWorkspace(b_.blas_, b_.buffers_->workspace, kWorkspaceBytes);
+      // The cuBLAS fallback's stream and workspace follow (cuBLASLt is given both); a
+      // failure fails the run() calls after it (a destructor cannot throw).
+      if (cublasSetStream(b_.blas_, b_.stream_) != CUBLAS_STATUS_SUCCESS ||
+          cublasSetWorkspace(b_.blas_, b_.buffers_->workspace, kWorkspaceBytes) !=
+              CUBLAS_STATUS_SUCCESS)
+        b_.swapFailed_ = true;
     }
     CudaBackend &b_;
   };
@@ -1804,6 +1817,12 @@ private:
   bool sideBusy_ = false;                 // side_ holds work stream_ has not waited for
   bool onSide_ = false; // an instruction is issued to side_: stream_ and buffers_ swapped
   bool profiling_ = false;
+  bool swapFailed_ = false; // cuBLAS's handle could not follow a swap of streams
+  // Choosing GEMM algorithms by timing (MT_CUDA_GEMM_CHOICES).
+  const bool choosing_ = [] {
+    const char *path = std::getenv("MT_CUDA_GEMM_CHOICES");
+    return path && *path;
+  }();
   cublasLtHandle_t lt_ = nullptr;
   GemmChoices gemmChoices_;          // MT_CUDA_GEMM_CHOICES's file, read once
   std::unique_ptr<LtGemms> ltGemms_; // lt_'s plans, freed before it
