@@ -43,45 +43,31 @@ grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]+ test' "$logs/cud
 if [ "$gpus" -gt 0 ] && grep -q '^\[  SKIPPED \]' "$logs/cuda_backend_test.log"; then
   failed "cases were skipped on a machine with a GPU"
 fi
-# 1b. Each path of fused attention alone: cuDNN's flash attention on the cases it must
-# take (a fallback to our kernels is an error), and every case through our kernels only.
+# The cases of FILTER again under one switch of the backend (VAR=VALUE), logged as NAME.
+variant() { # name VAR=VALUE filter
+  env "$2" MT_TEST_PLANS="$here/plans/cuda_backend_test" "$here/bin/cuda_backend_test" \
+    --gtest_filter="$3" >"$logs/cuda_backend_test.$1.log" 2>&1
+  local status=$?
+  echo "$2: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
+    "$logs/cuda_backend_test.$1.log" | tr '\n' ' ')"
+  [ "$status" -eq 0 ] || failed "cuda_backend_test, $2 (see $logs/cuda_backend_test.$1.log)"
+}
+linears='*linear*:*mlp*:*gpt_tiny*:*llama_tiny*'
 if [ "$gpus" -gt 0 ]; then
-  for path in cudnn exact; do
-    filter='*'
-    [ "$path" = cudnn ] && filter='*flash_attention*bf16:*flash_attention*fp16'
-    # Blackwell (compute capability 10 and on): not the cases that drop probabilities.
-    major=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
-    [ "$path" = cudnn ] && [ "${major%%.*}" -ge 10 ] 2>/dev/null && filter="$filter-*dropout*"
-    MT_CUDA_ATTENTION=$path MT_TEST_PLANS="$here/plans/cuda_backend_test" \
-      "$here/bin/cuda_backend_test" --gtest_filter="$filter" \
-      >"$logs/cuda_backend_test.$path.log" 2>&1
-    status=$?
-    echo "MT_CUDA_ATTENTION=$path: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
-      "$logs/cuda_backend_test.$path.log" | tr '\n' ' ')"
-    [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_ATTENTION=$path (see $logs/cuda_backend_test.$path.log)"
-  done
-fi
-# 1c. The GEMMs' fallback: cuBLAS's GEMM, then the bias, GELU or GELU's gradient as
-# kernels, on every case with a linear.
-if [ "$gpus" -gt 0 ]; then
-  MT_CUDA_GEMM=cublas MT_TEST_PLANS="$here/plans/cuda_backend_test" \
-    "$here/bin/cuda_backend_test" --gtest_filter='*linear*:*mlp*:*gpt_tiny*:*llama_tiny*' \
-    >"$logs/cuda_backend_test.cublas.log" 2>&1
-  status=$?
-  echo "MT_CUDA_GEMM=cublas: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
-    "$logs/cuda_backend_test.cublas.log" | tr '\n' ' ')"
-  [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_GEMM=cublas (see $logs/cuda_backend_test.cublas.log)"
-fi
-# 1d. Weight gradients on a second stream (MT_CUDA_SIDE_STREAM=on), on every case with a
-# linear: what they read and write waited for where later instructions meet it.
-if [ "$gpus" -gt 0 ]; then
-  MT_CUDA_SIDE_STREAM=on MT_TEST_PLANS="$here/plans/cuda_backend_test" \
-    "$here/bin/cuda_backend_test" --gtest_filter='*linear*:*mlp*:*gpt_tiny*:*llama_tiny*' \
-    >"$logs/cuda_backend_test.side.log" 2>&1
-  status=$?
-  echo "MT_CUDA_SIDE_STREAM=on: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' \
-    "$logs/cuda_backend_test.side.log" | tr '\n' ' ')"
-  [ "$status" -eq 0 ] || failed "cuda_backend_test, MT_CUDA_SIDE_STREAM=on (see $logs/cuda_backend_test.side.log)"
+  # 1b. Each path of fused attention alone: cuDNN's flash attention on the cases it must
+  # take (a fallback to our kernels is an error), and every case through our kernels only.
+  # Blackwell (compute capability 10 and on): not the cases that drop probabilities.
+  cudnn='*flash_attention*bf16:*flash_attention*fp16'
+  major=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+  [ "${major%%.*}" -ge 10 ] 2>/dev/null && cudnn="$cudnn-*dropout*"
+  variant cudnn MT_CUDA_ATTENTION=cudnn "$cudnn"
+  variant exact MT_CUDA_ATTENTION=exact '*'
+  # 1c. The GEMMs' fallback: cuBLAS's GEMM, then the bias, GELU or GELU's gradient as
+  # kernels, on every case with a linear.
+  variant cublas MT_CUDA_GEMM=cublas "$linears"
+  # 1d. Weight gradients on a second stream, on every case with a linear: what they read
+  # and write waited for where later instructions meet it.
+  variant side MT_CUDA_SIDE_STREAM=on "$linears"
 fi
 if [ "$gpus" -eq 0 ]; then
   note "no GPU: the CUDA cases were skipped; steps 2 and 3 need a GPU"

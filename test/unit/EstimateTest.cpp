@@ -206,14 +206,23 @@ struct LoweredTest : ::testing::Test {
       });
     return ops;
   }
-  /// A zoo model's (gpt-tiny's) step under `layout`, estimated on `system`.
-  StepEstimate estimate(const StepLayout &layout, const SystemSpec &system,
-                        const std::string &model = "gpt-tiny") {
+  /// A zoo model's (gpt-tiny's) step lowered under `layout`; null where it fails.
+  mlir::OwningOpRef<mlir::ModuleOp> lowered(const StepLayout &layout,
+                                            const std::string &model = "gpt-tiny") {
     mlir::OwningOpRef<mlir::ModuleOp> module = mlir::parseSourceFile<mlir::ModuleOp>(
         std::string(MTC_MODELS_DIR "/") + model + ".mlir", &context);
+    if (!module || mlir::failed(prepareModel(*module, layout.options)) ||
+        mlir::failed(lowerToTrainStep(*module, layout.options)))
+      return nullptr;
+    return module;
+  }
+  /// Its step estimated on `system`.
+  StepEstimate estimate(const StepLayout &layout, const SystemSpec &system,
+                        const std::string &model = "gpt-tiny") {
+    mlir::OwningOpRef<mlir::ModuleOp> module = lowered(layout, model);
     EXPECT_TRUE(module);
-    EXPECT_TRUE(mlir::succeeded(prepareModel(*module, layout.options)));
-    EXPECT_TRUE(mlir::succeeded(lowerToTrainStep(*module, layout.options)));
+    if (!module)
+      return {};
     StepEstimate e;
     EXPECT_EQ(estimateStep(profileChunks(*module, system, layout.options), system, layout, e),
               "");
@@ -518,11 +527,8 @@ TEST_F(LoweredTest, WholeLayerRecomputationCostsEachLayersForwardAgain) {
   l.options.globalBatchSize = 2;
   l.options.precision = "bf16";
   l.options.recompute = "full";
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceFile<mlir::ModuleOp>(MTC_MODELS_DIR "/gpt-tiny.mlir", &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = lowered(l);
   ASSERT_TRUE(module);
-  ASSERT_TRUE(mlir::succeeded(prepareModel(*module, l.options)));
-  ASSERT_TRUE(mlir::succeeded(lowerToTrainStep(*module, l.options)));
   const std::vector<ChunkProfile> pruned = profileChunks(*module, s, l.options);
   s.runtime.recomputeWholeLayers = true;
   const std::vector<ChunkProfile> whole = profileChunks(*module, s, l.options);
@@ -569,11 +575,8 @@ TEST_F(LoweredTest, WholeLayerRecomputationCostsEachLayersForwardAgain) {
   s.runtime.recomputeWholeLayers = true;
   l.options.recompute = "selective";
   l.options.attention = "unfused";
-  mlir::OwningOpRef<mlir::ModuleOp> selective =
-      mlir::parseSourceFile<mlir::ModuleOp>(MTC_MODELS_DIR "/gpt-tiny.mlir", &context);
+  mlir::OwningOpRef<mlir::ModuleOp> selective = lowered(l);
   ASSERT_TRUE(selective);
-  ASSERT_TRUE(mlir::succeeded(prepareModel(*selective, l.options)));
-  ASSERT_TRUE(mlir::succeeded(lowerToTrainStep(*selective, l.options)));
   const double rerun = profileChunks(*selective, s, l.options)[0].backward.recompute;
   s.runtime.recomputeWholeLayers = false;
   EXPECT_GT(rerun, 0.0);
