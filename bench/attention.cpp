@@ -7,6 +7,8 @@
 // pairs, as mtrun --profile does: 2 products forward, 5 backward. Prints one JSON object.
 //
 // usage: gpu_attention
+#include "bench/GpuBench.h"
+
 #include <cudnn_frontend.h>
 
 #include <cuda_bf16.h>
@@ -21,22 +23,15 @@
 #include <vector>
 
 namespace fe = cudnn_frontend;
+using bench::check;
 
 namespace {
-
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_attention: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
 
 /// n values in [-0.5, 0.5) to the device at x.
 void fill(void *x, size_t n, unsigned salt) {
   std::vector<__nv_bfloat16> values(n);
   for (size_t i = 0; i < n; ++i)
-    values[i] =
-        __float2bfloat16(static_cast<float>(((i + salt) * 2654435761u) % 1000) / 1000.0f - 0.5f);
+    values[i] = __float2bfloat16(bench::filled(i, salt));
   check(cudaMemcpy(x, values.data(), n * sizeof values[0], cudaMemcpyHostToDevice), "copy");
 }
 

@@ -17,6 +17,7 @@
 //   kernel_overhead_us  seconds per kernel of 10,000 empty kernels launched back to back
 //
 // usage: gpu_calibrate PEAK_BF16_TFLOPS DATASHEET_GBS [TILE_M TILE_N]
+#include "bench/GpuBench.h"
 #include "compiler/GemmModel.h"
 
 #include <cublas_v2.h>
@@ -29,26 +30,11 @@
 #include <cstdlib>
 #include <vector>
 
+using bench::check;
+using bench::fill;
+
 namespace {
 
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_calibrate: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void check(cublasStatus_t s, const char *what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "gpu_calibrate: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
-
-__global__ void fill(__nv_bfloat16 *x, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    x[i] = __float2bfloat16(static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f);
-}
 __global__ void empty() {}
 
 /// Seconds per call of `body`, over `repeats` calls after `warmup`.

@@ -13,6 +13,8 @@
 // overlap alone. (The backend calls cuBLASLt first; cuBLAS here may choose other kernels.)
 //
 // usage: gpu_streams
+#include "bench/GpuBench.h"
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,26 +24,10 @@
 #include <cstdlib>
 #include <vector>
 
+using bench::check;
+using bench::fill;
+
 namespace {
-
-void check(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "gpu_streams: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-void check(cublasStatus_t s, const char *what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    std::fprintf(stderr, "gpu_streams: %s: cuBLAS status %d\n", what, static_cast<int>(s));
-    std::exit(1);
-  }
-}
-
-__global__ void fill(__nv_bfloat16 *x, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x)
-    x[i] = __float2bfloat16(static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f);
-}
 
 /// A linear y[tokens x out] = x[tokens x in]·Wᵀ, W [out x in].
 struct Linear {

@@ -756,7 +756,6 @@ std::vector<ChunkProfile> profileChunks(ModuleOp module, const SystemSpec &syste
 
 void addRecomputed(PassCost &backward, const PassCost &layer) {
   backward.recompute += layer.compute + layer.recompute;
-  backward.gemmFlops += layer.gemmFlops;
   backward.wholeLayerFlops += layer.gemmFlops;
   backward.tensorParallel += layer.tensorParallel;
   backward.sequenceParallel += layer.sequenceParallel;

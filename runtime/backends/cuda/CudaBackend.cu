@@ -224,10 +224,10 @@ public:
                            [&](auto tag) { return dispatch<decltype(tag)>(inst, in, out, ctx); });
       };
       const bool side = toSide(inst, in);
-      if (side || sideBusy_)
+      if (side || hazards_.pending())
         rangesOf(inst, in, out, reads_, writes_);
       if (!side) {
-        if (sideBusy_ && hazards_.mustWait(reads_, writes_))
+        if (hazards_.pending() && hazards_.mustWait(reads_, writes_))
           joinSide();
         return issue();
       }
@@ -235,7 +235,6 @@ public:
       // on the main stream before the fork.
       counters(ctx);
       hazards_.issued(reads_, writes_);
-      sideBusy_ = true;
       OnSide scope(*this);
       return issue();
     });
@@ -551,12 +550,11 @@ private:
   /// stream_ waits for everything issued to side_ (nothing while an instruction is being
   /// issued to it).
   void joinSide() {
-    if (onSide_ || !sideBusy_)
+    if (onSide_ || !hazards_.pending())
       return;
     check(cudaEventRecord(joined_, side_), "joining the side stream");
     check(cudaStreamWaitEvent(stream_, joined_), "joining the side stream");
     hazards_.joined();
-    sideBusy_ = false;
   }
   /// Whether `inst` goes to side_: a weight gradient, where the side stream is on and not
   /// profiling, whose operands need no staging (staged_ is the main stream's): their rows
@@ -763,8 +761,9 @@ private:
       return program == before.program && instruction == before.instruction + 1;
     }
   };
-  /// What the main stream's staging holds: B's copy (stagedB's arguments), made (or read) by run()
-  /// call `call`, of the instruction at `at`; nothing where `source` is null.
+  /// What the main stream's staging holds: B's copy (stagedB's arguments), made (or
+  /// read) by run() call `call`, of the instruction at `at`; nothing where `source` is
+  /// null.
   struct Staged {
     const void *source = nullptr;
     int64_t rows = 0, columns = 0, ld = 0;
@@ -1814,7 +1813,6 @@ private:
   cudaEvent_t forked_ = nullptr, joined_ = nullptr;
   SideStreamHazards hazards_;
   std::vector<ByteRange> reads_, writes_; // run()'s instruction's, reused
-  bool sideBusy_ = false;                 // side_ holds work stream_ has not waited for
   bool onSide_ = false; // an instruction is issued to side_: stream_ and buffers_ swapped
   bool profiling_ = false;
   bool swapFailed_ = false; // cuBLAS's handle could not follow a swap of streams

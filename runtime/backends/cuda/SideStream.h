@@ -32,6 +32,7 @@ public:
     reads_.insert(reads_.end(), reads.begin(), reads.end());
     writes_.insert(writes_.end(), writes.begin(), writes.end());
   }
+  /// Whether anything issued is not yet waited for (every instruction reads or writes).
   bool pending() const { return !reads_.empty() || !writes_.empty(); }
   bool mustWait(const std::vector<ByteRange> &reads, const std::vector<ByteRange> &writes) const {
     for (const ByteRange &w : writes)
